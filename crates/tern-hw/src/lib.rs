@@ -1,0 +1,386 @@
+//! Hardware profiles and the resource ledger.
+//!
+//! A [`Profile`] is data: a clock, a datapath width, capacities of the structures that have a
+//! hardware counterpart, and protocol parameters. Built-in profiles reproduce the papers'
+//! prototypes (`shared/HARDWARE.md`); others load from TOML files in the same format
+//! (`examples/profiles/`). The default, `cpu`, limits nothing.
+//!
+//! Structures claim capacity through a [`Ledger`]; configuration that does not fit is an error
+//! naming the resource, the amount asked for and the amount available.
+//!
+//! ```
+//! use tern_hw::{Ledger, Profile, resource};
+//! let profile = Profile::builtin("qingniao-u250").unwrap();
+//! let mut ledger = Ledger::new(&profile);
+//! ledger.claim(resource::QNP_REQUEST_TABLE_ENTRIES, 1000, "server").unwrap();
+//! let err = ledger.claim(resource::QNP_REQUEST_TABLE_ENTRIES, 100, "server 2").unwrap_err();
+//! assert!(err.to_string().contains("asked for 100, 24 available"));
+//! ```
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// Names of the resources profiles bound.
+pub mod resource {
+    /// Requests the receive side tracks at once (QNP request table).
+    pub const QNP_REQUEST_TABLE_ENTRIES: &str = "qnp.request_table_entries";
+    /// Most packets one request may span.
+    pub const QNP_PKTS_PER_REQUEST: &str = "qnp.pkts_per_request";
+    /// Parallel receive-side dispatchers.
+    pub const RSD_PARALLEL: &str = "rsd.parallel";
+    /// Entries of the dispatch-result stash.
+    pub const RSD_STASH_ENTRIES: &str = "rsd.stash_entries";
+    /// Bytes the ByteStream holds.
+    pub const RSD_BYTESTREAM_BYTES: &str = "rsd.bytestream_bytes";
+    /// Matcher RAM (skip) entries.
+    pub const MATCHER_RAM_ENTRIES: &str = "matcher.ram_entries";
+    /// Matcher CAM (check) entries.
+    pub const MATCHER_CAM_ENTRIES: &str = "matcher.cam_entries";
+    /// Bytes one check compares.
+    pub const MATCHER_CHECK_BYTES: &str = "matcher.check_bytes";
+}
+
+/// Names of the built-in profiles.
+pub const BUILTIN: &[&str] = &["cpu", "qingniao-u250"];
+
+const CPU_TOML: &str = include_str!("../../../examples/profiles/cpu.toml");
+const QINGNIAO_U250_TOML: &str = include_str!("../../../examples/profiles/qingniao-u250.toml");
+
+/// QNP parameters of a profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QnpParams {
+    /// A partially received request is dropped after this long without a new packet.
+    pub request_timeout_ms: u64,
+    /// Width of the hardware request timer, if the profile models one.
+    #[serde(default)]
+    pub timer_bits: Option<u32>,
+    /// Eth + IP + UDP + QNP header bytes, padded to this alignment.
+    pub header_align_bytes: u32,
+    /// Largest IP packet.
+    pub mtu: u32,
+}
+
+/// A hardware profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Name (`cpu`, `qingniao-u250`, ...).
+    pub name: String,
+    /// One line saying what it models.
+    pub description: String,
+    /// Clock in MHz, where the profile models one.
+    #[serde(default)]
+    pub clock_mhz: Option<f64>,
+    /// Datapath width in bits, where the profile models one.
+    #[serde(default)]
+    pub datapath_bits: Option<u32>,
+    /// Capacity per resource; a resource not listed is unbounded.
+    #[serde(default)]
+    pub capacity: BTreeMap<String, u64>,
+    /// QNP parameters.
+    pub qnp: QnpParams,
+}
+
+/// Errors loading a profile.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// No built-in profile has this name.
+    #[error("unknown profile `{name}` (built in: {})", BUILTIN.join(", "))]
+    Unknown {
+        /// The name asked for.
+        name: String,
+    },
+    /// The file could not be read.
+    #[error("cannot read profile {path}: {source}")]
+    Io {
+        /// Path.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The TOML is not a valid profile.
+    #[error("invalid profile {origin}: {message}")]
+    Invalid {
+        /// File or built-in name.
+        origin: String,
+        /// What is wrong, with its location.
+        message: String,
+    },
+}
+
+impl Profile {
+    /// A built-in profile by name.
+    pub fn builtin(name: &str) -> Result<Profile, ProfileError> {
+        let text = match name {
+            "cpu" => CPU_TOML,
+            "qingniao-u250" => QINGNIAO_U250_TOML,
+            _ => return Err(ProfileError::Unknown { name: name.to_string() }),
+        };
+        Profile::from_toml(text, name)
+    }
+
+    /// Parses a profile from TOML; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Profile, ProfileError> {
+        let profile: Profile = toml::from_str(text).map_err(|e| ProfileError::Invalid {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        profile.validate(origin)?;
+        Ok(profile)
+    }
+
+    /// Loads a profile from a TOML file.
+    pub fn load(path: &Path) -> Result<Profile, ProfileError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ProfileError::Io { path: path.display().to_string(), source })?;
+        Profile::from_toml(&text, &path.display().to_string())
+    }
+
+    /// A built-in name, or else a path to a TOML file.
+    pub fn resolve(name_or_path: &str) -> Result<Profile, ProfileError> {
+        if BUILTIN.contains(&name_or_path) {
+            return Profile::builtin(name_or_path);
+        }
+        let path = Path::new(name_or_path);
+        if path.exists() {
+            Profile::load(path)
+        } else {
+            Err(ProfileError::Unknown { name: name_or_path.to_string() })
+        }
+    }
+
+    fn validate(&self, origin: &str) -> Result<(), ProfileError> {
+        let invalid = |message: String| ProfileError::Invalid { origin: origin.to_string(), message };
+        if self.qnp.header_align_bytes == 0 {
+            return Err(invalid("qnp.header_align_bytes must be positive".into()));
+        }
+        if !(576..=65535).contains(&self.qnp.mtu) {
+            return Err(invalid(format!("qnp.mtu {} is outside 576..=65535", self.qnp.mtu)));
+        }
+        if self.qnp.request_timeout_ms == 0 {
+            return Err(invalid("qnp.request_timeout_ms must be positive".into()));
+        }
+        if let Some(mhz) = self.clock_mhz
+            && !(mhz > 0.0 && mhz.is_finite())
+        {
+            return Err(invalid(format!("clock_mhz {mhz} must be a positive number")));
+        }
+        if let Some(bits) = self.qnp.timer_bits
+            && !(1..=64).contains(&bits)
+        {
+            return Err(invalid(format!("qnp.timer_bits {bits} is outside 1..=64")));
+        }
+        Ok(())
+    }
+
+    /// Capacity of a resource; `None` is unbounded.
+    pub fn capacity(&self, resource: &str) -> Option<u64> {
+        self.capacity.get(resource).copied()
+    }
+
+    /// Nanoseconds per clock cycle, where the profile has a clock.
+    pub fn ns_per_cycle(&self) -> Option<f64> {
+        self.clock_mhz.map(|mhz| 1000.0 / mhz)
+    }
+
+    /// The profile as TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+/// A configuration asked for more of a resource than the profile has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "profile {profile} cannot fit {owner}: {resource} asked for {asked}, {available} available \
+     ({capacity} in the profile, {in_use} in use)"
+)]
+pub struct CapacityError {
+    /// Profile name.
+    pub profile: String,
+    /// Resource name.
+    pub resource: String,
+    /// What asked for it.
+    pub owner: String,
+    /// Amount asked for.
+    pub asked: u64,
+    /// Amount still free.
+    pub available: u64,
+    /// The profile's capacity.
+    pub capacity: u64,
+    /// Already claimed.
+    pub in_use: u64,
+}
+
+/// One resource's use, for reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Resource name.
+    pub resource: String,
+    /// Claimed in total.
+    pub used: u64,
+    /// Capacity, `None` if unbounded.
+    pub capacity: Option<u64>,
+    /// Claims by owner.
+    pub claims: Vec<(String, u64)>,
+}
+
+/// Accounts the capacity structures claim from a profile.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    profile: String,
+    capacity: BTreeMap<String, u64>,
+    claims: BTreeMap<String, Vec<(String, u64)>>,
+}
+
+impl Ledger {
+    /// An empty ledger over `profile`'s capacities.
+    pub fn new(profile: &Profile) -> Ledger {
+        Ledger {
+            profile: profile.name.clone(),
+            capacity: profile.capacity.clone(),
+            claims: BTreeMap::new(),
+        }
+    }
+
+    fn in_use(&self, resource: &str) -> u64 {
+        self.claims.get(resource).map_or(0, |c| c.iter().map(|(_, n)| n).sum())
+    }
+
+    fn error(&self, resource: &str, owner: &str, asked: u64, capacity: u64, in_use: u64) -> CapacityError {
+        CapacityError {
+            profile: self.profile.clone(),
+            resource: resource.to_string(),
+            owner: owner.to_string(),
+            asked,
+            available: capacity.saturating_sub(in_use),
+            capacity,
+            in_use,
+        }
+    }
+
+    /// Claims `amount` of a shared resource (entries of a table) for `owner`.
+    pub fn claim(&mut self, resource: &str, amount: u64, owner: &str) -> Result<(), CapacityError> {
+        let in_use = self.in_use(resource);
+        if let Some(&capacity) = self.capacity.get(resource)
+            && in_use.saturating_add(amount) > capacity
+        {
+            return Err(self.error(resource, owner, amount, capacity, in_use));
+        }
+        self.claims.entry(resource.to_string()).or_default().push((owner.to_string(), amount));
+        Ok(())
+    }
+
+    /// Checks a per-item limit (packets per request, bytes per check): `value` must not exceed
+    /// the capacity. Nothing is claimed.
+    pub fn check_limit(&self, resource: &str, value: u64, owner: &str) -> Result<(), CapacityError> {
+        match self.capacity.get(resource) {
+            Some(&capacity) if value > capacity => Err(self.error(resource, owner, value, capacity, 0)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Returns every claim made by `owner`.
+    pub fn release(&mut self, owner: &str) {
+        for claims in self.claims.values_mut() {
+            claims.retain(|(o, _)| o != owner);
+        }
+    }
+
+    /// Use per resource: every resource the profile bounds or someone claimed.
+    pub fn usage(&self) -> Vec<Usage> {
+        let mut names: Vec<&String> = self.capacity.keys().chain(self.claims.keys()).collect();
+        names.sort();
+        names.dedup();
+        names
+            .into_iter()
+            .map(|r| Usage {
+                resource: r.clone(),
+                used: self.in_use(r),
+                capacity: self.capacity.get(r).copied(),
+                claims: self.claims.get(r).cloned().unwrap_or_default(),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_parse() {
+        for name in BUILTIN {
+            let p = Profile::builtin(name).unwrap();
+            assert_eq!(&p.name, name);
+            // Round trip through TOML.
+            assert_eq!(Profile::from_toml(&p.to_toml(), "rt").unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn qingniao_u250_matches_the_paper() {
+        // QingNiao §4.2.2 and shared/HARDWARE.md.
+        let p = Profile::builtin("qingniao-u250").unwrap();
+        assert_eq!(p.clock_mhz, Some(250.0));
+        assert_eq!(p.ns_per_cycle(), Some(4.0));
+        assert_eq!(p.datapath_bits, Some(512));
+        assert_eq!(p.capacity(resource::QNP_REQUEST_TABLE_ENTRIES), Some(1024));
+        assert_eq!(p.capacity(resource::QNP_PKTS_PER_REQUEST), Some(4));
+        assert_eq!(p.capacity(resource::RSD_STASH_ENTRIES), Some(256));
+        assert_eq!(p.capacity(resource::MATCHER_RAM_ENTRIES), Some(512));
+        assert_eq!(p.capacity(resource::MATCHER_CAM_ENTRIES), Some(512));
+        assert_eq!(p.qnp.request_timeout_ms, 1000);
+        assert_eq!(p.qnp.timer_bits, Some(24));
+        assert_eq!(p.qnp.header_align_bytes, 64);
+        assert_eq!(p.qnp.header_align_bytes as usize, tern_wire_header_total());
+    }
+
+    // Eth(14)+IPv4(20)+UDP(8)+QNP(22); tern-hw does not depend on tern-wire, so it is spelled out.
+    fn tern_wire_header_total() -> usize {
+        14 + 20 + 8 + 22
+    }
+
+    #[test]
+    fn cpu_is_unbounded() {
+        let p = Profile::builtin("cpu").unwrap();
+        let mut l = Ledger::new(&p);
+        l.claim(resource::QNP_REQUEST_TABLE_ENTRIES, u64::MAX / 2, "a").unwrap();
+        l.claim(resource::QNP_REQUEST_TABLE_ENTRIES, u64::MAX / 2, "b").unwrap();
+        l.check_limit(resource::QNP_PKTS_PER_REQUEST, 255, "c").unwrap();
+    }
+
+    #[test]
+    fn ledger_names_resource_asked_and_available() {
+        let p = Profile::builtin("qingniao-u250").unwrap();
+        let mut l = Ledger::new(&p);
+        l.claim(resource::QNP_REQUEST_TABLE_ENTRIES, 1000, "app 1").unwrap();
+        let e = l.claim(resource::QNP_REQUEST_TABLE_ENTRIES, 48, "app 2").unwrap_err();
+        assert_eq!((e.asked, e.available, e.capacity, e.in_use), (48, 24, 1024, 1000));
+        let msg = e.to_string();
+        assert!(msg.contains("qnp.request_table_entries"), "{msg}");
+        assert!(msg.contains("app 2"), "{msg}");
+        l.release("app 1");
+        l.claim(resource::QNP_REQUEST_TABLE_ENTRIES, 48, "app 2").unwrap();
+        let e = l.check_limit(resource::QNP_PKTS_PER_REQUEST, 5, "request Big").unwrap_err();
+        assert_eq!((e.asked, e.available), (5, 4));
+        let usage = l.usage();
+        let t = usage.iter().find(|u| u.resource == resource::QNP_REQUEST_TABLE_ENTRIES).unwrap();
+        assert_eq!((t.used, t.capacity), (48, Some(1024)));
+    }
+
+    #[test]
+    fn bad_profiles_are_rejected_with_location() {
+        let e = Profile::from_toml("name = 1", "x.toml").unwrap_err().to_string();
+        assert!(e.contains("x.toml"), "{e}");
+        let text = CPU_TOML.replace("mtu = 1500", "mtu = 10");
+        assert!(Profile::from_toml(&text, "y").unwrap_err().to_string().contains("mtu"));
+        let text = CPU_TOML.replace("[capacity]", "[capacity]\ntypo_field = 1\n[typo]");
+        assert!(Profile::from_toml(&text, "z").is_err());
+        assert!(matches!(Profile::resolve("nope"), Err(ProfileError::Unknown { .. })));
+    }
+}

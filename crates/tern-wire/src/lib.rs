@@ -1,0 +1,39 @@
+//! Tern packet formats.
+//!
+//! Every header is a pair, as in smoltcp: a zero-copy view over bytes (`Packet<T: AsRef<[u8]>>`)
+//! with a private `field` module of byte ranges, and a parsed, checked value (`Repr`) with
+//! `parse` / `emit` / `buffer_len`. Views built with `new_checked` have passed a length check;
+//! after it, no accessor panics. Parsers of untrusted bytes return [`Error`], never panic.
+//!
+//! - [`qnp`]: the QingNiao request protocol header (QingNiao Figure 11), see `docs/qnp.md`.
+//! - [`tlv`]: the QingNiao on-wire payload format: type-length-value records.
+#![forbid(unsafe_code)]
+
+pub mod qnp;
+pub mod tlv;
+
+/// Bytes of Ethernet (14) + IPv4 without options (20) + UDP (8) in front of a QNP header.
+pub const ETH_IPV4_UDP_LEN: usize = 42;
+
+/// The error type of header parsers: what was wrong with the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Error {
+    /// The buffer is shorter than the header or than a length field says.
+    Truncated,
+    /// A field holds a value the format does not allow; the string names it.
+    Malformed(&'static str),
+}
+
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Error::Truncated => write!(f, "truncated packet"),
+            Error::Malformed(what) => write!(f, "malformed packet: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Result of header parsing.
+pub type Result<T> = core::result::Result<T, Error>;
