@@ -1,1 +1,114 @@
-//! placeholder
+//! Tern I/O: packet buffers from a pool, fixed-capacity batches, and ports.
+//!
+//! A [`Port`] receives and transmits [`Batch`]es of [`Packet`]s. Backends:
+//! - [`mem`]: in-process rings, for deterministic tests and engine benchmarks;
+//! - [`udp`]: kernel UDP sockets with `recvmmsg`/`sendmmsg` batching and `SO_REUSEPORT`.
+//!
+//! Wrappers stack on any port (as smoltcp's devices do): [`fault::FaultInjector`] (seeded loss,
+//! duplication, reordering, delay, corruption; this kernel has no netem) and
+//! [`pcap::Tracer`] (records what passes into a pcap file).
+//!
+//! Buffers come from a [`Pool`] shared by the ports and the engine and go back to it; after
+//! warm-up nothing on the data path allocates.
+//!
+//! ```
+//! use std::time::Instant;
+//! use tern_io::{Batch, Pool, Port, mem};
+//! let pool = Pool::new(64, 2048);
+//! let (mut a, mut b) = mem::pair(&pool, 256);
+//! let mut batch = Batch::new(32);
+//! let mut pkt = pool.packet();
+//! pkt.extend_from_slice(b"hello").unwrap();
+//! pkt.peer = b.local_addr();
+//! batch.push(pkt);
+//! a.send(Instant::now(), &mut batch).unwrap();
+//! b.recv(Instant::now(), &mut batch).unwrap();
+//! assert_eq!(batch.get(0).unwrap().data(), b"hello");
+//! assert_eq!(batch.get(0).unwrap().peer, a.local_addr());
+//! batch.recycle(&pool);
+//! ```
+
+pub mod fault;
+pub mod mem;
+pub mod pcap;
+pub mod udp;
+
+mod packet;
+pub use packet::{Batch, DEFAULT_BATCH, DEFAULT_BUF_SIZE, Packet, Pool};
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Counters every port keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Packets dropped on receive (truncated datagrams).
+    pub rx_dropped: u64,
+    /// Packets dropped on transmit (queue or socket buffer full, send errors).
+    pub tx_dropped: u64,
+    /// `recv` calls that returned packets.
+    pub rx_batches: u64,
+    /// `send` calls that sent packets.
+    pub tx_batches: u64,
+}
+
+/// A source and sink of packet batches.
+pub trait Port {
+    /// Appends up to `batch.spare()` received packets to `batch`; returns how many. Never blocks.
+    /// Each packet's `peer` is its source.
+    fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize>;
+    /// Transmits every packet of `batch` to its `peer` and empties the batch, returning buffers
+    /// to the pool. Returns how many were handed on; the rest were dropped and counted.
+    fn send(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize>;
+    /// Blocks until the port may have packets to receive or `timeout` has passed.
+    fn wait(&mut self, timeout: Duration) -> io::Result<()>;
+    /// The address peers send to.
+    fn local_addr(&self) -> SocketAddr;
+    /// The earliest time the port itself needs to be polled (delayed packets), if any.
+    fn poll_at(&self) -> Option<Instant> {
+        None
+    }
+    /// Counters.
+    fn stats(&self) -> PortStats;
+}
+
+/// Pins the calling thread to `core` (Linux); returns whether it worked.
+pub fn pin_to_core(core: usize) -> bool {
+    if core >= libc::CPU_SETSIZE as usize {
+        return false;
+    }
+    // SAFETY: `set` is a plain bitmask we own; sched_setaffinity reads `size_of::<cpu_set_t>()`
+    // bytes from it and pid 0 names the calling thread. Tested in `tests::pin_current_thread`.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// Cores this process may run on.
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pin_current_thread() {
+        std::thread::spawn(|| {
+            assert!(super::pin_to_core(0));
+            assert!(!super::pin_to_core(1 << 20));
+        })
+        .join()
+        .unwrap();
+    }
+}

@@ -1,0 +1,256 @@
+//! Packet buffers, the pool they come from, and batches.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_queue::ArrayQueue;
+
+/// Packets per batch unless configured otherwise (as in BESS and the paper's driver).
+pub const DEFAULT_BATCH: usize = 32;
+/// Bytes per buffer: a 1500-byte MTU packet with room to spare.
+pub const DEFAULT_BUF_SIZE: usize = 2048;
+
+/// One packet: a fixed-size buffer, the bytes in use, and the peer address (source on receive,
+/// destination on transmit).
+#[derive(Debug)]
+pub struct Packet {
+    buf: Vec<u8>,
+    len: usize,
+    /// Source (received) or destination (to send).
+    pub peer: SocketAddr,
+}
+
+const UNSPECIFIED: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+
+impl Packet {
+    fn from_buf(buf: Vec<u8>) -> Packet {
+        Packet { buf, len: 0, peer: UNSPECIFIED }
+    }
+
+    /// The bytes in use.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+    /// The bytes in use, writable.
+    #[inline]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
+    }
+    /// Bytes in use.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether no bytes are in use.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Size of the buffer.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+    /// Sets the bytes in use to the first `len` of the buffer; `len` is clamped to the capacity.
+    #[inline]
+    pub fn set_len(&mut self, len: usize) {
+        self.len = len.min(self.buf.len());
+    }
+    /// The whole buffer, for writing before [`set_len`](Self::set_len).
+    #[inline]
+    pub fn buffer_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+    /// Appends bytes; fails (changing nothing) if they do not fit.
+    #[inline]
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) -> Result<(), usize> {
+        let end = self.len + bytes.len();
+        if end > self.buf.len() {
+            return Err(end);
+        }
+        self.buf[self.len..end].copy_from_slice(bytes);
+        self.len = end;
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct PoolInner {
+    free: ArrayQueue<Vec<u8>>,
+    buf_size: usize,
+    allocated: AtomicU64,
+}
+
+/// A pool of fixed-size buffers shared by ports and engines (and threads): lock-free, and
+/// allocation-free once it has grown to the working set.
+#[derive(Debug, Clone)]
+pub struct Pool(Arc<PoolInner>);
+
+impl Pool {
+    /// A pool that keeps up to `capacity` free buffers of `buf_size` bytes. It starts empty and
+    /// allocates on demand; buffers returned to a full pool are freed.
+    pub fn new(capacity: usize, buf_size: usize) -> Pool {
+        Pool(Arc::new(PoolInner {
+            free: ArrayQueue::new(capacity.max(1)),
+            buf_size,
+            allocated: AtomicU64::new(0),
+        }))
+    }
+
+    /// An empty packet.
+    #[inline]
+    pub fn packet(&self) -> Packet {
+        let buf = self.0.free.pop().unwrap_or_else(|| {
+            self.0.allocated.fetch_add(1, Ordering::Relaxed);
+            vec![0u8; self.0.buf_size]
+        });
+        Packet::from_buf(buf)
+    }
+
+    /// Returns a packet's buffer.
+    #[inline]
+    pub fn put(&self, packet: Packet) {
+        let _ = self.0.free.push(packet.buf);
+    }
+
+    /// A copy of `packet` in a new buffer.
+    pub fn clone_packet(&self, packet: &Packet) -> Packet {
+        let mut copy = self.packet();
+        let n = packet.len().min(copy.capacity());
+        copy.buffer_mut()[..n].copy_from_slice(&packet.data()[..n]);
+        copy.set_len(n);
+        copy.peer = packet.peer;
+        copy
+    }
+
+    /// Bytes per buffer.
+    pub fn buf_size(&self) -> usize {
+        self.0.buf_size
+    }
+
+    /// Buffers allocated so far (a pool that keeps growing has a leak).
+    pub fn allocated(&self) -> u64 {
+        self.0.allocated.load(Ordering::Relaxed)
+    }
+
+    /// Buffers free in the pool now.
+    pub fn free(&self) -> usize {
+        self.0.free.len()
+    }
+}
+
+/// Up to `capacity` packets processed together.
+#[derive(Debug)]
+pub struct Batch {
+    packets: Vec<Packet>,
+    capacity: usize,
+}
+
+impl Batch {
+    /// An empty batch of at most `capacity` packets.
+    pub fn new(capacity: usize) -> Batch {
+        let capacity = capacity.max(1);
+        Batch { packets: Vec::with_capacity(capacity), capacity }
+    }
+    /// Packets in the batch.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.packets.len()
+    }
+    /// Whether the batch is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.packets.is_empty()
+    }
+    /// Whether the batch is full.
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.packets.len() >= self.capacity
+    }
+    /// Room left.
+    #[inline]
+    pub fn spare(&self) -> usize {
+        self.capacity - self.packets.len()
+    }
+    /// Most packets it holds.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+    /// Adds a packet; a full batch hands it back.
+    #[inline]
+    pub fn push(&mut self, packet: Packet) -> Option<Packet> {
+        if self.is_full() {
+            return Some(packet);
+        }
+        self.packets.push(packet);
+        None
+    }
+    /// A packet by index.
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<&Packet> {
+        self.packets.get(i)
+    }
+    /// The packets.
+    #[inline]
+    pub fn iter(&self) -> std::slice::Iter<'_, Packet> {
+        self.packets.iter()
+    }
+    /// The packets, writable.
+    #[inline]
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Packet> {
+        self.packets.iter_mut()
+    }
+    /// Removes and yields every packet.
+    #[inline]
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Packet> {
+        self.packets.drain(..)
+    }
+    /// Returns every packet's buffer to `pool`.
+    #[inline]
+    pub fn recycle(&mut self, pool: &Pool) {
+        for p in self.packets.drain(..) {
+            pool.put(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_reuses_buffers() {
+        let pool = Pool::new(4, 128);
+        let mut b = Batch::new(2);
+        for _ in 0..3 {
+            let p = pool.packet();
+            if let Some(p) = b.push(p) {
+                pool.put(p);
+            }
+        }
+        assert!(b.is_full());
+        b.recycle(&pool);
+        assert_eq!(pool.allocated(), 3);
+        for _ in 0..100 {
+            let p = pool.packet();
+            pool.put(p);
+        }
+        assert_eq!(pool.allocated(), 3);
+    }
+
+    #[test]
+    fn packet_bounds() {
+        let pool = Pool::new(1, 8);
+        let mut p = pool.packet();
+        assert!(p.extend_from_slice(b"12345").is_ok());
+        assert_eq!(p.extend_from_slice(b"6789"), Err(9));
+        assert_eq!(p.data(), b"12345");
+        p.set_len(100);
+        assert_eq!(p.len(), 8);
+        let c = pool.clone_packet(&p);
+        assert_eq!(c.data(), p.data());
+    }
+}
