@@ -1,0 +1,351 @@
+//! The sending end of requests: ids, segmentation, retransmission with backoff and an
+//! adaptive timeout (RFC 6298 style), response reassembly, exactly-once completion.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tern_io::{Batch, Pool};
+use tern_wire::qnp::{Flags, Packet, Repr};
+use tern_wire::tlv::Message;
+
+use super::segment::{SegmentError, Segmented, segment_message};
+use super::server::emit_packet;
+use super::table::{Accept, Parts, RequestTable};
+use super::{DropReason, QnpConfig, Stats};
+
+/// Why a request could not be sent or completed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReqError {
+    /// The request cannot be segmented.
+    #[error(transparent)]
+    Segment(#[from] SegmentError),
+    /// Too many requests are outstanding; poll for responses first.
+    #[error("{outstanding} requests outstanding, the window allows {window}")]
+    WindowFull {
+        /// Outstanding now.
+        outstanding: usize,
+        /// Configured window.
+        window: usize,
+    },
+    /// No response after the retry limit.
+    #[error("request {req_id} got no response after {retries} retransmissions")]
+    RetriesExhausted {
+        /// Request id.
+        req_id: u32,
+        /// Retransmissions made.
+        retries: u32,
+    },
+}
+
+/// A response, delivered once.
+#[derive(Debug, Clone, Copy)]
+pub struct Response<'a> {
+    /// The request it answers.
+    pub req_id: u32,
+    /// The request's type.
+    pub req_type: u8,
+    /// When the request was first sent.
+    pub sent_at: Instant,
+    /// Its payloads.
+    pub parts: Parts<'a>,
+}
+
+/// Something the application must hear about besides responses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientEvent {
+    /// A request failed for good.
+    Failed {
+        /// Request id.
+        req_id: u32,
+        /// Why.
+        error: ReqError,
+    },
+}
+
+#[derive(Debug)]
+struct Outstanding {
+    req_type: u8,
+    seg: Segmented,
+    sent_at: Instant,
+    attempt: u32,
+    queued: bool,
+}
+
+/// A QNP client endpoint (sans-IO) talking to one server address.
+#[derive(Debug)]
+pub struct Client {
+    cfg: QnpConfig,
+    app_id: u8,
+    server: SocketAddr,
+    next_id: u32,
+    floor: u32,
+    window: VecDeque<Option<Outstanding>>,
+    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    tx: VecDeque<(u32, usize)>,
+    table: RequestTable,
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    rto: Duration,
+    events: VecDeque<ClientEvent>,
+    stats: Stats,
+    scratch: Vec<u8>,
+    spare: Vec<Segmented>,
+}
+
+impl Client {
+    /// A client of `app_id` at `server`; request ids start at `first_id` (pick it at random so a
+    /// restarted client does not collide with its old ids).
+    pub fn new(cfg: QnpConfig, app_id: u8, server: SocketAddr, first_id: u32) -> Client {
+        Client {
+            table: RequestTable::new(cfg.request_table_entries, cfg.request_timeout, cfg.max_buffered_bytes),
+            rto: cfg.initial_rto,
+            cfg,
+            app_id,
+            server,
+            next_id: first_id,
+            floor: first_id,
+            window: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            tx: VecDeque::new(),
+            srtt: None,
+            rttvar: Duration::ZERO,
+            events: VecDeque::new(),
+            stats: Stats::default(),
+            scratch: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+    /// Counts a drop decided outside the core (a response that did not decode).
+    pub fn count_drop(&mut self, reason: DropReason) {
+        self.stats.drop(reason);
+    }
+    /// Requests sent and not yet completed or failed.
+    pub fn outstanding(&self) -> usize {
+        self.window.iter().filter(|o| o.is_some()).count()
+    }
+    /// The current retransmission timeout (before backoff).
+    pub fn rto(&self) -> Duration {
+        self.rto
+    }
+    /// The server.
+    pub fn server(&self) -> SocketAddr {
+        self.server
+    }
+
+    fn slot(&mut self, req_id: u32) -> Option<&mut Option<Outstanding>> {
+        let i = req_id.wrapping_sub(self.floor) as usize;
+        self.window.get_mut(i)
+    }
+
+    /// Queues a request; returns its id. Packets go out with [`poll_transmit`](Self::poll_transmit).
+    pub fn send_req<M: Message>(&mut self, now: Instant, req_type: u8, msg: &M) -> Result<u32, ReqError> {
+        if self.window.len() >= self.cfg.max_outstanding {
+            return Err(ReqError::WindowFull { outstanding: self.outstanding(), window: self.cfg.max_outstanding });
+        }
+        let mut seg = self.spare.pop().unwrap_or_default();
+        if let Err(e) = segment_message(
+            msg,
+            self.cfg.payload_capacity(),
+            usize::from(self.cfg.max_pkts_per_request),
+            &mut self.scratch,
+            &mut seg,
+        ) {
+            self.spare.push(seg);
+            return Err(e.into());
+        }
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        self.window.push_back(Some(Outstanding { req_type, seg, sent_at: now, attempt: 0, queued: true }));
+        self.tx.push_back((id, 0));
+        self.timers.push(Reverse((now + self.rto, id, 0)));
+        self.stats.requests += 1;
+        Ok(id)
+    }
+
+    /// Whether packets wait to be sent.
+    pub fn has_transmit(&self) -> bool {
+        !self.tx.is_empty()
+    }
+
+    /// Fills `batch` with request packets; returns how many were added.
+    pub fn poll_transmit(&mut self, pool: &Pool, batch: &mut Batch) -> usize {
+        let mut added = 0;
+        let (server, app_id) = (self.server, self.app_id);
+        while !batch.is_full() {
+            let Some(&(id, next)) = self.tx.front() else { break };
+            let floor = self.floor;
+            let Some(Some(o)) = self.slot(id) else {
+                self.tx.pop_front();
+                continue;
+            };
+            let mut i = next;
+            while i < o.seg.packets() && !batch.is_full() {
+                batch.push(emit_packet(pool, server, app_id, o.req_type, id, floor, Flags::DATA, &o.seg, i));
+                i += 1;
+                added += 1;
+            }
+            if i < o.seg.packets() {
+                self.tx.front_mut().expect("front exists").1 = i;
+                break;
+            }
+            o.queued = false;
+            self.tx.pop_front();
+        }
+        self.stats.tx_packets += added as u64;
+        added
+    }
+
+    /// Takes one received packet; returns a response when this packet completes one for an
+    /// outstanding request.
+    pub fn handle_packet<'a>(&'a mut self, now: Instant, peer: SocketAddr, data: &'a [u8]) -> Option<Response<'a>> {
+        let Ok(packet) = Packet::new_checked(data) else {
+            self.stats.drop(DropReason::Truncated);
+            return None;
+        };
+        let Ok(repr) = Repr::parse(&packet) else {
+            self.stats.drop(DropReason::BadHeader);
+            return None;
+        };
+        if repr.flags != Flags::RESPONSE || peer != self.server {
+            self.stats.drop(DropReason::UnexpectedPacket);
+            return None;
+        }
+        if repr.app_id != self.app_id {
+            self.stats.drop(DropReason::UnknownApp);
+            return None;
+        }
+        if repr.req_acked_id != repr.req_id {
+            self.stats.drop(DropReason::BadHeader);
+            return None;
+        }
+        if repr.req_len_in_pkts > self.cfg.max_pkts_per_request {
+            self.stats.drop(DropReason::TooManyPackets);
+            return None;
+        }
+        if repr.req_len_in_bytes as usize > usize::from(repr.req_len_in_pkts) * self.cfg.payload_capacity() {
+            self.stats.drop(DropReason::BadLength);
+            return None;
+        }
+        let req_id = repr.req_id;
+        let (req_type, sent_at, retransmitted) = match self.slot(req_id) {
+            Some(Some(o)) => (o.req_type, o.sent_at, o.attempt > 0),
+            _ => {
+                self.stats.drop(DropReason::UnexpectedResponse);
+                return None;
+            }
+        };
+        if repr.req_type != req_type {
+            self.stats.drop(DropReason::BadHeader);
+            return None;
+        }
+        // Decide before borrowing the table for the result.
+        let complete = match self.table.accept(now, peer, &repr, packet.payload()) {
+            Accept::Pending => {
+                self.stats.rx_packets += 1;
+                return None;
+            }
+            Accept::Dropped(reason) => {
+                self.stats.drop(reason);
+                return None;
+            }
+            Accept::Complete(_) => true,
+        };
+        debug_assert!(complete);
+        self.stats.rx_packets += 1;
+        self.stats.responses += 1;
+        if !retransmitted {
+            self.sample_rtt(now.saturating_duration_since(sent_at));
+        }
+        self.finish(req_id);
+        let parts = match repr.req_len_in_pkts {
+            1 => Parts::Single(&data[tern_wire::qnp::HEADER_LEN..]),
+            _ => self.table.last_delivered(),
+        };
+        Some(Response { req_id, req_type, sent_at, parts })
+    }
+
+    fn finish(&mut self, req_id: u32) {
+        if let Some(slot) = self.slot(req_id)
+            && let Some(mut o) = slot.take()
+        {
+            o.seg.clear();
+            if self.spare.len() < 256 {
+                self.spare.push(o.seg);
+            }
+        }
+        while matches!(self.window.front(), Some(None)) {
+            self.window.pop_front();
+            self.floor = self.floor.wrapping_add(1);
+        }
+    }
+
+    fn sample_rtt(&mut self, rtt: Duration) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(rtt);
+                self.rttvar = rtt / 2;
+            }
+            Some(srtt) => {
+                let diff = if srtt > rtt { srtt - rtt } else { rtt - srtt };
+                self.rttvar = (self.rttvar * 3 + diff) / 4;
+                self.srtt = Some((srtt * 7 + rtt) / 8);
+            }
+        }
+        let srtt = self.srtt.unwrap_or(rtt);
+        self.rto = (srtt + self.rttvar * 4).clamp(self.cfg.min_rto, self.cfg.max_rto);
+    }
+
+    /// Retransmits requests whose timer expired and fails those past the retry limit.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let expired = self.table.handle_timeout(now);
+        self.stats.drops[DropReason::RequestExpired as usize] += expired as u64;
+        while let Some(&Reverse((deadline, id, attempt))) = self.timers.peek() {
+            if deadline > now {
+                break;
+            }
+            self.timers.pop();
+            let (max_retries, rto, max_rto) = (self.cfg.max_retries, self.rto, self.cfg.max_rto);
+            let Some(Some(o)) = self.slot(id) else { continue };
+            if o.attempt != attempt {
+                continue;
+            }
+            if attempt >= max_retries {
+                self.stats.failed += 1;
+                self.events.push_back(ClientEvent::Failed {
+                    req_id: id,
+                    error: ReqError::RetriesExhausted { req_id: id, retries: attempt },
+                });
+                self.finish(id);
+                continue;
+            }
+            o.attempt += 1;
+            let backoff = rto.saturating_mul(1u32 << o.attempt.min(16)).min(max_rto);
+            let queue = !o.queued;
+            o.queued = true;
+            let next_attempt = o.attempt;
+            if queue {
+                self.tx.push_back((id, 0));
+            }
+            self.timers.push(Reverse((now + backoff, id, next_attempt)));
+            self.stats.retransmissions += 1;
+        }
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) next has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let timer = self.timers.peek().map(|Reverse((t, _, _))| *t);
+        [timer, self.table.poll_timeout()].into_iter().flatten().min()
+    }
+
+    /// The next failure to report.
+    pub fn poll_event(&mut self) -> Option<ClientEvent> {
+        self.events.pop_front()
+    }
+}

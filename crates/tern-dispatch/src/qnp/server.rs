@@ -1,0 +1,348 @@
+//! The receiving end of requests: reassembly, duplicate suppression, responses with the ACK
+//! piggybacked (QingNiao §4.1).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use hashbrown::HashMap;
+use tern_io::{Batch, Pool};
+use tern_wire::qnp::{Flags, Packet, Repr};
+use tern_wire::tlv::Message;
+
+use super::segment::{SegmentError, Segmented, segment_message};
+use super::table::{Accept, Parts, RequestTable};
+use super::{DropReason, QnpConfig, Stats, id_before};
+
+/// Names a request the application must answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReqHandle {
+    /// The client.
+    pub peer: SocketAddr,
+    /// Application id.
+    pub app_id: u8,
+    /// Request type.
+    pub req_type: u8,
+    /// Request id (unique per client).
+    pub req_id: u32,
+}
+
+/// A complete request, delivered once.
+#[derive(Debug, Clone, Copy)]
+pub struct Incoming<'a> {
+    /// Who to answer.
+    pub handle: ReqHandle,
+    /// Its payloads, for `Message::decode_parts`.
+    pub parts: Parts<'a>,
+}
+
+type DedupKey = (SocketAddr, u8, u32);
+
+#[derive(Debug)]
+enum DedupState {
+    InProgress,
+    Done(Segmented),
+}
+
+#[derive(Debug)]
+enum TxItem {
+    /// A new response: owned until sent, then cached for duplicates.
+    New { handle: ReqHandle, seg: Segmented, next: usize },
+    /// A resend of a cached response.
+    Resend { handle: ReqHandle, next: usize },
+}
+
+/// A QNP server endpoint (sans-IO).
+#[derive(Debug)]
+pub struct Server {
+    cfg: QnpConfig,
+    apps: [bool; 256],
+    table: RequestTable,
+    dedup: HashMap<DedupKey, DedupState>,
+    fifo: VecDeque<(DedupKey, Instant)>,
+    floors: HashMap<(SocketAddr, u8), (u32, Instant)>,
+    cached_bytes: usize,
+    tx: VecDeque<TxItem>,
+    stats: Stats,
+    scratch: Vec<u8>,
+    spare: Vec<Segmented>,
+    next_sweep: Instant,
+}
+
+impl Server {
+    /// A server answering the given application ids.
+    pub fn new(cfg: QnpConfig, apps: &[u8], now: Instant) -> Server {
+        let mut served = [false; 256];
+        for &a in apps {
+            served[usize::from(a)] = true;
+        }
+        Server {
+            table: RequestTable::new(cfg.request_table_entries, cfg.request_timeout, cfg.max_buffered_bytes),
+            cfg,
+            apps: served,
+            dedup: HashMap::new(),
+            fifo: VecDeque::new(),
+            floors: HashMap::new(),
+            cached_bytes: 0,
+            tx: VecDeque::new(),
+            stats: Stats::default(),
+            scratch: Vec::new(),
+            spare: Vec::new(),
+            next_sweep: now,
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+    /// Counts a drop decided outside the core (a request that did not decode).
+    pub fn count_drop(&mut self, reason: DropReason) {
+        self.stats.drop(reason);
+    }
+    /// The request table.
+    pub fn table(&self) -> &RequestTable {
+        &self.table
+    }
+    /// Completed requests remembered for duplicate suppression.
+    pub fn dedup_len(&self) -> usize {
+        self.dedup.len()
+    }
+
+    /// Takes one received packet. Returns a request when this packet completes one that has not
+    /// been delivered before.
+    pub fn handle_packet<'a>(&'a mut self, now: Instant, peer: SocketAddr, data: &'a [u8]) -> Option<Incoming<'a>> {
+        let Ok(packet) = Packet::new_checked(data) else {
+            self.stats.drop(DropReason::Truncated);
+            return None;
+        };
+        let Ok(repr) = Repr::parse(&packet) else {
+            self.stats.drop(DropReason::BadHeader);
+            return None;
+        };
+        if repr.flags != Flags::DATA {
+            self.stats.drop(DropReason::UnexpectedPacket);
+            return None;
+        }
+        if !self.apps[usize::from(repr.app_id)] {
+            self.stats.drop(DropReason::UnknownApp);
+            return None;
+        }
+        if repr.req_len_in_pkts > self.cfg.max_pkts_per_request {
+            self.stats.drop(DropReason::TooManyPackets);
+            return None;
+        }
+        let most = usize::from(repr.req_len_in_pkts) * self.cfg.payload_capacity();
+        if repr.req_len_in_bytes as usize > most {
+            self.stats.drop(DropReason::BadLength);
+            return None;
+        }
+        // The client says every request before `req_acked_id` is finished with.
+        let floor_key = (peer, repr.app_id);
+        let floor = match self.floors.get_mut(&floor_key) {
+            Some(f) => {
+                if id_before(f.0, repr.req_acked_id) {
+                    f.0 = repr.req_acked_id;
+                }
+                f.1 = now;
+                f.0
+            }
+            None => {
+                self.floors.insert(floor_key, (repr.req_acked_id, now));
+                repr.req_acked_id
+            }
+        };
+        if id_before(repr.req_id, floor) {
+            self.stats.drop(DropReason::StaleRequest);
+            return None;
+        }
+        let key = (peer, repr.app_id, repr.req_id);
+        if let Some(state) = self.dedup.get(&key) {
+            if matches!(state, DedupState::Done(_)) && repr.pkt_seq_num_in_req == 0 {
+                let handle = ReqHandle { peer, app_id: repr.app_id, req_type: repr.req_type, req_id: repr.req_id };
+                self.tx.push_back(TxItem::Resend { handle, next: 0 });
+                self.stats.retransmissions += 1;
+            }
+            self.stats.drop(DropReason::DuplicateRequest);
+            return None;
+        }
+        let payload = &data[tern_wire::qnp::HEADER_LEN..];
+        match self.table.accept(now, peer, &repr, payload) {
+            Accept::Pending => {
+                self.stats.rx_packets += 1;
+                None
+            }
+            Accept::Dropped(reason) => {
+                self.stats.drop(reason);
+                None
+            }
+            Accept::Complete(parts) => {
+                self.stats.rx_packets += 1;
+                self.stats.requests += 1;
+                self.dedup.insert(key, DedupState::InProgress);
+                self.fifo.push_back((key, now));
+                let handle = ReqHandle { peer, app_id: repr.app_id, req_type: repr.req_type, req_id: repr.req_id };
+                Some(Incoming { handle, parts })
+            }
+        }
+    }
+
+    /// Answers a request: the response is segmented now and sent by
+    /// [`poll_transmit`](Self::poll_transmit); it carries the request's ACK.
+    pub fn respond<M: Message>(&mut self, handle: ReqHandle, resp: &M) -> Result<(), SegmentError> {
+        let mut seg = self.spare.pop().unwrap_or_default();
+        if let Err(e) = segment_message(
+            resp,
+            self.cfg.payload_capacity(),
+            usize::from(self.cfg.max_pkts_per_request),
+            &mut self.scratch,
+            &mut seg,
+        ) {
+            self.spare.push(seg);
+            return Err(e);
+        }
+        self.stats.responses += 1;
+        self.tx.push_back(TxItem::New { handle, seg, next: 0 });
+        Ok(())
+    }
+
+    /// Whether responses wait to be sent.
+    pub fn has_transmit(&self) -> bool {
+        !self.tx.is_empty()
+    }
+
+    /// Fills `batch` with response packets; returns how many were added.
+    pub fn poll_transmit(&mut self, pool: &Pool, batch: &mut Batch) -> usize {
+        let mut added = 0;
+        while !batch.is_full() {
+            let Some(item) = self.tx.front_mut() else { break };
+            let (handle, seg, next) = match item {
+                TxItem::New { handle, seg, next } => (*handle, &*seg, next),
+                TxItem::Resend { handle, next } => {
+                    let key = (handle.peer, handle.app_id, handle.req_id);
+                    match self.dedup.get(&key) {
+                        Some(DedupState::Done(seg)) => (*handle, seg, next),
+                        _ => {
+                            self.tx.pop_front();
+                            continue;
+                        }
+                    }
+                }
+            };
+            while *next < seg.packets() && !batch.is_full() {
+                batch.push(emit(pool, &handle, seg, *next));
+                *next += 1;
+                added += 1;
+            }
+            if *next < seg.packets() {
+                break;
+            }
+            if let Some(TxItem::New { handle, seg, .. }) = self.tx.pop_front() {
+                self.cache_response(handle, seg);
+            }
+        }
+        self.stats.tx_packets += added as u64;
+        added
+    }
+
+    fn cache_response(&mut self, handle: ReqHandle, seg: Segmented) {
+        let key = (handle.peer, handle.app_id, handle.req_id);
+        let size = seg.bytes.capacity();
+        match self.dedup.get_mut(&key) {
+            Some(state) => {
+                self.cached_bytes += size;
+                if let DedupState::Done(old) = std::mem::replace(state, DedupState::Done(seg)) {
+                    self.cached_bytes -= old.bytes.capacity();
+                    self.spare.push(old);
+                }
+            }
+            // Forgotten already (evicted under pressure): nothing to resend from.
+            None => self.recycle(seg),
+        }
+        self.evict();
+    }
+
+    fn recycle(&mut self, mut seg: Segmented) {
+        if self.spare.len() < 256 {
+            seg.clear();
+            self.spare.push(seg);
+        }
+    }
+
+    fn evict(&mut self) {
+        while let Some(&(key, since)) = self.fifo.front() {
+            let below_floor = self.floors.get(&(key.0, key.1)).is_some_and(|f| id_before(key.2, f.0));
+            let over = self.fifo.len() > self.cfg.dedup_entries || self.cached_bytes > self.cfg.max_cached_response_bytes;
+            let old = self.next_sweep >= since + self.cfg.dedup_ttl;
+            if !(below_floor || over || old) {
+                break;
+            }
+            self.fifo.pop_front();
+            if let Some(DedupState::Done(seg)) = self.dedup.remove(&key) {
+                self.cached_bytes -= seg.bytes.capacity();
+                self.recycle(seg);
+            }
+        }
+    }
+
+    /// Expires partial requests and forgets old completed ones.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let expired = self.table.handle_timeout(now);
+        self.stats.drops[DropReason::RequestExpired as usize] += expired as u64;
+        if now >= self.next_sweep {
+            self.next_sweep = now + Duration::from_millis(100);
+            let ttl = self.cfg.dedup_ttl;
+            self.floors.retain(|_, (_, seen)| now < *seen + ttl);
+            if self.floors.len() > self.cfg.dedup_entries {
+                self.floors.clear();
+            }
+            self.evict();
+        }
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) next has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let housekeeping = (!self.fifo.is_empty() || !self.floors.is_empty()).then_some(self.next_sweep);
+        [self.table.poll_timeout(), housekeeping].into_iter().flatten().min()
+    }
+}
+
+/// Builds packet `i` of a segmented message.
+pub(crate) fn emit(pool: &Pool, handle: &ReqHandle, seg: &Segmented, i: usize) -> tern_io::Packet {
+    emit_packet(pool, handle.peer, handle.app_id, handle.req_type, handle.req_id, handle.req_id, Flags::RESPONSE, seg, i)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn emit_packet(
+    pool: &Pool,
+    peer: SocketAddr,
+    app_id: u8,
+    req_type: u8,
+    req_id: u32,
+    req_acked_id: u32,
+    flags: Flags,
+    seg: &Segmented,
+    i: usize,
+) -> tern_io::Packet {
+    let payload = seg.payload(i);
+    let mut p = pool.packet();
+    let len = tern_wire::qnp::HEADER_LEN + payload.len();
+    let repr = Repr {
+        app_id,
+        req_type,
+        req_id,
+        req_acked_id,
+        req_len_in_bytes: seg.bytes.len() as u32,
+        req_len_in_pkts: seg.packets() as u8,
+        pkt_seq_num_in_req: i as u8,
+        flags,
+        seg_cnt: if i == 0 { seg.seg_cnt } else { 0 },
+    };
+    let buf = &mut p.buffer_mut()[..len];
+    let mut view = Packet::new_unchecked(&mut *buf);
+    repr.emit(&mut view);
+    view.payload_mut().copy_from_slice(payload);
+    p.set_len(len);
+    p.peer = peer;
+    p
+}
