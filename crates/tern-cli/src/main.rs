@@ -1,1 +1,189 @@
-fn main(){}
+//! `tern`: the command-line face of Tern. See `tern --help`.
+#![forbid(unsafe_code)]
+
+mod bench;
+mod demo;
+mod env;
+mod pingpong;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Tern: SmartNIC offloads (QingNiao, AccelSDP, RpcNIC, SuperNIC, CLIP) in software, with
+/// hardware profiles that say whether a configuration would fit the paper's hardware.
+#[derive(Debug, Parser)]
+#[command(name = "tern", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// A guided tour: QNP PingPong over UDP on loopback, clean and with 10% loss.
+    Demo(demo::DemoArgs),
+    /// QingNiao: the QNP request protocol and its applications.
+    Dispatch {
+        #[command(subcommand)]
+        command: DispatchCommand,
+    },
+    /// Macro benchmarks: Tern against its baselines in one process, alternating.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+    /// The QingNiao IDL: protobuf-syntax request definitions.
+    Idl {
+        #[command(subcommand)]
+        command: IdlCommand,
+    },
+    /// Hardware profiles.
+    Hw {
+        #[command(subcommand)]
+        command: HwCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DispatchCommand {
+    /// The paper's PingPong: 128-byte requests and responses over QNP on UDP loopback,
+    /// client and server in this process; faults are injected on the client's socket.
+    Pingpong(pingpong::PingpongArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// QNP PingPong against a raw UDP echo over the same sockets, threads and batching.
+    Qnp(bench::QnpBenchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum IdlCommand {
+    /// Compile a .proto file to Rust (one `<stem>.rs` in --out), as build.rs would.
+    Compile {
+        /// The IDL file.
+        file: PathBuf,
+        /// Output directory (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Check a .proto file and print its messages, fields and dispatch fields.
+    Check(IdlCheckArgs),
+}
+
+#[derive(Debug, Args)]
+struct IdlCheckArgs {
+    /// The IDL file.
+    file: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum HwCommand {
+    /// List the built-in profiles.
+    Profiles {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a profile (built-in name or TOML file) as TOML, or JSON with --json.
+    Show {
+        /// Built-in name or path to a TOML file.
+        profile: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo(a) => demo::run(&a),
+        Command::Dispatch { command: DispatchCommand::Pingpong(a) } => pingpong::run(&a),
+        Command::Bench { command: BenchCommand::Qnp(a) } => bench::run_qnp(&a),
+        Command::Idl { command } => idl(command),
+        Command::Hw { command } => hw(command),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Errors of a command, printed as `error: ...`.
+pub type CmdResult = Result<ExitCode, Box<dyn std::error::Error>>;
+
+fn idl(command: IdlCommand) -> CmdResult {
+    match command {
+        IdlCommand::Compile { file, out } => {
+            std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+            tern_idl::compile_protos(&[&file], &out)?;
+            let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("idl");
+            println!("wrote {}", out.join(format!("{stem}.rs")).display());
+            Ok(ExitCode::SUCCESS)
+        }
+        IdlCommand::Check(a) => {
+            let schema = tern_idl::parse_file(&a.file)?;
+            if a.json {
+                let messages: Vec<_> = schema
+                    .messages
+                    .iter()
+                    .map(|m| {
+                        serde_json::json!({
+                            "name": m.name,
+                            "dispatch_fields": m.dispatch_fields(),
+                            "fields": m.fields.iter().map(|f| serde_json::json!({
+                                "name": f.name, "number": f.number, "type": f.ty.proto_name(), "dispatch": f.dispatch,
+                            })).collect::<Vec<_>>(),
+                        })
+                    })
+                    .collect();
+                let v = serde_json::json!({"file": schema.file, "package": schema.package, "messages": messages});
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("{}: package `{}`, {} message(s)", schema.file, schema.package, schema.messages.len());
+                for m in &schema.messages {
+                    println!("  message {}", m.name);
+                    for f in &m.fields {
+                        let d = if f.dispatch { "  [dispatch]" } else { "" };
+                        println!("    {:>3}  {:<7} {}{d}", f.number, f.ty.proto_name(), f.name);
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn hw(command: HwCommand) -> CmdResult {
+    match command {
+        HwCommand::Profiles { json } => {
+            let profiles: Vec<_> = tern_hw::BUILTIN.iter().map(|n| tern_hw::Profile::builtin(n)).collect::<Result<_, _>>()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&profiles)?);
+            } else {
+                for p in profiles {
+                    println!("{:<16} {}", p.name, p.description);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        HwCommand::Show { profile, json } => {
+            let p = tern_hw::Profile::resolve(&profile)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&p)?);
+            } else {
+                print!("{}", p.to_toml());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
