@@ -56,8 +56,11 @@ pub fn run_qnp(a: &QnpBenchArgs) -> CmdResult {
     let qnp_rps = median(r.qnp.iter().map(|p| p.rps).collect());
     let raw_rps = median(r.raw.iter().map(|p| p.rps).collect());
     let ratio = if raw_rps > 0.0 { qnp_rps / raw_rps } else { 0.0 };
-    let per_round: Vec<f64> = r.qnp.iter().zip(&r.raw).map(|(q, w)| if w.rps > 0.0 { q.rps / w.rps } else { 0.0 }).collect();
-    let med = |f: fn(&tern_dispatch::pingpong::PhaseResult) -> f64, v: &[tern_dispatch::pingpong::PhaseResult]| median(v.iter().map(f).collect());
+    let per_round: Vec<f64> =
+        r.qnp.iter().zip(&r.raw).map(|(q, w)| if w.rps > 0.0 { q.rps / w.rps } else { 0.0 }).collect();
+    let med = |f: fn(&tern_dispatch::pingpong::PhaseResult) -> f64, v: &[tern_dispatch::pingpong::PhaseResult]| {
+        median(v.iter().map(f).collect())
+    };
     if a.json {
         let v = serde_json::json!({
             "qnp_rps": qnp_rps,
@@ -77,8 +80,20 @@ pub fn run_qnp(a: &QnpBenchArgs) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!("{:<8} {:>12} {:>10} {:>10}", "system", "median rps", "p50 µs", "p99 µs");
-        println!("{:<8} {:>12.0} {:>10.1} {:>10.1}", "raw udp", raw_rps, med(|p| p.p50_us, &r.raw), med(|p| p.p99_us, &r.raw));
-        println!("{:<8} {:>12.0} {:>10.1} {:>10.1}", "qnp", qnp_rps, med(|p| p.p50_us, &r.qnp), med(|p| p.p99_us, &r.qnp));
+        println!(
+            "{:<8} {:>12.0} {:>10.1} {:>10.1}",
+            "raw udp",
+            raw_rps,
+            med(|p| p.p50_us, &r.raw),
+            med(|p| p.p99_us, &r.raw)
+        );
+        println!(
+            "{:<8} {:>12.0} {:>10.1} {:>10.1}",
+            "qnp",
+            qnp_rps,
+            med(|p| p.p50_us, &r.qnp),
+            med(|p| p.p99_us, &r.qnp)
+        );
         let rounds: Vec<String> = per_round.iter().map(|x| format!("{x:.3}")).collect();
         println!("qnp/raw = {ratio:.3} (median rps ratio; per round: {})", rounds.join(", "));
     }

@@ -22,9 +22,15 @@ impl Environment {
     pub fn current() -> Self {
         let cpu = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
-            .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+            })
             .unwrap_or_else(|| "unknown".into());
-        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_else(|_| "unknown".into());
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into());
         Environment {
             build: if cfg!(debug_assertions) { "debug" } else { "release" },
             cores: tern_io::available_cores(),
@@ -36,7 +42,10 @@ impl Environment {
 
     /// One line for humans, with a warning for debug builds.
     pub fn describe(&self) -> String {
-        let mut s = format!("{} build, {} cores, {}, Linux {}, tern {}", self.build, self.cores, self.cpu, self.kernel, self.tern);
+        let mut s = format!(
+            "{} build, {} cores, {}, Linux {}, tern {}",
+            self.build, self.cores, self.cpu, self.kernel, self.tern
+        );
         if self.build == "debug" {
             s.push_str("\nwarning: debug build; measure with --release");
         }

@@ -166,7 +166,8 @@ fn idl(command: IdlCommand) -> CmdResult {
 fn hw(command: HwCommand) -> CmdResult {
     match command {
         HwCommand::Profiles { json } => {
-            let profiles: Vec<_> = tern_hw::BUILTIN.iter().map(|n| tern_hw::Profile::builtin(n)).collect::<Result<_, _>>()?;
+            let profiles: Vec<_> =
+                tern_hw::BUILTIN.iter().map(|n| tern_hw::Profile::builtin(n)).collect::<Result<_, _>>()?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&profiles)?);
             } else {

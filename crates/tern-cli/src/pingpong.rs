@@ -120,7 +120,10 @@ pub fn print_report(r: &PingPongReport) {
     );
     let (d, u, o) = r.faults_injected;
     if d + u + o > 0 {
-        println!("  faults injected: {d} packets dropped, {u} duplicated, {o} reordered; {} requests retransmitted", r.retransmissions);
+        println!(
+            "  faults injected: {d} packets dropped, {u} duplicated, {o} reordered; {} requests retransmitted",
+            r.retransmissions
+        );
     }
     if !r.drops.is_empty() {
         let list: Vec<String> = r.drops.iter().map(|(k, v)| format!("{k}={v}")).collect();

@@ -138,20 +138,23 @@ pub fn run(cfg: &PingPongConfig) -> io::Result<PingPongReport> {
     if cfg.concurrency == 0 || cfg.server_threads == 0 || cfg.client_threads == 0 {
         return Err(io::Error::other("concurrency and thread counts must be at least 1"));
     }
-    let pool = Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
+    // One pool per thread, as a per-core mempool: buffers never bounce between cores.
+    let new_pool = || Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
     let udp_cfg = UdpConfig { reuse_port: true, ..UdpConfig::default() };
-    let first = UdpPort::bind(cfg.bind, &pool, &udp_cfg)?;
+    let first_pool = new_pool();
+    let first = UdpPort::bind(cfg.bind, &first_pool, &udp_cfg)?;
     let server_addr = first.local_addr();
-    let mut server_ports = vec![first];
+    let mut server_ports = vec![(first, first_pool)];
     for _ in 1..cfg.server_threads {
-        server_ports.push(UdpPort::bind(server_addr, &pool, &udp_cfg)?);
+        let pool = new_pool();
+        server_ports.push((UdpPort::bind(server_addr, &pool, &udp_cfg)?, pool));
     }
     let stop = Arc::new(AtomicBool::new(false));
     let handled = Arc::new(Seen::new(cfg.requests));
     let dup_runs = Arc::new(AtomicU64::new(0));
     let mut servers = Vec::new();
-    for port in server_ports {
-        let (pool, stop, handled, dup_runs, qnp) = (pool.clone(), stop.clone(), handled.clone(), dup_runs.clone(), cfg.qnp.clone());
+    for (port, pool) in server_ports {
+        let (stop, handled, dup_runs, qnp) = (stop.clone(), handled.clone(), dup_runs.clone(), cfg.qnp.clone());
         servers.push(thread::spawn(move || -> io::Result<crate::qnp::Stats> {
             let mut server = QnpServer::new(port, &pool, qnp, &[APP_ID]);
             let mut reqs: Vec<Request<Ping>> = Vec::with_capacity(DEFAULT_BATCH);
@@ -175,12 +178,16 @@ pub fn run(cfg: &PingPongConfig) -> io::Result<PingPongReport> {
     let started = Instant::now();
     let mut clients = Vec::new();
     for t in 0..cfg.client_threads {
-        let share = cfg.requests / cfg.client_threads as u64 + u64::from((t as u64) < cfg.requests % cfg.client_threads as u64);
-        let base: u64 = (0..t as u64).map(|i| cfg.requests / cfg.client_threads as u64 + u64::from(i < cfg.requests % cfg.client_threads as u64)).sum();
+        let share =
+            cfg.requests / cfg.client_threads as u64 + u64::from((t as u64) < cfg.requests % cfg.client_threads as u64);
+        let base: u64 = (0..t as u64)
+            .map(|i| cfg.requests / cfg.client_threads as u64 + u64::from(i < cfg.requests % cfg.client_threads as u64))
+            .sum();
+        let pool = new_pool();
         let port = UdpPort::bind(SocketAddr::new(server_addr.ip(), 0), &pool, &UdpConfig::default())?;
         let faults = FaultConfig { seed: cfg.faults.seed.wrapping_add(t as u64), ..cfg.faults.clone() };
         let port = FaultInjector::new(port, &pool, faults);
-        let (pool, seen, c) = (pool.clone(), completed_seen.clone(), cfg.clone());
+        let (seen, c) = (completed_seen.clone(), cfg.clone());
         clients.push(thread::spawn(move || client_loop(port, &pool, &c, server_addr, base, share, &seen)));
     }
     let mut report = PingPongReport { requests: cfg.requests, ..Default::default() };
@@ -340,9 +347,11 @@ const MODE_STOP: u8 = 2;
 /// Runs QNP PingPong and a raw UDP echo alternately over the same two sockets, one client and
 /// one server thread, batches of 32 both ways.
 pub fn bench(cfg: &BenchConfig) -> io::Result<BenchReport> {
+    // One pool per thread, as a per-core mempool: buffers never bounce between cores.
     let pool = Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
+    let server_pool = Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
     let lo = SocketAddr::from(([127, 0, 0, 1], 0));
-    let mut server_port = UdpPort::bind(lo, &pool, &UdpConfig::default())?;
+    let mut server_port = UdpPort::bind(lo, &server_pool, &UdpConfig::default())?;
     let mut client_port = UdpPort::bind(lo, &pool, &UdpConfig::default())?;
     let server_addr = server_port.local_addr();
     let mode = Arc::new(AtomicU8::new(MODE_RAW));
@@ -355,7 +364,8 @@ pub fn bench(cfg: &BenchConfig) -> io::Result<BenchReport> {
     };
 
     let server = {
-        let (pool, mode, mode_seen, qnp_cfg, pin) = (pool.clone(), mode.clone(), mode_seen.clone(), qnp_cfg.clone(), cfg.pin);
+        let (pool, mode, mode_seen, qnp_cfg, pin) =
+            (server_pool, mode.clone(), mode_seen.clone(), qnp_cfg.clone(), cfg.pin);
         thread::spawn(move || -> io::Result<()> {
             if pin {
                 tern_io::pin_to_core(0);
@@ -483,7 +493,13 @@ fn qnp_phase(port: &mut UdpPort, pool: &Pool, client: &mut Client, cfg: &BenchCo
     Ok(finish_phase(completed, cfg.phase, &hist))
 }
 
-fn raw_phase(port: &mut UdpPort, pool: &Pool, server: SocketAddr, cfg: &BenchConfig, size: usize) -> io::Result<PhaseResult> {
+fn raw_phase(
+    port: &mut UdpPort,
+    pool: &Pool,
+    server: SocketAddr,
+    cfg: &BenchConfig,
+    size: usize,
+) -> io::Result<PhaseResult> {
     let mut hist = histogram();
     let mut rx = Batch::new(DEFAULT_BATCH);
     let mut tx = Batch::new(DEFAULT_BATCH);
@@ -522,7 +538,10 @@ fn raw_phase(port: &mut UdpPort, pool: &Pool, server: SocketAddr, cfg: &BenchCon
         port.recv(now, &mut rx)?;
         now = Instant::now();
         for p in rx.drain() {
-            let slot = p.data().get(8..16).map_or(usize::MAX, |b| u64::from_be_bytes(b.try_into().unwrap_or([0xff; 8])) as usize);
+            let slot = p
+                .data()
+                .get(8..16)
+                .map_or(usize::MAX, |b| u64::from_be_bytes(b.try_into().unwrap_or([0xff; 8])) as usize);
             if let Some(Some(t)) = sent_at.get(slot).copied() {
                 sent_at[slot] = None;
                 outstanding -= 1;
@@ -573,7 +592,8 @@ mod tests {
     fn pingpong_over_loopback_udp_with_faults() {
         let faults = FaultConfig { loss: 0.1, duplicate: 0.05, reorder: 0.05, seed: 3, ..Default::default() };
         let qnp = QnpConfig { max_retries: 20, ..QnpConfig::default() };
-        let cfg = PingPongConfig { requests: 2_000, concurrency: 16, faults, qnp, server_threads: 2, ..Default::default() };
+        let cfg =
+            PingPongConfig { requests: 2_000, concurrency: 16, faults, qnp, server_threads: 2, ..Default::default() };
         let r = run(&cfg).unwrap();
         assert_eq!((r.completed, r.failed, r.duplicates_delivered, r.duplicate_handler_runs), (2_000, 0, 0, 0));
         assert!(r.retransmissions > 0 && r.faults_injected.0 > 0);
@@ -581,7 +601,13 @@ mod tests {
 
     #[test]
     fn bench_runs_both_systems() {
-        let cfg = BenchConfig { rounds: 2, phase: Duration::from_millis(100), concurrency: 4, pin: false, ..Default::default() };
+        let cfg = BenchConfig {
+            rounds: 2,
+            phase: Duration::from_millis(100),
+            concurrency: 4,
+            pin: false,
+            ..Default::default()
+        };
         let r = bench(&cfg).unwrap();
         assert_eq!((r.qnp.len(), r.raw.len()), (2, 2));
         assert!(r.qnp.iter().chain(&r.raw).all(|p| p.completed > 0 && p.rps > 0.0));

@@ -58,10 +58,10 @@ fn first_id() -> u32 {
     use rand::{Rng, SeedableRng};
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let seed = nanos ^ (u64::from(std::process::id()) << 32) ^ COUNTER.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let seed = nanos
+        ^ (u64::from(std::process::id()) << 32)
+        ^ COUNTER.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     rand::rngs::SmallRng::seed_from_u64(seed).random()
 }
 
@@ -234,7 +234,7 @@ impl<P: Port> QnpServer<P> {
     pub fn flush(&mut self) -> io::Result<()> {
         loop {
             self.core.poll_transmit(&self.pool, &mut self.tx);
-            if self.tx.is_empty() && !self.port.poll_at().is_some_and(|t| t <= Instant::now()) {
+            if self.tx.is_empty() && self.port.poll_at().is_none_or(|t| t > Instant::now()) {
                 return Ok(());
             }
             self.port.send(Instant::now(), &mut self.tx)?;

@@ -126,7 +126,8 @@ fn run(requests: u64, concurrency: usize, faults: FaultConfig, sizes: &[usize], 
 
 #[test]
 fn hundred_thousand_requests_with_loss_duplication_and_reordering() {
-    let faults = FaultConfig { loss: 0.10, duplicate: 0.05, reorder: 0.05, reorder_window: 4, seed: 7, ..Default::default() };
+    let faults =
+        FaultConfig { loss: 0.10, duplicate: 0.05, reorder: 0.05, reorder_window: 4, seed: 7, ..Default::default() };
     // Mostly single-packet requests, some of two and three packets.
     let sizes = [16, 64, 100, 200, 500, 1000, 1200, 1800, 3000];
     let n = 100_000;

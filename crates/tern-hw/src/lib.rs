@@ -125,10 +125,8 @@ impl Profile {
 
     /// Parses a profile from TOML; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Profile, ProfileError> {
-        let profile: Profile = toml::from_str(text).map_err(|e| ProfileError::Invalid {
-            origin: origin.to_string(),
-            message: e.to_string(),
-        })?;
+        let profile: Profile = toml::from_str(text)
+            .map_err(|e| ProfileError::Invalid { origin: origin.to_string(), message: e.to_string() })?;
         profile.validate(origin)?;
         Ok(profile)
     }
@@ -146,11 +144,7 @@ impl Profile {
             return Profile::builtin(name_or_path);
         }
         let path = Path::new(name_or_path);
-        if path.exists() {
-            Profile::load(path)
-        } else {
-            Err(ProfileError::Unknown { name: name_or_path.to_string() })
-        }
+        if path.exists() { Profile::load(path) } else { Err(ProfileError::Unknown { name: name_or_path.to_string() }) }
     }
 
     fn validate(&self, origin: &str) -> Result<(), ProfileError> {
@@ -240,11 +234,7 @@ pub struct Ledger {
 impl Ledger {
     /// An empty ledger over `profile`'s capacities.
     pub fn new(profile: &Profile) -> Ledger {
-        Ledger {
-            profile: profile.name.clone(),
-            capacity: profile.capacity.clone(),
-            claims: BTreeMap::new(),
-        }
+        Ledger { profile: profile.name.clone(), capacity: profile.capacity.clone(), claims: BTreeMap::new() }
     }
 
     fn in_use(&self, resource: &str) -> u64 {

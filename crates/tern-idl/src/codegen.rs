@@ -5,11 +5,10 @@ use std::fmt::Write;
 use crate::{FieldSchema, FieldType, MessageSchema, Schema};
 
 const KEYWORDS: &[&str] = &[
-    "as", "break", "const", "continue", "else", "enum", "extern", "false", "fn", "for", "if",
-    "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return", "static",
-    "struct", "trait", "true", "type", "unsafe", "use", "where", "while", "async", "await", "dyn",
-    "abstract", "become", "box", "do", "final", "macro", "override", "priv", "typeof", "unsized",
-    "virtual", "yield", "try", "gen",
+    "as", "break", "const", "continue", "else", "enum", "extern", "false", "fn", "for", "if", "impl", "in", "let",
+    "loop", "match", "mod", "move", "mut", "pub", "ref", "return", "static", "struct", "trait", "true", "type",
+    "unsafe", "use", "where", "while", "async", "await", "dyn", "abstract", "become", "box", "do", "final", "macro",
+    "override", "priv", "typeof", "unsized", "virtual", "yield", "try", "gen",
 ];
 
 fn ident(name: &str) -> String {
@@ -94,11 +93,7 @@ fn message(out: &mut String, m: &MessageSchema, file: &str) {
     let _ = writeln!(out, "    const NAME: &'static str = {:?};", m.name);
     let _ = writeln!(out, "    const DISPATCH_FIELDS: &'static [u8] = &[{}];", dispatch.join(", "));
     let sum = |fs: Vec<&FieldSchema>| {
-        if fs.is_empty() {
-            "0".to_string()
-        } else {
-            fs.into_iter().map(len_expr).collect::<Vec<_>>().join(" + ")
-        }
+        if fs.is_empty() { "0".to_string() } else { fs.into_iter().map(len_expr).collect::<Vec<_>>().join(" + ") }
     };
     let _ = writeln!(out, "    #[inline]\n    fn encoded_len(&self) -> usize {{ {} }}", sum(m.fields.iter().collect()));
     let _ = writeln!(

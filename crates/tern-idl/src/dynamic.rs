@@ -113,8 +113,8 @@ impl<'s> DynamicMessage<'s> {
             .iter()
             .position(|f| f.name == field)
             .ok_or_else(|| format!("message {} has no field `{field}`", self.schema.name))?;
-        self.values[index] = Value::parse(self.schema.fields[index].ty, text)
-            .map_err(|e| format!("field `{field}`: {e}"))?;
+        self.values[index] =
+            Value::parse(self.schema.fields[index].ty, text).map_err(|e| format!("field `{field}`: {e}"))?;
         Ok(())
     }
 
@@ -177,12 +177,8 @@ impl<'s> DynamicMessage<'s> {
                     FieldType::Uint32 => msg.values[index] = Value::Uint32(tlv::get_u32(n, v)?),
                     FieldType::Uint64 => msg.values[index] = Value::Uint64(tlv::get_u64(n, v)?),
                     FieldType::Bool => msg.values[index] = Value::Bool(tlv::get_bool(n, v)?),
-                    FieldType::Float => {
-                        msg.values[index] = Value::Float(f32::from_bits(tlv::get_u32(n, v)?))
-                    }
-                    FieldType::Double => {
-                        msg.values[index] = Value::Double(f64::from_bits(tlv::get_u64(n, v)?))
-                    }
+                    FieldType::Float => msg.values[index] = Value::Float(f32::from_bits(tlv::get_u32(n, v)?)),
+                    FieldType::Double => msg.values[index] = Value::Double(f64::from_bits(tlv::get_u64(n, v)?)),
                 }
                 seen[index] = true;
             }
@@ -192,8 +188,7 @@ impl<'s> DynamicMessage<'s> {
             match field.ty {
                 FieldType::String => {
                     msg.values[index] = Value::String(
-                        String::from_utf8(bytes)
-                            .map_err(|_| DecodeError::InvalidUtf8 { field: field.number })?,
+                        String::from_utf8(bytes).map_err(|_| DecodeError::InvalidUtf8 { field: field.number })?,
                     )
                 }
                 FieldType::Bytes => msg.values[index] = Value::Bytes(bytes),
@@ -243,15 +238,9 @@ mod tests {
         let msg = DynamicMessage::decode_parts(m, [&p1[..], &p2[..]]).unwrap();
         assert_eq!(msg.values[1], Value::String("hello".into()));
         let dup = [1, 0, 4, 0, 0, 0, 1, 1, 0, 4, 0, 0, 0, 2];
-        assert_eq!(
-            DynamicMessage::decode_parts(m, [&dup[..]]),
-            Err(DecodeError::DuplicateField { field: 1 })
-        );
+        assert_eq!(DynamicMessage::decode_parts(m, [&dup[..]]), Err(DecodeError::DuplicateField { field: 1 }));
         let bad_utf8 = [2, 0, 1, 0xff];
-        assert_eq!(
-            DynamicMessage::decode_parts(m, [&bad_utf8[..]]),
-            Err(DecodeError::InvalidUtf8 { field: 2 })
-        );
+        assert_eq!(DynamicMessage::decode_parts(m, [&bad_utf8[..]]), Err(DecodeError::InvalidUtf8 { field: 2 }));
         assert!(DynamicMessage::new(m).set_from_str("nope", "1").unwrap_err().contains("`nope`"));
         assert!(DynamicMessage::new(m).set_from_str("a", "x").unwrap_err().contains("int32"));
     }

@@ -181,11 +181,7 @@ struct SourceResolver {
 
 impl FileResolver for SourceResolver {
     fn open_file(&self, name: &str) -> Result<File, protox::Error> {
-        if name == self.name {
-            File::from_source(name, &self.source)
-        } else {
-            Err(protox::Error::file_not_found(name))
-        }
+        if name == self.name { File::from_source(name, &self.source) } else { Err(protox::Error::file_not_found(name)) }
     }
 }
 
@@ -282,9 +278,7 @@ fn build_message(
             return Err(unsupported("repeated fields are not supported".into()));
         }
         if f.containing_oneof().is_some() {
-            return Err(unsupported(
-                "oneof and `optional` are not supported (every field is always encoded)".into(),
-            ));
+            return Err(unsupported("oneof and `optional` are not supported (every field is always encoded)".into()));
         }
         let ty = match f.kind() {
             Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => FieldType::Int32,
@@ -306,9 +300,8 @@ fn build_message(
                 return Err(unsupported(format!("enum type {} is not supported", e.name())));
             }
         };
-        let number = u8::try_from(f.number()).map_err(|_| {
-            unsupported(format!("field number {} exceeds 255 (a TLV type is one byte)", f.number()))
-        })?;
+        let number = u8::try_from(f.number())
+            .map_err(|_| unsupported(format!("field number {} exceeds 255 (a TLV type is one byte)", f.number())))?;
         let dispatch = dispatch_ext.is_some_and(|ext| {
             let opts = f.options();
             opts.has_extension(ext) && matches!(*opts.get_extension(ext), Value::Bool(true))

@@ -65,12 +65,9 @@ impl Default for FaultConfig {
 impl FaultConfig {
     /// Checks the probabilities; the error names the bad one.
     pub fn validate(&self) -> Result<(), String> {
-        for (name, p) in [
-            ("loss", self.loss),
-            ("duplicate", self.duplicate),
-            ("reorder", self.reorder),
-            ("corrupt", self.corrupt),
-        ] {
+        for (name, p) in
+            [("loss", self.loss), ("duplicate", self.duplicate), ("reorder", self.reorder), ("corrupt", self.corrupt)]
+        {
             if !(0.0..=1.0).contains(&p) {
                 return Err(format!("{name} probability {p} is outside 0..=1"));
             }
@@ -83,11 +80,7 @@ impl FaultConfig {
 
     /// Whether it does anything.
     pub fn is_noop(&self) -> bool {
-        self.loss == 0.0
-            && self.duplicate == 0.0
-            && self.reorder == 0.0
-            && self.corrupt == 0.0
-            && self.delay.is_zero()
+        self.loss == 0.0 && self.duplicate == 0.0 && self.reorder == 0.0 && self.corrupt == 0.0 && self.delay.is_zero()
     }
 }
 

@@ -92,11 +92,7 @@ impl Pool {
     /// A pool that keeps up to `capacity` free buffers of `buf_size` bytes. It starts empty and
     /// allocates on demand; buffers returned to a full pool are freed.
     pub fn new(capacity: usize, buf_size: usize) -> Pool {
-        Pool(Arc::new(PoolInner {
-            free: ArrayQueue::new(capacity.max(1)),
-            buf_size,
-            allocated: AtomicU64::new(0),
-        }))
+        Pool(Arc::new(PoolInner { free: ArrayQueue::new(capacity.max(1)), buf_size, allocated: AtomicU64::new(0) }))
     }
 
     /// An empty packet.

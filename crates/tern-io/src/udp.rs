@@ -349,7 +349,7 @@ mod tests {
         s.send_to(&[2u8; 10], b.local_addr()).unwrap();
         let mut batch = Batch::new(8);
         let deadline = Instant::now() + Duration::from_secs(5);
-        while batch.len() < 1 && Instant::now() < deadline {
+        while batch.is_empty() && Instant::now() < deadline {
             b.wait(Duration::from_millis(50)).unwrap();
             b.recv(Instant::now(), &mut batch).unwrap();
         }

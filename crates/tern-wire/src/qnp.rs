@@ -93,11 +93,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// Ensures the buffer holds a whole header; after this no accessor panics.
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            Err(Error::Truncated)
-        } else {
-            Ok(())
-        }
+        if self.buffer.as_ref().len() < HEADER_LEN { Err(Error::Truncated) } else { Ok(()) }
     }
 
     /// Returns the underlying buffer.
@@ -253,8 +249,7 @@ impl Repr {
             if payload_len as u64 > u64::from(repr.req_len_in_bytes) {
                 return Err(Error::Malformed("payload longer than req_len_in_bytes"));
             }
-            if repr.req_len_in_pkts == 1 && payload_len as u64 != u64::from(repr.req_len_in_bytes)
-            {
+            if repr.req_len_in_pkts == 1 && payload_len as u64 != u64::from(repr.req_len_in_bytes) {
                 return Err(Error::Malformed("req_len_in_bytes differs from payload length"));
             }
         } else if payload_len != 0 {

@@ -197,16 +197,20 @@ pub const fn bytes_field_len(len: usize) -> usize {
 /// Decodes a fixed-width u32 value.
 #[inline]
 pub fn get_u32(field: u8, value: &[u8]) -> Result<u32, DecodeError> {
-    <[u8; 4]>::try_from(value)
-        .map(u32::from_be_bytes)
-        .map_err(|_| DecodeError::BadLength { field, expected: 4, got: value.len() })
+    <[u8; 4]>::try_from(value).map(u32::from_be_bytes).map_err(|_| DecodeError::BadLength {
+        field,
+        expected: 4,
+        got: value.len(),
+    })
 }
 /// Decodes a fixed-width u64 value.
 #[inline]
 pub fn get_u64(field: u8, value: &[u8]) -> Result<u64, DecodeError> {
-    <[u8; 8]>::try_from(value)
-        .map(u64::from_be_bytes)
-        .map_err(|_| DecodeError::BadLength { field, expected: 8, got: value.len() })
+    <[u8; 8]>::try_from(value).map(u64::from_be_bytes).map_err(|_| DecodeError::BadLength {
+        field,
+        expected: 8,
+        got: value.len(),
+    })
 }
 /// Decodes a bool value.
 #[inline]
@@ -255,10 +259,7 @@ mod tests {
         w.put_bytes(3, b"ab");
         w.put_bool(4, true);
         w.put_bytes(5, b"");
-        assert_eq!(
-            buf,
-            [1, 0, 4, 0xde, 0xad, 0xbe, 0xef, 3, 0, 2, b'a', b'b', 4, 0, 1, 1, 5, 0, 0]
-        );
+        assert_eq!(buf, [1, 0, 4, 0xde, 0xad, 0xbe, 0xef, 3, 0, 2, b'a', b'b', 4, 0, 1, 1, 5, 0, 0]);
         let r: Vec<_> = Reader::new(&buf).collect::<Result<_, _>>().unwrap();
         assert_eq!(r.len(), 4);
         assert_eq!((r[1].field, r[1].value, r[1].offset), (3, &b"ab"[..], 7));
@@ -267,14 +268,8 @@ mod tests {
 
     #[test]
     fn reader_errors() {
-        assert_eq!(
-            Reader::new(&[1, 0]).next(),
-            Some(Err(DecodeError::Truncated { offset: 0 }))
-        );
-        assert_eq!(
-            Reader::new(&[1, 0, 5, 1]).next(),
-            Some(Err(DecodeError::Truncated { offset: 0 }))
-        );
+        assert_eq!(Reader::new(&[1, 0]).next(), Some(Err(DecodeError::Truncated { offset: 0 })));
+        assert_eq!(Reader::new(&[1, 0, 5, 1]).next(), Some(Err(DecodeError::Truncated { offset: 0 })));
         let mut r = Reader::new(&[2, 0, 0, 0, 0, 1]);
         assert!(r.next().unwrap().is_ok());
         assert_eq!(r.next(), Some(Err(DecodeError::ZeroFieldNumber { offset: 3 })));

@@ -144,11 +144,7 @@ impl Stats {
     }
     /// Non-zero drop counters by name.
     pub fn drop_counts(&self) -> Vec<(&'static str, u64)> {
-        DropReason::ALL
-            .iter()
-            .filter(|r| self.drops_of(**r) > 0)
-            .map(|r| (r.as_str(), self.drops_of(*r)))
-            .collect()
+        DropReason::ALL.iter().filter(|r| self.drops_of(**r) > 0).map(|r| (r.as_str(), self.drops_of(*r))).collect()
     }
 }
 
@@ -222,10 +218,8 @@ impl QnpConfig {
         QnpConfig {
             mtu: profile.qnp.mtu as usize,
             max_pkts_per_request: pkts as u8,
-            request_table_entries: profile
-                .capacity(resource::QNP_REQUEST_TABLE_ENTRIES)
-                .unwrap_or(1024)
-                .min(1 << 24) as usize,
+            request_table_entries: profile.capacity(resource::QNP_REQUEST_TABLE_ENTRIES).unwrap_or(1024).min(1 << 24)
+                as usize,
             request_timeout: Duration::from_millis(profile.qnp.request_timeout_ms),
             ..QnpConfig::default()
         }

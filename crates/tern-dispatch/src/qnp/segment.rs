@@ -9,9 +9,7 @@ use tern_wire::tlv::{self, Message, RECORD_HEADER_LEN};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SegmentError {
     /// The dispatch fields do not fit in one packet (QingNiao §3.4 limits them to the MTU).
-    #[error(
-        "message {message}: dispatch fields take {dispatch_len} bytes but one packet carries {capacity}"
-    )]
+    #[error("message {message}: dispatch fields take {dispatch_len} bytes but one packet carries {capacity}")]
     DispatchTooLarge {
         /// Message name.
         message: &'static str,

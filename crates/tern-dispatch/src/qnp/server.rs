@@ -272,7 +272,8 @@ impl Server {
     fn evict(&mut self) {
         while let Some(&(key, since)) = self.fifo.front() {
             let below_floor = self.floors.get(&(key.0, key.1)).is_some_and(|f| id_before(key.2, f.0));
-            let over = self.fifo.len() > self.cfg.dedup_entries || self.cached_bytes > self.cfg.max_cached_response_bytes;
+            let over =
+                self.fifo.len() > self.cfg.dedup_entries || self.cached_bytes > self.cfg.max_cached_response_bytes;
             let old = self.next_sweep >= since + self.cfg.dedup_ttl;
             if !(below_floor || over || old) {
                 break;
@@ -309,7 +310,17 @@ impl Server {
 
 /// Builds packet `i` of a segmented message.
 pub(crate) fn emit(pool: &Pool, handle: &ReqHandle, seg: &Segmented, i: usize) -> tern_io::Packet {
-    emit_packet(pool, handle.peer, handle.app_id, handle.req_type, handle.req_id, handle.req_id, Flags::RESPONSE, seg, i)
+    emit_packet(
+        pool,
+        handle.peer,
+        handle.app_id,
+        handle.req_type,
+        handle.req_id,
+        handle.req_id,
+        Flags::RESPONSE,
+        seg,
+        i,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]

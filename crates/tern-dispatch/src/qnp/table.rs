@@ -142,13 +142,7 @@ impl RequestTable {
     }
 
     /// Offers a data packet whose header has been parsed and checked by the caller.
-    pub fn accept<'a>(
-        &'a mut self,
-        now: Instant,
-        peer: SocketAddr,
-        repr: &Repr,
-        payload: &'a [u8],
-    ) -> Accept<'a> {
+    pub fn accept<'a>(&'a mut self, now: Instant, peer: SocketAddr, repr: &Repr, payload: &'a [u8]) -> Accept<'a> {
         if repr.req_len_in_pkts == 1 {
             return Accept::Complete(Parts::Single(payload));
         }
@@ -272,6 +266,13 @@ impl RequestTable {
     }
 }
 
+impl RequestTable {
+    /// The payloads of the request most recently completed by [`accept`](Self::accept).
+    pub fn last_delivered(&self) -> Parts<'_> {
+        Parts::Table { bytes: &self.delivered.bytes, ranges: &self.delivered.ranges }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,7 +302,10 @@ mod tests {
         let now = Instant::now();
         assert!(matches!(t.accept(now, peer(), &repr(5, 3, 0, 6), b"ab"), Accept::Pending));
         assert!(matches!(t.accept(now, peer(), &repr(5, 3, 2, 6), b"ef"), Accept::Pending));
-        assert!(matches!(t.accept(now, peer(), &repr(5, 3, 2, 6), b"ef"), Accept::Dropped(DropReason::DuplicatePacket)));
+        assert!(matches!(
+            t.accept(now, peer(), &repr(5, 3, 2, 6), b"ef"),
+            Accept::Dropped(DropReason::DuplicatePacket)
+        ));
         match t.accept(now, peer(), &repr(5, 3, 1, 6), b"cd") {
             Accept::Complete(parts) => assert_eq!(parts.iter().collect::<Vec<_>>().concat(), b"abcdef"),
             other => panic!("{other:?}"),
@@ -317,7 +321,10 @@ mod tests {
         assert!(matches!(t.accept(now, peer(), &repr(1, 2, 1, 4), b"cd"), Accept::Dropped(DropReason::NoFirstPacket)));
         assert!(matches!(t.accept(now, peer(), &repr(1, 2, 0, 4), b"ab"), Accept::Pending));
         assert!(matches!(t.accept(now, peer(), &repr(2, 2, 0, 4), b"ab"), Accept::Pending));
-        assert!(matches!(t.accept(now, peer(), &repr(3, 2, 0, 4), b"ab"), Accept::Dropped(DropReason::RequestTableFull)));
+        assert!(matches!(
+            t.accept(now, peer(), &repr(3, 2, 0, 4), b"ab"),
+            Accept::Dropped(DropReason::RequestTableFull)
+        ));
         // After the timeout, a full table makes room by expiring.
         let later = now + Duration::from_secs(2);
         assert!(matches!(t.accept(later, peer(), &repr(3, 2, 0, 4), b"ab"), Accept::Pending));
@@ -342,14 +349,10 @@ mod tests {
         let mut t = RequestTable::new(100, Duration::from_secs(1), 10);
         let now = Instant::now();
         assert!(matches!(t.accept(now, peer(), &repr(1, 2, 0, 20), &[0; 8]), Accept::Pending));
-        assert!(matches!(t.accept(now, peer(), &repr(2, 2, 0, 20), &[0; 8]), Accept::Dropped(DropReason::BufferBudget)));
+        assert!(matches!(
+            t.accept(now, peer(), &repr(2, 2, 0, 20), &[0; 8]),
+            Accept::Dropped(DropReason::BufferBudget)
+        ));
         assert_eq!(t.buffered_bytes(), 8);
-    }
-}
-
-impl RequestTable {
-    /// The payloads of the request most recently completed by [`accept`](Self::accept).
-    pub fn last_delivered(&self) -> Parts<'_> {
-        Parts::Table { bytes: &self.delivered.bytes, ranges: &self.delivered.ranges }
     }
 }
