@@ -186,12 +186,18 @@ impl FileResolver for SourceResolver {
 }
 
 fn compile(resolver: ChainFileResolver, name: &str) -> Result<Schema, IdlError> {
-    let syntax = |e: protox::Error| IdlError::Syntax { file: name.to_string(), message: render(&e) };
-    let mut compiler = protox::Compiler::with_file_resolver(resolver);
-    compiler.include_imports(true);
-    compiler.open_file(name).map_err(syntax)?;
-    let pool = compiler.descriptor_pool();
-    build_schema(&pool, name)
+    // The front end is third-party code fed untrusted text: a panic in it becomes an error.
+    let run = std::panic::AssertUnwindSafe(|| {
+        let syntax = |e: protox::Error| IdlError::Syntax { file: name.to_string(), message: render(&e) };
+        let mut compiler = protox::Compiler::with_file_resolver(resolver);
+        compiler.include_imports(true);
+        compiler.open_file(name).map_err(syntax)?;
+        let pool = compiler.descriptor_pool();
+        build_schema(&pool, name)
+    });
+    std::panic::catch_unwind(run).unwrap_or_else(|_| {
+        Err(IdlError::Syntax { file: name.to_string(), message: "the protobuf front end failed on this input".into() })
+    })
 }
 
 fn render(e: &protox::Error) -> String {
@@ -370,5 +376,16 @@ mod tests {
     fn without_import_no_field_is_dispatch() {
         let s = parse_str("p.proto", "syntax = \"proto3\"; message P { bytes x = 1; }").unwrap();
         assert!(s.messages[0].dispatch_fields().is_empty());
+    }
+}
+
+#[cfg(test)]
+mod lexer_quirks {
+    // protox-parse 0.9 hits a debug assertion on an octal literal with a non-octal digit
+    // ("028"); the front end must turn that into an error, never a panic.
+    #[test]
+    fn bad_octal_literal_is_an_error() {
+        let e = super::parse_str("q.proto", "syntax = \"proto3\"; message A { int32 x = 028; }").unwrap_err();
+        assert!(e.to_string().contains("q.proto"), "{e}");
     }
 }

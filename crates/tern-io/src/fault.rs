@@ -253,12 +253,10 @@ impl<P: Port> FaultInjector<P> {
 
 impl<P: Port> Port for FaultInjector<P> {
     fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
-        let mut scratch = std::mem::replace(&mut self.scratch, Batch::new(1));
-        self.inner.recv(now, &mut scratch)?;
-        for p in scratch.drain() {
+        self.inner.recv(now, &mut self.scratch)?;
+        for p in self.scratch.drain() {
             self.rx.apply(&self.cfg, &self.pool, now, p, &mut self.rx_ready);
         }
-        self.scratch = scratch;
         self.rx.poll(&self.cfg, now, &mut self.rx_ready);
         let mut n = 0;
         while !batch.is_full() {
@@ -275,22 +273,16 @@ impl<P: Port> Port for FaultInjector<P> {
         }
         self.tx.poll(&self.cfg, now, &mut self.tx_ready);
         let mut sent = 0;
-        let mut scratch = std::mem::replace(&mut self.scratch, Batch::new(1));
         while !self.tx_ready.is_empty() {
-            while !scratch.is_full() {
+            while !self.scratch.is_full() {
                 let Some(p) = self.tx_ready.pop_front() else { break };
-                scratch.push(p);
+                self.scratch.push(p);
             }
-            match self.inner.send(now, &mut scratch) {
-                Ok(n) => sent += n,
-                Err(e) => {
-                    scratch.recycle(&self.pool);
-                    self.scratch = scratch;
-                    return Err(e);
-                }
+            if let Err(e) = self.inner.send(now, &mut self.scratch).map(|n| sent += n) {
+                self.scratch.recycle(&self.pool);
+                return Err(e);
             }
         }
-        self.scratch = scratch;
         Ok(sent)
     }
 

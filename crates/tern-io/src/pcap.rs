@@ -59,16 +59,22 @@ impl<P: Port> Tracer<P> {
         Ok(Tracer { inner, writer, frame: Vec::with_capacity(2048), write_errors: 0 })
     }
 
-    fn record(&mut self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) {
-        udp_frame(src, dst, payload, &mut self.frame);
-        if self.frame.is_empty() {
-            self.write_errors += 1;
+    fn record(
+        writer: &mut PcapWriter<BufWriter<File>>,
+        frame: &mut Vec<u8>,
+        errors: &mut u64,
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload: &[u8],
+    ) {
+        udp_frame(src, dst, payload, frame);
+        if frame.is_empty() {
+            *errors += 1;
             return;
         }
         let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        let pkt = PcapPacket::new(ts, self.frame.len() as u32, &self.frame);
-        if self.writer.write_packet(&pkt).is_err() {
-            self.write_errors += 1;
+        if writer.write_packet(&PcapPacket::new(ts, frame.len() as u32, frame)).is_err() {
+            *errors += 1;
         }
     }
 
@@ -90,8 +96,7 @@ impl<P: Port> Port for Tracer<P> {
         let local = self.inner.local_addr();
         for i in before..batch.len() {
             let p = batch.get(i).expect("index below batch length");
-            let (peer, frame_payload) = (p.peer, p.data().to_vec());
-            self.record(peer, local, &frame_payload);
+            Self::record(&mut self.writer, &mut self.frame, &mut self.write_errors, p.peer, local, p.data());
         }
         Ok(n)
     }
@@ -100,8 +105,7 @@ impl<P: Port> Port for Tracer<P> {
         let local = self.inner.local_addr();
         for i in 0..batch.len() {
             let p = batch.get(i).expect("index below batch length");
-            let (peer, payload) = (p.peer, p.data().to_vec());
-            self.record(local, peer, &payload);
+            Self::record(&mut self.writer, &mut self.frame, &mut self.write_errors, local, p.peer, p.data());
         }
         self.inner.send(now, batch)
     }

@@ -67,6 +67,8 @@ pub struct Server {
     scratch: Vec<u8>,
     spare: Vec<Segmented>,
     next_sweep: Instant,
+    /// The latest `now` passed in, for eviction by age.
+    now: Instant,
 }
 
 impl Server {
@@ -89,6 +91,7 @@ impl Server {
             scratch: Vec::new(),
             spare: Vec::new(),
             next_sweep: now,
+            now,
         }
     }
 
@@ -112,6 +115,7 @@ impl Server {
     /// Takes one received packet. Returns a request when this packet completes one that has not
     /// been delivered before.
     pub fn handle_packet<'a>(&'a mut self, now: Instant, peer: SocketAddr, data: &'a [u8]) -> Option<Incoming<'a>> {
+        self.now = self.now.max(now);
         let Ok(packet) = Packet::new_checked(data) else {
             self.stats.drop(DropReason::Truncated);
             return None;
@@ -274,7 +278,7 @@ impl Server {
             let below_floor = self.floors.get(&(key.0, key.1)).is_some_and(|f| id_before(key.2, f.0));
             let over =
                 self.fifo.len() > self.cfg.dedup_entries || self.cached_bytes > self.cfg.max_cached_response_bytes;
-            let old = self.next_sweep >= since + self.cfg.dedup_ttl;
+            let old = self.now >= since + self.cfg.dedup_ttl;
             if !(below_floor || over || old) {
                 break;
             }
@@ -288,6 +292,7 @@ impl Server {
 
     /// Expires partial requests and forgets old completed ones.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = self.now.max(now);
         let expired = self.table.handle_timeout(now);
         self.stats.drops[DropReason::RequestExpired as usize] += expired as u64;
         if now >= self.next_sweep {

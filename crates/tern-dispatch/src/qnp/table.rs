@@ -234,18 +234,22 @@ impl RequestTable {
     /// Drops requests whose last packet is `timeout` old; returns how many.
     pub fn expire(&mut self, now: Instant) -> usize {
         let timeout = self.timeout;
-        let slots = &self.slots;
-        let mut dead = Vec::new();
-        for (key, &slot) in &self.map {
-            if slots[slot as usize].last_seen.is_none_or(|t| now >= t + timeout) {
-                dead.push(*key);
+        let (slots, free) = (&self.slots, &mut self.free);
+        let mut freed_bytes = 0;
+        let before = self.map.len();
+        self.map.retain(|_, slot| {
+            let e = &slots[*slot as usize];
+            let live = e.last_seen.is_some_and(|t| now < t + timeout);
+            if !live {
+                freed_bytes += e.bytes.len();
+                free.push(*slot);
             }
-        }
-        for key in &dead {
-            self.remove(*key);
-        }
-        self.expired += dead.len() as u64;
-        dead.len()
+            live
+        });
+        let n = before - self.map.len();
+        self.buffered -= freed_bytes;
+        self.expired += n as u64;
+        n
     }
 
     /// Expires old entries when a sweep is due; returns how many expired.
