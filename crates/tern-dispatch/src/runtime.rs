@@ -65,6 +65,27 @@ fn first_id() -> u32 {
     rand::rngs::SmallRng::seed_from_u64(seed).random()
 }
 
+/// Waits for the port until the caller's deadline (`start + timeout`), the core's next timer or
+/// the port's own next event, whichever comes first; returns false once the deadline has passed.
+fn park<P: Port>(
+    port: &mut P,
+    core_timer: Option<Instant>,
+    start: Instant,
+    now: Instant,
+    timeout: Duration,
+) -> io::Result<bool> {
+    let elapsed = now.saturating_duration_since(start);
+    if elapsed >= timeout {
+        return Ok(false);
+    }
+    let mut wait = timeout - elapsed;
+    for t in [core_timer, port.poll_at()].into_iter().flatten() {
+        wait = wait.min(t.saturating_duration_since(now));
+    }
+    port.wait(wait)?;
+    Ok(true)
+}
+
 /// A client thread's endpoint.
 #[derive(Debug)]
 pub struct QnpClient<P> {
@@ -135,15 +156,9 @@ impl<P: Port> QnpClient<P> {
                 self.flush()?;
                 return Ok(out.len() - before);
             }
-            let elapsed = now.saturating_duration_since(start);
-            if elapsed >= timeout {
+            if !park(&mut self.port, self.core.poll_timeout(), start, now, timeout)? {
                 return Ok(0);
             }
-            let mut wait = timeout - elapsed;
-            for t in [self.core.poll_timeout(), self.port.poll_at()].into_iter().flatten() {
-                wait = wait.min(t.saturating_duration_since(now));
-            }
-            self.port.wait(wait)?;
         }
     }
 
@@ -204,15 +219,9 @@ impl<P: Port> QnpServer<P> {
             if out.len() > before {
                 return Ok(out.len() - before);
             }
-            let elapsed = now.saturating_duration_since(start);
-            if elapsed >= timeout {
+            if !park(&mut self.port, self.core.poll_timeout(), start, now, timeout)? {
                 return Ok(0);
             }
-            let mut wait = timeout - elapsed;
-            for t in [self.core.poll_timeout(), self.port.poll_at()].into_iter().flatten() {
-                wait = wait.min(t.saturating_duration_since(now));
-            }
-            self.port.wait(wait)?;
         }
     }
 

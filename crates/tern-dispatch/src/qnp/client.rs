@@ -7,13 +7,13 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use tern_io::{Batch, Pool};
-use tern_wire::qnp::{Flags, Packet, Repr};
+use tern_wire::qnp::Flags;
 use tern_wire::tlv::Message;
 
-use super::segment::{SegmentError, Segmented, segment_message};
+use super::segment::{SegmentError, Segmented, segment_into};
 use super::server::emit_packet;
 use super::table::{Accept, Parts, RequestTable};
-use super::{DropReason, QnpConfig, Stats};
+use super::{DropReason, QnpConfig, Stats, parse_header};
 
 /// Why a request could not be sent or completed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -149,17 +149,7 @@ impl Client {
         if self.window.len() >= self.cfg.max_outstanding {
             return Err(ReqError::WindowFull { outstanding: self.outstanding(), window: self.cfg.max_outstanding });
         }
-        let mut seg = self.spare.pop().unwrap_or_default();
-        if let Err(e) = segment_message(
-            msg,
-            self.cfg.payload_capacity(),
-            usize::from(self.cfg.max_pkts_per_request),
-            &mut self.scratch,
-            &mut seg,
-        ) {
-            self.spare.push(seg);
-            return Err(e.into());
-        }
+        let seg = segment_into(&self.cfg, msg, &mut self.spare, &mut self.scratch)?;
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
         self.window.push_back(Some(Outstanding { req_type, seg, sent_at: now, attempt: 0, queued: true }));
@@ -205,14 +195,7 @@ impl Client {
     /// Takes one received packet; returns a response when this packet completes one for an
     /// outstanding request.
     pub fn handle_packet<'a>(&'a mut self, now: Instant, peer: SocketAddr, data: &'a [u8]) -> Option<Response<'a>> {
-        let Ok(packet) = Packet::new_checked(data) else {
-            self.stats.drop(DropReason::Truncated);
-            return None;
-        };
-        let Ok(repr) = Repr::parse(&packet) else {
-            self.stats.drop(DropReason::BadHeader);
-            return None;
-        };
+        let repr = parse_header(&mut self.stats, data)?;
         if repr.flags != Flags::RESPONSE || peer != self.server {
             self.stats.drop(DropReason::UnexpectedPacket);
             return None;
@@ -246,7 +229,7 @@ impl Client {
             return None;
         }
         // Decide before borrowing the table for the result.
-        let complete = match self.table.accept(now, peer, &repr, packet.payload()) {
+        match self.table.accept(now, peer, &repr, &data[tern_wire::qnp::HEADER_LEN..]) {
             Accept::Pending => {
                 self.stats.rx_packets += 1;
                 return None;
@@ -255,9 +238,8 @@ impl Client {
                 self.stats.drop(reason);
                 return None;
             }
-            Accept::Complete(_) => true,
+            Accept::Complete(_) => {}
         };
-        debug_assert!(complete);
         self.stats.rx_packets += 1;
         self.stats.responses += 1;
         if !retransmitted {

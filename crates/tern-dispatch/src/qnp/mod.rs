@@ -255,6 +255,20 @@ impl QnpConfig {
     }
 }
 
+/// Parses a QNP header from untrusted bytes, counting a drop if it is short or malformed.
+#[inline]
+pub(crate) fn parse_header(stats: &mut Stats, data: &[u8]) -> Option<tern_wire::qnp::Repr> {
+    let Ok(packet) = tern_wire::qnp::Packet::new_checked(data) else {
+        stats.drop(DropReason::Truncated);
+        return None;
+    };
+    let repr = tern_wire::qnp::Repr::parse(&packet);
+    if repr.is_err() {
+        stats.drop(DropReason::BadHeader);
+    }
+    repr.ok()
+}
+
 /// `a` comes before `b` in request-id order (serial number arithmetic, RFC 1982).
 #[inline]
 pub(crate) fn id_before(a: u32, b: u32) -> bool {

@@ -91,6 +91,24 @@ pub fn segment_message<M: Message>(
     Ok(())
 }
 
+/// Segments `msg` for `cfg` into a buffer taken from `spare` (or a new one); on error the buffer
+/// goes back to `spare`.
+pub(crate) fn segment_into<M: Message>(
+    cfg: &super::QnpConfig,
+    msg: &M,
+    spare: &mut Vec<Segmented>,
+    scratch: &mut Vec<u8>,
+) -> Result<Segmented, SegmentError> {
+    let mut seg = spare.pop().unwrap_or_default();
+    match segment_message(msg, cfg.payload_capacity(), usize::from(cfg.max_pkts_per_request), scratch, &mut seg) {
+        Ok(()) => Ok(seg),
+        Err(e) => {
+            spare.push(seg);
+            Err(e)
+        }
+    }
+}
+
 /// Cuts encoded records into payloads of at most `capacity` bytes (appending to `out`).
 /// The caller has checked that the leading dispatch records fit in one packet.
 pub(crate) fn segment_bytes(tlv_bytes: &[u8], capacity: usize, out: &mut Segmented) {

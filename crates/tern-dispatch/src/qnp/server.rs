@@ -10,9 +10,9 @@ use tern_io::{Batch, Pool};
 use tern_wire::qnp::{Flags, Packet, Repr};
 use tern_wire::tlv::Message;
 
-use super::segment::{SegmentError, Segmented, segment_message};
+use super::segment::{SegmentError, Segmented, segment_into};
 use super::table::{Accept, Parts, RequestTable};
-use super::{DropReason, QnpConfig, Stats, id_before};
+use super::{DropReason, QnpConfig, Stats, id_before, parse_header};
 
 /// Names a request the application must answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -116,14 +116,7 @@ impl Server {
     /// been delivered before.
     pub fn handle_packet<'a>(&'a mut self, now: Instant, peer: SocketAddr, data: &'a [u8]) -> Option<Incoming<'a>> {
         self.now = self.now.max(now);
-        let Ok(packet) = Packet::new_checked(data) else {
-            self.stats.drop(DropReason::Truncated);
-            return None;
-        };
-        let Ok(repr) = Repr::parse(&packet) else {
-            self.stats.drop(DropReason::BadHeader);
-            return None;
-        };
+        let repr = parse_header(&mut self.stats, data)?;
         if repr.flags != Flags::DATA {
             self.stats.drop(DropReason::UnexpectedPacket);
             return None;
@@ -194,17 +187,7 @@ impl Server {
     /// Answers a request: the response is segmented now and sent by
     /// [`poll_transmit`](Self::poll_transmit); it carries the request's ACK.
     pub fn respond<M: Message>(&mut self, handle: ReqHandle, resp: &M) -> Result<(), SegmentError> {
-        let mut seg = self.spare.pop().unwrap_or_default();
-        if let Err(e) = segment_message(
-            resp,
-            self.cfg.payload_capacity(),
-            usize::from(self.cfg.max_pkts_per_request),
-            &mut self.scratch,
-            &mut seg,
-        ) {
-            self.spare.push(seg);
-            return Err(e);
-        }
+        let seg = segment_into(&self.cfg, resp, &mut self.spare, &mut self.scratch)?;
         self.stats.responses += 1;
         self.tx.push_back(TxItem::New { handle, seg, next: 0 });
         Ok(())
