@@ -30,6 +30,7 @@ fn pingpong(requests: u64, loss: f64) -> Result<PingPongReport, Box<dyn std::err
         payload: tern_dispatch::pingpong::PAYLOAD_FOR_128B,
         profile: "qingniao-u250".into(),
         max_retries: 20,
+        request_table_entries: None,
         json: false,
     };
     Ok(tern_dispatch::pingpong::run(&args.config()?)?)

@@ -49,6 +49,10 @@ pub struct PingpongArgs {
     /// Retransmissions before a request fails.
     #[arg(long, default_value_t = 10)]
     pub max_retries: u32,
+    /// Request-table entries per server thread [default: the profile's table shared equally
+    /// among server threads; 1024 if the profile is unbounded].
+    #[arg(long)]
+    pub request_table_entries: Option<usize>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -67,13 +71,22 @@ impl PingpongArgs {
         };
         faults.validate().map_err(|e| format!("--{e}"))?;
         let profile = tern_hw::Profile::resolve(&self.profile)?;
-        let qnp = QnpConfig { max_retries: self.max_retries, ..QnpConfig::for_profile(&profile) };
+        if self.concurrency == 0 || self.server_threads == 0 || self.client_threads == 0 {
+            return Err("--concurrency, --server-threads and --client-threads must be at least 1".into());
+        }
+        let base = QnpConfig::for_profile(&profile);
+        let share = match profile.capacity(tern_hw::resource::QNP_REQUEST_TABLE_ENTRIES) {
+            Some(total) => (total as usize / self.server_threads).max(1),
+            None => base.request_table_entries,
+        };
+        let entries = self.request_table_entries.unwrap_or(share);
+        if entries == 0 {
+            return Err("--request-table-entries must be at least 1".into());
+        }
+        let qnp = QnpConfig { max_retries: self.max_retries, request_table_entries: entries, ..base };
         let mut ledger = tern_hw::Ledger::new(&profile);
         for i in 0..self.server_threads {
             qnp.check(&mut ledger, &format!("pingpong server thread {i}"))?;
-        }
-        if self.concurrency == 0 || self.server_threads == 0 || self.client_threads == 0 {
-            return Err("--concurrency, --server-threads and --client-threads must be at least 1".into());
         }
         Ok(PingPongConfig {
             requests: self.requests,

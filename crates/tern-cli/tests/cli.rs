@@ -46,6 +46,24 @@ fn pingpong_json_has_the_promised_keys() {
 }
 
 #[test]
+fn bounded_profile_shares_its_request_table_among_server_threads() {
+    let (ok, out, err) = tern(&[
+        "dispatch",
+        "pingpong",
+        "--profile",
+        "qingniao-u250",
+        "--server-threads",
+        "2",
+        "--requests",
+        "500",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["completed"], 500);
+}
+
+#[test]
 fn bench_qnp_json_has_the_promised_keys() {
     let (ok, out, err) =
         tern(&["bench", "qnp", "--rounds", "2", "--phase-secs", "0.1", "--concurrency", "4", "--no-pin", "--json"]);
@@ -65,6 +83,18 @@ fn bad_options_name_the_bad_item() {
     let (ok, _, err) = tern(&["dispatch", "pingpong", "--profile", "no-such-profile"]);
     assert!(!ok);
     assert!(err.contains("unknown profile `no-such-profile`"), "{err}");
+    let (ok, _, err) = tern(&[
+        "dispatch",
+        "pingpong",
+        "--profile",
+        "qingniao-u250",
+        "--server-threads",
+        "2",
+        "--request-table-entries",
+        "1024",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("qnp.request_table_entries asked for 1024, 0 available"), "{err}");
     let (ok, _, err) = tern(&["hw", "show", "nope"]);
     assert!(!ok && err.contains("nope"), "{err}");
 }
