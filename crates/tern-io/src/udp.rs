@@ -241,9 +241,7 @@ impl Port for UdpPort {
             let chunk = (total - start).min(MAX_BATCH);
             for i in 0..chunk {
                 let p = batch.get(start + i).expect("index below batch length");
-                let mut name: libc::sockaddr_storage = self.names[i];
-                let name_len = sockaddr_into(&p.peer, &mut name);
-                self.names[i] = name;
+                let name_len = sockaddr_into(&p.peer, &mut self.names[i]);
                 let data = p.data();
                 self.prepare(i, data.as_ptr().cast_mut(), data.len(), name_len);
             }
