@@ -43,6 +43,34 @@ pub mod resource {
     pub const MATCHER_CHECK_BYTES: &str = "matcher.check_bytes";
 }
 
+/// Names of the per-operation cycle costs profiles give (`[cycles]`).
+pub mod cost {
+    /// Cycles the RSD spends on a request's first packet before any skip-and-check.
+    pub const RSD_FIRST_PACKET: &str = "rsd.first_packet";
+    /// Cycles per skip-and-check the Matcher runs (a RAM read, a ByteStream read, a CAM lookup).
+    pub const RSD_SKIP_AND_CHECK: &str = "rsd.skip_and_check";
+    /// Cycles for a later packet whose decision is in the stash.
+    pub const RSD_STASH_HIT: &str = "rsd.stash_hit";
+    /// Cycles an L3/4 RSS (Toeplitz) dispatcher needs, for comparison.
+    pub const RSS_DISPATCH: &str = "rss.dispatch";
+}
+
+/// Names of the rates profiles give (`[rates]`).
+pub mod rate {
+    /// Packets per second the host DMA path moves (the paper's DMA ceiling).
+    pub const DMA_PACKETS_PER_S: &str = "dma.packets_per_s";
+    /// Line rate in Gbit/s.
+    pub const LINE_GBPS: &str = "line.gbps";
+}
+
+/// Names of the fixed latencies profiles give (`[latency_ns]`).
+pub mod latency {
+    /// Ingress latency from MAC to the QNP receive module, excluding the RSD's cycles.
+    pub const INGRESS_FIXED: &str = "ingress.fixed";
+}
+
+pub mod rsd;
+
 /// Names of the built-in profiles.
 pub const BUILTIN: &[&str] = &["cpu", "qingniao-u250"];
 
@@ -81,6 +109,15 @@ pub struct Profile {
     /// Capacity per resource; a resource not listed is unbounded.
     #[serde(default)]
     pub capacity: BTreeMap<String, u64>,
+    /// Cycle cost per operation (see [`cost`]); an operation not listed is not modelled.
+    #[serde(default)]
+    pub cycles: BTreeMap<String, u64>,
+    /// Rates that bound throughput (see [`rate`]).
+    #[serde(default)]
+    pub rates: BTreeMap<String, f64>,
+    /// Fixed latencies in nanoseconds (see [`latency`]).
+    #[serde(default)]
+    pub latency_ns: BTreeMap<String, f64>,
     /// QNP parameters.
     pub qnp: QnpParams,
 }
@@ -163,6 +200,11 @@ impl Profile {
         {
             return Err(invalid(format!("clock_mhz {mhz} must be a positive number")));
         }
+        for (name, v) in self.rates.iter().chain(self.latency_ns.iter()) {
+            if !(*v >= 0.0 && v.is_finite()) {
+                return Err(invalid(format!("{name} = {v} must be a non-negative number")));
+            }
+        }
         if let Some(bits) = self.qnp.timer_bits
             && !(1..=64).contains(&bits)
         {
@@ -179,6 +221,16 @@ impl Profile {
     /// Nanoseconds per clock cycle, where the profile has a clock.
     pub fn ns_per_cycle(&self) -> Option<f64> {
         self.clock_mhz.map(|mhz| 1000.0 / mhz)
+    }
+
+    /// Cycle cost of an operation, where the profile models it.
+    pub fn cycles(&self, op: &str) -> Option<u64> {
+        self.cycles.get(op).copied()
+    }
+
+    /// A rate, where the profile models it.
+    pub fn rate(&self, name: &str) -> Option<f64> {
+        self.rates.get(name).copied()
     }
 
     /// The profile as TOML.
