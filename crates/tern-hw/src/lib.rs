@@ -41,6 +41,8 @@ pub mod resource {
     pub const MATCHER_CAM_ENTRIES: &str = "matcher.cam_entries";
     /// Bytes one check compares.
     pub const MATCHER_CHECK_BYTES: &str = "matcher.check_bytes";
+    /// Matcher states per (application, request type), state 0 included (the CAM key's state).
+    pub const MATCHER_STATES: &str = "matcher.states";
 }
 
 /// Names of the per-operation cycle costs profiles give (`[cycles]`).

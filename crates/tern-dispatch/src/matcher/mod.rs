@@ -1,0 +1,600 @@
+//! The Matcher: a rule set compiled into the skip-and-check state machine (QingNiao §4.2.1).
+//!
+//! Each rule becomes a path of *steps*. A step names a dispatch field, how to move within it
+//! (skip a number of bytes, or skip to just after the next delimiter) and how many bytes to check
+//! there; the checked bytes are the key that selects the next state, as the paper's CAM does.
+//! Rules that start with the same steps share states, so the machine is a trie: a state holds
+//! one *branch* per distinct step shape (the hardware allows one — see [`offload`]), each branch
+//! a table from checked bytes to the next state, and a state where a rule ends carries that
+//! rule's queue.
+//!
+//! Byte positions are taken in a field's *view*: its 2-byte TLV length followed by its value.
+//! That lets `exact` be one check (length and value together), as the hardware's ByteStream sees
+//! the length bytes too; patterns start 2 bytes in, at the value. A delimiter skip never stops
+//! inside the length bytes.
+//!
+//! [`Machine::decide`] walks the machine on a first packet's TLV bytes in place. Where a rule
+//! set has one shape per state (everything the hardware runs), that is a single walk with one
+//! table lookup per skip-and-check. Rule sets the hardware cannot run (several shapes at one
+//! state, `suffix`, `contains`) still work: the walk then also tries the other branches, in
+//! precedence order, and keeps the earliest rule that matches. [`reference`] is the naive
+//! evaluator it is tested against.
+//!
+//! Cost (criterion `matcher`, this machine): see `benches/matcher.rs` and the numbers in
+//! `docs/rules.md`.
+//!
+//! ```
+//! use tern_dispatch::matcher::Machine;
+//! use tern_dispatch::rules::{DispatchConfig, RuleSet};
+//! use tern_wire::tlv::Writer;
+//! let idl = tern_idl::parse_str("kv.proto", r#"syntax = "proto3"; import "tern/qingniao.proto";
+//!     message Get { string key = 1 [(tern.dispatch) = true]; }"#).unwrap();
+//! let cfg: DispatchConfig = toml::from_str(r#"idl = "kv.proto"
+//!     [[app]]
+//!     name = "kv"
+//!     id = 1
+//!     requests = { Get = 1 }
+//!     [[rule]]
+//!     app = "kv"
+//!     request = "Get"
+//!     queue = 3
+//!     match = { key = "...AAA.BB" }"#).unwrap();
+//! let set = RuleSet::from_config(&cfg, &idl).unwrap();
+//! let machine = Machine::compile(&set, 1).unwrap();
+//! let mut payload = Vec::new();
+//! Writer::new(&mut payload).put_bytes(1, b"FEFAAACBB");
+//! assert_eq!(machine.decide(1, &payload).queue, 3);
+//! payload.clear();
+//! Writer::new(&mut payload).put_bytes(1, b"FEFBAACBB");
+//! assert_eq!(machine.decide(1, &payload).queue, 0); // the default queue
+//! ```
+
+pub mod offload;
+pub mod reference;
+
+use std::fmt;
+
+use hashbrown::HashMap;
+use tern_wire::tlv::RECORD_HEADER_LEN;
+
+use crate::rules::pattern::PatOp;
+use crate::rules::{CondKind, Rule, RuleSet};
+
+/// Most steps one rule may compile to (the walk recurses once per step).
+pub const MAX_STEPS_PER_RULE: usize = 1024;
+
+/// Bytes of a TLV record's length, the start of a field's view.
+const LEN_BYTES: usize = 2;
+
+/// How a step moves within its field before checking.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SkipPart {
+    /// Skip this many bytes.
+    Fixed(u32),
+    /// Skip to just after the next delimiter byte.
+    ToDelim,
+}
+
+/// The shape of a step: everything but the bytes it checks.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Shape {
+    /// Move (skips, in order), then check `len` bytes.
+    Check {
+        /// Moves before the check.
+        skip: Vec<SkipPart>,
+        /// Bytes checked.
+        len: u32,
+    },
+    /// Check the value's last `len` bytes (software only).
+    Suffix {
+        /// Bytes checked.
+        len: u32,
+    },
+    /// The value contains `needle` (software only).
+    Contains {
+        /// What to find.
+        needle: Vec<u8>,
+    },
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Shape::Check { skip, len } => {
+                let moves: Vec<String> = skip
+                    .iter()
+                    .map(|s| match s {
+                        SkipPart::Fixed(n) => format!("skips {n}"),
+                        SkipPart::ToDelim => "skips to the delimiter".to_string(),
+                    })
+                    .collect();
+                let moves = if moves.is_empty() { "skips 0".to_string() } else { moves.join(", ") };
+                write!(f, "{moves} and checks {len}")
+            }
+            Shape::Suffix { len } => write!(f, "checks the last {len}"),
+            Shape::Contains { needle } => write!(f, "searches for {} bytes", needle.len()),
+        }
+    }
+}
+
+/// One step of a rule's path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Step {
+    /// Field number.
+    pub field: u8,
+    /// Shape.
+    pub shape: Shape,
+    /// Bytes checked (empty for `Contains`).
+    pub key: Vec<u8>,
+}
+
+/// A rule's steps, in order; `Err` names why the rule cannot be compiled.
+pub fn steps_of(rule: &Rule) -> Result<Vec<Step>, String> {
+    let mut steps = Vec::new();
+    for c in &rule.conditions {
+        let field = c.field;
+        match &c.kind {
+            CondKind::Exact(b) => {
+                let Ok(n) = u16::try_from(b.len()) else {
+                    return Err(format!("field `{}`: an exact value of {} bytes exceeds a field's 65535", c.field_name, b.len()));
+                };
+                let mut key = n.to_be_bytes().to_vec();
+                key.extend_from_slice(b);
+                steps.push(Step { field, shape: Shape::Check { skip: Vec::new(), len: key.len() as u32 }, key });
+            }
+            CondKind::Prefix(b) => pattern_steps(field, &[PatOp::Check(b.clone())], &mut steps),
+            CondKind::Pattern(ops) => pattern_steps(field, ops, &mut steps),
+            CondKind::Suffix(b) => steps.push(Step { field, shape: Shape::Suffix { len: b.len() as u32 }, key: b.clone() }),
+            CondKind::Contains(b) => {
+                steps.push(Step { field, shape: Shape::Contains { needle: b.clone() }, key: Vec::new() })
+            }
+        }
+    }
+    if steps.len() > MAX_STEPS_PER_RULE {
+        return Err(format!("{} skip-and-checks; a rule may have at most {MAX_STEPS_PER_RULE}", steps.len()));
+    }
+    Ok(steps)
+}
+
+fn pattern_steps(field: u8, ops: &[PatOp], steps: &mut Vec<Step>) {
+    // The view starts with the 2 length bytes: the first move skips them. A delimiter skip
+    // never stops inside them, so "skip 2, then to the delimiter" is just "to the delimiter".
+    let mut skip = vec![SkipPart::Fixed(LEN_BYTES as u32)];
+    let mut at_start = true;
+    for op in ops {
+        match op {
+            PatOp::Skip(n) => match skip.last_mut() {
+                Some(SkipPart::Fixed(m)) => *m += n,
+                _ => skip.push(SkipPart::Fixed(*n)),
+            },
+            PatOp::ToDelim => {
+                if at_start && skip == [SkipPart::Fixed(LEN_BYTES as u32)] {
+                    skip.clear();
+                }
+                skip.push(SkipPart::ToDelim);
+            }
+            PatOp::Check(b) => {
+                at_start = false;
+                let moves = std::mem::take(&mut skip);
+                let moves = if moves == [SkipPart::Fixed(0)] { Vec::new() } else { moves };
+                steps.push(Step { field, shape: Shape::Check { skip: moves, len: b.len() as u32 }, key: b.clone() });
+            }
+        }
+    }
+}
+
+/// A rule that could not be compiled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("rule \"{rule}\": {reason}")]
+pub struct CompileError {
+    /// The rule.
+    pub rule: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// No rule: the terminal slot of a state without one.
+const NO_RULE: u32 = u32::MAX;
+
+#[derive(Debug, Clone)]
+enum Table {
+    /// One key of at most 8 bytes: compare, no hashing.
+    One(u64, u32),
+    /// Keys of at most 8 bytes.
+    Short(HashMap<u64, u32>),
+    /// Longer keys.
+    Long(HashMap<Box<[u8]>, u32>),
+    /// A `contains` branch: one next state.
+    Always(u32),
+}
+
+#[derive(Debug, Clone)]
+struct Branch {
+    slot: u8,
+    shape: Shape,
+    /// Earliest rule below this branch: a walk that already has a match at least as early skips it.
+    min_rule: u32,
+    table: Table,
+}
+
+#[derive(Debug, Clone)]
+struct Node {
+    /// Rule ending here (its index), or `NO_RULE`.
+    rule: u32,
+    queue: u16,
+    branches: Vec<Branch>,
+}
+
+/// The machine for one request type.
+#[derive(Debug, Clone)]
+struct Root {
+    req_type: u8,
+    node: u32,
+    /// Field number → slot in the located-field array, `u8::MAX` if no rule reads it.
+    slot_of: Box<[u8; 256]>,
+    /// Fields the rules read.
+    fields: u8,
+}
+
+/// The outcome of a first packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// Queue (worker) the request goes to.
+    pub queue: u16,
+    /// Index of the rule that matched (file order), `None` for the default queue.
+    pub rule: Option<u32>,
+}
+
+/// One application's compiled rules.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    app_id: u8,
+    default_queue: u16,
+    delimiter: u8,
+    nodes: Vec<Node>,
+    roots: Vec<Root>,
+    /// Field number of each slot.
+    slot_fields: Vec<u8>,
+    /// Rule names by index, for reports.
+    rule_names: Vec<(u32, String)>,
+}
+
+/// Fields one request can have located at once.
+const MAX_SLOTS: usize = 16;
+
+#[derive(Debug, Default)]
+struct BuildNode {
+    rule: Option<(u32, u16)>,
+    branches: Vec<(u8, Shape, u32, Vec<(Vec<u8>, usize)>)>,
+}
+
+impl Machine {
+    /// Compiles the rules of application `app_id` of a checked rule set.
+    pub fn compile(set: &RuleSet, app_id: u8) -> Result<Machine, CompileError> {
+        let app = set.app(app_id).ok_or_else(|| CompileError {
+            rule: String::new(),
+            reason: format!("app id {app_id} is not defined"),
+        })?;
+        let mut nodes: Vec<BuildNode> = Vec::new();
+        let mut roots: Vec<(u8, usize, Vec<u8>)> = Vec::new();
+        let mut rule_names = Vec::new();
+        // Slot numbers are the machine's: slot i holds field slot_fields[i].
+        let mut slot_fields: Vec<u8> = Vec::new();
+        for rule in set.rules_of(app_id) {
+            let steps = steps_of(rule).map_err(|reason| CompileError { rule: rule.name.clone(), reason })?;
+            let idx = rule.index as u32;
+            rule_names.push((idx, rule.name.clone()));
+            let ri = match roots.iter().position(|r| r.0 == rule.req_type) {
+                Some(i) => i,
+                None => {
+                    nodes.push(BuildNode::default());
+                    roots.push((rule.req_type, nodes.len() - 1, Vec::new()));
+                    roots.len() - 1
+                }
+            };
+            let mut at = roots[ri].1;
+            for step in steps {
+                if !roots[ri].2.contains(&step.field) {
+                    roots[ri].2.push(step.field);
+                }
+                if !slot_fields.contains(&step.field) {
+                    slot_fields.push(step.field);
+                }
+                let slot = slot_fields.iter().position(|&f| f == step.field).unwrap_or(0) as u8;
+                let bi = match nodes[at].branches.iter().position(|b| b.0 == slot && b.1 == step.shape) {
+                    Some(bi) => bi,
+                    None => {
+                        nodes[at].branches.push((slot, step.shape.clone(), idx, Vec::new()));
+                        nodes[at].branches.len() - 1
+                    }
+                };
+                let next = match nodes[at].branches[bi].3.iter().find(|(k, _)| *k == step.key) {
+                    Some(&(_, n)) => n,
+                    None => {
+                        nodes.push(BuildNode::default());
+                        let n = nodes.len() - 1;
+                        nodes[at].branches[bi].3.push((step.key.clone(), n));
+                        n
+                    }
+                };
+                at = next;
+            }
+            // An earlier rule with the same path wins; this one is shadowed (rules warns).
+            if nodes[at].rule.is_none() {
+                nodes[at].rule = Some((idx, rule.queue));
+            }
+        }
+        if slot_fields.len() > MAX_SLOTS {
+            return Err(CompileError { rule: String::new(), reason: format!("rules read more than {MAX_SLOTS} fields") });
+        }
+        // The earliest rule ending anywhere below each node (children have larger indices).
+        let mut min_below = vec![NO_RULE; nodes.len()];
+        for i in (0..nodes.len()).rev() {
+            let own = nodes[i].rule.map_or(NO_RULE, |r| r.0);
+            min_below[i] = nodes[i].branches.iter().flat_map(|b| b.3.iter()).map(|&(_, c)| min_below[c]).fold(own, u32::min);
+        }
+        // Drop what can never win: a rule ending below an earlier rule that already matched on
+        // the way down, and every key whose subtree holds only such rules. (The rules module
+        // warns about them as shadowed.) Without this a walk that stops at the first terminal,
+        // as the hardware's does, could pick a later rule.
+        let mut stack: Vec<(usize, u32)> = roots.iter().map(|r| (r.1, NO_RULE)).collect();
+        while let Some((i, above)) = stack.pop() {
+            if nodes[i].rule.is_some_and(|(r, _)| r > above) {
+                nodes[i].rule = None;
+            }
+            let best = nodes[i].rule.map_or(above, |(r, _)| r.min(above));
+            for b in &mut nodes[i].branches {
+                b.3.retain(|&(_, c)| min_below[c] < best);
+                b.2 = b.3.iter().map(|&(_, c)| min_below[c]).min().unwrap_or(NO_RULE);
+            }
+            nodes[i].branches.retain(|b| !b.3.is_empty());
+            stack.extend(nodes[i].branches.iter().flat_map(|b| b.3.iter()).map(|&(_, c)| (c, best)));
+        }
+        let nodes = nodes
+            .into_iter()
+            .map(|n| {
+                let mut branches: Vec<Branch> = n
+                    .branches
+                    .into_iter()
+                    .map(|(slot, shape, min_rule, keys)| {
+                        let table = make_table(&shape, keys);
+                        Branch { slot, shape, min_rule, table }
+                    })
+                    .collect();
+                branches.sort_by_key(|b| b.min_rule);
+                let (rule, queue) = n.rule.unwrap_or((NO_RULE, 0));
+                Node { rule, queue, branches }
+            })
+            .collect();
+        let roots = roots
+            .into_iter()
+            .map(|(req_type, node, fields)| {
+                let mut slot_of = Box::new([u8::MAX; 256]);
+                for &f in &fields {
+                    slot_of[f as usize] = slot_fields.iter().position(|&g| g == f).unwrap_or(0) as u8;
+                }
+                Root { req_type, node: node as u32, slot_of, fields: fields.len() as u8 }
+            })
+            .collect();
+        Ok(Machine {
+            app_id,
+            default_queue: app.default_queue,
+            delimiter: set.delimiter,
+            nodes,
+            roots,
+            slot_fields,
+            rule_names,
+        })
+    }
+
+    /// The application.
+    pub fn app_id(&self) -> u8 {
+        self.app_id
+    }
+
+    /// The default queue.
+    pub fn default_queue(&self) -> u16 {
+        self.default_queue
+    }
+
+    /// States (trie nodes) of the machine.
+    pub fn states(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Nodes reachable from the roots (dropped branches leave unreachable ones behind).
+    fn reachable(&self) -> Vec<u32> {
+        let mut seen = vec![false; self.nodes.len()];
+        let mut stack: Vec<u32> = self.roots.iter().map(|r| r.node).collect();
+        let mut out = Vec::new();
+        while let Some(i) = stack.pop() {
+            if std::mem::replace(&mut seen[i as usize], true) {
+                continue;
+            }
+            out.push(i);
+            for b in &self.nodes[i as usize].branches {
+                match &b.table {
+                    Table::One(_, c) | Table::Always(c) => stack.push(*c),
+                    Table::Short(m) => stack.extend(m.values()),
+                    Table::Long(m) => stack.extend(m.values()),
+                }
+            }
+        }
+        out
+    }
+
+    /// A rule's name by index.
+    pub fn rule_name(&self, index: u32) -> Option<&str> {
+        self.rule_names.iter().find(|(i, _)| *i == index).map(|(_, n)| n.as_str())
+    }
+
+    /// Decides the queue of a request of `req_type` from its first packet's payload (TLV
+    /// records; pass only the bytes the dispatcher may read, e.g. up to `seg_cnt`). Never
+    /// panics: malformed records end the field search, and absent fields fail their conditions.
+    pub fn decide(&self, req_type: u8, payload: &[u8]) -> Decision {
+        let default = Decision { queue: self.default_queue, rule: None };
+        let Some(root) = self.roots.iter().find(|r| r.req_type == req_type) else {
+            return default;
+        };
+        let mut fields = [(0u32, 0u32); MAX_SLOTS];
+        locate(payload, root, &mut fields);
+        let mut best = (NO_RULE, self.default_queue);
+        self.walk(root.node, payload, &fields, u8::MAX, 0, &mut best);
+        if best.0 == NO_RULE { default } else { Decision { queue: best.1, rule: Some(best.0) } }
+    }
+
+    /// Depth-first walk keeping the earliest matching rule in `best`. `slot`/`pos` is the cursor:
+    /// the field being read and the position in its view.
+    fn walk(&self, mut node: u32, payload: &[u8], fields: &[(u32, u32); MAX_SLOTS], mut slot: u8, mut pos: usize, best: &mut (u32, u16)) {
+        loop {
+            let n = &self.nodes[node as usize];
+            if n.rule < best.0 {
+                *best = (n.rule, n.queue);
+            }
+            match n.branches.as_slice() {
+                [] => return,
+                // The common case (every hardware-shaped machine): one branch, no backtracking.
+                [b] => {
+                    if b.min_rule >= best.0 {
+                        return;
+                    }
+                    match self.step(b, payload, fields, slot, pos) {
+                        Some((next, p)) => {
+                            node = next;
+                            slot = b.slot;
+                            pos = p;
+                        }
+                        None => return,
+                    }
+                }
+                branches => {
+                    for b in branches {
+                        if b.min_rule >= best.0 {
+                            break; // sorted by min_rule: no later branch can do better
+                        }
+                        if let Some((next, p)) = self.step(b, payload, fields, slot, pos) {
+                            self.walk(next, payload, fields, b.slot, p, best);
+                        }
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Runs one branch's step from the cursor: the next state and position, or `None`.
+    #[inline]
+    fn step(&self, b: &Branch, payload: &[u8], fields: &[(u32, u32); MAX_SLOTS], slot: u8, pos: usize) -> Option<(u32, usize)> {
+        let (start, end) = fields[b.slot as usize];
+        if end == 0 {
+            return None; // field absent
+        }
+        let view = payload.get(start as usize..end as usize)?;
+        let pos = if b.slot == slot { pos } else { 0 };
+        match (&b.shape, &b.table) {
+            (Shape::Check { skip, len }, table) => {
+                let mut p = pos;
+                for part in skip {
+                    match part {
+                        SkipPart::Fixed(n) => p += *n as usize,
+                        SkipPart::ToDelim => {
+                            let from = p.max(LEN_BYTES);
+                            let i = view.get(from..)?.iter().position(|&c| c == self.delimiter)?;
+                            p = from + i + 1;
+                        }
+                    }
+                }
+                let key = view.get(p..p + *len as usize)?;
+                Some((lookup(table, key)?, p + *len as usize))
+            }
+            (Shape::Suffix { len }, table) => {
+                let value = &view[LEN_BYTES.min(view.len())..];
+                let key = value.get(value.len().checked_sub(*len as usize)?..)?;
+                Some((lookup(table, key)?, view.len()))
+            }
+            (Shape::Contains { needle }, Table::Always(next)) => {
+                let value = &view[LEN_BYTES.min(view.len())..];
+                let found = needle.is_empty() || value.windows(needle.len()).any(|w| w == needle.as_slice());
+                found.then_some((*next, view.len()))
+            }
+            (Shape::Contains { .. }, _) => None,
+        }
+    }
+}
+
+fn make_table(shape: &Shape, keys: Vec<(Vec<u8>, usize)>) -> Table {
+    if let Shape::Contains { .. } = shape {
+        return Table::Always(keys.first().map_or(0, |k| k.1 as u32));
+    }
+    let short = keys.iter().all(|(k, _)| k.len() <= 8);
+    match (short, keys.len()) {
+        (true, 1) => Table::One(pack(&keys[0].0), keys[0].1 as u32),
+        (true, _) => Table::Short(keys.iter().map(|(k, n)| (pack(k), *n as u32)).collect()),
+        (false, _) => Table::Long(keys.into_iter().map(|(k, n)| (k.into_boxed_slice(), n as u32)).collect()),
+    }
+}
+
+/// Packs up to 8 bytes into a u64 (all keys of one table have the same length).
+#[inline]
+fn pack(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b[..key.len()].copy_from_slice(key);
+    u64::from_le_bytes(b)
+}
+
+#[inline]
+fn lookup(table: &Table, key: &[u8]) -> Option<u32> {
+    match table {
+        Table::One(k, next) => (key.len() <= 8 && pack(key) == *k).then_some(*next),
+        Table::Short(map) => map.get(&pack(key)).copied(),
+        Table::Long(map) => map.get(key).copied(),
+        Table::Always(next) => Some(*next),
+    }
+}
+
+/// Finds the view (2 length bytes + value) of each field a root reads: the first record of each.
+fn locate(payload: &[u8], root: &Root, fields: &mut [(u32, u32); MAX_SLOTS]) {
+    let mut found = 0u8;
+    let mut off = 0usize;
+    while found < root.fields && off + RECORD_HEADER_LEN <= payload.len() {
+        let ty = payload[off];
+        let len = u16::from_be_bytes([payload[off + 1], payload[off + 2]]) as usize;
+        let end = off + RECORD_HEADER_LEN + len;
+        if ty == 0 || end > payload.len() {
+            return; // malformed or cut off: what is not found yet is absent
+        }
+        let slot = root.slot_of[ty as usize];
+        if slot != u8::MAX && fields[slot as usize].1 == 0 {
+            fields[slot as usize] = ((off + 1) as u32, end as u32);
+            found += 1;
+        }
+        off = end;
+    }
+}
+
+/// Every application's machine, indexed by `app_id`.
+#[derive(Debug, Clone, Default)]
+pub struct Matcher {
+    apps: Vec<Option<std::sync::Arc<Machine>>>,
+}
+
+impl Matcher {
+    /// Compiles every application of a rule set.
+    pub fn compile(set: &RuleSet) -> Result<Matcher, CompileError> {
+        let mut apps = vec![None; 256];
+        for app in &set.apps {
+            apps[app.id as usize] = Some(std::sync::Arc::new(Machine::compile(set, app.id)?));
+        }
+        Ok(Matcher { apps })
+    }
+
+    /// The machine of an application.
+    pub fn app(&self, app_id: u8) -> Option<&std::sync::Arc<Machine>> {
+        self.apps.get(app_id as usize).and_then(|m| m.as_ref())
+    }
+
+    /// Decides a request: `None` if its application is not configured.
+    pub fn decide(&self, app_id: u8, req_type: u8, payload: &[u8]) -> Option<Decision> {
+        Some(self.app(app_id)?.decide(req_type, payload))
+    }
+}

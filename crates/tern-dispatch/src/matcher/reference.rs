@@ -1,0 +1,92 @@
+//! The naive evaluator: decode the request's fields, then try the rules one by one in file order,
+//! each condition by its plain meaning (`starts_with`, `ends_with`, a byte-by-byte pattern walk).
+//!
+//! This is both the reference twin the compiled [`super::Machine`] is property-tested against and
+//! the paper's software straw man ("a match against the configured rules in a for loop in each
+//! skip-and-check", §5.2 footnote 5) that the `sw-ring` and `sw-uds` baselines and the matcher
+//! benchmark run.
+
+use tern_wire::tlv::Reader;
+
+use super::Decision;
+use crate::rules::pattern::PatOp;
+use crate::rules::{CondKind, Rule, RuleSet};
+
+/// Whether `value` satisfies a condition; `delimiter` is what `*` skips to.
+pub fn holds(kind: &CondKind, value: &[u8], delimiter: u8) -> bool {
+    match kind {
+        CondKind::Exact(b) => value == b.as_slice(),
+        CondKind::Prefix(b) => value.starts_with(b),
+        CondKind::Suffix(b) => value.ends_with(b),
+        CondKind::Contains(b) => b.is_empty() || value.windows(b.len()).any(|w| w == b.as_slice()),
+        CondKind::Pattern(ops) => {
+            let mut at = 0usize;
+            for op in ops {
+                match op {
+                    PatOp::Skip(n) => at += *n as usize,
+                    PatOp::ToDelim => match value.get(at..).and_then(|v| v.iter().position(|&c| c == delimiter)) {
+                        Some(i) => at += i + 1,
+                        None => return false,
+                    },
+                    PatOp::Check(b) => {
+                        if value.get(at..).is_none_or(|v| !v.starts_with(b)) {
+                            return false;
+                        }
+                        at += b.len();
+                    }
+                }
+            }
+            true
+        }
+    }
+}
+
+/// Whether a rule matches a request whose field values `field` returns (`None`: absent).
+pub fn rule_matches<'a>(rule: &Rule, delimiter: u8, field: impl Fn(u8) -> Option<&'a [u8]>) -> bool {
+    rule.conditions.iter().all(|c| field(c.field).is_some_and(|v| holds(&c.kind, v, delimiter)))
+}
+
+/// The naive matcher: per request, decode every TLV record of the payload, then loop over the
+/// application's rules.
+#[derive(Debug, Clone)]
+pub struct NaiveMatcher {
+    delimiter: u8,
+    /// Per app id: default queue and rules in order.
+    apps: Vec<Option<(u16, Vec<Rule>)>>,
+}
+
+impl NaiveMatcher {
+    /// Takes a checked rule set.
+    pub fn new(set: &RuleSet) -> NaiveMatcher {
+        let mut apps = vec![None; 256];
+        for app in &set.apps {
+            apps[app.id as usize] = Some((app.default_queue, set.rules_of(app.id).cloned().collect()));
+        }
+        NaiveMatcher { delimiter: set.delimiter, apps }
+    }
+
+    /// Decides a request: `None` if its application is not configured. `fields` is scratch
+    /// space for the decoded records (kept by the caller so the loop does not allocate).
+    pub fn decide<'a>(
+        &self,
+        app_id: u8,
+        req_type: u8,
+        payload: &'a [u8],
+        fields: &mut Vec<(u8, &'a [u8])>,
+    ) -> Option<Decision> {
+        let (default_queue, rules) = self.apps[app_id as usize].as_ref()?;
+        // Decode the whole request (up to the first malformed record).
+        fields.clear();
+        for rec in Reader::new(payload) {
+            let Ok(rec) = rec else { break };
+            fields.push((rec.field, rec.value));
+        }
+        let lookup = |f: u8| fields.iter().find(|(n, _)| *n == f).map(|(_, v)| *v);
+        for rule in rules.iter().filter(|r| r.req_type == req_type) {
+            if rule_matches(rule, self.delimiter, lookup) {
+                return Some(Decision { queue: rule.queue, rule: Some(rule.index as u32) });
+            }
+        }
+        Some(Decision { queue: *default_queue, rule: None })
+    }
+}

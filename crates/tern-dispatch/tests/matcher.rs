@@ -1,0 +1,358 @@
+//! The compiled matcher against the naive evaluator, and the hardware tables against both.
+
+use proptest::prelude::*;
+use tern_dispatch::matcher::offload::{self, HwTables, Workload};
+use tern_dispatch::matcher::reference::NaiveMatcher;
+use tern_dispatch::matcher::{Decision, Machine};
+use tern_dispatch::rules::pattern::PatOp;
+use tern_dispatch::rules::{App, CondKind, Condition, DispatchConfig, Rule, RuleSet};
+use tern_wire::tlv::Writer;
+
+const IDL: &str = r#"
+    syntax = "proto3";
+    import "tern/qingniao.proto";
+    message Req { string key = 1 [(tern.dispatch) = true]; bytes tag = 2 [(tern.dispatch) = true];
+                  uint32 n = 3 [(tern.dispatch) = true]; bytes body = 4; }
+    message Other { string key = 1 [(tern.dispatch) = true]; }
+"#;
+
+fn schema() -> tern_idl::Schema {
+    tern_idl::parse_str("t.proto", IDL).unwrap()
+}
+
+/// Bytes over a small alphabet (with the delimiter) so that random rules match often.
+fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(prop::sample::select(vec![b'a', b'b', b'$']), 0..=max)
+}
+
+fn nonempty(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(prop::sample::select(vec![b'a', b'b', b'$']), 1..=max)
+}
+
+fn pattern() -> impl Strategy<Value = Vec<PatOp>> {
+    let op = prop_oneof![
+        (1u32..4).prop_map(PatOp::Skip),
+        Just(PatOp::ToDelim),
+        nonempty(3).prop_map(PatOp::Check),
+    ];
+    (prop::collection::vec(op, 0..4), nonempty(3)).prop_map(|(mut ops, last)| {
+        ops.push(PatOp::Check(last));
+        // Merge neighbours the way the parser does.
+        let mut out: Vec<PatOp> = Vec::new();
+        for op in ops {
+            match (out.last_mut(), op) {
+                (Some(PatOp::Skip(a)), PatOp::Skip(b)) => *a += b,
+                (Some(PatOp::Check(a)), PatOp::Check(b)) => a.extend(b),
+                (_, op) => out.push(op),
+            }
+        }
+        out
+    })
+}
+
+fn cond_kind(software_only: bool) -> BoxedStrategy<CondKind> {
+    let hw = prop_oneof![
+        3 => pattern().prop_map(CondKind::Pattern),
+        1 => bytes(4).prop_map(CondKind::Exact),
+        1 => nonempty(3).prop_map(CondKind::Prefix),
+    ];
+    if software_only {
+        prop_oneof![
+            5 => hw,
+            1 => nonempty(2).prop_map(CondKind::Suffix),
+            1 => nonempty(2).prop_map(CondKind::Contains),
+        ]
+        .boxed()
+    } else {
+        hw.boxed()
+    }
+}
+
+fn rule_set(software_only: bool) -> impl Strategy<Value = RuleSet> {
+    let rule = (
+        0u8..2,                                                         // request type 1 or 2
+        prop::option::of(cond_kind(software_only)),                     // key
+        prop::option::of(cond_kind(software_only)),                     // tag
+        prop::option::of(prop::sample::select(vec![0u32, 1, 7])),       // n, exact
+        0u16..6,                                                        // queue
+    );
+    (prop::collection::vec(rule, 0..12), 0u16..3).prop_map(|(rules, default_queue)| {
+        let s = schema();
+        let app = App {
+            name: "a".into(),
+            id: 9,
+            default_queue,
+            requests: vec![(s.message("Req").unwrap().clone(), 1), (s.message("Other").unwrap().clone(), 2)],
+        };
+        let rules = rules
+            .into_iter()
+            .enumerate()
+            .map(|(index, (t, key, tag, n, queue))| {
+                let mut conditions = Vec::new();
+                if let Some(k) = key {
+                    conditions.push(Condition { field: 1, field_name: "key".into(), kind: k });
+                }
+                if t == 0 {
+                    if let Some(k) = tag {
+                        conditions.push(Condition { field: 2, field_name: "tag".into(), kind: k });
+                    }
+                    if let Some(n) = n {
+                        conditions
+                            .push(Condition { field: 3, field_name: "n".into(), kind: CondKind::Exact(n.to_be_bytes().to_vec()) });
+                    }
+                }
+                Rule { index, name: format!("r{index}"), app_id: 9, req_type: t + 1, queue, conditions }
+            })
+            .collect();
+        RuleSet { delimiter: b'$', apps: vec![app], rules, warnings: Vec::new(), queues: None }
+    })
+}
+
+/// A request payload: fields in encoding order, some absent, and sometimes garbage at the end
+/// or a cut-off record.
+fn payload() -> impl Strategy<Value = (u8, Vec<u8>)> {
+    (
+        1u8..3,
+        prop::option::of(bytes(10)),
+        prop::option::of(bytes(6)),
+        prop::option::of(prop::sample::select(vec![0u32, 1, 7, 9])),
+        0usize..3,
+        prop::collection::vec(any::<u8>(), 0..6),
+    )
+        .prop_map(|(t, key, tag, n, tail, junk)| {
+            let mut buf = Vec::new();
+            let mut w = Writer::new(&mut buf);
+            if let Some(k) = &key {
+                w.put_bytes(1, k);
+            }
+            if let Some(g) = &tag {
+                w.put_bytes(2, g);
+            }
+            if let Some(n) = n {
+                w.put_u32(3, n);
+            }
+            w.put_bytes(4, b"body");
+            match tail {
+                1 => buf.extend_from_slice(&junk),
+                2 => {
+                    let cut = buf.len().saturating_sub(junk.len());
+                    buf.truncate(cut)
+                }
+                _ => {}
+            }
+            (t, buf)
+        })
+}
+
+fn naive(set: &RuleSet, t: u8, p: &[u8]) -> Decision {
+    let mut scratch = Vec::new();
+    NaiveMatcher::new(set).decide(9, t, p, &mut scratch).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// Any rule set, software-only forms included: the compiled machine decides as the naive
+    /// loop does (same queue, same rule).
+    #[test]
+    fn machine_agrees_with_naive_loop(set in rule_set(true), reqs in prop::collection::vec(payload(), 1..16)) {
+        let m = Machine::compile(&set, 9).unwrap();
+        for (t, p) in &reqs {
+            prop_assert_eq!(m.decide(*t, p), naive(&set, *t, p), "payload {:?}", p);
+        }
+    }
+
+    /// Rule sets the report calls offloadable: the literal RAM/CAM tables, walked as the
+    /// hardware walks them (a CAM miss goes to the default queue), decide the same queue.
+    #[test]
+    fn hardware_tables_agree_when_offloadable(set in rule_set(false), reqs in prop::collection::vec(payload(), 1..16)) {
+        let profile = tern_hw::Profile::builtin("cpu").unwrap();
+        let report = offload::report(&set, &profile, Workload::default()).unwrap();
+        let tables = HwTables::build(&set, &profile);
+        prop_assert_eq!(report.offloadable, tables.is_ok(), "{:?}", report.problems);
+        if let Ok(tables) = tables {
+            prop_assert_eq!(tables.cam.len() as u64, report.cam_entries);
+            for (t, p) in &reqs {
+                let (queue, _) = tables.simulate(9, *t, p).unwrap();
+                prop_assert_eq!(queue, naive(&set, *t, p).queue, "payload {:?} report {:?} tables {:?}", p, report, tables);
+            }
+        }
+    }
+}
+
+fn from_toml(text: &str) -> RuleSet {
+    let cfg: DispatchConfig = toml::from_str(&format!(
+        "idl = \"t.proto\"\n[[app]]\nname = \"a\"\nid = 9\nrequests = {{ Req = 1, Other = 2 }}\n{text}"
+    ))
+    .unwrap();
+    RuleSet::from_config(&cfg, &schema()).unwrap()
+}
+
+fn req(key: &[u8], tag: &[u8]) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut w = Writer::new(&mut buf);
+    w.put_bytes(1, key);
+    w.put_bytes(2, tag);
+    w.put_u32(3, 0);
+    buf
+}
+
+#[test]
+fn shared_prefixes_share_states_and_entries_are_counted() {
+    // Two rules share their first check ("us"), then differ: 1 root + "us" + 2 second keys.
+    let set = from_toml(
+        r#"
+        [[rule]]
+        name = "x"
+        app = "a"
+        request = "Req"
+        queue = 1
+        match = { key = "us.r1" }
+        [[rule]]
+        name = "y"
+        app = "a"
+        request = "Req"
+        queue = 2
+        match = { key = "us.r2" }
+        "#,
+    );
+    let u250 = tern_hw::Profile::builtin("qingniao-u250").unwrap();
+    let r = offload::report(&set, &u250, Workload::default()).unwrap();
+    assert!(r.offloadable, "{:?}", r.problems);
+    assert_eq!((r.ram_entries, r.cam_entries), (4, 4));
+    assert_eq!(r.apps[0].states, 3); // state 0, the root's, the one after "us"
+    assert_eq!(r.apps[0].max_skip_and_checks, 2);
+    let p = r.apps[0].projection.unwrap();
+    assert_eq!(p.cycles, 9 + 6 * 2);
+    let t = HwTables::build(&set, &cpu_profile()).unwrap();
+    assert_eq!(t.ram[0].skip, 2); // the view starts with the 2 length bytes
+    assert_eq!(t.simulate(9, 1, &req(b"usXr2", b"")), Some((2, 2)));
+    assert_eq!(t.simulate(9, 1, &req(b"usXr3", b"")), Some((0, 2)));
+}
+
+#[test]
+fn conflicts_name_rules_and_reasons() {
+    let set = from_toml(
+        r#"
+        [[rule]]
+        name = "long"
+        app = "a"
+        request = "Req"
+        queue = 1
+        match = { key = "abc" }
+        [[rule]]
+        name = "short"
+        app = "a"
+        request = "Req"
+        queue = 2
+        match = { key = "ab" }
+        [[rule]]
+        name = "suffix"
+        app = "a"
+        request = "Req"
+        queue = 3
+        match = { tag = { suffix = "z" } }
+        [[rule]]
+        name = "wide"
+        app = "a"
+        request = "Req"
+        queue = 3
+        match = { tag = "0123456789" }
+        "#,
+    );
+    let u250 = tern_hw::Profile::builtin("qingniao-u250").unwrap();
+    let r = offload::report(&set, &u250, Workload::default()).unwrap();
+    assert!(!r.offloadable);
+    let text: Vec<String> = r.problems.iter().map(|p| format!("{:?}: {}", p.rules, p.reason)).collect();
+    let all = text.join("\n");
+    assert!(all.contains("[\"long\", \"short\", \"suffix\", \"wide\"]: need different skip/check shapes"), "{all}");
+    assert!(all.contains("[\"suffix\"]: a suffix needs a skip that depends on the field's length"), "{all}");
+    assert!(all.contains("[\"wide\"]: checks 10 bytes at once; the CAM compares at most 8"), "{all}");
+    // Software still runs it.
+    let m = Machine::compile(&set, 9).unwrap();
+    assert_eq!(m.decide(1, &req(b"abx", b"")).queue, 2);
+    assert_eq!(m.decide(1, &req(b"abcx", b"")).queue, 1);
+    assert_eq!(m.decide(1, &req(b"q", b"yz")).queue, 3);
+}
+
+#[test]
+fn a_rule_ending_early_needs_the_default_queue() {
+    let rules = |q: u16| {
+        from_toml(&format!(
+            r#"
+            [[rule]]
+            name = "deep"
+            app = "a"
+            request = "Req"
+            queue = 1
+            match = {{ key = "ab", tag = "x" }}
+            [[rule]]
+            name = "shallow"
+            app = "a"
+            request = "Req"
+            queue = {q}
+            match = {{ key = "ab" }}
+            "#
+        ))
+    };
+    let cpu = tern_hw::Profile::builtin("cpu").unwrap();
+    let r = offload::report(&rules(2), &cpu, Workload::default()).unwrap();
+    assert_eq!(r.problems.len(), 1, "{:?}", r.problems);
+    assert!(r.problems[0].reason.contains("can only fall back to the default queue 0, not to queue 2"));
+    // With the default queue the CAM miss is the right answer.
+    let set = rules(0);
+    assert!(offload::report(&set, &cpu, Workload::default()).unwrap().offloadable);
+    let t = HwTables::build(&set, &cpu_profile()).unwrap();
+    assert_eq!(t.simulate(9, 1, &req(b"ab", b"x")).unwrap().0, 1);
+    assert_eq!(t.simulate(9, 1, &req(b"ab", b"y")).unwrap().0, 0);
+}
+
+#[test]
+fn too_many_entries_for_the_u250() {
+    // 130 rules × 4 distinct checks = 521 entries > 512.
+    let mut text = String::new();
+    for i in 0..130 {
+        text.push_str(&format!(
+            "[[rule]]\nname = \"r{i}\"\napp = \"a\"\nrequest = \"Req\"\nqueue = 1\nmatch = {{ key = \"{i:03}.a{i:03}.b{i:03}.c{i:03}\" }}\n"
+        ));
+    }
+    let set = from_toml(&text);
+    let u250 = tern_hw::Profile::builtin("qingniao-u250").unwrap();
+    let r = offload::report(&set, &u250, Workload::default()).unwrap();
+    assert_eq!(r.ram_entries, 1 + 130 * 4);
+    assert!(!r.offloadable);
+    assert!(r.problems.iter().any(|p| p.reason.contains("matcher.ram_entries asked for 521, 512 available")), "{:?}", r.problems);
+}
+
+fn cpu_profile() -> tern_hw::Profile {
+    tern_hw::Profile::builtin("cpu").unwrap()
+}
+
+#[test]
+fn a_catch_all_after_a_branch_keeps_its_queue() {
+    let set = from_toml(
+        r#"
+        [[rule]]
+        name = "r0"
+        app = "a"
+        request = "Other"
+        queue = 0
+        match = { key = "a.a" }
+        [[rule]]
+        name = "r1"
+        app = "a"
+        request = "Other"
+        queue = 2
+        [[rule]]
+        name = "r2"
+        app = "a"
+        request = "Other"
+        queue = 0
+        match = { key = "$" }
+        "#,
+    );
+    let r = offload::report(&set, &cpu_profile(), Workload::default()).unwrap();
+    assert!(!r.offloadable, "{r:?}");
+    let m = Machine::compile(&set, 9).unwrap();
+    assert_eq!(m.decide(2, &req(b"$", b"")).queue, 2);
+}
