@@ -30,11 +30,7 @@ fn nonempty(max: usize) -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn pattern() -> impl Strategy<Value = Vec<PatOp>> {
-    let op = prop_oneof![
-        (1u32..4).prop_map(PatOp::Skip),
-        Just(PatOp::ToDelim),
-        nonempty(3).prop_map(PatOp::Check),
-    ];
+    let op = prop_oneof![(1u32..4).prop_map(PatOp::Skip), Just(PatOp::ToDelim), nonempty(3).prop_map(PatOp::Check),];
     (prop::collection::vec(op, 0..4), nonempty(3)).prop_map(|(mut ops, last)| {
         ops.push(PatOp::Check(last));
         // Merge neighbours the way the parser does.
@@ -70,11 +66,11 @@ fn cond_kind(software_only: bool) -> BoxedStrategy<CondKind> {
 
 fn rule_set(software_only: bool) -> impl Strategy<Value = RuleSet> {
     let rule = (
-        0u8..2,                                                         // request type 1 or 2
-        prop::option::of(cond_kind(software_only)),                     // key
-        prop::option::of(cond_kind(software_only)),                     // tag
-        prop::option::of(prop::sample::select(vec![0u32, 1, 7])),       // n, exact
-        0u16..6,                                                        // queue
+        0u8..2,                                                   // request type 1 or 2
+        prop::option::of(cond_kind(software_only)),               // key
+        prop::option::of(cond_kind(software_only)),               // tag
+        prop::option::of(prop::sample::select(vec![0u32, 1, 7])), // n, exact
+        0u16..6,                                                  // queue
     );
     (prop::collection::vec(rule, 0..12), 0u16..3).prop_map(|(rules, default_queue)| {
         let s = schema();
@@ -97,8 +93,11 @@ fn rule_set(software_only: bool) -> impl Strategy<Value = RuleSet> {
                         conditions.push(Condition { field: 2, field_name: "tag".into(), kind: k });
                     }
                     if let Some(n) = n {
-                        conditions
-                            .push(Condition { field: 3, field_name: "n".into(), kind: CondKind::Exact(n.to_be_bytes().to_vec()) });
+                        conditions.push(Condition {
+                            field: 3,
+                            field_name: "n".into(),
+                            kind: CondKind::Exact(n.to_be_bytes().to_vec()),
+                        });
                     }
                 }
                 Rule { index, name: format!("r{index}"), app_id: 9, req_type: t + 1, queue, conditions }
@@ -321,7 +320,11 @@ fn too_many_entries_for_the_u250() {
     let r = offload::report(&set, &u250, Workload::default()).unwrap();
     assert_eq!(r.ram_entries, 1 + 130 * 4);
     assert!(!r.offloadable);
-    assert!(r.problems.iter().any(|p| p.reason.contains("matcher.ram_entries asked for 521, 512 available")), "{:?}", r.problems);
+    assert!(
+        r.problems.iter().any(|p| p.reason.contains("matcher.ram_entries asked for 521, 512 available")),
+        "{:?}",
+        r.problems
+    );
 }
 
 fn cpu_profile() -> tern_hw::Profile {

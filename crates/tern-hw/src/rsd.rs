@@ -138,9 +138,10 @@ impl RsdModel {
         let line = self.line_gbps.map_or(f64::INFINITY, |gbps| {
             gbps * 1e9 / (8.0 * (f64::from(frame_bytes) + WIRE_OVERHEAD_BYTES) * f64::from(packets))
         });
-        let (requests_per_s, bottleneck) = [(rsd, Bottleneck::Rsd), (dma, Bottleneck::Dma), (line, Bottleneck::LineRate)]
-            .into_iter()
-            .fold((f64::INFINITY, Bottleneck::Rsd), |best, cur| if cur.0 < best.0 { cur } else { best });
+        let (requests_per_s, bottleneck) =
+            [(rsd, Bottleneck::Rsd), (dma, Bottleneck::Dma), (line, Bottleneck::LineRate)]
+                .into_iter()
+                .fold((f64::INFINITY, Bottleneck::Rsd), |best, cur| if cur.0 < best.0 { cur } else { best });
         Projection {
             skip_and_checks: k,
             packets,

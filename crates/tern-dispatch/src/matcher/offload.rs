@@ -125,7 +125,9 @@ impl Machine {
                 let shapes: Vec<String> = node
                     .branches
                     .iter()
-                    .map(|b| format!("\"{}\" {} bytes of field {}", name(b.min_rule), b.shape, self.field_number(b.slot)))
+                    .map(|b| {
+                        format!("\"{}\" {} bytes of field {}", name(b.min_rule), b.shape, self.field_number(b.slot))
+                    })
                     .collect();
                 out.push(Problem {
                     rules,
@@ -183,7 +185,7 @@ impl Machine {
                     for b in &node.branches {
                         match &b.table {
                             Table::One(_, c) | Table::Always(c) => stack.push(*c),
-                            Table::Short(m) => stack.extend(m.values()),
+                            Table::Short(m) => stack.extend(m.iter().map(|(_, v)| v)),
                             Table::Long(m) => stack.extend(m.values()),
                         }
                     }
@@ -213,9 +215,10 @@ pub fn report(set: &RuleSet, profile: &Profile, workload: Workload) -> Result<Of
             let mut why = Vec::new();
             for s in &steps {
                 match &s.shape {
-                    Shape::Suffix { .. } => {
-                        why.push("a suffix needs a skip that depends on the field's length; a RAM entry's skip is a constant".to_string())
-                    }
+                    Shape::Suffix { .. } => why.push(
+                        "a suffix needs a skip that depends on the field's length; a RAM entry's skip is a constant"
+                            .to_string(),
+                    ),
                     Shape::Contains { .. } => {
                         why.push("contains needs a search; the Matcher only compares bytes at known places".to_string())
                     }
@@ -364,7 +367,13 @@ impl Machine {
             let mut next_state = 1u16;
             let root_state = u8::try_from(next_state).ok()?;
             let mut stack = vec![(root.node, root_state)];
-            tables.cam.push(CamEntry { app_id: self.app_id, req_type: root.req_type, field: 0, state: 0, bytes: Vec::new() });
+            tables.cam.push(CamEntry {
+                app_id: self.app_id,
+                req_type: root.req_type,
+                field: 0,
+                state: 0,
+                bytes: Vec::new(),
+            });
             tables.ram.push(self.ram_entry(root.node, root_state)?);
             while let Some((n, state)) = stack.pop() {
                 let node = &self.nodes[n as usize];
@@ -372,7 +381,9 @@ impl Machine {
                 let field = self.field_number(b.slot);
                 let keys: Vec<(Vec<u8>, u32)> = match &b.table {
                     Table::One(k, c) => vec![(k.to_le_bytes()[..self.check_len(b)].to_vec(), *c)],
-                    Table::Short(m) => m.iter().map(|(k, c)| (k.to_le_bytes()[..self.check_len(b)].to_vec(), *c)).collect(),
+                    Table::Short(m) => {
+                        m.iter().map(|(k, c)| (k.to_le_bytes()[..self.check_len(b)].to_vec(), c)).collect()
+                    }
                     Table::Long(m) => m.iter().map(|(k, c)| (k.to_vec(), *c)).collect(),
                     Table::Always(_) => return None,
                 };
@@ -411,9 +422,13 @@ impl HwTables {
         }
         let mut t = HwTables { cam: Vec::new(), ram: Vec::new(), default_queue: Vec::new(), delimiter: set.delimiter };
         for app in &set.apps {
-            let m = Machine::compile(set, app.id).map_err(|e| vec![Problem { rules: vec![e.rule], reason: e.reason }])?;
+            let m =
+                Machine::compile(set, app.id).map_err(|e| vec![Problem { rules: vec![e.rule], reason: e.reason }])?;
             m.emit(&mut t).ok_or_else(|| {
-                vec![Problem { rules: Vec::new(), reason: format!("app \"{}\" does not map onto the Matcher", app.name) }]
+                vec![Problem {
+                    rules: Vec::new(),
+                    reason: format!("app \"{}\" does not map onto the Matcher", app.name),
+                }]
             })?;
             t.default_queue.push((app.id, app.default_queue));
         }

@@ -330,7 +330,10 @@ impl RuleSet {
                 && n > 0
                 && q >= n
             {
-                diags.push(Diagnostic::error(item, format!("queue {q} does not exist (server.workers = {n}: queues 0..{n})")));
+                diags.push(Diagnostic::error(
+                    item,
+                    format!("queue {q} does not exist (server.workers = {n}: queues 0..{n})"),
+                ));
             }
         };
 
@@ -380,7 +383,10 @@ impl RuleSet {
             check_queue(&mut diags, &item, r.queue);
             let Some(app) = apps.iter().find(|a| a.name == r.app) else {
                 let known: Vec<&str> = apps.iter().map(|a| a.name.as_str()).collect();
-                diags.push(Diagnostic::error(&item, format!("app `{}` is not defined (apps: {})", r.app, known.join(", "))));
+                diags.push(Diagnostic::error(
+                    &item,
+                    format!("app `{}` is not defined (apps: {})", r.app, known.join(", ")),
+                ));
                 continue;
             };
             let Some((msg, req_type)) = app.requests.iter().find(|(m, _)| m.name == r.request) else {
@@ -451,7 +457,8 @@ fn condition(msg: &MessageSchema, field_name: &str, c: &ConditionConfig) -> Resu
     let kind = match c {
         ConditionConfig::Pattern(p) => CondKind::Pattern(parse_pattern(p).map_err(at)?),
         ConditionConfig::Form(f) => {
-            let given = [f.exact.is_some(), f.prefix.is_some(), f.suffix.is_some(), f.contains.is_some(), f.pattern.is_some()];
+            let given =
+                [f.exact.is_some(), f.prefix.is_some(), f.suffix.is_some(), f.contains.is_some(), f.pattern.is_some()];
             if given.iter().filter(|g| **g).count() != 1 {
                 return Err(format!(
                     "field `{field_name}`: give exactly one of exact, prefix, suffix, contains, pattern"
@@ -460,7 +467,9 @@ fn condition(msg: &MessageSchema, field_name: &str, c: &ConditionConfig) -> Resu
             let nonempty = |s: &str, form: &str| -> Result<Vec<u8>, String> {
                 let b = parse_literal(s).map_err(at)?;
                 if b.is_empty() {
-                    return Err(format!("field `{field_name}`: an empty {form} matches any value; leave the field out"));
+                    return Err(format!(
+                        "field `{field_name}`: an empty {form} matches any value; leave the field out"
+                    ));
                 }
                 Ok(b)
             };
@@ -485,7 +494,9 @@ fn exact_bytes(ty: FieldType, lit: &Literal) -> Result<Vec<u8>, String> {
         (Literal::Str(s), _) => {
             let b = parse_literal(s).map_err(|e| e.to_string())?;
             match ty.fixed_len() {
-                Some(n) if b.len() != n => Err(format!("a {} value is {n} bytes, the literal is {}", ty.proto_name(), b.len())),
+                Some(n) if b.len() != n => {
+                    Err(format!("a {} value is {n} bytes, the literal is {}", ty.proto_name(), b.len()))
+                }
                 _ => Ok(b),
             }
         }
