@@ -5,6 +5,7 @@ mod bench;
 mod demo;
 mod env;
 mod pingpong;
+mod rules;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,6 +52,10 @@ enum DispatchCommand {
     /// The paper's PingPong: 128-byte requests and responses over QNP on UDP loopback,
     /// client and server in this process; faults are injected on the client's socket.
     Pingpong(pingpong::PingpongArgs),
+    /// Check a dispatch rule file without running it: errors naming the rule and the problem,
+    /// warnings for rules that can never match, and the Matcher use under --profile.
+    /// Exit 0 if usable (and, with a hardware profile, if it fits), 1 otherwise.
+    Check(rules::CheckArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -98,6 +103,9 @@ enum HwCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Project a dispatch rule file onto a profile: RAM/CAM use, skip-and-checks, cycles,
+    /// ingress latency, requests/s and the bottleneck, per application and rule.
+    Report(rules::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -105,6 +113,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(a) => demo::run(&a),
         Command::Dispatch { command: DispatchCommand::Pingpong(a) } => pingpong::run(&a),
+        Command::Dispatch { command: DispatchCommand::Check(a) } => rules::check(&a),
         Command::Bench { command: BenchCommand::Qnp(a) } => bench::run_qnp(&a),
         Command::Idl { command } => idl(command),
         Command::Hw { command } => hw(command),
@@ -186,5 +195,6 @@ fn hw(command: HwCommand) -> CmdResult {
             }
             Ok(ExitCode::SUCCESS)
         }
+        HwCommand::Report(a) => rules::report(&a),
     }
 }

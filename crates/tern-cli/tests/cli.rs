@@ -127,3 +127,57 @@ fn hw_profiles_lists_builtins() {
     let (ok, out, _) = tern(&["hw", "show", "qingniao-u250"]);
     assert!(ok && out.contains("\"qnp.request_table_entries\" = 1024"), "{out}");
 }
+
+fn example(name: &str) -> String {
+    format!("{}/../../examples/dispatch/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn dispatch_check_reports_use_and_fit() {
+    let (ok, out, err) = tern(&["dispatch", "check", &example("kv.toml"), "--profile", "qingniao-u250"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("6 RAM entries (of 512), 6 CAM entries (of 512), offloadable"), "{out}");
+
+    // Software-only forms: fine for the cpu profile, an error against the U250.
+    let (ok, out, err) = tern(&["dispatch", "check", &example("mixed.toml")]);
+    assert!(ok, "{out}{err}");
+    assert!(err.contains("warning: rule \"admins\": can never match"), "{err}");
+    let (ok, out, _) = tern(&["dispatch", "check", &example("mixed.toml"), "--profile", "qingniao-u250"]);
+    assert!(!ok);
+    assert!(out.contains("error: rule \"jpegs\": a suffix needs a skip"), "{out}");
+    assert!(out.contains("error: rule \"admins\": checks 10 bytes at once"), "{out}");
+}
+
+#[test]
+fn dispatch_check_names_the_bad_rule() {
+    let dir = std::env::temp_dir().join(format!("tern-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(example("kv.proto"), dir.join("kv.proto")).unwrap();
+    let bad = "idl = \"kv.proto\"\n[server]\nworkers = 2\n[[app]]\nname = \"kv\"\nid = 1\nrequests = { Get = 1 }\n\
+               [[rule]]\nname = \"oops\"\napp = \"kv\"\nrequest = \"Get\"\nqueue = 5\nmatch = { key = \"ab..\" }\n";
+    std::fs::write(dir.join("bad.toml"), bad).unwrap();
+    let (ok, _, err) = tern(&["dispatch", "check", dir.join("bad.toml").to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("rule \"oops\": queue 5 does not exist"), "{err}");
+    assert!(err.contains("rule \"oops\": field `key`: the pattern ends with a skip"), "{err}");
+    let (ok, out, _) = tern(&["dispatch", "check", dir.join("bad.toml").to_str().unwrap(), "--json"]);
+    assert!(!ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["diagnostics"].as_array().unwrap().len(), 2);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn hw_report_projects_the_rule_set() {
+    let (ok, out, err) = tern(&["hw", "report", &example("kv.toml"), "--profile", "qingniao-u250"]);
+    assert!(ok, "{err}");
+    // k = 2: 21 cycles, DMA-bound at 15.7 Mrps.
+    let row = out.lines().map(|l| l.split_whitespace().collect::<Vec<_>>()).find(|t| t.first() == Some(&"kv"));
+    assert_eq!(row.as_deref().map(|t| &t[..3]), Some(&["kv", "2", "21"][..]), "{out}");
+    assert!(out.contains("15.70  dma"), "{out}");
+    let (ok, out, _) = tern(&["hw", "report", &example("kv.toml"), "--json"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["apps"][0]["projection"]["cycles"], 21);
+}

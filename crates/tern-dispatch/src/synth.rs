@@ -27,20 +27,7 @@ use crate::rules::pattern::PatOp;
 use crate::rules::{App, CondKind, Condition, DEFAULT_DELIMITER, Rule, RuleSet};
 
 /// The request message the synthetic rules read.
-pub const IDL: &str = r#"syntax = "proto3";
-package kv;
-import "tern/qingniao.proto";
-
-// A GET: the key is the dispatch field.
-message Get {
-  bytes key = 1 [(tern.dispatch) = true];
-}
-
-message Value {
-  bool found = 1;
-  bytes value = 2;
-}
-"#;
+pub const IDL: &str = include_str!("../../../examples/dispatch/kv.proto");
 
 /// Byte written in the skipped positions of a request.
 const FILLER: u8 = b'-';

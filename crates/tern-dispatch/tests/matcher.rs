@@ -359,3 +359,42 @@ fn a_catch_all_after_a_branch_keeps_its_queue() {
     let m = Machine::compile(&set, 9).unwrap();
     assert_eq!(m.decide(2, &req(b"$", b"")).queue, 2);
 }
+
+/// The worked example of docs/rules.md.
+#[test]
+fn docs_example_tables() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/dispatch/kv.toml");
+    let loaded = tern_dispatch::rules::load(std::path::Path::new(dir)).unwrap();
+    let u250 = tern_hw::Profile::builtin("qingniao-u250").unwrap();
+    let t = HwTables::build(&loaded.rules, &u250).unwrap();
+    let rows: Vec<String> = t
+        .cam
+        .iter()
+        .zip(&t.ram)
+        .map(|(c, r)| {
+            format!(
+                "{} {} {} {} {} -> {} {} {} {}",
+                c.app_id,
+                c.req_type,
+                c.field,
+                c.state,
+                String::from_utf8_lossy(&c.bytes),
+                r.field,
+                r.skip,
+                r.check,
+                r.state
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            "1 1 0 0  -> 1 2 4 1",
+            "1 1 1 1 item -> 1 255 2 2",
+            "1 1 1 1 user -> 1 1 1 3",
+            "1 1 1 2 eu -> 0 0 0 3",
+            "1 1 1 3 0 -> 0 0 0 1",
+            "1 1 1 3 5 -> 0 0 0 2",
+        ]
+    );
+}

@@ -112,7 +112,7 @@ impl fmt::Display for Shape {
                 write!(f, "{moves} and checks {len}")
             }
             Shape::Suffix { len } => write!(f, "checks the last {len}"),
-            Shape::Contains { needle } => write!(f, "searches for {} bytes", needle.len()),
+            Shape::Contains { needle } => write!(f, "searches for {}", needle.len()),
         }
     }
 }

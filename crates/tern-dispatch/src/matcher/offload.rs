@@ -366,7 +366,7 @@ impl Machine {
             // State 0's entry leads to the root's first step.
             let mut next_state = 1u16;
             let root_state = u8::try_from(next_state).ok()?;
-            let mut stack = vec![(root.node, root_state)];
+            let mut queue = std::collections::VecDeque::from([(root.node, root_state)]);
             tables.cam.push(CamEntry {
                 app_id: self.app_id,
                 req_type: root.req_type,
@@ -375,7 +375,7 @@ impl Machine {
                 bytes: Vec::new(),
             });
             tables.ram.push(self.ram_entry(root.node, root_state)?);
-            while let Some((n, state)) = stack.pop() {
+            while let Some((n, state)) = queue.pop_front() {
                 let node = &self.nodes[n as usize];
                 let Some(b) = node.branches.first() else { continue };
                 let field = self.field_number(b.slot);
@@ -387,6 +387,9 @@ impl Machine {
                     Table::Long(m) => m.iter().map(|(k, c)| (k.to_vec(), *c)).collect(),
                     Table::Always(_) => return None,
                 };
+                // Number states in key order so the tables do not depend on hashing.
+                let mut keys = keys;
+                keys.sort();
                 for (bytes, child) in keys {
                     let child_state = if self.nodes[child as usize].branches.is_empty() {
                         0
@@ -396,7 +399,7 @@ impl Machine {
                     };
                     tables.cam.push(CamEntry { app_id: self.app_id, req_type: root.req_type, field, state, bytes });
                     tables.ram.push(self.ram_entry(child, child_state)?);
-                    stack.push((child, child_state));
+                    queue.push_back((child, child_state));
                 }
             }
         }

@@ -437,6 +437,67 @@ impl RuleSet {
     }
 }
 
+/// A rule file that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or has unknown keys.
+    #[error("{path}: {message}")]
+    Toml {
+        /// The file.
+        path: String,
+        /// What and where (line, column).
+        message: String,
+    },
+    /// The IDL file named by `idl` is invalid.
+    #[error("{path}: idl: {source}")]
+    Idl {
+        /// The rule file.
+        path: String,
+        /// Cause.
+        source: tern_idl::IdlError,
+    },
+    /// The rules did not pass their checks.
+    #[error("{path}: {} error(s)\n{invalid}", invalid.0.iter().filter(|d| d.severity == Severity::Error).count())]
+    Invalid {
+        /// The rule file.
+        path: String,
+        /// Every diagnostic.
+        invalid: Invalid,
+    },
+}
+
+/// A loaded rule file: as written, its IDL, and the checked rules.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// As written.
+    pub config: DispatchConfig,
+    /// The IDL.
+    pub schema: Schema,
+    /// The checked rules.
+    pub rules: RuleSet,
+}
+
+/// Reads and checks a rule file; `idl` is resolved relative to the file.
+pub fn load(path: &std::path::Path) -> Result<Loaded, LoadError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io { path: shown.clone(), source })?;
+    let config: DispatchConfig =
+        toml::from_str(&text).map_err(|e| LoadError::Toml { path: shown.clone(), message: e.to_string() })?;
+    let idl = path.parent().unwrap_or(std::path::Path::new(".")).join(&config.idl);
+    let schema = tern_idl::parse_file(&idl).map_err(|source| LoadError::Idl { path: shown.clone(), source })?;
+    let rules =
+        RuleSet::from_config(&config, &schema).map_err(|invalid| LoadError::Invalid { path: shown, invalid })?;
+    Ok(Loaded { config, schema, rules })
+}
+
 fn names(schema: &Schema) -> String {
     schema.messages.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ")
 }
