@@ -36,6 +36,7 @@
 pub mod matcher;
 pub mod pingpong;
 pub mod qnp;
+pub mod rsd;
 pub mod rules;
 pub mod runtime;
 pub mod synth;
