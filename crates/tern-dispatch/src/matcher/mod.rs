@@ -480,11 +480,7 @@ impl Machine {
             }
             out.push(i);
             for b in &self.nodes[i as usize].branches {
-                match &b.table {
-                    Table::One(_, c) | Table::Always(c) => stack.push(*c),
-                    Table::Short(m) => stack.extend(m.iter().map(|(_, v)| v)),
-                    Table::Long(m) => stack.extend(m.values()),
-                }
+                b.table.push_targets(&mut stack);
             }
         }
         out
@@ -744,6 +740,17 @@ fn masked_eq(data: &[u8], expected: &[u8], mask: &[u8]) -> bool {
         diff |= u64::from((d ^ e) & m);
     }
     diff == 0
+}
+
+impl Table {
+    /// Appends every next state the table leads to.
+    fn push_targets(&self, out: &mut Vec<u32>) {
+        match self {
+            Table::One(_, c) | Table::Always(c) => out.push(*c),
+            Table::Short(m) => out.extend(m.iter().map(|(_, v)| v)),
+            Table::Long(m) => out.extend(m.values()),
+        }
+    }
 }
 
 fn make_table(shape: &Shape, keys: Vec<(Vec<u8>, usize)>) -> Table {

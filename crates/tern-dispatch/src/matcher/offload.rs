@@ -183,11 +183,7 @@ impl Machine {
                     let node = &self.nodes[i as usize];
                     n += u64::from(!node.branches.is_empty());
                     for b in &node.branches {
-                        match &b.table {
-                            Table::One(_, c) | Table::Always(c) => stack.push(*c),
-                            Table::Short(m) => stack.extend(m.iter().map(|(_, v)| v)),
-                            Table::Long(m) => stack.extend(m.values()),
-                        }
+                        b.table.push_targets(&mut stack);
                     }
                 }
                 n
