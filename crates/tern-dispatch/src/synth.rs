@@ -200,6 +200,14 @@ mod tests {
     }
 
     #[test]
+    fn points_that_cannot_tell_rules_apart_are_refused() {
+        assert!(Spec::default().validate().is_ok());
+        assert!(Spec { checks: 1, rules: 300, bytes: 1, seed: 0 }.validate().is_err());
+        assert!(Spec { checks: 2, rules: 300, bytes: 1, seed: 0 }.validate().is_ok());
+        assert!(Spec { checks: 0, ..Spec::default() }.validate().is_err());
+    }
+
+    #[test]
     fn the_rule_file_round_trips() {
         let spec = Spec { checks: 3, rules: 20, bytes: 4, seed: 9 };
         let text = spec.to_toml(4, "kv.proto");

@@ -842,24 +842,37 @@ fn lookup(table: &Table, key: &[u8]) -> Option<u32> {
     }
 }
 
-/// Finds the view (2 length bytes + value) of each field a root reads: the first record of each.
+/// The TLV records of a payload as (field number, view start, view end), where the view is the
+/// record's 2 length bytes and its value. Stops at the first malformed or cut-off record: what
+/// follows it is not seen.
+#[inline(always)]
+pub(crate) fn record_views(payload: &[u8]) -> impl Iterator<Item = (u8, usize, usize)> + '_ {
+    let mut off = 0usize;
+    std::iter::from_fn(move || {
+        let header = payload.get(off..off + RECORD_HEADER_LEN)?;
+        let end = off + RECORD_HEADER_LEN + u16::from_be_bytes([header[1], header[2]]) as usize;
+        if header[0] == 0 || end > payload.len() {
+            return None;
+        }
+        let rec = (header[0], off + 1, end);
+        off = end;
+        Some(rec)
+    })
+}
+
+/// Finds the view of each field a root reads: the first record of each.
 #[inline(always)]
 fn locate(payload: &[u8], root: &Root, fields: &mut [(u32, u32); MAX_SLOTS]) {
     let mut found = 0u8;
-    let mut off = 0usize;
-    while found < root.fields && off + RECORD_HEADER_LEN <= payload.len() {
-        let ty = payload[off];
-        let len = u16::from_be_bytes([payload[off + 1], payload[off + 2]]) as usize;
-        let end = off + RECORD_HEADER_LEN + len;
-        if ty == 0 || end > payload.len() {
-            return; // malformed or cut off: what is not found yet is absent
+    for (ty, start, end) in record_views(payload) {
+        if found == root.fields {
+            return;
         }
         let slot = root.slot_of[ty as usize];
         if slot != u8::MAX && fields[slot as usize].1 == 0 {
-            fields[slot as usize] = ((off + 1) as u32, end as u32);
+            fields[slot as usize] = (start as u32, end as u32);
             found += 1;
         }
-        off = end;
     }
 }
 

@@ -197,6 +197,16 @@ impl Machine {
 /// Maps a rule set onto a profile's Matcher: entries, per-rule skip-and-checks, everything that
 /// does not fit, and (where the profile models the RSD) the projected cycles and rate.
 pub fn report(set: &RuleSet, profile: &Profile, workload: Workload) -> Result<OffloadReport, super::CompileError> {
+    analyse(set, profile, workload).map(|(r, _)| r)
+}
+
+/// [`report`], and the machines it compiled (one per app, in `set.apps` order).
+fn analyse(
+    set: &RuleSet,
+    profile: &Profile,
+    workload: Workload,
+) -> Result<(OffloadReport, Vec<Machine>), super::CompileError> {
+    let mut machines = Vec::with_capacity(set.apps.len());
     let mut problems = Vec::new();
     let mut apps = Vec::new();
     let mut ledger = Ledger::new(profile);
@@ -275,9 +285,10 @@ pub fn report(set: &RuleSet, profile: &Profile, workload: Workload) -> Result<Of
             per_rule,
             projection: model.as_ref().map(|m| m.project(max_k, workload.packets, workload.frame_bytes)),
         });
+        machines.push(machine);
     }
     let ram_entries = apps.iter().map(|a| a.ram_entries).sum();
-    Ok(OffloadReport {
+    let report = OffloadReport {
         profile: profile.name.clone(),
         offloadable: problems.is_empty(),
         apps,
@@ -286,7 +297,8 @@ pub fn report(set: &RuleSet, profile: &Profile, workload: Workload) -> Result<Of
         ram_capacity: profile.capacity(resource::MATCHER_RAM_ENTRIES),
         cam_capacity: profile.capacity(resource::MATCHER_CAM_ENTRIES),
         problems,
-    })
+    };
+    Ok((report, machines))
 }
 
 /// A RAM entry: what to do after a CAM hit (or, for the entry of state 0, first).
@@ -414,15 +426,13 @@ impl HwTables {
     /// The Matcher's contents for a rule set, or everything that keeps it off `profile`'s
     /// Matcher (the problems of [`report`]).
     pub fn build(set: &RuleSet, profile: &Profile) -> Result<HwTables, Vec<Problem>> {
-        let r = report(set, profile, Workload::default())
+        let (r, machines) = analyse(set, profile, Workload::default())
             .map_err(|e| vec![Problem { rules: vec![e.rule.clone()], reason: e.reason.clone() }])?;
         if !r.offloadable {
             return Err(r.problems);
         }
         let mut t = HwTables { cam: Vec::new(), ram: Vec::new(), default_queue: Vec::new(), delimiter: set.delimiter };
-        for app in &set.apps {
-            let m =
-                Machine::compile(set, app.id).map_err(|e| vec![Problem { rules: vec![e.rule], reason: e.reason }])?;
+        for (app, m) in set.apps.iter().zip(&machines) {
             m.emit(&mut t).ok_or_else(|| {
                 vec![Problem {
                     rules: Vec::new(),
@@ -475,19 +485,7 @@ impl HwTables {
     }
 }
 
-/// The view (2 length bytes + value) of a field's first record, found by a plain TLV walk.
+/// The view (2 length bytes + value) of a field's first record.
 fn field_view(payload: &[u8], field: u8) -> Option<&[u8]> {
-    let mut off = 0usize;
-    while off + 3 <= payload.len() {
-        let len = u16::from_be_bytes([payload[off + 1], payload[off + 2]]) as usize;
-        let end = off + 3 + len;
-        if payload[off] == 0 || end > payload.len() {
-            return None;
-        }
-        if payload[off] == field {
-            return Some(&payload[off + 1..end]);
-        }
-        off = end;
-    }
-    None
+    super::record_views(payload).find(|r| r.0 == field).map(|(_, start, end)| &payload[start..end])
 }
