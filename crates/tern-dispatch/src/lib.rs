@@ -33,11 +33,14 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod kv;
+pub mod loadgen;
 pub mod matcher;
 pub mod pingpong;
 pub mod qnp;
 pub mod rsd;
 pub mod rules;
+pub mod server;
 pub mod runtime;
 pub mod synth;
 
@@ -46,6 +49,10 @@ pub mod apps {
     /// PingPong (`proto/pingpong.proto`).
     pub mod pingpong {
         include!(concat!(env!("OUT_DIR"), "/pingpong.rs"));
+    }
+    /// The KV GET service of the paper's RocksDB experiment (`examples/dispatch/kv.proto`).
+    pub mod kv {
+        include!(concat!(env!("OUT_DIR"), "/kv.rs"));
     }
     /// A message with every IDL type (`proto/probe.proto`), for tests and benchmarks.
     pub mod probe {

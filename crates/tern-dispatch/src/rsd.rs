@@ -38,7 +38,30 @@ use std::sync::Arc;
 
 use tern_wire::qnp::{self, Flags, Packet, SEGMENT_LEN};
 
-use crate::matcher::Machine;
+use crate::matcher::reference::NaiveApp;
+use crate::matcher::{Decision, Machine};
+
+/// What an RSD runs per application to decide a request's first packet: Tern's compiled
+/// [`Machine`], or the software baseline's [`NaiveApp`] (decode every record, loop over the
+/// rules).
+pub trait Decide {
+    /// Decides a first packet's payload; `scratch` is the caller's reusable space.
+    fn decide_first(&self, req_type: u8, payload: &[u8], scratch: &mut Vec<(u8, usize, usize)>) -> Decision;
+}
+
+impl Decide for Machine {
+    #[inline]
+    fn decide_first(&self, req_type: u8, payload: &[u8], _: &mut Vec<(u8, usize, usize)>) -> Decision {
+        self.decide(req_type, payload)
+    }
+}
+
+impl Decide for NaiveApp {
+    #[inline]
+    fn decide_first(&self, req_type: u8, payload: &[u8], scratch: &mut Vec<(u8, usize, usize)>) -> Decision {
+        self.decide(req_type, payload, scratch)
+    }
+}
 
 /// Why the RSD dropped a packet. Each is a counter in [`RsdStats`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -168,10 +191,12 @@ impl Stash {
     }
 }
 
-/// One receive-side dispatcher.
+/// One receive-side dispatcher, running `D` per application (Tern's compiled [`Machine`] by
+/// default).
 #[derive(Debug)]
-pub struct Rsd {
-    apps: Vec<Option<Arc<Machine>>>,
+pub struct Rsd<D = Machine> {
+    apps: Vec<Option<Arc<D>>>,
+    scratch: Vec<(u8, usize, usize)>,
     reconfiguring: Vec<bool>,
     stash: Stash,
     /// Bytes of a first packet's payload the matcher may read besides `seg_cnt` (the
@@ -180,13 +205,14 @@ pub struct Rsd {
     stats: RsdStats,
 }
 
-impl Rsd {
+impl<D: Decide> Rsd<D> {
     /// An RSD with a stash of `stash_entries` and `queues` queues, no applications installed.
-    pub fn new(stash_entries: usize, queues: u16) -> Rsd {
+    pub fn new(stash_entries: usize, queues: u16) -> Rsd<D> {
         Rsd {
             apps: vec![None; 256],
             reconfiguring: vec![false; 256],
             stash: Stash::new(stash_entries),
+            scratch: Vec::with_capacity(8),
             window: usize::MAX,
             stats: RsdStats { per_queue: vec![0; usize::from(queues)], ..RsdStats::default() },
         }
@@ -199,7 +225,7 @@ impl Rsd {
     }
 
     /// Installs (or with `None` removes) an application's machine and ends its reconfiguration.
-    pub fn install(&mut self, app_id: u8, machine: Option<Arc<Machine>>) {
+    pub fn install(&mut self, app_id: u8, machine: Option<Arc<D>>) {
         self.apps[usize::from(app_id)] = machine;
         self.reconfiguring[usize::from(app_id)] = false;
         self.stash.clear_app(app_id);
@@ -254,7 +280,7 @@ impl Rsd {
         let limit = (segs * SEGMENT_LEN).min(self.window.saturating_sub(SEGMENT_LEN));
         let payload = pkt.payload();
         let window = &payload[..payload.len().min(limit)];
-        let d = machine.decide(pkt.req_type(), window);
+        let d = machine.decide_first(pkt.req_type(), window, &mut self.scratch);
         self.stats.first_packets += 1;
         match d.rule {
             Some(r) => {

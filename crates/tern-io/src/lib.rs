@@ -2,7 +2,9 @@
 //!
 //! A [`Port`] receives and transmits [`Batch`]es of [`Packet`]s. Backends:
 //! - [`mem`]: in-process rings, for deterministic tests and engine benchmarks;
-//! - [`udp`]: kernel UDP sockets with `recvmmsg`/`sendmmsg` batching and `SO_REUSEPORT`.
+//! - [`udp`]: kernel UDP sockets with `recvmmsg`/`sendmmsg` batching and `SO_REUSEPORT`;
+//! - [`ring`]: rings with a doorbell between cores, and [`ring::Split`] (receive here, send there);
+//! - [`uds`]: Unix datagram links between threads (an IPC baseline).
 //!
 //! Wrappers stack on any port (as smoltcp's devices do): [`fault::FaultInjector`] (seeded loss,
 //! duplication, reordering, delay, corruption; this kernel has no netem) and
@@ -31,7 +33,9 @@
 pub mod fault;
 pub mod mem;
 pub mod pcap;
+pub mod ring;
 pub mod udp;
+pub mod uds;
 
 mod packet;
 pub use packet::{Batch, DEFAULT_BATCH, DEFAULT_BUF_SIZE, Packet, Pool};
@@ -95,6 +99,21 @@ pub fn pin_to_core(core: usize) -> bool {
     }
 }
 
+/// Restricts the calling thread to the given cores (Linux); returns whether it worked. An
+/// empty set or one naming no existing core leaves the thread as it is and returns false.
+pub fn pin_to_cores(cores: &[usize]) -> bool {
+    // SAFETY: as in `pin_to_core`: a zeroed cpu_set_t we own, read by the kernel for the call.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let mut any = false;
+        for &c in cores.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(c, &mut set);
+            any = true;
+        }
+        any && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
 /// Cores this process may run on.
 pub fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -107,6 +126,8 @@ mod tests {
         std::thread::spawn(|| {
             assert!(super::pin_to_core(0));
             assert!(!super::pin_to_core(1 << 20));
+            assert!(super::pin_to_cores(&[0, 1 << 20]));
+            assert!(!super::pin_to_cores(&[]));
         })
         .join()
         .unwrap();

@@ -100,6 +100,46 @@ impl UdpPort {
         &self.socket
     }
 
+    /// Steers this socket's `SO_REUSEPORT` group by the datagram's payload: a datagram goes to
+    /// the group's socket number `(big-endian u32 at payload offset `offset`) mod n`, in bind
+    /// order (a classic BPF program attached with `SO_ATTACH_REUSEPORT_CBPF`). Sockets bound
+    /// after the first `n` receive nothing but can still send from the group's address; a
+    /// datagram shorter than `offset + 4` bytes falls back to the kernel's flow hash. Call it
+    /// once every socket of the group is bound.
+    pub fn steer_reuseport_by_payload(&self, offset: u32, n: u32) -> io::Result<()> {
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "reuseport steering needs n >= 1"));
+        }
+        // SO_ATTACH_REUSEPORT_CBPF from <asm-generic/socket.h>; the same on every Linux
+        // architecture except mips, parisc and sparc.
+        const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+        // ld [offset] (absolute, 32-bit, network order); mod #n; ret a
+        const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+        const BPF_ALU_MOD_K: u16 = 0x04 | 0x90 | 0x00;
+        const BPF_RET_A: u16 = 0x06 | 0x10;
+        let mut prog = [
+            libc::sock_filter { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: offset },
+            libc::sock_filter { code: BPF_ALU_MOD_K, jt: 0, jf: 0, k: n },
+            libc::sock_filter { code: BPF_RET_A, jt: 0, jf: 0, k: 0 },
+        ];
+        let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_mut_ptr() };
+        // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies the
+        // program. Tested in `tests::reuseport_steering_by_payload`.
+        let r = unsafe {
+            libc::setsockopt(
+                self.fd,
+                libc::SOL_SOCKET,
+                SO_ATTACH_REUSEPORT_CBPF,
+                (&fprog as *const libc::sock_fprog).cast(),
+                size_of::<libc::sock_fprog>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     fn prepare(&mut self, i: usize, iov_base: *mut u8, iov_len: usize, name_len: u32) {
         self.vecs.iovs[i] = libc::iovec { iov_base: iov_base.cast(), iov_len };
         let iov_ptr: *mut libc::iovec = &mut self.vecs.iovs[i];
@@ -116,22 +156,27 @@ impl UdpPort {
     }
 
     fn wait_for(&self, events: libc::c_short, timeout: Duration) -> io::Result<()> {
-        let mut pfd = libc::pollfd { fd: self.fd, events, revents: 0 };
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: `pfd` and `ts` are valid for the duration of the call; a null sigmask keeps
-        // the current one.
-        let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
-        Ok(())
+        poll_fd(self.fd, events, timeout)
     }
+}
+
+/// Waits until `fd` has one of `events` or `timeout` passes (an interrupted wait returns early).
+pub(crate) fn poll_fd(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result<()> {
+    let mut pfd = libc::pollfd { fd, events, revents: 0 };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `pfd` and `ts` are valid for the duration of the call; a null sigmask keeps the
+    // current one.
+    let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 fn sockaddr_from(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
@@ -300,6 +345,114 @@ impl Port for UdpPort {
     }
 }
 
+/// Several UDP sockets as one port, so one endpoint's traffic spreads over several flows (and
+/// so over the receiver's `SO_REUSEPORT` sockets). A packet leaves by the socket chosen by the
+/// big-endian u32 at `steer_offset` of its bytes (modulo the number of sockets), so packets that
+/// carry the same value there (a request id) always use the same flow; shorter packets use the
+/// first socket. Receiving takes from every socket in turn.
+#[derive(Debug)]
+pub struct MultiUdpPort {
+    ports: Vec<UdpPort>,
+    steer_offset: usize,
+    next_rx: usize,
+    out: Vec<Batch>,
+}
+
+impl MultiUdpPort {
+    /// Binds `flows` sockets (at least 1) to `ip` with kernel-chosen ports.
+    pub fn bind(ip: std::net::IpAddr, flows: usize, steer_offset: usize, pool: &Pool) -> io::Result<MultiUdpPort> {
+        let ports = (0..flows.max(1))
+            .map(|_| UdpPort::bind(SocketAddr::new(ip, 0), pool, &UdpConfig::default()))
+            .collect::<io::Result<Vec<_>>>()?;
+        let out = (0..ports.len()).map(|_| Batch::new(MAX_BATCH)).collect();
+        Ok(MultiUdpPort { ports, steer_offset, next_rx: 0, out })
+    }
+
+    /// The sockets' addresses.
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.ports.iter().map(Port::local_addr).collect()
+    }
+
+    fn flow_of(&self, p: &Packet) -> usize {
+        let o = self.steer_offset;
+        p.data().get(o..o + 4).map_or(0, |b| {
+            u32::from_be_bytes(b.try_into().expect("4 bytes")) as usize % self.ports.len()
+        })
+    }
+}
+
+impl Port for MultiUdpPort {
+    fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        let n = self.ports.len();
+        let mut got = 0;
+        for k in 0..n {
+            if batch.is_full() {
+                break;
+            }
+            let i = (self.next_rx + k) % n;
+            got += self.ports[i].recv(now, batch)?;
+        }
+        self.next_rx = (self.next_rx + 1) % n;
+        Ok(got)
+    }
+
+    fn send(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        let mut sent = 0;
+        for p in batch.drain() {
+            let f = self.flow_of(&p);
+            if let Some(p) = self.out[f].push(p) {
+                sent += self.ports[f].send(now, &mut self.out[f])?;
+                let _ = self.out[f].push(p);
+            }
+        }
+        for (port, out) in self.ports.iter_mut().zip(self.out.iter_mut()) {
+            if !out.is_empty() {
+                sent += port.send(now, out)?;
+            }
+        }
+        Ok(sent)
+    }
+
+    fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        let mut pfds: Vec<libc::pollfd> =
+            self.ports.iter().map(|p| libc::pollfd { fd: p.fd, events: libc::POLLIN, revents: 0 }).collect();
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `pfds` holds `pfds.len()` initialised pollfds and `ts` is valid for the call.
+        let r = unsafe { libc::ppoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, &ts, std::ptr::null()) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The first socket's address.
+    fn local_addr(&self) -> SocketAddr {
+        self.ports[0].local_addr()
+    }
+
+    /// Counters summed over the sockets.
+    fn stats(&self) -> PortStats {
+        let mut t = PortStats::default();
+        for s in self.ports.iter().map(Port::stats) {
+            t.rx_packets += s.rx_packets;
+            t.rx_bytes += s.rx_bytes;
+            t.tx_packets += s.tx_packets;
+            t.tx_bytes += s.tx_bytes;
+            t.rx_dropped += s.rx_dropped;
+            t.tx_dropped += s.tx_dropped;
+            t.rx_batches += s.rx_batches;
+            t.tx_batches += s.tx_batches;
+        }
+        t
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,5 +525,83 @@ mod tests {
             sockaddr_into(&a, &mut st);
             assert_eq!(sockaddr_from(&st), Some(a));
         }
+    }
+
+    #[test]
+    fn reuseport_steering_by_payload() {
+        let pool = Pool::new(256, 2048);
+        let cfg = UdpConfig { reuse_port: true, ..UdpConfig::default() };
+        let mut group = vec![UdpPort::bind(any(), &pool, &cfg).unwrap()];
+        let addr = group[0].local_addr();
+        for _ in 0..3 {
+            group.push(UdpPort::bind(addr, &pool, &cfg).unwrap());
+        }
+        // Two steered sockets; the other two only send.
+        group[0].steer_reuseport_by_payload(2, 2).unwrap();
+        assert!(group[0].steer_reuseport_by_payload(2, 0).is_err());
+        let s = UdpSocket::bind(any()).unwrap();
+        for id in 0..40u32 {
+            let mut d = vec![0xaa, 0xbb];
+            d.extend_from_slice(&id.to_be_bytes());
+            s.send_to(&d, addr).unwrap();
+        }
+        let mut batch = Batch::new(64);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut got = [0usize; 4];
+        while got.iter().sum::<usize>() < 40 && Instant::now() < deadline {
+            for (i, p) in group.iter_mut().enumerate() {
+                p.wait(Duration::from_millis(5)).unwrap();
+                p.recv(Instant::now(), &mut batch).unwrap();
+                for pkt in batch.drain() {
+                    let id = u32::from_be_bytes(pkt.data()[2..6].try_into().unwrap());
+                    assert_eq!(id as usize % 2, i, "request {id} reached socket {i}");
+                    got[i] += 1;
+                    pool.put(pkt);
+                }
+            }
+        }
+        assert_eq!(got, [20, 20, 0, 0]);
+    }
+
+    #[test]
+    fn multi_port_keeps_each_id_on_one_flow() {
+        let pool = Pool::new(512, 2048);
+        let mut m = MultiUdpPort::bind("127.0.0.1".parse().unwrap(), 4, 2, &pool).unwrap();
+        let mut sink = UdpPort::bind(any(), &pool, &UdpConfig::default()).unwrap();
+        let mut batch = Batch::new(200);
+        for id in 0..100u32 {
+            let mut p = pool.packet();
+            p.extend_from_slice(&[0, 0]).unwrap();
+            p.extend_from_slice(&id.to_be_bytes()).unwrap();
+            p.peer = sink.local_addr();
+            batch.push(p);
+        }
+        assert_eq!(m.send(Instant::now(), &mut batch).unwrap(), 100);
+        let addrs = m.local_addrs();
+        let mut got = 0;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while got < 100 && Instant::now() < deadline {
+            sink.wait(Duration::from_millis(10)).unwrap();
+            sink.recv(Instant::now(), &mut batch).unwrap();
+            for p in batch.drain() {
+                let id = u32::from_be_bytes(p.data()[2..6].try_into().unwrap());
+                assert_eq!(p.peer, addrs[id as usize % 4]);
+                got += 1;
+                // Echo it back so the multi-port receives on that flow.
+                let mut back = Batch::new(1);
+                let mut q = pool.clone_packet(&p);
+                q.peer = p.peer;
+                back.push(q);
+                sink.send(Instant::now(), &mut back).unwrap();
+            }
+        }
+        assert_eq!(got, 100);
+        let mut echoed = 0;
+        while echoed < 100 && Instant::now() < deadline {
+            m.wait(Duration::from_millis(10)).unwrap();
+            echoed += m.recv(Instant::now(), &mut batch).unwrap();
+            batch.recycle(&pool);
+        }
+        assert_eq!((echoed, m.stats().rx_packets), (100, 100));
     }
 }

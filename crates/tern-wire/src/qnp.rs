@@ -22,7 +22,7 @@
 
 use crate::{Error, Result};
 
-mod field {
+pub mod field {
     pub type Field = core::ops::Range<usize>;
     pub const APP_ID: usize = 0;
     pub const REQ_TYPE: usize = 1;

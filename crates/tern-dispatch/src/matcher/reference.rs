@@ -66,27 +66,62 @@ impl NaiveMatcher {
     }
 
     /// Decides a request: `None` if its application is not configured. `fields` is scratch
-    /// space for the decoded records (kept by the caller so the loop does not allocate).
-    pub fn decide<'a>(
+    /// space for the decoded records (field, start, end), kept by the caller so the loop does
+    /// not allocate.
+    pub fn decide(
         &self,
         app_id: u8,
         req_type: u8,
-        payload: &'a [u8],
-        fields: &mut Vec<(u8, &'a [u8])>,
+        payload: &[u8],
+        fields: &mut Vec<(u8, usize, usize)>,
     ) -> Option<Decision> {
         let (default_queue, rules) = self.apps[app_id as usize].as_ref()?;
-        // Decode the whole request (up to the first malformed record).
-        fields.clear();
-        for rec in Reader::new(payload) {
-            let Ok(rec) = rec else { break };
-            fields.push((rec.field, rec.value));
-        }
-        let lookup = |f: u8| fields.iter().find(|(n, _)| *n == f).map(|(_, v)| *v);
-        for rule in rules.iter().filter(|r| r.req_type == req_type) {
-            if rule_matches(rule, self.delimiter, lookup) {
-                return Some(Decision { queue: rule.queue, rule: Some(rule.index as u32) });
-            }
-        }
-        Some(Decision { queue: *default_queue, rule: None })
+        Some(decide_rules(rules, *default_queue, self.delimiter, req_type, payload, fields))
     }
+
+    /// One application's rules, for a dispatcher that holds applications separately.
+    pub fn app(&self, app_id: u8) -> Option<NaiveApp> {
+        let (default_queue, rules) = self.apps[app_id as usize].as_ref()?;
+        Some(NaiveApp { delimiter: self.delimiter, default_queue: *default_queue, rules: rules.clone() })
+    }
+}
+
+/// The naive matcher of one application.
+#[derive(Debug, Clone)]
+pub struct NaiveApp {
+    delimiter: u8,
+    default_queue: u16,
+    rules: Vec<Rule>,
+}
+
+impl NaiveApp {
+    /// Decides a request of this application (see [`NaiveMatcher::decide`]).
+    pub fn decide(&self, req_type: u8, payload: &[u8], fields: &mut Vec<(u8, usize, usize)>) -> Decision {
+        decide_rules(&self.rules, self.default_queue, self.delimiter, req_type, payload, fields)
+    }
+}
+
+fn decide_rules(
+    rules: &[Rule],
+    default_queue: u16,
+    delimiter: u8,
+    req_type: u8,
+    payload: &[u8],
+    fields: &mut Vec<(u8, usize, usize)>,
+) -> Decision {
+    // Decode the whole request (up to the first malformed record).
+    fields.clear();
+    let base = payload.as_ptr() as usize;
+    for rec in Reader::new(payload) {
+        let Ok(rec) = rec else { break };
+        let start = rec.value.as_ptr() as usize - base;
+        fields.push((rec.field, start, start + rec.value.len()));
+    }
+    let lookup = |f: u8| fields.iter().find(|(n, _, _)| *n == f).map(|&(_, a, b)| &payload[a..b]);
+    for rule in rules.iter().filter(|r| r.req_type == req_type) {
+        if rule_matches(rule, delimiter, lookup) {
+            return Decision { queue: rule.queue, rule: Some(rule.index as u32) };
+        }
+    }
+    Decision { queue: default_queue, rule: None }
 }

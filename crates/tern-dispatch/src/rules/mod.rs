@@ -425,6 +425,24 @@ impl RuleSet {
         self.rules.iter().filter(move |r| r.app_id == app_id)
     }
 
+    /// The highest queue any application or rule names.
+    pub fn max_queue(&self) -> Option<u16> {
+        self.apps.iter().map(|a| a.default_queue).chain(self.rules.iter().map(|r| r.queue)).max()
+    }
+
+    /// Replaces application `app_id` (its definition and rules) by the one in `new`, keeping the
+    /// other applications. The new rules get indexes after every index in use, so counters kept
+    /// by index never mix old and new rules.
+    pub fn replace_app(&mut self, app_id: u8, new: &RuleSet) {
+        let next = self.rules.iter().map(|r| r.index + 1).max().unwrap_or(0);
+        self.apps.retain(|a| a.id != app_id);
+        self.apps.extend(new.apps.iter().filter(|a| a.id == app_id).cloned());
+        self.rules.retain(|r| r.app_id != app_id);
+        for (i, r) in new.rules.iter().filter(|r| r.app_id == app_id).enumerate() {
+            self.rules.push(Rule { index: next + i, ..r.clone() });
+        }
+    }
+
     /// A copy holding only one application and its rules (for per-application reconfiguration).
     pub fn only_app(&self, app_id: u8) -> RuleSet {
         RuleSet {

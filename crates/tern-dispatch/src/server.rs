@@ -1,0 +1,608 @@
+//! The dispatch server: the RSD runtime around [`crate::rsd`], the paper's baselines in the same
+//! binary, and the KV service as the application (QingNiao §3.3, §4.2, §5.1).
+//!
+//! Every mode binds its sockets to one address with `SO_REUSEPORT`; they differ in who receives
+//! and who decides:
+//!
+//! - [`Mode::Rsd`] (Tern): `dispatchers` RSD threads receive; a classic BPF program on the
+//!   socket group shards requests among them by request id (QNP header bytes 2..6), so all the
+//!   packets of a request meet the same RSD and its stash. An RSD runs the compiled matcher on a
+//!   first packet's dispatch bytes in place, keeps the decision in its stash for later packets,
+//!   and moves the packet buffer (no copy) into the chosen worker's ring, ringing the worker's
+//!   doorbell once per batch. Workers reassemble, run the handler and reply on their own
+//!   sockets (bound to the same address but never chosen for receiving), shared-nothing.
+//! - [`Mode::Rss`]: one socket per worker and no dispatcher; the kernel's flow hash picks the
+//!   worker (L3/4 dispatch, the upper bound; the rules are ignored).
+//! - [`Mode::SwRing`]: the software straw-man: dispatcher threads decode every record of the
+//!   first packet and loop over the rules one by one ([`NaiveApp`]), then hand off over the same
+//!   rings as Tern.
+//! - [`Mode::SwUds`]: the same dispatcher handing off over Unix domain datagram sockets (one
+//!   `sendmmsg` per worker per batch; the worker receives with `recvmmsg`).
+//!
+//! All server threads run on the same cores (`cores`), whatever the mode.
+
+use std::io;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use tern_io::ring::{RingSender, Split, ring};
+use tern_io::udp::{UdpConfig, UdpPort};
+use tern_io::uds::UdsPort;
+use tern_io::{Batch, DEFAULT_BATCH, Pool, Port};
+
+use crate::apps::kv::Get;
+use crate::kv::KvStore;
+use crate::matcher::Machine;
+use crate::matcher::reference::{NaiveApp, NaiveMatcher};
+use crate::qnp::{self, QnpConfig};
+use crate::rsd::{Decide, Rsd, RsdDrop, RsdStats, Verdict, sender_hash};
+use crate::rules::RuleSet;
+use crate::runtime::{QnpServer, Request};
+
+/// How requests reach workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Tern's receive-side dispatcher.
+    Rsd,
+    /// Kernel `SO_REUSEPORT` flow hashing only (L3/4, no L7 decision).
+    Rss,
+    /// Software dispatcher (decode + rule loop), ring hand-off.
+    SwRing,
+    /// Software dispatcher (decode + rule loop), Unix domain socket hand-off.
+    SwUds,
+}
+
+impl Mode {
+    /// Every mode, Tern first.
+    pub const ALL: [Mode; 4] = [Mode::Rsd, Mode::Rss, Mode::SwRing, Mode::SwUds];
+
+    /// The name used on the command line and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Rsd => "rsd",
+            Mode::Rss => "rss",
+            Mode::SwRing => "sw-ring",
+            Mode::SwUds => "sw-uds",
+        }
+    }
+
+    /// Whether this mode applies the L7 rules.
+    pub fn uses_rules(self) -> bool {
+        self != Mode::Rss
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| format!("unknown mode `{s}` (expected rsd, rss, sw-ring or sw-uds)"))
+    }
+}
+
+/// How to run a server.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Dispatch mode.
+    pub mode: Mode,
+    /// Address to serve on (port 0 picks one).
+    pub listen: SocketAddr,
+    /// Worker threads (queues).
+    pub workers: u16,
+    /// RSD threads (`rsd`) or software dispatcher threads (`sw-*`); unused by `rss`.
+    pub dispatchers: u16,
+    /// Stash entries per RSD (the profile's `rsd.stash_entries`).
+    pub stash_entries: usize,
+    /// Bytes of a first packet the matcher may read (the profile's ByteStream), if bounded.
+    pub bytestream: Option<usize>,
+    /// Packets each worker's ring holds.
+    pub ring_entries: usize,
+    /// QNP configuration of the workers.
+    pub qnp: QnpConfig,
+    /// Cores every server thread may run on (empty: no restriction).
+    pub cores: Vec<usize>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            mode: Mode::Rsd,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            workers: 4,
+            dispatchers: 1,
+            stash_entries: 256,
+            bytestream: None,
+            ring_entries: 4096,
+            qnp: QnpConfig::default(),
+            cores: Vec::new(),
+        }
+    }
+}
+
+/// Counters of one dispatcher thread (a snapshot, published every few milliseconds).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DispatcherStats {
+    /// The RSD core's counters.
+    pub rsd: RsdStats,
+    /// Packets dropped because the chosen worker's ring (or socket) was full.
+    pub handoff_full: u64,
+    /// Packets received.
+    pub rx_packets: u64,
+}
+
+/// Counters of one worker thread.
+#[derive(Debug, Default)]
+pub struct WorkerCounters {
+    /// Requests handled (each once: duplicates are suppressed by QNP).
+    pub requests: AtomicU64,
+    /// GETs whose key was found.
+    pub found: AtomicU64,
+    /// Store errors (answered as not found).
+    pub store_errors: AtomicU64,
+    /// The QNP server's counters (snapshot).
+    pub qnp: Mutex<qnp::Stats>,
+}
+
+/// Everything the server's threads publish.
+#[derive(Debug)]
+pub struct Shared {
+    /// Per dispatcher thread.
+    pub dispatchers: Vec<Mutex<DispatcherStats>>,
+    /// Per worker.
+    pub workers: Vec<WorkerCounters>,
+    /// The rule generation each dispatcher has applied.
+    pub applied: Vec<AtomicU64>,
+    /// The current rule generation (1 at start).
+    pub generation: AtomicU64,
+}
+
+enum Command {
+    Install { app_id: u8, machine: Option<Arc<Machine>>, naive: Option<Arc<NaiveApp>>, generation: u64 },
+}
+
+/// A running server. Dropping it stops it.
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    mode: Mode,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<io::Result<()>>>,
+    shared: Arc<Shared>,
+    controls: Vec<mpsc::Sender<Command>>,
+    rules: Mutex<RuleSet>,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Command::Install { app_id, generation, .. } = self;
+        write!(f, "Install {{ app_id: {app_id}, generation: {generation} }}")
+    }
+}
+
+fn apps_of(set: &RuleSet) -> Vec<u8> {
+    set.apps.iter().map(|a| a.id).collect()
+}
+
+fn compile_all(set: &RuleSet) -> Result<Vec<(u8, Arc<Machine>, Arc<NaiveApp>)>, String> {
+    let naive = NaiveMatcher::new(set);
+    set.apps
+        .iter()
+        .map(|a| {
+            let m = Machine::compile(set, a.id).map_err(|e| format!("app `{}`: {e}", a.name))?;
+            let n = naive.app(a.id).ok_or_else(|| format!("app `{}` has no rules table", a.name))?;
+            Ok((a.id, Arc::new(m), Arc::new(n)))
+        })
+        .collect()
+}
+
+impl Server {
+    /// Starts a server of the KV `store` with the dispatch `rules`.
+    pub fn start(opts: &ServerOptions, rules: RuleSet, store: KvStore) -> io::Result<Server> {
+        if opts.workers == 0 {
+            return Err(io::Error::other("workers must be at least 1"));
+        }
+        if opts.mode.uses_rules() && opts.dispatchers == 0 {
+            return Err(io::Error::other("dispatchers must be at least 1"));
+        }
+        if let Some(q) = rules.max_queue()
+            && q >= opts.workers
+        {
+            return Err(io::Error::other(format!(
+                "the rules send requests to queue {q} but there are only {} workers (queues 0..{})",
+                opts.workers,
+                opts.workers - 1
+            )));
+        }
+        let compiled = compile_all(&rules).map_err(io::Error::other)?;
+        let apps = apps_of(&rules);
+        let n_disp = if opts.mode.uses_rules() { usize::from(opts.dispatchers) } else { 0 };
+        let shared = Arc::new(Shared {
+            dispatchers: (0..n_disp).map(|_| Mutex::new(DispatcherStats::default())).collect(),
+            workers: (0..opts.workers).map(|_| WorkerCounters::default()).collect(),
+            applied: (0..n_disp).map(|_| AtomicU64::new(1)).collect(),
+            generation: AtomicU64::new(1),
+        });
+        let pool = Pool::new(16384, tern_io::DEFAULT_BUF_SIZE);
+        let udp_cfg = UdpConfig { reuse_port: true, ..UdpConfig::default() };
+        // Receiving sockets first (the steering program indexes the group in bind order).
+        let first = UdpPort::bind(opts.listen, &pool, &udp_cfg)?;
+        let addr = first.local_addr();
+        let receivers = if opts.mode.uses_rules() { n_disp } else { usize::from(opts.workers) };
+        let mut rx_ports = vec![first];
+        for _ in 1..receivers {
+            rx_ports.push(UdpPort::bind(addr, &pool, &udp_cfg)?);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        let mut controls = Vec::new();
+        let spawn = |name: String, cores: Vec<usize>, f: Box<dyn FnOnce() -> io::Result<()> + Send>| {
+            thread::Builder::new().name(name).spawn(move || {
+                if !cores.is_empty() {
+                    tern_io::pin_to_cores(&cores);
+                }
+                f()
+            })
+        };
+        if !opts.mode.uses_rules() {
+            for (w, port) in rx_ports.into_iter().enumerate() {
+                let ctx = WorkerCtx::new(w, &shared, &stop, &store, &pool, opts, &apps);
+                threads.push(spawn(format!("tern-worker-{w}"), opts.cores.clone(), Box::new(move || ctx.run(port)))?);
+            }
+        } else {
+            let mut tx_ports = Vec::new();
+            for _ in 0..opts.workers {
+                tx_ports.push(UdpPort::bind(addr, &pool, &udp_cfg)?);
+            }
+            rx_ports[0].steer_reuseport_by_payload(tern_wire::qnp::field::REQ_ID.start as u32, n_disp as u32)?;
+            let mut senders: Vec<RingSender> = Vec::new();
+            let mut uds_disp: Vec<Vec<UdsPort>> = (0..n_disp).map(|_| Vec::new()).collect();
+            for (w, tx) in tx_ports.into_iter().enumerate() {
+                let ctx = WorkerCtx::new(w, &shared, &stop, &store, &pool, opts, &apps);
+                let name = format!("tern-worker-{w}");
+                if opts.mode == Mode::SwUds {
+                    // One link per worker; every dispatcher sends on its own handle of it.
+                    let (a, rx) = tern_io::uds::pair(&pool, addr, 4 << 20)?;
+                    for d in uds_disp.iter_mut() {
+                        d.push(a.try_clone()?);
+                    }
+                    threads.push(spawn(name, opts.cores.clone(), Box::new(move || ctx.run(Split { rx, tx })))?);
+                } else {
+                    let (s, rx) = ring(opts.ring_entries, addr);
+                    senders.push(s);
+                    threads.push(spawn(name, opts.cores.clone(), Box::new(move || ctx.run(Split { rx, tx })))?);
+                }
+            }
+            for (d, (port, uds)) in rx_ports.into_iter().zip(uds_disp).enumerate() {
+                let (ctl_tx, ctl_rx) = mpsc::channel();
+                controls.push(ctl_tx);
+                let handoff = if opts.mode == Mode::SwUds {
+                    Handoff::Uds(uds.into_iter().map(|p| (p, Batch::new(DEFAULT_BATCH))).collect())
+                } else {
+                    Handoff::Ring(senders.clone())
+                };
+                let (stop, shared, pool) = (stop.clone(), shared.clone(), pool.clone());
+                let name = format!("tern-dispatch-{d}");
+                let common = DispatcherCtx { index: d, port, handoff, ctl: ctl_rx, stop, shared, pool };
+                let f: Box<dyn FnOnce() -> io::Result<()> + Send> = if opts.mode == Mode::Rsd {
+                    let mut rsd: Rsd<Machine> = Rsd::new(opts.stash_entries, opts.workers);
+                    for (app, m, _) in &compiled {
+                        rsd.install(*app, Some(m.clone()));
+                    }
+                    if let Some(b) = opts.bytestream {
+                        rsd.set_bytestream(b);
+                    }
+                    Box::new(move || common.run(rsd, |c| c.0))
+                } else {
+                    let mut rsd = Rsd::<NaiveApp>::new(opts.stash_entries, opts.workers);
+                    for (app, _, n) in &compiled {
+                        rsd.install(*app, Some(n.clone()));
+                    }
+                    if let Some(b) = opts.bytestream {
+                        rsd.set_bytestream(b);
+                    }
+                    Box::new(move || common.run(rsd, |c| c.1))
+                };
+                threads.push(spawn(name, opts.cores.clone(), f)?);
+            }
+        }
+        Ok(Server { addr, mode: opts.mode, stop, threads, shared, controls, rules: Mutex::new(rules) })
+    }
+
+    /// The address clients send to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// What the threads publish.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The rules in force.
+    pub fn rules(&self) -> RuleSet {
+        self.rules.lock().expect("rules lock").clone()
+    }
+
+    /// Replaces one application's rules (hitless): `new` is checked and compiled here, off the
+    /// fast path, then every dispatcher swaps that application's matcher between two batches.
+    /// Other applications are untouched. Returns the new generation once every dispatcher has
+    /// applied it.
+    pub fn reconfigure(&self, app_id: u8, new: &RuleSet) -> Result<u64, String> {
+        if !self.mode.uses_rules() {
+            return Err(format!("mode {} applies no L7 rules", self.mode));
+        }
+        if !new.apps.iter().any(|a| a.id == app_id) {
+            return Err(format!("the new rules do not define application {app_id}"));
+        }
+        let workers = self.shared.workers.len() as u16;
+        if let Some(q) = new.rules.iter().filter(|r| r.app_id == app_id).map(|r| r.queue).max()
+            && q >= workers
+        {
+            return Err(format!("a rule sends requests to queue {q} but there are only {workers} workers"));
+        }
+        let mut merged = self.rules();
+        if !merged.apps.iter().any(|a| a.id == app_id) {
+            return Err(format!("application {app_id} is not served (the server started without it)"));
+        }
+        merged.replace_app(app_id, new);
+        let machine = Arc::new(Machine::compile(&merged, app_id).map_err(|e| e.to_string())?);
+        let naive = Arc::new(NaiveMatcher::new(&merged).app(app_id).ok_or("application vanished")?);
+        let generation = self.shared.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        for c in &self.controls {
+            let cmd = Command::Install {
+                app_id,
+                machine: Some(machine.clone()),
+                naive: Some(naive.clone()),
+                generation,
+            };
+            c.send(cmd).map_err(|_| "a dispatcher thread has stopped".to_string())?;
+        }
+        *self.rules.lock().expect("rules lock") = merged;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.shared.applied.iter().any(|a| a.load(Ordering::Acquire) < generation) {
+            if Instant::now() > deadline {
+                return Err("dispatchers did not apply the new rules within 5 s".into());
+            }
+            thread::sleep(Duration::from_micros(200));
+        }
+        Ok(generation)
+    }
+
+    /// A snapshot of every dispatcher's counters.
+    pub fn dispatcher_stats(&self) -> Vec<DispatcherStats> {
+        self.shared.dispatchers.iter().map(|m| m.lock().expect("stats lock").clone()).collect()
+    }
+
+    /// Requests each worker handled.
+    pub fn worker_requests(&self) -> Vec<u64> {
+        self.shared.workers.iter().map(|w| w.requests.load(Ordering::Relaxed)).collect()
+    }
+
+    /// Stops every thread and reports the first error any of them hit.
+    pub fn stop(mut self) -> io::Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> io::Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut first = Ok(());
+        for t in self.threads.drain(..) {
+            t.thread().unpark();
+            let r = t.join().map_err(|_| io::Error::other("server thread panicked")).and_then(|r| r);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+enum Handoff {
+    Ring(Vec<RingSender>),
+    Uds(Vec<(UdsPort, Batch)>),
+}
+
+struct DispatcherCtx {
+    index: usize,
+    port: UdpPort,
+    handoff: Handoff,
+    ctl: mpsc::Receiver<Command>,
+    stop: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+    pool: Pool,
+}
+
+const PUBLISH_EVERY: Duration = Duration::from_millis(20);
+
+impl DispatcherCtx {
+    fn run<D: Decide>(
+        mut self,
+        mut rsd: Rsd<D>,
+        pick: impl Fn((Option<Arc<Machine>>, Option<Arc<NaiveApp>>)) -> Option<Arc<D>>,
+    ) -> io::Result<()> {
+        let mut batch = Batch::new(DEFAULT_BATCH);
+        let mut stats = DispatcherStats::default();
+        let mut rung = vec![false; self.shared.workers.len()];
+        let mut last_publish = Instant::now();
+        while !self.stop.load(Ordering::Relaxed) {
+            while let Ok(Command::Install { app_id, machine, naive, generation }) = self.ctl.try_recv() {
+                rsd.install(app_id, pick((machine, naive)));
+                self.shared.applied[self.index].store(generation, Ordering::Release);
+            }
+            let now = Instant::now();
+            let n = self.port.recv(now, &mut batch)?;
+            if n == 0 {
+                self.port.wait(Duration::from_millis(2))?;
+            } else {
+                stats.rx_packets += n as u64;
+                for p in batch.drain() {
+                    match rsd.dispatch(sender_hash(&p.peer), p.data()) {
+                        Verdict::Queue(q) => {
+                            let q = usize::from(q);
+                            match &mut self.handoff {
+                                Handoff::Ring(rings) => match rings.get(q).map(|r| r.push(p)) {
+                                    Some(Ok(())) => rung[q] = true,
+                                    Some(Err(p)) => {
+                                        stats.handoff_full += 1;
+                                        self.pool.put(p);
+                                    }
+                                    None => stats.handoff_full += 1,
+                                },
+                                Handoff::Uds(links) => match links.get_mut(q) {
+                                    Some((_, b)) => {
+                                        if let Some(p) = b.push(p) {
+                                            stats.handoff_full += 1;
+                                            self.pool.put(p);
+                                        }
+                                    }
+                                    None => stats.handoff_full += 1,
+                                },
+                            }
+                        }
+                        Verdict::Drop(_) => self.pool.put(p),
+                    }
+                }
+                match &mut self.handoff {
+                    Handoff::Ring(rings) => {
+                        for (r, flag) in rings.iter().zip(rung.iter_mut()) {
+                            if std::mem::take(flag) {
+                                r.ring_doorbell();
+                            }
+                        }
+                    }
+                    Handoff::Uds(links) => {
+                        for (port, b) in links.iter_mut() {
+                            if !b.is_empty() {
+                                let want = b.len();
+                                let sent = port.send(now, b)?;
+                                stats.handoff_full += (want - sent) as u64;
+                            }
+                        }
+                    }
+                }
+            }
+            if last_publish.elapsed() >= PUBLISH_EVERY {
+                last_publish = Instant::now();
+                stats.rsd.clone_from(rsd.stats());
+                self.shared.dispatchers[self.index].lock().expect("stats lock").clone_from(&stats);
+            }
+        }
+        stats.rsd.clone_from(rsd.stats());
+        *self.shared.dispatchers[self.index].lock().expect("stats lock") = stats;
+        Ok(())
+    }
+}
+
+struct WorkerCtx {
+    index: usize,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    store: KvStore,
+    pool: Pool,
+    qnp: QnpConfig,
+    apps: Vec<u8>,
+}
+
+impl WorkerCtx {
+    fn new(
+        index: usize,
+        shared: &Arc<Shared>,
+        stop: &Arc<AtomicBool>,
+        store: &KvStore,
+        pool: &Pool,
+        opts: &ServerOptions,
+        apps: &[u8],
+    ) -> WorkerCtx {
+        WorkerCtx {
+            index,
+            shared: shared.clone(),
+            stop: stop.clone(),
+            store: store.clone(),
+            pool: pool.clone(),
+            qnp: opts.qnp.clone(),
+            apps: apps.to_vec(),
+        }
+    }
+
+    fn run<P: Port>(self, port: P) -> io::Result<()> {
+        let mut server = QnpServer::new(port, &self.pool, self.qnp.clone(), &self.apps);
+        let mut reqs: Vec<Request<Get>> = Vec::with_capacity(DEFAULT_BATCH);
+        let me = &self.shared.workers[self.index];
+        let mut last_publish = Instant::now();
+        while !self.stop.load(Ordering::Relaxed) {
+            server.recv_req(&mut reqs, Duration::from_millis(2))?;
+            let (mut n, mut found, mut errors) = (0, 0, 0);
+            for r in reqs.drain(..) {
+                let (v, ok) = self.store.handle(&r.req);
+                n += 1;
+                found += u64::from(v.found);
+                errors += u64::from(!ok);
+                // A response always fits: a 64-byte value.
+                let _ = server.send_resp(r.handle, &v);
+            }
+            if n > 0 {
+                me.requests.fetch_add(n, Ordering::Relaxed);
+                me.found.fetch_add(found, Ordering::Relaxed);
+                me.store_errors.fetch_add(errors, Ordering::Relaxed);
+                server.flush()?;
+            }
+            if last_publish.elapsed() >= PUBLISH_EVERY {
+                last_publish = Instant::now();
+                *me.qnp.lock().expect("stats lock") = *server.core().stats();
+            }
+        }
+        server.flush()?;
+        *me.qnp.lock().expect("stats lock") = *server.core().stats();
+        Ok(())
+    }
+}
+
+/// Sums dispatcher counters.
+pub fn total(stats: &[DispatcherStats]) -> DispatcherStats {
+    let mut t = DispatcherStats::default();
+    for s in stats {
+        t.handoff_full += s.handoff_full;
+        t.rx_packets += s.rx_packets;
+        t.rsd.first_packets += s.rsd.first_packets;
+        t.rsd.stash_hits += s.rsd.stash_hits;
+        t.rsd.default_queue += s.rsd.default_queue;
+        add_into(&mut t.rsd.per_queue, &s.rsd.per_queue);
+        add_into(&mut t.rsd.rule_hits, &s.rsd.rule_hits);
+        for r in RsdDrop::ALL {
+            t.rsd.drops[r as usize] += s.rsd.drops_of(r);
+        }
+    }
+    t
+}
+
+fn add_into(into: &mut Vec<u64>, from: &[u64]) {
+    if into.len() < from.len() {
+        into.resize(from.len(), 0);
+    }
+    for (a, b) in into.iter_mut().zip(from) {
+        *a += b;
+    }
+}

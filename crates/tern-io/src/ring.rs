@@ -1,0 +1,231 @@
+//! Rings between cores with a doorbell: a dispatcher core pushes packets (moved, not copied)
+//! into a worker's bounded ring and rings the doorbell once per batch; the worker drains the
+//! ring as a [`Port`] and parks its thread when it is empty. The software analogue of a NIC's
+//! per-queue DMA ring and interrupt.
+//!
+//! [`Split`] joins a receive side and a transmit side into one port: a worker receives from its
+//! ring and sends on its own socket (QingNiao's shared-nothing workers, §4.1).
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+
+use crate::{Batch, Packet, Port, PortStats};
+
+#[derive(Debug)]
+struct Shared {
+    ring: ArrayQueue<Packet>,
+    sleeping: AtomicBool,
+    consumer: OnceLock<Thread>,
+}
+
+/// The producing end of a ring (cloneable: several dispatchers may feed one worker).
+#[derive(Debug, Clone)]
+pub struct RingSender(Arc<Shared>);
+
+/// The consuming end of a ring, a receive-only [`Port`] whose `wait` parks the thread.
+#[derive(Debug)]
+pub struct RingReceiver {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    stats: PortStats,
+}
+
+/// A ring of `capacity` packets. `addr` is what the receiving port reports as its address.
+pub fn ring(capacity: usize, addr: SocketAddr) -> (RingSender, RingReceiver) {
+    let shared = Arc::new(Shared {
+        ring: ArrayQueue::new(capacity.max(1)),
+        sleeping: AtomicBool::new(false),
+        consumer: OnceLock::new(),
+    });
+    (RingSender(shared.clone()), RingReceiver { shared, addr, stats: PortStats::default() })
+}
+
+impl RingSender {
+    /// Enqueues a packet; a full ring hands it back.
+    #[inline]
+    pub fn push(&self, packet: Packet) -> Result<(), Packet> {
+        self.0.ring.push(packet)
+    }
+
+    /// Wakes the consumer if it is parked. Call once after a batch of pushes.
+    #[inline]
+    pub fn ring_doorbell(&self) {
+        // Pairs with the fence in `RingReceiver::wait`: either the consumer sees our packets
+        // before parking, or we see it sleeping and unpark it (an early unpark is kept as a
+        // token, so the park returns at once).
+        fence(Ordering::SeqCst);
+        if self.0.sleeping.load(Ordering::Relaxed)
+            && let Some(t) = self.0.consumer.get()
+        {
+            t.unpark();
+        }
+    }
+
+    /// Packets waiting.
+    pub fn len(&self) -> usize {
+        self.0.ring.len()
+    }
+
+    /// Whether no packets are waiting.
+    pub fn is_empty(&self) -> bool {
+        self.0.ring.is_empty()
+    }
+}
+
+impl Port for RingReceiver {
+    fn recv(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        let mut n = 0;
+        while !batch.is_full() {
+            let Some(p) = self.shared.ring.pop() else { break };
+            self.stats.rx_bytes += p.len() as u64;
+            batch.push(p);
+            n += 1;
+        }
+        self.stats.rx_packets += n as u64;
+        self.stats.rx_batches += u64::from(n > 0);
+        Ok(n)
+    }
+
+    /// A ring only receives: everything sent is dropped and counted.
+    fn send(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        self.stats.tx_dropped += batch.len() as u64;
+        drop(batch.drain());
+        Ok(0)
+    }
+
+    fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        let me = self.shared.consumer.get_or_init(std::thread::current);
+        if me.id() != std::thread::current().id() {
+            // Another thread took over the ring: sleep without a doorbell.
+            std::thread::sleep(timeout.min(Duration::from_millis(1)));
+            return Ok(());
+        }
+        self.shared.sleeping.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if self.shared.ring.is_empty() {
+            std::thread::park_timeout(timeout);
+        }
+        self.shared.sleeping.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn stats(&self) -> PortStats {
+        self.stats
+    }
+}
+
+/// A port that receives from `rx` and transmits on `tx` (whose address it reports).
+#[derive(Debug)]
+pub struct Split<R, T> {
+    /// The receive side.
+    pub rx: R,
+    /// The transmit side.
+    pub tx: T,
+}
+
+impl<R: Port, T: Port> Port for Split<R, T> {
+    fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        self.rx.recv(now, batch)
+    }
+    fn send(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        self.tx.send(now, batch)
+    }
+    fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        self.rx.wait(timeout)
+    }
+    fn local_addr(&self) -> SocketAddr {
+        self.tx.local_addr()
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        match (self.rx.poll_at(), self.tx.poll_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+    /// Receive counters from `rx`, transmit counters from `tx`.
+    fn stats(&self) -> PortStats {
+        let (r, t) = (self.rx.stats(), self.tx.stats());
+        PortStats {
+            rx_packets: r.rx_packets,
+            rx_bytes: r.rx_bytes,
+            rx_dropped: r.rx_dropped,
+            rx_batches: r.rx_batches,
+            tx_packets: t.tx_packets,
+            tx_bytes: t.tx_bytes,
+            tx_dropped: t.tx_dropped,
+            tx_batches: t.tx_batches,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Pool;
+
+    fn addr() -> SocketAddr {
+        "127.0.0.1:9".parse().unwrap()
+    }
+
+    #[test]
+    fn packets_move_in_order_and_a_full_ring_refuses() {
+        let pool = Pool::new(16, 64);
+        let (tx, mut rx) = ring(4, addr());
+        for i in 0..5u8 {
+            let mut p = pool.packet();
+            p.extend_from_slice(&[i]).unwrap();
+            let r = tx.push(p);
+            assert_eq!(r.is_err(), i == 4);
+        }
+        let mut b = Batch::new(8);
+        assert_eq!(rx.recv(Instant::now(), &mut b).unwrap(), 4);
+        let got: Vec<u8> = b.iter().map(|p| p.data()[0]).collect();
+        assert_eq!(got, [0, 1, 2, 3]);
+        assert_eq!(rx.local_addr(), addr());
+    }
+
+    #[test]
+    fn doorbell_wakes_a_parked_consumer() {
+        let pool = Pool::new(1024, 64);
+        let (tx, mut rx) = ring(1024, addr());
+        let n = 5000;
+        let consumer = std::thread::spawn(move || {
+            let mut b = Batch::new(32);
+            let (mut got, start) = (0, Instant::now());
+            while got < n && start.elapsed() < Duration::from_secs(20) {
+                got += rx.recv(Instant::now(), &mut b).unwrap();
+                drop(b.drain());
+                if got < n {
+                    // Long timeout: only the doorbell can make this finish quickly.
+                    rx.wait(Duration::from_secs(10)).unwrap();
+                }
+            }
+            (got, start.elapsed())
+        });
+        for i in 0..n {
+            let mut p = pool.packet();
+            p.extend_from_slice(&[i as u8]).unwrap();
+            while let Err(back) = tx.push(p) {
+                p = back;
+                std::thread::yield_now();
+            }
+            if i % 7 == 0 {
+                tx.ring_doorbell();
+            }
+        }
+        tx.ring_doorbell();
+        let (got, took) = consumer.join().unwrap();
+        assert_eq!(got, n);
+        assert!(took < Duration::from_secs(10), "consumer slept through the doorbell: {took:?}");
+    }
+}
