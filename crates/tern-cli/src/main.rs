@@ -3,9 +3,13 @@
 
 mod bench;
 mod demo;
+mod dispatch_bench;
 mod env;
+mod metrics;
 mod pingpong;
+mod plot;
 mod rules;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -56,12 +60,24 @@ enum DispatchCommand {
     /// warnings for rules that can never match, and the Matcher use under --profile.
     /// Exit 0 if usable (and, with a hardware profile, if it fits), 1 otherwise.
     Check(rules::CheckArgs),
+    /// Serve the KV GET service behind a dispatcher (Tern's RSD, or a baseline with --mode),
+    /// configured by a rule file; Prometheus metrics with --metrics; the file is watched and
+    /// reloaded hitlessly per application.
+    Serve(serve::ServeArgs),
+    /// Drive a KV server with the closed-loop load generator (Zipf 0.9 keys in 24 partitions).
+    Load(serve::LoadArgs),
+    /// Print a rule file whose rules match the generated KV keys (for serve and load).
+    GenRules(serve::GenRulesArgs),
 }
 
 #[derive(Debug, Subcommand)]
 enum BenchCommand {
     /// QNP PingPong against a raw UDP echo over the same sockets, threads and batching.
     Qnp(bench::QnpBenchArgs),
+    /// L7 dispatch on the KV GET service: Tern's RSD against L3/4 hashing (rss) and software
+    /// dispatchers (sw-ring, sw-uds), sweeping skip-and-checks, rules and bytes per check.
+    /// Writes reports/dispatch.json and PNG/SVG plots.
+    Dispatch(dispatch_bench::DispatchBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -114,7 +130,11 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo::run(&a),
         Command::Dispatch { command: DispatchCommand::Pingpong(a) } => pingpong::run(&a),
         Command::Dispatch { command: DispatchCommand::Check(a) } => rules::check(&a),
+        Command::Dispatch { command: DispatchCommand::Serve(a) } => serve::serve(&a),
+        Command::Dispatch { command: DispatchCommand::Load(a) } => serve::load(&a),
+        Command::Dispatch { command: DispatchCommand::GenRules(a) } => serve::gen_rules(&a),
         Command::Bench { command: BenchCommand::Qnp(a) } => bench::run_qnp(&a),
+        Command::Bench { command: BenchCommand::Dispatch(a) } => dispatch_bench::run(&a),
         Command::Idl { command } => idl(command),
         Command::Hw { command } => hw(command),
     };

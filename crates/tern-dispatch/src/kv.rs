@@ -153,7 +153,9 @@ impl KeySampler {
         let zipf = (0..PARTITIONS)
             .map(|p| Zipf::new(layout.keys_in(p) as f64, ZIPF_S).map_err(|e| KvError::Layout(e.to_string())))
             .collect::<Result<_, _>>()?;
-        let routes = (0..PARTITIONS).map(|p| layout.spec.key(layout.rule_of(p), 0, 0)[..layout.spec.route_len()].to_vec()).collect();
+        let routes = (0..PARTITIONS)
+            .map(|p| layout.spec.key(layout.rule_of(p), 0, 0)[..layout.spec.route_len()].to_vec())
+            .collect();
         Ok(KeySampler { layout: *layout, zipf, routes })
     }
 

@@ -171,12 +171,7 @@ pub fn run(opts: &LoadOptions) -> io::Result<LoadReport> {
     Ok(total)
 }
 
-fn client_thread(
-    o: &LoadOptions,
-    sampler: &KeySampler,
-    t: usize,
-    share: Option<u64>,
-) -> io::Result<ThreadResult> {
+fn client_thread(o: &LoadOptions, sampler: &KeySampler, t: usize, share: Option<u64>) -> io::Result<ThreadResult> {
     let pool = Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
     let port = MultiUdpPort::bind(o.server.ip(), o.flows, tern_wire::qnp::field::REQ_ID.start, &pool)?;
     let faults = FaultConfig { seed: o.faults.seed.wrapping_add(t as u64), ..o.faults.clone() };
@@ -195,7 +190,9 @@ fn client_thread(
         if sending && (Instant::now() >= deadline || share.is_some_and(|s| done + outstanding.len() as u64 >= s)) {
             sending = false;
         }
-        while sending && outstanding.len() < o.concurrency && share.is_none_or(|s| done + (outstanding.len() as u64) < s)
+        while sending
+            && outstanding.len() < o.concurrency
+            && share.is_none_or(|s| done + (outstanding.len() as u64) < s)
         {
             let (mut p, mut i) = sampler.sample(&mut rng);
             if !o.partitions.is_empty() {

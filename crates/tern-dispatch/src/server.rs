@@ -195,7 +195,10 @@ fn apps_of(set: &RuleSet) -> Vec<u8> {
     set.apps.iter().map(|a| a.id).collect()
 }
 
-fn compile_all(set: &RuleSet) -> Result<Vec<(u8, Arc<Machine>, Arc<NaiveApp>)>, String> {
+/// An application's matchers: Tern's compiled machine and the baselines' naive loop.
+type AppMatchers = (u8, Arc<Machine>, Arc<NaiveApp>);
+
+fn compile_all(set: &RuleSet) -> Result<Vec<AppMatchers>, String> {
     let naive = NaiveMatcher::new(set);
     set.apps
         .iter()
@@ -366,12 +369,8 @@ impl Server {
         let naive = Arc::new(NaiveMatcher::new(&merged).app(app_id).ok_or("application vanished")?);
         let generation = self.shared.generation.fetch_add(1, Ordering::SeqCst) + 1;
         for c in &self.controls {
-            let cmd = Command::Install {
-                app_id,
-                machine: Some(machine.clone()),
-                naive: Some(naive.clone()),
-                generation,
-            };
+            let cmd =
+                Command::Install { app_id, machine: Some(machine.clone()), naive: Some(naive.clone()), generation };
             c.send(cmd).map_err(|_| "a dispatcher thread has stopped".to_string())?;
         }
         *self.rules.lock().expect("rules lock") = merged;

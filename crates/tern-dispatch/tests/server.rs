@@ -39,3 +39,112 @@ fn every_mode_answers_every_get() {
         server.stop().unwrap();
     }
 }
+
+/// The worker each partition's GETs must reach, summed from what the client sent.
+fn expected_per_worker(l: &KvLayout, per_partition: &[u64]) -> Vec<u64> {
+    let mut w = vec![0; usize::from(l.workers)];
+    for p in 0..PARTITIONS {
+        w[usize::from(l.queue_of(p))] += per_partition[p as usize];
+    }
+    w
+}
+
+#[test]
+fn requests_land_only_on_their_rules_worker_under_loss() {
+    let l = layout();
+    let st = store(&l);
+    for mode in [Mode::Rsd, Mode::SwRing, Mode::SwUds] {
+        let opts = ServerOptions { mode, workers: 3, dispatchers: 2, ..ServerOptions::default() };
+        let server = Server::start(&opts, l.rule_set(), st.clone()).unwrap();
+        let mut load = LoadOptions::new(server.addr(), l);
+        load.requests = Some(2000);
+        load.duration = Duration::from_secs(60);
+        load.faults = FaultConfig { loss: 0.1, duplicate: 0.05, reorder: 0.05, seed: 7, ..FaultConfig::default() };
+        let r = loadgen::run(&load).unwrap();
+        assert_eq!((r.completed, r.failed, r.wrong_value), (2000, 0, 0), "{mode}");
+        assert!(r.retransmissions > 0, "{mode}: the loss should have forced retransmissions");
+        // Each request ran its handler once, on the worker its rule names.
+        assert_eq!(server.worker_requests(), expected_per_worker(&l, &r.per_partition), "{mode}");
+        server.stop().unwrap();
+    }
+}
+
+/// Two applications with the same rules; app 2 is `kv2`.
+fn two_apps(l: &KvLayout) -> tern_dispatch::rules::RuleSet {
+    let mut set = l.rule_set();
+    let mut kv2 = set.apps[0].clone();
+    kv2.id = 2;
+    kv2.name = "kv2".into();
+    set.apps.push(kv2);
+    let n = set.rules.len();
+    let copies: Vec<_> = set
+        .rules
+        .iter()
+        .map(|r| tern_dispatch::rules::Rule {
+            index: r.index + n,
+            app_id: 2,
+            name: format!("kv2-{}", r.name),
+            ..r.clone()
+        })
+        .collect();
+    set.rules.extend(copies);
+    set
+}
+
+/// QingNiao Figure 24: reconfiguring one application (here 40 times while both run) changes
+/// where its requests go, and the other application sees no loss and no stall.
+#[test]
+fn reconfiguring_one_app_leaves_the_other_untouched() {
+    let l = layout();
+    let st = store(&l);
+    let set = two_apps(&l);
+    let opts = ServerOptions { mode: Mode::Rsd, workers: 3, dispatchers: 2, ..ServerOptions::default() };
+    let server = Server::start(&opts, set.clone(), st).unwrap();
+    let addr = server.addr();
+    let steady = std::thread::spawn(move || {
+        let mut load = LoadOptions::new(addr, l);
+        load.app_id = 2;
+        load.duration = Duration::from_secs(2);
+        loadgen::run(&load).unwrap()
+    });
+    // App 1's rules, rotated by one worker on every other generation.
+    let mut rotated = set.clone();
+    for r in rotated.rules.iter_mut().filter(|r| r.app_id == 1) {
+        r.queue = (r.queue + 1) % 3;
+    }
+    let mut generations = Vec::new();
+    let start = std::time::Instant::now();
+    let mut i = 0;
+    while start.elapsed() < Duration::from_millis(1500) {
+        let new = if i % 2 == 0 { &rotated } else { &set };
+        generations.push(server.reconfigure(1, new).unwrap());
+        i += 1;
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let r2 = steady.join().unwrap();
+    assert!(generations.len() >= 10 && generations.windows(2).all(|w| w[1] == w[0] + 1), "{generations:?}");
+    assert_eq!((r2.failed, r2.not_found, r2.wrong_value), (0, 0, 0));
+    assert!(r2.completed > 1000, "app 2 completed only {}", r2.completed);
+    assert!(r2.max_us < 500_000.0, "app 2 stalled: max latency {} µs", r2.max_us);
+    let d = tern_dispatch::server::total(&server.dispatcher_stats());
+    assert_eq!(d.rsd.drops.iter().sum::<u64>() + d.handoff_full, 0, "{d:?}");
+    // Leave app 1 on the rotated rules (even count of swaps → make it odd), then check where
+    // its requests land.
+    if generations.len() % 2 == 0 {
+        server.reconfigure(1, &rotated).unwrap();
+    }
+    let before = server.worker_requests();
+    let mut load = LoadOptions::new(addr, l);
+    load.requests = Some(600);
+    load.duration = Duration::from_secs(30);
+    let r1 = loadgen::run(&load).unwrap();
+    assert_eq!((r1.completed, r1.failed), (600, 0));
+    let after = server.worker_requests();
+    let got: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    let mut want = vec![0; 3];
+    for p in 0..PARTITIONS {
+        want[(usize::from(l.queue_of(p)) + 1) % 3] += r1.per_partition[p as usize];
+    }
+    assert_eq!(got, want, "app 1 requests must follow the rotated rules");
+    server.stop().unwrap();
+}

@@ -113,10 +113,11 @@ impl UdpPort {
         // SO_ATTACH_REUSEPORT_CBPF from <asm-generic/socket.h>; the same on every Linux
         // architecture except mips, parisc and sparc.
         const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
-        // ld [offset] (absolute, 32-bit, network order); mod #n; ret a
-        const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
-        const BPF_ALU_MOD_K: u16 = 0x04 | 0x90 | 0x00;
-        const BPF_RET_A: u16 = 0x06 | 0x10;
+        // ld [offset] (BPF_LD | BPF_W | BPF_ABS: 32-bit, network order); mod #n (BPF_ALU |
+        // BPF_MOD | BPF_K); ret a (BPF_RET | BPF_A).
+        const BPF_LD_W_ABS: u16 = 0x20;
+        const BPF_ALU_MOD_K: u16 = 0x94;
+        const BPF_RET_A: u16 = 0x16;
         let mut prog = [
             libc::sock_filter { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: offset },
             libc::sock_filter { code: BPF_ALU_MOD_K, jt: 0, jf: 0, k: n },
@@ -375,9 +376,9 @@ impl MultiUdpPort {
 
     fn flow_of(&self, p: &Packet) -> usize {
         let o = self.steer_offset;
-        p.data().get(o..o + 4).map_or(0, |b| {
-            u32::from_be_bytes(b.try_into().expect("4 bytes")) as usize % self.ports.len()
-        })
+        p.data()
+            .get(o..o + 4)
+            .map_or(0, |b| u32::from_be_bytes(b.try_into().expect("4 bytes")) as usize % self.ports.len())
     }
 }
 

@@ -1,0 +1,237 @@
+//! `tern bench dispatch`: the paper's sweeps for every dispatch mode, JSON and plots under
+//! `reports/`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde_json::{Value, json};
+use tern_dispatch::bench::{self, BenchOptions, Dimension, PointResult};
+use tern_dispatch::server::{Mode, ServerOptions};
+
+use crate::CmdResult;
+use crate::env::Environment;
+use crate::plot;
+
+/// Options of `tern bench dispatch`.
+#[derive(Debug, Clone, Args)]
+pub struct DispatchBenchArgs {
+    /// Reduced sweep (3 values per dimension, 1 round, shorter phases): under two minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Measure only the default point (4 checks, 32 rules, 5 bytes).
+    #[arg(long, conflicts_with = "quick")]
+    pub default_only: bool,
+    /// Modes to run, comma-separated (rsd, rss, sw-ring, sw-uds).
+    #[arg(long, value_delimiter = ',', default_value = "rsd,rss,sw-ring,sw-uds")]
+    pub modes: Vec<Mode>,
+    /// Rounds per point (each runs every mode once, in rotating order) [default: 3, quick 1].
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Rounds at the default point [default: 5, quick 3].
+    #[arg(long)]
+    pub default_rounds: Option<usize>,
+    /// Measured seconds per mode per round [default: 1.0, quick 0.5].
+    #[arg(long)]
+    pub phase_secs: Option<f64>,
+    /// Keys in the KV store (the paper loads 3 140 000).
+    #[arg(long, default_value_t = 120_000)]
+    pub keys: u64,
+    /// Server worker threads.
+    #[arg(long, default_value_t = 2)]
+    pub workers: u16,
+    /// RSD threads (rsd) and software dispatcher threads (sw-ring, sw-uds).
+    #[arg(long, default_value_t = 1)]
+    pub dispatchers: u16,
+    /// Client threads.
+    #[arg(long, default_value_t = 1)]
+    pub client_threads: usize,
+    /// UDP flows per client thread.
+    #[arg(long, default_value_t = 16)]
+    pub flows: usize,
+    /// GETs outstanding per client thread.
+    #[arg(long, default_value_t = 128)]
+    pub concurrency: usize,
+    /// Cores of the server threads, comma-separated (all modes use the same) [default: any].
+    #[arg(long, value_delimiter = ',')]
+    pub server_cores: Vec<usize>,
+    /// Cores of the client threads [default: any].
+    #[arg(long, value_delimiter = ',')]
+    pub client_cores: Vec<usize>,
+    /// Where JSON and plots go.
+    #[arg(long, default_value = "reports")]
+    pub out: PathBuf,
+    /// Print the JSON summary instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn ratios(p: &PointResult) -> Value {
+    json!({
+        "rsd_over_rss": p.ratio(Mode::Rss),
+        "rsd_over_sw_ring": p.ratio(Mode::SwRing),
+        "rsd_over_sw_uds": p.ratio(Mode::SwUds),
+    })
+}
+
+fn point_json(p: &PointResult) -> Value {
+    let mut modes = serde_json::Map::new();
+    for (m, r) in &p.modes {
+        modes.insert(
+            m.as_str().to_string(),
+            json!({
+                "rps": r.median_rps(),
+                "p50_us": r.median_p50_us(),
+                "p99_us": r.median_p99_us(),
+                "rps_per_round": r.rps,
+                "p99_us_per_round": r.p99_us,
+                "errors": r.errors,
+                "dispatcher_drops": r.dispatcher_drops,
+            }),
+        );
+    }
+    let mut v = json!({
+        "dimension": p.dimension.as_str(),
+        "checks": p.spec.checks,
+        "rules": p.spec.rules,
+        "bytes": p.spec.bytes,
+        "modes": modes,
+    });
+    if let (Value::Object(o), Value::Object(r)) = (&mut v, ratios(p)) {
+        o.extend(r);
+    }
+    v
+}
+
+/// Runs the benchmark.
+pub fn run(a: &DispatchBenchArgs) -> CmdResult {
+    let phase = a.phase_secs.unwrap_or(if a.quick { 0.5 } else { 1.0 });
+    if !(phase > 0.0 && phase <= 600.0) {
+        return Err("--phase-secs must be in (0, 600]".into());
+    }
+    if a.modes.is_empty() {
+        return Err("--modes names no mode".into());
+    }
+    if a.workers == 0 || a.dispatchers == 0 || a.client_threads == 0 || a.flows == 0 || a.concurrency == 0 {
+        return Err("--workers, --dispatchers, --client-threads, --flows and --concurrency must be at least 1".into());
+    }
+    let points = if a.default_only {
+        vec![(Dimension::Default, tern_dispatch::synth::Spec::default())]
+    } else {
+        bench::points(a.quick)
+    };
+    let opts = BenchOptions {
+        points,
+        modes: a.modes.clone(),
+        rounds: a.rounds.unwrap_or(if a.quick { 1 } else { 3 }),
+        default_rounds: a.default_rounds.unwrap_or(if a.quick { 3 } else { 5 }),
+        phase: Duration::from_secs_f64(phase),
+        warmup: Duration::from_secs_f64((phase / 5.0).min(0.2)),
+        keys: a.keys,
+        server: ServerOptions {
+            workers: a.workers,
+            dispatchers: a.dispatchers,
+            cores: a.server_cores.clone(),
+            ..ServerOptions::default()
+        },
+        client_threads: a.client_threads,
+        flows: a.flows,
+        concurrency: a.concurrency,
+        client_cores: a.client_cores.clone(),
+    };
+    let env = Environment::current();
+    if !a.json {
+        println!(
+            "tern bench dispatch: KV GET ({} keys, 62 B keys, 64 B values, Zipf 0.9 in 24 partitions) over UDP on loopback",
+            a.keys
+        );
+        println!(
+            "server: {} workers + {} dispatcher(s) (rss: workers only), cores {}; client: {} thread(s) × {} flows × {} outstanding, cores {}",
+            a.workers,
+            a.dispatchers,
+            cores(&a.server_cores),
+            a.client_threads,
+            a.flows,
+            a.concurrency,
+            cores(&a.client_cores)
+        );
+        println!("{}", env.describe());
+    }
+    let started = Instant::now();
+    let quiet = a.json;
+    let results = bench::run(&opts, |line| {
+        if !quiet {
+            eprintln!("  {line}");
+        }
+    })?;
+    let points: Vec<Value> = results.iter().map(point_json).collect();
+    let default_point = results.iter().find(|p| p.dimension == Dimension::Default).map(|p| {
+        let mut v = ratios(p);
+        if let (Value::Object(o), Value::Object(m)) = (&mut v, point_json(p)) {
+            o.insert("modes".into(), m["modes"].clone());
+            o.insert("checks".into(), json!(p.spec.checks));
+            o.insert("rules".into(), json!(p.spec.rules));
+            o.insert("bytes".into(), json!(p.spec.bytes));
+        }
+        v
+    });
+    let summary = json!({
+        "benchmark": "dispatch",
+        "app": "kv-get",
+        "default_point": default_point,
+        "points": points,
+        "config": {
+            "quick": a.quick, "keys": a.keys, "workers": a.workers, "dispatchers": a.dispatchers,
+            "client_threads": a.client_threads, "flows": a.flows, "concurrency": a.concurrency,
+            "phase_secs": phase, "rounds": opts.rounds, "default_rounds": opts.default_rounds,
+            "server_cores": a.server_cores, "client_cores": a.client_cores,
+            "modes": a.modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+        },
+        "elapsed_s": started.elapsed().as_secs_f64(),
+        "environment": env,
+    });
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
+    let json_path = a.out.join("dispatch.json");
+    std::fs::write(&json_path, serde_json::to_string_pretty(&summary)?)
+        .map_err(|e| format!("cannot write {}: {e}", json_path.display()))?;
+    let plots = plot::dispatch(&results, &a.out)?;
+    let errors: u64 = results.iter().flat_map(|p| p.modes.iter()).map(|(_, r)| r.errors).sum();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print_tables(&results);
+        println!("wrote {}", json_path.display());
+        for p in plots {
+            println!("wrote {}", p.display());
+        }
+    }
+    if errors > 0 {
+        eprintln!("error: {errors} GETs failed or were answered wrongly");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cores(c: &[usize]) -> String {
+    if c.is_empty() { "any".into() } else { c.iter().map(usize::to_string).collect::<Vec<_>>().join(",") }
+}
+
+fn print_tables(results: &[PointResult]) {
+    println!();
+    print!("{:<8} {:>3} {:>4} {:>3}", "vary", "k", "R", "b");
+    let modes: Vec<Mode> = results.first().map(|p| p.modes.iter().map(|(m, _)| *m).collect()).unwrap_or_default();
+    for m in &modes {
+        print!(" {:>9} {:>7}", format!("{m} rps"), "p99 µs");
+    }
+    println!(" {:>8} {:>8} {:>8}", "rsd/rss", "rsd/ring", "rsd/uds");
+    for p in results {
+        print!("{:<8} {:>3} {:>4} {:>3}", p.dimension.as_str(), p.spec.checks, p.spec.rules, p.spec.bytes);
+        for (_, r) in &p.modes {
+            print!(" {:>9.0} {:>7.0}", r.median_rps(), r.median_p99_us());
+        }
+        let f = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
+        println!(" {:>8} {:>8} {:>8}", f(p.ratio(Mode::Rss)), f(p.ratio(Mode::SwRing)), f(p.ratio(Mode::SwUds)));
+    }
+    println!("(medians over rounds; ratios are medians of per-round ratios of requests/s)");
+}

@@ -1,0 +1,313 @@
+//! `tern dispatch serve` (the KV GET service behind a dispatcher, from a rule file) and
+//! `tern dispatch load` (the closed-loop KV load generator against any such server).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use clap::Args;
+use prometheus_client::registry::Registry;
+use tern_dispatch::kv::{KvLayout, KvStore};
+use tern_dispatch::loadgen::{self, LoadOptions};
+use tern_dispatch::qnp::QnpConfig;
+use tern_dispatch::rules::{self, LoadError, RuleSet};
+use tern_dispatch::server::{Mode, Server, ServerOptions, total};
+use tern_dispatch::synth::Spec;
+use tern_hw::{Profile, resource};
+use tern_io::fault::FaultConfig;
+
+use crate::CmdResult;
+use crate::metrics::{self, DispatchCollector};
+
+/// The shape of the KV keys (they are built to walk rules of this shape; see
+/// `tern dispatch gen-rules`).
+#[derive(Debug, Clone, Args)]
+pub struct KeyShape {
+    /// Keys in the store.
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: u64,
+    /// Skip-and-checks of the rules the keys are built for.
+    #[arg(long, default_value_t = 4)]
+    pub key_checks: u32,
+    /// Rules the keys are built for.
+    #[arg(long, default_value_t = 32)]
+    pub key_rules: u32,
+    /// Bytes per check of the rules the keys are built for.
+    #[arg(long, default_value_t = 5)]
+    pub key_bytes: u32,
+}
+
+impl KeyShape {
+    fn layout(&self, workers: u16) -> Result<KvLayout, String> {
+        let spec = Spec { checks: self.key_checks, rules: self.key_rules, bytes: self.key_bytes, ..Spec::default() };
+        let l = KvLayout { spec, workers, keys: self.keys };
+        l.validate().map_err(|e| e.to_string())?;
+        Ok(l)
+    }
+}
+
+/// `tern dispatch serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The rule file (TOML; see docs/rules.md). Its `[server]` table gives listen, workers,
+    /// rsds, profile and keys; flags override them. The file is watched: a change is checked,
+    /// compiled and swapped in per application (hitless), or rejected with its errors.
+    pub config: PathBuf,
+    /// Dispatch mode: rsd (Tern), rss (L3/4 only), sw-ring, sw-uds (software baselines).
+    #[arg(long, default_value = "rsd")]
+    pub mode: Mode,
+    /// Address to serve on [default: the file's server.listen].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Worker threads [default: the file's server.workers].
+    #[arg(long)]
+    pub workers: Option<u16>,
+    /// Dispatcher threads [default: the file's server.rsds].
+    #[arg(long)]
+    pub dispatchers: Option<u16>,
+    /// Hardware profile: stash size, ByteStream, QNP limits [default: the file's, else cpu].
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Serve Prometheus metrics (and /ready, /config) on this address.
+    #[arg(long)]
+    pub metrics: Option<SocketAddr>,
+    /// Stop after this many seconds [default: run until killed].
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Where the KV store lives (a fresh directory is made and removed) [default: temp dir].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub keys: KeyShape,
+}
+
+fn load_rules(path: &Path) -> Result<rules::Loaded, String> {
+    rules::load(path).map_err(|e| match e {
+        LoadError::Invalid { path, invalid } => {
+            invalid.0.iter().map(|d| format!("{path}: {d}")).collect::<Vec<_>>().join("\n")
+        }
+        e => e.to_string(),
+    })
+}
+
+fn mtime(p: &Path) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+fn describe_rules(set: &RuleSet) -> String {
+    let mut s = String::new();
+    for a in &set.apps {
+        s.push_str(&format!("app {} (id {}), default queue {}\n", a.name, a.id, a.default_queue));
+        for r in set.rules_of(a.id) {
+            s.push_str(&format!("  rule {} -> queue {}\n", r.name, r.queue));
+        }
+    }
+    s
+}
+
+fn rule_names(set: &RuleSet) -> Vec<(usize, String)> {
+    set.rules.iter().map(|r| (r.index, r.name.clone())).collect()
+}
+
+/// Runs `tern dispatch serve`.
+pub fn serve(a: &ServeArgs) -> CmdResult {
+    let loaded = match load_rules(&a.config) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    for w in &loaded.rules.warnings {
+        eprintln!("{}: {w}", a.config.display());
+    }
+    let sc = loaded.config.server.clone();
+    if let Some(s) = sc.as_ref().and_then(|s| s.service.as_deref())
+        && s != "kv"
+    {
+        return Err(format!("server.service = \"{s}\": `dispatch serve` runs the kv service").into());
+    }
+    let listen: SocketAddr = match a.listen {
+        Some(l) => l,
+        None => {
+            let s = sc.as_ref().map_or("127.0.0.1:7000", |s| s.listen.as_str());
+            s.parse().map_err(|e| format!("server.listen `{s}`: {e}"))?
+        }
+    };
+    let workers = a.workers.or(sc.as_ref().map(|s| s.workers)).unwrap_or(4);
+    let dispatchers = a.dispatchers.or(sc.as_ref().map(|s| s.rsds)).unwrap_or(1);
+    let profile_name = a.profile.clone().or(sc.as_ref().and_then(|s| s.profile.clone())).unwrap_or("cpu".into());
+    let profile = Profile::resolve(&profile_name)?;
+    let keys = KeyShape { keys: sc.as_ref().and_then(|s| s.keys).unwrap_or(a.keys.keys), ..a.keys.clone() };
+    let layout = keys.layout(workers)?;
+    let opts = ServerOptions {
+        mode: a.mode,
+        listen,
+        workers,
+        dispatchers,
+        stash_entries: profile.capacity(resource::RSD_STASH_ENTRIES).map_or(256, |n| n as usize),
+        bytestream: profile.capacity(resource::RSD_BYTESTREAM_BYTES).map(|n| n as usize),
+        qnp: QnpConfig::for_profile(&profile),
+        ..ServerOptions::default()
+    };
+    let store = KvStore::temporary(a.data_dir.as_deref())?;
+    let t = Instant::now();
+    let n = store.load(&layout)?;
+    println!("loaded {n} keys into {} in {:.1} s", store.path().display(), t.elapsed().as_secs_f64());
+    let server = Server::start(&opts, loaded.rules.clone(), store)?;
+    println!(
+        "serving kv on {} (mode {}, {} workers, {} dispatcher(s), profile {}, stash {} entries)",
+        server.addr(),
+        a.mode,
+        workers,
+        if a.mode.uses_rules() { dispatchers } else { 0 },
+        profile.name,
+        opts.stash_entries
+    );
+    let names = Arc::new(Mutex::new(rule_names(&loaded.rules)));
+    let config_text = Arc::new(Mutex::new(describe_rules(&loaded.rules)));
+    let stop = Arc::new(AtomicBool::new(false));
+    if let Some(addr) = a.metrics {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(DispatchCollector {
+            shared: server.shared().clone(),
+            rule_names: names.clone(),
+        }));
+        let bound = metrics::serve(addr, registry, config_text.clone(), stop.clone())?;
+        println!("metrics on http://{bound}/metrics");
+    }
+    let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+    let mut seen = mtime(&a.config);
+    while deadline.is_none_or(|d| Instant::now() < d) {
+        std::thread::sleep(Duration::from_millis(250));
+        let now = mtime(&a.config);
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        match load_rules(&a.config) {
+            Err(e) => eprintln!(
+                "reload rejected, keeping generation {}:\n{e}",
+                server.shared().generation.load(std::sync::atomic::Ordering::Relaxed)
+            ),
+            Ok(new) => {
+                for app in &new.rules.apps {
+                    match server.reconfigure(app.id, &new.rules) {
+                        Ok(g) => println!("app {}: new rules in force, generation {g}", app.name),
+                        Err(e) => eprintln!("app {}: reload rejected: {e}", app.name),
+                    }
+                }
+                let current = server.rules();
+                // Counters of replaced rules keep their names.
+                let mut n = names.lock().expect("names lock");
+                for (i, name) in rule_names(&current) {
+                    if !n.iter().any(|(j, _)| *j == i) {
+                        n.push((i, name));
+                    }
+                }
+                drop(n);
+                *config_text.lock().expect("config lock") = describe_rules(&current);
+            }
+        }
+    }
+    let d = total(&server.dispatcher_stats());
+    let handled: u64 = server.worker_requests().iter().sum();
+    println!(
+        "stopping: {handled} requests handled, {} first packets dispatched, {} dispatcher drops",
+        d.rsd.first_packets,
+        d.rsd.drops.iter().sum::<u64>() + d.handoff_full
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    server.stop()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tern dispatch load`.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// The server's address.
+    pub server: SocketAddr,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 5.0)]
+    pub duration: f64,
+    /// Client threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// UDP flows per thread.
+    #[arg(long, default_value_t = 16)]
+    pub flows: usize,
+    /// GETs outstanding per thread.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// Workers the server has (to compute which keys exist per partition).
+    #[arg(long, default_value_t = 4)]
+    pub workers: u16,
+    /// Packet loss to inject on the client's sockets (0..1).
+    #[arg(long, default_value_t = 0.0)]
+    pub loss: f64,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub keys: KeyShape,
+}
+
+/// Runs `tern dispatch load`.
+pub fn load(a: &LoadArgs) -> CmdResult {
+    if !(a.duration > 0.0 && a.duration <= 86_400.0) {
+        return Err("--duration must be in (0, 86400]".into());
+    }
+    let layout = a.keys.layout(a.workers)?;
+    let mut o = LoadOptions::new(a.server, layout);
+    o.duration = Duration::from_secs_f64(a.duration);
+    o.threads = a.threads;
+    o.flows = a.flows;
+    o.concurrency = a.concurrency;
+    o.faults = FaultConfig { loss: a.loss, ..FaultConfig::default() };
+    let r = loadgen::run(&o)?;
+    if a.json {
+        let v = serde_json::json!({
+            "completed": r.completed, "failed": r.failed, "not_found": r.not_found, "wrong_value": r.wrong_value,
+            "retransmissions": r.retransmissions, "rps": r.rps, "p50_us": r.p50_us, "p99_us": r.p99_us,
+            "p999_us": r.p999_us, "elapsed_s": r.elapsed_s,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "{} GETs answered in {:.2} s: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs; {} failed, {} not found, {} wrong values, {} retransmissions",
+            r.completed,
+            r.elapsed_s,
+            r.rps,
+            r.p50_us,
+            r.p99_us,
+            r.failed,
+            r.not_found,
+            r.wrong_value,
+            r.retransmissions
+        );
+    }
+    Ok(if r.failed + r.wrong_value > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// `tern dispatch gen-rules`.
+#[derive(Debug, Args)]
+pub struct GenRulesArgs {
+    /// Workers the rules spread the 24 key partitions over.
+    #[arg(long, default_value_t = 4)]
+    pub workers: u16,
+    /// The IDL path written into the file (relative to where the file will live).
+    #[arg(long, default_value = "kv.proto")]
+    pub idl: String,
+    #[command(flatten)]
+    pub keys: KeyShape,
+}
+
+/// Prints the rule file matching a key shape (what `serve` and `load` agree on).
+pub fn gen_rules(a: &GenRulesArgs) -> CmdResult {
+    let layout = a.keys.layout(a.workers)?;
+    print!("{}\n[server]\nworkers = {}\nkeys = {}\n", layout.to_toml(&a.idl).trim_end(), a.workers, a.keys.keys);
+    Ok(ExitCode::SUCCESS)
+}

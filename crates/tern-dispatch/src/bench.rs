@@ -1,0 +1,217 @@
+//! `tern bench dispatch`: the paper's three sweeps (QingNiao §5.1, Figures 15–16 and the
+//! appendix): the number of skip-and-checks (1…48), of rules (1…512) and of matched bytes per
+//! check (1…32), one varying at a time from the default point (4 checks, 32 rules, 5 bytes), on
+//! the KV GET service, for every [`Mode`]. Per point and round the modes run one after another
+//! in a rotating order against the same store, the same load and the same cores.
+
+use std::io;
+use std::time::Duration;
+
+use crate::kv::{KvLayout, KvStore};
+use crate::loadgen::{self, LoadOptions};
+use crate::pingpong::median;
+use crate::server::{Mode, Server, ServerOptions, total};
+use crate::synth::Spec;
+
+/// Which dimension a point varies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dimension {
+    /// The default point itself.
+    Default,
+    /// Skip-and-checks per rule.
+    Checks,
+    /// Rules.
+    Rules,
+    /// Matched bytes per check.
+    Bytes,
+}
+
+impl Dimension {
+    /// Name in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dimension::Default => "default",
+            Dimension::Checks => "checks",
+            Dimension::Rules => "rules",
+            Dimension::Bytes => "bytes",
+        }
+    }
+}
+
+/// The full sweep's values per dimension.
+pub const CHECKS: [u32; 7] = [1, 2, 4, 8, 16, 32, 48];
+/// Rules swept.
+pub const RULES: [u32; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
+/// Bytes per check swept.
+pub const BYTES: [u32; 7] = [1, 2, 4, 5, 8, 16, 32];
+/// The reduced sweep of `--quick`.
+pub const QUICK_CHECKS: [u32; 3] = [1, 4, 48];
+/// Rules in the reduced sweep.
+pub const QUICK_RULES: [u32; 3] = [1, 32, 512];
+/// Bytes in the reduced sweep.
+pub const QUICK_BYTES: [u32; 3] = [1, 5, 32];
+
+/// The points of a sweep: the default point first, then each dimension's other values.
+pub fn points(quick: bool) -> Vec<(Dimension, Spec)> {
+    let d = Spec::default();
+    let (c, r, b): (&[u32], &[u32], &[u32]) =
+        if quick { (&QUICK_CHECKS, &QUICK_RULES, &QUICK_BYTES) } else { (&CHECKS, &RULES, &BYTES) };
+    let mut out = vec![(Dimension::Default, d)];
+    out.extend(c.iter().filter(|&&v| v != d.checks).map(|&checks| (Dimension::Checks, Spec { checks, ..d })));
+    out.extend(r.iter().filter(|&&v| v != d.rules).map(|&rules| (Dimension::Rules, Spec { rules, ..d })));
+    out.extend(b.iter().filter(|&&v| v != d.bytes).map(|&bytes| (Dimension::Bytes, Spec { bytes, ..d })));
+    out
+}
+
+/// How to run the benchmark.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Points to measure.
+    pub points: Vec<(Dimension, Spec)>,
+    /// Modes to compare.
+    pub modes: Vec<Mode>,
+    /// Rounds per point (each runs every mode once, in rotating order).
+    pub rounds: usize,
+    /// Rounds at the default point (it carries the targets).
+    pub default_rounds: usize,
+    /// Measured time per mode per round.
+    pub phase: Duration,
+    /// Unmeasured warm-up before each phase.
+    pub warmup: Duration,
+    /// Keys in the store.
+    pub keys: u64,
+    /// Server: workers and dispatchers, cores.
+    pub server: ServerOptions,
+    /// Client threads.
+    pub client_threads: usize,
+    /// UDP flows per client thread.
+    pub flows: usize,
+    /// GETs outstanding per client thread.
+    pub concurrency: usize,
+    /// Cores of the client threads (empty: any).
+    pub client_cores: Vec<usize>,
+}
+
+/// One mode's runs at one point.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModeResult {
+    /// Requests/s per round.
+    pub rps: Vec<f64>,
+    /// p99 latency per round, µs.
+    pub p99_us: Vec<f64>,
+    /// p50 latency per round, µs.
+    pub p50_us: Vec<f64>,
+    /// GETs answered wrongly or failed (must be 0).
+    pub errors: u64,
+    /// Packets the dispatchers dropped (all reasons, all rounds).
+    pub dispatcher_drops: u64,
+}
+
+impl ModeResult {
+    /// Median requests/s.
+    pub fn median_rps(&self) -> f64 {
+        median(self.rps.clone())
+    }
+    /// Median p99, µs.
+    pub fn median_p99_us(&self) -> f64 {
+        median(self.p99_us.clone())
+    }
+    /// Median p50, µs.
+    pub fn median_p50_us(&self) -> f64 {
+        median(self.p50_us.clone())
+    }
+}
+
+/// One point's results.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PointResult {
+    /// Which dimension it varies.
+    pub dimension: Dimension,
+    /// The rule set's shape.
+    pub spec: Spec,
+    /// Per mode, in [`BenchOptions::modes`] order.
+    pub modes: Vec<(Mode, ModeResult)>,
+}
+
+impl PointResult {
+    /// A mode's result.
+    pub fn mode(&self, m: Mode) -> Option<&ModeResult> {
+        self.modes.iter().find(|(k, _)| *k == m).map(|(_, r)| r)
+    }
+
+    /// Median over rounds of Tern's requests/s divided by `other`'s, the two measured in the
+    /// same round.
+    pub fn ratio(&self, other: Mode) -> Option<f64> {
+        let (a, b) = (self.mode(Mode::Rsd)?, self.mode(other)?);
+        let per_round: Vec<f64> = a.rps.iter().zip(&b.rps).filter(|(_, y)| **y > 0.0).map(|(x, y)| x / y).collect();
+        (!per_round.is_empty()).then(|| median(per_round))
+    }
+}
+
+/// Runs one mode for one phase against `store`.
+fn phase(
+    opts: &BenchOptions,
+    mode: Mode,
+    layout: &KvLayout,
+    store: &KvStore,
+    seed: u64,
+) -> io::Result<(loadgen::LoadReport, u64)> {
+    let server_opts = ServerOptions { mode, ..opts.server.clone() };
+    let server = Server::start(&server_opts, layout.rule_set(), store.clone())?;
+    let mut load = LoadOptions::new(server.addr(), *layout);
+    load.threads = opts.client_threads;
+    load.flows = opts.flows;
+    load.concurrency = opts.concurrency;
+    load.cores = opts.client_cores.clone();
+    load.seed = seed;
+    if !opts.warmup.is_zero() {
+        load.duration = opts.warmup;
+        loadgen::run(&load)?;
+    }
+    load.duration = opts.phase;
+    let report = loadgen::run(&load)?;
+    let d = total(&server.dispatcher_stats());
+    let drops = d.rsd.drops.iter().sum::<u64>() + d.handoff_full;
+    server.stop()?;
+    Ok((report, drops))
+}
+
+/// Runs the sweep; `progress` is told about each finished phase.
+pub fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> io::Result<Vec<PointResult>> {
+    let mut results = Vec::new();
+    for (pi, &(dimension, spec)) in opts.points.iter().enumerate() {
+        let layout = KvLayout { spec, workers: opts.server.workers, keys: opts.keys };
+        layout.validate().map_err(io::Error::other)?;
+        let store = KvStore::temporary(None).map_err(io::Error::other)?;
+        store.load(&layout).map_err(io::Error::other)?;
+        let mut modes: Vec<(Mode, ModeResult)> = opts.modes.iter().map(|&m| (m, ModeResult::default())).collect();
+        let rounds = if dimension == Dimension::Default { opts.default_rounds } else { opts.rounds };
+        for round in 0..rounds.max(1) {
+            let n = modes.len();
+            for k in 0..n {
+                let idx = (k + round) % n;
+                let mode = modes[idx].0;
+                let (r, drops) = phase(opts, mode, &layout, &store, (pi * 1000 + round) as u64)?;
+                let m = &mut modes[idx].1;
+                m.rps.push(r.rps);
+                m.p99_us.push(r.p99_us);
+                m.p50_us.push(r.p50_us);
+                m.errors += r.failed + r.not_found + r.wrong_value;
+                m.dispatcher_drops += drops;
+                progress(&format!(
+                    "{} k={} R={} b={} round {}: {:<7} {:>9.0} req/s  p99 {:>7.0} µs",
+                    dimension.as_str(),
+                    spec.checks,
+                    spec.rules,
+                    spec.bytes,
+                    round + 1,
+                    mode.as_str(),
+                    r.rps,
+                    r.p99_us
+                ));
+            }
+        }
+        results.push(PointResult { dimension, spec, modes });
+    }
+    Ok(results)
+}
