@@ -87,6 +87,9 @@ fn point_json(p: &PointResult) -> Value {
                 "rps_per_round": r.rps,
                 "p99_us_per_round": r.p99_us,
                 "errors": r.errors,
+                "failed": r.failed,
+                "not_found": r.not_found,
+                "wrong_value": r.wrong_value,
                 "dispatcher_drops": r.dispatcher_drops,
             }),
         );

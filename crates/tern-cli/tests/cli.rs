@@ -181,3 +181,72 @@ fn hw_report_projects_the_rule_set() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["apps"][0]["projection"]["cycles"], 21);
 }
+
+#[test]
+fn bench_dispatch_json_has_ratios_per_point_and_at_the_default_point() {
+    let dir = std::env::temp_dir().join(format!("tern-bench-dispatch-{}", std::process::id()));
+    let out = dir.to_str().unwrap();
+    let (ok, stdout, err) = tern(&[
+        "bench",
+        "dispatch",
+        "--default-only",
+        "--default-rounds",
+        "1",
+        "--phase-secs",
+        "0.2",
+        "--keys",
+        "2400",
+        "--json",
+        "--out",
+        out,
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let d = &v["default_point"];
+    for k in ["rsd_over_rss", "rsd_over_sw_ring", "rsd_over_sw_uds"] {
+        assert!(d[k].as_f64().is_some_and(|x| x > 0.0), "default_point.{k}: {d}");
+        assert!(v["points"][0][k].as_f64().is_some(), "points[0].{k}");
+    }
+    for m in ["rsd", "rss", "sw-ring", "sw-uds"] {
+        let r = &d["modes"][m];
+        assert!(r["rps"].as_f64().unwrap() > 0.0 && r["p99_us"].as_f64().unwrap() > 0.0, "{m}: {r}");
+        assert_eq!(r["errors"], 0, "{m}");
+    }
+    assert_eq!((d["checks"].as_u64(), d["rules"].as_u64(), d["bytes"].as_u64()), (Some(4), Some(32), Some(5)));
+    assert!(dir.join("dispatch.json").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn dispatch_serve_answers_the_load_generator_and_rejects_bad_files() {
+    let dir = std::env::temp_dir().join(format!("tern-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(example("kv.proto"), dir.join("kv.proto")).unwrap();
+    let (ok, rules, err) = tern(&["dispatch", "gen-rules", "--workers", "2", "--keys", "4800"]);
+    assert!(ok, "{err}");
+    let file = dir.join("rules.toml");
+    std::fs::write(&file, &rules).unwrap();
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = socket.local_addr().unwrap().to_string();
+    drop(socket);
+    let mut server = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["dispatch", "serve", file.to_str().unwrap(), "--listen", &addr, "--duration", "6"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let (ok, out, err) =
+        tern(&["dispatch", "load", &addr, "--workers", "2", "--keys", "4800", "--duration", "1", "--json"]);
+    let status = server.wait().unwrap();
+    assert!(ok, "{err}");
+    assert!(status.success());
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["completed"].as_u64().unwrap() > 100, "{v}");
+    assert_eq!((v["failed"].as_u64(), v["not_found"].as_u64(), v["wrong_value"].as_u64()), (Some(0), Some(0), Some(0)));
+    // A rule naming a queue beyond the workers is refused before anything starts.
+    std::fs::write(&file, rules.replacen("queue = 0", "queue = 9", 1)).unwrap();
+    let (ok, _, err) = tern(&["dispatch", "serve", file.to_str().unwrap(), "--listen", &addr, "--duration", "1"]);
+    assert!(!ok);
+    assert!(err.contains("queue 9"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

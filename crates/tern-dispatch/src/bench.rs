@@ -101,8 +101,14 @@ pub struct ModeResult {
     pub p99_us: Vec<f64>,
     /// p50 latency per round, µs.
     pub p50_us: Vec<f64>,
-    /// GETs answered wrongly or failed (must be 0).
+    /// GETs answered wrongly or failed (must be 0): the sum of the next three.
     pub errors: u64,
+    /// GETs the transport gave up on (or left unanswered at the end of a phase).
+    pub failed: u64,
+    /// GETs answered "not found".
+    pub not_found: u64,
+    /// GETs answered with another key's value.
+    pub wrong_value: u64,
     /// Packets the dispatchers dropped (all reasons, all rounds).
     pub dispatcher_drops: u64,
 }
@@ -197,6 +203,9 @@ pub fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> io::Result<Ve
                 m.p99_us.push(r.p99_us);
                 m.p50_us.push(r.p50_us);
                 m.errors += r.failed + r.not_found + r.wrong_value;
+                m.failed += r.failed;
+                m.not_found += r.not_found;
+                m.wrong_value += r.wrong_value;
                 m.dispatcher_drops += drops;
                 progress(&format!(
                     "{} k={} R={} b={} round {}: {:<7} {:>9.0} req/s  p99 {:>7.0} µs",
