@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::kv::{KvLayout, KvStore};
 use crate::loadgen::{self, LoadOptions};
 use crate::pingpong::median;
+use crate::rules::RuleSet;
 use crate::server::{Mode, Server, ServerOptions, total};
 use crate::synth::Spec;
 
@@ -159,11 +160,12 @@ fn phase(
     opts: &BenchOptions,
     mode: Mode,
     layout: &KvLayout,
+    rules: &RuleSet,
     store: &KvStore,
     seed: u64,
 ) -> io::Result<(loadgen::LoadReport, u64)> {
     let server_opts = ServerOptions { mode, ..opts.server.clone() };
-    let server = Server::start(&server_opts, layout.rule_set(), store.clone())?;
+    let server = Server::start(&server_opts, rules.clone(), store.clone())?;
     let mut load = LoadOptions::new(server.addr(), *layout);
     load.threads = opts.client_threads;
     load.flows = opts.flows;
@@ -190,6 +192,7 @@ pub fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> io::Result<Ve
         layout.validate().map_err(io::Error::other)?;
         let store = KvStore::temporary(None).map_err(io::Error::other)?;
         store.load(&layout).map_err(io::Error::other)?;
+        let rules = layout.rule_set();
         let mut modes: Vec<(Mode, ModeResult)> = opts.modes.iter().map(|&m| (m, ModeResult::default())).collect();
         let rounds = if dimension == Dimension::Default { opts.default_rounds } else { opts.rounds };
         for round in 0..rounds.max(1) {
@@ -197,7 +200,7 @@ pub fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> io::Result<Ve
             for k in 0..n {
                 let idx = (k + round) % n;
                 let mode = modes[idx].0;
-                let (r, drops) = phase(opts, mode, &layout, &store, (pi * 1000 + round) as u64)?;
+                let (r, drops) = phase(opts, mode, &layout, &rules, &store, (pi * 1000 + round) as u64)?;
                 let m = &mut modes[idx].1;
                 m.rps.push(r.rps);
                 m.p99_us.push(r.p99_us);

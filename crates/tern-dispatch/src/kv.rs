@@ -117,22 +117,7 @@ impl KvLayout {
 
     /// The rule file of [`rule_set`](Self::rule_set), with `idl` as its IDL path.
     pub fn to_toml(&self, idl: &str) -> String {
-        let set = self.rule_set();
-        let mut s = self.spec.to_toml(self.workers, idl);
-        // `to_toml` writes `queue = r % workers`; rewrite each rule's queue to its block.
-        let mut out = String::with_capacity(s.len());
-        let mut rule = 0usize;
-        for line in s.lines() {
-            if line.starts_with("queue = ") {
-                out.push_str(&format!("queue = {}\n", set.rules[rule].queue));
-                rule += 1;
-            } else {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-        std::mem::swap(&mut s, &mut out);
-        s
+        self.spec.rules_toml(&self.rule_set(), idl)
     }
 }
 

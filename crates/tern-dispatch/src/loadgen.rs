@@ -15,7 +15,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tern_io::fault::{FaultConfig, FaultInjector};
 use tern_io::udp::MultiUdpPort;
-use tern_io::{DEFAULT_BATCH, Pool, Port};
+use tern_io::{DEFAULT_BATCH, Pool};
 
 use crate::apps::kv::{Get, Value};
 use crate::kv::{GET, KeySampler, KvLayout, PARTITIONS};
@@ -235,6 +235,5 @@ fn client_thread(o: &LoadOptions, sampler: &KeySampler, t: usize, share: Option<
     }
     client.flush()?;
     report.retransmissions = client.core().stats().retransmissions;
-    let _ = client.port().stats();
     Ok(ThreadResult { report, hist })
 }

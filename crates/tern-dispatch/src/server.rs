@@ -168,8 +168,44 @@ pub struct Shared {
     pub generation: AtomicU64,
 }
 
+/// One application's matcher, compiled off the fast path for the mode's dispatchers.
+#[derive(Clone)]
+enum AppMatcher {
+    /// Tern's compiled machine (`rsd`).
+    Compiled(Arc<Machine>),
+    /// The baselines' decode-and-loop matcher (`sw-ring`, `sw-uds`).
+    Naive(Arc<NaiveApp>),
+}
+
+impl AppMatcher {
+    fn compiled(self) -> Option<Arc<Machine>> {
+        match self {
+            AppMatcher::Compiled(m) => Some(m),
+            AppMatcher::Naive(_) => None,
+        }
+    }
+    fn naive(self) -> Option<Arc<NaiveApp>> {
+        match self {
+            AppMatcher::Naive(n) => Some(n),
+            AppMatcher::Compiled(_) => None,
+        }
+    }
+}
+
+/// Compiles application `app_id` of `set` into the matcher `mode` runs.
+fn compile_app(mode: Mode, set: &RuleSet, app_id: u8) -> Result<AppMatcher, String> {
+    let name = set.apps.iter().find(|a| a.id == app_id).map_or("?", |a| a.name.as_str());
+    if mode == Mode::Rsd {
+        let m = Machine::compile(set, app_id).map_err(|e| format!("app `{name}`: {e}"))?;
+        Ok(AppMatcher::Compiled(Arc::new(m)))
+    } else {
+        let n = NaiveMatcher::new(set).app(app_id).ok_or_else(|| format!("app `{name}` has no rules table"))?;
+        Ok(AppMatcher::Naive(Arc::new(n)))
+    }
+}
+
 enum Command {
-    Install { app_id: u8, machine: Option<Arc<Machine>>, naive: Option<Arc<NaiveApp>>, generation: u64 },
+    Install { app_id: u8, matcher: AppMatcher, generation: u64 },
 }
 
 /// A running server. Dropping it stops it.
@@ -195,19 +231,20 @@ fn apps_of(set: &RuleSet) -> Vec<u8> {
     set.apps.iter().map(|a| a.id).collect()
 }
 
-/// An application's matchers: Tern's compiled machine and the baselines' naive loop.
-type AppMatchers = (u8, Arc<Machine>, Arc<NaiveApp>);
-
-fn compile_all(set: &RuleSet) -> Result<Vec<AppMatchers>, String> {
-    let naive = NaiveMatcher::new(set);
-    set.apps
-        .iter()
-        .map(|a| {
-            let m = Machine::compile(set, a.id).map_err(|e| format!("app `{}`: {e}", a.name))?;
-            let n = naive.app(a.id).ok_or_else(|| format!("app `{}` has no rules table", a.name))?;
-            Ok((a.id, Arc::new(m), Arc::new(n)))
-        })
-        .collect()
+/// An RSD (or software dispatcher) with every application's matcher installed.
+fn new_rsd<D: Decide>(
+    opts: &ServerOptions,
+    apps: &[(u8, AppMatcher)],
+    pick: fn(AppMatcher) -> Option<Arc<D>>,
+) -> Rsd<D> {
+    let mut rsd = Rsd::<D>::new(opts.stash_entries, opts.workers);
+    for (app, m) in apps {
+        rsd.install(*app, pick(m.clone()));
+    }
+    if let Some(b) = opts.bytestream {
+        rsd.set_bytestream(b);
+    }
+    rsd
 }
 
 impl Server {
@@ -228,7 +265,17 @@ impl Server {
                 opts.workers - 1
             )));
         }
-        let compiled = compile_all(&rules).map_err(io::Error::other)?;
+        // Each application's matcher, for the modes that apply rules.
+        let compiled: Vec<(u8, AppMatcher)> = if opts.mode.uses_rules() {
+            rules
+                .apps
+                .iter()
+                .map(|a| compile_app(opts.mode, &rules, a.id).map(|m| (a.id, m)))
+                .collect::<Result<_, _>>()
+                .map_err(io::Error::other)?
+        } else {
+            Vec::new()
+        };
         let apps = apps_of(&rules);
         let n_disp = if opts.mode.uses_rules() { usize::from(opts.dispatchers) } else { 0 };
         let shared = Arc::new(Shared {
@@ -299,23 +346,11 @@ impl Server {
                 let name = format!("tern-dispatch-{d}");
                 let common = DispatcherCtx { index: d, port, handoff, ctl: ctl_rx, stop, shared, pool };
                 let f: Box<dyn FnOnce() -> io::Result<()> + Send> = if opts.mode == Mode::Rsd {
-                    let mut rsd: Rsd<Machine> = Rsd::new(opts.stash_entries, opts.workers);
-                    for (app, m, _) in &compiled {
-                        rsd.install(*app, Some(m.clone()));
-                    }
-                    if let Some(b) = opts.bytestream {
-                        rsd.set_bytestream(b);
-                    }
-                    Box::new(move || common.run(rsd, |c| c.0))
+                    let rsd = new_rsd(opts, &compiled, AppMatcher::compiled);
+                    Box::new(move || common.run(rsd, AppMatcher::compiled))
                 } else {
-                    let mut rsd = Rsd::<NaiveApp>::new(opts.stash_entries, opts.workers);
-                    for (app, _, n) in &compiled {
-                        rsd.install(*app, Some(n.clone()));
-                    }
-                    if let Some(b) = opts.bytestream {
-                        rsd.set_bytestream(b);
-                    }
-                    Box::new(move || common.run(rsd, |c| c.1))
+                    let rsd = new_rsd(opts, &compiled, AppMatcher::naive);
+                    Box::new(move || common.run(rsd, AppMatcher::naive))
                 };
                 threads.push(spawn(name, opts.cores.clone(), f)?);
             }
@@ -365,12 +400,10 @@ impl Server {
             return Err(format!("application {app_id} is not served (the server started without it)"));
         }
         merged.replace_app(app_id, new);
-        let machine = Arc::new(Machine::compile(&merged, app_id).map_err(|e| e.to_string())?);
-        let naive = Arc::new(NaiveMatcher::new(&merged).app(app_id).ok_or("application vanished")?);
+        let matcher = compile_app(self.mode, &merged, app_id)?;
         let generation = self.shared.generation.fetch_add(1, Ordering::SeqCst) + 1;
         for c in &self.controls {
-            let cmd =
-                Command::Install { app_id, machine: Some(machine.clone()), naive: Some(naive.clone()), generation };
+            let cmd = Command::Install { app_id, matcher: matcher.clone(), generation };
             c.send(cmd).map_err(|_| "a dispatcher thread has stopped".to_string())?;
         }
         *self.rules.lock().expect("rules lock") = merged;
@@ -437,18 +470,14 @@ struct DispatcherCtx {
 const PUBLISH_EVERY: Duration = Duration::from_millis(20);
 
 impl DispatcherCtx {
-    fn run<D: Decide>(
-        mut self,
-        mut rsd: Rsd<D>,
-        pick: impl Fn((Option<Arc<Machine>>, Option<Arc<NaiveApp>>)) -> Option<Arc<D>>,
-    ) -> io::Result<()> {
+    fn run<D: Decide>(mut self, mut rsd: Rsd<D>, pick: fn(AppMatcher) -> Option<Arc<D>>) -> io::Result<()> {
         let mut batch = Batch::new(DEFAULT_BATCH);
         let mut stats = DispatcherStats::default();
         let mut rung = vec![false; self.shared.workers.len()];
         let mut last_publish = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
-            while let Ok(Command::Install { app_id, machine, naive, generation }) = self.ctl.try_recv() {
-                rsd.install(app_id, pick((machine, naive)));
+            while let Ok(Command::Install { app_id, matcher, generation }) = self.ctl.try_recv() {
+                rsd.install(app_id, pick(matcher));
                 self.shared.applied[self.index].store(generation, Ordering::Release);
             }
             let now = Instant::now();

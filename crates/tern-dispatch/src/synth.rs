@@ -142,7 +142,11 @@ impl Spec {
 
     /// The rule set as a rule file (TOML), for `tern dispatch check` and `serve`.
     pub fn to_toml(&self, queues: u16, idl: &str) -> String {
-        let set = self.rule_set(queues);
+        self.rules_toml(&self.rule_set(queues), idl)
+    }
+
+    /// The rule file of `set`, one of this spec's rule sets (queues possibly reassigned).
+    pub fn rules_toml(&self, set: &RuleSet, idl: &str) -> String {
         let mut s = format!(
             "# {} rules × {} skip-and-checks × {} bytes (tern::synth)\nidl = \"{idl}\"\n\n[[app]]\nname = \"kv\"\nid = 1\n\
              default_queue = 0\nrequests = {{ Get = 1 }}\n",

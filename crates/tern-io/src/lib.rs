@@ -65,6 +65,34 @@ pub struct PortStats {
     pub tx_batches: u64,
 }
 
+impl std::ops::AddAssign for PortStats {
+    fn add_assign(&mut self, o: PortStats) {
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+        self.rx_dropped += o.rx_dropped;
+        self.tx_dropped += o.tx_dropped;
+        self.rx_batches += o.rx_batches;
+        self.tx_batches += o.tx_batches;
+    }
+}
+
+/// Moves packets from an in-process ring into `batch` until it is full or the ring is empty,
+/// counting them as received; returns how many.
+pub(crate) fn pop_into(ring: &crossbeam_queue::ArrayQueue<Packet>, batch: &mut Batch, stats: &mut PortStats) -> usize {
+    let mut n = 0;
+    while !batch.is_full() {
+        let Some(p) = ring.pop() else { break };
+        stats.rx_bytes += p.len() as u64;
+        batch.push(p);
+        n += 1;
+    }
+    stats.rx_packets += n as u64;
+    stats.rx_batches += u64::from(n > 0);
+    n
+}
+
 /// A source and sink of packet batches.
 pub trait Port {
     /// Appends up to `batch.spare()` received packets to `batch`; returns how many. Never blocks.

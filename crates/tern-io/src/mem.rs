@@ -45,16 +45,7 @@ pub fn pair(pool: &Pool, ring: usize) -> (MemPort, MemPort) {
 
 impl Port for MemPort {
     fn recv(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
-        let mut n = 0;
-        while !batch.is_full() {
-            let Some(p) = self.rx.pop() else { break };
-            self.stats.rx_bytes += p.len() as u64;
-            batch.push(p);
-            n += 1;
-        }
-        self.stats.rx_packets += n as u64;
-        self.stats.rx_batches += u64::from(n > 0);
-        Ok(n)
+        Ok(crate::pop_into(&self.rx, batch, &mut self.stats))
     }
 
     fn send(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {

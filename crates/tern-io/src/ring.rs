@@ -80,16 +80,7 @@ impl RingSender {
 
 impl Port for RingReceiver {
     fn recv(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
-        let mut n = 0;
-        while !batch.is_full() {
-            let Some(p) = self.shared.ring.pop() else { break };
-            self.stats.rx_bytes += p.len() as u64;
-            batch.push(p);
-            n += 1;
-        }
-        self.stats.rx_packets += n as u64;
-        self.stats.rx_batches += u64::from(n > 0);
-        Ok(n)
+        Ok(crate::pop_into(&self.shared.ring, batch, &mut self.stats))
     }
 
     /// A ring only receives: everything sent is dropped and counted.

@@ -441,14 +441,7 @@ impl Port for MultiUdpPort {
     fn stats(&self) -> PortStats {
         let mut t = PortStats::default();
         for s in self.ports.iter().map(Port::stats) {
-            t.rx_packets += s.rx_packets;
-            t.rx_bytes += s.rx_bytes;
-            t.tx_packets += s.tx_packets;
-            t.tx_bytes += s.tx_bytes;
-            t.rx_dropped += s.rx_dropped;
-            t.tx_dropped += s.tx_dropped;
-            t.rx_batches += s.rx_batches;
-            t.tx_batches += s.tx_batches;
+            t += s;
         }
         t
     }
