@@ -179,6 +179,71 @@ proptest! {
     }
 }
 
+/// Long patterns on the `key` field (skips up to 11, checks up to 12 bytes, up to 8 parts), so
+/// that one compressed run covers more than four 8-byte words.
+fn long_pattern() -> impl Strategy<Value = Vec<PatOp>> {
+    let op = prop_oneof![(1u32..12).prop_map(PatOp::Skip), Just(PatOp::ToDelim), nonempty(12).prop_map(PatOp::Check)];
+    (prop::collection::vec(op, 2..10), nonempty(12)).prop_map(|(mut ops, last)| {
+        ops.push(PatOp::Check(last));
+        let mut out: Vec<PatOp> = Vec::new();
+        for op in ops {
+            match (out.last_mut(), op) {
+                (Some(PatOp::Skip(a)), PatOp::Skip(b)) => *a += b,
+                (Some(PatOp::Check(a)), PatOp::Check(b)) => a.extend(b),
+                (_, op) => out.push(op),
+            }
+        }
+        out
+    })
+}
+
+/// A key the pattern matches: `fill` in the skipped bytes (never the delimiter, so a delimiter
+/// skip ends where this key puts one), then `tail`.
+fn key_for(ops: &[PatOp], fill: u8, tail: &[u8]) -> Vec<u8> {
+    let mut key = Vec::new();
+    for op in ops {
+        match op {
+            PatOp::Skip(n) => key.extend(std::iter::repeat_n(fill, *n as usize)),
+            PatOp::ToDelim => key.push(b'$'),
+            PatOp::Check(b) => key.extend_from_slice(b),
+        }
+    }
+    key.extend_from_slice(tail);
+    key
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    /// Long patterns, and requests built to match one of them (sometimes with one byte
+    /// changed): the machine's word-at-a-time comparisons agree with the naive loop.
+    #[test]
+    fn machine_agrees_on_long_patterns(
+        patterns in prop::collection::vec((long_pattern(), 0u16..6), 1..10),
+        reqs in prop::collection::vec((any::<prop::sample::Index>(), prop::sample::select(vec![b'a', b'b']),
+            bytes(40), prop::option::of((any::<prop::sample::Index>(), any::<u8>()))), 1..16),
+    ) {
+        let s = schema();
+        let app = App { name: "a".into(), id: 9, default_queue: 0, requests: vec![(s.message("Req").unwrap().clone(), 1)] };
+        let rules = patterns.iter().enumerate().map(|(index, (ops, queue))| Rule {
+            index, name: format!("r{index}"), app_id: 9, req_type: 1, queue: *queue,
+            conditions: vec![Condition { field: 1, field_name: "key".into(), kind: CondKind::Pattern(ops.clone()) }],
+        }).collect();
+        let set = RuleSet { delimiter: b'$', apps: vec![app], rules, warnings: Vec::new(), queues: None };
+        let m = Machine::compile(&set, 9).unwrap();
+        for (which, fill, tail, flip) in &reqs {
+            let mut key = key_for(&which.get(&patterns).0, *fill, tail);
+            if let Some((at, b)) = flip {
+                let i = at.index(key.len());
+                key[i] = *b;
+            }
+            let mut p = Vec::new();
+            Writer::new(&mut p).put_bytes(1, &key);
+            prop_assert_eq!(m.decide(1, &p), naive(&set, 1, &p), "key {:?}", key);
+        }
+    }
+}
+
 fn from_toml(text: &str) -> RuleSet {
     let cfg: DispatchConfig = toml::from_str(&format!(
         "idl = \"t.proto\"\n[[app]]\nname = \"a\"\nid = 9\nrequests = {{ Req = 1, Other = 2 }}\n{text}"

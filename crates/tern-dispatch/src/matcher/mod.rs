@@ -221,6 +221,8 @@ struct Branch {
     fixed_skip: u32,
     /// For a check of at most 8 bytes: the mask keeping `len` bytes of an 8-byte load.
     short_mask: u64,
+    /// Bytes of that check.
+    short_len: u8,
     shape: Shape,
     /// Earliest rule below this branch: a walk that already has a match at least as early skips it.
     min_rule: u32,
@@ -234,7 +236,7 @@ struct Node {
     queue: u16,
     branches: Vec<Branch>,
     /// The single path below this node, compressed (see [`Chain`]).
-    chain: Option<Chain>,
+    chain: Option<Box<Chain>>,
 }
 
 /// A run of states with one key each and no rule ending in between, checked at once: per
@@ -242,11 +244,15 @@ struct Node {
 /// only: the hardware walks it one skip-and-check per step.)
 #[derive(Debug, Clone)]
 struct Chain {
-    segs: Vec<Seg>,
+    /// The first field's comparison (held here, one load less on the walk), then the others.
+    seg0: Seg,
+    rest: Box<[Seg]>,
     /// The state the run leads to.
     end: u32,
     /// Earliest rule below.
     min_rule: u32,
+    /// Where `end` is a leaf (it has no branch), its rule and queue: the walk stops here.
+    leaf: Option<(u32, u16)>,
 }
 
 #[derive(Debug, Clone)]
@@ -258,11 +264,17 @@ struct Seg {
     len: u32,
     /// (expected, mask) per 8-byte word of the covered bytes, the last word padded with mask 0;
     /// the mask has 0xFF where a byte is checked and 0 where it is skipped.
-    words: Vec<(u64, u64)>,
+    words: Box<[(u64, u64)]>,
+    /// For a run of at most [`SEG_WORDS`] words: the same, padded with mask-0 words, compared
+    /// in one unrolled pass.
+    short: Option<[(u64, u64); SEG_WORDS]>,
     /// The same, byte by byte, for a view that ends inside the last word.
     expected: Vec<u8>,
     mask: Vec<u8>,
 }
+
+/// Words a chain segment compares without a loop.
+const SEG_WORDS: usize = 4;
 
 /// The machine for one request type.
 #[derive(Debug, Clone)]
@@ -416,7 +428,8 @@ impl Machine {
                             }
                             _ => (u32::MAX, 0),
                         };
-                        Branch { slot, fixed_skip, short_mask, shape, min_rule, table }
+                        let short_len = (short_mask.count_ones() / 8) as u8;
+                        Branch { slot, fixed_skip, short_mask, short_len, shape, min_rule, table }
                     })
                     .collect();
                 branches.sort_by_key(|b| b.min_rule);
@@ -440,7 +453,7 @@ impl Machine {
         }
         let mut nodes: Vec<Node> = nodes;
         for i in 0..nodes.len() {
-            nodes[i].chain = chain_from(&nodes, i as u32);
+            nodes[i].chain = chain_from(&nodes, i as u32).map(Box::new);
         }
         Ok(Machine {
             app_id,
@@ -507,7 +520,10 @@ impl Machine {
     }
 
     /// Depth-first walk keeping the earliest matching rule in `best`. `slot`/`pos` is the cursor:
-    /// the field being read and the position in its view.
+    /// the field being read and the position in its view. The loop follows single-branch states
+    /// (every hardware-shaped machine is made of them) without recursion; a state with several
+    /// branches hands over to [`Machine::walk_branches`], out of line.
+    #[inline(always)]
     fn walk(
         &self,
         mut node: u32,
@@ -518,7 +534,7 @@ impl Machine {
         best: &mut (u32, u16),
     ) {
         loop {
-            let n = &self.nodes[node as usize];
+            let Some(n) = self.nodes.get(node as usize) else { return };
             if n.rule < best.0 {
                 *best = (n.rule, n.queue);
             }
@@ -527,6 +543,14 @@ impl Machine {
                     return;
                 }
                 match run_chain(c, payload, fields, slot, pos) {
+                    Some(_) if c.leaf.is_some() => {
+                        if let Some(leaf) = c.leaf
+                            && leaf.0 < best.0
+                        {
+                            *best = leaf;
+                        }
+                        return;
+                    }
                     Some((s, p)) => {
                         node = c.end;
                         slot = s;
@@ -543,7 +567,12 @@ impl Machine {
                     if b.min_rule >= best.0 {
                         return;
                     }
-                    match self.step(b, payload, fields, slot, pos) {
+                    let next = if b.fixed_skip != u32::MAX {
+                        step_short(b, payload, fields, slot, pos)
+                    } else {
+                        self.step(b, payload, fields, slot, pos)
+                    };
+                    match next {
                         Some((next, p)) => {
                             node = next;
                             slot = b.slot;
@@ -552,23 +581,40 @@ impl Machine {
                         None => return,
                     }
                 }
-                branches => {
-                    for b in branches {
-                        if b.min_rule >= best.0 {
-                            break; // sorted by min_rule: no later branch can do better
-                        }
-                        if let Some((next, p)) = self.step(b, payload, fields, slot, pos) {
-                            self.walk(next, payload, fields, b.slot, p, best);
-                        }
-                    }
-                    return;
-                }
+                branches => return self.walk_branches(branches, payload, fields, slot, pos, best),
             }
         }
     }
 
-    /// Runs one branch's step from the cursor: the next state and position, or `None`.
-    #[inline(always)]
+    /// Tries each branch of a state with several, in precedence order, walking below each.
+    #[inline(never)]
+    fn walk_branches(
+        &self,
+        branches: &[Branch],
+        payload: &[u8],
+        fields: &[(u32, u32); MAX_SLOTS],
+        slot: u8,
+        pos: usize,
+        best: &mut (u32, u16),
+    ) {
+        for b in branches {
+            if b.min_rule >= best.0 {
+                break; // sorted by min_rule: no later branch can do better
+            }
+            let next = if b.fixed_skip != u32::MAX {
+                step_short(b, payload, fields, slot, pos)
+            } else {
+                self.step(b, payload, fields, slot, pos)
+            };
+            if let Some((next, p)) = next {
+                self.walk(next, payload, fields, b.slot, p, best);
+            }
+        }
+    }
+
+    /// Runs one branch's step from the cursor: the next state and position, or `None`. (Counted
+    /// skips with short keys take [`step_short`].)
+    #[inline(never)]
     fn step(
         &self,
         b: &Branch,
@@ -583,21 +629,6 @@ impl Machine {
         }
         let view = payload.get(start as usize..end as usize)?;
         let pos = if b.slot == slot { pos } else { 0 };
-        if b.fixed_skip != u32::MAX {
-            // Counted skip, key of at most 8 bytes: one 8-byte load where the view allows.
-            let p = pos + b.fixed_skip as usize;
-            let len = (b.short_mask.count_ones() / 8) as usize;
-            let key = match view.get(p..p + 8) {
-                Some(w) => u64::from_le_bytes(w.try_into().ok()?) & b.short_mask,
-                None => pack(view.get(p..p + len)?),
-            };
-            let next = match &b.table {
-                Table::One(k, next) => (key == *k).then_some(*next),
-                Table::Short(t) => t.get(key),
-                _ => None,
-            }?;
-            return Some((next, p + len));
-        }
         match (&b.shape, &b.table) {
             (Shape::Check { skip, len }, table) => {
                 let mut p = pos;
@@ -629,6 +660,35 @@ impl Machine {
     }
 }
 
+/// A step with a counted skip and a key of at most 8 bytes (`Branch::fixed_skip` set): one
+/// 8-byte load where the view allows, masked, then one table lookup.
+#[inline(always)]
+fn step_short(
+    b: &Branch,
+    payload: &[u8],
+    fields: &[(u32, u32); MAX_SLOTS],
+    slot: u8,
+    pos: usize,
+) -> Option<(u32, usize)> {
+    let (start, end) = fields[b.slot as usize];
+    if end == 0 {
+        return None; // field absent
+    }
+    let view = payload.get(start as usize..end as usize)?;
+    let p = if b.slot == slot { pos } else { 0 } + b.fixed_skip as usize;
+    let len = b.short_len as usize;
+    let key = match view.get(p..p + 8) {
+        Some(w) => u64::from_le_bytes(w.try_into().ok()?) & b.short_mask,
+        None => pack(view.get(p..p + len)?),
+    };
+    let next = match &b.table {
+        Table::One(k, next) => (key == *k).then_some(*next),
+        Table::Short(t) => t.get(key),
+        _ => None,
+    }?;
+    Some((next, p + len))
+}
+
 /// The compressed single path below node `n`, if it has one of at least two steps.
 fn chain_from(nodes: &[Node], n: u32) -> Option<Chain> {
     let mut segs: Vec<Seg> = Vec::new();
@@ -656,7 +716,8 @@ fn chain_from(nodes: &[Node], n: u32) -> Option<Chain> {
                 slot: b.slot,
                 skip: fixed,
                 len: 0,
-                words: Vec::new(),
+                words: Box::default(),
+                short: None,
                 mask: vec![0xFF; key.len()],
                 expected: key,
             }),
@@ -672,9 +733,21 @@ fn chain_from(nodes: &[Node], n: u32) -> Option<Chain> {
             u64::from_le_bytes(w)
         };
         seg.words = seg.expected.chunks(8).zip(seg.mask.chunks(8)).map(|(e, m)| (word(e), word(m))).collect();
+        if seg.words.len() <= SEG_WORDS {
+            let mut short = [(0, 0); SEG_WORDS];
+            short[..seg.words.len()].copy_from_slice(&seg.words);
+            seg.short = Some(short);
+        }
     }
     let min_rule = nodes[n as usize].branches.first()?.min_rule;
-    (steps >= 2).then_some(Chain { segs, end: cur, min_rule })
+    if steps < 2 {
+        return None;
+    }
+    let end = &nodes[cur as usize];
+    let leaf = end.branches.is_empty().then_some((end.rule, end.queue));
+    let mut segs = segs.into_iter();
+    let seg0 = segs.next()?;
+    Some(Chain { seg0, rest: segs.collect(), end: cur, min_rule, leaf })
 }
 
 fn single_key(table: &Table, len: usize) -> Option<(Vec<u8>, u32)> {
@@ -687,42 +760,47 @@ fn single_key(table: &Table, len: usize) -> Option<(Vec<u8>, u32)> {
 
 /// Checks a chain from the cursor; the cursor after it, or `None` on a mismatch.
 #[inline(always)]
-fn run_chain(
-    c: &Chain,
-    payload: &[u8],
-    fields: &[(u32, u32); MAX_SLOTS],
-    mut slot: u8,
-    mut pos: usize,
-) -> Option<(u8, usize)> {
-    for seg in &c.segs {
-        let (start, end) = fields[seg.slot as usize];
-        if end == 0 {
-            return None;
-        }
-        let view = payload.get(start as usize..end as usize)?;
-        if seg.slot != slot {
-            slot = seg.slot;
-            pos = 0;
-        }
-        let p = pos + seg.skip as usize;
-        let len = seg.len as usize;
-        // Compare whole words where the view has the padding bytes, else byte by byte.
-        let ok = match view.get(p..p + seg.words.len() * 8) {
-            Some(data) => {
-                let mut diff = 0u64;
-                for (w, (e, m)) in data.chunks_exact(8).zip(&seg.words) {
-                    diff |= (u64::from_le_bytes(w.try_into().unwrap_or([0; 8])) ^ e) & m;
-                }
-                diff == 0
-            }
-            None => masked_eq(view.get(p..p + len)?, &seg.expected, &seg.mask),
-        };
-        if !ok {
-            return None;
-        }
-        pos = p + len;
+fn run_chain(c: &Chain, payload: &[u8], fields: &[(u32, u32); MAX_SLOTS], slot: u8, pos: usize) -> Option<(u8, usize)> {
+    let mut cursor = run_seg(&c.seg0, payload, fields, slot, pos)?;
+    for seg in &c.rest {
+        cursor = run_seg(seg, payload, fields, cursor.0, cursor.1)?;
     }
-    Some((slot, pos))
+    Some(cursor)
+}
+
+/// Checks one segment from the cursor.
+#[inline(always)]
+fn run_seg(seg: &Seg, payload: &[u8], fields: &[(u32, u32); MAX_SLOTS], slot: u8, pos: usize) -> Option<(u8, usize)> {
+    let (start, end) = fields[seg.slot as usize];
+    if end == 0 {
+        return None;
+    }
+    let view = payload.get(start as usize..end as usize)?;
+    let p = if seg.slot == slot { pos } else { 0 } + seg.skip as usize;
+    let len = seg.len as usize;
+    // Compare whole words where the view has the padding bytes, else byte by byte.
+    let words = match &seg.short {
+        Some(short) => view.get(p..p + SEG_WORDS * 8).map(|data| {
+            let data = data.as_chunks::<8>().0;
+            let mut diff = 0u64;
+            for i in 0..SEG_WORDS {
+                diff |= (u64::from_le_bytes(data[i]) ^ short[i].0) & short[i].1;
+            }
+            diff == 0
+        }),
+        None => view.get(p..p + seg.words.len() * 8).map(|data| {
+            let mut diff = 0u64;
+            for (w, (e, m)) in data.as_chunks::<8>().0.iter().zip(&seg.words) {
+                diff |= (u64::from_le_bytes(*w) ^ e) & m;
+            }
+            diff == 0
+        }),
+    };
+    let ok = match words {
+        Some(ok) => ok,
+        None => masked_eq(view.get(p..p + len)?, &seg.expected, &seg.mask),
+    };
+    ok.then_some((seg.slot, p + len))
 }
 
 /// `data & mask == expected` (expected is zero where mask is), eight bytes at a time.
