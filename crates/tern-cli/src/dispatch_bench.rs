@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde_json::{Value, json};
 use tern_dispatch::bench::{self, BenchOptions, Dimension, PointResult};
+use tern_dispatch::kv::Backend;
 use tern_dispatch::server::{Mode, ServerOptions};
 
 use crate::CmdResult;
@@ -38,6 +39,10 @@ pub struct DispatchBenchArgs {
     /// Keys in the KV store (the paper loads 3 140 000).
     #[arg(long, default_value_t = 120_000)]
     pub keys: u64,
+    /// The KV store: fjall (pure Rust, always built) or rocksdb (a build with `--features
+    /// rocksdb`; see the README).
+    #[arg(long, default_value = "fjall")]
+    pub store: Backend,
     /// Server worker threads.
     #[arg(long, default_value_t = 2)]
     pub workers: u16,
@@ -132,6 +137,7 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
         phase: Duration::from_secs_f64(phase),
         warmup: Duration::from_secs_f64((phase / 5.0).min(0.2)),
         keys: a.keys,
+        store: a.store,
         server: ServerOptions {
             workers: a.workers,
             dispatchers: a.dispatchers,
@@ -146,8 +152,8 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
     let env = Environment::current();
     if !a.json {
         println!(
-            "tern bench dispatch: KV GET ({} keys, 62 B keys, 64 B values, Zipf 0.9 in 24 partitions) over UDP on loopback",
-            a.keys
+            "tern bench dispatch: KV GET on {} ({} keys, 62 B keys, 64 B values, Zipf 0.9 in 24 partitions) over UDP on loopback",
+            a.store, a.keys
         );
         println!(
             "server: {} workers + {} dispatcher(s) (rss: workers only), cores {}; client: {} thread(s) × {} flows × {} outstanding, cores {}",
@@ -185,7 +191,7 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
         "default_point": default_point,
         "points": points,
         "config": {
-            "quick": a.quick, "keys": a.keys, "workers": a.workers, "dispatchers": a.dispatchers,
+            "quick": a.quick, "keys": a.keys, "store": a.store.name(), "workers": a.workers, "dispatchers": a.dispatchers,
             "client_threads": a.client_threads, "flows": a.flows, "concurrency": a.concurrency,
             "phase_secs": phase, "rounds": opts.rounds, "default_rounds": opts.default_rounds,
             "server_cores": a.server_cores, "client_cores": a.client_cores,

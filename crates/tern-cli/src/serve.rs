@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use clap::Args;
 use prometheus_client::registry::Registry;
-use tern_dispatch::kv::{KvLayout, KvStore};
+use tern_dispatch::kv::{Backend, KvLayout, KvStore};
 use tern_dispatch::loadgen::{self, LoadOptions};
 use tern_dispatch::qnp::QnpConfig;
 use tern_dispatch::rules::{self, LoadError, RuleSet};
@@ -80,6 +80,10 @@ pub struct ServeArgs {
     /// Where the KV store lives (a fresh directory is made and removed) [default: temp dir].
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// The KV store: fjall (pure Rust, always built) or rocksdb (a build with `--features
+    /// rocksdb`; see the README).
+    #[arg(long, default_value = "fjall")]
+    pub store: Backend,
     #[command(flatten)]
     pub keys: KeyShape,
 }
@@ -153,10 +157,15 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         qnp: QnpConfig::for_profile(&profile),
         ..ServerOptions::default()
     };
-    let store = KvStore::temporary(a.data_dir.as_deref())?;
+    let store = KvStore::temporary_with(a.store, a.data_dir.as_deref())?;
     let t = Instant::now();
     let n = store.load(&layout)?;
-    println!("loaded {n} keys into {} in {:.1} s", store.path().display(), t.elapsed().as_secs_f64());
+    println!(
+        "loaded {n} keys into {} ({}) in {:.1} s",
+        store.path().display(),
+        store.backend(),
+        t.elapsed().as_secs_f64()
+    );
     let server = Server::start(&opts, loaded.rules.clone(), store)?;
     println!(
         "serving kv on {} (mode {}, {} workers, {} dispatcher(s), profile {}, stash {} entries)",

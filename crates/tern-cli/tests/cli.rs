@@ -248,5 +248,14 @@ fn dispatch_serve_answers_the_load_generator_and_rejects_bad_files() {
     let (ok, _, err) = tern(&["dispatch", "serve", file.to_str().unwrap(), "--listen", &addr, "--duration", "1"]);
     assert!(!ok);
     assert!(err.contains("queue 9"), "{err}");
+    // A store this build lacks is refused with how to get it; an unknown one is named.
+    std::fs::write(&file, &rules).unwrap();
+    let (ok, _, err) = tern(&["dispatch", "serve", file.to_str().unwrap(), "--store", "leveldb", "--duration", "1"]);
+    assert!(!ok && err.contains("leveldb"), "{err}");
+    if !cfg!(feature = "rocksdb") {
+        let (ok, _, err) =
+            tern(&["dispatch", "serve", file.to_str().unwrap(), "--store", "rocksdb", "--duration", "1"]);
+        assert!(!ok && err.contains("--features rocksdb"), "{err}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,7 +7,7 @@
 use std::io;
 use std::time::Duration;
 
-use crate::kv::{KvLayout, KvStore};
+use crate::kv::{Backend, KvLayout, KvStore};
 use crate::loadgen::{self, LoadOptions};
 use crate::pingpong::median;
 use crate::rules::RuleSet;
@@ -81,6 +81,8 @@ pub struct BenchOptions {
     pub warmup: Duration,
     /// Keys in the store.
     pub keys: u64,
+    /// The store's backend.
+    pub store: Backend,
     /// Server: workers and dispatchers, cores.
     pub server: ServerOptions,
     /// Client threads.
@@ -190,7 +192,7 @@ pub fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> io::Result<Ve
     for (pi, &(dimension, spec)) in opts.points.iter().enumerate() {
         let layout = KvLayout { spec, workers: opts.server.workers, keys: opts.keys };
         layout.validate().map_err(io::Error::other)?;
-        let store = KvStore::temporary(None).map_err(io::Error::other)?;
+        let store = KvStore::temporary_with(opts.store, None).map_err(io::Error::other)?;
         store.load(&layout).map_err(io::Error::other)?;
         let rules = layout.rule_set();
         let mut modes: Vec<(Mode, ModeResult)> = opts.modes.iter().map(|&m| (m, ModeResult::default())).collect();

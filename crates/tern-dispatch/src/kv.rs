@@ -1,5 +1,6 @@
 //! The paper's RocksDB experiment (QingNiao §5.1) with a real embedded store: a KV GET service
-//! on [`fjall`] (a pure-Rust LSM tree), its key layout and its load.
+//! on [`fjall`] (a pure-Rust LSM tree) or, built with the `rocksdb` feature, on RocksDB itself
+//! ([`Backend`]); its key layout and its load.
 //!
 //! Keys are [`KEY_LEN`] (62) bytes with [`VALUE_LEN`] (64) byte values, evenly partitioned into
 //! [`PARTITIONS`] (24) ranges. A key of partition `p` starts with the route bytes of rule
@@ -37,6 +38,13 @@ pub enum KvError {
     /// The store reported an error.
     #[error("kv store: {0}")]
     Store(#[from] fjall::Error),
+    /// RocksDB reported an error.
+    #[cfg(feature = "rocksdb")]
+    #[error("kv store (rocksdb): {0}")]
+    Rocks(#[from] rocksdb::Error),
+    /// The backend is not in this build.
+    #[error("kv store: {0}")]
+    Unavailable(String),
     /// The layout is unusable.
     #[error("kv layout: {0}")]
     Layout(String),
@@ -168,30 +176,120 @@ impl KeySampler {
     }
 }
 
-/// The store: one fjall keyspace, shared by every worker thread (fjall is thread-safe).
+/// The embedded store behind the KV service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// fjall, a pure-Rust LSM tree (always built).
+    #[default]
+    Fjall,
+    /// RocksDB through the `rocksdb` crate, linked against the system's librocksdb (the
+    /// `rocksdb` cargo feature; see the README).
+    RocksDb,
+}
+
+impl Backend {
+    /// Whether this build has the backend.
+    pub fn available(self) -> bool {
+        match self {
+            Backend::Fjall => true,
+            Backend::RocksDb => cfg!(feature = "rocksdb"),
+        }
+    }
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Fjall => "fjall",
+            Backend::RocksDb => "rocksdb",
+        }
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Backend, String> {
+        match s {
+            "fjall" => Ok(Backend::Fjall),
+            "rocksdb" => Ok(Backend::RocksDb),
+            other => Err(format!("unknown store `{other}` (expected fjall or rocksdb)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The store, shared by every worker thread (both backends are thread-safe).
 #[derive(Clone)]
 pub struct KvStore {
-    _db: fjall::Database,
-    ks: fjall::Keyspace,
+    inner: Inner,
     path: PathBuf,
+}
+
+#[derive(Clone)]
+enum Inner {
+    Fjall {
+        _db: fjall::Database,
+        ks: fjall::Keyspace,
+    },
+    #[cfg(feature = "rocksdb")]
+    Rocks(std::sync::Arc<rocks::Temporary>),
 }
 
 impl std::fmt::Debug for KvStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KvStore").field("path", &self.path).finish()
+        f.debug_struct("KvStore").field("backend", &self.backend()).field("path", &self.path).finish()
     }
 }
 
 impl KvStore {
-    /// A new store in a fresh directory under `dir` (the system's temporary directory if
+    /// A new fjall store in a fresh directory under `dir` (the system's temporary directory if
     /// `None`), deleted when the last handle is dropped.
     pub fn temporary(dir: Option<&Path>) -> Result<KvStore, KvError> {
+        KvStore::temporary_with(Backend::Fjall, dir)
+    }
+
+    /// A new store of `backend` in a fresh directory under `dir`, deleted when the last handle
+    /// is dropped. Fails with [`KvError::Unavailable`] where the build lacks the backend.
+    pub fn temporary_with(backend: Backend, dir: Option<&Path>) -> Result<KvStore, KvError> {
         static N: AtomicU64 = AtomicU64::new(0);
         let base = dir.map_or_else(std::env::temp_dir, Path::to_path_buf);
-        let path = base.join(format!("tern-kv-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
-        let db = fjall::Database::builder(&path).temporary(true).open()?;
-        let ks = db.keyspace("kv", fjall::KeyspaceCreateOptions::default)?;
-        Ok(KvStore { _db: db, ks, path })
+        let path = base.join(format!(
+            "tern-kv-{}-{}-{}",
+            backend.name(),
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        match backend {
+            Backend::Fjall => {
+                let db = fjall::Database::builder(&path).temporary(true).open()?;
+                let ks = db.keyspace("kv", fjall::KeyspaceCreateOptions::default)?;
+                Ok(KvStore { inner: Inner::Fjall { _db: db, ks }, path })
+            }
+            #[cfg(feature = "rocksdb")]
+            Backend::RocksDb => {
+                let db = rocks::Temporary::open(&path)?;
+                Ok(KvStore { inner: Inner::Rocks(std::sync::Arc::new(db)), path })
+            }
+            #[cfg(not(feature = "rocksdb"))]
+            Backend::RocksDb => Err(KvError::Unavailable(
+                "this build has no RocksDB: rebuild with `--features rocksdb` (needs librocksdb-dev and \
+                 libclang-dev, and ROCKSDB_LIB_DIR=/usr/lib/x86_64-linux-gnu; see the README)"
+                    .into(),
+            )),
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> Backend {
+        match self.inner {
+            Inner::Fjall { .. } => Backend::Fjall,
+            #[cfg(feature = "rocksdb")]
+            Inner::Rocks(_) => Backend::RocksDb,
+        }
     }
 
     /// Loads every key of `layout` with its value (a bulk ingestion of sorted keys); returns the
@@ -205,23 +303,33 @@ impl KvStore {
             }
         }
         keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let mut ingest = self.ks.start_ingestion()?;
-        for (k, p, i) in &keys {
-            ingest.write(k.as_slice(), layout.value(*p, *i))?;
+        match &self.inner {
+            Inner::Fjall { ks, .. } => {
+                let mut ingest = ks.start_ingestion()?;
+                for (k, p, i) in &keys {
+                    ingest.write(k.as_slice(), layout.value(*p, *i))?;
+                }
+                ingest.finish()?;
+            }
+            #[cfg(feature = "rocksdb")]
+            Inner::Rocks(db) => db.load(keys.iter().map(|(k, p, i)| (k.as_slice(), layout.value(*p, *i))))?,
         }
-        ingest.finish()?;
         Ok(keys.len() as u64)
     }
 
     /// The value of `key`.
-    pub fn get(&self, key: &[u8]) -> Result<Option<fjall::Slice>, KvError> {
-        Ok(self.ks.get(key)?)
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        match &self.inner {
+            Inner::Fjall { ks, .. } => Ok(ks.get(key)?.map(|v| v.to_vec())),
+            #[cfg(feature = "rocksdb")]
+            Inner::Rocks(db) => Ok(db.get(key)?),
+        }
     }
 
     /// Answers a GET; a store error answers "not found" (and is counted by the caller).
     pub fn handle(&self, req: &Get) -> (Value, bool) {
-        match self.ks.get(&req.key) {
-            Ok(Some(v)) => (Value { found: true, value: v.to_vec() }, true),
+        match self.get(&req.key) {
+            Ok(Some(value)) => (Value { found: true, value }, true),
             Ok(None) => (Value { found: false, value: Vec::new() }, true),
             Err(_) => (Value { found: false, value: Vec::new() }, false),
         }
@@ -230,6 +338,61 @@ impl KvStore {
     /// Where the store lives.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// RocksDB in a directory of its own, removed when dropped.
+#[cfg(feature = "rocksdb")]
+mod rocks {
+    use std::path::{Path, PathBuf};
+
+    pub(super) struct Temporary {
+        // Fields drop in order: the database closes before its directory goes.
+        db: rocksdb::DB,
+        _dir: RemoveOnDrop,
+    }
+
+    struct RemoveOnDrop(PathBuf);
+
+    impl Drop for RemoveOnDrop {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    impl Temporary {
+        pub(super) fn open(path: &Path) -> Result<Temporary, rocksdb::Error> {
+            let mut opts = rocksdb::Options::default();
+            opts.create_if_missing(true);
+            // The paper's point lookups: a bloom filter per block and a block cache.
+            let mut table = rocksdb::BlockBasedOptions::default();
+            table.set_bloom_filter(10.0, false);
+            table.set_block_cache(&rocksdb::Cache::new_lru_cache(256 << 20)?);
+            opts.set_block_based_table_factory(&table);
+            Ok(Temporary { db: rocksdb::DB::open(&opts, path)?, _dir: RemoveOnDrop(path.to_path_buf()) })
+        }
+
+        /// Writes sorted pairs in batches without the write-ahead log, then flushes and compacts
+        /// them into sorted tables.
+        pub(super) fn load<'a>(&self, pairs: impl Iterator<Item = (&'a [u8], Vec<u8>)>) -> Result<(), rocksdb::Error> {
+            let mut wo = rocksdb::WriteOptions::default();
+            wo.disable_wal(true);
+            let mut batch = rocksdb::WriteBatch::default();
+            for (k, v) in pairs {
+                batch.put(k, v);
+                if batch.len() >= 10_000 {
+                    self.db.write_opt(std::mem::take(&mut batch), &wo)?;
+                }
+            }
+            self.db.write_opt(batch, &wo)?;
+            self.db.flush()?;
+            self.db.compact_range::<&[u8], &[u8]>(None, None);
+            Ok(())
+        }
+
+        pub(super) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, rocksdb::Error> {
+            Ok(self.db.get_pinned(key)?.map(|v| v.to_vec()))
+        }
     }
 }
 
@@ -312,8 +475,30 @@ mod tests {
 
     #[test]
     fn store_loads_and_answers_gets() {
+        store_answers(Backend::Fjall);
+    }
+
+    /// The RocksDB backend answers as fjall does (only in a build with the feature).
+    #[cfg(feature = "rocksdb")]
+    #[test]
+    fn rocksdb_store_loads_and_answers_gets() {
+        store_answers(Backend::RocksDb);
+    }
+
+    #[cfg(not(feature = "rocksdb"))]
+    #[test]
+    fn rocksdb_without_the_feature_says_how_to_get_it() {
+        let e = KvStore::temporary_with(Backend::RocksDb, None).unwrap_err().to_string();
+        assert!(e.contains("--features rocksdb") && e.contains("librocksdb-dev"), "{e}");
+        assert!(!Backend::RocksDb.available() && Backend::Fjall.available());
+        assert_eq!("rocksdb".parse::<Backend>(), Ok(Backend::RocksDb));
+        assert!("leveldb".parse::<Backend>().unwrap_err().contains("leveldb"));
+    }
+
+    fn store_answers(backend: Backend) {
         let l = layout(32, 4);
-        let store = KvStore::temporary(None).unwrap();
+        let store = KvStore::temporary_with(backend, None).unwrap();
+        assert_eq!(store.backend(), backend);
         let path = store.path().to_path_buf();
         assert_eq!(store.load(&l).unwrap(), 2400);
         for (p, i) in [(0, 0), (23, 99), (7, 50)] {
