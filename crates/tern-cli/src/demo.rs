@@ -39,7 +39,7 @@ fn dispatch_part(secs: f64) -> Result<bool, Box<dyn std::error::Error>> {
     let set = layout.rule_set();
     let mut results = Vec::new();
     for (mode, what) in [
-        (Mode::Rsd, "Tern's RSD: compiled matcher on the first packet, zero-copy ring to the worker"),
+        (Mode::Rsd, "Tern's RSD in each worker: compiled matcher on the first packet, ring to the rule's worker"),
         (Mode::SwUds, "software dispatcher: decode, loop over the rules, Unix socket to the worker"),
     ] {
         let opts = ServerOptions { mode, workers: layout.workers, dispatchers: 1, ..ServerOptions::default() };

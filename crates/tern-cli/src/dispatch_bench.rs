@@ -9,7 +9,7 @@ use clap::Args;
 use serde_json::{Value, json};
 use tern_dispatch::bench::{self, BenchOptions, Dimension, PointResult};
 use tern_dispatch::kv::Backend;
-use tern_dispatch::server::{Mode, ServerOptions};
+use tern_dispatch::server::{Mode, Placement, ServerOptions};
 
 use crate::CmdResult;
 use crate::env::Environment;
@@ -46,9 +46,14 @@ pub struct DispatchBenchArgs {
     /// Server worker threads.
     #[arg(long, default_value_t = 2)]
     pub workers: u16,
-    /// RSD threads (rsd) and software dispatcher threads (sw-ring, sw-uds).
+    /// RSD threads (rsd with --rsd-placement dedicated) and software dispatcher threads
+    /// (sw-ring, sw-uds).
     #[arg(long, default_value_t = 1)]
     pub dispatchers: u16,
+    /// Where Tern's RSDs run: `dedicated` threads between the sockets and the workers, or in
+    /// each `workers` thread (run to completion, no extra threads, as rss).
+    #[arg(long, default_value = "workers")]
+    pub rsd_placement: Placement,
     /// Client threads.
     #[arg(long, default_value_t = 1)]
     pub client_threads: usize,
@@ -141,6 +146,7 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
         server: ServerOptions {
             workers: a.workers,
             dispatchers: a.dispatchers,
+            placement: a.rsd_placement,
             cores: a.server_cores.clone(),
             ..ServerOptions::default()
         },
@@ -156,9 +162,13 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
             a.store, a.keys
         );
         println!(
-            "server: {} workers + {} dispatcher(s) (rss: workers only), cores {}; client: {} thread(s) × {} flows × {} outstanding, cores {}",
+            "server: {} workers + {} dispatcher(s) (rss: workers only; rsd: RSDs {}), cores {}; client: {} thread(s) × {} flows × {} outstanding, cores {}",
             a.workers,
             a.dispatchers,
+            match a.rsd_placement {
+                Placement::Dedicated => "on the dispatcher threads",
+                Placement::Workers => "in the workers",
+            },
             cores(&a.server_cores),
             a.client_threads,
             a.flows,
@@ -191,7 +201,7 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
         "default_point": default_point,
         "points": points,
         "config": {
-            "quick": a.quick, "keys": a.keys, "store": a.store.name(), "workers": a.workers, "dispatchers": a.dispatchers,
+            "quick": a.quick, "keys": a.keys, "store": a.store.name(), "workers": a.workers, "dispatchers": a.dispatchers, "rsd_placement": a.rsd_placement.as_str(),
             "client_threads": a.client_threads, "flows": a.flows, "concurrency": a.concurrency,
             "phase_secs": phase, "rounds": opts.rounds, "default_rounds": opts.default_rounds,
             "server_cores": a.server_cores, "client_cores": a.client_cores,

@@ -14,7 +14,7 @@ use tern_dispatch::kv::{Backend, KvLayout, KvStore};
 use tern_dispatch::loadgen::{self, LoadOptions};
 use tern_dispatch::qnp::QnpConfig;
 use tern_dispatch::rules::{self, LoadError, RuleSet};
-use tern_dispatch::server::{Mode, Server, ServerOptions, total};
+use tern_dispatch::server::{Mode, Placement, Server, ServerOptions, total};
 use tern_dispatch::synth::Spec;
 use tern_hw::{Profile, resource};
 use tern_io::fault::FaultConfig;
@@ -65,9 +65,15 @@ pub struct ServeArgs {
     /// Worker threads [default: the file's server.workers].
     #[arg(long)]
     pub workers: Option<u16>,
-    /// Dispatcher threads [default: the file's server.rsds].
+    /// Dispatcher threads: RSD threads with `--rsd-placement dedicated`, software dispatchers
+    /// for sw-ring and sw-uds [default: the file's server.rsds].
     #[arg(long)]
     pub dispatchers: Option<u16>,
+    /// Where Tern's RSDs run (mode rsd): in each `workers` thread (run to completion, sockets
+    /// sharded by request id; the default) or on `dedicated` threads between the sockets and
+    /// the workers (`--dispatchers` of them).
+    #[arg(long, default_value = "workers")]
+    pub rsd_placement: Placement,
     /// Hardware profile: stash size, ByteStream, QNP limits [default: the file's, else cpu].
     #[arg(long)]
     pub profile: Option<String>,
@@ -152,6 +158,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         listen,
         workers,
         dispatchers,
+        placement: a.rsd_placement,
         stash_entries: profile.capacity(resource::RSD_STASH_ENTRIES).map_or(256, |n| n as usize),
         bytestream: profile.capacity(resource::RSD_BYTESTREAM_BYTES).map(|n| n as usize),
         qnp: QnpConfig::for_profile(&profile),
@@ -167,12 +174,17 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         t.elapsed().as_secs_f64()
     );
     let server = Server::start(&opts, loaded.rules.clone(), store)?;
+    let threads = match (a.mode, a.rsd_placement) {
+        (Mode::Rss, _) => "no dispatcher".to_string(),
+        (Mode::Rsd, Placement::Workers) => "an RSD in each worker".to_string(),
+        (Mode::Rsd, Placement::Dedicated) => format!("{dispatchers} RSD thread(s)"),
+        _ => format!("{dispatchers} software dispatcher(s)"),
+    };
     println!(
-        "serving kv on {} (mode {}, {} workers, {} dispatcher(s), profile {}, stash {} entries)",
+        "serving kv on {} (mode {}, {} workers, {threads}, profile {}, stash {} entries)",
         server.addr(),
         a.mode,
         workers,
-        if a.mode.uses_rules() { dispatchers } else { 0 },
         profile.name,
         opts.stash_entries
     );

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use tern_io::ring::{RingSender, Split, ring};
 use tern_io::udp::{UdpConfig, UdpPort};
 use tern_io::uds::UdsPort;
-use tern_io::{Batch, DEFAULT_BATCH, Pool, Port};
+use tern_io::{Batch, DEFAULT_BATCH, Pool, Port, PortStats};
 
 use crate::apps::kv::Get;
 use crate::kv::KvStore;
@@ -92,6 +92,48 @@ impl FromStr for Mode {
     }
 }
 
+/// Where Tern's RSDs run (mode `rsd`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Placement {
+    /// `dispatchers` RSD threads of their own between the sockets and the workers (the paper's
+    /// layout, with the NIC's RSDs as threads).
+    Dedicated,
+    /// One RSD in each worker thread, run to completion: each worker receives on its own
+    /// socket (requests sharded by request id), decides each first packet, keeps what is its
+    /// own and moves the rest into the chosen worker's ring. No thread hop for a worker's own
+    /// requests and no threads beyond the workers, as with `rss`. The default: the fastest on
+    /// CPU cores (`tern bench dispatch`, docs/dispatch.md).
+    #[default]
+    Workers,
+}
+
+impl Placement {
+    /// The name used on the command line and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Placement::Dedicated => "dedicated",
+            Placement::Workers => "workers",
+        }
+    }
+}
+
+impl FromStr for Placement {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Placement, String> {
+        match s {
+            "dedicated" => Ok(Placement::Dedicated),
+            "workers" => Ok(Placement::Workers),
+            other => Err(format!("unknown RSD placement `{other}` (expected dedicated or workers)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// How to run a server.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
@@ -101,8 +143,11 @@ pub struct ServerOptions {
     pub listen: SocketAddr,
     /// Worker threads (queues).
     pub workers: u16,
-    /// RSD threads (`rsd`) or software dispatcher threads (`sw-*`); unused by `rss`.
+    /// RSD threads (`rsd`, dedicated placement) or software dispatcher threads (`sw-*`); unused
+    /// by `rss` and by RSDs placed on the workers.
     pub dispatchers: u16,
+    /// Where the RSDs run (mode `rsd`).
+    pub placement: Placement,
     /// Stash entries per RSD (the profile's `rsd.stash_entries`).
     pub stash_entries: usize,
     /// Bytes of a first packet the matcher may read (the profile's ByteStream), if bounded.
@@ -122,6 +167,7 @@ impl Default for ServerOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             workers: 4,
             dispatchers: 1,
+            placement: Placement::Workers,
             stash_entries: 256,
             bytestream: None,
             ring_entries: 4096,
@@ -253,7 +299,8 @@ impl Server {
         if opts.workers == 0 {
             return Err(io::Error::other("workers must be at least 1"));
         }
-        if opts.mode.uses_rules() && opts.dispatchers == 0 {
+        let on_workers = opts.mode == Mode::Rsd && opts.placement == Placement::Workers;
+        if opts.mode.uses_rules() && !on_workers && opts.dispatchers == 0 {
             return Err(io::Error::other("dispatchers must be at least 1"));
         }
         if let Some(q) = rules.max_queue()
@@ -277,7 +324,12 @@ impl Server {
             Vec::new()
         };
         let apps = apps_of(&rules);
-        let n_disp = if opts.mode.uses_rules() { usize::from(opts.dispatchers) } else { 0 };
+        // Dispatcher slots (stats, acks): one per RSD thread, or per worker when they run there.
+        let n_disp = match (opts.mode.uses_rules(), on_workers) {
+            (false, _) => 0,
+            (true, true) => usize::from(opts.workers),
+            (true, false) => usize::from(opts.dispatchers),
+        };
         let shared = Arc::new(Shared {
             dispatchers: (0..n_disp).map(|_| Mutex::new(DispatcherStats::default())).collect(),
             workers: (0..opts.workers).map(|_| WorkerCounters::default()).collect(),
@@ -289,7 +341,7 @@ impl Server {
         // Receiving sockets first (the steering program indexes the group in bind order).
         let first = UdpPort::bind(opts.listen, &pool, &udp_cfg)?;
         let addr = first.local_addr();
-        let receivers = if opts.mode.uses_rules() { n_disp } else { usize::from(opts.workers) };
+        let receivers = if opts.mode.uses_rules() && !on_workers { n_disp } else { usize::from(opts.workers) };
         let mut rx_ports = vec![first];
         for _ in 1..receivers {
             rx_ports.push(UdpPort::bind(addr, &pool, &udp_cfg)?);
@@ -305,7 +357,39 @@ impl Server {
                 f()
             })
         };
-        if !opts.mode.uses_rules() {
+        if on_workers {
+            // Each worker's socket gets the requests whose id maps to it; the RSD in the worker
+            // keeps its own and rings the others' doorbells (eventfds: a worker sleeps on its
+            // socket and its ring at once).
+            rx_ports[0].steer_reuseport_by_payload(tern_wire::qnp::field::REQ_ID.start as u32, n_disp as u32)?;
+            let mut senders = Vec::new();
+            let mut own = Vec::new();
+            for _ in 0..opts.workers {
+                let (tx, rx) = tern_io::ring::ring_with_fd(opts.ring_entries, addr)?;
+                senders.push(tx);
+                own.push(rx);
+            }
+            for (w, (udp, own)) in rx_ports.into_iter().zip(own).enumerate() {
+                let (ctl_tx, ctl_rx) = mpsc::channel();
+                controls.push(ctl_tx);
+                let port = RsdPort {
+                    index: w,
+                    udp,
+                    own,
+                    rings: senders.clone(),
+                    rung: vec![false; senders.len()],
+                    rsd: new_rsd(opts, &compiled, AppMatcher::compiled),
+                    scratch: Batch::new(DEFAULT_BATCH),
+                    ctl: ctl_rx,
+                    shared: shared.clone(),
+                    pool: pool.clone(),
+                    stats: DispatcherStats::default(),
+                    last_publish: Instant::now(),
+                };
+                let ctx = WorkerCtx::new(w, &shared, &stop, &store, &pool, opts, &apps);
+                threads.push(spawn(format!("tern-worker-{w}"), opts.cores.clone(), Box::new(move || ctx.run(port)))?);
+            }
+        } else if !opts.mode.uses_rules() {
             for (w, port) in rx_ports.into_iter().enumerate() {
                 let ctx = WorkerCtx::new(w, &shared, &stop, &store, &pool, opts, &apps);
                 threads.push(spawn(format!("tern-worker-{w}"), opts.cores.clone(), Box::new(move || ctx.run(port)))?);
@@ -541,6 +625,108 @@ impl DispatcherCtx {
         stats.rsd.clone_from(rsd.stats());
         *self.shared.dispatchers[self.index].lock().expect("stats lock") = stats;
         Ok(())
+    }
+}
+
+/// A worker's port when its RSD runs in the worker ([`Placement::Workers`]): receiving runs the
+/// RSD over what the worker's socket got, keeps the requests decided for this worker, moves the
+/// others into their worker's ring, and adds what other workers moved into this one's ring.
+struct RsdPort {
+    index: usize,
+    udp: UdpPort,
+    own: tern_io::ring::RingReceiver,
+    rings: Vec<RingSender>,
+    rung: Vec<bool>,
+    rsd: Rsd<Machine>,
+    scratch: Batch,
+    ctl: mpsc::Receiver<Command>,
+    shared: Arc<Shared>,
+    pool: Pool,
+    stats: DispatcherStats,
+    last_publish: Instant,
+}
+
+impl RsdPort {
+    fn publish(&mut self) {
+        self.stats.rsd.clone_from(self.rsd.stats());
+        self.shared.dispatchers[self.index].lock().expect("stats lock").clone_from(&self.stats);
+    }
+}
+
+impl Port for RsdPort {
+    fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        while let Ok(Command::Install { app_id, matcher, generation }) = self.ctl.try_recv() {
+            self.rsd.install(app_id, matcher.compiled());
+            self.shared.applied[self.index].store(generation, Ordering::Release);
+        }
+        let before = batch.len();
+        // What other workers' RSDs decided for this one: already dispatched.
+        self.own.recv(now, batch)?;
+        let n = self.udp.recv(now, &mut self.scratch)?;
+        self.stats.rx_packets += n as u64;
+        for p in self.scratch.drain() {
+            let Verdict::Queue(q) = self.rsd.dispatch(sender_hash(&p.peer), p.data()) else {
+                self.pool.put(p);
+                continue;
+            };
+            let q = usize::from(q);
+            // A packet of this worker's that no longer fits the batch waits in its own ring.
+            let p = if q == self.index {
+                match batch.push(p) {
+                    None => continue,
+                    Some(p) => p,
+                }
+            } else {
+                p
+            };
+            match self.rings.get(q).map(|r| r.push(p)) {
+                Some(Ok(())) => self.rung[q] = true,
+                Some(Err(p)) => {
+                    self.stats.handoff_full += 1;
+                    self.pool.put(p);
+                }
+                None => self.stats.handoff_full += 1,
+            }
+        }
+        for (r, flag) in self.rings.iter().zip(self.rung.iter_mut()) {
+            if std::mem::take(flag) {
+                r.ring_doorbell();
+            }
+        }
+        if now.duration_since(self.last_publish) >= PUBLISH_EVERY {
+            self.last_publish = now;
+            self.publish();
+        }
+        Ok(batch.len() - before)
+    }
+
+    fn send(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        self.udp.send(now, batch)
+    }
+
+    fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        self.own.wait_with_fd(self.udp.socket().as_raw_fd(), timeout)
+    }
+
+    fn local_addr(&self) -> SocketAddr {
+        self.udp.local_addr()
+    }
+
+    fn poll_at(&self) -> Option<Instant> {
+        self.udp.poll_at()
+    }
+
+    fn stats(&self) -> PortStats {
+        let mut s = self.udp.stats();
+        s += self.own.stats();
+        s
+    }
+}
+
+impl Drop for RsdPort {
+    fn drop(&mut self) {
+        self.publish();
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tern_dispatch::kv::{KvLayout, KvStore, PARTITIONS};
 use tern_dispatch::loadgen::{self, LoadOptions};
-use tern_dispatch::server::{Mode, Server, ServerOptions};
+use tern_dispatch::server::{Mode, Placement, Server, ServerOptions};
 use tern_dispatch::synth::Spec;
 use tern_io::fault::FaultConfig;
 
@@ -20,12 +20,29 @@ fn store(l: &KvLayout) -> KvStore {
     s
 }
 
+/// Every mode, with Tern's RSD both on dedicated threads and in the workers.
+fn configs(modes: &[Mode]) -> Vec<ServerOptions> {
+    let mut out = Vec::new();
+    for &mode in modes {
+        let placements: &[Placement] =
+            if mode == Mode::Rsd { &[Placement::Dedicated, Placement::Workers] } else { &[Placement::Dedicated] };
+        for &placement in placements {
+            out.push(ServerOptions { mode, placement, workers: 3, dispatchers: 2, ..ServerOptions::default() });
+        }
+    }
+    out
+}
+
+fn name(o: &ServerOptions) -> String {
+    if o.mode == Mode::Rsd { format!("rsd ({})", o.placement) } else { o.mode.to_string() }
+}
+
 #[test]
 fn every_mode_answers_every_get() {
     let l = layout();
     let st = store(&l);
-    for mode in Mode::ALL {
-        let opts = ServerOptions { mode, workers: 3, dispatchers: 2, ..ServerOptions::default() };
+    for opts in configs(&Mode::ALL) {
+        let mode = name(&opts);
         let server = Server::start(&opts, l.rule_set(), st.clone()).unwrap();
         let mut load = LoadOptions::new(server.addr(), l);
         load.requests = Some(3000);
@@ -53,8 +70,8 @@ fn expected_per_worker(l: &KvLayout, per_partition: &[u64]) -> Vec<u64> {
 fn requests_land_only_on_their_rules_worker_under_loss() {
     let l = layout();
     let st = store(&l);
-    for mode in [Mode::Rsd, Mode::SwRing, Mode::SwUds] {
-        let opts = ServerOptions { mode, workers: 3, dispatchers: 2, ..ServerOptions::default() };
+    for opts in configs(&[Mode::Rsd, Mode::SwRing, Mode::SwUds]) {
+        let mode = name(&opts);
         let server = Server::start(&opts, l.rule_set(), st.clone()).unwrap();
         let mut load = LoadOptions::new(server.addr(), l);
         load.requests = Some(2000);
@@ -95,11 +112,17 @@ fn two_apps(l: &KvLayout) -> tern_dispatch::rules::RuleSet {
 /// where its requests go, and the other application sees no loss and no stall.
 #[test]
 fn reconfiguring_one_app_leaves_the_other_untouched() {
+    for opts in configs(&[Mode::Rsd]) {
+        eprintln!("{}", name(&opts));
+        reconfigure_under_load(&opts);
+    }
+}
+
+fn reconfigure_under_load(opts: &ServerOptions) {
     let l = layout();
     let st = store(&l);
     let set = two_apps(&l);
-    let opts = ServerOptions { mode: Mode::Rsd, workers: 3, dispatchers: 2, ..ServerOptions::default() };
-    let server = Server::start(&opts, set.clone(), st).unwrap();
+    let server = Server::start(opts, set.clone(), st).unwrap();
     let addr = server.addr();
     let steady = std::thread::spawn(move || {
         let mut load = LoadOptions::new(addr, l);

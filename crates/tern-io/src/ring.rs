@@ -8,6 +8,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
@@ -22,6 +23,8 @@ struct Shared {
     ring: ArrayQueue<Packet>,
     sleeping: AtomicBool,
     consumer: OnceLock<Thread>,
+    /// An eventfd doorbell, for a consumer that also waits on a socket ([`ring_with_fd`]).
+    wake: Option<OwnedFd>,
 }
 
 /// The producing end of a ring (cloneable: several dispatchers may feed one worker).
@@ -42,8 +45,29 @@ pub fn ring(capacity: usize, addr: SocketAddr) -> (RingSender, RingReceiver) {
         ring: ArrayQueue::new(capacity.max(1)),
         sleeping: AtomicBool::new(false),
         consumer: OnceLock::new(),
+        wake: None,
     });
     (RingSender(shared.clone()), RingReceiver { shared, addr, stats: PortStats::default() })
+}
+
+/// A ring whose doorbell is an eventfd, for a consumer that sleeps in
+/// [`RingReceiver::wait_with_fd`] on the ring and a socket at once (a worker that also receives
+/// on its own socket).
+pub fn ring_with_fd(capacity: usize, addr: SocketAddr) -> io::Result<(RingSender, RingReceiver)> {
+    // SAFETY: eventfd takes no pointers; a negative return is an error, checked below.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nothing else.
+    let wake = unsafe { OwnedFd::from_raw_fd(fd) };
+    let shared = Arc::new(Shared {
+        ring: ArrayQueue::new(capacity.max(1)),
+        sleeping: AtomicBool::new(false),
+        consumer: OnceLock::new(),
+        wake: Some(wake),
+    });
+    Ok((RingSender(shared.clone()), RingReceiver { shared, addr, stats: PortStats::default() }))
 }
 
 impl RingSender {
@@ -60,9 +84,15 @@ impl RingSender {
         // before parking, or we see it sleeping and unpark it (an early unpark is kept as a
         // token, so the park returns at once).
         fence(Ordering::SeqCst);
-        if self.0.sleeping.load(Ordering::Relaxed)
-            && let Some(t) = self.0.consumer.get()
-        {
+        if !self.0.sleeping.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(fd) = &self.0.wake {
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: writes 8 bytes from a live buffer to an eventfd this ring owns. A full
+            // counter (EAGAIN) already means "wake up", so the result is not needed.
+            let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        } else if let Some(t) = self.0.consumer.get() {
             t.unpark();
         }
     }
@@ -75,6 +105,31 @@ impl RingSender {
     /// Whether no packets are waiting.
     pub fn is_empty(&self) -> bool {
         self.0.ring.is_empty()
+    }
+}
+
+impl RingReceiver {
+    /// Sleeps until the ring has packets, `fd` is readable, or `timeout` passes. Needs a ring
+    /// from [`ring_with_fd`]; on another ring it sleeps at most 1 ms (the producer cannot wake it).
+    pub fn wait_with_fd(&mut self, fd: RawFd, timeout: Duration) -> io::Result<()> {
+        let Some(wake) = &self.shared.wake else {
+            return crate::udp::poll_fd(fd, libc::POLLIN, timeout.min(Duration::from_millis(1)));
+        };
+        self.shared.sleeping.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        let mut fds = [
+            libc::pollfd { fd, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        let r = if self.shared.ring.is_empty() { crate::udp::poll_fds(&mut fds, timeout) } else { Ok(()) };
+        self.shared.sleeping.store(false, Ordering::Relaxed);
+        if fds[1].revents != 0 {
+            let mut buf = [0u8; 8];
+            // SAFETY: reads at most 8 bytes into a live buffer from a non-blocking eventfd this
+            // ring owns (resetting its counter); EAGAIN is harmless.
+            let _ = unsafe { libc::read(wake.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        }
+        r
     }
 }
 
@@ -218,5 +273,53 @@ mod tests {
         let (got, took) = consumer.join().unwrap();
         assert_eq!(got, n);
         assert!(took < Duration::from_secs(10), "consumer slept through the doorbell: {took:?}");
+    }
+
+    #[test]
+    fn fd_doorbell_and_the_socket_both_wake_a_consumer() {
+        use std::os::fd::AsRawFd;
+        let pool = Pool::new(1024, 64);
+        let (tx, mut rx) = ring_with_fd(1024, addr()).unwrap();
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = sock.local_addr().unwrap();
+        let n = 5000;
+        let consumer = std::thread::spawn(move || {
+            let mut b = Batch::new(32);
+            let (mut got, start) = (0, Instant::now());
+            while got < n && start.elapsed() < Duration::from_secs(20) {
+                got += rx.recv(Instant::now(), &mut b).unwrap();
+                drop(b.drain());
+                if got < n {
+                    // Long timeout: only the doorbell can make this finish quickly.
+                    rx.wait_with_fd(sock.as_raw_fd(), Duration::from_secs(10)).unwrap();
+                }
+            }
+            let ring_took = start.elapsed();
+            // Now the ring stays empty: only the socket can end this wait early.
+            let start = Instant::now();
+            rx.wait_with_fd(sock.as_raw_fd(), Duration::from_secs(10)).unwrap();
+            let mut buf = [0u8; 8];
+            let len = sock.recv(&mut buf).unwrap();
+            (got, ring_took, start.elapsed(), len)
+        });
+        for i in 0..n {
+            let mut p = pool.packet();
+            p.extend_from_slice(&[i as u8]).unwrap();
+            while let Err(back) = tx.push(p) {
+                p = back;
+                std::thread::yield_now();
+            }
+            if i % 7 == 0 {
+                tx.ring_doorbell();
+            }
+        }
+        tx.ring_doorbell();
+        std::thread::sleep(Duration::from_millis(300));
+        std::net::UdpSocket::bind("127.0.0.1:0").unwrap().send_to(b"wake", to).unwrap();
+        let (got, ring_took, sock_took, len) = consumer.join().unwrap();
+        assert_eq!(got, n);
+        assert!(ring_took < Duration::from_secs(10), "consumer slept through the doorbell: {ring_took:?}");
+        assert!(sock_took < Duration::from_secs(5), "consumer slept through the socket: {sock_took:?}");
+        assert_eq!(len, 4);
     }
 }

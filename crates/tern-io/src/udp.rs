@@ -163,14 +163,19 @@ impl UdpPort {
 
 /// Waits until `fd` has one of `events` or `timeout` passes (an interrupted wait returns early).
 pub(crate) fn poll_fd(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result<()> {
-    let mut pfd = libc::pollfd { fd, events, revents: 0 };
+    poll_fds(&mut [libc::pollfd { fd, events, revents: 0 }], timeout)
+}
+
+/// Waits until one of `fds` has one of its events or `timeout` passes (an interrupted wait
+/// returns early); `revents` says which.
+pub(crate) fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<()> {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
-    // SAFETY: `pfd` and `ts` are valid for the duration of the call; a null sigmask keeps the
-    // current one.
-    let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    // SAFETY: `fds` (with its length) and `ts` are valid for the duration of the call; a null
+    // sigmask keeps the current one.
+    let r = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
     if r < 0 {
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {
