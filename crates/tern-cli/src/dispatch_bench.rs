@@ -101,6 +101,7 @@ fn point_json(p: &PointResult) -> Value {
                 "not_found": r.not_found,
                 "wrong_value": r.wrong_value,
                 "dispatcher_drops": r.dispatcher_drops,
+                "diagnostics": r.diagnostics,
             }),
         );
     }

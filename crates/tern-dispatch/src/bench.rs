@@ -114,6 +114,8 @@ pub struct ModeResult {
     pub wrong_value: u64,
     /// Packets the dispatchers dropped (all reasons, all rounds).
     pub dispatcher_drops: u64,
+    /// For each round with failures: the client's and server's counters, to find out why.
+    pub diagnostics: Vec<String>,
 }
 
 impl ModeResult {
@@ -165,7 +167,7 @@ fn phase(
     rules: &RuleSet,
     store: &KvStore,
     seed: u64,
-) -> io::Result<(loadgen::LoadReport, u64)> {
+) -> io::Result<(loadgen::LoadReport, u64, Option<String>)> {
     let server_opts = ServerOptions { mode, ..opts.server.clone() };
     let server = Server::start(&server_opts, rules.clone(), store.clone())?;
     let mut load = LoadOptions::new(server.addr(), *layout);
@@ -182,8 +184,25 @@ fn phase(
     let report = loadgen::run(&load)?;
     let d = total(&server.dispatcher_stats());
     let drops = d.rsd.drops.iter().sum::<u64>() + d.handoff_full;
+    let failures = report.failed + report.not_found + report.wrong_value;
+    let workers: Vec<crate::qnp::Stats> =
+        server.shared().workers.iter().map(|w| *w.qnp.lock().expect("stats lock")).collect();
     server.stop()?;
-    Ok((report, drops))
+    let diagnosis = (failures > 0).then(|| {
+        format!(
+            "{failures} failures in {:.1} s (gave up: {} thread(s)); client qnp {:?}; client port {:?}; \
+             workers' qnp {:?}; dispatchers rx {} handoff_full {} drops {:?}",
+            report.elapsed_s,
+            report.gave_up,
+            report.client_qnp,
+            report.client_port,
+            workers,
+            d.rx_packets,
+            d.handoff_full,
+            d.rsd.drops
+        )
+    });
+    Ok((report, drops, diagnosis))
 }
 
 /// Runs the sweep; `progress` is told about each finished phase.
@@ -202,7 +221,7 @@ pub fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> io::Result<Ve
             for k in 0..n {
                 let idx = (k + round) % n;
                 let mode = modes[idx].0;
-                let (r, drops) = phase(opts, mode, &layout, &rules, &store, (pi * 1000 + round) as u64)?;
+                let (r, drops, diagnosis) = phase(opts, mode, &layout, &rules, &store, (pi * 1000 + round) as u64)?;
                 let m = &mut modes[idx].1;
                 m.rps.push(r.rps);
                 m.p99_us.push(r.p99_us);
@@ -212,6 +231,10 @@ pub fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> io::Result<Ve
                 m.not_found += r.not_found;
                 m.wrong_value += r.wrong_value;
                 m.dispatcher_drops += drops;
+                if let Some(d) = diagnosis {
+                    progress(&format!("{} round {} {}: {d}", dimension.as_str(), round + 1, mode.as_str()));
+                    m.diagnostics.push(format!("round {}: {d}", round + 1));
+                }
                 progress(&format!(
                     "{} k={} R={} b={} round {}: {:<7} {:>9.0} req/s  p99 {:>7.0} µs",
                     dimension.as_str(),

@@ -15,7 +15,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tern_io::fault::{FaultConfig, FaultInjector};
 use tern_io::udp::MultiUdpPort;
-use tern_io::{DEFAULT_BATCH, Pool};
+use tern_io::{DEFAULT_BATCH, Pool, Port};
 
 use crate::apps::kv::{Get, Value};
 use crate::kv::{GET, KeySampler, KvLayout, PARTITIONS};
@@ -101,6 +101,12 @@ pub struct LoadReport {
     pub max_us: f64,
     /// Wall time, s.
     pub elapsed_s: f64,
+    /// The clients' QNP counters, summed over threads (for diagnosing failures).
+    pub client_qnp: crate::qnp::Stats,
+    /// The clients' socket counters, summed over threads.
+    pub client_port: tern_io::PortStats,
+    /// Threads that gave up waiting at the end (nothing came back for the retry window).
+    pub gave_up: u64,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -150,6 +156,18 @@ pub fn run(opts: &LoadOptions) -> io::Result<LoadReport> {
                 total.not_found += x.not_found;
                 total.wrong_value += x.wrong_value;
                 total.retransmissions += x.retransmissions;
+                total.gave_up += x.gave_up;
+                total.client_port += x.client_port;
+                let (q, c) = (&mut total.client_qnp, &x.client_qnp);
+                for (a, b) in q.drops.iter_mut().zip(&c.drops) {
+                    *a += b;
+                }
+                q.rx_packets += c.rx_packets;
+                q.tx_packets += c.tx_packets;
+                q.requests += c.requests;
+                q.responses += c.responses;
+                q.retransmissions += c.retransmissions;
+                q.failed += c.failed;
                 for (a, b) in total.per_partition.iter_mut().zip(&x.per_partition) {
                     *a += b;
                 }
@@ -212,6 +230,7 @@ fn client_thread(o: &LoadOptions, sampler: &KeySampler, t: usize, share: Option<
         if got == 0 && !sending && Instant::now() > deadline + o.qnp.max_rto * (o.qnp.max_retries + 2) {
             // Nothing more will come back.
             report.failed += outstanding.len() as u64;
+            report.gave_up += 1;
             break;
         }
         for c in out.drain(..) {
@@ -235,5 +254,7 @@ fn client_thread(o: &LoadOptions, sampler: &KeySampler, t: usize, share: Option<
     }
     client.flush()?;
     report.retransmissions = client.core().stats().retransmissions;
+    report.client_qnp = *client.core().stats();
+    report.client_port = client.port().stats();
     Ok(ThreadResult { report, hist })
 }

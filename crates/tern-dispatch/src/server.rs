@@ -4,13 +4,15 @@
 //! Every mode binds its sockets to one address with `SO_REUSEPORT`; they differ in who receives
 //! and who decides:
 //!
-//! - [`Mode::Rsd`] (Tern): `dispatchers` RSD threads receive; a classic BPF program on the
-//!   socket group shards requests among them by request id (QNP header bytes 2..6), so all the
-//!   packets of a request meet the same RSD and its stash. An RSD runs the compiled matcher on a
-//!   first packet's dispatch bytes in place, keeps the decision in its stash for later packets,
-//!   and moves the packet buffer (no copy) into the chosen worker's ring, ringing the worker's
-//!   doorbell once per batch. Workers reassemble, run the handler and reply on their own
-//!   sockets (bound to the same address but never chosen for receiving), shared-nothing.
+//! - [`Mode::Rsd`] (Tern): a classic BPF program on the socket group shards requests among the
+//!   RSDs by request id (QNP header bytes 2..6), so all the packets of a request meet the same
+//!   RSD and its stash. An RSD runs the compiled matcher on a first packet's dispatch bytes in
+//!   place, keeps the decision in its stash for later packets, and moves the packet buffer (no
+//!   copy) into the chosen worker's ring, ringing the worker's doorbell once per batch. Workers
+//!   reassemble, run the handler and reply on their own sockets, shared-nothing. Where the RSDs
+//!   run is the [`Placement`]: in each worker (the default; a worker keeps its own requests and
+//!   hands off the rest, [`RsdPort`]) or on `dispatchers` threads of their own (the workers'
+//!   sockets are then bound to the same address but never chosen for receiving).
 //! - [`Mode::Rss`]: one socket per worker and no dispatcher; the kernel's flow hash picks the
 //!   worker (L3/4 dispatch, the upper bound; the rules are ignored).
 //! - [`Mode::SwRing`]: the software straw-man: dispatcher threads decode every record of the

@@ -186,3 +186,54 @@ fn total_loss_fails_every_request_after_the_retry_limit() {
     }
     assert_eq!(client.outstanding(), 0);
 }
+
+/// A client that restarts on the same address (or a new client on a reused ephemeral port)
+/// starts from a fresh random id, possibly "before" the old client's ack floor: it is served,
+/// not refused as stale. A late packet of the old client below its floor is still refused.
+#[test]
+fn a_new_client_on_a_reused_address_is_served() {
+    let pool = Pool::new(256, 2048);
+    let cfg = QnpConfig::default();
+    let server_addr: std::net::SocketAddr = "127.0.0.1:7000".parse().unwrap();
+    let peer: std::net::SocketAddr = "127.0.0.1:40000".parse().unwrap();
+    let now = Instant::now();
+    let mut server = Server::new(cfg.clone(), &[3], now);
+    let mut batch = Batch::new(32);
+    // Sends `n` requests from `client` and answers them; returns the first request packet.
+    let mut exchange = |client: &mut Client, server: &mut Server, n: u64| -> (Vec<u8>, u64) {
+        let mut first = None;
+        let mut served = 0;
+        for c in 0..n {
+            client.send_req(now, 1, &Probe { c, ..Default::default() }).unwrap();
+        }
+        client.poll_transmit(&pool, &mut batch);
+        for p in batch.drain() {
+            first.get_or_insert_with(|| p.data().to_vec());
+            if let Some(inc) = server.handle_packet(now, peer, p.data()) {
+                let handle = inc.handle;
+                server.respond(handle, &Probe::default()).unwrap();
+                served += 1;
+            }
+            pool.put(p);
+        }
+        server.poll_transmit(&pool, &mut batch);
+        for p in batch.drain() {
+            client.handle_packet(now, server_addr, p.data());
+            pool.put(p);
+        }
+        (first.unwrap(), served)
+    };
+    let base = 0x8000_0000u32;
+    let mut old = Client::new(cfg.clone(), 3, server_addr, base);
+    let (old_first, served) = exchange(&mut old, &mut server, 5);
+    assert_eq!(served, 5);
+    // The old client's next request carries its floor, past the five answered ones.
+    assert_eq!(exchange(&mut old, &mut server, 1).1, 1);
+    // A late copy of the old client's first request is below its floor: refused.
+    assert!(server.handle_packet(now, peer, &old_first).is_none());
+    assert_eq!(server.stats().drops_of(DropReason::StaleRequest), 1);
+    // A new client on the same address whose random ids start far before that floor.
+    let mut new = Client::new(cfg, 3, server_addr, base.wrapping_sub(1 << 24));
+    assert_eq!(exchange(&mut new, &mut server, 4).1, 4, "the new client's requests were refused");
+    assert_eq!(server.stats().drops_of(DropReason::StaleRequest), 1);
+}

@@ -136,9 +136,14 @@ impl Server {
         }
         // The client says every request before `req_acked_id` is finished with.
         let floor_key = (peer, repr.app_id);
+        let window = self.cfg.max_outstanding as u32;
         let floor = match self.floors.get_mut(&floor_key) {
             Some(f) => {
-                if id_before(f.0, repr.req_acked_id) {
+                // A floor can only move forward. One that lies more than a client's whole window
+                // before the known floor is not a late packet of that client but a new client
+                // on the same address (a restart, or a reused ephemeral port, with fresh random
+                // ids): start over from its floor, or it would be refused forever.
+                if id_before(f.0, repr.req_acked_id) || f.0.wrapping_sub(repr.req_acked_id) > window {
                     f.0 = repr.req_acked_id;
                 }
                 f.1 = now;
