@@ -158,16 +158,7 @@ pub fn run(opts: &LoadOptions) -> io::Result<LoadReport> {
                 total.retransmissions += x.retransmissions;
                 total.gave_up += x.gave_up;
                 total.client_port += x.client_port;
-                let (q, c) = (&mut total.client_qnp, &x.client_qnp);
-                for (a, b) in q.drops.iter_mut().zip(&c.drops) {
-                    *a += b;
-                }
-                q.rx_packets += c.rx_packets;
-                q.tx_packets += c.tx_packets;
-                q.requests += c.requests;
-                q.responses += c.responses;
-                q.retransmissions += c.retransmissions;
-                q.failed += c.failed;
+                total.client_qnp += x.client_qnp;
                 for (a, b) in total.per_partition.iter_mut().zip(&x.per_partition) {
                     *a += b;
                 }

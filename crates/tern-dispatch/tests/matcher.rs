@@ -29,20 +29,24 @@ fn nonempty(max: usize) -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(prop::sample::select(vec![b'a', b'b', b'$']), 1..=max)
 }
 
+/// Merges neighbouring skips and checks the way the parser does.
+fn merge(ops: Vec<PatOp>) -> Vec<PatOp> {
+    let mut out: Vec<PatOp> = Vec::new();
+    for op in ops {
+        match (out.last_mut(), op) {
+            (Some(PatOp::Skip(a)), PatOp::Skip(b)) => *a += b,
+            (Some(PatOp::Check(a)), PatOp::Check(b)) => a.extend(b),
+            (_, op) => out.push(op),
+        }
+    }
+    out
+}
+
 fn pattern() -> impl Strategy<Value = Vec<PatOp>> {
     let op = prop_oneof![(1u32..4).prop_map(PatOp::Skip), Just(PatOp::ToDelim), nonempty(3).prop_map(PatOp::Check),];
     (prop::collection::vec(op, 0..4), nonempty(3)).prop_map(|(mut ops, last)| {
         ops.push(PatOp::Check(last));
-        // Merge neighbours the way the parser does.
-        let mut out: Vec<PatOp> = Vec::new();
-        for op in ops {
-            match (out.last_mut(), op) {
-                (Some(PatOp::Skip(a)), PatOp::Skip(b)) => *a += b,
-                (Some(PatOp::Check(a)), PatOp::Check(b)) => a.extend(b),
-                (_, op) => out.push(op),
-            }
-        }
-        out
+        merge(ops)
     })
 }
 
@@ -185,15 +189,7 @@ fn long_pattern() -> impl Strategy<Value = Vec<PatOp>> {
     let op = prop_oneof![(1u32..12).prop_map(PatOp::Skip), Just(PatOp::ToDelim), nonempty(12).prop_map(PatOp::Check)];
     (prop::collection::vec(op, 2..10), nonempty(12)).prop_map(|(mut ops, last)| {
         ops.push(PatOp::Check(last));
-        let mut out: Vec<PatOp> = Vec::new();
-        for op in ops {
-            match (out.last_mut(), op) {
-                (Some(PatOp::Skip(a)), PatOp::Skip(b)) => *a += b,
-                (Some(PatOp::Check(a)), PatOp::Check(b)) => a.extend(b),
-                (_, op) => out.push(op),
-            }
-        }
-        out
+        merge(ops)
     })
 }
 

@@ -240,6 +240,22 @@ mod tests {
         assert_eq!(rx.local_addr(), addr());
     }
 
+    /// Pushes `n` one-byte packets, waiting while the ring is full, ringing every 7 and at the end.
+    fn produce(tx: &RingSender, pool: &Pool, n: usize) {
+        for i in 0..n {
+            let mut p = pool.packet();
+            p.extend_from_slice(&[i as u8]).unwrap();
+            while let Err(back) = tx.push(p) {
+                p = back;
+                std::thread::yield_now();
+            }
+            if i % 7 == 0 {
+                tx.ring_doorbell();
+            }
+        }
+        tx.ring_doorbell();
+    }
+
     #[test]
     fn doorbell_wakes_a_parked_consumer() {
         let pool = Pool::new(1024, 64);
@@ -258,18 +274,7 @@ mod tests {
             }
             (got, start.elapsed())
         });
-        for i in 0..n {
-            let mut p = pool.packet();
-            p.extend_from_slice(&[i as u8]).unwrap();
-            while let Err(back) = tx.push(p) {
-                p = back;
-                std::thread::yield_now();
-            }
-            if i % 7 == 0 {
-                tx.ring_doorbell();
-            }
-        }
-        tx.ring_doorbell();
+        produce(&tx, &pool, n);
         let (got, took) = consumer.join().unwrap();
         assert_eq!(got, n);
         assert!(took < Duration::from_secs(10), "consumer slept through the doorbell: {took:?}");
@@ -302,18 +307,7 @@ mod tests {
             let len = sock.recv(&mut buf).unwrap();
             (got, ring_took, start.elapsed(), len)
         });
-        for i in 0..n {
-            let mut p = pool.packet();
-            p.extend_from_slice(&[i as u8]).unwrap();
-            while let Err(back) = tx.push(p) {
-                p = back;
-                std::thread::yield_now();
-            }
-            if i % 7 == 0 {
-                tx.ring_doorbell();
-            }
-        }
-        tx.ring_doorbell();
+        produce(&tx, &pool, n);
         std::thread::sleep(Duration::from_millis(300));
         std::net::UdpSocket::bind("127.0.0.1:0").unwrap().send_to(b"wake", to).unwrap();
         let (got, ring_took, sock_took, len) = consumer.join().unwrap();

@@ -567,12 +567,7 @@ impl Machine {
                     if b.min_rule >= best.0 {
                         return;
                     }
-                    let next = if b.fixed_skip != u32::MAX {
-                        step_short(b, payload, fields, slot, pos)
-                    } else {
-                        self.step(b, payload, fields, slot, pos)
-                    };
-                    match next {
+                    match self.step_any(b, payload, fields, slot, pos) {
                         Some((next, p)) => {
                             node = next;
                             slot = b.slot;
@@ -601,14 +596,26 @@ impl Machine {
             if b.min_rule >= best.0 {
                 break; // sorted by min_rule: no later branch can do better
             }
-            let next = if b.fixed_skip != u32::MAX {
-                step_short(b, payload, fields, slot, pos)
-            } else {
-                self.step(b, payload, fields, slot, pos)
-            };
-            if let Some((next, p)) = next {
+            if let Some((next, p)) = self.step_any(b, payload, fields, slot, pos) {
                 self.walk(next, payload, fields, b.slot, p, best);
             }
+        }
+    }
+
+    /// Runs one branch's step from the cursor, the short form inline.
+    #[inline(always)]
+    fn step_any(
+        &self,
+        b: &Branch,
+        payload: &[u8],
+        fields: &[(u32, u32); MAX_SLOTS],
+        slot: u8,
+        pos: usize,
+    ) -> Option<(u32, usize)> {
+        if b.fixed_skip != u32::MAX {
+            step_short(b, payload, fields, slot, pos)
+        } else {
+            self.step(b, payload, fields, slot, pos)
         }
     }
 
@@ -623,11 +630,7 @@ impl Machine {
         slot: u8,
         pos: usize,
     ) -> Option<(u32, usize)> {
-        let (start, end) = fields[b.slot as usize];
-        if end == 0 {
-            return None; // field absent
-        }
-        let view = payload.get(start as usize..end as usize)?;
+        let view = field_view(payload, fields, b.slot)?;
         let pos = if b.slot == slot { pos } else { 0 };
         match (&b.shape, &b.table) {
             (Shape::Check { skip, len }, table) => {
@@ -660,6 +663,16 @@ impl Machine {
     }
 }
 
+/// The view (length bytes and value) of the field in `slot`, or `None` if the field is absent.
+#[inline(always)]
+fn field_view<'a>(payload: &'a [u8], fields: &[(u32, u32); MAX_SLOTS], slot: u8) -> Option<&'a [u8]> {
+    let (start, end) = *fields.get(slot as usize)?;
+    if end == 0 {
+        return None;
+    }
+    payload.get(start as usize..end as usize)
+}
+
 /// A step with a counted skip and a key of at most 8 bytes (`Branch::fixed_skip` set): one
 /// 8-byte load where the view allows, masked, then one table lookup.
 #[inline(always)]
@@ -670,11 +683,7 @@ fn step_short(
     slot: u8,
     pos: usize,
 ) -> Option<(u32, usize)> {
-    let (start, end) = fields[b.slot as usize];
-    if end == 0 {
-        return None; // field absent
-    }
-    let view = payload.get(start as usize..end as usize)?;
+    let view = field_view(payload, fields, b.slot)?;
     let p = if b.slot == slot { pos } else { 0 } + b.fixed_skip as usize;
     let len = b.short_len as usize;
     let key = match view.get(p..p + 8) {
@@ -771,11 +780,7 @@ fn run_chain(c: &Chain, payload: &[u8], fields: &[(u32, u32); MAX_SLOTS], slot: 
 /// Checks one segment from the cursor.
 #[inline(always)]
 fn run_seg(seg: &Seg, payload: &[u8], fields: &[(u32, u32); MAX_SLOTS], slot: u8, pos: usize) -> Option<(u8, usize)> {
-    let (start, end) = fields[seg.slot as usize];
-    if end == 0 {
-        return None;
-    }
-    let view = payload.get(start as usize..end as usize)?;
+    let view = field_view(payload, fields, seg.slot)?;
     let p = if seg.slot == slot { pos } else { 0 } + seg.skip as usize;
     let len = seg.len as usize;
     // Compare whole words where the view has the padding bytes, else byte by byte.

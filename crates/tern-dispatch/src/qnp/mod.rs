@@ -128,6 +128,20 @@ pub struct Stats {
     pub failed: u64,
 }
 
+impl std::ops::AddAssign for Stats {
+    fn add_assign(&mut self, o: Stats) {
+        for (a, b) in self.drops.iter_mut().zip(o.drops) {
+            *a += b;
+        }
+        self.rx_packets += o.rx_packets;
+        self.tx_packets += o.tx_packets;
+        self.requests += o.requests;
+        self.responses += o.responses;
+        self.retransmissions += o.retransmissions;
+        self.failed += o.failed;
+    }
+}
+
 impl Stats {
     /// Counts a drop.
     #[inline]
