@@ -185,10 +185,12 @@ fn phase(
     let d = total(&server.dispatcher_stats());
     let drops = d.rsd.drops.iter().sum::<u64>() + d.handoff_full;
     let failures = report.failed + report.not_found + report.wrong_value;
-    let workers: Vec<crate::qnp::Stats> =
-        server.shared().workers.iter().map(|w| *w.qnp.lock().expect("stats lock")).collect();
+    let shared = server.shared().clone();
     server.stop()?;
     let diagnosis = (failures > 0).then(|| {
+        // Read after the stop: the workers publish their final counters as they exit.
+        let workers: Vec<crate::qnp::Stats> =
+            shared.workers.iter().map(|w| *w.qnp.lock().expect("stats lock")).collect();
         format!(
             "{failures} failures in {:.1} s (gave up: {} thread(s)); client qnp {:?}; client port {:?}; \
              workers' qnp {:?}; dispatchers rx {} handoff_full {} drops {:?}",

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use tern_io::ring::{RingSender, Split, ring};
 use tern_io::udp::{UdpConfig, UdpPort};
 use tern_io::uds::UdsPort;
-use tern_io::{Batch, DEFAULT_BATCH, Pool, Port, PortStats};
+use tern_io::{Batch, DEFAULT_BATCH, Packet, Pool, Port, PortStats};
 
 use crate::apps::kv::Get;
 use crate::kv::KvStore;
@@ -562,10 +562,7 @@ impl DispatcherCtx {
         let mut rung = vec![false; self.shared.workers.len()];
         let mut last_publish = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
-            while let Ok(Command::Install { app_id, matcher, generation }) = self.ctl.try_recv() {
-                rsd.install(app_id, pick(matcher));
-                self.shared.applied[self.index].store(generation, Ordering::Release);
-            }
+            apply_installs(&self.ctl, &mut rsd, pick, &self.shared.applied[self.index]);
             let now = Instant::now();
             let n = self.port.recv(now, &mut batch)?;
             if n == 0 {
@@ -577,14 +574,7 @@ impl DispatcherCtx {
                         Verdict::Queue(q) => {
                             let q = usize::from(q);
                             match &mut self.handoff {
-                                Handoff::Ring(rings) => match rings.get(q).map(|r| r.push(p)) {
-                                    Some(Ok(())) => rung[q] = true,
-                                    Some(Err(p)) => {
-                                        stats.handoff_full += 1;
-                                        self.pool.put(p);
-                                    }
-                                    None => stats.handoff_full += 1,
-                                },
+                                Handoff::Ring(rings) => push_ring(rings, &mut rung, q, p, &mut stats, &self.pool),
                                 Handoff::Uds(links) => match links.get_mut(q) {
                                     Some((_, b)) => {
                                         if let Some(p) = b.push(p) {
@@ -600,13 +590,7 @@ impl DispatcherCtx {
                     }
                 }
                 match &mut self.handoff {
-                    Handoff::Ring(rings) => {
-                        for (r, flag) in rings.iter().zip(rung.iter_mut()) {
-                            if std::mem::take(flag) {
-                                r.ring_doorbell();
-                            }
-                        }
-                    }
+                    Handoff::Ring(rings) => ring_marked(rings, &mut rung),
                     Handoff::Uds(links) => {
                         for (port, b) in links.iter_mut() {
                             if !b.is_empty() {
@@ -627,6 +611,42 @@ impl DispatcherCtx {
         stats.rsd.clone_from(rsd.stats());
         *self.shared.dispatchers[self.index].lock().expect("stats lock") = stats;
         Ok(())
+    }
+}
+
+/// Applies the rule installs waiting on `ctl` (between two batches), acknowledging each
+/// generation in `applied`.
+fn apply_installs<D: Decide>(
+    ctl: &mpsc::Receiver<Command>,
+    rsd: &mut Rsd<D>,
+    pick: fn(AppMatcher) -> Option<Arc<D>>,
+    applied: &AtomicU64,
+) {
+    while let Ok(Command::Install { app_id, matcher, generation }) = ctl.try_recv() {
+        rsd.install(app_id, pick(matcher));
+        applied.store(generation, Ordering::Release);
+    }
+}
+
+/// Moves `p` into ring `q` and marks its doorbell; a full (or missing) ring drops it, counted.
+#[inline]
+fn push_ring(rings: &[RingSender], rung: &mut [bool], q: usize, p: Packet, stats: &mut DispatcherStats, pool: &Pool) {
+    match rings.get(q).map(|r| r.push(p)) {
+        Some(Ok(())) => rung[q] = true,
+        Some(Err(p)) => {
+            stats.handoff_full += 1;
+            pool.put(p);
+        }
+        None => stats.handoff_full += 1,
+    }
+}
+
+/// Rings each marked doorbell once and clears the marks.
+fn ring_marked(rings: &[RingSender], rung: &mut [bool]) {
+    for (r, flag) in rings.iter().zip(rung.iter_mut()) {
+        if std::mem::take(flag) {
+            r.ring_doorbell();
+        }
     }
 }
 
@@ -657,10 +677,7 @@ impl RsdPort {
 
 impl Port for RsdPort {
     fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
-        while let Ok(Command::Install { app_id, matcher, generation }) = self.ctl.try_recv() {
-            self.rsd.install(app_id, matcher.compiled());
-            self.shared.applied[self.index].store(generation, Ordering::Release);
-        }
+        apply_installs(&self.ctl, &mut self.rsd, AppMatcher::compiled, &self.shared.applied[self.index]);
         let before = batch.len();
         // What other workers' RSDs decided for this one: already dispatched.
         self.own.recv(now, batch)?;
@@ -681,20 +698,9 @@ impl Port for RsdPort {
             } else {
                 p
             };
-            match self.rings.get(q).map(|r| r.push(p)) {
-                Some(Ok(())) => self.rung[q] = true,
-                Some(Err(p)) => {
-                    self.stats.handoff_full += 1;
-                    self.pool.put(p);
-                }
-                None => self.stats.handoff_full += 1,
-            }
+            push_ring(&self.rings, &mut self.rung, q, p, &mut self.stats, &self.pool);
         }
-        for (r, flag) in self.rings.iter().zip(self.rung.iter_mut()) {
-            if std::mem::take(flag) {
-                r.ring_doorbell();
-            }
-        }
+        ring_marked(&self.rings, &mut self.rung);
         if now.duration_since(self.last_publish) >= PUBLISH_EVERY {
             self.last_publish = now;
             self.publish();

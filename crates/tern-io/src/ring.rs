@@ -41,11 +41,15 @@ pub struct RingReceiver {
 
 /// A ring of `capacity` packets. `addr` is what the receiving port reports as its address.
 pub fn ring(capacity: usize, addr: SocketAddr) -> (RingSender, RingReceiver) {
+    ends(capacity, addr, None)
+}
+
+fn ends(capacity: usize, addr: SocketAddr, wake: Option<OwnedFd>) -> (RingSender, RingReceiver) {
     let shared = Arc::new(Shared {
         ring: ArrayQueue::new(capacity.max(1)),
         sleeping: AtomicBool::new(false),
         consumer: OnceLock::new(),
-        wake: None,
+        wake,
     });
     (RingSender(shared.clone()), RingReceiver { shared, addr, stats: PortStats::default() })
 }
@@ -61,13 +65,7 @@ pub fn ring_with_fd(capacity: usize, addr: SocketAddr) -> io::Result<(RingSender
     }
     // SAFETY: `fd` was just created and is owned by nothing else.
     let wake = unsafe { OwnedFd::from_raw_fd(fd) };
-    let shared = Arc::new(Shared {
-        ring: ArrayQueue::new(capacity.max(1)),
-        sleeping: AtomicBool::new(false),
-        consumer: OnceLock::new(),
-        wake: Some(wake),
-    });
-    Ok((RingSender(shared.clone()), RingReceiver { shared, addr, stats: PortStats::default() }))
+    Ok(ends(capacity, addr, Some(wake)))
 }
 
 impl RingSender {
@@ -256,24 +254,27 @@ mod tests {
         tx.ring_doorbell();
     }
 
+    /// Receives until `n` packets came (or 20 s passed), sleeping with `wait` (a long timeout:
+    /// only a wake-up makes this quick); returns the count and the time taken.
+    fn consume(rx: &mut RingReceiver, n: usize, mut wait: impl FnMut(&mut RingReceiver)) -> (usize, Duration) {
+        let mut b = Batch::new(32);
+        let (mut got, start) = (0, Instant::now());
+        while got < n && start.elapsed() < Duration::from_secs(20) {
+            got += rx.recv(Instant::now(), &mut b).unwrap();
+            drop(b.drain());
+            if got < n {
+                wait(rx);
+            }
+        }
+        (got, start.elapsed())
+    }
+
     #[test]
     fn doorbell_wakes_a_parked_consumer() {
         let pool = Pool::new(1024, 64);
         let (tx, mut rx) = ring(1024, addr());
         let n = 5000;
-        let consumer = std::thread::spawn(move || {
-            let mut b = Batch::new(32);
-            let (mut got, start) = (0, Instant::now());
-            while got < n && start.elapsed() < Duration::from_secs(20) {
-                got += rx.recv(Instant::now(), &mut b).unwrap();
-                drop(b.drain());
-                if got < n {
-                    // Long timeout: only the doorbell can make this finish quickly.
-                    rx.wait(Duration::from_secs(10)).unwrap();
-                }
-            }
-            (got, start.elapsed())
-        });
+        let consumer = std::thread::spawn(move || consume(&mut rx, n, |rx| rx.wait(Duration::from_secs(10)).unwrap()));
         produce(&tx, &pool, n);
         let (got, took) = consumer.join().unwrap();
         assert_eq!(got, n);
@@ -289,17 +290,8 @@ mod tests {
         let to = sock.local_addr().unwrap();
         let n = 5000;
         let consumer = std::thread::spawn(move || {
-            let mut b = Batch::new(32);
-            let (mut got, start) = (0, Instant::now());
-            while got < n && start.elapsed() < Duration::from_secs(20) {
-                got += rx.recv(Instant::now(), &mut b).unwrap();
-                drop(b.drain());
-                if got < n {
-                    // Long timeout: only the doorbell can make this finish quickly.
-                    rx.wait_with_fd(sock.as_raw_fd(), Duration::from_secs(10)).unwrap();
-                }
-            }
-            let ring_took = start.elapsed();
+            let (got, ring_took) =
+                consume(&mut rx, n, |rx| rx.wait_with_fd(sock.as_raw_fd(), Duration::from_secs(10)).unwrap());
             // Now the ring stays empty: only the socket can end this wait early.
             let start = Instant::now();
             rx.wait_with_fd(sock.as_raw_fd(), Duration::from_secs(10)).unwrap();
