@@ -43,6 +43,18 @@ pub mod resource {
     pub const MATCHER_CHECK_BYTES: &str = "matcher.check_bytes";
     /// Matcher states per (application, request type), state 0 included (the CAM key's state).
     pub const MATCHER_STATES: &str = "matcher.states";
+    /// IPv4 LPM rules (TCAM entries, 32 bits wide) of a flow-cache OFU.
+    pub const FLOW_LPM4_ENTRIES: &str = "flow.tcam_ipv4_entries";
+    /// IPv6 LPM rules (TCAM entries, 128 bits wide) of a flow-cache OFU.
+    pub const FLOW_LPM6_ENTRIES: &str = "flow.tcam_ipv6_entries";
+    /// 5-tuple exact-match rules (BCAM entries) of a flow-cache OFU.
+    pub const FLOW_EM_ENTRIES: &str = "flow.bcam_entries";
+    /// Bits of one action set in the action RAM.
+    pub const FLOW_ACTION_SET_BITS: &str = "flow.action_set_bits";
+    /// Instructions the configuration FIFO holds before writes are refused.
+    pub const FLOW_INSTRUCTION_FIFO: &str = "flow.instruction_fifo_entries";
+    /// Offloaded function units the device holds at once.
+    pub const FLOW_OFUS: &str = "flow.ofus";
 }
 
 /// Names of the per-operation cycle costs profiles give (`[cycles]`).
@@ -55,6 +67,14 @@ pub mod cost {
     pub const RSD_STASH_HIT: &str = "rsd.stash_hit";
     /// Cycles an L3/4 RSS (Toeplitz) dispatcher needs, for comparison.
     pub const RSS_DISPATCH: &str = "rss.dispatch";
+    /// Cycles from a key entering a CAM (TCAM or BCAM) to its match address.
+    pub const CAM_SEARCH: &str = "cam.search";
+    /// Cycles to write one TCAM entry (8-bit RAM cells: 2^8 + 2).
+    pub const TCAM_WRITE: &str = "tcam.write";
+    /// Cycles to write one BCAM entry.
+    pub const BCAM_WRITE: &str = "bcam.write";
+    /// Cycles an action unit takes per action.
+    pub const ACTION: &str = "flow.action";
 }
 
 /// Names of the rates profiles give (`[rates]`).
@@ -63,6 +83,22 @@ pub mod rate {
     pub const DMA_PACKETS_PER_S: &str = "dma.packets_per_s";
     /// Line rate in Gbit/s.
     pub const LINE_GBPS: &str = "line.gbps";
+    /// Searches per second one CAM performs (one per cycle at the OFU clock).
+    pub const CAM_SEARCHES_PER_S: &str = "cam.searches_per_s";
+    /// Bytes per second the host writes into MMIO registers (instructions).
+    pub const MMIO_BYTES_PER_S: &str = "mmio.bytes_per_s";
+    /// Sustained LPM populate instructions per second (AccelSDP Table 5).
+    pub const LPM_POPULATE_PER_S: &str = "lpm.populate_per_s";
+    /// Sustained LPM delete instructions per second.
+    pub const LPM_DELETE_PER_S: &str = "lpm.delete_per_s";
+    /// Sustained LPM update instructions per second.
+    pub const LPM_UPDATE_PER_S: &str = "lpm.update_per_s";
+    /// Sustained EM populate instructions per second.
+    pub const EM_POPULATE_PER_S: &str = "em.populate_per_s";
+    /// Sustained EM delete instructions per second.
+    pub const EM_DELETE_PER_S: &str = "em.delete_per_s";
+    /// Sustained EM update instructions per second.
+    pub const EM_UPDATE_PER_S: &str = "em.update_per_s";
 }
 
 /// Names of the fixed latencies profiles give (`[latency_ns]`).
@@ -74,12 +110,13 @@ pub mod latency {
 pub mod rsd;
 
 /// Names of the built-in profiles.
-pub const BUILTIN: &[&str] = &["cpu", "qingniao-u250"];
+pub const BUILTIN: &[&str] = &["cpu", "qingniao-u250", "accelsdp-n3000"];
 
 const CPU_TOML: &str = include_str!("../../../examples/profiles/cpu.toml");
 const QINGNIAO_U250_TOML: &str = include_str!("../../../examples/profiles/qingniao-u250.toml");
+const ACCELSDP_N3000_TOML: &str = include_str!("../../../examples/profiles/accelsdp-n3000.toml");
 
-/// QNP parameters of a profile.
+/// QNP parameters of a profile. A profile that does not model QNP gets the paper's defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QnpParams {
@@ -92,6 +129,13 @@ pub struct QnpParams {
     pub header_align_bytes: u32,
     /// Largest IP packet.
     pub mtu: u32,
+}
+
+impl Default for QnpParams {
+    /// QingNiao's defaults: 1 s request expiry, 64-byte header alignment, 1500-byte MTU.
+    fn default() -> Self {
+        QnpParams { request_timeout_ms: 1000, timer_bits: None, header_align_bytes: 64, mtu: 1500 }
+    }
 }
 
 /// A hardware profile.
@@ -120,7 +164,8 @@ pub struct Profile {
     /// Fixed latencies in nanoseconds (see [`latency`]).
     #[serde(default)]
     pub latency_ns: BTreeMap<String, f64>,
-    /// QNP parameters.
+    /// QNP parameters (the paper's defaults where the profile gives none).
+    #[serde(default)]
     pub qnp: QnpParams,
 }
 
@@ -157,6 +202,7 @@ impl Profile {
         let text = match name {
             "cpu" => CPU_TOML,
             "qingniao-u250" => QINGNIAO_U250_TOML,
+            "accelsdp-n3000" => ACCELSDP_N3000_TOML,
             _ => return Err(ProfileError::Unknown { name: name.to_string() }),
         };
         Profile::from_toml(text, name)
@@ -382,6 +428,38 @@ mod tests {
         assert_eq!(p.qnp.timer_bits, Some(24));
         assert_eq!(p.qnp.header_align_bytes, 64);
         assert_eq!(p.qnp.header_align_bytes as usize, tern_wire_header_total());
+    }
+
+    #[test]
+    fn accelsdp_n3000_matches_the_paper() {
+        // AccelSDP §5.2, §6.2, Table 5 and shared/HARDWARE.md.
+        let p = Profile::builtin("accelsdp-n3000").unwrap();
+        assert_eq!(p.clock_mhz, Some(200.0));
+        assert_eq!(p.datapath_bits, Some(512));
+        assert_eq!(p.capacity(resource::FLOW_LPM4_ENTRIES), Some(1024));
+        assert_eq!(p.capacity(resource::FLOW_LPM6_ENTRIES), Some(1024));
+        assert_eq!(p.capacity(resource::FLOW_EM_ENTRIES), Some(1024));
+        assert_eq!(p.capacity(resource::FLOW_ACTION_SET_BITS), Some(128));
+        assert_eq!(p.cycles(cost::CAM_SEARCH), Some(2));
+        assert_eq!(p.cycles(cost::TCAM_WRITE), Some((1 << 8) + 2));
+        assert_eq!(p.cycles(cost::BCAM_WRITE), Some(2));
+        assert_eq!(p.rate(rate::CAM_SEARCHES_PER_S), Some(200e6));
+        let table5 = [
+            (rate::LPM_POPULATE_PER_S, 0.78e6),
+            (rate::LPM_DELETE_PER_S, 0.78e6),
+            (rate::LPM_UPDATE_PER_S, 1.89e6),
+            (rate::EM_POPULATE_PER_S, 0.71e6),
+            (rate::EM_DELETE_PER_S, 0.78e6),
+            (rate::EM_UPDATE_PER_S, 1.89e6),
+        ];
+        for (name, want) in table5 {
+            assert_eq!(p.rate(name), Some(want), "{name}");
+        }
+        // A TCAM write at 200 MHz is 1.29 µs: the 0.78 M/s LPM populate rate of Table 5.
+        let tcam_writes_per_s = 200e6 / p.cycles(cost::TCAM_WRITE).unwrap() as f64;
+        assert!((tcam_writes_per_s / 1e6 - 0.78).abs() < 0.01, "{tcam_writes_per_s}");
+        // Profiles that do not model QNP get its defaults.
+        assert_eq!(p.qnp, QnpParams::default());
     }
 
     // Eth(14)+IPv4(20)+UDP(8)+QNP(22); tern-hw does not depend on tern-wire, so it is spelled out.

@@ -1,0 +1,99 @@
+//! Reference twins: the simplest correct tables, scanned entry by entry the way a CAM compares
+//! every entry at once. Property tests compare the optimized tables with these.
+
+use crate::em::EmKey;
+use crate::lpm::LpmKey;
+
+/// Longest-prefix match as a list of (prefix, length, value).
+#[derive(Debug, Clone)]
+pub struct NaiveLpm<K: LpmKey> {
+    rules: Vec<(K, u32, u32)>,
+}
+
+impl<K: LpmKey> Default for NaiveLpm<K> {
+    fn default() -> Self {
+        NaiveLpm { rules: Vec::new() }
+    }
+}
+
+impl<K: LpmKey> NaiveLpm<K> {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds or updates a rule; returns the previous value.
+    pub fn insert(&mut self, net: K::Net, value: u32) -> Option<u32> {
+        let (key, len) = K::from_net(net);
+        match self.rules.iter_mut().find(|(k, l, _)| *k == key && *l == len) {
+            Some(r) => Some(std::mem::replace(&mut r.2, value)),
+            None => {
+                self.rules.push((key, len, value));
+                None
+            }
+        }
+    }
+    /// Removes a rule; returns its value.
+    pub fn remove(&mut self, net: K::Net) -> Option<u32> {
+        let (key, len) = K::from_net(net);
+        let i = self.rules.iter().position(|(k, l, _)| *k == key && *l == len)?;
+        Some(self.rules.swap_remove(i).2)
+    }
+    /// The value of the longest matching prefix.
+    pub fn lookup_key(&self, key: K) -> Option<u32> {
+        self.rules.iter().filter(|(k, l, _)| key.masked(*l) == *k).max_by_key(|(_, l, _)| *l).map(|r| r.2)
+    }
+    /// Rules in the table.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
+/// Exact match as a list of (key, value).
+#[derive(Debug, Clone)]
+pub struct NaiveExact<K: EmKey> {
+    entries: Vec<(K, u32)>,
+}
+
+impl<K: EmKey> Default for NaiveExact<K> {
+    fn default() -> Self {
+        NaiveExact { entries: Vec::new() }
+    }
+}
+
+impl<K: EmKey> NaiveExact<K> {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds or updates a key; returns the previous value.
+    pub fn insert(&mut self, key: K, value: u32) -> Option<u32> {
+        match self.entries.iter_mut().find(|(k, _)| *k == key) {
+            Some(e) => Some(std::mem::replace(&mut e.1, value)),
+            None => {
+                self.entries.push((key, value));
+                None
+            }
+        }
+    }
+    /// Removes a key; returns its value.
+    pub fn remove(&mut self, key: &K) -> Option<u32> {
+        let i = self.entries.iter().position(|(k, _)| k == key)?;
+        Some(self.entries.swap_remove(i).1)
+    }
+    /// The value of a key.
+    pub fn lookup(&self, key: &K) -> Option<u32> {
+        self.entries.iter().find(|(k, _)| k == key).map(|e| e.1)
+    }
+    /// Keys in the table.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}

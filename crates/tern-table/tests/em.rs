@@ -1,0 +1,74 @@
+//! Property tests: the exact-match table agrees with the naive reference twin.
+
+use proptest::prelude::*;
+use tern_table::em::{EmKey, ExactMatch, FiveTuple4, FiveTuple6, Seed};
+use tern_table::naive::NaiveExact;
+
+#[derive(Debug, Clone)]
+enum Op<K> {
+    Insert(K, u32),
+    Remove(K),
+}
+
+fn tuple4() -> impl Strategy<Value = FiveTuple4> {
+    // Few distinct values per field, so keys collide on some fields and not others.
+    (0u32..4, 0u32..4, prop_oneof![Just(6u8), Just(17u8)], 0u16..3, 0u16..3)
+        .prop_map(|(src, dst, proto, src_port, dst_port)| FiveTuple4 { src, dst, proto, src_port, dst_port })
+}
+
+fn tuple6() -> impl Strategy<Value = FiveTuple6> {
+    (0u128..3, 0u128..3, prop_oneof![Just(6u8), Just(17u8)], 0u16..3, 0u16..3).prop_map(
+        |(s, d, proto, src_port, dst_port)| FiveTuple6 {
+            src: s << 100,
+            dst: d | (1 << 127),
+            proto,
+            src_port,
+            dst_port,
+        },
+    )
+}
+
+fn check<K: EmKey>(ops: &[Op<K>], probes: &[K], seed: u64) -> Result<(), TestCaseError> {
+    let mut fast = ExactMatch::with_seed(Seed::from_u64(seed));
+    let mut naive = NaiveExact::new();
+    let mut out = vec![None; probes.len()];
+    for op in ops {
+        match op {
+            Op::Insert(k, v) => prop_assert_eq!(fast.insert(*k, *v), naive.insert(*k, *v)),
+            Op::Remove(k) => prop_assert_eq!(fast.remove(k), naive.remove(k)),
+        }
+        prop_assert_eq!(fast.len(), naive.len());
+        fast.lookup_batch(probes, &mut out);
+        for (k, o) in probes.iter().zip(&out) {
+            prop_assert_eq!(fast.lookup(k), naive.lookup(k));
+            prop_assert_eq!(*o, naive.lookup(k));
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn em4_agrees_with_naive(
+        ops in prop::collection::vec(prop_oneof![
+            3 => (tuple4(), any::<u32>()).prop_map(|(k, v)| Op::Insert(k, v)),
+            2 => tuple4().prop_map(Op::Remove),
+        ], 1..80),
+        probes in prop::collection::vec(tuple4(), 1..40),
+        seed in any::<u64>(),
+    ) {
+        check(&ops, &probes, seed)?;
+    }
+
+    #[test]
+    fn em6_agrees_with_naive(
+        ops in prop::collection::vec(prop_oneof![
+            3 => (tuple6(), any::<u32>()).prop_map(|(k, v)| Op::Insert(k, v)),
+            2 => tuple6().prop_map(Op::Remove),
+        ], 1..80),
+        probes in prop::collection::vec(tuple6(), 1..40),
+        seed in any::<u64>(),
+    ) {
+        check(&ops, &probes, seed)?;
+    }
+}
