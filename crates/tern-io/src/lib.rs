@@ -38,7 +38,7 @@ pub mod udp;
 pub mod uds;
 
 mod packet;
-pub use packet::{Batch, DEFAULT_BATCH, DEFAULT_BUF_SIZE, Packet, Pool};
+pub use packet::{Batch, DEFAULT_BATCH, DEFAULT_BUF_SIZE, DEFAULT_HEADROOM, Packet, Pool};
 
 use std::io;
 use std::net::SocketAddr;

@@ -11,11 +11,16 @@ pub const DEFAULT_BATCH: usize = 32;
 /// Bytes per buffer: a 1500-byte MTU packet with room to spare.
 pub const DEFAULT_BUF_SIZE: usize = 2048;
 
-/// One packet: a fixed-size buffer, the bytes in use, and the peer address (source on receive,
-/// destination on transmit).
+/// Bytes an L2 port leaves in front of a received frame, so headers can be pushed (a VLAN tag)
+/// by moving a few bytes instead of the whole frame, as DPDK's mbuf headroom.
+pub const DEFAULT_HEADROOM: usize = 64;
+
+/// One packet: a fixed-size buffer, the bytes in use (after an optional headroom), and the
+/// peer address (source on receive, destination on transmit).
 #[derive(Debug)]
 pub struct Packet {
     buf: Vec<u8>,
+    head: usize,
     len: usize,
     /// Source (received) or destination (to send).
     pub peer: SocketAddr,
@@ -25,18 +30,18 @@ const UNSPECIFIED: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPE
 
 impl Packet {
     fn from_buf(buf: Vec<u8>) -> Packet {
-        Packet { buf, len: 0, peer: UNSPECIFIED }
+        Packet { buf, head: 0, len: 0, peer: UNSPECIFIED }
     }
 
     /// The bytes in use.
     #[inline]
     pub fn data(&self) -> &[u8] {
-        &self.buf[..self.len]
+        &self.buf[self.head..self.head + self.len]
     }
     /// The bytes in use, writable.
     #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[..self.len]
+        &mut self.buf[self.head..self.head + self.len]
     }
     /// Bytes in use.
     #[inline]
@@ -48,31 +53,67 @@ impl Packet {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-    /// Size of the buffer.
+    /// Bytes the data may grow to: the buffer after the headroom.
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.buf.len()
+        self.buf.len() - self.head
     }
-    /// Sets the bytes in use to the first `len` of the buffer; `len` is clamped to the capacity.
+    /// Bytes free in front of the data.
+    #[inline]
+    pub fn headroom(&self) -> usize {
+        self.head
+    }
+    /// Empties the packet and leaves `n` bytes (at most the buffer) free in front of the data.
+    #[inline]
+    pub fn reserve_headroom(&mut self, n: usize) {
+        self.head = n.min(self.buf.len());
+        self.len = 0;
+    }
+    /// Sets the bytes in use to the first `len` after the headroom; clamped to the capacity.
     #[inline]
     pub fn set_len(&mut self, len: usize) {
-        self.len = len.min(self.buf.len());
+        self.len = len.min(self.capacity());
     }
-    /// The whole buffer, for writing before [`set_len`](Self::set_len).
+    /// The buffer after the headroom, for writing before [`set_len`](Self::set_len).
     #[inline]
     pub fn buffer_mut(&mut self) -> &mut [u8] {
-        &mut self.buf
+        &mut self.buf[self.head..]
     }
     /// Appends bytes; fails (changing nothing) if they do not fit.
     #[inline]
     pub fn extend_from_slice(&mut self, bytes: &[u8]) -> Result<(), usize> {
         let end = self.len + bytes.len();
-        if end > self.buf.len() {
+        if end > self.capacity() {
             return Err(end);
         }
-        self.buf[self.len..end].copy_from_slice(bytes);
+        let at = self.head + self.len;
+        self.buf[at..at + bytes.len()].copy_from_slice(bytes);
         self.len = end;
         Ok(())
+    }
+    /// Grows the data by `n` bytes at the front (their contents are unspecified): from the
+    /// headroom if it is large enough, else by moving the data towards the end. Returns false,
+    /// changing nothing, if the buffer has no room.
+    #[inline]
+    pub fn push_front(&mut self, n: usize) -> bool {
+        if self.head >= n {
+            self.head -= n;
+        } else if self.head + self.len + n <= self.buf.len() {
+            let shift = n - self.head;
+            self.buf.copy_within(self.head..self.head + self.len, self.head + shift);
+            self.head = 0;
+        } else {
+            return false;
+        }
+        self.len += n;
+        true
+    }
+    /// Drops `n` bytes (at most the data) from the front; they become headroom.
+    #[inline]
+    pub fn pull_front(&mut self, n: usize) {
+        let n = n.min(self.len);
+        self.head += n;
+        self.len -= n;
     }
 }
 
@@ -216,6 +257,30 @@ impl Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn headroom_push_and_pull() {
+        let pool = Pool::new(4, 32);
+        let mut p = pool.packet();
+        p.reserve_headroom(4);
+        p.extend_from_slice(b"abcdef").unwrap();
+        assert_eq!((p.headroom(), p.capacity()), (4, 28));
+        assert!(p.push_front(4));
+        p.data_mut()[..4].copy_from_slice(b"1234");
+        assert_eq!(p.data(), b"1234abcdef");
+        // No headroom left: the data moves back.
+        assert!(p.push_front(2));
+        p.data_mut()[..2].copy_from_slice(b"xy");
+        assert_eq!(p.data(), b"xy1234abcdef");
+        p.pull_front(6);
+        assert_eq!(p.data(), b"abcdef");
+        assert!(!p.push_front(100));
+        assert_eq!(p.data(), b"abcdef");
+        p.extend_from_slice(&[0; 20]).unwrap();
+        assert!(p.extend_from_slice(&[0; 1]).is_err());
+        pool.put(p);
+        assert_eq!(pool.packet().headroom(), 0);
+    }
 
     #[test]
     fn pool_reuses_buffers() {

@@ -5,10 +5,13 @@
 //! `parse` / `emit` / `buffer_len`. Views built with `new_checked` have passed a length check;
 //! after it, no accessor panics. Parsers of untrusted bytes return [`Error`], never panic.
 //!
+//! - [`frame`]: Ethernet / VLAN / IPv4 / IPv6 / TCP / UDP / ICMP headers as a flow pipeline sees
+//!   them, Internet checksums and their incremental update.
 //! - [`qnp`]: the QingNiao request protocol header (QingNiao Figure 11), see `docs/qnp.md`.
 //! - [`tlv`]: the QingNiao on-wire payload format: type-length-value records.
 #![forbid(unsafe_code)]
 
+pub mod frame;
 pub mod qnp;
 pub mod tlv;
 
