@@ -272,7 +272,8 @@ impl<K: LpmKey> Lpm<K> {
 
     /// Removes every rule.
     pub fn clear(&mut self) {
-        self.root.fill(0);
+        // A fresh zeroed array is mapped lazily; filling the old one would touch every page.
+        self.root = vec![0; 1 << K::ROOT_BITS];
         self.groups = Vec::new();
         self.free_groups.clear();
         self.rules.iter_mut().for_each(HashMap::clear);

@@ -1,0 +1,563 @@
+//! Action units: the seven action types of AccelSDP Table 1 and the action sets rules carry.
+//!
+//! | paper  | here                     | text form                                   |
+//! |--------|--------------------------|---------------------------------------------|
+//! | SUB    | [`Action::DecTtl`]       | `dec_ttl`                                   |
+//! | DROP   | [`Action::Drop`]         | `drop`                                      |
+//! | SFD    | [`Action::SetField`]     | `set_field:eth_dst=02:00:00:00:00:01`, ...  |
+//! | CAL    | [`Action::Checksum`]     | `checksum`                                  |
+//! | INSERT | [`Action::PushVlan`]     | `push_vlan:100` or `push_vlan:100:5` (pcp)  |
+//! | DEL    | [`Action::PopVlan`]      | `pop_vlan`                                  |
+//! | OUTP   | [`Action::Output`]       | `output:1`                                  |
+//!
+//! An action set is a comma-separated list, run in order. Set-field rewrites keep TCP, UDP and
+//! ICMPv6 checksums correct as they go (RFC 1624 incremental updates over the pseudo-header and
+//! ports); the IPv4 header checksum is recomputed by `checksum` (CAL), as in the paper, and
+//! [`ActionSet::warnings`] points out a set that changes the IPv4 header without it.
+//!
+//! ```
+//! use tern_flow::action::ActionSet;
+//! let a: ActionSet = "set_field:eth_dst=02:00:00:00:00:02,dec_ttl,push_vlan:100,checksum,output:1".parse().unwrap();
+//! assert_eq!(a.to_string(), "set_field:eth_dst=02:00:00:00:00:02,dec_ttl,push_vlan:100,checksum,output:1");
+//! assert_eq!(a.operand_bits(), 48 + 16 + 8);
+//! ```
+
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+use tern_io::Packet;
+use tern_wire::frame::{self, FrameInfo, L3, TPID_8021Q, VLAN_LEN};
+
+/// A field `set_field` can write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SetField {
+    /// Ethernet destination.
+    EthDst([u8; 6]),
+    /// Ethernet source.
+    EthSrc([u8; 6]),
+    /// IPv4 source.
+    Ipv4Src(Ipv4Addr),
+    /// IPv4 destination.
+    Ipv4Dst(Ipv4Addr),
+    /// IPv6 source.
+    Ipv6Src(Ipv6Addr),
+    /// IPv6 destination.
+    Ipv6Dst(Ipv6Addr),
+    /// TCP / UDP source port.
+    TpSrc(u16),
+    /// TCP / UDP destination port.
+    TpDst(u16),
+    /// DSCP (6 bits).
+    Dscp(u8),
+    /// VLAN id of the outer tag (12 bits).
+    VlanVid(u16),
+}
+
+impl SetField {
+    /// The field's name in the text form.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SetField::EthDst(_) => "eth_dst",
+            SetField::EthSrc(_) => "eth_src",
+            SetField::Ipv4Src(_) => "ipv4_src",
+            SetField::Ipv4Dst(_) => "ipv4_dst",
+            SetField::Ipv6Src(_) => "ipv6_src",
+            SetField::Ipv6Dst(_) => "ipv6_dst",
+            SetField::TpSrc(_) => "tp_src",
+            SetField::TpDst(_) => "tp_dst",
+            SetField::Dscp(_) => "dscp",
+            SetField::VlanVid(_) => "vlan_vid",
+        }
+    }
+
+    /// Bits of the value.
+    pub fn value_bits(&self) -> u32 {
+        match self {
+            SetField::EthDst(_) | SetField::EthSrc(_) => 48,
+            SetField::Ipv4Src(_) | SetField::Ipv4Dst(_) => 32,
+            SetField::Ipv6Src(_) | SetField::Ipv6Dst(_) => 128,
+            SetField::TpSrc(_) | SetField::TpDst(_) => 16,
+            SetField::Dscp(_) => 6,
+            SetField::VlanVid(_) => 12,
+        }
+    }
+
+    /// The network layer the field belongs to, if it needs one.
+    pub fn needs_l3(&self) -> Option<L3> {
+        match self {
+            SetField::Ipv4Src(_) | SetField::Ipv4Dst(_) => Some(L3::Ipv4),
+            SetField::Ipv6Src(_) | SetField::Ipv6Dst(_) => Some(L3::Ipv6),
+            _ => None,
+        }
+    }
+}
+
+/// One action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// SUB: decrement the IPv4 TTL or IPv6 hop limit. A packet whose TTL would reach 0 goes
+    /// to the host (the slow path) instead, as a router sends it to its control plane.
+    DecTtl,
+    /// DROP.
+    Drop,
+    /// SFD: set a header field.
+    SetField(SetField),
+    /// CAL: recompute the IPv4 header checksum.
+    Checksum,
+    /// INSERT: push an 802.1Q tag with this TCI.
+    PushVlan {
+        /// Tag control information (PCP 3 bits, DEI 1, VID 12).
+        tci: u16,
+    },
+    /// DEL: pop the outer VLAN tag.
+    PopVlan,
+    /// OUTP: forward to a port.
+    Output(u16),
+}
+
+impl Action {
+    /// The paper's name of the action type (Table 1).
+    pub fn paper_name(&self) -> &'static str {
+        match self {
+            Action::DecTtl => "SUB",
+            Action::Drop => "DROP",
+            Action::SetField(_) => "SFD",
+            Action::Checksum => "CAL",
+            Action::PushVlan { .. } => "INSERT",
+            Action::PopVlan => "DEL",
+            Action::Output(_) => "OUTP",
+        }
+    }
+
+    /// Operand bits the action RAM stores for it.
+    pub fn operand_bits(&self) -> u32 {
+        match self {
+            Action::SetField(f) => f.value_bits(),
+            Action::PushVlan { .. } => 16,
+            Action::Output(_) => 8,
+            Action::DecTtl | Action::Drop | Action::Checksum | Action::PopVlan => 0,
+        }
+    }
+}
+
+fn fmt_mac(m: &[u8; 6], f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::DecTtl => f.write_str("dec_ttl"),
+            Action::Drop => f.write_str("drop"),
+            Action::Checksum => f.write_str("checksum"),
+            Action::PopVlan => f.write_str("pop_vlan"),
+            Action::Output(p) => write!(f, "output:{p}"),
+            Action::PushVlan { tci } => {
+                let (vid, pcp) = (tci & 0x0fff, tci >> 13);
+                if pcp == 0 { write!(f, "push_vlan:{vid}") } else { write!(f, "push_vlan:{vid}:{pcp}") }
+            }
+            Action::SetField(s) => {
+                write!(f, "set_field:{}=", s.name())?;
+                match s {
+                    SetField::EthDst(m) | SetField::EthSrc(m) => fmt_mac(m, f),
+                    SetField::Ipv4Src(a) | SetField::Ipv4Dst(a) => write!(f, "{a}"),
+                    SetField::Ipv6Src(a) | SetField::Ipv6Dst(a) => write!(f, "{a}"),
+                    SetField::TpSrc(p) | SetField::TpDst(p) => write!(f, "{p}"),
+                    SetField::Dscp(d) => write!(f, "{d}"),
+                    SetField::VlanVid(v) => write!(f, "{v}"),
+                }
+            }
+        }
+    }
+}
+
+/// Parses a MAC address `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return Err(format!("`{s}` is not a MAC address (six hex bytes separated by `:`)"));
+    }
+    let mut m = [0u8; 6];
+    for (b, p) in m.iter_mut().zip(parts) {
+        *b = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC address (bad byte `{p}`)"))?;
+    }
+    Ok(m)
+}
+
+fn parse_num<T: FromStr>(s: &str, what: &str) -> Result<T, String> {
+    s.parse().map_err(|_| format!("`{s}` is not a valid {what}"))
+}
+
+impl FromStr for Action {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Action, String> {
+        let s = s.trim();
+        let (name, arg) = match s.split_once(':') {
+            Some((n, a)) => (n, Some(a)),
+            None => (s, None),
+        };
+        let need = || arg.ok_or_else(|| format!("`{name}` needs an argument (`{name}:...`)"));
+        let none = |a: Option<&str>| match a {
+            Some(_) => Err(format!("`{name}` takes no argument")),
+            None => Ok(()),
+        };
+        Ok(match name {
+            "dec_ttl" => none(arg).map(|_| Action::DecTtl)?,
+            "drop" => none(arg).map(|_| Action::Drop)?,
+            "checksum" => none(arg).map(|_| Action::Checksum)?,
+            "pop_vlan" => none(arg).map(|_| Action::PopVlan)?,
+            "output" => Action::Output(parse_num(need()?, "port number (0..=65535)")?),
+            "push_vlan" => {
+                let a = need()?;
+                let (vid, pcp) = match a.split_once(':') {
+                    Some((v, p)) => (v, Some(p)),
+                    None => (a, None),
+                };
+                let vid: u16 = parse_num(vid, "VLAN id")?;
+                if vid > 4095 {
+                    return Err(format!("VLAN id {vid} is above 4095"));
+                }
+                let pcp: u16 = match pcp {
+                    Some(p) => parse_num(p, "VLAN priority (0..=7)")?,
+                    None => 0,
+                };
+                if pcp > 7 {
+                    return Err(format!("VLAN priority {pcp} is above 7"));
+                }
+                Action::PushVlan { tci: (pcp << 13) | vid }
+            }
+            "set_field" => {
+                let a = need()?;
+                let Some((field, value)) = a.split_once('=') else {
+                    return Err(format!("`set_field:{a}` needs `FIELD=VALUE`"));
+                };
+                Action::SetField(match field {
+                    "eth_dst" => SetField::EthDst(parse_mac(value)?),
+                    "eth_src" => SetField::EthSrc(parse_mac(value)?),
+                    "ipv4_src" => SetField::Ipv4Src(parse_num(value, "IPv4 address")?),
+                    "ipv4_dst" => SetField::Ipv4Dst(parse_num(value, "IPv4 address")?),
+                    "ipv6_src" => SetField::Ipv6Src(parse_num(value, "IPv6 address")?),
+                    "ipv6_dst" => SetField::Ipv6Dst(parse_num(value, "IPv6 address")?),
+                    "tp_src" => SetField::TpSrc(parse_num(value, "port")?),
+                    "tp_dst" => SetField::TpDst(parse_num(value, "port")?),
+                    "dscp" => {
+                        let d: u8 = parse_num(value, "DSCP (0..=63)")?;
+                        if d > 63 {
+                            return Err(format!("DSCP {d} is above 63"));
+                        }
+                        SetField::Dscp(d)
+                    }
+                    "vlan_vid" => {
+                        let v: u16 = parse_num(value, "VLAN id")?;
+                        if v > 4095 {
+                            return Err(format!("VLAN id {v} is above 4095"));
+                        }
+                        SetField::VlanVid(v)
+                    }
+                    other => {
+                        return Err(format!(
+                            "unknown field `{other}` (eth_dst, eth_src, ipv4_src, ipv4_dst, ipv6_src, ipv6_dst, tp_src, tp_dst, dscp, vlan_vid)"
+                        ));
+                    }
+                })
+            }
+            other => {
+                return Err(format!(
+                    "unknown action `{other}` (dec_ttl, drop, set_field, checksum, push_vlan, pop_vlan, output)"
+                ));
+            }
+        })
+    }
+}
+
+/// Most actions in one set.
+pub const MAX_ACTIONS: usize = 16;
+
+/// An ordered list of actions: what a rule does to the packets it matches.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct ActionSet(Box<[Action]>);
+
+impl ActionSet {
+    /// A set from actions; at most [`MAX_ACTIONS`].
+    pub fn new(actions: Vec<Action>) -> Result<ActionSet, String> {
+        if actions.len() > MAX_ACTIONS {
+            return Err(format!("{} actions in one set, at most {MAX_ACTIONS}", actions.len()));
+        }
+        Ok(ActionSet(actions.into_boxed_slice()))
+    }
+
+    /// The actions.
+    pub fn actions(&self) -> &[Action] {
+        &self.0
+    }
+
+    /// Operand bits the set needs in the action RAM (the type fields are not counted: the
+    /// paper does not give its layout).
+    pub fn operand_bits(&self) -> u32 {
+        self.0.iter().map(Action::operand_bits).sum()
+    }
+
+    /// The output port, if the set forwards.
+    pub fn output(&self) -> Option<u16> {
+        self.0.iter().rev().find_map(|a| if let Action::Output(p) = a { Some(*p) } else { None })
+    }
+
+    /// Things that are allowed but probably wrong: the IPv4 header changed with no `checksum`
+    /// after it, actions after `drop`, fields of the other IP version (given the table's).
+    pub fn warnings(&self, l3: Option<L3>) -> Vec<String> {
+        let mut w = Vec::new();
+        let mut dirty_v4 = false;
+        for (i, a) in self.0.iter().enumerate() {
+            match a {
+                Action::DecTtl | Action::SetField(SetField::Ipv4Src(_) | SetField::Ipv4Dst(_) | SetField::Dscp(_)) => {
+                    dirty_v4 = l3 != Some(L3::Ipv6)
+                }
+                Action::Checksum => dirty_v4 = false,
+                Action::Drop if i + 1 < self.0.len() => w.push("actions after `drop` never run".to_string()),
+                _ => {}
+            }
+            if let (Action::SetField(f), Some(l3)) = (a, l3)
+                && let Some(need) = f.needs_l3()
+                && need != l3
+            {
+                w.push(format!("`{a}` never applies to {l3:?} packets"));
+            }
+        }
+        if dirty_v4 {
+            w.push("the IPv4 header changes but no `checksum` follows: its header checksum will be wrong".to_string());
+        }
+        w
+    }
+}
+
+impl fmt::Display for ActionSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("(none)");
+        }
+        for (i, a) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{a}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for ActionSet {
+    type Err = String;
+    /// Comma-separated actions; `push_vlan:VID:PCP` keeps its colon.
+    fn from_str(s: &str) -> Result<ActionSet, String> {
+        let s = s.trim();
+        if s.is_empty() || s == "(none)" {
+            return Ok(ActionSet::default());
+        }
+        let actions = s.split(',').map(str::parse).collect::<Result<Vec<Action>, String>>()?;
+        ActionSet::new(actions)
+    }
+}
+
+/// What happens to a packet after its actions (the paper's `State_info`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Send up to the host (the slow path): no rule decided, or the actions ask for it.
+    Host,
+    /// Forward on this port.
+    Output(u16),
+    /// Drop, and why.
+    Drop(ActionDrop),
+}
+
+/// Why the action units dropped a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActionDrop {
+    /// The set said `drop`.
+    Drop,
+    /// `push_vlan` found no room in the buffer.
+    NoRoomForVlan,
+}
+
+/// Runs an action set on a packet whose headers `info` describes (and keeps up to date).
+/// Returns the verdict. Never panics: an action that does not apply to the packet (a TCP port
+/// on ICMP, a VLAN id on an untagged frame) changes nothing.
+pub fn execute(actions: &ActionSet, pkt: &mut Packet, info: &mut FrameInfo) -> Verdict {
+    let mut verdict = Verdict::Host;
+    for a in actions.actions() {
+        match *a {
+            Action::Drop => return Verdict::Drop(ActionDrop::Drop),
+            Action::Output(p) => verdict = Verdict::Output(p),
+            Action::DecTtl => {
+                let at = match info.l3 {
+                    L3::Ipv4 => usize::from(info.l3_off) + 8,
+                    L3::Ipv6 => usize::from(info.l3_off) + 7,
+                    L3::Other => continue,
+                };
+                if info.ttl <= 1 {
+                    return Verdict::Host;
+                }
+                info.ttl -= 1;
+                pkt.data_mut()[at] = info.ttl;
+            }
+            Action::Checksum => {
+                if info.l3 == L3::Ipv4 {
+                    frame::ipv4_fill_checksum(pkt.data_mut(), usize::from(info.l3_off));
+                }
+            }
+            Action::SetField(f) => set_field(f, pkt.data_mut(), info),
+            Action::PushVlan { tci } => {
+                if !pkt.push_front(VLAN_LEN) {
+                    return Verdict::Drop(ActionDrop::NoRoomForVlan);
+                }
+                let d = pkt.data_mut();
+                d.copy_within(VLAN_LEN..VLAN_LEN + 12, 0);
+                d[12..14].copy_from_slice(&TPID_8021Q.to_be_bytes());
+                d[14..16].copy_from_slice(&tci.to_be_bytes());
+                info.vlans += 1;
+                info.vlan_tci = tci;
+                shift(info, VLAN_LEN as i32);
+            }
+            Action::PopVlan => {
+                if info.vlans == 0 {
+                    continue;
+                }
+                let d = pkt.data_mut();
+                d.copy_within(0..12, VLAN_LEN);
+                pkt.pull_front(VLAN_LEN);
+                info.vlans -= 1;
+                if info.vlans > 0 {
+                    let d = pkt.data();
+                    info.vlan_tci = u16::from_be_bytes([d[14], d[15]]);
+                }
+                shift(info, -(VLAN_LEN as i32));
+            }
+        }
+    }
+    verdict
+}
+
+fn shift(info: &mut FrameInfo, by: i32) {
+    let mv = |x: u16| (i32::from(x) + by) as u16;
+    info.l3_off = mv(info.l3_off);
+    info.ip_end = mv(info.ip_end);
+    if info.has_l4 {
+        info.l4_off = mv(info.l4_off);
+    }
+}
+
+/// Writes `new` at `at`, adjusting the transport checksum for it.
+fn write_l4_covered(d: &mut [u8], info: &FrameInfo, at: usize, new: &[u8]) {
+    let mut old = [0u8; 16];
+    let n = new.len();
+    old[..n].copy_from_slice(&d[at..at + n]);
+    d[at..at + n].copy_from_slice(new);
+    if let Some(c) = info.l4_checksum_off(d) {
+        frame::checksum_adjust_bytes(d, c, &old[..n], new);
+    }
+}
+
+fn set_field(f: SetField, d: &mut [u8], info: &mut FrameInfo) {
+    let l3 = usize::from(info.l3_off);
+    match f {
+        SetField::EthDst(m) => d[0..6].copy_from_slice(&m),
+        SetField::EthSrc(m) => d[6..12].copy_from_slice(&m),
+        SetField::Ipv4Src(a) | SetField::Ipv4Dst(a) if info.l3 == L3::Ipv4 => {
+            let at = if matches!(f, SetField::Ipv4Src(_)) { l3 + 12 } else { l3 + 16 };
+            write_l4_covered(d, info, at, &a.octets());
+            let v = u128::from(u32::from(a));
+            if at == l3 + 12 { info.src = v } else { info.dst = v }
+        }
+        SetField::Ipv6Src(a) | SetField::Ipv6Dst(a) if info.l3 == L3::Ipv6 => {
+            let at = if matches!(f, SetField::Ipv6Src(_)) { l3 + 8 } else { l3 + 24 };
+            write_l4_covered(d, info, at, &a.octets());
+            let v = u128::from(a);
+            if at == l3 + 8 { info.src = v } else { info.dst = v }
+        }
+        SetField::TpSrc(p) | SetField::TpDst(p)
+            if info.has_l4 && matches!(info.proto, frame::proto::TCP | frame::proto::UDP) =>
+        {
+            let l4 = usize::from(info.l4_off);
+            let at = if matches!(f, SetField::TpSrc(_)) { l4 } else { l4 + 2 };
+            write_l4_covered(d, info, at, &p.to_be_bytes());
+            if at == l4 { info.src_port = p } else { info.dst_port = p }
+        }
+        SetField::Dscp(v) => match info.l3 {
+            L3::Ipv4 => {
+                d[l3 + 1] = (v << 2) | (d[l3 + 1] & 0x3);
+                info.dscp = v;
+            }
+            L3::Ipv6 => {
+                // Traffic class straddles bytes 0 and 1: DSCP is bits 4..10 of the first word.
+                let w = u16::from_be_bytes([d[l3], d[l3 + 1]]);
+                let w = (w & !(0x3f << 6)) | (u16::from(v) << 6);
+                d[l3..l3 + 2].copy_from_slice(&w.to_be_bytes());
+                info.dscp = v;
+            }
+            L3::Other => {}
+        },
+        SetField::VlanVid(v) if info.vlans > 0 => {
+            let tci = (info.vlan_tci & 0xf000) | v;
+            d[14..16].copy_from_slice(&tci.to_be_bytes());
+            info.vlan_tci = tci;
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_round_trips() {
+        for s in [
+            "dec_ttl",
+            "drop",
+            "checksum",
+            "pop_vlan",
+            "output:7",
+            "push_vlan:100",
+            "push_vlan:4095:7",
+            "set_field:eth_src=0a:0b:0c:0d:0e:0f",
+            "set_field:ipv4_dst=10.1.2.3",
+            "set_field:ipv6_src=2001:db8::1",
+            "set_field:tp_dst=443",
+            "set_field:dscp=46",
+            "set_field:vlan_vid=12",
+        ] {
+            let a: Action = s.parse().unwrap();
+            assert_eq!(a.to_string(), s);
+        }
+    }
+
+    #[test]
+    fn errors_name_the_bad_item() {
+        let e = "set_field:eth_dst=02:00".parse::<Action>().unwrap_err();
+        assert!(e.contains("02:00"), "{e}");
+        let e = "push_vlan:5000".parse::<Action>().unwrap_err();
+        assert!(e.contains("5000"), "{e}");
+        let e = "frobnicate".parse::<Action>().unwrap_err();
+        assert!(e.contains("frobnicate"), "{e}");
+        let e = "output".parse::<Action>().unwrap_err();
+        assert!(e.contains("needs an argument"), "{e}");
+        let e = "dec_ttl:3".parse::<Action>().unwrap_err();
+        assert!(e.contains("no argument"), "{e}");
+        let e = "set_field:mpls=3".parse::<Action>().unwrap_err();
+        assert!(e.contains("mpls"), "{e}");
+        let many = vec!["drop"; MAX_ACTIONS + 1].join(",");
+        assert!(many.parse::<ActionSet>().unwrap_err().contains("at most"));
+    }
+
+    #[test]
+    fn warnings() {
+        let a: ActionSet = "dec_ttl,output:1".parse().unwrap();
+        assert_eq!(a.warnings(Some(L3::Ipv4)).len(), 1);
+        assert!(a.warnings(Some(L3::Ipv6)).is_empty());
+        let a: ActionSet = "dec_ttl,checksum,output:1".parse().unwrap();
+        assert!(a.warnings(Some(L3::Ipv4)).is_empty());
+        let a: ActionSet = "set_field:ipv6_dst=::1,drop,output:1".parse().unwrap();
+        let w = a.warnings(Some(L3::Ipv4));
+        assert_eq!(w.len(), 2, "{w:?}");
+    }
+}

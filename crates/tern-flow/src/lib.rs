@@ -1,0 +1,14 @@
+//! AccelSDP (seed 001) in software: a software SDN data plane whose cached rules run in
+//! offloaded function units.
+//!
+//! - [`action`]: the action units (SUB, DROP, SFD, CAL, INSERT, DEL, OUTP) and action sets.
+//! - [`ofu`]: offloaded function units — the paper's API (`ofu_init`, `rule_table_ops`,
+//!   `ofu_uninit`), the instruction FIFO with back-pressure, the configuration FSM, and the rule
+//!   tables (IPv4 / IPv6 LPM, 5-tuple exact match from `tern-table`) with the action RAM.
+//! - [`pipeline`]: the ingress pipeline over L2 frames — parser, stage 1 (IP version), stage 2
+//!   (the OFUs' tables), action units, deparser — as a sans-IO core.
+#![forbid(unsafe_code)]
+
+pub mod action;
+pub mod ofu;
+pub mod pipeline;

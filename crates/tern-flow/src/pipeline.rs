@@ -1,0 +1,317 @@
+//! The ingress pipeline of AccelSDP's rule-table OFUs (§4.3.1, Figures 9 and 11): parser →
+//! stage 1 (exact match on the IP version, choosing the table) → stage 2 (LPM or 5-tuple EM,
+//! per OFU) → action units → deparser → output.
+//!
+//! [`Pipeline`] is a sans-IO core: the runtime hands it a batch received on a port and gets the
+//! packets back sorted by what happened to them ([`Outputs`]): per output port, up to the host
+//! (the slow path: a miss, or a rule that sends it there), or dropped and counted by reason.
+//! Between batches it runs the OFUs' configuration FSMs, so a table change lands whole between
+//! two packets. Enabled OFUs are searched in id order; the first hit decides.
+
+use std::fmt;
+
+use tern_io::{Batch, Packet, Pool};
+use tern_table::em::{FiveTuple4, FiveTuple6};
+use tern_wire::frame::{FrameError, FrameInfo, L3};
+
+use crate::action::{self, ActionDrop, Verdict};
+use crate::ofu::{OfuId, OfuTables};
+
+/// Why the pipeline dropped a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// The parser refused the frame.
+    Frame(FrameError),
+    /// A rule's action set said `drop`.
+    Action,
+    /// `push_vlan` found no room in the buffer.
+    NoRoomForVlan,
+    /// `output` named a port the pipeline does not have.
+    NoSuchPort,
+    /// The host queue was full (the slow path is behind).
+    HostQueueFull,
+    /// An output port's batch was full.
+    OutputQueueFull,
+}
+
+const N_FRAME: usize = FrameError::ALL.len();
+const N_DROPS: usize = N_FRAME + 5;
+
+impl DropReason {
+    fn index(self) -> usize {
+        match self {
+            DropReason::Frame(e) => FrameError::ALL.iter().position(|x| *x == e).unwrap_or(0),
+            DropReason::Action => N_FRAME,
+            DropReason::NoRoomForVlan => N_FRAME + 1,
+            DropReason::NoSuchPort => N_FRAME + 2,
+            DropReason::HostQueueFull => N_FRAME + 3,
+            DropReason::OutputQueueFull => N_FRAME + 4,
+        }
+    }
+
+    fn from_index(i: usize) -> DropReason {
+        match i.checked_sub(N_FRAME) {
+            None => DropReason::Frame(FrameError::ALL[i]),
+            Some(0) => DropReason::Action,
+            Some(1) => DropReason::NoRoomForVlan,
+            Some(2) => DropReason::NoSuchPort,
+            Some(3) => DropReason::HostQueueFull,
+            _ => DropReason::OutputQueueFull,
+        }
+    }
+
+    /// Counter name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Frame(e) => e.as_str(),
+            DropReason::Action => "action_drop",
+            DropReason::NoRoomForVlan => "no_room_for_vlan",
+            DropReason::NoSuchPort => "no_such_port",
+            DropReason::HostQueueFull => "host_queue_full",
+            DropReason::OutputQueueFull => "output_queue_full",
+        }
+    }
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Pipeline counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PipelineStats {
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Frames that hit a rule.
+    pub hits: u64,
+    /// IP frames no enabled OFU matched (sent to the host).
+    pub misses: u64,
+    /// Frames that are not IPv4 / IPv6 (sent to the host).
+    pub not_ip: u64,
+    /// Frames a rule sent to the host (TTL expiring under `dec_ttl`, or no output action).
+    pub rule_to_host: u64,
+    /// Frames forwarded per port.
+    pub tx_packets: Vec<u64>,
+    drops: [u64; N_DROPS],
+}
+
+impl PipelineStats {
+    /// Drops by reason (only reasons that happened).
+    pub fn drops(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        self.drops.iter().enumerate().filter(|(_, n)| **n > 0).map(|(i, n)| (DropReason::from_index(i), *n))
+    }
+
+    /// Drops of one reason.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops[reason.index()]
+    }
+
+    /// All drops.
+    pub fn dropped_total(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+}
+
+/// Packets the host (slow path) receives, with the port each came in on.
+#[derive(Debug)]
+pub struct HostQueue {
+    /// The packets.
+    pub packets: Batch,
+    /// `in_ports[i]` is the input port of `packets[i]`.
+    pub in_ports: Vec<u16>,
+}
+
+/// Where the packets of a batch went.
+#[derive(Debug)]
+pub struct Outputs {
+    /// One batch per output port.
+    pub ports: Vec<Batch>,
+    /// Up to the host.
+    pub host: HostQueue,
+}
+
+impl Outputs {
+    /// Outputs for `ports` ports, each batch holding `batch` packets, and a host queue of
+    /// `host` packets.
+    pub fn new(ports: usize, batch: usize, host: usize) -> Outputs {
+        Outputs {
+            ports: (0..ports).map(|_| Batch::new(batch)).collect(),
+            host: HostQueue { packets: Batch::new(host), in_ports: Vec::with_capacity(host) },
+        }
+    }
+}
+
+/// What stage 2 found for a packet: the OFU (position) and entry index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hit {
+    /// OFU id.
+    pub ofu: OfuId,
+    /// Entry index.
+    pub index: u32,
+}
+
+/// The OFU pipeline.
+#[derive(Debug)]
+pub struct Pipeline {
+    ofus: Vec<OfuTables>,
+    enabled: Vec<bool>,
+    ports: usize,
+    pool: Pool,
+    stats: PipelineStats,
+    /// Instructions the FSMs apply between two batches, per OFU.
+    pub fsm_budget: usize,
+}
+
+impl Pipeline {
+    /// A pipeline over the device sides of the OFUs (searched in id order) forwarding to
+    /// `ports` ports; dropped buffers go back to `pool`.
+    pub fn new(mut ofus: Vec<OfuTables>, ports: usize, pool: Pool) -> Pipeline {
+        ofus.sort_by_key(|o| o.spec().id);
+        let stats = PipelineStats { tx_packets: vec![0; ports], ..PipelineStats::default() };
+        Pipeline { enabled: vec![false; ofus.len()], ofus, ports, pool, stats, fsm_budget: 1024 }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &PipelineStats {
+        &self.stats
+    }
+
+    /// The OFUs' device sides.
+    pub fn ofus(&self) -> &[OfuTables] {
+        &self.ofus
+    }
+
+    /// Ports it forwards to.
+    pub fn ports(&self) -> usize {
+        self.ports
+    }
+
+    /// Runs the configuration FSMs (up to `fsm_budget` instructions each) and reads which OFUs
+    /// are enabled. [`process`](Self::process) calls it first; call it alone to apply
+    /// configuration while no packets arrive. Returns the instructions applied.
+    pub fn configure(&mut self, now_ns: u64) -> usize {
+        let mut n = 0;
+        for (o, en) in self.ofus.iter_mut().zip(&mut self.enabled) {
+            n += o.run_fsm(now_ns, self.fsm_budget);
+            *en = o.enabled();
+        }
+        n
+    }
+
+    fn drop(&mut self, reason: DropReason, pkt: Packet) {
+        self.stats.drops[reason.index()] += 1;
+        self.pool.put(pkt);
+    }
+
+    /// Stage 1 and 2: the first enabled OFU whose table matches.
+    #[inline]
+    pub fn classify(&self, info: &FrameInfo) -> Option<Hit> {
+        match info.l3 {
+            L3::Ipv4 => {
+                let t = FiveTuple4 {
+                    src: info.src_v4(),
+                    dst: info.dst_v4(),
+                    proto: info.proto,
+                    src_port: info.src_port,
+                    dst_port: info.dst_port,
+                };
+                self.ofus
+                    .iter()
+                    .zip(&self.enabled)
+                    .filter(|(_, e)| **e)
+                    .find_map(|(o, _)| o.lookup4(t.dst, &t).map(|index| Hit { ofu: o.spec().id, index }))
+            }
+            L3::Ipv6 => {
+                let t = FiveTuple6 {
+                    src: info.src,
+                    dst: info.dst,
+                    proto: info.proto,
+                    src_port: info.src_port,
+                    dst_port: info.dst_port,
+                };
+                self.ofus
+                    .iter()
+                    .zip(&self.enabled)
+                    .filter(|(_, e)| **e)
+                    .find_map(|(o, _)| o.lookup6(t.dst, &t).map(|index| Hit { ofu: o.spec().id, index }))
+            }
+            L3::Other => None,
+        }
+    }
+
+    /// Processes a batch received on `in_port`: every packet ends in `out` or is dropped (its
+    /// buffer back in the pool). `out`'s batches must have room for the whole batch: drain them
+    /// after every call.
+    pub fn process(&mut self, now_ns: u64, in_port: u16, batch: &mut Batch, out: &mut Outputs) {
+        self.configure(now_ns);
+        for mut pkt in batch.drain() {
+            self.stats.rx_packets += 1;
+            self.stats.rx_bytes += pkt.len() as u64;
+            let mut info = match FrameInfo::parse(pkt.data()) {
+                Ok(i) => i,
+                Err(e) => {
+                    self.drop(DropReason::Frame(e), pkt);
+                    continue;
+                }
+            };
+            let verdict = match self.classify(&info) {
+                Some(hit) => {
+                    self.stats.hits += 1;
+                    let len = pkt.len() as u64;
+                    let pos = self.ofus.iter().position(|o| o.spec().id == hit.ofu).unwrap_or(0);
+                    match self.ofus[pos].entry_mut(hit.index) {
+                        Some(e) => {
+                            e.packets += 1;
+                            e.bytes += len;
+                            e.last_hit_ns = now_ns;
+                            let v = action::execute(&e.rule.actions, &mut pkt, &mut info);
+                            if v == Verdict::Host {
+                                self.stats.rule_to_host += 1;
+                            }
+                            v
+                        }
+                        None => Verdict::Host,
+                    }
+                }
+                None => {
+                    if info.l3 == L3::Other {
+                        self.stats.not_ip += 1;
+                    } else {
+                        self.stats.misses += 1;
+                    }
+                    Verdict::Host
+                }
+            };
+            self.deparse(verdict, in_port, pkt, out);
+        }
+    }
+
+    /// The deparser: the packet's bytes are already rewritten in place; this carries out its
+    /// state (forward, drop, to host).
+    fn deparse(&mut self, verdict: Verdict, in_port: u16, pkt: Packet, out: &mut Outputs) {
+        match verdict {
+            Verdict::Output(p) => match out.ports.get_mut(usize::from(p)) {
+                Some(b) if usize::from(p) < self.ports => match b.push(pkt) {
+                    None => self.stats.tx_packets[usize::from(p)] += 1,
+                    Some(pkt) => self.drop(DropReason::OutputQueueFull, pkt),
+                },
+                _ => self.drop(DropReason::NoSuchPort, pkt),
+            },
+            Verdict::Drop(ActionDrop::Drop) => self.drop(DropReason::Action, pkt),
+            Verdict::Drop(ActionDrop::NoRoomForVlan) => self.drop(DropReason::NoRoomForVlan, pkt),
+            Verdict::Host => match out.host.packets.push(pkt) {
+                None => out.host.in_ports.push(in_port),
+                Some(pkt) => self.drop(DropReason::HostQueueFull, pkt),
+            },
+        }
+    }
+
+    /// The device side of an OFU, mutably (for the slow path's own counters, tests).
+    pub fn ofu_mut(&mut self, id: OfuId) -> Option<&mut OfuTables> {
+        self.ofus.iter_mut().find(|o| o.spec().id == id)
+    }
+}
