@@ -10,5 +10,8 @@
 #![forbid(unsafe_code)]
 
 pub mod action;
+pub mod classifier;
 pub mod ofu;
 pub mod pipeline;
+pub mod slowpath;
+pub mod switch;

@@ -1,0 +1,189 @@
+//! The switch end to end in memory: the first packet of a flow takes the slow path and installs
+//! a cached rule, the rest hit it in the pipeline; idle rules go; the flow limit and the upcall
+//! rate limit hold.
+
+use std::time::Duration;
+
+use tern_flow::classifier::{Pattern, PortRange};
+use tern_flow::ofu::{self, OfuKind, OfuSpec};
+use tern_flow::pipeline::{Outputs, Pipeline};
+use tern_flow::slowpath::{AclAction, AclRule, NextHop, SlowPath, SlowPathTables};
+use tern_flow::switch::{CacheMode, CachePolicy, Switch};
+use tern_io::{Batch, DEFAULT_HEADROOM, Pool};
+use tern_wire::frame;
+
+fn any() -> Pattern {
+    Pattern { priority: 0, in_port: None, v6: None, src: None, dst: None, proto: None, src_port: None, dst_port: None }
+}
+
+/// An ACL denying TCP to ports 22-23.
+fn no_ssh() -> Vec<AclRule> {
+    vec![AclRule {
+        pattern: Pattern { priority: 1, proto: Some(6), dst_port: Some(PortRange(22, 23)), ..any() },
+        action: AclAction::Deny,
+    }]
+}
+
+fn switch(mode: CacheMode, policy: CachePolicy) -> (Switch, Pool) {
+    switch_with(mode, policy, no_ssh())
+}
+
+fn switch_with(mode: CacheMode, policy: CachePolicy, acl: Vec<AclRule>) -> (Switch, Pool) {
+    let spec = |id, kind| OfuSpec {
+        id,
+        kind,
+        v4_entries: 1024,
+        v6_entries: 1024,
+        fifo_depth: 4096,
+        action_set_bits: 128,
+        write_cycles: 0,
+    };
+    let (driver, tables) = ofu::new(vec![spec(1, OfuKind::Em), spec(2, OfuKind::Lpm)]);
+    let pool = Pool::new(1024, 2048);
+    let pipeline = Pipeline::new(tables, 3, pool.clone());
+    let tables = SlowPathTables {
+        acl,
+        acl_default_deny: false,
+        routes4: vec![("10.1.0.0/16".parse().unwrap(), 0), ("10.2.0.0/16".parse().unwrap(), 1)],
+        routes6: vec![],
+        next_hops: vec![
+            NextHop { port: 1, eth_src: [2, 0, 0, 0, 0, 1], eth_dst: [2, 0, 0, 0, 1, 1], vlan: None },
+            NextHop { port: 2, eth_src: [2, 0, 0, 0, 0, 2], eth_dst: [2, 0, 0, 0, 2, 2], vlan: None },
+        ],
+    };
+    let slow = SlowPath::new(&tables).unwrap();
+    let sw = Switch::new(pipeline, slow, driver, CachePolicy { mode, ..policy }, pool.clone()).unwrap();
+    (sw, pool)
+}
+
+fn udp(pool: &Pool, dst: [u8; 4], sport: u16) -> tern_io::Packet {
+    let mut f = Vec::new();
+    frame::build_udp4(&mut f, [2, 0, 0, 0, 9, 9], [2, 0, 0, 0, 0, 9], [10, 9, 0, 1], dst, sport, 53, 64, &[0; 18]);
+    let mut p = pool.packet();
+    p.reserve_headroom(DEFAULT_HEADROOM);
+    p.extend_from_slice(&f).unwrap();
+    p
+}
+
+fn send(sw: &mut Switch, pool: &Pool, now: u64, pkts: Vec<tern_io::Packet>) -> [usize; 3] {
+    let mut b = Batch::new(64);
+    for p in pkts {
+        b.push(p);
+    }
+    let mut out = Outputs::new(3, 64, 64);
+    sw.process(now, 0, &mut b, &mut out);
+    let n = [out.ports[0].len(), out.ports[1].len(), out.ports[2].len()];
+    for b in &mut out.ports {
+        b.recycle(pool);
+    }
+    n
+}
+
+#[test]
+fn first_packet_installs_the_rest_hit() {
+    let (mut sw, pool) = switch(CacheMode::Exact, CachePolicy::default());
+    assert_eq!(send(&mut sw, &pool, 1, vec![udp(&pool, [10, 1, 0, 5], 1000)]), [0, 1, 0]);
+    assert_eq!(sw.cache_stats().upcalls, 1);
+    assert_eq!(sw.cache_stats().installed_exact, 1);
+    for i in 0..10 {
+        assert_eq!(send(&mut sw, &pool, 2 + i, (0..8).map(|_| udp(&pool, [10, 1, 0, 5], 1000)).collect()), [0, 8, 0]);
+    }
+    assert_eq!(sw.cache_stats().upcalls, 1, "no more misses");
+    assert_eq!(sw.pipeline.stats().hits, 80);
+    assert_eq!(sw.pipeline.stats().misses, 1);
+    // A new flow misses once too.
+    assert_eq!(
+        send(&mut sw, &pool, 20, vec![udp(&pool, [10, 2, 0, 5], 1000), udp(&pool, [10, 2, 0, 5], 1000)]),
+        [0, 0, 2]
+    );
+    assert_eq!(sw.cache_stats().upcalls, 3, "both packets of the batch missed before the rule landed");
+    assert_eq!(sw.cache_stats().installed_exact, 2);
+    assert_eq!(sw.cached(), (2, 0));
+}
+
+#[test]
+fn prefix_mode_caches_the_route() {
+    // An ACL on destinations only keeps decisions destination-only: they can be cached by prefix.
+    let acl = vec![AclRule {
+        pattern: Pattern { priority: 1, dst: Some("10.2.9.0/24".parse().unwrap()), ..any() },
+        action: AclAction::Deny,
+    }];
+    let (mut sw, pool) = switch_with(CacheMode::Prefix, CachePolicy::default(), acl);
+    send(&mut sw, &pool, 1, vec![udp(&pool, [10, 1, 0, 5], 1000)]);
+    // Other flows to the same prefix hit the prefix rule. (The ACL consulted 24 destination
+    // bits, so the cached prefix is 10.1.0.0/24, not the route's /16.)
+    let n = send(&mut sw, &pool, 2, (0..16).map(|i| udp(&pool, [10, 1, 0, 10 + i], 2000 + u16::from(i))).collect());
+    assert_eq!(n, [0, 16, 0]);
+    assert_eq!(sw.cache_stats().upcalls, 1);
+    assert_eq!(sw.cached(), (0, 1));
+    // With an ACL on ports, a destination prefix cannot stand for the decision: nothing cached.
+    let (mut sw, pool) = switch(CacheMode::Prefix, CachePolicy::default());
+    send(&mut sw, &pool, 1, vec![udp(&pool, [10, 1, 0, 5], 1000)]);
+    send(&mut sw, &pool, 2, vec![udp(&pool, [10, 1, 0, 5], 1000)]);
+    assert_eq!(sw.cache_stats().uncacheable, 2);
+    assert_eq!(sw.cached(), (0, 0));
+    // `both` falls back to the exact rule.
+    let (mut sw, pool) = switch(CacheMode::Both, CachePolicy::default());
+    send(&mut sw, &pool, 1, vec![udp(&pool, [10, 1, 0, 5], 1000)]);
+    assert_eq!(sw.cached(), (1, 0));
+}
+
+#[test]
+fn idle_rules_are_evicted() {
+    let policy = CachePolicy {
+        idle_timeout: Duration::from_millis(100),
+        expire_interval: Duration::from_millis(10),
+        ..CachePolicy::default()
+    };
+    let (mut sw, pool) = switch(CacheMode::Exact, policy);
+    send(&mut sw, &pool, 1_000_000, vec![udp(&pool, [10, 1, 0, 5], 1)]);
+    send(&mut sw, &pool, 2_000_000, vec![udp(&pool, [10, 1, 0, 5], 2)]);
+    // Flow 1 keeps hitting; flow 2 goes idle.
+    for t in 1..30u64 {
+        send(&mut sw, &pool, 2_000_000 + t * 10_000_000, vec![udp(&pool, [10, 1, 0, 5], 1)]);
+    }
+    assert_eq!(sw.cache_stats().evicted_idle, 1);
+    assert_eq!(sw.cached(), (1, 0));
+    send(&mut sw, &pool, 400_000_000, vec![]);
+    assert_eq!(sw.pipeline.ofus()[0].used(), (1, 0));
+}
+
+#[test]
+fn flow_limit_and_upcall_rate_limit() {
+    let policy = CachePolicy { flow_limit: 4, upcall_rate: 1000.0, upcall_burst: 10.0, ..CachePolicy::default() };
+    let (mut sw, pool) = switch(CacheMode::Exact, policy);
+    // 20 new flows at once: 10 pass the bucket, 4 of those are cached.
+    send(&mut sw, &pool, 0, (0..20).map(|i| udp(&pool, [10, 1, 0, 5], 100 + i)).collect());
+    let s = sw.cache_stats().clone();
+    assert_eq!((s.upcalls, s.upcall_rate_limited), (10, 10));
+    assert_eq!((s.installed_exact, s.cache_full), (4, 6));
+    // 5 ms later the bucket has 5 tokens again.
+    send(&mut sw, &pool, 5_000_000, (0..20).map(|i| udp(&pool, [10, 1, 0, 5], 200 + i)).collect());
+    assert_eq!(sw.cache_stats().upcalls, 15);
+}
+
+#[test]
+fn acl_denials_are_cached_as_drops() {
+    let (mut sw, pool) = switch(CacheMode::Exact, CachePolicy::default());
+    let ssh = |pool: &Pool| {
+        let mut f = Vec::new();
+        frame::build_tcp4(
+            &mut f,
+            [2, 0, 0, 0, 9, 9],
+            [2, 0, 0, 0, 0, 9],
+            [10, 9, 0, 1],
+            [10, 1, 0, 5],
+            40000,
+            22,
+            64,
+            b"",
+        );
+        let mut p = pool.packet();
+        p.extend_from_slice(&f).unwrap();
+        p
+    };
+    assert_eq!(send(&mut sw, &pool, 1, vec![ssh(&pool)]), [0, 0, 0]);
+    assert_eq!(send(&mut sw, &pool, 2, vec![ssh(&pool), ssh(&pool)]), [0, 0, 0]);
+    assert_eq!(sw.cache_stats().upcalls, 1);
+    assert_eq!(sw.pipeline.stats().dropped(tern_flow::pipeline::DropReason::Action), 2);
+}
