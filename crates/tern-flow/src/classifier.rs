@@ -111,8 +111,8 @@ impl std::str::FromStr for PortRange {
     }
 }
 
-/// A classifier rule: fields left `None` match anything.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A classifier rule: fields left `None` match anything (the default matches everything).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Pattern {
     /// Higher wins.
     pub priority: u32,
@@ -332,9 +332,9 @@ mod tests {
     #[test]
     fn priority_and_early_stop() {
         let rules = vec![
-            Pattern { priority: 10, dst: Some("10.0.0.0/8".parse().unwrap()), ..any() },
-            Pattern { priority: 20, dst: Some("10.1.0.0/16".parse().unwrap()), proto: Some(6), ..any() },
-            Pattern { priority: 5, ..any() },
+            Pattern { priority: 10, dst: Some("10.0.0.0/8".parse().unwrap()), ..Pattern::default() },
+            Pattern { priority: 20, dst: Some("10.1.0.0/16".parse().unwrap()), proto: Some(6), ..Pattern::default() },
+            Pattern { priority: 5, ..Pattern::default() },
         ];
         let c = Classifier::new(&rules).unwrap();
         let k = FlowKey { dst: 0x0a01_0101, proto: 6, ..FlowKey::default() };
@@ -346,18 +346,5 @@ mod tests {
         let l = c.lookup(&FlowKey { dst: 0x0b00_0001, ..FlowKey::default() });
         assert_eq!(l.rule, Some(2));
         assert!(l.consulted.beyond_dst());
-    }
-
-    fn any() -> Pattern {
-        Pattern {
-            priority: 0,
-            in_port: None,
-            v6: None,
-            src: None,
-            dst: None,
-            proto: None,
-            src_port: None,
-            dst_port: None,
-        }
     }
 }

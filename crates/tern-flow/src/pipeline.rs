@@ -145,6 +145,24 @@ impl Outputs {
     }
 }
 
+/// The IPv4 5-tuple of a parsed frame.
+#[inline]
+pub fn tuple4(info: &FrameInfo) -> FiveTuple4 {
+    FiveTuple4 {
+        src: info.src_v4(),
+        dst: info.dst_v4(),
+        proto: info.proto,
+        src_port: info.src_port,
+        dst_port: info.dst_port,
+    }
+}
+
+/// The IPv6 5-tuple of a parsed frame.
+#[inline]
+pub fn tuple6(info: &FrameInfo) -> FiveTuple6 {
+    FiveTuple6 { src: info.src, dst: info.dst, proto: info.proto, src_port: info.src_port, dst_port: info.dst_port }
+}
+
 /// What stage 2 found for a packet: the OFU (position) and entry index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hit {
@@ -212,13 +230,7 @@ impl Pipeline {
     pub fn classify(&self, info: &FrameInfo) -> Option<Hit> {
         match info.l3 {
             L3::Ipv4 => {
-                let t = FiveTuple4 {
-                    src: info.src_v4(),
-                    dst: info.dst_v4(),
-                    proto: info.proto,
-                    src_port: info.src_port,
-                    dst_port: info.dst_port,
-                };
+                let t = tuple4(info);
                 self.ofus
                     .iter()
                     .zip(&self.enabled)
@@ -226,13 +238,7 @@ impl Pipeline {
                     .find_map(|(o, _)| o.lookup4(t.dst, &t).map(|index| Hit { ofu: o.spec().id, index }))
             }
             L3::Ipv6 => {
-                let t = FiveTuple6 {
-                    src: info.src,
-                    dst: info.dst,
-                    proto: info.proto,
-                    src_port: info.src_port,
-                    dst_port: info.dst_port,
-                };
+                let t = tuple6(info);
                 self.ofus
                     .iter()
                     .zip(&self.enabled)

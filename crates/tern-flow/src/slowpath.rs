@@ -306,16 +306,7 @@ mod tests {
     }
 
     fn tables() -> SlowPathTables {
-        let any = Pattern {
-            priority: 0,
-            in_port: None,
-            v6: None,
-            src: None,
-            dst: None,
-            proto: None,
-            src_port: None,
-            dst_port: None,
-        };
+        let any = Pattern::default();
         SlowPathTables {
             acl: vec![
                 AclRule {

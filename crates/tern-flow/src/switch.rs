@@ -21,12 +21,11 @@ use std::time::Duration;
 use hashbrown::HashMap;
 use ipnet::IpNet;
 use tern_io::{Batch, Pool};
-use tern_table::em::{FiveTuple4, FiveTuple6};
 use tern_wire::frame::{FrameInfo, L3};
 
 use crate::action::{self, ActionSet, Verdict};
 use crate::ofu::{Instruction, Match, OfuDriver, OfuError, OfuId, OfuKind, Rule};
-use crate::pipeline::{Outputs, Pipeline};
+use crate::pipeline::{Outputs, Pipeline, tuple4, tuple6};
 use crate::slowpath::{CacheHint, Decision, SlowDrop, SlowPath};
 
 /// Which cached-rule tables the policy fills.
@@ -225,20 +224,8 @@ impl Switch {
             (m, self.lpm.as_mut())
         } else if exact {
             let m = match info.l3 {
-                L3::Ipv4 => Match::Tuple4(FiveTuple4 {
-                    src: info.src_v4(),
-                    dst: info.dst_v4(),
-                    proto: info.proto,
-                    src_port: info.src_port,
-                    dst_port: info.dst_port,
-                }),
-                _ => Match::Tuple6(FiveTuple6 {
-                    src: info.src,
-                    dst: info.dst,
-                    proto: info.proto,
-                    src_port: info.src_port,
-                    dst_port: info.dst_port,
-                }),
+                L3::Ipv4 => Match::Tuple4(tuple4(info)),
+                _ => Match::Tuple6(tuple6(info)),
             };
             (m, self.em.as_mut())
         } else {

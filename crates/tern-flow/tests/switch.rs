@@ -12,14 +12,10 @@ use tern_flow::switch::{CacheMode, CachePolicy, Switch};
 use tern_io::{Batch, DEFAULT_HEADROOM, Pool};
 use tern_wire::frame;
 
-fn any() -> Pattern {
-    Pattern { priority: 0, in_port: None, v6: None, src: None, dst: None, proto: None, src_port: None, dst_port: None }
-}
-
 /// An ACL denying TCP to ports 22-23.
 fn no_ssh() -> Vec<AclRule> {
     vec![AclRule {
-        pattern: Pattern { priority: 1, proto: Some(6), dst_port: Some(PortRange(22, 23)), ..any() },
+        pattern: Pattern { priority: 1, proto: Some(6), dst_port: Some(PortRange(22, 23)), ..Pattern::default() },
         action: AclAction::Deny,
     }]
 }
@@ -105,7 +101,7 @@ fn first_packet_installs_the_rest_hit() {
 fn prefix_mode_caches_the_route() {
     // An ACL on destinations only keeps decisions destination-only: they can be cached by prefix.
     let acl = vec![AclRule {
-        pattern: Pattern { priority: 1, dst: Some("10.2.9.0/24".parse().unwrap()), ..any() },
+        pattern: Pattern { priority: 1, dst: Some("10.2.9.0/24".parse().unwrap()), ..Pattern::default() },
         action: AclAction::Deny,
     }];
     let (mut sw, pool) = switch_with(CacheMode::Prefix, CachePolicy::default(), acl);

@@ -475,6 +475,17 @@ fn ipv4_header(out: &mut Vec<u8>, src: [u8; 4], dst: [u8; 4], proto: u8, ttl: u8
     ipv4_fill_checksum(out, l3);
 }
 
+/// Appends a UDP header (checksum zero) and the payload; returns the header's offset.
+fn udp_header(out: &mut Vec<u8>, src_port: u16, dst_port: u16, payload: &[u8]) -> usize {
+    let l4 = out.len();
+    out.extend_from_slice(&src_port.to_be_bytes());
+    out.extend_from_slice(&dst_port.to_be_bytes());
+    out.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(payload);
+    l4
+}
+
 /// Appends an Ethernet + IPv4 + UDP frame (checksums filled) to `out`.
 #[allow(clippy::too_many_arguments)]
 pub fn build_udp4(
@@ -491,12 +502,7 @@ pub fn build_udp4(
     eth_header(out, eth_dst, eth_src, ETHERTYPE_IPV4);
     let l3 = out.len();
     ipv4_header(out, src, dst, proto::UDP, ttl, 8 + payload.len());
-    let l4 = out.len();
-    out.extend_from_slice(&src_port.to_be_bytes());
-    out.extend_from_slice(&dst_port.to_be_bytes());
-    out.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    out.extend_from_slice(&[0, 0]);
-    out.extend_from_slice(payload);
+    let l4 = udp_header(out, src_port, dst_port, payload);
     let end = out.len();
     fill_l4_checksum(out, (l3 + 12, l3 + 16), (l3 + 16, l3 + 20), proto::UDP, l4, end, l4 + 6);
 }
@@ -547,12 +553,7 @@ pub fn build_udp6(
     out.extend_from_slice(&[proto::UDP, hop_limit]);
     out.extend_from_slice(&src);
     out.extend_from_slice(&dst);
-    let l4 = out.len();
-    out.extend_from_slice(&src_port.to_be_bytes());
-    out.extend_from_slice(&dst_port.to_be_bytes());
-    out.extend_from_slice(&plen.to_be_bytes());
-    out.extend_from_slice(&[0, 0]);
-    out.extend_from_slice(payload);
+    let l4 = udp_header(out, src_port, dst_port, payload);
     let end = out.len();
     fill_l4_checksum(out, (l3 + 8, l3 + 24), (l3 + 24, l3 + 40), proto::UDP, l4, end, l4 + 6);
 }
