@@ -228,22 +228,22 @@ impl Pipeline {
     /// Stage 1 and 2: the first enabled OFU whose table matches.
     #[inline]
     pub fn classify(&self, info: &FrameInfo) -> Option<Hit> {
+        self.stage2(info).map(|(pos, index)| Hit { ofu: self.ofus[pos].spec().id, index })
+    }
+
+    /// Stage 1 picks the lookup by IP version; stage 2 searches the enabled OFUs in order.
+    /// Returns the OFU's position and the entry index.
+    #[inline]
+    fn stage2(&self, info: &FrameInfo) -> Option<(usize, u32)> {
+        let mut enabled = self.ofus.iter().zip(&self.enabled).enumerate().filter(|(_, (_, e))| **e);
         match info.l3 {
             L3::Ipv4 => {
                 let t = tuple4(info);
-                self.ofus
-                    .iter()
-                    .zip(&self.enabled)
-                    .filter(|(_, e)| **e)
-                    .find_map(|(o, _)| o.lookup4(t.dst, &t).map(|index| Hit { ofu: o.spec().id, index }))
+                enabled.find_map(|(pos, (o, _))| o.lookup4(t.dst, &t).map(|i| (pos, i)))
             }
             L3::Ipv6 => {
                 let t = tuple6(info);
-                self.ofus
-                    .iter()
-                    .zip(&self.enabled)
-                    .filter(|(_, e)| **e)
-                    .find_map(|(o, _)| o.lookup6(t.dst, &t).map(|index| Hit { ofu: o.spec().id, index }))
+                enabled.find_map(|(pos, (o, _))| o.lookup6(t.dst, &t).map(|i| (pos, i)))
             }
             L3::Other => None,
         }
@@ -264,12 +264,11 @@ impl Pipeline {
                     continue;
                 }
             };
-            let verdict = match self.classify(&info) {
-                Some(hit) => {
+            let verdict = match self.stage2(&info) {
+                Some((pos, index)) => {
                     self.stats.hits += 1;
                     let len = pkt.len() as u64;
-                    let pos = self.ofus.iter().position(|o| o.spec().id == hit.ofu).unwrap_or(0);
-                    match self.ofus[pos].entry_mut(hit.index) {
+                    match self.ofus[pos].entry_mut(index) {
                         Some(e) => {
                             e.packets += 1;
                             e.bytes += len;

@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
-use tern_table::lpm::{Lpm4, Lpm6};
+use tern_table::lpm::{Lpm4, Lpm6, LpmKey};
 use tern_wire::frame::{FrameInfo, L3};
 
 use crate::action::{Action, ActionSet, SetField};
@@ -250,40 +250,32 @@ impl SlowPath {
     /// that holds no more specific route: a destination-only rule for it decides like the tables.
     fn safe_prefix(&self, v6: bool, dst: u128, min_len: u32) -> IpNet {
         if v6 {
-            let route_len = (0..=128u32).rev().find(|&l| self.routes6.contains(&(mask6(dst, l), l as u8))).unwrap_or(0);
+            let route_len = (0..=128u32).rev().find(|&l| self.routes6.contains(&(dst.masked(l), l as u8))).unwrap_or(0);
             let mut k = min_len.max(route_len);
             while k < 128 {
-                let lo = mask6(dst, k);
+                let lo = dst.masked(k);
                 let hi = lo | if k == 0 { u128::MAX } else { u128::MAX >> k };
                 if !self.routes6.range((lo, 0)..=(hi, 128)).any(|&(_, l)| u32::from(l) > k) {
                     break;
                 }
                 k += 1;
             }
-            IpNet::V6(Ipv6Net::new_assert(Ipv6Addr::from(mask6(dst, k)), k as u8))
+            IpNet::V6(Ipv6Net::new_assert(Ipv6Addr::from(dst.masked(k)), k as u8))
         } else {
             let d = dst as u32;
-            let route_len = (0..=32u32).rev().find(|&l| self.routes4.contains(&(mask4(d, l), l as u8))).unwrap_or(0);
+            let route_len = (0..=32u32).rev().find(|&l| self.routes4.contains(&(d.masked(l), l as u8))).unwrap_or(0);
             let mut k = min_len.max(route_len);
             while k < 32 {
-                let lo = mask4(d, k);
+                let lo = d.masked(k);
                 let hi = lo | if k == 0 { u32::MAX } else { u32::MAX >> k };
                 if !self.routes4.range((lo, 0)..=(hi, 32)).any(|&(_, l)| u32::from(l) > k) {
                     break;
                 }
                 k += 1;
             }
-            IpNet::V4(Ipv4Net::new_assert(Ipv4Addr::from(mask4(d, k)), k as u8))
+            IpNet::V4(Ipv4Net::new_assert(Ipv4Addr::from(d.masked(k)), k as u8))
         }
     }
-}
-
-fn mask4(a: u32, len: u32) -> u32 {
-    if len == 0 { 0 } else { a & (u32::MAX << (32 - len)) }
-}
-
-fn mask6(a: u128, len: u32) -> u128 {
-    if len == 0 { 0 } else { a & (u128::MAX << (128 - len)) }
 }
 
 #[cfg(test)]

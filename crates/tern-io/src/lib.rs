@@ -93,6 +93,51 @@ pub(crate) fn pop_into(ring: &crossbeam_queue::ArrayQueue<Packet>, batch: &mut B
     n
 }
 
+/// The count a `recvmmsg` / `sendmmsg` call returned; `Ok(None)` when the socket had nothing
+/// to give or take now (would block, interrupted).
+pub(crate) fn mmsg_count(r: libc::c_int) -> io::Result<Option<usize>> {
+    if r >= 0 {
+        return Ok(Some(r as usize));
+    }
+    let e = io::Error::last_os_error();
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+        _ => Err(e),
+    }
+}
+
+/// Moves the first `n` of `bufs` (filled by `recvmmsg`) into `batch`: each one `accept(i)` gives
+/// a length and a peer for; the others go back to `pool` as receive drops. Returns how many were
+/// delivered and counts them.
+pub(crate) fn deliver_received(
+    bufs: &mut Vec<Packet>,
+    n: usize,
+    batch: &mut Batch,
+    stats: &mut PortStats,
+    pool: &Pool,
+    mut accept: impl FnMut(usize) -> Option<(usize, SocketAddr)>,
+) -> usize {
+    let mut delivered = 0;
+    for (i, mut p) in bufs.drain(..n).enumerate() {
+        match accept(i) {
+            Some((len, peer)) => {
+                p.set_len(len);
+                p.peer = peer;
+                stats.rx_bytes += len as u64;
+                batch.push(p);
+                delivered += 1;
+            }
+            None => {
+                stats.rx_dropped += 1;
+                pool.put(p);
+            }
+        }
+    }
+    stats.rx_packets += delivered as u64;
+    stats.rx_batches += u64::from(delivered > 0);
+    delivered
+}
+
 /// A source and sink of packet batches.
 pub trait Port {
     /// Appends up to `batch.spare()` received packets to `batch`; returns how many. Never blocks.

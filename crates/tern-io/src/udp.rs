@@ -251,35 +251,13 @@ impl Port for UdpPort {
         let r = unsafe {
             libc::recvmmsg(self.fd, self.vecs.hdrs.as_mut_ptr(), want as u32, libc::MSG_DONTWAIT, std::ptr::null_mut())
         };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-                _ => Err(e),
-            };
-        }
-        let n = r as usize;
-        let mut delivered = 0;
-        for (i, mut p) in self.rx_bufs.drain(..n).enumerate() {
-            let h = &self.vecs.hdrs[i];
-            let peer = sockaddr_from(&self.names[i]);
-            match peer {
-                Some(peer) if h.msg_hdr.msg_flags & libc::MSG_TRUNC == 0 => {
-                    p.set_len(h.msg_len as usize);
-                    p.peer = peer;
-                    self.stats.rx_bytes += p.len() as u64;
-                    batch.push(p);
-                    delivered += 1;
-                }
-                _ => {
-                    self.stats.rx_dropped += 1;
-                    self.pool.put(p);
-                }
-            }
-        }
-        self.stats.rx_packets += delivered as u64;
-        self.stats.rx_batches += u64::from(delivered > 0);
-        Ok(delivered)
+        let Some(n) = crate::mmsg_count(r)? else { return Ok(0) };
+        let (hdrs, names) = (&self.vecs.hdrs, &self.names);
+        Ok(crate::deliver_received(&mut self.rx_bufs, n, batch, &mut self.stats, &self.pool, |i| {
+            let h = &hdrs[i];
+            let peer = sockaddr_from(&names[i])?;
+            (h.msg_hdr.msg_flags & libc::MSG_TRUNC == 0).then_some((h.msg_len as usize, peer))
+        }))
     }
 
     fn send(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {

@@ -154,34 +154,14 @@ impl Port for UdsPort {
                 std::ptr::null_mut(),
             )
         };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-                _ => Err(e),
-            };
-        }
-        let mut delivered = 0;
-        for (i, mut p) in self.rx_bufs.drain(..r as usize).enumerate() {
-            let h = &self.vecs.hdrs[i];
-            let len = (h.msg_len as usize).checked_sub(PEER_PREFIX);
-            match (len, decode_peer(&self.vecs.prefixes[i])) {
-                (Some(len), Some(peer)) if h.msg_hdr.msg_flags & libc::MSG_TRUNC == 0 => {
-                    p.set_len(len);
-                    p.peer = peer;
-                    self.stats.rx_bytes += len as u64;
-                    batch.push(p);
-                    delivered += 1;
-                }
-                _ => {
-                    self.stats.rx_dropped += 1;
-                    self.pool.put(p);
-                }
-            }
-        }
-        self.stats.rx_packets += delivered as u64;
-        self.stats.rx_batches += u64::from(delivered > 0);
-        Ok(delivered)
+        let Some(n) = crate::mmsg_count(r)? else { return Ok(0) };
+        let vecs = &self.vecs;
+        Ok(crate::deliver_received(&mut self.rx_bufs, n, batch, &mut self.stats, &self.pool, |i| {
+            let h = &vecs.hdrs[i];
+            let len = (h.msg_len as usize).checked_sub(PEER_PREFIX)?;
+            let peer = decode_peer(&vecs.prefixes[i])?;
+            (h.msg_hdr.msg_flags & libc::MSG_TRUNC == 0).then_some((len, peer))
+        }))
     }
 
     fn send(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {

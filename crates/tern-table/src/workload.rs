@@ -6,6 +6,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::em::{FiveTuple4, FiveTuple6};
+use crate::lpm::LpmKey;
 
 /// Prefix lengths of a realistic IPv4 routing table, as (length, weight in per mille): the shape
 /// of today's BGP tables, where over half of the prefixes are /24s and longer ones are rare.
@@ -49,14 +50,6 @@ fn pick_len(rng: &mut SmallRng, mix: &[(u32, u32)]) -> u32 {
     mix[mix.len() - 1].0
 }
 
-fn mask4(a: u32, len: u32) -> u32 {
-    if len == 0 { 0 } else { a & (u32::MAX << (32 - len)) }
-}
-
-fn mask6(a: u128, len: u32) -> u128 {
-    if len == 0 { 0 } else { a & (u128::MAX << (128 - len)) }
-}
-
 /// `n` distinct IPv4 prefixes as (address, length), lengths drawn from `mix` (or uniformly from
 /// /8–/32 when `mix` is empty: the "random prefixes" case).
 pub fn ipv4_prefixes(n: usize, mix: &[(u32, u32)], seed: u64) -> Vec<(u32, u32)> {
@@ -66,7 +59,7 @@ pub fn ipv4_prefixes(n: usize, mix: &[(u32, u32)], seed: u64) -> Vec<(u32, u32)>
     while out.len() < n {
         let len = if mix.is_empty() { rng.random_range(8..=32) } else { pick_len(&mut rng, mix) };
         // Public-looking space: first octet 1..=223.
-        let a = mask4(rng.random_range(0x0100_0000..0xe000_0000u32), len);
+        let a = rng.random_range(0x0100_0000..0xe000_0000u32).masked(len);
         if seen.insert((a, len)) {
             out.push((a, len));
         }
@@ -83,7 +76,7 @@ pub fn ipv6_prefixes(n: usize, mix: &[(u32, u32)], seed: u64) -> Vec<(u128, u32)
     while out.len() < n {
         let len = if mix.is_empty() { rng.random_range(16..=128) } else { pick_len(&mut rng, mix) };
         let a = (rng.random::<u128>() >> 3) | (1u128 << 125);
-        let a = mask6(a, len);
+        let a = a.masked(len);
         if seen.insert((a, len)) {
             out.push((a, len));
         }
