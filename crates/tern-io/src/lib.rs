@@ -4,11 +4,13 @@
 //! - [`mem`]: in-process rings, for deterministic tests and engine benchmarks;
 //! - [`udp`]: kernel UDP sockets with `recvmmsg`/`sendmmsg` batching and `SO_REUSEPORT`;
 //! - [`ring`]: rings with a doorbell between cores, and [`ring::Split`] (receive here, send there);
-//! - [`uds`]: Unix datagram links between threads (an IPC baseline).
+//! - [`uds`]: Unix datagram links between threads (an IPC baseline);
+//! - [`afpacket`]: whole L2 frames on a veth or NIC through a raw socket (root);
+//! - [`pcap`]: capture files as input ([`pcap::PcapIn`]) and output ([`pcap::PcapOut`]).
 //!
 //! Wrappers stack on any port (as smoltcp's devices do): [`fault::FaultInjector`] (seeded loss,
 //! duplication, reordering, delay, corruption; this kernel has no netem) and
-//! [`pcap::Tracer`] (records what passes into a pcap file).
+//! [`pcap::Tracer`] (records what a UDP port passes into a pcap file).
 //!
 //! Buffers come from a [`Pool`] shared by the ports and the engine and go back to it; after
 //! warm-up nothing on the data path allocates.
@@ -30,8 +32,10 @@
 //! batch.recycle(&pool);
 //! ```
 
+pub mod afpacket;
 pub mod fault;
 pub mod mem;
+mod mmsg;
 pub mod pcap;
 pub mod ring;
 pub mod udp;

@@ -10,21 +10,12 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
+use crate::mmsg::PrefixedVecs;
 use crate::{Batch, Packet, Pool, Port, PortStats};
 
 /// Bytes of the peer-address prefix: family (4 or 6), zero, port (big-endian), 16 address bytes.
 pub const PEER_PREFIX: usize = 20;
 const MAX_BATCH: usize = crate::udp::MAX_BATCH;
-
-struct Vecs {
-    hdrs: Vec<libc::mmsghdr>,
-    iovs: Vec<[libc::iovec; 2]>,
-    prefixes: Vec<[u8; PEER_PREFIX]>,
-}
-
-// SAFETY: the raw pointers are rewritten before every system call by the thread that owns the
-// port and only dereferenced by the kernel during that call.
-unsafe impl Send for Vecs {}
 
 /// One end of a Unix datagram link.
 pub struct UdsPort {
@@ -32,7 +23,7 @@ pub struct UdsPort {
     pool: Pool,
     addr: SocketAddr,
     rx_bufs: Vec<Packet>,
-    vecs: Vecs,
+    vecs: PrefixedVecs<PEER_PREFIX>,
     stats: PortStats,
 }
 
@@ -57,19 +48,12 @@ pub fn pair(pool: &Pool, addr: SocketAddr, buffer: usize) -> io::Result<(UdsPort
 
 impl UdsPort {
     fn new(sock: UnixDatagram, pool: &Pool, addr: SocketAddr) -> UdsPort {
-        // SAFETY: all-zero bytes are a valid mmsghdr.
-        let hdr: libc::mmsghdr = unsafe { std::mem::zeroed() };
-        let iov = libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 };
         UdsPort {
             sock,
             pool: pool.clone(),
             addr,
             rx_bufs: Vec::with_capacity(MAX_BATCH),
-            vecs: Vecs {
-                hdrs: vec![hdr; MAX_BATCH],
-                iovs: vec![[iov, iov]; MAX_BATCH],
-                prefixes: vec![[0; PEER_PREFIX]; MAX_BATCH],
-            },
+            vecs: PrefixedVecs::new(MAX_BATCH),
             stats: PortStats::default(),
         }
     }
@@ -109,26 +93,6 @@ fn decode_peer(b: &[u8; PEER_PREFIX]) -> Option<SocketAddr> {
     }
 }
 
-impl UdsPort {
-    fn prepare(&mut self, i: usize, data: *mut u8, len: usize) {
-        let prefix: *mut [u8; PEER_PREFIX] = &mut self.vecs.prefixes[i];
-        self.vecs.iovs[i] = [
-            libc::iovec { iov_base: prefix.cast(), iov_len: PEER_PREFIX },
-            libc::iovec { iov_base: data.cast(), iov_len: len },
-        ];
-        let iov: *mut libc::iovec = self.vecs.iovs[i].as_mut_ptr();
-        let h = &mut self.vecs.hdrs[i];
-        h.msg_len = 0;
-        h.msg_hdr.msg_name = std::ptr::null_mut();
-        h.msg_hdr.msg_namelen = 0;
-        h.msg_hdr.msg_iov = iov;
-        h.msg_hdr.msg_iovlen = 2;
-        h.msg_hdr.msg_control = std::ptr::null_mut();
-        h.msg_hdr.msg_controllen = 0;
-        h.msg_hdr.msg_flags = 0;
-    }
-}
-
 impl Port for UdsPort {
     fn recv(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
         let want = batch.spare().min(MAX_BATCH);
@@ -141,7 +105,7 @@ impl Port for UdsPort {
         for i in 0..want {
             let buf = self.rx_bufs[i].buffer_mut();
             let (ptr, len) = (buf.as_mut_ptr(), buf.len());
-            self.prepare(i, ptr, len);
+            self.vecs.prepare(i, ptr, len);
         }
         // SAFETY: hdrs[..want] point at live iovec pairs over distinct prefix slots and packet
         // buffers of the stated lengths, all outliving the call.
@@ -165,45 +129,10 @@ impl Port for UdsPort {
     }
 
     fn send(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
-        let total = batch.len();
-        let (mut start, mut sent, mut stalls) = (0, 0, 0);
-        while start < total {
-            let chunk = (total - start).min(MAX_BATCH);
-            for i in 0..chunk {
-                let p = batch.get(start + i).expect("index below batch length");
-                encode_peer(&p.peer, &mut self.vecs.prefixes[i]);
-                let data = p.data();
-                self.prepare(i, data.as_ptr().cast_mut(), data.len());
-            }
-            // SAFETY: hdrs[..chunk] point at live iovec pairs over the prefixes and packet bytes
-            // owned by `batch`, which sendmmsg only reads.
-            let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), self.vecs.hdrs.as_mut_ptr(), chunk as u32, 0) };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::Interrupted => continue,
-                    // The peer's queue is full: give it a moment to drain, then drop.
-                    io::ErrorKind::WouldBlock if stalls < 100 => {
-                        stalls += 1;
-                        std::thread::yield_now();
-                        continue;
-                    }
-                    _ => {
-                        self.stats.tx_dropped += (total - start) as u64;
-                        break;
-                    }
-                }
-            }
-            for i in 0..r as usize {
-                self.stats.tx_bytes += batch.get(start + i).map_or(0, |p| p.len() as u64);
-            }
-            sent += r as usize;
-            start += r as usize;
-        }
-        batch.recycle(&self.pool);
-        self.stats.tx_packets += sent as u64;
-        self.stats.tx_batches += u64::from(sent > 0);
-        Ok(sent)
+        let fd = self.sock.as_raw_fd();
+        Ok(crate::mmsg::send_prefixed(fd, &mut self.vecs, batch, &mut self.stats, &self.pool, |p, prefix| {
+            encode_peer(&p.peer, prefix)
+        }))
     }
 
     fn wait(&mut self, timeout: Duration) -> io::Result<()> {

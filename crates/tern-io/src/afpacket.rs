@@ -1,0 +1,283 @@
+//! Whole L2 frames on a network interface (a veth or a NIC) through an `AF_PACKET` raw socket:
+//! what the flow cache sees and forwards. Needs root (`CAP_NET_RAW`).
+//!
+//! The socket is bound to one interface, put in promiscuous mode, and ignores the frames it
+//! sends itself. Each frame travels behind a virtio-net header (`PACKET_VNET_HDR`), so frames
+//! whose checksum the sender left to offload (veth and most NICs do so for local TCP/UDP) are
+//! completed here and leave correct; frames the kernel left as one large segment (GSO) are
+//! dropped and counted: disable GSO/TSO on the sending side for TCP across the switch
+//! (`ip link set DEV gso_max_size 1500` on the hosts' interfaces where the kernel allows).
+//! Received frames start after [`DEFAULT_HEADROOM`](crate::DEFAULT_HEADROOM) bytes, so a VLAN
+//! tag can be pushed without moving the frame.
+
+use std::ffi::CString;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use crate::mmsg::PrefixedVecs;
+use crate::{Batch, DEFAULT_HEADROOM, Packet, Pool, Port, PortStats};
+
+/// Bytes of the virtio-net header in front of every frame.
+const VNET_HDR: usize = 10;
+const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+const VIRTIO_NET_HDR_GSO_NONE: u8 = 0;
+const MAX_BATCH: usize = crate::udp::MAX_BATCH;
+
+/// Counters of an AF_PACKET port beyond [`PortStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AfPacketStats {
+    /// Received frames whose L4 checksum was completed here (checksum offload on the sender).
+    pub csum_completed: u64,
+    /// Received frames dropped as unsegmented GSO super-frames (also in `rx_dropped`).
+    pub gso_dropped: u64,
+    /// Received frames dropped as truncated: longer than the buffer (also in `rx_dropped`).
+    pub truncated: u64,
+}
+
+/// A raw L2 port on one interface.
+pub struct AfPacketPort {
+    fd: OwnedFd,
+    ifname: String,
+    ifindex: u32,
+    pool: Pool,
+    rx_bufs: Vec<Packet>,
+    vecs: PrefixedVecs<VNET_HDR>,
+    stats: PortStats,
+    extra: AfPacketStats,
+}
+
+impl std::fmt::Debug for AfPacketPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AfPacketPort")
+            .field("ifname", &self.ifname)
+            .field("ifindex", &self.ifindex)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+fn setsockopt<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T, what: &str) -> io::Result<()> {
+    // SAFETY: `value` is a live, initialized T and the kernel reads size_of::<T>() bytes of it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r == 0 { Ok(()) } else { Err(with_context(io::Error::last_os_error(), what)) }
+}
+
+fn with_context(e: io::Error, what: &str) -> io::Error {
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// The interface index of `ifname`.
+pub fn ifindex(ifname: &str) -> io::Result<u32> {
+    let name = CString::new(ifname)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("interface name {ifname:?} holds a NUL")))?;
+    // SAFETY: `name` is a NUL-terminated string that outlives the call.
+    let i = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if i == 0 {
+        return Err(io::Error::new(io::ErrorKind::NotFound, format!("no interface named {ifname:?}")));
+    }
+    Ok(i)
+}
+
+impl AfPacketPort {
+    /// Opens a raw socket on `ifname`. Fails with the kernel's reason (no such interface;
+    /// permission denied without root).
+    pub fn open(ifname: &str, pool: &Pool) -> io::Result<AfPacketPort> {
+        let index = ifindex(ifname)?;
+        let all = (libc::ETH_P_ALL as u16).to_be();
+        // Protocol 0 until bound: the socket sees no frames of other interfaces meanwhile.
+        // SAFETY: plain socket(2); the result is checked before use.
+        let raw =
+            unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(with_context(io::Error::last_os_error(), &format!("AF_PACKET socket for {ifname}")));
+        }
+        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let one: libc::c_int = 1;
+        setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &one, "PACKET_VNET_HDR")?;
+        setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &one, "PACKET_IGNORE_OUTGOING")?;
+        let buf: libc::c_int = 4 << 20;
+        let _ = setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &buf, "SO_RCVBUF");
+        let _ = setsockopt(&fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &buf, "SO_SNDBUF");
+        // SAFETY: all-zero bytes are a valid sockaddr_ll; the fields are then set.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = all;
+        sll.sll_ifindex = index as i32;
+        // SAFETY: `sll` is a live sockaddr_ll of the stated size.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(with_context(io::Error::last_os_error(), &format!("bind to {ifname}")));
+        }
+        // SAFETY: all-zero bytes are a valid packet_mreq.
+        let mut mreq: libc::packet_mreq = unsafe { std::mem::zeroed() };
+        mreq.mr_ifindex = index as i32;
+        mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
+        setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq, "promiscuous mode")?;
+        Ok(AfPacketPort {
+            fd,
+            ifname: ifname.to_string(),
+            ifindex: index,
+            pool: pool.clone(),
+            rx_bufs: Vec::with_capacity(MAX_BATCH),
+            vecs: PrefixedVecs::new(MAX_BATCH),
+            stats: PortStats::default(),
+            extra: AfPacketStats::default(),
+        })
+    }
+
+    /// The interface name.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// Counters beyond [`PortStats`].
+    pub fn extra_stats(&self) -> AfPacketStats {
+        self.extra
+    }
+}
+
+/// Completes a checksum the sender left to offload: the field at `start + offset` holds the
+/// pseudo-header sum; the checksum covers `frame[start..]`. Returns false if out of bounds.
+pub fn complete_checksum(frame: &mut [u8], start: usize, offset: usize) -> bool {
+    let at = start + offset;
+    if start >= frame.len() || at + 2 > frame.len() {
+        return false;
+    }
+    let mut c = tern_wire::frame::checksum(&frame[start..]);
+    if c == 0 {
+        // UDP sends a computed zero as all ones; for TCP the two are the same number.
+        c = 0xffff;
+    }
+    frame[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    true
+}
+
+impl Port for AfPacketPort {
+    fn recv(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        let want = batch.spare().min(MAX_BATCH);
+        if want == 0 {
+            return Ok(0);
+        }
+        while self.rx_bufs.len() < want {
+            self.rx_bufs.push(self.pool.packet());
+        }
+        for i in 0..want {
+            let p = &mut self.rx_bufs[i];
+            p.reserve_headroom(DEFAULT_HEADROOM);
+            let buf = p.buffer_mut();
+            let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+            self.vecs.prepare(i, ptr, len);
+        }
+        // SAFETY: hdrs[..want] point at live iovec pairs over distinct header slots and packet
+        // buffers of the stated lengths, all outliving the call.
+        let r = unsafe {
+            libc::recvmmsg(
+                self.fd.as_raw_fd(),
+                self.vecs.hdrs.as_mut_ptr(),
+                want as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        let Some(n) = crate::mmsg_count(r)? else { return Ok(0) };
+        // Complete offloaded checksums while the buffers are still ours to write.
+        let mut ok = [false; MAX_BATCH];
+        for (i, ok) in ok.iter_mut().enumerate().take(n) {
+            let h = &self.vecs.hdrs[i];
+            let prefix = self.vecs.prefixes[i];
+            let Some(len) = (h.msg_len as usize).checked_sub(VNET_HDR) else { continue };
+            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                self.extra.truncated += 1;
+                continue;
+            }
+            if prefix[1] != VIRTIO_NET_HDR_GSO_NONE {
+                self.extra.gso_dropped += 1;
+                continue;
+            }
+            let p = &mut self.rx_bufs[i];
+            p.set_len(len);
+            if prefix[0] & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
+                let start = usize::from(u16::from_ne_bytes([prefix[6], prefix[7]]));
+                let offset = usize::from(u16::from_ne_bytes([prefix[8], prefix[9]]));
+                if !complete_checksum(p.data_mut(), start, offset) {
+                    continue;
+                }
+                self.extra.csum_completed += 1;
+            }
+            *ok = true;
+        }
+        let unspecified = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+        let hdrs = &self.vecs.hdrs;
+        Ok(crate::deliver_received(&mut self.rx_bufs, n, batch, &mut self.stats, &self.pool, |i| {
+            ok[i].then(|| (hdrs[i].msg_len as usize - VNET_HDR, unspecified))
+        }))
+    }
+
+    fn send(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        let fd = self.fd.as_raw_fd();
+        // An all-zero header: no checksum to complete, no segmentation.
+        Ok(crate::mmsg::send_prefixed(fd, &mut self.vecs, batch, &mut self.stats, &self.pool, |_, h| h.fill(0)))
+    }
+
+    fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        crate::udp::poll_fd(self.fd.as_raw_fd(), libc::POLLIN, timeout)
+    }
+
+    /// L2 ports have no socket address; this is `0.0.0.0:0`.
+    fn local_addr(&self) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))
+    }
+
+    fn stats(&self) -> PortStats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completes_an_offloaded_udp_checksum() {
+        let mut f = Vec::new();
+        tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 0, 0, 1], [10, 0, 0, 2], 1000, 53, 64, b"hello!!");
+        let good = f.clone();
+        // What a sender with checksum offload hands over: the pseudo-header sum, not inverted.
+        let l4 = 14 + 20;
+        let mut pseudo = Vec::new();
+        pseudo.extend_from_slice(&f[26..34]);
+        pseudo.extend_from_slice(&[0, 17]);
+        pseudo.extend_from_slice(&f[l4 + 4..l4 + 6]);
+        let partial = tern_wire::frame::ones_sum(&pseudo, 0) as u16;
+        f[l4 + 6..l4 + 8].copy_from_slice(&partial.to_be_bytes());
+        assert_ne!(f, good);
+        assert!(complete_checksum(&mut f, l4, 6));
+        assert_eq!(f, good);
+        assert!(!complete_checksum(&mut f, l4, 100));
+        assert!(!complete_checksum(&mut f, 1000, 0));
+    }
+
+    #[test]
+    fn missing_interface_is_named() {
+        let pool = Pool::new(4, 2048);
+        let e = AfPacketPort::open("tern-no-such0", &pool).unwrap_err();
+        assert!(e.to_string().contains("tern-no-such0"), "{e}");
+    }
+}
