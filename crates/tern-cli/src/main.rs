@@ -5,6 +5,7 @@ mod bench;
 mod demo;
 mod dispatch_bench;
 mod env;
+mod flow;
 mod metrics;
 mod pingpong;
 mod plot;
@@ -33,6 +34,11 @@ enum Command {
     Dispatch {
         #[command(subcommand)]
         command: DispatchCommand,
+    },
+    /// AccelSDP: a software switch whose cached rules run in offloaded function units.
+    Flow {
+        #[command(subcommand)]
+        command: FlowCommand,
     },
     /// Macro benchmarks: Tern against its baselines in one process, alternating.
     Bench {
@@ -68,6 +74,22 @@ enum DispatchCommand {
     Load(serve::LoadArgs),
     /// Print a rule file whose rules match the generated KV keys (for serve and load).
     GenRules(serve::GenRulesArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum FlowCommand {
+    /// Run the switch between the ports of a config (AF_PACKET interfaces need root; pcap ports
+    /// do not): cached rules in the OFUs, misses through the slow path's ACL, routes and next
+    /// hops. Prometheus metrics and /flows with --metrics; the tables reload when the file changes.
+    Serve(flow::ServeArgs),
+    /// Check a config without running it: errors naming the item, warnings, and whether it fits
+    /// its profile (or --profile). Exit 0 if usable, 1 otherwise.
+    Check(flow::CheckArgs),
+    /// Print the cached rules of a running switch, one line each as ovs-ofctl dump-flows does.
+    DumpFlows(flow::DumpFlowsArgs),
+    /// Send one frame through a config's switch (offline) and show each stage: the parser's
+    /// view, the OFU keys and the rule hit, the slow path's decision, the output frame.
+    Trace(flow::TraceArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -119,8 +141,9 @@ enum HwCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Project a dispatch rule file onto a profile: RAM/CAM use, skip-and-checks, cycles,
-    /// ingress latency, requests/s and the bottleneck, per application and rule.
+    /// Project a dispatch rule file onto a profile (RAM/CAM use, skip-and-checks, cycles, ingress
+    /// latency, requests/s and the bottleneck), or a flow config (OFU and action-RAM use,
+    /// projected packets/s and latency per frame size, configuration rates).
     Report(rules::ReportArgs),
 }
 
@@ -133,6 +156,10 @@ fn main() -> ExitCode {
         Command::Dispatch { command: DispatchCommand::Serve(a) } => serve::serve(&a),
         Command::Dispatch { command: DispatchCommand::Load(a) } => serve::load(&a),
         Command::Dispatch { command: DispatchCommand::GenRules(a) } => serve::gen_rules(&a),
+        Command::Flow { command: FlowCommand::Serve(a) } => flow::serve(&a),
+        Command::Flow { command: FlowCommand::Check(a) } => flow::check(&a),
+        Command::Flow { command: FlowCommand::DumpFlows(a) } => flow::dump_flows(&a),
+        Command::Flow { command: FlowCommand::Trace(a) } => flow::trace(&a),
         Command::Bench { command: BenchCommand::Qnp(a) } => bench::run_qnp(&a),
         Command::Bench { command: BenchCommand::Dispatch(a) } => dispatch_bench::run(&a),
         Command::Idl { command } => idl(command),

@@ -28,9 +28,9 @@ pub struct DispatchCollector {
     pub rule_names: Arc<Mutex<Vec<(usize, String)>>>,
 }
 
-type Labels = Vec<(Cow<'static, str>, String)>;
+pub(crate) type Labels = Vec<(Cow<'static, str>, String)>;
 
-fn counter_family(
+pub(crate) fn counter_family(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
@@ -43,12 +43,12 @@ fn counter_family(
     Ok(())
 }
 
-fn counter(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> Result<(), std::fmt::Error> {
+pub(crate) fn counter(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> Result<(), std::fmt::Error> {
     let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
     ConstCounter::new(v).encode(m)
 }
 
-fn label(k: &'static str, v: impl ToString) -> Labels {
+pub(crate) fn label(k: &'static str, v: impl ToString) -> Labels {
     vec![(Cow::Borrowed(k), v.to_string())]
 }
 
@@ -147,13 +147,19 @@ impl Collector for DispatchCollector {
     }
 }
 
-/// Serves `/metrics`, `/ready` and `/config` on `addr` until `stop` is set; returns the bound
-/// address.
+/// More paths for the endpoint: given a path, a JSON body (or `None`: not found).
+pub type ExtraFn = dyn Fn(&str) -> Option<String> + Send;
+/// See [`ExtraFn`].
+pub type Extra = Box<ExtraFn>;
+
+/// Serves `/metrics`, `/ready`, `/config` (and whatever `extra` answers, as JSON) on `addr`
+/// until `stop` is set; returns the bound address.
 pub fn serve(
     addr: SocketAddr,
     registry: Registry,
     config: Arc<Mutex<String>>,
     stop: Arc<AtomicBool>,
+    extra: Option<Extra>,
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
@@ -162,7 +168,7 @@ pub fn serve(
         while !stop.load(Ordering::Relaxed) {
             match listener.accept() {
                 Ok((s, _)) => {
-                    let _ = answer(s, &registry, &config);
+                    let _ = answer(s, &registry, &config, extra.as_deref());
                 }
                 Err(_) => thread::sleep(Duration::from_millis(20)),
             }
@@ -171,7 +177,12 @@ pub fn serve(
     Ok(bound)
 }
 
-fn answer(mut s: TcpStream, registry: &Registry, config: &Mutex<String>) -> std::io::Result<()> {
+fn answer(
+    mut s: TcpStream,
+    registry: &Registry,
+    config: &Mutex<String>,
+    extra: Option<&ExtraFn>,
+) -> std::io::Result<()> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     let mut line = String::new();
@@ -187,11 +198,122 @@ fn answer(mut s: TcpStream, registry: &Registry, config: &Mutex<String>) -> std:
         }
         "/ready" => ("200 OK", "text/plain", "ready\n".into()),
         "/config" => ("200 OK", "text/plain", config.lock().map(|c| c.clone()).unwrap_or_default()),
-        _ => ("404 Not Found", "text/plain", "try /metrics, /ready or /config\n".into()),
+        p => match extra.and_then(|f| f(p)) {
+            Some(body) => ("200 OK", "application/json", body),
+            None => ("404 Not Found", "text/plain", "try /metrics, /ready or /config\n".into()),
+        },
     };
     write!(
         s,
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// Metrics of a flow switch, asked of its data-path thread at each scrape.
+#[derive(Debug)]
+pub struct FlowCollector {
+    /// The runtime's control channel.
+    pub control: Mutex<std::sync::mpsc::Sender<tern_flow::runtime::Control>>,
+}
+
+impl FlowCollector {
+    fn snapshot(&self) -> Option<tern_flow::runtime::Snapshot> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.control.lock().ok()?.send(tern_flow::runtime::Control::Snapshot(tx)).ok()?;
+        rx.recv_timeout(Duration::from_secs(2)).ok()
+    }
+}
+
+impl Collector for FlowCollector {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        use tern_flow::pipeline::DropReason;
+        use tern_flow::slowpath::SlowDrop;
+        let Some(s) = self.snapshot() else { return Ok(()) };
+        let per_port = |f: fn(&tern_io::PortStats) -> u64| -> Vec<(Labels, u64)> {
+            s.ports.iter().map(|(n, st)| (label("port", n), f(st))).collect()
+        };
+        counter_family(&mut enc, "tern_flow_rx_packets", "Frames received, per port.", &per_port(|p| p.rx_packets))?;
+        counter_family(&mut enc, "tern_flow_rx_bytes", "Bytes received, per port.", &per_port(|p| p.rx_bytes))?;
+        counter_family(&mut enc, "tern_flow_tx_packets", "Frames sent, per port.", &per_port(|p| p.tx_packets))?;
+        counter_family(&mut enc, "tern_flow_tx_bytes", "Bytes sent, per port.", &per_port(|p| p.tx_bytes))?;
+        counter_family(
+            &mut enc,
+            "tern_flow_port_dropped_packets",
+            "Frames a port dropped (receive: truncated or unsegmented; send: queue full or refused).",
+            &per_port(|p| p.rx_dropped + p.tx_dropped),
+        )?;
+        counter(
+            &mut enc,
+            "tern_flow_cache_hits_packets",
+            "Frames that hit a cached rule (fast path).",
+            s.pipeline.hits,
+        )?;
+        counter(
+            &mut enc,
+            "tern_flow_cache_misses_packets",
+            "IP frames no cached rule matched (sent to the slow path).",
+            s.pipeline.misses,
+        )?;
+        counter(&mut enc, "tern_flow_upcalls", "Misses the slow path decided.", s.cache.upcalls)?;
+        counter(
+            &mut enc,
+            "tern_flow_upcalls_rate_limited",
+            "Misses dropped by the upcall rate limit.",
+            s.cache.upcall_rate_limited,
+        )?;
+        let installed =
+            vec![(label("table", "em"), s.cache.installed_exact), (label("table", "lpm"), s.cache.installed_prefix)];
+        counter_family(&mut enc, "tern_flow_rules_installed", "Cached rules installed, per table.", &installed)?;
+        counter(
+            &mut enc,
+            "tern_flow_rules_evicted_idle",
+            "Cached rules deleted after the idle timeout.",
+            s.cache.evicted_idle,
+        )?;
+        counter(
+            &mut enc,
+            "tern_flow_cache_full",
+            "Decisions not cached: the flow limit was reached.",
+            s.cache.cache_full,
+        )?;
+        counter(
+            &mut enc,
+            "tern_flow_install_refused",
+            "Installs the OFU's full FIFO refused.",
+            s.cache.install_refused,
+        )?;
+        counter(&mut enc, "tern_flow_uncacheable", "Decisions no cached rule could express.", s.cache.uncacheable)?;
+        counter(
+            &mut enc,
+            "tern_flow_slow_forwarded_packets",
+            "Frames the slow path forwarded.",
+            s.cache.slow_forwarded,
+        )?;
+        let mut rows: Vec<(Labels, u64)> =
+            DropReason::all().map(|r| (label("reason", r.as_str()), s.pipeline.dropped(r))).collect();
+        rows.extend(
+            SlowDrop::ALL
+                .iter()
+                .map(|r| (label("reason", format!("slow_{}", r.as_str())), s.slow.dropped[*r as usize])),
+        );
+        counter_family(
+            &mut enc,
+            "tern_flow_drops_packets",
+            "Frames dropped, by reason (pipeline reasons; slow-path reasons prefixed slow_).",
+            &rows,
+        )?;
+        let ofu: Vec<(Labels, u64)> = s.ofus.iter().map(|o| (label("ofu", o.0), o.2)).collect();
+        counter_family(&mut enc, "tern_flow_ofu_instructions_applied", "Instructions each OFU's FSM applied.", &ofu)?;
+        let ofu: Vec<(Labels, u64)> = s.ofus.iter().map(|o| (label("ofu", o.0), o.3)).collect();
+        counter_family(&mut enc, "tern_flow_ofu_fifo_full", "Instructions refused: the OFU's FIFO was full.", &ofu)?;
+        let ofu: Vec<(Labels, u64)> = s.ofus.iter().map(|o| (label("ofu", o.0), o.4)).collect();
+        counter_family(&mut enc, "tern_flow_ofu_instructions_failed", "Instructions the FSM could not apply.", &ofu)?;
+        let mut g =
+            enc.encode_descriptor("tern_flow_cached_rules", "Cached rules now, per table.", None, MetricType::Gauge)?;
+        for (t, n) in [("em", s.cached.0), ("lpm", s.cached.1)] {
+            ConstGauge::new(n as i64).encode(g.encode_family(&label("table", t))?)?;
+        }
+        Ok(())
+    }
 }

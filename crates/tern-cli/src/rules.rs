@@ -30,15 +30,17 @@ pub struct CheckArgs {
 pub struct ReportArgs {
     /// The rule file.
     pub config: PathBuf,
-    /// Hardware profile (built-in name or TOML file).
-    #[arg(long, default_value = "qingniao-u250")]
-    pub profile: String,
-    /// Packets per request in the projection.
+    /// Hardware profile (built-in name or TOML file). Default: qingniao-u250 for a dispatch
+    /// rule file; for a flow config, its own profile, or accelsdp-n3000 if that is `cpu`.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Packets per request in the projection (dispatch).
     #[arg(long, default_value_t = 1)]
     pub packets: u32,
-    /// Bytes per frame (Ethernet header to the end of the payload) in the projection.
-    #[arg(long, default_value_t = 128)]
-    pub frame_bytes: u32,
+    /// Bytes per frame (Ethernet header to the end of the payload) in the projection
+    /// (default 128 for dispatch; 64 and 1500 for flow).
+    #[arg(long)]
+    pub frame_bytes: Option<u32>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -142,15 +144,19 @@ fn print_use(r: &OffloadReport) {
 
 /// `tern hw report`.
 pub fn report(a: &ReportArgs) -> CmdResult {
-    if a.packets == 0 || a.frame_bytes < 64 {
+    if crate::flow::is_flow_config(&a.config) {
+        return crate::flow::report(a);
+    }
+    let frame_bytes = a.frame_bytes.unwrap_or(128);
+    if a.packets == 0 || frame_bytes < 64 {
         return Err("--packets must be at least 1 and --frame-bytes at least 64".into());
     }
-    let profile = Profile::resolve(&a.profile)?;
+    let profile = Profile::resolve(a.profile.as_deref().unwrap_or("qingniao-u250"))?;
     let loaded = match load(&a.config, a.json)? {
         Ok(l) => l,
         Err(code) => return Ok(code),
     };
-    let workload = Workload { packets: a.packets, frame_bytes: a.frame_bytes };
+    let workload = Workload { packets: a.packets, frame_bytes };
     let r = offload::report(&loaded.rules, &profile, workload)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
@@ -169,7 +175,7 @@ pub fn report(a: &ReportArgs) -> CmdResult {
         model.skip_and_check,
         model.stash_hit,
         a.packets,
-        a.frame_bytes
+        frame_bytes
     );
     println!("  {:<12} {:>5} {:>7} {:>12} {:>12}  bottleneck", "app", "k", "cycles", "ingress ns", "Mrequests/s");
     for app in &r.apps {
@@ -185,7 +191,7 @@ pub fn report(a: &ReportArgs) -> CmdResult {
             );
         }
         for rc in &app.per_rule {
-            let p = model.project(rc.skip_and_checks, a.packets, a.frame_bytes);
+            let p = model.project(rc.skip_and_checks, a.packets, frame_bytes);
             println!(
                 "    rule {:<18} {:>3} {:>7} {:>12.0} {:>12.2}  {}",
                 rc.rule,

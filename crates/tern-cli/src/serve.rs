@@ -197,7 +197,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             shared: server.shared().clone(),
             rule_names: names.clone(),
         }));
-        let bound = metrics::serve(addr, registry, config_text.clone(), stop.clone())?;
+        let bound = metrics::serve(addr, registry, config_text.clone(), stop.clone(), None)?;
         println!("metrics on http://{bound}/metrics");
     }
     let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));

@@ -60,6 +60,11 @@ impl DropReason {
         }
     }
 
+    /// Every reason, in counter order.
+    pub fn all() -> impl Iterator<Item = DropReason> {
+        (0..N_DROPS).map(DropReason::from_index)
+    }
+
     /// Counter name.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -85,6 +85,9 @@ pub enum SlowDrop {
 }
 
 impl SlowDrop {
+    /// Every reason, in counter order.
+    pub const ALL: [SlowDrop; 4] = [SlowDrop::NotIp, SlowDrop::AclDeny, SlowDrop::TtlExpired, SlowDrop::NoRoute];
+
     /// Counter name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -94,6 +97,19 @@ impl SlowDrop {
             SlowDrop::NoRoute => "no_route",
         }
     }
+}
+
+/// What the slow path's tables say about one packet (see [`SlowPath::explain`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlowTrace {
+    /// The ACL rule that matched, by index.
+    pub acl_rule: Option<usize>,
+    /// ACL subtables probed.
+    pub acl_probes: u32,
+    /// Whether the ACL (or its default) denies it.
+    pub denied: bool,
+    /// The longest matching route and its next hop id.
+    pub route: Option<(IpNet, u32)>,
 }
 
 /// How a decision may be cached.
@@ -228,7 +244,50 @@ impl SlowPath {
         let Some(nh) = route else {
             return self.drop(SlowDrop::NoRoute, CacheHint::default());
         };
-        let nh = self.next_hops[nh as usize];
+        let actions = Self::next_hop_actions(&self.next_hops[nh as usize], v6);
+        self.stats.forwarded += 1;
+        let prefix = prefix_ok.then(|| self.safe_prefix(v6, info.dst, acl_dst_bits));
+        (Decision::Forward(actions), CacheHint { exact, prefix })
+    }
+
+    /// What the tables say about a packet, for `trace` (no counters change): the ACL rule that
+    /// matched (if any), whether it is denied, and the route with its next hop.
+    pub fn explain(&self, in_port: u16, info: &FrameInfo) -> SlowTrace {
+        let v6 = info.l3 == L3::Ipv6;
+        let key = FlowKey {
+            in_port,
+            v6,
+            src: info.src,
+            dst: info.dst,
+            proto: info.proto,
+            src_port: info.src_port,
+            dst_port: info.dst_port,
+        };
+        let acl = self.acl.lookup(&key);
+        let denied = match acl.rule {
+            Some(r) => self.acl_actions[r] == AclAction::Deny,
+            None => self.acl_default_deny,
+        };
+        let route = if v6 {
+            let len = (0..=128u32).rev().find(|&l| self.routes6.contains(&(info.dst.masked(l), l as u8)));
+            len.and_then(|l| {
+                let net = IpNet::V6(Ipv6Net::new_assert(Ipv6Addr::from(info.dst.masked(l)), l as u8));
+                Some((net, self.fib6.lookup_key(info.dst)?))
+            })
+        } else {
+            let d = info.dst as u32;
+            let len = (0..=32u32).rev().find(|&l| self.routes4.contains(&(d.masked(l), l as u8)));
+            len.and_then(|l| {
+                let net = IpNet::V4(Ipv4Net::new_assert(Ipv4Addr::from(d.masked(l)), l as u8));
+                Some((net, self.fib4.lookup_key(d)?))
+            })
+        };
+        SlowTrace { acl_rule: acl.rule, acl_probes: acl.probes, denied, route }
+    }
+
+    /// The action set of a packet routed to `nh`: the paper's set MACs, TTL decrement, VLAN
+    /// insert (if the next hop has one), checksum (IPv4) and output.
+    pub fn next_hop_actions(nh: &NextHop, v6: bool) -> ActionSet {
         let mut actions = vec![
             Action::SetField(SetField::EthSrc(nh.eth_src)),
             Action::SetField(SetField::EthDst(nh.eth_dst)),
@@ -241,9 +300,7 @@ impl SlowPath {
             actions.push(Action::Checksum);
         }
         actions.push(Action::Output(nh.port));
-        self.stats.forwarded += 1;
-        let prefix = prefix_ok.then(|| self.safe_prefix(v6, info.dst, acl_dst_bits));
-        (Decision::Forward(ActionSet::new(actions).unwrap_or_default()), CacheHint { exact, prefix })
+        ActionSet::new(actions).unwrap_or_default()
     }
 
     /// The shortest prefix of `dst`, at least `min_len` long and at least as long as its route,

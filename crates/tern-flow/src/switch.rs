@@ -24,7 +24,7 @@ use tern_io::{Batch, Pool};
 use tern_wire::frame::{FrameInfo, L3};
 
 use crate::action::{self, ActionSet, Verdict};
-use crate::ofu::{Instruction, Match, OfuDriver, OfuError, OfuId, OfuKind, Rule};
+use crate::ofu::{Instruction, Match, OfuCounters, OfuDriver, OfuError, OfuId, OfuKind, OfuSpec, Rule};
 use crate::pipeline::{Outputs, Pipeline, tuple4, tuple6};
 use crate::slowpath::{CacheHint, Decision, SlowDrop, SlowPath};
 
@@ -262,9 +262,7 @@ impl Switch {
     /// slow path (which installs rules). Packets end in `out.ports`; `out.host` is left empty.
     pub fn process(&mut self, now_ns: u64, in_port: u16, batch: &mut Batch, out: &mut Outputs) {
         self.pipeline.process(now_ns, in_port, batch, out);
-        if now_ns.saturating_sub(self.last_expire_ns) >= self.policy.expire_interval.as_nanos() as u64 {
-            self.expire(now_ns);
-        }
+        self.tick(now_ns);
         // Swap the misses out (the scratch batch, empty, takes their place) so the slow path can
         // write to the output ports while reading them.
         let cap = out.host.packets.capacity();
@@ -323,6 +321,18 @@ impl Switch {
         }
     }
 
+    /// Runs the idle-eviction scan if the policy's interval has passed since the last one.
+    pub fn tick(&mut self, now_ns: u64) {
+        if now_ns.saturating_sub(self.last_expire_ns) >= self.policy.expire_interval.as_nanos() as u64 {
+            self.expire(now_ns);
+        }
+    }
+
+    /// Each OFU's spec and instruction counters.
+    pub fn ofu_counters(&self) -> impl Iterator<Item = (&OfuSpec, &OfuCounters)> {
+        self.driver.specs().filter_map(|s| Some((s, self.driver.counters(s.id)?)))
+    }
+
     /// Deletes cached rules idle for longer than the policy's timeout.
     pub fn expire(&mut self, now_ns: u64) {
         self.last_expire_ns = now_ns;
@@ -355,5 +365,132 @@ impl Switch {
             t.next = 0;
         }
         Ok(())
+    }
+}
+
+/// One cached rule as `dump-flows` shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FlowRow {
+    /// The table: `em` (exact 5-tuple) or `lpm` (destination prefix).
+    pub table: &'static str,
+    /// The OFU holding it.
+    pub ofu: OfuId,
+    /// Its entry index in the OFU.
+    pub index: u32,
+    /// Priority (the prefix length for LPM rules).
+    pub priority: u32,
+    /// The match field, ovs-ofctl style.
+    #[serde(rename = "match")]
+    pub matching: String,
+    /// The action set.
+    pub actions: String,
+    /// Packets that hit it.
+    pub n_packets: u64,
+    /// Bytes of those packets.
+    pub n_bytes: u64,
+    /// Seconds since it was installed.
+    pub duration: f64,
+    /// Seconds since it was last hit.
+    pub idle_age: f64,
+}
+
+impl Switch {
+    /// The cached rules now in the OFUs' tables (in table, then priority, then index order).
+    pub fn flows(&self, now_ns: u64) -> Vec<FlowRow> {
+        let mut rows = Vec::new();
+        for t in [self.em.as_ref(), self.lpm.as_ref()].into_iter().flatten() {
+            let Some(tables) = self.pipeline.ofus().iter().find(|o| o.spec().id == t.ofu) else { continue };
+            for (i, e) in tables.entries() {
+                rows.push(FlowRow {
+                    table: tables.spec().kind.as_str(),
+                    ofu: t.ofu,
+                    index: i,
+                    priority: e.rule.priority,
+                    matching: e.rule.matching.to_string(),
+                    actions: e.rule.actions.to_string(),
+                    n_packets: e.packets,
+                    n_bytes: e.bytes,
+                    duration: now_ns.saturating_sub(e.installed_ns) as f64 * 1e-9,
+                    idle_age: now_ns.saturating_sub(e.last_hit_ns) as f64 * 1e-9,
+                });
+            }
+        }
+        rows.sort_by(|a, b| {
+            (a.table, std::cmp::Reverse(a.priority), a.index).cmp(&(b.table, std::cmp::Reverse(b.priority), b.index))
+        });
+        rows
+    }
+}
+
+/// What happened to one packet, stage by stage (`tern flow trace`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trace {
+    /// The parser's view, or why it refused the frame.
+    pub parsed: Result<FrameInfo, tern_wire::frame::FrameError>,
+    /// Stage 2: each enabled OFU searched, its kind and the key it was given.
+    pub lookups: Vec<(OfuId, &'static str, String)>,
+    /// The cached rule hit: OFU, entry index, the rule.
+    pub hit: Option<(OfuId, u32, Rule)>,
+    /// On a miss, the slow path's view.
+    pub slow: Option<crate::slowpath::SlowTrace>,
+    /// Rules this packet installed (exact, prefix).
+    pub installed: (u64, u64),
+    /// Where it left: port and the frame as sent. `None`: dropped (or rate-limited).
+    pub output: Option<(u16, Vec<u8>)>,
+}
+
+impl Switch {
+    /// Sends one frame through the switch, as `process` would, recording each stage. The
+    /// frame really passes: counters move and a miss installs its rule.
+    pub fn trace(&mut self, now_ns: u64, in_port: u16, frame: &[u8]) -> Trace {
+        let parsed = FrameInfo::parse(frame);
+        let mut lookups = Vec::new();
+        let (mut hit, mut slow) = (None, None);
+        if let Ok(info) = &parsed {
+            for o in self.pipeline.ofus().iter().filter(|o| o.enabled()) {
+                let key = match (o.spec().kind, info.l3) {
+                    (OfuKind::Em, L3::Ipv4) => format!("{}", tern_table::em::FiveTuple::V4(tuple4(info))),
+                    (OfuKind::Em, L3::Ipv6) => format!("{}", tern_table::em::FiveTuple::V6(tuple6(info))),
+                    (OfuKind::Lpm, L3::Ipv4) => format!("nw_dst={}", std::net::Ipv4Addr::from(info.dst as u32)),
+                    (OfuKind::Lpm, L3::Ipv6) => format!("ipv6_dst={}", std::net::Ipv6Addr::from(info.dst)),
+                    (_, L3::Other) => continue,
+                };
+                lookups.push((o.spec().id, o.spec().kind.as_str(), key));
+            }
+            match self.pipeline.classify(info) {
+                Some(h) => {
+                    let rule = self
+                        .pipeline
+                        .ofus()
+                        .iter()
+                        .find(|o| o.spec().id == h.ofu)
+                        .and_then(|o| o.entry(h.index))
+                        .map(|e| e.rule.clone());
+                    hit = rule.map(|r| (h.ofu, h.index, r));
+                }
+                None => slow = Some(self.slow.explain(in_port, info)),
+            }
+        }
+        let before = (self.stats.installed_exact, self.stats.installed_prefix);
+        let mut pkt = self.pool.packet();
+        pkt.reserve_headroom(tern_io::DEFAULT_HEADROOM);
+        let mut output = None;
+        if pkt.extend_from_slice(frame).is_ok() {
+            let mut batch = Batch::new(1);
+            batch.push(pkt);
+            let mut out = Outputs::new(self.pipeline.ports(), 1, 1);
+            self.process(now_ns, in_port, &mut batch, &mut out);
+            for (port, b) in out.ports.iter_mut().enumerate() {
+                if let Some(p) = b.drain().next() {
+                    output = Some((port as u16, p.data().to_vec()));
+                    self.pool.put(p);
+                }
+            }
+            out.host.packets.recycle(&self.pool);
+        } else {
+            self.pool.put(pkt);
+        }
+        let installed = (self.stats.installed_exact - before.0, self.stats.installed_prefix - before.1);
+        Trace { parsed, lookups, hit, slow, installed, output }
     }
 }

@@ -107,6 +107,7 @@ pub mod latency {
     pub const INGRESS_FIXED: &str = "ingress.fixed";
 }
 
+pub mod flow;
 pub mod rsd;
 
 /// Names of the built-in profiles.

@@ -1,0 +1,654 @@
+//! `tern flow serve | check | dump-flows | trace` and `tern hw report` for a flow config.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use prometheus_client::registry::Registry;
+use tern_flow::config::{self, Config};
+use tern_flow::runtime::{Control, Runtime, Snapshot};
+use tern_flow::slowpath::SlowPath;
+use tern_flow::switch::{FlowRow, Trace};
+use tern_hw::Profile;
+use tern_hw::flow::FlowModel;
+use tern_io::Pool;
+use tern_wire::frame::{self, FrameInfo, L3};
+
+use crate::CmdResult;
+use crate::metrics::{self, FlowCollector};
+
+/// Default address of the metrics / control endpoint.
+pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:9108";
+
+/// `tern flow serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The switch configuration (TOML; see examples/flow/).
+    pub config: PathBuf,
+    /// Serve Prometheus metrics, /flows (JSON, for dump-flows), /ready and /config here.
+    #[arg(long)]
+    pub metrics: Option<SocketAddr>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Stop once every pcap input has been replayed (and its frames sent).
+    #[arg(long)]
+    pub until_done: bool,
+}
+
+/// `tern flow check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The switch configuration.
+    pub config: PathBuf,
+    /// Check against this profile instead of the config's own.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tern flow dump-flows`.
+#[derive(Debug, Args)]
+pub struct DumpFlowsArgs {
+    /// The endpoint of a running `tern flow serve --metrics ADDR`.
+    #[arg(long, default_value = DEFAULT_ENDPOINT)]
+    pub server: SocketAddr,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tern flow trace`.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// The switch configuration (its tables; no port is opened).
+    pub config: PathBuf,
+    /// The frame: hex bytes (spaces and colons allowed), or a field list such as
+    /// `udp,nw_src=10.1.0.1,nw_dst=10.2.0.7,tp_src=4000,tp_dst=53,ttl=64` (also: tcp, icmp,
+    /// ipv6 with ipv6_src/ipv6_dst, eth_src, eth_dst, len = payload bytes).
+    pub packet: String,
+    /// The port it arrives on (name or number; default the first).
+    #[arg(long)]
+    pub in_port: Option<String>,
+    /// Send it this many times (the second shows the cached rule at work).
+    #[arg(long, default_value_t = 2)]
+    pub repeat: u32,
+}
+
+/// Whether a file is a flow configuration (it declares ports or OFUs) rather than a dispatch
+/// rule file.
+pub fn is_flow_config(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(path) else { return false };
+    let Ok(v) = text.parse::<toml::Table>() else { return false };
+    v.contains_key("port") || v.contains_key("ofu") || v.contains_key("next_hop")
+}
+
+fn load(path: &Path) -> Result<Config, Box<dyn std::error::Error>> {
+    Ok(config::load(path)?)
+}
+
+fn mtime(p: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+fn ask<T>(control: &mpsc::Sender<Control>, make: impl FnOnce(mpsc::Sender<T>) -> Control) -> Option<T> {
+    let (tx, rx) = mpsc::channel();
+    control.send(make(tx)).ok()?;
+    rx.recv_timeout(Duration::from_secs(2)).ok()
+}
+
+fn describe(c: &Config) -> String {
+    format!(
+        "{}: profile {}, {} port(s) [{}], OFUs [{}], cache {:?} (flow limit {}, idle {:?}, {} upcalls/s), {} ACL rules, {} IPv4 + {} IPv6 routes, {} next hops",
+        c.path,
+        c.profile.name,
+        c.ports.len(),
+        c.ports.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+        c.ofus.iter().map(|o| format!("{} {} x{}", o.id, o.kind.as_str(), o.v4_entries)).collect::<Vec<_>>().join(", "),
+        c.policy.mode,
+        c.policy.flow_limit,
+        c.policy.idle_timeout,
+        c.policy.upcall_rate,
+        c.tables.acl.len(),
+        c.tables.routes4.len(),
+        c.tables.routes6.len(),
+        c.tables.next_hops.len()
+    )
+}
+
+/// `tern flow serve`.
+pub fn serve(a: &ServeArgs) -> CmdResult {
+    let cfg = load(&a.config)?;
+    for w in &cfg.warnings {
+        eprintln!("warning: {w}");
+    }
+    let pool = Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
+    let mut rt = Runtime::open(&cfg, &pool)?;
+    println!("{}", describe(&cfg));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (control, rx) = mpsc::channel();
+    let config_text = Arc::new(Mutex::new(describe(&cfg) + "\n"));
+    if let Some(addr) = a.metrics {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(FlowCollector { control: Mutex::new(control.clone()) }));
+        let flows = Mutex::new(control.clone());
+        let extra: metrics::Extra = Box::new(move |path| {
+            if path != "/flows" {
+                return None;
+            }
+            let c = flows.lock().ok()?.clone();
+            let rows = ask(&c, Control::Flows)?;
+            serde_json::to_string(&rows).ok()
+        });
+        let bound = metrics::serve(addr, registry, config_text.clone(), stop.clone(), Some(extra))?;
+        println!("metrics on http://{bound}/metrics, cached rules on http://{bound}/flows");
+    }
+    let until_done = a.until_done;
+    let dp_stop = stop.clone();
+    let data_path = std::thread::Builder::new().name("tern-flow".into()).spawn(move || {
+        rt.run(&dp_stop, &rx, until_done);
+        rt
+    })?;
+    let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+    let mut seen = mtime(&a.config);
+    while deadline.is_none_or(|d| Instant::now() < d) && !data_path.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = mtime(&a.config);
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        match config::load(&a.config) {
+            Err(e) => eprintln!("reload rejected, keeping the tables in force:\n{e}"),
+            Ok(new) if new.ports != cfg.ports || new.ofus != cfg.ofus || new.policy != cfg.policy => {
+                eprintln!("reload rejected: ports, OFUs and the cache policy change only on restart")
+            }
+            Ok(new) => match SlowPath::new(&new.tables) {
+                Err(e) => eprintln!("reload rejected: {e}"),
+                Ok(slow) => match ask(&control, |tx| Control::Reload(Box::new(slow), tx)) {
+                    Some(g) => {
+                        println!("new tables in force (generation {g}); cached rules flushed");
+                        *config_text.lock().expect("config lock") = describe(&new) + "\n";
+                    }
+                    None => eprintln!("reload: the data path did not answer"),
+                },
+            },
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let rt = data_path.join().map_err(|_| "the data-path thread panicked")?;
+    print_summary(&rt.snapshot());
+    if let Some(e) = rt.last_error() {
+        eprintln!("last port error: {e}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_summary(s: &Snapshot) {
+    println!("after {:.1} s:", s.uptime);
+    for (name, p) in &s.ports {
+        println!(
+            "  port {name}: rx {} frames, tx {} frames, dropped {} rx / {} tx",
+            p.rx_packets, p.tx_packets, p.rx_dropped, p.tx_dropped
+        );
+    }
+    println!(
+        "  fast path: {} hits, {} misses; slow path: {} upcalls, {} forwarded, {} dropped, {} rate-limited",
+        s.pipeline.hits,
+        s.pipeline.misses,
+        s.cache.upcalls,
+        s.cache.slow_forwarded,
+        s.cache.slow_dropped,
+        s.cache.upcall_rate_limited
+    );
+    println!(
+        "  cache: {} exact + {} prefix rules installed, {} cached now ({} exact, {} prefix), {} evicted idle, {} refused (flow limit)",
+        s.cache.installed_exact,
+        s.cache.installed_prefix,
+        s.cached.0 + s.cached.1,
+        s.cached.0,
+        s.cached.1,
+        s.cache.evicted_idle,
+        s.cache.cache_full
+    );
+    let drops: Vec<String> = s.pipeline.drops().map(|(r, n)| format!("{r} {n}")).collect();
+    if !drops.is_empty() {
+        println!("  pipeline drops: {}", drops.join(", "));
+    }
+}
+
+fn fits_line(c: &Config) -> Vec<String> {
+    let mut lines = Vec::new();
+    for o in &c.ofus {
+        lines.push(format!("ofu {} ({}): {} entries per IP version", o.id, o.kind.as_str(), o.v4_entries));
+    }
+    lines
+}
+
+/// `tern flow check`.
+pub fn check(a: &CheckArgs) -> CmdResult {
+    let result = match &a.profile {
+        None => config::load(&a.config),
+        Some(p) => std::fs::read_to_string(&a.config)
+            .map_err(|e| config::ConfigError { path: a.config.display().to_string(), problems: vec![e.to_string()] })
+            .and_then(|text| {
+                let mut t: toml::Table = text.parse().map_err(|e: toml::de::Error| config::ConfigError {
+                    path: a.config.display().to_string(),
+                    problems: vec![e.to_string()],
+                })?;
+                t.insert("profile".into(), toml::Value::String(p.clone()));
+                config::parse(&t.to_string(), &a.config)
+            }),
+    };
+    match result {
+        Ok(c) => {
+            if a.json {
+                let v = serde_json::json!({
+                    "file": c.path, "ok": true, "profile": c.profile.name, "warnings": c.warnings,
+                    "ports": c.ports.iter().map(|p| &p.name).collect::<Vec<_>>(),
+                    "ofus": c.ofus.iter().map(|o| serde_json::json!({"id": o.id, "kind": o.kind.as_str(), "entries": o.v4_entries})).collect::<Vec<_>>(),
+                    "acl_rules": c.tables.acl.len(), "routes4": c.tables.routes4.len(), "routes6": c.tables.routes6.len(),
+                    "next_hops": c.next_hop_names,
+                });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                for w in &c.warnings {
+                    println!("{}: warning: {w}", c.path);
+                }
+                println!("{}", describe(&c));
+                for l in fits_line(&c) {
+                    println!("  {l}");
+                }
+                println!("ok");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            if a.json {
+                let v = serde_json::json!({"file": e.path, "ok": false, "errors": e.problems});
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                eprintln!("{e}");
+                eprintln!("{}: {} error(s)", e.path, e.problems.len());
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> Result<String, Box<dyn std::error::Error>> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map_err(|e| format!("cannot reach {addr} ({e}); is `tern flow serve --metrics {addr}` running?"))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let (head, body) = text.split_once("\r\n\r\n").ok_or("malformed HTTP answer")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!("{addr}{path}: {}", head.lines().next().unwrap_or("")).into());
+    }
+    Ok(body.to_string())
+}
+
+/// One `dump-flows` line, as `ovs-ofctl dump-flows` prints it.
+pub fn flow_line(r: &FlowRow) -> String {
+    format!(
+        " table={}, ofu={}, index={}, duration={:.3}s, n_packets={}, n_bytes={}, idle_age={:.0}, priority={},{} actions={}",
+        r.table, r.ofu, r.index, r.duration, r.n_packets, r.n_bytes, r.idle_age, r.priority, r.matching, r.actions
+    )
+}
+
+/// `tern flow dump-flows`.
+pub fn dump_flows(a: &DumpFlowsArgs) -> CmdResult {
+    let body = http_get(a.server, "/flows")?;
+    if a.json {
+        println!("{body}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&body)?;
+    println!("{} cached rule(s)", rows.len());
+    for r in rows {
+        let g = |k: &str| r.get(k).cloned().unwrap_or_default();
+        let row = FlowRow {
+            table: if g("table") == "lpm" { "lpm" } else { "em" },
+            ofu: g("ofu").as_u64().unwrap_or(0) as u16,
+            index: g("index").as_u64().unwrap_or(0) as u32,
+            priority: g("priority").as_u64().unwrap_or(0) as u32,
+            matching: g("match").as_str().unwrap_or("").to_string(),
+            actions: g("actions").as_str().unwrap_or("").to_string(),
+            n_packets: g("n_packets").as_u64().unwrap_or(0),
+            n_bytes: g("n_bytes").as_u64().unwrap_or(0),
+            duration: g("duration").as_f64().unwrap_or(0.0),
+            idle_age: g("idle_age").as_f64().unwrap_or(0.0),
+        };
+        println!("{}", flow_line(&row));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Parses a trace packet: hex bytes, or a field list.
+pub fn parse_packet(s: &str) -> Result<Vec<u8>, String> {
+    let compact: String = s.chars().filter(|c| !c.is_whitespace() && *c != ':').collect();
+    if !compact.is_empty()
+        && compact.len().is_multiple_of(2)
+        && compact.chars().all(|c| c.is_ascii_hexdigit())
+        && !s.contains('=')
+    {
+        return Ok((0..compact.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&compact[i..i + 2], 16).unwrap_or(0))
+            .collect());
+    }
+    let (mut eth_src, mut eth_dst) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 0xa1]);
+    let (mut src, mut dst): (Option<std::net::IpAddr>, Option<std::net::IpAddr>) = (None, None);
+    let (mut proto, mut sport, mut dport, mut ttl, mut len) = ("udp", 1024u16, 80u16, 64u8, 18usize);
+    for field in s.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+        let (k, v) = field.split_once('=').map_or((field, ""), |(k, v)| (k.trim(), v.trim()));
+        let num = |what: &str| format!("{k}: `{v}` is not {what}");
+        match k {
+            "udp" | "tcp" | "icmp" => {
+                proto = if k == "udp" {
+                    "udp"
+                } else if k == "tcp" {
+                    "tcp"
+                } else {
+                    "icmp"
+                }
+            }
+            "ip" | "ipv6" => {}
+            "eth_src" => eth_src = tern_flow::action::parse_mac(v)?,
+            "eth_dst" => eth_dst = tern_flow::action::parse_mac(v)?,
+            "nw_src" | "ipv6_src" => src = Some(v.parse().map_err(|_| num("an address"))?),
+            "nw_dst" | "ipv6_dst" => dst = Some(v.parse().map_err(|_| num("an address"))?),
+            "tp_src" => sport = v.parse().map_err(|_| num("a port"))?,
+            "tp_dst" => dport = v.parse().map_err(|_| num("a port"))?,
+            "ttl" | "hop_limit" => ttl = v.parse().map_err(|_| num("0-255"))?,
+            "len" => len = v.parse::<usize>().ok().filter(|&l| l <= 1400).ok_or_else(|| num("0-1400"))?,
+            _ => return Err(format!("unknown field `{k}` (hex bytes, or fields such as udp,nw_dst=10.2.0.7)")),
+        }
+    }
+    let dst = dst.ok_or("give a destination: nw_dst=ADDR (or ipv6_dst=ADDR)")?;
+    let payload = vec![0x5a; len];
+    let mut out = Vec::new();
+    match (src, dst) {
+        (None | Some(std::net::IpAddr::V4(_)), std::net::IpAddr::V4(d)) => {
+            let s = match src {
+                Some(std::net::IpAddr::V4(s)) => s.octets(),
+                _ => [10, 1, 0, 1],
+            };
+            match proto {
+                "tcp" => frame::build_tcp4(&mut out, eth_src, eth_dst, s, d.octets(), sport, dport, ttl, &payload),
+                "icmp" => {
+                    frame::build_icmp4_echo(&mut out, eth_src, eth_dst, s, d.octets(), sport, dport, ttl, &payload)
+                }
+                _ => frame::build_udp4(&mut out, eth_src, eth_dst, s, d.octets(), sport, dport, ttl, &payload),
+            }
+        }
+        (None | Some(std::net::IpAddr::V6(_)), std::net::IpAddr::V6(d)) => {
+            if proto != "udp" {
+                return Err("IPv6 trace packets are UDP (give hex bytes for others)".into());
+            }
+            let s = match src {
+                Some(std::net::IpAddr::V6(s)) => s.octets(),
+                _ => "2001:db8:1::1".parse::<std::net::Ipv6Addr>().map(|a| a.octets()).unwrap_or_default(),
+            };
+            frame::build_udp6(&mut out, eth_src, eth_dst, s, d.octets(), sport, dport, ttl, &payload)
+        }
+        _ => return Err("source and destination are of different IP versions".into()),
+    }
+    Ok(out)
+}
+
+/// One line describing a parsed frame.
+pub fn summary(info: &FrameInfo) -> String {
+    let addr = |a: u128| match info.l3 {
+        L3::Ipv4 => std::net::Ipv4Addr::from(a as u32).to_string(),
+        _ => std::net::Ipv6Addr::from(a).to_string(),
+    };
+    let proto = match info.proto {
+        6 => "tcp".to_string(),
+        17 => "udp".to_string(),
+        1 | 58 => "icmp".to_string(),
+        p => format!("proto {p}"),
+    };
+    match info.l3 {
+        L3::Other => format!("not IP (ethertype {:#06x})", info.ethertype),
+        L3::Ipv4 | L3::Ipv6 => format!(
+            "{} {} -> {}, {proto} {} -> {}, ttl {}{}",
+            if info.l3 == L3::Ipv4 { "ipv4" } else { "ipv6" },
+            addr(info.src),
+            addr(info.dst),
+            info.src_port,
+            info.dst_port,
+            info.ttl,
+            if info.vlans > 0 { format!(", vlan {}", info.vlan_tci & 0x0fff) } else { String::new() }
+        ),
+    }
+}
+
+fn hexdump(b: &[u8]) -> String {
+    b.chunks(16)
+        .enumerate()
+        .map(|(i, c)| {
+            format!("    {:04x}  {}", i * 16, c.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" "))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn print_trace(cfg: &Config, t: &Trace) {
+    let port_name = |p: u16| cfg.ports.get(usize::from(p)).map_or_else(|| p.to_string(), |x| x.name.clone());
+    let info = match &t.parsed {
+        Ok(i) => i,
+        Err(e) => {
+            println!("  parser:    refused: {e} (dropped, counted as {})", e.as_str());
+            return;
+        }
+    };
+    println!("  parser:    {}", summary(info));
+    println!(
+        "  stage 1:   {}",
+        match info.l3 {
+            L3::Ipv4 => "IPv4: the OFUs' IPv4 tables",
+            L3::Ipv6 => "IPv6: the OFUs' IPv6 tables",
+            L3::Other => "not IP: to the host (slow path)",
+        }
+    );
+    for (ofu, kind, key) in &t.lookups {
+        let res = match &t.hit {
+            Some((o, i, r)) if o == ofu => {
+                format!("hit entry {i}: priority={},{} actions={}", r.priority, r.matching, r.actions)
+            }
+            Some(_) => "not searched further (an earlier OFU hit)".to_string(),
+            None => "miss".to_string(),
+        };
+        println!("  stage 2:   ofu {ofu} ({kind}) key {key}: {res}");
+    }
+    if let Some(s) = &t.slow {
+        match s.acl_rule {
+            Some(r) => println!(
+                "  slow path: acl rule {r} `{}` -> {} ({} subtables probed)",
+                cfg.acl_lines.get(r).map_or("?", String::as_str),
+                if s.denied { "deny" } else { "allow" },
+                s.acl_probes
+            ),
+            None => println!("  slow path: acl: no rule matched; default {}", if s.denied { "deny" } else { "allow" }),
+        }
+        if !s.denied {
+            match s.route {
+                Some((net, nh)) => {
+                    let name = cfg.next_hop_names.get(nh as usize).map_or("?", String::as_str);
+                    let v6 = info.l3 == L3::Ipv6;
+                    let set = cfg.tables.next_hops.get(nh as usize).map(|n| SlowPath::next_hop_actions(n, v6));
+                    println!("             route {net} via next hop {name:?}");
+                    if let Some(set) = set {
+                        println!("             actions {set}");
+                    }
+                }
+                None => println!("             no route: dropped"),
+            }
+        }
+        match t.installed {
+            (0, 0) => println!("             nothing cached"),
+            (e, p) => println!("             installed {} exact and {} prefix rule(s) into the OFUs", e, p),
+        }
+    }
+    match &t.output {
+        Some((port, f)) => {
+            println!("  output:    port {} ({} bytes)", port_name(*port), f.len());
+            if let Ok(i) = FrameInfo::parse(f) {
+                println!("             {}", summary(&i));
+            }
+            println!("{}", hexdump(f));
+        }
+        None => println!("  output:    none (dropped or sent to the host)"),
+    }
+}
+
+/// `tern flow trace`.
+pub fn trace(a: &TraceArgs) -> CmdResult {
+    let cfg = load(&a.config)?;
+    let bytes = parse_packet(&a.packet).map_err(|e| format!("packet: {e}"))?;
+    let in_port = match &a.in_port {
+        None => 0,
+        Some(p) => cfg.port_index(p).ok_or_else(|| format!("--in-port {p}: no such port"))?,
+    };
+    let pool = Pool::new(64, tern_io::DEFAULT_BUF_SIZE);
+    let mut sw = cfg.build(&pool)?;
+    println!("frame ({} bytes) in on port {}:", bytes.len(), cfg.ports[usize::from(in_port)].name);
+    println!("{}", hexdump(&bytes));
+    for pass in 1..=a.repeat.max(1) {
+        let now = u64::from(pass) * 1_000_000;
+        sw.pipeline.configure(now);
+        println!("pass {pass}:");
+        let t = sw.trace(now, in_port, &bytes);
+        print_trace(&cfg, &t);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tern hw report` for a flow configuration.
+pub fn report(a: &crate::rules::ReportArgs) -> CmdResult {
+    let mut cfg = load(&a.config)?;
+    let name = match &a.profile {
+        Some(p) => p.clone(),
+        None if cfg.profile.name == "cpu" => "accelsdp-n3000".to_string(),
+        None => cfg.profile.name.clone(),
+    };
+    let profile = Profile::resolve(&name)?;
+    if profile.name != cfg.profile.name {
+        // Re-check the tables against the profile reported on.
+        let text = std::fs::read_to_string(&a.config)?;
+        let mut t: toml::Table = text.parse()?;
+        t.insert("profile".into(), toml::Value::String(name.clone()));
+        cfg = config::parse(&t.to_string(), &a.config)?;
+    }
+    let model = FlowModel::from_profile(&profile)
+        .ok_or_else(|| format!("profile {} has no clock or search rate to project with", profile.name))?;
+    let sets: Vec<_> = cfg
+        .tables
+        .next_hops
+        .iter()
+        .flat_map(|n| [SlowPath::next_hop_actions(n, false), SlowPath::next_hop_actions(n, true)])
+        .collect();
+    let max_actions = sets.iter().map(|s| s.actions().len()).max().unwrap_or(1) as u32;
+    let max_bits = sets.iter().map(|s| s.operand_bits()).max().unwrap_or(0);
+    let sizes: Vec<u32> = match a.frame_bytes {
+        Some(b) => vec![b],
+        None => vec![64, 1500],
+    };
+    if sizes.iter().any(|&b| b < 60) {
+        return Err("--frame-bytes must be at least 60".into());
+    }
+    let projections: Vec<_> = sizes.iter().map(|&b| (b, model.project(b, max_actions))).collect();
+    let cap = |r: &str| profile.capacity(r);
+    if a.json {
+        let v = serde_json::json!({
+            "config": cfg.path, "profile": profile.name,
+            "ofus": cfg.ofus.iter().map(|o| serde_json::json!({
+                "id": o.id, "kind": o.kind.as_str(), "entries_per_ip_version": o.v4_entries,
+            })).collect::<Vec<_>>(),
+            "action_set_bits_used": max_bits, "action_set_bits": cap(tern_hw::resource::FLOW_ACTION_SET_BITS),
+            "actions_per_packet": max_actions,
+            "projections": projections.iter().map(|(b, p)| serde_json::json!({"frame_bytes": b, "projection": p})).collect::<Vec<_>>(),
+            "config_rates": model.config,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{} on {} ({}):", cfg.path, profile.name, profile.description);
+    println!("  use:");
+    for o in &cfg.ofus {
+        let (res, v6res) = match o.kind {
+            tern_flow::ofu::OfuKind::Lpm => {
+                (tern_hw::resource::FLOW_LPM4_ENTRIES, tern_hw::resource::FLOW_LPM6_ENTRIES)
+            }
+            tern_flow::ofu::OfuKind::Em => (tern_hw::resource::FLOW_EM_ENTRIES, tern_hw::resource::FLOW_EM_ENTRIES),
+        };
+        let of = |r: &str| cap(r).map_or("unbounded".to_string(), |c| c.to_string());
+        println!(
+            "    ofu {} ({}): {} IPv4 + {} IPv6 entries of {} / {} ({res}, {v6res})",
+            o.id,
+            o.kind.as_str(),
+            o.v4_entries,
+            o.v6_entries,
+            of(res),
+            of(v6res)
+        );
+    }
+    println!(
+        "    OFUs: {} of {}",
+        cfg.ofus.len(),
+        cap(tern_hw::resource::FLOW_OFUS).map_or("unbounded".into(), |c| c.to_string())
+    );
+    println!(
+        "    action sets: up to {max_actions} actions, {max_bits} operand bits of {} (the slow path's widest next hop)",
+        cap(tern_hw::resource::FLOW_ACTION_SET_BITS).map_or("unbounded".into(), |c| c.to_string())
+    );
+    println!(
+        "    ACL ({} rules) and routes ({} + {}) stay in the slow path: only their cached decisions use the OFUs",
+        cfg.tables.acl.len(),
+        cfg.tables.routes4.len(),
+        cfg.tables.routes6.len()
+    );
+    println!("  projected fast path (a cached rule hit, {max_actions} actions):");
+    for (b, p) in &projections {
+        println!(
+            "    {b:>5} B frames: {:.1} Mpps ({:.1} Gb/s), {} cycles = {:.0} ns through the pipeline; bound: {} (search {:.0} M/s, line {:.1} Mpps)",
+            p.packets_per_s / 1e6,
+            p.gbps,
+            p.cycles,
+            p.latency_ns,
+            p.bottleneck.as_str(),
+            p.pipeline_pps / 1e6,
+            p.line_pps / 1e6
+        );
+    }
+    let c = model.config;
+    println!("  configuration rate (instructions/s, Table 5):");
+    println!(
+        "    lpm: populate {:.2} M, delete {:.2} M, update {:.2} M; em: populate {:.2} M, delete {:.2} M, update {:.2} M",
+        c.lpm_populate_per_s / 1e6,
+        c.lpm_delete_per_s / 1e6,
+        c.lpm_update_per_s / 1e6,
+        c.em_populate_per_s / 1e6,
+        c.em_delete_per_s / 1e6,
+        c.em_update_per_s / 1e6
+    );
+    for o in &cfg.ofus {
+        let rate = match o.kind {
+            tern_flow::ofu::OfuKind::Lpm => c.lpm_populate_per_s,
+            tern_flow::ofu::OfuKind::Em => c.em_populate_per_s,
+        };
+        let n = o.v4_entries.min(cfg.policy.flow_limit as u32);
+        println!("    filling ofu {} ({n} rules) takes {:.2} ms", o.id, f64::from(n) / rate * 1e3);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,111 @@
+//! The configuration file: the shipped examples load; mistakes are refused naming the item; a
+//! capture replayed through the runtime comes out routed, with the cache at work.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+
+use tern_flow::config::{self, parse_acl_rule};
+use tern_flow::runtime::Runtime;
+use tern_io::Pool;
+
+fn example(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/flow").join(name)
+}
+
+#[test]
+fn shipped_examples_load_with_realistic_tables() {
+    for f in ["replay.toml", "router.toml"] {
+        let c = config::load(&example(f)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.tables.acl.len() >= 100, "{f}: {} ACL rules", c.tables.acl.len());
+        assert!(c.tables.routes4.len() >= 10_000, "{f}: {} routes", c.tables.routes4.len());
+        assert_eq!(c.ports.len(), 2);
+    }
+}
+
+fn refused(text: &str) -> String {
+    let e = config::parse(text, &example("inline.toml")).unwrap_err();
+    e.to_string()
+}
+
+const PORTS: &str = "[[port]]\nname = \"a\"\npcap_out = \"/dev/null\"\n";
+
+#[test]
+fn mistakes_name_the_item() {
+    assert!(refused("").contains("no [[port]]"));
+    assert!(refused("bogus = 1").contains("bogus"));
+    let e = refused(&format!("{PORTS}[[ofu]]\nid = 1\nkind = \"tcam\"\n"));
+    assert!(e.contains("ofu 1") && e.contains("tcam"), "{e}");
+    let e = refused(&format!("profile = \"accelsdp-n3000\"\n{PORTS}[[ofu]]\nid = 1\nkind = \"em\"\nentries = 5000\n"));
+    assert!(e.contains("5000 entries do not fit accelsdp-n3000"), "{e}");
+    let nh =
+        "[[next_hop]]\nname = \"x\"\nport = \"a\"\neth_src = \"02:00:00:00:00:01\"\neth_dst = \"02:00:00:00:00:02\"\n";
+    let e = refused(&format!("{PORTS}{nh}[routes]\nroutes = [\"10.0.0.0/8 y\"]\n"));
+    assert!(e.contains("routes.routes[0]") && e.contains("\"y\""), "{e}");
+    let e = refused(&format!("{PORTS}{nh}[routes]\nroutes = [\"10.0.0.0/8 x\", \"10.0.0.0/8 x\"]\n"));
+    assert!(e.contains("routed twice"), "{e}");
+    let e = refused(&format!("{PORTS}[acl]\nrules = [\"priority=5,tp_dst=80 actions=deny\"]\n"));
+    assert!(e.contains("acl.rules[0]") && e.contains("tcp or udp"), "{e}");
+    let e = refused(&format!(
+        "{PORTS}[[next_hop]]\nname = \"x\"\nport = \"b\"\neth_src = \"02:00:00:00:00:01\"\neth_dst = \"zz\"\n"
+    ));
+    assert!(e.contains("next_hop \"x\"") && e.contains("\"b\""), "{e}");
+    let e = refused(&format!("{PORTS}[cache]\nmode = \"exact\"\n"));
+    assert!(e.contains("needs an em OFU"), "{e}");
+}
+
+#[test]
+fn acl_rules_read_like_ovs_flows() {
+    let ports = vec!["left".to_string(), "right".to_string()];
+    let r = parse_acl_rule("priority=7,in_port=right,tcp,nw_src=10.0.0.0/8,tp_dst=20-23 actions=deny", &ports).unwrap();
+    assert_eq!(r.pattern.priority, 7);
+    assert_eq!(r.pattern.in_port, Some(1));
+    assert_eq!(r.pattern.proto, Some(6));
+    assert_eq!(r.pattern.src, Some("10.0.0.0/8".parse().unwrap()));
+    assert_eq!(r.pattern.dst_port, Some(tern_flow::classifier::PortRange(20, 23)));
+    for bad in [
+        "priority=7",
+        "tcp,udp actions=deny",
+        "in_port=nowhere actions=deny",
+        "nw_src=10.0.0.0/8,ipv6_dst=::1 actions=deny",
+        "tcp,tp_dst=9-1 actions=deny",
+        "frobnicate actions=allow",
+        "tcp actions=maybe",
+    ] {
+        assert!(parse_acl_rule(bad, &ports).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn a_capture_replays_through_the_switch() {
+    let dir = std::env::temp_dir().join(format!("tern-flow-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(example("replay.toml"))
+        .unwrap()
+        .replace("/tmp/tern-flow-left.pcap", &dir.join("left.pcap").display().to_string())
+        .replace("/tmp/tern-flow-right.pcap", &dir.join("right.pcap").display().to_string());
+    let cfg = config::parse(&text, &example("replay.toml")).unwrap();
+    let pool = Pool::new(2048, 2048);
+    let mut rt = Runtime::open(&cfg, &pool).unwrap();
+    let (_tx, rx) = std::sync::mpsc::channel();
+    rt.run(&AtomicBool::new(false), &rx, true);
+    let s = rt.snapshot();
+    // 600 frames in: 1/6 to denied ssh, 1/6 with TTL 1: the rest are routed.
+    assert_eq!(s.ports[0].1.rx_packets, 600);
+    let sent = s.ports[0].1.tx_packets + s.ports[1].1.tx_packets;
+    assert_eq!(sent, 500 - 100 + 0, "{s:?}");
+    assert!(s.pipeline.hits > s.pipeline.misses, "{s:?}");
+    assert_eq!(s.cache.upcalls, s.pipeline.misses);
+    drop(rt);
+    // What went out parses, with the TTL decremented.
+    let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(dir.join("right.pcap")).unwrap()).unwrap();
+    let mut n = 0;
+    while let Some(p) = r.next_packet() {
+        let p = p.unwrap();
+        let info = tern_wire::frame::FrameInfo::parse(&p.data).unwrap();
+        assert_eq!(info.ttl, 63);
+        assert!(tern_wire::frame::l4_checksum_ok(&p.data, &info));
+        n += 1;
+    }
+    assert!(n > 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
