@@ -6,6 +6,7 @@ mod demo;
 mod dispatch_bench;
 mod env;
 mod flow;
+mod flow_bench;
 mod metrics;
 mod pingpong;
 mod plot;
@@ -100,6 +101,10 @@ enum BenchCommand {
     /// dispatchers (sw-ring, sw-uds), sweeping skip-and-checks, rules and bytes per check.
     /// Writes reports/dispatch.json and PNG/SVG plots.
     Dispatch(dispatch_bench::DispatchBenchArgs),
+    /// AccelSDP: the cached fast path against the slow path alone (64 B and 1024 B frames, the
+    /// paper's action set, mem ports), and OFU rule populates/s. Writes reports/flow.json and
+    /// PNG/SVG plots.
+    Flow(flow_bench::FlowBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -162,6 +167,7 @@ fn main() -> ExitCode {
         Command::Flow { command: FlowCommand::Trace(a) } => flow::trace(&a),
         Command::Bench { command: BenchCommand::Qnp(a) } => bench::run_qnp(&a),
         Command::Bench { command: BenchCommand::Dispatch(a) } => dispatch_bench::run(&a),
+        Command::Bench { command: BenchCommand::Flow(a) } => flow_bench::run(&a),
         Command::Idl { command } => idl(command),
         Command::Hw { command } => hw(command),
     };

@@ -117,3 +117,90 @@ pub fn dispatch(results: &[PointResult], dir: &Path) -> Result<Vec<PathBuf>, Str
     }
     Ok(written)
 }
+
+fn flow_figure<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    sizes: &[(usize, f64, f64, f64)],
+    populate: f64,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root.titled("AccelSDP switch: cached fast path vs slow path only", ("sans-serif", 20)).map_err(err)?;
+    let panels = root.split_evenly((1, 2));
+    let y_max = sizes.iter().map(|s| s.2.max(s.3)).fold(0.0f64, f64::max) / 1e6;
+    let n = sizes.len() as f64;
+    let mut chart = ChartBuilder::on(&panels[0])
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..n, 0.0..(y_max * 1.2).max(0.1))
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(sizes.len().max(1))
+        .x_label_formatter(&|x| {
+            sizes.get(x.floor() as usize).map_or(String::new(), |s| format!("{} B ({:.1}x)", s.0, s.1))
+        })
+        .y_desc("Mpps (one core)")
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(err)?;
+    for (k, (name, color)) in [("fast path (cached)", COLORS[1]), ("slow path only", COLORS[0])].into_iter().enumerate()
+    {
+        chart
+            .draw_series(sizes.iter().enumerate().map(|(i, s)| {
+                let v = if k == 0 { s.2 } else { s.3 } / 1e6;
+                let x0 = i as f64 + 0.15 + 0.35 * k as f64;
+                Rectangle::new([(x0, 0.0), (x0 + 0.3, v)], color.filled())
+            }))
+            .map_err(err)?
+            .label(name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(err)?;
+    let mut chart = ChartBuilder::on(&panels[1])
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..2.0, 0.0..(populate / 1e6).max(0.78) * 1.2)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(2)
+        .x_label_formatter(&|x| if *x < 1.0 { "Tern".into() } else { "N3000 (Table 5)".into() })
+        .y_desc("rule populates / s (M)")
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(err)?;
+    chart
+        .draw_series(
+            [(0.0, populate / 1e6, COLORS[1]), (1.0, 0.78, COLORS[3])]
+                .into_iter()
+                .map(|(x, v, c)| Rectangle::new([(x + 0.25, 0.0), (x + 0.75, v)], c.filled())),
+        )
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// `tern bench flow`'s figure: (frame bytes, ratio, fast pps, slow pps) per size and the
+/// populate rate; PNG and SVG.
+pub fn flow(sizes: &[(usize, f64, f64, f64)], populate: f64, dir: &Path) -> Result<Vec<PathBuf>, String> {
+    register_font()?;
+    let png = dir.join("flow.png");
+    let svg = dir.join("flow.svg");
+    flow_figure(BitMapBackend::new(&png, (1200, 480)).into_drawing_area(), sizes, populate)?;
+    flow_figure(SVGBackend::new(&svg, (1200, 480)).into_drawing_area(), sizes, populate)?;
+    Ok(vec![png, svg])
+}

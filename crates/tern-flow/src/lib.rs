@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod action;
+pub mod bench;
 pub mod classifier;
 pub mod config;
 pub mod ofu;

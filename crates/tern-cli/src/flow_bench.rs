@@ -1,0 +1,154 @@
+//! `tern bench flow`: the cached fast path against the slow path alone (64 B and 1024 B frames,
+//! the paper's action set), and the OFU configuration rate. JSON and plots under `reports/`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::json;
+use tern_flow::bench::{self, PathKind, Phase, Rig};
+
+use crate::CmdResult;
+use crate::env::Environment;
+use crate::plot;
+
+/// Options of `tern bench flow`.
+#[derive(Debug, Clone, Args)]
+pub struct FlowBenchArgs {
+    /// Shorter phases and fewer rounds: well under two minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Rounds (each runs the fast and the slow path once per frame size, alternating)
+    /// [default: 5, quick 3].
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Measured seconds per path per round [default: 1.0, quick 0.3].
+    #[arg(long)]
+    pub phase_secs: Option<f64>,
+    /// Flows (distinct 5-tuples) in the traffic.
+    #[arg(long, default_value_t = 1000)]
+    pub flows: usize,
+    /// IPv4 routes in the slow path's table.
+    #[arg(long, default_value_t = 10_000)]
+    pub routes: usize,
+    /// ACL rules in the slow path.
+    #[arg(long, default_value_t = 120)]
+    pub acl: usize,
+    /// Frame sizes, bytes.
+    #[arg(long, value_delimiter = ',', default_value = "64,1024")]
+    pub sizes: Vec<usize>,
+    /// Rules per configuration-rate run [default: 100000, quick 20000].
+    #[arg(long)]
+    pub config_rules: Option<usize>,
+    /// Directory for flow.json and the plots.
+    #[arg(long, default_value = "reports")]
+    pub out: PathBuf,
+    /// Print the JSON report on stdout (the table goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn phase_json(p: &Phase) -> serde_json::Value {
+    json!({"pps": p.pps, "batch_p50_ns": p.batch_p50_ns, "batch_p99_ns": p.batch_p99_ns, "hit_ratio": p.hit_ratio, "forwarded_ratio": p.forwarded_ratio})
+}
+
+/// `tern bench flow`.
+pub fn run(a: &FlowBenchArgs) -> CmdResult {
+    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 }).max(1);
+    let secs = a.phase_secs.unwrap_or(if a.quick { 0.3 } else { 1.0 });
+    if !(secs > 0.0 && secs <= 60.0) {
+        return Err("--phase-secs must be in (0, 60]".into());
+    }
+    if a.flows == 0 || a.routes == 0 || a.sizes.iter().any(|&s| !(60..=1514).contains(&s)) {
+        return Err("--flows and --routes must be at least 1; --sizes within 60..=1514".into());
+    }
+    let config_rules = a.config_rules.unwrap_or(if a.quick { 20_000 } else { 100_000 }).max(1);
+    let env = Environment::current();
+    let say = |s: String| if a.json { eprintln!("{s}") } else { println!("{s}") };
+    say(format!("environment: {}", env.describe()));
+    say(format!(
+        "tables: {} routes, {} ACL rules; {} flows; action set: set eth_src, set eth_dst, dec_ttl, push_vlan, checksum, output",
+        a.routes, a.acl, a.flows
+    ));
+    let t = bench::tables(a.routes, a.acl);
+    let phase = Duration::from_secs_f64(secs);
+    let mut sizes = Vec::new();
+    let mut ratios = Vec::new();
+    for &size in &a.sizes {
+        let frames = bench::frames(&t, a.flows, size);
+        let mut fast = Rig::new(&t, PathKind::Fast);
+        let mut slow = Rig::new(&t, PathKind::Slow);
+        // Warm-up: the fast path's first pass installs a rule per flow.
+        fast.phase(&frames, Duration::from_millis(100));
+        slow.phase(&frames, Duration::from_millis(100));
+        let (mut f, mut s) = (Vec::new(), Vec::new());
+        for r in 0..rounds {
+            // Alternate which path goes first.
+            if r % 2 == 0 {
+                f.push(fast.phase(&frames, phase));
+                s.push(slow.phase(&frames, phase));
+            } else {
+                s.push(slow.phase(&frames, phase));
+                f.push(fast.phase(&frames, phase));
+            }
+        }
+        let med = |v: &[Phase], g: fn(&Phase) -> f64| bench::median(&v.iter().map(g).collect::<Vec<_>>());
+        let (fp, sp) = (med(&f, |p| p.pps), med(&s, |p| p.pps));
+        let ratio = fp / sp.max(1.0);
+        say(format!(
+            "{size:>5} B: fast {:.2} Mpps (batch p50 {:.0} ns, p99 {:.0} ns, hits {:.1}%) | slow only {:.2} Mpps (p50 {:.0} ns, p99 {:.0} ns) | fast/slow {ratio:.2}x",
+            fp / 1e6,
+            med(&f, |p| p.batch_p50_ns),
+            med(&f, |p| p.batch_p99_ns),
+            100.0 * med(&f, |p| p.hit_ratio),
+            sp / 1e6,
+            med(&s, |p| p.batch_p50_ns),
+            med(&s, |p| p.batch_p99_ns),
+        ));
+        if f.iter().chain(&s).any(|p| p.forwarded_ratio < 0.999) {
+            say(format!("warning: {size} B: some frames did not come out of the switch"));
+        }
+        ratios.push((size, ratio, fp, sp));
+        sizes.push(json!({
+            "frame_bytes": size,
+            "fast": {"median_pps": fp, "median_batch_p50_ns": med(&f, |p| p.batch_p50_ns), "median_batch_p99_ns": med(&f, |p| p.batch_p99_ns), "phases": f.iter().map(phase_json).collect::<Vec<_>>()},
+            "slow": {"median_pps": sp, "median_batch_p50_ns": med(&s, |p| p.batch_p50_ns), "median_batch_p99_ns": med(&s, |p| p.batch_p99_ns), "phases": s.iter().map(phase_json).collect::<Vec<_>>()},
+            "fast_over_slow": ratio,
+        }));
+    }
+    let c = bench::config_rate(config_rules, rounds);
+    let populate = c.em_populate_per_s.min(c.lpm_populate_per_s);
+    say(format!(
+        "configuration ({config_rules} rules, median of {rounds}): em populate {:.2} M/s, delete {:.2} M/s, update {:.2} M/s; lpm populate {:.2} M/s, delete {:.2} M/s (N3000, Table 5: 0.71-0.78 M/s populate)",
+        c.em_populate_per_s / 1e6,
+        c.em_delete_per_s / 1e6,
+        c.update_per_s / 1e6,
+        c.lpm_populate_per_s / 1e6,
+        c.lpm_delete_per_s / 1e6
+    ));
+    let ratio_at = |b: usize| ratios.iter().find(|r| r.0 == b).map(|r| r.1);
+    let report = json!({
+        "bench": "flow",
+        "environment": env,
+        "options": {"rounds": rounds, "phase_secs": secs, "flows": a.flows, "routes": a.routes, "acl": a.acl, "config_rules": config_rules},
+        "fast_over_slow_64b": ratio_at(64),
+        "fast_over_slow_1024b": ratio_at(1024),
+        "populate_per_s": populate,
+        "config_rate": {"em_populate_per_s": c.em_populate_per_s, "em_delete_per_s": c.em_delete_per_s, "em_update_per_s": c.update_per_s, "lpm_populate_per_s": c.lpm_populate_per_s, "lpm_delete_per_s": c.lpm_delete_per_s},
+        "sizes": sizes,
+        "targets": {"fast_over_slow_64b": 6.0, "populate_per_s": 1e6},
+    });
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
+    let path = a.out.join("flow.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
+    let mut written = vec![path];
+    written.extend(plot::flow(&ratios, populate, &a.out)?);
+    for w in &written {
+        say(format!("wrote {}", w.display()));
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
