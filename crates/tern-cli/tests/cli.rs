@@ -259,3 +259,71 @@ fn dispatch_serve_answers_the_load_generator_and_rejects_bad_files() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn flow_example(name: &str) -> String {
+    format!("{}/../../examples/flow/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn flow_check_trace_and_report() {
+    let (ok, out, err) = tern(&["flow", "check", &flow_example("replay.toml"), "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ok"], true);
+    assert!(v["acl_rules"].as_u64().unwrap() >= 100 && v["routes4"].as_u64().unwrap() >= 10_000);
+    // A config that does not fit: the error names the OFU and the profile; exit 1.
+    let dir = std::env::temp_dir().join(format!("tern-cli-flow-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "profile = \"accelsdp-n3000\"\n[[port]]\nname = \"a\"\npcap_out = \"/dev/null\"\n[[ofu]]\nid = 3\nkind = \"em\"\nentries = 4096\n",
+    )
+    .unwrap();
+    let (ok, _, err) = tern(&["flow", "check", bad.to_str().unwrap()]);
+    assert!(!ok && err.contains("ofu 3") && err.contains("accelsdp-n3000"), "{err}");
+    // Trace: a miss through the slow path, then the cached rule.
+    let (ok, out, err) =
+        tern(&["flow", "trace", &flow_example("replay.toml"), "udp,nw_src=10.1.0.1,nw_dst=10.2.0.7,tp_dst=53"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("route 10.2.0.0/16 via next hop \"right\""), "{out}");
+    assert!(out.contains("installed 1 exact"), "{out}");
+    assert!(out.contains("pass 2:") && out.contains("hit entry 0"), "{out}");
+    assert!(out.contains("ttl 63"), "{out}");
+    let (ok, _, err) = tern(&["flow", "trace", &flow_example("replay.toml"), "udp,nw_dst=banana"]);
+    assert!(!ok && err.contains("banana"), "{err}");
+    // The hardware report projects onto the N3000 and states Table 5's rates.
+    let (ok, out, err) = tern(&["hw", "report", &flow_example("replay.toml")]);
+    assert!(ok, "{err}");
+    assert!(out.contains("148.8 Mpps") && out.contains("populate 0.78 M"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bench_flow_json_has_the_promised_keys() {
+    let dir = std::env::temp_dir().join(format!("tern-cli-bench-flow-{}", std::process::id()));
+    let (ok, out, err) = tern(&[
+        "bench",
+        "flow",
+        "--json",
+        "--rounds",
+        "1",
+        "--phase-secs",
+        "0.05",
+        "--routes",
+        "500",
+        "--flows",
+        "64",
+        "--config-rules",
+        "500",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for k in ["fast_over_slow_64b", "fast_over_slow_1024b", "populate_per_s"] {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {}", v[k]);
+    }
+    assert!(dir.join("flow.json").exists() && dir.join("flow.png").exists() && dir.join("flow.svg").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

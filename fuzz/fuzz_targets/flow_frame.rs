@@ -1,0 +1,71 @@
+//! Arbitrary bytes as an L2 frame: the parser, the switch (pipeline, slow path, cache install,
+//! then the cached rule's actions on a second pass) and every action set on the parsed frame
+//! must never panic; a frame the pipeline forwards must parse again.
+#![no_main]
+
+use std::cell::RefCell;
+
+use libfuzzer_sys::fuzz_target;
+use tern_flow::action::{self, ActionSet};
+use tern_flow::bench::{PathKind, switch, tables};
+use tern_flow::pipeline::Outputs;
+use tern_flow::switch::Switch;
+use tern_io::{Batch, DEFAULT_HEADROOM, Pool};
+use tern_wire::frame::FrameInfo;
+
+thread_local! {
+    static STATE: RefCell<(Switch, Pool, Vec<ActionSet>)> = RefCell::new({
+        let pool = Pool::new(256, 2048);
+        let t = tables(64, 16);
+        let sw = switch(&t, PathKind::Fast, &pool);
+        let sets = [
+            "dec_ttl,checksum,output:1",
+            "push_vlan:100,set_field:eth_dst=02:00:00:00:00:01,output:0",
+            "pop_vlan,set_field:ipv4_dst=10.9.9.9,set_field:tp_dst=99,checksum,output:1",
+            "set_field:ipv6_src=2001:db8::9,set_field:tp_src=7,dec_ttl,output:0",
+            "set_field:dscp=46,set_field:vlan_vid=7,checksum,output:1",
+            "drop",
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+        (sw, pool, sets)
+    });
+}
+
+fuzz_target!(|data: &[u8]| {
+    let parsed = FrameInfo::parse(data);
+    STATE.with(|s| {
+        let (sw, pool, sets) = &mut *s.borrow_mut();
+        for pass in 0..2u64 {
+            let mut p = pool.packet();
+            p.reserve_headroom(DEFAULT_HEADROOM);
+            if p.extend_from_slice(data).is_err() {
+                pool.put(p);
+                return;
+            }
+            let mut batch = Batch::new(1);
+            batch.push(p);
+            let mut out = Outputs::new(2, 4, 4);
+            sw.process(pass * 1000, (data.len() % 2) as u16, &mut batch, &mut out);
+            for b in &mut out.ports {
+                for p in b.drain() {
+                    assert!(FrameInfo::parse(p.data()).is_ok(), "a forwarded frame no longer parses");
+                    pool.put(p);
+                }
+            }
+            out.host.packets.recycle(pool);
+        }
+        if let Ok(info) = parsed {
+            for set in sets.iter() {
+                let mut p = pool.packet();
+                p.reserve_headroom(DEFAULT_HEADROOM);
+                if p.extend_from_slice(data).is_ok() {
+                    let mut i = info.clone();
+                    let _ = action::execute(set, &mut p, &mut i);
+                }
+                pool.put(p);
+            }
+        }
+    });
+});
