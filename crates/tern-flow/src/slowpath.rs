@@ -207,6 +207,26 @@ impl SlowPath {
         (Decision::Drop(why), hint)
     }
 
+    fn acl_key(in_port: u16, info: &FrameInfo) -> FlowKey {
+        FlowKey {
+            in_port,
+            v6: info.l3 == L3::Ipv6,
+            src: info.src,
+            dst: info.dst,
+            proto: info.proto,
+            src_port: info.src_port,
+            dst_port: info.dst_port,
+        }
+    }
+
+    /// Whether the ACL rule that matched (or, with none, the default) denies.
+    fn denies(&self, rule: Option<usize>) -> bool {
+        match rule {
+            Some(r) => self.acl_actions[r] == AclAction::Deny,
+            None => self.acl_default_deny,
+        }
+    }
+
     /// Decides a packet that came in on `in_port`.
     pub fn decide(&mut self, in_port: u16, info: &FrameInfo) -> (Decision, CacheHint) {
         self.stats.decided += 1;
@@ -214,25 +234,14 @@ impl SlowPath {
             return self.drop(SlowDrop::NotIp, CacheHint::default());
         }
         let v6 = info.l3 == L3::Ipv6;
-        let key = FlowKey {
-            in_port,
-            v6,
-            src: info.src,
-            dst: info.dst,
-            proto: info.proto,
-            src_port: info.src_port,
-            dst_port: info.dst_port,
-        };
+        let key = Self::acl_key(in_port, info);
         let acl = self.acl.lookup(&key);
         self.stats.acl_probes += u64::from(acl.probes);
         let exact = acl.consulted.in_port == 0;
         let acl_dst_bits =
             if v6 { acl.consulted.dst.leading_ones() } else { (acl.consulted.dst as u32).leading_ones() };
         let prefix_ok = !acl.consulted.beyond_dst();
-        let denied = match acl.rule {
-            Some(r) => self.acl_actions[r] == AclAction::Deny,
-            None => self.acl_default_deny,
-        };
+        let denied = self.denies(acl.rule);
         if denied {
             let prefix = prefix_ok.then(|| self.safe_prefix(v6, info.dst, acl_dst_bits));
             return self.drop(SlowDrop::AclDeny, CacheHint { exact, prefix });
@@ -254,20 +263,9 @@ impl SlowPath {
     /// matched (if any), whether it is denied, and the route with its next hop.
     pub fn explain(&self, in_port: u16, info: &FrameInfo) -> SlowTrace {
         let v6 = info.l3 == L3::Ipv6;
-        let key = FlowKey {
-            in_port,
-            v6,
-            src: info.src,
-            dst: info.dst,
-            proto: info.proto,
-            src_port: info.src_port,
-            dst_port: info.dst_port,
-        };
+        let key = Self::acl_key(in_port, info);
         let acl = self.acl.lookup(&key);
-        let denied = match acl.rule {
-            Some(r) => self.acl_actions[r] == AclAction::Deny,
-            None => self.acl_default_deny,
-        };
+        let denied = self.denies(acl.rule);
         let route = if v6 {
             let len = (0..=128u32).rev().find(|&l| self.routes6.contains(&(info.dst.masked(l), l as u8)));
             len.and_then(|l| {

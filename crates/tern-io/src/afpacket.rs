@@ -175,28 +175,9 @@ impl Port for AfPacketPort {
         if want == 0 {
             return Ok(0);
         }
-        while self.rx_bufs.len() < want {
-            self.rx_bufs.push(self.pool.packet());
-        }
-        for i in 0..want {
-            let p = &mut self.rx_bufs[i];
-            p.reserve_headroom(DEFAULT_HEADROOM);
-            let buf = p.buffer_mut();
-            let (ptr, len) = (buf.as_mut_ptr(), buf.len());
-            self.vecs.prepare(i, ptr, len);
-        }
-        // SAFETY: hdrs[..want] point at live iovec pairs over distinct header slots and packet
-        // buffers of the stated lengths, all outliving the call.
-        let r = unsafe {
-            libc::recvmmsg(
-                self.fd.as_raw_fd(),
-                self.vecs.hdrs.as_mut_ptr(),
-                want as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        let Some(n) = crate::mmsg_count(r)? else { return Ok(0) };
+        let fd = self.fd.as_raw_fd();
+        let r = crate::mmsg::recv_prefixed(fd, &mut self.vecs, &mut self.rx_bufs, &self.pool, want, DEFAULT_HEADROOM)?;
+        let Some(n) = r else { return Ok(0) };
         // Complete offloaded checksums while the buffers are still ours to write.
         let mut ok = [false; MAX_BATCH];
         for (i, ok) in ok.iter_mut().enumerate().take(n) {

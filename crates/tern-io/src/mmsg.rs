@@ -95,3 +95,31 @@ pub(crate) fn send_prefixed<const P: usize>(
     stats.tx_batches += u64::from(sent > 0);
     sent
 }
+
+/// Receives up to `want` messages on `fd` into `bufs` (grown from `pool` as needed), each as
+/// the prefix slot then the packet buffer after `headroom` bytes. Returns how many arrived
+/// (`None`: nothing now); lengths are in `vecs.hdrs[i].msg_len`, prefix included.
+pub(crate) fn recv_prefixed<const P: usize>(
+    fd: std::os::fd::RawFd,
+    vecs: &mut PrefixedVecs<P>,
+    bufs: &mut Vec<crate::Packet>,
+    pool: &crate::Pool,
+    want: usize,
+    headroom: usize,
+) -> std::io::Result<Option<usize>> {
+    let want = want.min(vecs.hdrs.len());
+    while bufs.len() < want {
+        bufs.push(pool.packet());
+    }
+    for (i, p) in bufs.iter_mut().enumerate().take(want) {
+        p.reserve_headroom(headroom);
+        let buf = p.buffer_mut();
+        let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+        vecs.prepare(i, ptr, len);
+    }
+    // SAFETY: hdrs[..want] point at live iovec pairs over distinct prefix slots and packet
+    // buffers of the stated lengths, all outliving the call.
+    let r =
+        unsafe { libc::recvmmsg(fd, vecs.hdrs.as_mut_ptr(), want as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
+    crate::mmsg_count(r)
+}

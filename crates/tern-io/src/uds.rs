@@ -99,26 +99,9 @@ impl Port for UdsPort {
         if want == 0 {
             return Ok(0);
         }
-        while self.rx_bufs.len() < want {
-            self.rx_bufs.push(self.pool.packet());
-        }
-        for i in 0..want {
-            let buf = self.rx_bufs[i].buffer_mut();
-            let (ptr, len) = (buf.as_mut_ptr(), buf.len());
-            self.vecs.prepare(i, ptr, len);
-        }
-        // SAFETY: hdrs[..want] point at live iovec pairs over distinct prefix slots and packet
-        // buffers of the stated lengths, all outliving the call.
-        let r = unsafe {
-            libc::recvmmsg(
-                self.sock.as_raw_fd(),
-                self.vecs.hdrs.as_mut_ptr(),
-                want as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        let Some(n) = crate::mmsg_count(r)? else { return Ok(0) };
+        let fd = self.sock.as_raw_fd();
+        let r = crate::mmsg::recv_prefixed(fd, &mut self.vecs, &mut self.rx_bufs, &self.pool, want, 0)?;
+        let Some(n) = r else { return Ok(0) };
         let vecs = &self.vecs;
         Ok(crate::deliver_received(&mut self.rx_bufs, n, batch, &mut self.stats, &self.pool, |i| {
             let h = &vecs.hdrs[i];
