@@ -47,6 +47,60 @@ pub struct FlowBenchArgs {
     /// Print the JSON report on stdout (the table goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Instead: Tern's IPv4 LPM and 5-tuple tables against DPDK's rte_lpm and rte_hash, same
+    /// entries and keys, alternating (needs a build with `--features dpdk`; see the README).
+    /// Writes reports/flow-dpdk.json.
+    #[arg(long)]
+    pub against_dpdk: bool,
+}
+
+fn against_dpdk(a: &FlowBenchArgs, rounds: usize, secs: f64) -> CmdResult {
+    let env = Environment::current();
+    let say = |s: String| if a.json { eprintln!("{s}") } else { println!("{s}") };
+    say(format!("environment: {}", env.describe()));
+    say(format!(
+        "{} lookups per pass in bulks of {}, 90% hits; {rounds} alternating rounds of {secs} s",
+        tern_dpdk::LOOKUPS,
+        tern_dpdk::BULK
+    ));
+    let results = tern_dpdk::compare(rounds, secs)?;
+    let mut lpm = serde_json::Map::new();
+    let mut em = serde_json::Map::new();
+    for c in &results {
+        say(format!(
+            "{:<5} {:<15} {:>7} entries: tern {:>7.1} M lookups/s, dpdk {:>7.1} M/s: tern/dpdk {:.2} ({} answers differ)",
+            c.table,
+            c.size,
+            c.entries,
+            c.tern_per_s / 1e6,
+            c.dpdk_per_s / 1e6,
+            c.ratio(),
+            c.mismatches
+        ));
+        let m = if c.table == "lpm4" { &mut lpm } else { &mut em };
+        m.insert(c.size.to_string(), json!(c.ratio()));
+    }
+    let report = json!({
+        "bench": "flow-dpdk",
+        "environment": env,
+        "lpm4_tern_over_dpdk": lpm,
+        "em_tern_over_dpdk": em,
+        "results": results.iter().map(|c| json!({
+            "table": c.table, "size": c.size, "entries": c.entries, "tern_lookups_per_s": c.tern_per_s,
+            "dpdk_lookups_per_s": c.dpdk_per_s, "tern_over_dpdk": c.ratio(), "mismatches": c.mismatches,
+        })).collect::<Vec<_>>(),
+    });
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
+    let path = a.out.join("flow-dpdk.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
+    say(format!("wrote {}", path.display()));
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    if results.iter().any(|c| c.mismatches > 0) {
+        return Err("Tern and DPDK answered some lookups differently".into());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn phase_json(p: &Phase) -> serde_json::Value {
@@ -62,6 +116,9 @@ pub fn run(a: &FlowBenchArgs) -> CmdResult {
     }
     if a.flows == 0 || a.routes == 0 || a.sizes.iter().any(|&s| !(60..=1514).contains(&s)) {
         return Err("--flows and --routes must be at least 1; --sizes within 60..=1514".into());
+    }
+    if a.against_dpdk {
+        return against_dpdk(a, rounds, secs);
     }
     let config_rules = a.config_rules.unwrap_or(if a.quick { 20_000 } else { 100_000 }).max(1);
     let env = Environment::current();

@@ -289,13 +289,34 @@ impl<K: LpmKey> Lpm<K> {
     /// The value of the longest prefix matching a key (the address as an integer).
     #[inline]
     pub fn lookup_key(&self, key: K) -> Option<u32> {
-        let mut e = self.root[key.chunk(0, K::ROOT_BITS)];
-        let mut start = K::ROOT_BITS;
-        while e & EXT != 0 {
-            e = self.groups[(((e & VALUE_MASK) as usize) << STRIDE) | key.chunk(start, STRIDE)];
-            start += STRIDE;
-        }
+        self.lookup_in(&self.root[..1 << K::ROOT_BITS], key)
+    }
+
+    /// `lookup_key` with the root passed as a slice of its exact length, so the compiler sees
+    /// that a root index (`ROOT_BITS` bits of the key) is always in bounds.
+    #[inline(always)]
+    fn lookup_in(&self, root: &[u32], key: K) -> Option<u32> {
+        let e = self.entry_in(root, key);
         if e & VALID != 0 { Some(e & VALUE_MASK) } else { None }
+    }
+
+    /// The entry that decides `key`: VALID and its value, or not VALID.
+    #[inline(always)]
+    fn entry_in(&self, root: &[u32], key: K) -> u32 {
+        let mut e = root[key.chunk(0, K::ROOT_BITS)];
+        if K::BITS - K::ROOT_BITS == STRIDE {
+            // One level below the root (IPv4, DIR-24-8): a branch, not a loop.
+            if e & EXT != 0 {
+                e = self.groups[(((e & VALUE_MASK) as usize) << STRIDE) | key.chunk(K::ROOT_BITS, STRIDE)];
+            }
+        } else {
+            let mut start = K::ROOT_BITS;
+            while e & EXT != 0 {
+                e = self.groups[(((e & VALUE_MASK) as usize) << STRIDE) | key.chunk(start, STRIDE)];
+                start += STRIDE;
+            }
+        }
+        e
     }
 
     /// Looks up a batch of keys; `out[i]` gets the result for `keys[i]` (the shorter of the two
@@ -303,8 +324,9 @@ impl<K: LpmKey> Lpm<K> {
     /// (a two-pass version that loaded every root entry first measured slower).
     #[inline]
     pub fn lookup_batch(&self, keys: &[K], out: &mut [Option<u32>]) {
+        let root = &self.root[..1 << K::ROOT_BITS];
         for (o, k) in out.iter_mut().zip(keys) {
-            *o = self.lookup_key(*k);
+            *o = self.lookup_in(root, *k);
         }
     }
 
