@@ -356,13 +356,25 @@ impl<K: LpmKey> Lpm<K> {
             // The prefix ends at this level: it covers 2^(start + width - len) entries.
             let base = key.chunk(start, width);
             let count = 1usize << (start + width - len);
-            for i in base..base + count {
-                let e = *self.slot(level, i);
-                if e & EXT != 0 {
-                    self.write_group(e & VALUE_MASK, new, how);
-                    self.try_fold(level, i);
-                } else if how.replaces(e) {
-                    *self.slot(level, i) = new;
+            // One pass the compiler vectorizes over the plain entries (a short prefix covers up
+            // to 2^16 root entries), then the rare entries that point into a group.
+            let entries = match level {
+                Level::Root => &mut self.root[base..base + count],
+                Level::Group(g) => &mut self.groups[g * GROUP + base..g * GROUP + base + count],
+            };
+            let mut groups = false;
+            for e in entries.iter_mut() {
+                let x = *e;
+                groups |= x & EXT != 0;
+                *e = if x & EXT == 0 && how.replaces(x) { new } else { x };
+            }
+            if groups {
+                for i in base..base + count {
+                    let e = *self.slot(level, i);
+                    if e & EXT != 0 {
+                        self.write_group(e & VALUE_MASK, new, how);
+                        self.try_fold(level, i);
+                    }
                 }
             }
             return Ok(());
