@@ -29,6 +29,13 @@ fn lpm4(c: &mut Criterion) {
                 black_box(&out);
             })
         });
+        let mut raw = vec![0u32; LOOKUPS];
+        g.bench_function(BenchmarkId::new("batch_raw", name), |b| {
+            b.iter(|| {
+                t.lookup_batch_raw(black_box(&keys), &mut raw);
+                black_box(&raw);
+            })
+        });
         g.bench_function(BenchmarkId::new("single", name), |b| {
             b.iter(|| {
                 for (o, &k) in out.iter_mut().zip(black_box(&keys)) {

@@ -330,6 +330,24 @@ impl<K: LpmKey> Lpm<K> {
         }
     }
 
+    /// Looks up a batch of keys as DPDK's `rte_lpm_lookup_bulk` does: `out[i]` gets the raw
+    /// entry that decides `keys[i]`, for the caller to [`decode`](Self::decode) when it uses
+    /// it. One load (two past a /24) and one store per key.
+    #[inline]
+    pub fn lookup_batch_raw(&self, keys: &[K], out: &mut [u32]) {
+        let root = &self.root[..1 << K::ROOT_BITS];
+        for (o, k) in out.iter_mut().zip(keys) {
+            *o = self.entry_in(root, *k);
+        }
+    }
+
+    /// The value in a raw entry from [`lookup_batch_raw`](Self::lookup_batch_raw), if it is a
+    /// match.
+    #[inline]
+    pub fn decode(raw: u32) -> Option<u32> {
+        if raw & VALID != 0 { Some(raw & VALUE_MASK) } else { None }
+    }
+
     fn slot(&mut self, level: Level, i: usize) -> &mut u32 {
         match level {
             Level::Root => &mut self.root[i],

@@ -128,3 +128,21 @@ fn op6() -> impl Strategy<Value = Op<u128>> {
         1 => (addr6(), len6()).prop_map(|(a, l)| Op::RemoveAbsent(a, l)),
     ]
 }
+
+#[test]
+fn raw_batch_answers_as_the_decoded_one() {
+    let prefixes = tern_table::workload::ipv4_prefixes(5000, tern_table::workload::IPV4_LENGTH_MIX, 7);
+    let mut t = Lpm4::new();
+    for (i, &(a, len)) in prefixes.iter().enumerate() {
+        t.insert(ipnet::Ipv4Net::new_assert(a.into(), len as u8), i as u32).unwrap();
+    }
+    let keys = tern_table::workload::ipv4_lookups(&prefixes, 2000, 700, 8);
+    let mut raw = vec![0; keys.len()];
+    let mut out = vec![None; keys.len()];
+    t.lookup_batch_raw(&keys, &mut raw);
+    t.lookup_batch(&keys, &mut out);
+    assert!(out.iter().any(Option::is_none) && out.iter().any(Option::is_some));
+    for (r, o) in raw.iter().zip(&out) {
+        assert_eq!(Lpm4::decode(*r), *o);
+    }
+}
