@@ -279,7 +279,8 @@ impl Runtime {
         }
     }
 
-    fn answer(&mut self, control: &mpsc::Receiver<Control>) {
+    /// Answers every question waiting on `control` (between batches, from `run`).
+    pub fn answer(&mut self, control: &mpsc::Receiver<Control>) {
         while let Ok(c) = control.try_recv() {
             match c {
                 Control::Snapshot(tx) => {

@@ -109,3 +109,57 @@ fn a_capture_replays_through_the_switch() {
     assert!(n > 0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn reload_swaps_the_tables_and_flushes_the_cache() {
+    use std::time::Instant;
+    use tern_flow::runtime::{Control, FlowPort};
+    use tern_flow::slowpath::SlowPath;
+    use tern_io::{Batch, Port, mem};
+
+    let text = |to: &str| {
+        format!(
+            "[[port]]\nname = \"a\"\npcap_out = \"/dev/null\"\n[[port]]\nname = \"b\"\npcap_out = \"/dev/null\"\n\
+             [[ofu]]\nid = 1\nkind = \"em\"\n[routes]\nroutes = [\"10.2.0.0/16 {to}\"]\n\
+             [[next_hop]]\nname = \"a\"\nport = \"a\"\neth_src = \"02:00:00:00:00:0a\"\neth_dst = \"02:00:00:00:00:01\"\n\
+             [[next_hop]]\nname = \"b\"\nport = \"b\"\neth_src = \"02:00:00:00:00:0b\"\neth_dst = \"02:00:00:00:00:02\"\n"
+        )
+    };
+    let cfg = config::parse(&text("b"), Path::new("inline.toml")).unwrap();
+    let pool = Pool::new(256, 2048);
+    let (mut host_a, port_a) = mem::pair(&pool, 64);
+    let (mut host_b, port_b) = mem::pair(&pool, 64);
+    let ports = vec![FlowPort::Other(Box::new(port_a)), FlowPort::Other(Box::new(port_b))];
+    let mut rt = Runtime::with_ports(cfg.build(&pool).unwrap(), ports, vec!["a".into(), "b".into()], &pool);
+    let mut send = |rt: &mut Runtime| {
+        let mut f = Vec::new();
+        tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 1, 0, 1], [10, 2, 0, 7], 1000, 53, 64, b"x");
+        let mut b = Batch::new(4);
+        let mut p = pool.packet();
+        p.extend_from_slice(&f).unwrap();
+        b.push(p);
+        host_a.send(Instant::now(), &mut b).unwrap();
+        rt.poll(Instant::now());
+        rt.poll(Instant::now());
+        let (mut got_a, mut got_b) = (Batch::new(8), Batch::new(8));
+        host_a.recv(Instant::now(), &mut got_a).unwrap();
+        host_b.recv(Instant::now(), &mut got_b).unwrap();
+        let r = (got_a.len(), got_b.len());
+        got_a.recycle(&pool);
+        got_b.recycle(&pool);
+        r
+    };
+    assert_eq!(send(&mut rt), (0, 1));
+    assert_eq!(send(&mut rt), (0, 1));
+    assert_eq!(rt.snapshot().cached.0, 1);
+    assert!(rt.snapshot().pipeline.hits >= 1);
+    // The route now points back out of `a`: the cached rule must not outlive it.
+    let new = config::parse(&text("a"), Path::new("inline.toml")).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (gtx, grx) = std::sync::mpsc::channel();
+    tx.send(Control::Reload(Box::new(SlowPath::new(&new.tables).unwrap()), gtx)).unwrap();
+    rt.answer(&rx);
+    assert_eq!(grx.recv().unwrap(), 2);
+    assert_eq!(rt.snapshot().generation, 2);
+    assert_eq!(send(&mut rt), (1, 0));
+}
