@@ -129,6 +129,19 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     for w in &cfg.warnings {
         eprintln!("warning: {w}");
     }
+    if a.until_done {
+        let live: Vec<&str> = cfg
+            .ports
+            .iter()
+            .filter(|p| matches!(p.kind, config::PortKind::AfPacket { .. }))
+            .map(|p| p.name.as_str())
+            .collect();
+        if !live.is_empty() {
+            return Err(
+                format!("--until-done: port(s) {} are interfaces, whose input never ends", live.join(", ")).into()
+            );
+        }
+    }
     let pool = Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
     let mut rt = Runtime::open(&cfg, &pool)?;
     println!("{}", describe(&cfg));
