@@ -23,6 +23,22 @@ fn register_font() -> Result<(), String> {
 
 type Series = Vec<(String, Vec<(f64, f64)>)>;
 
+/// The series legend every figure draws: white, framed, 13-point labels.
+fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
 /// One figure: requests/s (left) and p99 latency (right) against `x_label`, one line per series.
 fn figure<DB: DrawingBackend>(
     root: DrawingArea<DB, plotters::coord::Shift>,
@@ -69,13 +85,7 @@ where
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(err)?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart)?;
     }
     root.present().map_err(err)?;
     Ok(())
@@ -118,6 +128,13 @@ pub fn dispatch(results: &[PointResult], dir: &Path) -> Result<Vec<PathBuf>, Str
     Ok(written)
 }
 
+/// A bar filling segment `x` up to `v`, `margin` pixels in from each side.
+fn bar(x: u32, v: f64, color: RGBColor, margin: u32) -> Rectangle<(SegmentValue<u32>, f64)> {
+    let mut r = Rectangle::new([(SegmentValue::Exact(x), 0.0), (SegmentValue::Exact(x + 1), v)], color.filled());
+    r.set_margin(0, 0, margin, margin);
+    r
+}
+
 fn flow_figure<DB: DrawingBackend>(
     root: DrawingArea<DB, plotters::coord::Shift>,
     sizes: &[(usize, f64, f64, f64)],
@@ -128,68 +145,59 @@ where
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(err)?;
-    let root = root.titled("AccelSDP switch: cached fast path vs slow path only", ("sans-serif", 20)).map_err(err)?;
+    let ratios: Vec<String> = sizes.iter().map(|s| format!("{} B: {:.2}x", s.0, s.1)).collect();
+    let title = format!("AccelSDP switch: cached fast path vs slow path only ({})", ratios.join(", "));
+    let root = root.titled(&title, ("sans-serif", 18)).map_err(err)?;
     let panels = root.split_evenly((1, 2));
-    let y_max = sizes.iter().map(|s| s.2.max(s.3)).fold(0.0f64, f64::max) / 1e6;
-    let n = sizes.len() as f64;
+    // One bar per (frame size, path): fast at 2i, slow at 2i + 1.
+    let bars: Vec<(u32, f64, String)> = sizes
+        .iter()
+        .flat_map(|s| [(s.2, format!("{} B fast", s.0)), (s.3, format!("{} B slow", s.0))])
+        .enumerate()
+        .map(|(j, (v, l))| (j as u32, v / 1e6, l))
+        .collect();
+    let y_max = bars.iter().map(|b| b.1).fold(0.0f64, f64::max);
     let mut chart = ChartBuilder::on(&panels[0])
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..n, 0.0..(y_max * 1.2).max(0.1))
+        .build_cartesian_2d((0..bars.len() as u32).into_segmented(), 0.0..(y_max * 1.2).max(0.1))
         .map_err(err)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(sizes.len().max(1))
-        .x_label_formatter(&|x| {
-            sizes.get(x.floor() as usize).map_or(String::new(), |s| format!("{} B ({:.1}x)", s.0, s.1))
+        .x_labels(bars.len().max(1))
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(j) => bars.get(*j as usize).map_or(String::new(), |b| b.2.clone()),
+            _ => String::new(),
         })
         .y_desc("Mpps (one core)")
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(err)?;
-    for (k, (name, color)) in [("fast path (cached)", COLORS[1]), ("slow path only", COLORS[0])].into_iter().enumerate()
-    {
-        chart
-            .draw_series(sizes.iter().enumerate().map(|(i, s)| {
-                let v = if k == 0 { s.2 } else { s.3 } / 1e6;
-                let x0 = i as f64 + 0.15 + 0.35 * k as f64;
-                Rectangle::new([(x0, 0.0), (x0 + 0.3, v)], color.filled())
-            }))
-            .map_err(err)?
-            .label(name)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
-    }
     chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 13))
-        .draw()
+        .draw_series(bars.iter().map(|b| bar(b.0, b.1, if b.0 % 2 == 0 { COLORS[1] } else { COLORS[0] }, 12)))
         .map_err(err)?;
     let mut chart = ChartBuilder::on(&panels[1])
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..2.0, 0.0..(populate / 1e6).max(0.78) * 1.2)
+        .build_cartesian_2d((0..2u32).into_segmented(), 0.0..(populate / 1e6).max(0.78) * 1.2)
         .map_err(err)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(2)
-        .x_label_formatter(&|x| if *x < 1.0 { "Tern".into() } else { "N3000 (Table 5)".into() })
-        .y_desc("rule populates / s (M)")
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(0) => "Tern (OFU API)".into(),
+            SegmentValue::CenterOf(1) => "N3000 (Table 5)".into(),
+            _ => String::new(),
+        })
+        .y_desc("LPM+EM rule populates / s (M)")
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(err)?;
-    chart
-        .draw_series(
-            [(0.0, populate / 1e6, COLORS[1]), (1.0, 0.78, COLORS[3])]
-                .into_iter()
-                .map(|(x, v, c)| Rectangle::new([(x + 0.25, 0.0), (x + 0.75, v)], c.filled())),
-        )
-        .map_err(err)?;
+    chart.draw_series([bar(0, populate / 1e6, COLORS[1], 40), bar(1, 0.78, COLORS[3], 40)]).map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
 }
