@@ -247,19 +247,7 @@ fn fits_line(c: &Config) -> Vec<String> {
 
 /// `tern flow check`.
 pub fn check(a: &CheckArgs) -> CmdResult {
-    let result = match &a.profile {
-        None => config::load(&a.config),
-        Some(p) => std::fs::read_to_string(&a.config)
-            .map_err(|e| config::ConfigError { path: a.config.display().to_string(), problems: vec![e.to_string()] })
-            .and_then(|text| {
-                let mut t: toml::Table = text.parse().map_err(|e: toml::de::Error| config::ConfigError {
-                    path: a.config.display().to_string(),
-                    problems: vec![e.to_string()],
-                })?;
-                t.insert("profile".into(), toml::Value::String(p.clone()));
-                config::parse(&t.to_string(), &a.config)
-            }),
-    };
+    let result = config::load_for(&a.config, a.profile.as_deref());
     match result {
         Ok(c) => {
             if a.json {
@@ -325,23 +313,10 @@ pub fn dump_flows(a: &DumpFlowsArgs) -> CmdResult {
         println!("{body}");
         return Ok(ExitCode::SUCCESS);
     }
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&body)?;
+    let rows: Vec<FlowRow> = serde_json::from_str(&body)?;
     println!("{} cached rule(s)", rows.len());
-    for r in rows {
-        let g = |k: &str| r.get(k).cloned().unwrap_or_default();
-        let row = FlowRow {
-            table: if g("table") == "lpm" { "lpm" } else { "em" },
-            ofu: g("ofu").as_u64().unwrap_or(0) as u16,
-            index: g("index").as_u64().unwrap_or(0) as u32,
-            priority: g("priority").as_u64().unwrap_or(0) as u32,
-            matching: g("match").as_str().unwrap_or("").to_string(),
-            actions: g("actions").as_str().unwrap_or("").to_string(),
-            n_packets: g("n_packets").as_u64().unwrap_or(0),
-            n_bytes: g("n_bytes").as_u64().unwrap_or(0),
-            duration: g("duration").as_f64().unwrap_or(0.0),
-            idle_age: g("idle_age").as_f64().unwrap_or(0.0),
-        };
-        println!("{}", flow_line(&row));
+    for r in &rows {
+        println!("{}", flow_line(r));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -558,10 +533,7 @@ pub fn report(a: &crate::rules::ReportArgs) -> CmdResult {
     let profile = Profile::resolve(&name)?;
     if profile.name != cfg.profile.name {
         // Re-check the tables against the profile reported on.
-        let text = std::fs::read_to_string(&a.config)?;
-        let mut t: toml::Table = text.parse()?;
-        t.insert("profile".into(), toml::Value::String(name.clone()));
-        cfg = config::parse(&t.to_string(), &a.config)?;
+        cfg = config::load_for(&a.config, Some(&name))?;
     }
     let model = FlowModel::from_profile(&profile)
         .ok_or_else(|| format!("profile {} has no clock or search rate to project with", profile.name))?;

@@ -297,20 +297,31 @@ fn file_lines(base: &Path, file: &Path, problems: &mut Vec<String>) -> Vec<(Stri
 
 /// Reads and checks a configuration file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    load_for(path, None)
+}
+
+/// Reads and checks a configuration file against `profile` (a built-in name or a file) in place
+/// of the one it names, if given.
+pub fn load_for(path: &Path, profile: Option<&str>) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError { path: path.display().to_string(), problems: vec![format!("cannot read: {e}")] })?;
-    parse(&text, path)
+    parse_for(&text, path, profile)
 }
 
 /// Checks a configuration given as text; `path` names it and anchors relative file names.
 pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    parse_for(text, path, None)
+}
+
+/// [`parse`] against `profile` in place of the one the text names, if given.
+pub fn parse_for(text: &str, path: &Path, profile: Option<&str>) -> Result<Config, ConfigError> {
     let name = path.display().to_string();
     let fail = |problems: Vec<String>| ConfigError { path: name.clone(), problems };
     let raw: RawConfig = toml::from_str(text).map_err(|e| fail(vec![e.to_string().trim().replace('\n', " ")]))?;
     let base = path.parent().unwrap_or(Path::new("."));
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
-    let profile_name = raw.profile.clone().unwrap_or_else(|| "cpu".into());
+    let profile_name = profile.map(str::to_string).or_else(|| raw.profile.clone()).unwrap_or_else(|| "cpu".into());
     let profile = match Profile::resolve(&profile_name) {
         Ok(p) => p,
         Err(e) => return Err(fail(vec![format!("profile: {e}")])),

@@ -369,10 +369,10 @@ impl Switch {
 }
 
 /// One cached rule as `dump-flows` shows it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FlowRow {
     /// The table: `em` (exact 5-tuple) or `lpm` (destination prefix).
-    pub table: &'static str,
+    pub table: String,
     /// The OFU holding it.
     pub ofu: OfuId,
     /// Its entry index in the OFU.
@@ -402,7 +402,7 @@ impl Switch {
             let Some(tables) = self.pipeline.ofus().iter().find(|o| o.spec().id == t.ofu) else { continue };
             for (i, e) in tables.entries() {
                 rows.push(FlowRow {
-                    table: tables.spec().kind.as_str(),
+                    table: tables.spec().kind.as_str().to_string(),
                     ofu: t.ofu,
                     index: i,
                     priority: e.rule.priority,
@@ -416,7 +416,7 @@ impl Switch {
             }
         }
         rows.sort_by(|a, b| {
-            (a.table, std::cmp::Reverse(a.priority), a.index).cmp(&(b.table, std::cmp::Reverse(b.priority), b.index))
+            (&a.table, std::cmp::Reverse(a.priority), a.index).cmp(&(&b.table, std::cmp::Reverse(b.priority), b.index))
         });
         rows
     }

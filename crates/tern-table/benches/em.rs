@@ -3,27 +3,29 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
 use rand::Rng;
-use tern_table::em::{ExactMatch, FiveTuple4, FiveTuple6, Seed};
+use tern_table::em::{EmKey, ExactMatch, FiveTuple4, FiveTuple6, Seed};
 use tern_table::workload;
 
 const LOOKUPS: usize = 4096;
 
-fn em4(c: &mut Criterion) {
-    let mut g = c.benchmark_group("em4_lookup");
+/// Batch lookups at 1K and 100K entries of the keys `keys(n)` gives, 90% hits (misses from
+/// `fresh`).
+fn lookups<K: EmKey>(
+    c: &mut Criterion,
+    group: &str,
+    keys: impl Fn(usize) -> Vec<K>,
+    look_seed: u64,
+    fresh: impl Fn(&mut rand::rngs::SmallRng) -> K + Copy,
+) {
+    let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(LOOKUPS as u64));
     for n in [1000, 100_000] {
-        let keys = workload::five_tuples4(n, 1);
+        let keys = keys(n);
         let mut t = ExactMatch::with_seed(Seed::from_u64(9));
         for (i, k) in keys.iter().enumerate() {
             t.insert(*k, i as u32);
         }
-        let look = workload::em_lookups(&keys, LOOKUPS, 900, 2, |r| FiveTuple4 {
-            src: r.random(),
-            dst: r.random(),
-            proto: 17,
-            src_port: r.random(),
-            dst_port: r.random(),
-        });
+        let look = workload::em_lookups(&keys, LOOKUPS, 900, look_seed, fresh);
         let mut out = vec![None; LOOKUPS];
         g.bench_function(BenchmarkId::new("batch", n), |b| {
             b.iter(|| {
@@ -35,31 +37,26 @@ fn em4(c: &mut Criterion) {
     g.finish();
 }
 
+fn em4(c: &mut Criterion) {
+    let fresh = |r: &mut rand::rngs::SmallRng| FiveTuple4 {
+        src: r.random(),
+        dst: r.random(),
+        proto: 17,
+        src_port: r.random(),
+        dst_port: r.random(),
+    };
+    lookups(c, "em4_lookup", |n| workload::five_tuples4(n, 1), 2, fresh);
+}
+
 fn em6(c: &mut Criterion) {
-    let mut g = c.benchmark_group("em6_lookup");
-    g.throughput(Throughput::Elements(LOOKUPS as u64));
-    for n in [1000, 100_000] {
-        let keys = workload::five_tuples6(n, 3);
-        let mut t = ExactMatch::with_seed(Seed::from_u64(9));
-        for (i, k) in keys.iter().enumerate() {
-            t.insert(*k, i as u32);
-        }
-        let look = workload::em_lookups(&keys, LOOKUPS, 900, 4, |r| FiveTuple6 {
-            src: r.random(),
-            dst: r.random(),
-            proto: 6,
-            src_port: r.random(),
-            dst_port: r.random(),
-        });
-        let mut out = vec![None; LOOKUPS];
-        g.bench_function(BenchmarkId::new("batch", n), |b| {
-            b.iter(|| {
-                t.lookup_batch(black_box(&look), &mut out);
-                black_box(&out);
-            })
-        });
-    }
-    g.finish();
+    let fresh = |r: &mut rand::rngs::SmallRng| FiveTuple6 {
+        src: r.random(),
+        dst: r.random(),
+        proto: 6,
+        src_port: r.random(),
+        dst_port: r.random(),
+    };
+    lookups(c, "em6_lookup", |n| workload::five_tuples6(n, 3), 4, fresh);
 }
 
 fn writes(c: &mut Criterion) {

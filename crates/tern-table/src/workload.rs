@@ -50,109 +50,90 @@ fn pick_len(rng: &mut SmallRng, mix: &[(u32, u32)]) -> u32 {
     mix[mix.len() - 1].0
 }
 
-/// `n` distinct IPv4 prefixes as (address, length), lengths drawn from `mix` (or uniformly from
-/// /8–/32 when `mix` is empty: the "random prefixes" case).
-pub fn ipv4_prefixes(n: usize, mix: &[(u32, u32)], seed: u64) -> Vec<(u32, u32)> {
+/// `n` distinct values drawn by `draw` from one seeded generator, in draw order.
+fn distinct<T: Copy + Eq + std::hash::Hash>(n: usize, seed: u64, mut draw: impl FnMut(&mut SmallRng) -> T) -> Vec<T> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut seen = hashbrown::HashSet::with_capacity(n);
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
-        let len = if mix.is_empty() { rng.random_range(8..=32) } else { pick_len(&mut rng, mix) };
-        // Public-looking space: first octet 1..=223.
-        let a = rng.random_range(0x0100_0000..0xe000_0000u32).masked(len);
-        if seen.insert((a, len)) {
-            out.push((a, len));
+        let t = draw(&mut rng);
+        if seen.insert(t) {
+            out.push(t);
         }
     }
     out
+}
+
+/// `n` distinct IPv4 prefixes as (address, length), lengths drawn from `mix` (or uniformly from
+/// /8–/32 when `mix` is empty: the "random prefixes" case).
+pub fn ipv4_prefixes(n: usize, mix: &[(u32, u32)], seed: u64) -> Vec<(u32, u32)> {
+    distinct(n, seed, |rng| {
+        let len = if mix.is_empty() { rng.random_range(8..=32) } else { pick_len(rng, mix) };
+        // Public-looking space: first octet 1..=223.
+        (rng.random_range(0x0100_0000..0xe000_0000u32).masked(len), len)
+    })
 }
 
 /// `n` distinct IPv6 prefixes inside 2000::/3, lengths drawn from `mix` (uniform /16–/128 when
 /// empty).
 pub fn ipv6_prefixes(n: usize, mix: &[(u32, u32)], seed: u64) -> Vec<(u128, u32)> {
+    distinct(n, seed, |rng| {
+        let len = if mix.is_empty() { rng.random_range(16..=128) } else { pick_len(rng, mix) };
+        (((rng.random::<u128>() >> 3) | (1u128 << 125)).masked(len), len)
+    })
+}
+
+/// `n` lookup keys: `hit_per_mille` of them inside a random prefix of `prefixes` (random host
+/// bits), the rest uniformly random.
+fn lookups<K>(prefixes: &[(K, u32)], n: usize, hit_per_mille: u32, seed: u64) -> Vec<K>
+where
+    K: LpmKey + std::ops::BitOr<Output = K> + std::ops::Shr<u32, Output = K>,
+    rand::distr::StandardUniform: rand::distr::Distribution<K>,
+{
     let mut rng = SmallRng::seed_from_u64(seed);
-    let mut seen = hashbrown::HashSet::with_capacity(n);
-    let mut out = Vec::with_capacity(n);
-    while out.len() < n {
-        let len = if mix.is_empty() { rng.random_range(16..=128) } else { pick_len(&mut rng, mix) };
-        let a = (rng.random::<u128>() >> 3) | (1u128 << 125);
-        let a = a.masked(len);
-        if seen.insert((a, len)) {
-            out.push((a, len));
-        }
-    }
-    out
+    (0..n)
+        .map(|_| {
+            if prefixes.is_empty() || rng.random_range(0..1000) >= hit_per_mille {
+                return rng.random();
+            }
+            let (a, len) = prefixes[rng.random_range(0..prefixes.len())];
+            let host: K = rng.random();
+            if len == K::BITS { a } else { a | (host >> len) }
+        })
+        .collect()
 }
 
 /// `n` IPv4 lookup addresses: `hit_per_mille` of them inside a random prefix of `prefixes` (random
 /// host bits), the rest uniformly random.
 pub fn ipv4_lookups(prefixes: &[(u32, u32)], n: usize, hit_per_mille: u32, seed: u64) -> Vec<u32> {
-    let mut rng = SmallRng::seed_from_u64(seed);
-    (0..n)
-        .map(|_| {
-            if prefixes.is_empty() || rng.random_range(0..1000) >= hit_per_mille {
-                return rng.random();
-            }
-            let (a, len) = prefixes[rng.random_range(0..prefixes.len())];
-            let host: u32 = rng.random();
-            if len == 32 { a } else { a | (host >> len) }
-        })
-        .collect()
+    lookups(prefixes, n, hit_per_mille, seed)
 }
 
 /// `n` IPv6 lookup addresses, as [`ipv4_lookups`].
 pub fn ipv6_lookups(prefixes: &[(u128, u32)], n: usize, hit_per_mille: u32, seed: u64) -> Vec<u128> {
-    let mut rng = SmallRng::seed_from_u64(seed);
-    (0..n)
-        .map(|_| {
-            if prefixes.is_empty() || rng.random_range(0..1000) >= hit_per_mille {
-                return rng.random();
-            }
-            let (a, len) = prefixes[rng.random_range(0..prefixes.len())];
-            let host: u128 = rng.random();
-            if len == 128 { a } else { a | (host >> len) }
-        })
-        .collect()
+    lookups(prefixes, n, hit_per_mille, seed)
 }
 
 /// `n` distinct random IPv4 5-tuples (TCP or UDP).
 pub fn five_tuples4(n: usize, seed: u64) -> Vec<FiveTuple4> {
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let mut seen = hashbrown::HashSet::with_capacity(n);
-    let mut out = Vec::with_capacity(n);
-    while out.len() < n {
-        let t = FiveTuple4 {
-            src: rng.random(),
-            dst: rng.random(),
-            proto: if rng.random() { 6 } else { 17 },
-            src_port: rng.random(),
-            dst_port: rng.random(),
-        };
-        if seen.insert(t) {
-            out.push(t);
-        }
-    }
-    out
+    distinct(n, seed, |rng| FiveTuple4 {
+        src: rng.random(),
+        dst: rng.random(),
+        proto: if rng.random() { 6 } else { 17 },
+        src_port: rng.random(),
+        dst_port: rng.random(),
+    })
 }
 
 /// `n` distinct random IPv6 5-tuples (TCP or UDP).
 pub fn five_tuples6(n: usize, seed: u64) -> Vec<FiveTuple6> {
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let mut seen = hashbrown::HashSet::with_capacity(n);
-    let mut out = Vec::with_capacity(n);
-    while out.len() < n {
-        let t = FiveTuple6 {
-            src: rng.random(),
-            dst: rng.random(),
-            proto: if rng.random() { 6 } else { 17 },
-            src_port: rng.random(),
-            dst_port: rng.random(),
-        };
-        if seen.insert(t) {
-            out.push(t);
-        }
-    }
-    out
+    distinct(n, seed, |rng| FiveTuple6 {
+        src: rng.random(),
+        dst: rng.random(),
+        proto: if rng.random() { 6 } else { 17 },
+        src_port: rng.random(),
+        dst_port: rng.random(),
+    })
 }
 
 /// `n` lookup keys drawn from `keys` (hits) with `hit_per_mille`, the rest fresh random tuples.
