@@ -240,6 +240,11 @@ impl Batch {
     pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Packet> {
         self.packets.iter_mut()
     }
+    /// Removes the last packet.
+    #[inline]
+    pub fn pop(&mut self) -> Option<Packet> {
+        self.packets.pop()
+    }
     /// Removes and yields every packet.
     #[inline]
     pub fn drain(&mut self) -> std::vec::Drain<'_, Packet> {
