@@ -387,18 +387,40 @@ impl FrameInfo {
 
 /// Ones'-complement sum of `data` as 16-bit big-endian words (an odd last byte is padded),
 /// folded to 16 bits, not complemented.
-pub fn ones_sum(data: &[u8], mut acc: u32) -> u32 {
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        acc += u32::from(u16::from_be_bytes([c[0], c[1]]));
+pub fn ones_sum(data: &[u8], acc: u32) -> u32 {
+    // 32-bit words into a 64-bit sum: a word hi:lo is congruent to hi + lo modulo 0xffff, so
+    // folding at the end gives the 16-bit sum (RFC 1071's wider-accumulator method).
+    let mut sum = u64::from(acc);
+    let mut quads = data.chunks_exact(4);
+    for c in &mut quads {
+        sum += u64::from(u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
     }
-    if let [b] = chunks.remainder() {
-        acc += u32::from(*b) << 8;
+    let mut words = quads.remainder().chunks_exact(2);
+    for c in &mut words {
+        sum += u64::from(u16::from_be_bytes([c[0], c[1]]));
     }
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
+    if let [b] = words.remainder() {
+        sum += u64::from(*b) << 8;
     }
-    acc
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u32
+}
+
+/// [`ones_sum`]'s reference twin: one 16-bit word at a time.
+pub fn ones_sum_reference(data: &[u8], acc: u32) -> u32 {
+    let fold = |mut s: u64| {
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        s
+    };
+    let mut sum = fold(u64::from(acc));
+    for (i, b) in data.iter().enumerate() {
+        sum = fold(sum + if i % 2 == 0 { u64::from(*b) << 8 } else { u64::from(*b) });
+    }
+    sum as u32
 }
 
 /// The Internet checksum of `data`: 0 when `data` already holds a correct checksum field.
@@ -678,5 +700,13 @@ mod tests {
         let arp = [[0xffu8; 6].as_slice(), &[1; 6], &[0x08, 0x06], &[0; 28]].concat();
         let i = FrameInfo::parse(&arp).unwrap();
         assert_eq!((i.l3, i.ethertype), (L3::Other, ETHERTYPE_ARP));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn ones_sum_matches_its_reference(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200), acc in proptest::prelude::any::<u32>()) {
+            proptest::prop_assert_eq!(ones_sum(&data, acc), ones_sum_reference(&data, acc));
+            proptest::prop_assert_eq!(ones_sum(&data, 0), ones_sum_reference(&data, 0));
+        }
     }
 }
