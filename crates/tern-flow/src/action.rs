@@ -25,6 +25,7 @@
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use tern_io::Packet;
 use tern_wire::frame::{self, FrameInfo, L3, TPID_8021Q, VLAN_LEN};
@@ -275,8 +276,70 @@ impl FromStr for Action {
 pub const MAX_ACTIONS: usize = 16;
 
 /// An ordered list of actions: what a rule does to the packets it matches.
+///
+/// Cloning is cheap (the list is shared), so the slow path can hand the same set to every
+/// packet of a next hop and to the rule it installs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct ActionSet(Box<[Action]>);
+pub struct ActionSet {
+    actions: Arc<[Action]>,
+    /// The set compiled to one header rewrite, where it has that shape.
+    rewrite: Option<Rewrite>,
+}
+
+/// An action set compiled to one header rewrite: set MACs, push a VLAN tag, decrement the TTL
+/// with the IPv4 checksum kept right, output — the shape of every rule the slow path installs
+/// (the paper's action set). The action units run it in one step instead of one action at a
+/// time; [`execute`] falls back to the action-by-action interpreter ([`interpret`], its twin)
+/// for every other set and whenever a packet is out of the common case (TTL expiring, no
+/// headroom, not IP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Rewrite {
+    eth_dst: Option<[u8; 6]>,
+    eth_src: Option<[u8; 6]>,
+    push_tci: Option<u16>,
+    dec_ttl: bool,
+    /// `checksum` runs after the last header change of IPv4 (else it is left as it ends up).
+    checksum_last: bool,
+    /// `checksum` runs somewhere (without a TTL change it canonicalizes the field).
+    checksum_any: bool,
+    output: Option<u16>,
+}
+
+impl Rewrite {
+    fn compile(actions: &[Action]) -> Option<Rewrite> {
+        let mut r = Rewrite {
+            eth_dst: None,
+            eth_src: None,
+            push_tci: None,
+            dec_ttl: false,
+            checksum_last: false,
+            checksum_any: false,
+            output: None,
+        };
+        for a in actions {
+            match *a {
+                Action::SetField(SetField::EthDst(m)) => r.eth_dst = Some(m),
+                Action::SetField(SetField::EthSrc(m)) => r.eth_src = Some(m),
+                Action::PushVlan { tci } if r.push_tci.is_none() => r.push_tci = Some(tci),
+                Action::DecTtl if !r.dec_ttl => {
+                    r.dec_ttl = true;
+                    r.checksum_last = false;
+                }
+                Action::Checksum => {
+                    r.checksum_last = true;
+                    r.checksum_any = true;
+                }
+                Action::Output(p) => r.output = Some(p),
+                _ => return None,
+            }
+        }
+        // `checksum` before `dec_ttl` only (a stale checksum after it): left to the interpreter.
+        if r.dec_ttl && r.checksum_any && !r.checksum_last {
+            return None;
+        }
+        Some(r)
+    }
+}
 
 impl ActionSet {
     /// A set from actions; at most [`MAX_ACTIONS`].
@@ -284,23 +347,29 @@ impl ActionSet {
         if actions.len() > MAX_ACTIONS {
             return Err(format!("{} actions in one set, at most {MAX_ACTIONS}", actions.len()));
         }
-        Ok(ActionSet(actions.into_boxed_slice()))
+        let rewrite = Rewrite::compile(&actions);
+        Ok(ActionSet { actions: actions.into(), rewrite })
     }
 
     /// The actions.
     pub fn actions(&self) -> &[Action] {
-        &self.0
+        &self.actions
+    }
+
+    /// Whether the action units run the set as one compiled header rewrite (see [`execute`]).
+    pub fn is_compiled(&self) -> bool {
+        self.rewrite.is_some()
     }
 
     /// Operand bits the set needs in the action RAM (the type fields are not counted: the
     /// paper does not give its layout).
     pub fn operand_bits(&self) -> u32 {
-        self.0.iter().map(Action::operand_bits).sum()
+        self.actions.iter().map(Action::operand_bits).sum()
     }
 
     /// The output port, if the set forwards.
     pub fn output(&self) -> Option<u16> {
-        self.0.iter().rev().find_map(|a| if let Action::Output(p) = a { Some(*p) } else { None })
+        self.actions.iter().rev().find_map(|a| if let Action::Output(p) = a { Some(*p) } else { None })
     }
 
     /// Things that are allowed but probably wrong: the IPv4 header changed with no `checksum`
@@ -308,13 +377,13 @@ impl ActionSet {
     pub fn warnings(&self, l3: Option<L3>) -> Vec<String> {
         let mut w = Vec::new();
         let mut dirty_v4 = false;
-        for (i, a) in self.0.iter().enumerate() {
+        for (i, a) in self.actions.iter().enumerate() {
             match a {
                 Action::DecTtl | Action::SetField(SetField::Ipv4Src(_) | SetField::Ipv4Dst(_) | SetField::Dscp(_)) => {
                     dirty_v4 = l3 != Some(L3::Ipv6)
                 }
                 Action::Checksum => dirty_v4 = false,
-                Action::Drop if i + 1 < self.0.len() => w.push("actions after `drop` never run".to_string()),
+                Action::Drop if i + 1 < self.actions.len() => w.push("actions after `drop` never run".to_string()),
                 _ => {}
             }
             if let (Action::SetField(f), Some(l3)) = (a, l3)
@@ -333,10 +402,10 @@ impl ActionSet {
 
 impl fmt::Display for ActionSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
+        if self.actions.is_empty() {
             return f.write_str("(none)");
         }
-        for (i, a) in self.0.iter().enumerate() {
+        for (i, a) in self.actions.iter().enumerate() {
             if i > 0 {
                 f.write_str(",")?;
             }
@@ -379,10 +448,90 @@ pub enum ActionDrop {
     NoRoomForVlan,
 }
 
-/// Runs an action set on a packet whose headers `info` describes (and keeps up to date).
-/// Returns the verdict. Never panics: an action that does not apply to the packet (a TCP port
-/// on ICMP, a VLAN id on an untagged frame) changes nothing.
+/// Runs an action set on a packet whose headers `info` describes (and keeps up to date): `info`
+/// is what [`FrameInfo::parse`] returned for the packet (so an IPv4 header checksum is known to
+/// be right). Returns the verdict. Never panics: an action that does not apply to the packet (a
+/// TCP port on ICMP, a VLAN id on an untagged frame) changes nothing.
+///
+/// A compiled set runs as one rewrite; the result (bytes, `info`, verdict) is the one
+/// [`interpret`] gives, which a property test checks.
+#[inline]
 pub fn execute(actions: &ActionSet, pkt: &mut Packet, info: &mut FrameInfo) -> Verdict {
+    if let Some(r) = &actions.rewrite
+        && let Some(v) = rewrite(r, pkt, info)
+    {
+        return v;
+    }
+    interpret(actions, pkt, info)
+}
+
+/// The compiled rewrite, or `None` (nothing changed) when the packet is out of its common case.
+#[inline]
+fn rewrite(r: &Rewrite, pkt: &mut Packet, info: &mut FrameInfo) -> Option<Verdict> {
+    let (ttl_at, v4) = match info.l3 {
+        L3::Ipv4 => (usize::from(info.l3_off) + 8, true),
+        L3::Ipv6 => (usize::from(info.l3_off) + 7, false),
+        L3::Other => return None,
+    };
+    if r.dec_ttl && info.ttl <= 1 {
+        return None;
+    }
+    let grow = if r.push_tci.is_some() { VLAN_LEN } else { 0 };
+    if grow > 0 && !pkt.push_front(grow) {
+        return None;
+    }
+    let d = pkt.data_mut();
+    // Both MACs set: write them; else move the old ones with the tag push and overwrite.
+    match (r.eth_dst, r.eth_src) {
+        (Some(dst), Some(src)) => {
+            d[0..6].copy_from_slice(&dst);
+            d[6..12].copy_from_slice(&src);
+        }
+        (dst, src) => {
+            if grow > 0 {
+                d.copy_within(grow..grow + 12, 0);
+            }
+            if let Some(m) = dst {
+                d[0..6].copy_from_slice(&m);
+            }
+            if let Some(m) = src {
+                d[6..12].copy_from_slice(&m);
+            }
+        }
+    }
+    if let Some(tci) = r.push_tci {
+        d[12..14].copy_from_slice(&TPID_8021Q.to_be_bytes());
+        d[14..16].copy_from_slice(&tci.to_be_bytes());
+        info.vlans += 1;
+        info.vlan_tci = tci;
+        shift(info, VLAN_LEN as i32);
+    }
+    let ttl_at = ttl_at + grow;
+    if v4 && r.checksum_any {
+        // The header checksum was right (the parser checked it), so updating it for the TTL
+        // word (RFC 1624, eqn. 3) gives what recomputing it would; without a TTL change,
+        // recomputing only turns a 0xffff field into 0.
+        let at = ttl_at + 2;
+        let sum = u16::from_be_bytes([d[at], d[at + 1]]);
+        let sum = if r.dec_ttl {
+            let word = u16::from_be_bytes([d[ttl_at], d[ttl_at + 1]]);
+            frame::checksum_adjust(sum, word, word - 0x0100)
+        } else if sum == 0xffff {
+            0
+        } else {
+            sum
+        };
+        d[at..at + 2].copy_from_slice(&sum.to_be_bytes());
+    }
+    if r.dec_ttl {
+        info.ttl -= 1;
+        d[ttl_at] = info.ttl;
+    }
+    Some(r.output.map_or(Verdict::Host, Verdict::Output))
+}
+
+/// Runs the actions one at a time, in order: the action units' reference behaviour.
+pub fn interpret(actions: &ActionSet, pkt: &mut Packet, info: &mut FrameInfo) -> Verdict {
     let mut verdict = Verdict::Host;
     for a in actions.actions() {
         match *a {
