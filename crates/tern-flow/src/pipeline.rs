@@ -121,13 +121,17 @@ impl PipelineStats {
     }
 }
 
-/// Packets the host (slow path) receives, with the port each came in on.
+/// Packets the host (slow path) receives, with the port each came in on and what the parser
+/// found in it (the header information that travels with a packet to the host, so the slow
+/// path does not parse it again).
 #[derive(Debug)]
 pub struct HostQueue {
     /// The packets.
     pub packets: Batch,
     /// `in_ports[i]` is the input port of `packets[i]`.
     pub in_ports: Vec<u16>,
+    /// `infos[i]` describes `packets[i]` as it is now (after any actions that ran on it).
+    pub infos: Vec<FrameInfo>,
 }
 
 /// Where the packets of a batch went.
@@ -145,7 +149,11 @@ impl Outputs {
     pub fn new(ports: usize, batch: usize, host: usize) -> Outputs {
         Outputs {
             ports: (0..ports).map(|_| Batch::new(batch)).collect(),
-            host: HostQueue { packets: Batch::new(host), in_ports: Vec::with_capacity(host) },
+            host: HostQueue {
+                packets: Batch::new(host),
+                in_ports: Vec::with_capacity(host),
+                infos: Vec::with_capacity(host),
+            },
         }
     }
 }
@@ -177,10 +185,28 @@ pub struct Hit {
     pub index: u32,
 }
 
+/// What the stages found for one packet of a batch.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    info: FrameInfo,
+    state: SlotState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    /// The parser refused it.
+    Bad(FrameError),
+    /// No OFU matched (yet).
+    Miss,
+    /// OFU position, entry index.
+    Hit(u32, u32),
+}
+
 /// The OFU pipeline.
 #[derive(Debug)]
 pub struct Pipeline {
     ofus: Vec<OfuTables>,
+    slots: Vec<Slot>,
     enabled: Vec<bool>,
     ports: usize,
     pool: Pool,
@@ -195,7 +221,15 @@ impl Pipeline {
     pub fn new(mut ofus: Vec<OfuTables>, ports: usize, pool: Pool) -> Pipeline {
         ofus.sort_by_key(|o| o.spec().id);
         let stats = PipelineStats { tx_packets: vec![0; ports], ..PipelineStats::default() };
-        Pipeline { enabled: vec![false; ofus.len()], ofus, ports, pool, stats, fsm_budget: 1024 }
+        Pipeline {
+            enabled: vec![false; ofus.len()],
+            ofus,
+            slots: Vec::with_capacity(tern_io::DEFAULT_BATCH),
+            ports,
+            pool,
+            stats,
+            fsm_budget: 1024,
+        }
     }
 
     /// Counters.
@@ -257,28 +291,60 @@ impl Pipeline {
     /// Processes a batch received on `in_port`: every packet ends in `out` or is dropped (its
     /// buffer back in the pool). `out`'s batches must have room for the whole batch: drain them
     /// after every call.
+    ///
+    /// Each stage runs over the whole batch before the next (as VPP's nodes do): parse every
+    /// frame, then search each enabled OFU for every packet still unmatched (the lookups of
+    /// different packets are independent, so the processor overlaps their memory accesses), then
+    /// the action units, then the deparser.
     pub fn process(&mut self, now_ns: u64, in_port: u16, batch: &mut Batch, out: &mut Outputs) {
         self.configure(now_ns);
-        for mut pkt in batch.drain() {
+        let mut slots = std::mem::take(&mut self.slots);
+        slots.clear();
+        // Parser.
+        for pkt in batch.iter() {
             self.stats.rx_packets += 1;
             self.stats.rx_bytes += pkt.len() as u64;
-            let mut info = match FrameInfo::parse(pkt.data()) {
-                Ok(i) => i,
-                Err(e) => {
+            slots.push(match FrameInfo::parse(pkt.data()) {
+                Ok(info) => Slot { info, state: SlotState::Miss },
+                Err(e) => Slot { info: FrameInfo::default(), state: SlotState::Bad(e) },
+            });
+        }
+        // Stage 1 and 2: OFUs in id order; the first hit decides.
+        for (pos, (ofu, _)) in self.ofus.iter().zip(&self.enabled).enumerate().filter(|(_, (_, e))| **e) {
+            for s in slots.iter_mut().filter(|s| s.state == SlotState::Miss) {
+                let found = match s.info.l3 {
+                    L3::Ipv4 => {
+                        let t = tuple4(&s.info);
+                        ofu.lookup4(t.dst, &t)
+                    }
+                    L3::Ipv6 => {
+                        let t = tuple6(&s.info);
+                        ofu.lookup6(t.dst, &t)
+                    }
+                    L3::Other => None,
+                };
+                if let Some(index) = found {
+                    s.state = SlotState::Hit(pos as u32, index);
+                }
+            }
+        }
+        // Action units, then the deparser.
+        for (pkt, s) in batch.drain().zip(slots.iter_mut()) {
+            let mut pkt = pkt;
+            let verdict = match s.state {
+                SlotState::Bad(e) => {
                     self.drop(DropReason::Frame(e), pkt);
                     continue;
                 }
-            };
-            let verdict = match self.stage2(&info) {
-                Some((pos, index)) => {
+                SlotState::Hit(pos, index) => {
                     self.stats.hits += 1;
                     let len = pkt.len() as u64;
-                    match self.ofus[pos].entry_mut(index) {
+                    match self.ofus[pos as usize].entry_mut(index) {
                         Some(e) => {
                             e.packets += 1;
                             e.bytes += len;
                             e.last_hit_ns = now_ns;
-                            let v = action::execute(&e.rule.actions, &mut pkt, &mut info);
+                            let v = action::execute(&e.rule.actions, &mut pkt, &mut s.info);
                             if v == Verdict::Host {
                                 self.stats.rule_to_host += 1;
                             }
@@ -287,8 +353,8 @@ impl Pipeline {
                         None => Verdict::Host,
                     }
                 }
-                None => {
-                    if info.l3 == L3::Other {
+                SlotState::Miss => {
+                    if s.info.l3 == L3::Other {
                         self.stats.not_ip += 1;
                     } else {
                         self.stats.misses += 1;
@@ -296,13 +362,14 @@ impl Pipeline {
                     Verdict::Host
                 }
             };
-            self.deparse(verdict, in_port, pkt, out);
+            self.deparse(verdict, in_port, pkt, &s.info, out);
         }
+        self.slots = slots;
     }
 
     /// The deparser: the packet's bytes are already rewritten in place; this carries out its
     /// state (forward, drop, to host).
-    fn deparse(&mut self, verdict: Verdict, in_port: u16, pkt: Packet, out: &mut Outputs) {
+    fn deparse(&mut self, verdict: Verdict, in_port: u16, pkt: Packet, info: &FrameInfo, out: &mut Outputs) {
         match verdict {
             Verdict::Output(p) => match out.ports.get_mut(usize::from(p)) {
                 Some(b) if usize::from(p) < self.ports => match b.push(pkt) {
@@ -314,7 +381,10 @@ impl Pipeline {
             Verdict::Drop(ActionDrop::Drop) => self.drop(DropReason::Action, pkt),
             Verdict::Drop(ActionDrop::NoRoomForVlan) => self.drop(DropReason::NoRoomForVlan, pkt),
             Verdict::Host => match out.host.packets.push(pkt) {
-                None => out.host.in_ports.push(in_port),
+                None => {
+                    out.host.in_ports.push(in_port);
+                    out.host.infos.push(*info);
+                }
                 Some(pkt) => self.drop(DropReason::HostQueueFull, pkt),
             },
         }

@@ -153,7 +153,8 @@ pub struct SlowPath {
     fib6: Lpm6,
     routes4: BTreeSet<(u32, u8)>,
     routes6: BTreeSet<(u128, u8)>,
-    next_hops: Vec<NextHop>,
+    /// Each next hop's action set for IPv4 and IPv6, built once (packets share them).
+    hop_actions: Vec<[ActionSet; 2]>,
     stats: SlowPathStats,
 }
 
@@ -187,7 +188,11 @@ impl SlowPath {
             routes6: t.routes6.iter().map(|(n, _)| (u128::from(n.network()), n.prefix_len())).collect(),
             fib4,
             fib6,
-            next_hops: t.next_hops.clone(),
+            hop_actions: t
+                .next_hops
+                .iter()
+                .map(|n| [Self::next_hop_actions(n, false), Self::next_hop_actions(n, true)])
+                .collect(),
             stats: SlowPathStats::default(),
         })
     }
@@ -253,7 +258,7 @@ impl SlowPath {
         let Some(nh) = route else {
             return self.drop(SlowDrop::NoRoute, CacheHint::default());
         };
-        let actions = Self::next_hop_actions(&self.next_hops[nh as usize], v6);
+        let actions = self.hop_actions[nh as usize][usize::from(v6)].clone();
         self.stats.forwarded += 1;
         let prefix = prefix_ok.then(|| self.safe_prefix(v6, info.dst, acl_dst_bits));
         (Decision::Forward(actions), CacheHint { exact, prefix })

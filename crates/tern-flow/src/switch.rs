@@ -272,25 +272,26 @@ impl Switch {
         };
         std::mem::swap(&mut misses, &mut out.host.packets);
         let ports = std::mem::take(&mut out.host.in_ports);
-        for (pkt, port) in misses.drain().zip(ports.iter().copied().chain(std::iter::repeat(in_port))) {
-            self.upcall(now_ns, port, pkt, out);
+        let infos = std::mem::take(&mut out.host.infos);
+        for ((pkt, port), info) in misses.drain().zip(ports.iter().copied()).zip(infos.iter().copied()) {
+            self.upcall(now_ns, port, pkt, info, out);
         }
+        // (The pipeline fills all three together; anything left over goes back to the pool.)
+        misses.recycle(&self.pool);
         out.host.in_ports = ports;
         out.host.in_ports.clear();
+        out.host.infos = infos;
+        out.host.infos.clear();
         self.scratch = Some(misses);
     }
 
-    fn upcall(&mut self, now_ns: u64, port: u16, mut pkt: tern_io::Packet, out: &mut Outputs) {
+    fn upcall(&mut self, now_ns: u64, port: u16, mut pkt: tern_io::Packet, mut info: FrameInfo, out: &mut Outputs) {
         if !self.admit_upcall(now_ns) {
             self.stats.upcall_rate_limited += 1;
             self.pool.put(pkt);
             return;
         }
         self.stats.upcalls += 1;
-        let Ok(mut info) = FrameInfo::parse(pkt.data()) else {
-            self.pool.put(pkt);
-            return;
-        };
         let (decision, hint) = self.slow.decide(port, &info);
         let actions = match decision {
             Decision::Forward(a) => a,
