@@ -137,7 +137,7 @@ fn flow_part(secs: f64) -> Result<bool, Box<dyn std::error::Error>> {
     }
     let (fp, sp) = (bench::median(&f), bench::median(&s));
     println!(
-        "   64-byte frames on one core, mem ports: fast path {:.2} Mpps, slow path alone {:.2} Mpps: {:.2}x",
+        "   64-byte frames on one core, mem ports, switch time: fast path {:.2} Mpps, slow path alone {:.2} Mpps: {:.2}x",
         fp / 1e6,
         sp / 1e6,
         fp / sp.max(1.0)
