@@ -299,15 +299,15 @@ impl Pipeline {
     pub fn process(&mut self, now_ns: u64, in_port: u16, batch: &mut Batch, out: &mut Outputs) {
         self.configure(now_ns);
         let mut slots = std::mem::take(&mut self.slots);
-        slots.clear();
-        // Parser.
-        for pkt in batch.iter() {
+        slots.resize(batch.len(), Slot { info: FrameInfo::default(), state: SlotState::Miss });
+        // Parser (into the slots in place).
+        for (pkt, s) in batch.iter().zip(slots.iter_mut()) {
             self.stats.rx_packets += 1;
             self.stats.rx_bytes += pkt.len() as u64;
-            slots.push(match FrameInfo::parse(pkt.data()) {
-                Ok(info) => Slot { info, state: SlotState::Miss },
-                Err(e) => Slot { info: FrameInfo::default(), state: SlotState::Bad(e) },
-            });
+            s.state = match s.info.parse_into(pkt.data()) {
+                Ok(()) => SlotState::Miss,
+                Err(e) => SlotState::Bad(e),
+            };
         }
         // Stage 1 and 2: OFUs in id order; the first hit decides.
         for (pos, (ofu, _)) in self.ofus.iter().zip(&self.enabled).enumerate().filter(|(_, (_, e))| **e) {

@@ -196,11 +196,21 @@ fn be128(b: &[u8], at: usize) -> u128 {
 
 impl FrameInfo {
     /// Parses a frame's headers. IPv4 header checksums are verified.
+    #[inline]
     pub fn parse(frame: &[u8]) -> Result<FrameInfo, FrameError> {
+        let mut info = FrameInfo::default();
+        info.parse_into(frame).map(|()| info)
+    }
+
+    /// [`parse`](Self::parse) into an existing value (a batch's slot, without moving it): on
+    /// success `self` describes `frame`; on error its contents are unspecified.
+    #[inline]
+    pub fn parse_into(&mut self, frame: &[u8]) -> Result<(), FrameError> {
+        *self = FrameInfo::default();
         if frame.len() < ETH_LEN {
             return Err(FrameError::TruncatedEthernet);
         }
-        let mut info = FrameInfo::default();
+        let info = self;
         let mut off = 12;
         let mut ethertype = be16(frame, off);
         while ethertype == TPID_8021Q || ethertype == TPID_8021AD {
@@ -225,7 +235,7 @@ impl FrameInfo {
             ETHERTYPE_IPV6 => info.parse_ipv6(frame, l3)?,
             _ => info.ip_end = frame.len() as u16,
         }
-        Ok(info)
+        Ok(())
     }
 
     fn parse_ipv4(&mut self, frame: &[u8], l3: usize) -> Result<(), FrameError> {
