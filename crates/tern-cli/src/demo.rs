@@ -152,12 +152,13 @@ fn flow_part(secs: f64) -> Result<bool, Box<dyn std::error::Error>> {
             if flows as u64 <= bcam { "fit" } else { "do not fit" }
         );
         println!(
-            "   {:.1} Mpps ({}-bound), {:.0} ns through the pipeline; filling the BCAM takes {:.1} ms (Table 5).",
+            "   {:.1} Mpps ({}-bound, {:.1}x the software fast path above), {:.0} ns through the pipeline;",
             pr.packets_per_s / 1e6,
             pr.bottleneck.as_str(),
+            pr.packets_per_s / fp.max(1.0),
             pr.latency_ns,
-            bcam as f64 / m.config.em_populate_per_s * 1e3
         );
+        println!("   filling the BCAM takes {:.1} ms (Table 5).", bcam as f64 / m.config.em_populate_per_s * 1e3);
     }
     Ok(warm.hit_ratio > 0.99 && warm.forwarded_ratio > 0.999)
 }

@@ -129,9 +129,13 @@ pub fn run(a: &FlowBenchArgs) -> CmdResult {
         a.routes, a.acl, a.flows
     ));
     let t = bench::tables(a.routes, a.acl);
+    // The paper's own comparison (§6.4, Figure 23) is its NIC against OVS-DPDK's software fast
+    // path; the N3000 model projects the NIC side for the same frames and action set.
+    let n3000 = tern_hw::Profile::builtin("accelsdp-n3000").ok().and_then(|p| tern_hw::flow::FlowModel::from_profile(&p));
     let phase = Duration::from_secs_f64(secs);
     let mut sizes = Vec::new();
     let mut ratios = Vec::new();
+    let mut hw_ratios = Vec::new();
     for &size in &a.sizes {
         let frames = bench::frames(&t, a.flows, size);
         let mut fast = Rig::new(&t, PathKind::Fast);
@@ -166,6 +170,15 @@ pub fn run(a: &FlowBenchArgs) -> CmdResult {
             fl / 1e6,
             sl / 1e6,
         ));
+        let projected = n3000.as_ref().map(|m| m.project(size as u32, 6).packets_per_s);
+        if let Some(hw) = projected {
+            hw_ratios.push((size, hw / fp.max(1.0)));
+            say(format!(
+                "{size:>5} B: N3000 projected {:.1} Mpps = {:.1}x this software fast path (the paper's NIC-over-software comparison; a projection, not a measurement)",
+                hw / 1e6,
+                hw / fp.max(1.0)
+            ));
+        }
         if f.iter().chain(&s).any(|p| p.forwarded_ratio < 0.999) {
             say(format!("warning: {size} B: some frames did not come out of the switch"));
         }
@@ -175,6 +188,8 @@ pub fn run(a: &FlowBenchArgs) -> CmdResult {
             "fast": {"median_pps": fp, "median_loop_pps": fl, "median_batch_p50_ns": med(&f, |p| p.batch_p50_ns), "median_batch_p99_ns": med(&f, |p| p.batch_p99_ns), "phases": f.iter().map(phase_json).collect::<Vec<_>>()},
             "slow": {"median_pps": sp, "median_loop_pps": sl, "median_batch_p50_ns": med(&s, |p| p.batch_p50_ns), "median_batch_p99_ns": med(&s, |p| p.batch_p99_ns), "phases": s.iter().map(phase_json).collect::<Vec<_>>()},
             "fast_over_slow": ratio,
+            "projected_n3000_pps": projected,
+            "projected_n3000_over_fast": projected.map(|hw| hw / fp.max(1.0)),
         }));
     }
     let c = bench::config_rate(config_rules, rounds);
@@ -194,6 +209,7 @@ pub fn run(a: &FlowBenchArgs) -> CmdResult {
         "options": {"rounds": rounds, "phase_secs": secs, "flows": a.flows, "routes": a.routes, "acl": a.acl, "config_rules": config_rules},
         "fast_over_slow_64b": ratio_at(64),
         "fast_over_slow_1024b": ratio_at(1024),
+        "projected_n3000_over_fast_64b": hw_ratios.iter().find(|r| r.0 == 64).map(|r| r.1),
         "populate_per_s": populate,
         "config_rate": {"em_populate_per_s": c.em_populate_per_s, "em_delete_per_s": c.em_delete_per_s, "em_update_per_s": c.update_per_s, "lpm_populate_per_s": c.lpm_populate_per_s, "lpm_delete_per_s": c.lpm_delete_per_s},
         "sizes": sizes,

@@ -321,9 +321,16 @@ fn bench_flow_json_has_the_promised_keys() {
     ]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    for k in ["fast_over_slow_64b", "fast_over_slow_1024b", "populate_per_s"] {
+    for k in ["fast_over_slow_64b", "fast_over_slow_1024b", "populate_per_s", "projected_n3000_over_fast_64b"] {
         assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {}", v[k]);
     }
+    // The projection is the N3000's line rate at 64 B (148.8 Mpps) over the measured fast path.
+    let s64 = &v["sizes"][0];
+    assert_eq!(s64["frame_bytes"], 64);
+    let hw = s64["projected_n3000_pps"].as_f64().unwrap();
+    assert!((hw / 1e6 - 148.8).abs() < 0.1, "{hw}");
+    let fast = s64["fast"]["median_pps"].as_f64().unwrap();
+    assert!((s64["projected_n3000_over_fast"].as_f64().unwrap() - hw / fast).abs() < 1e-6 * hw / fast);
     assert!(dir.join("flow.json").exists() && dir.join("flow.png").exists() && dir.join("flow.svg").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
