@@ -131,7 +131,8 @@ pub fn run(a: &FlowBenchArgs) -> CmdResult {
     let t = bench::tables(a.routes, a.acl);
     // The paper's own comparison (§6.4, Figure 23) is its NIC against OVS-DPDK's software fast
     // path; the N3000 model projects the NIC side for the same frames and action set.
-    let n3000 = tern_hw::Profile::builtin("accelsdp-n3000").ok().and_then(|p| tern_hw::flow::FlowModel::from_profile(&p));
+    let n3000 =
+        tern_hw::Profile::builtin("accelsdp-n3000").ok().and_then(|p| tern_hw::flow::FlowModel::from_profile(&p));
     let phase = Duration::from_secs_f64(secs);
     let mut sizes = Vec::new();
     let mut ratios = Vec::new();

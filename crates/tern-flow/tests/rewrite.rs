@@ -15,7 +15,10 @@ fn frame_for(kind: u8, ttl: u8, tagged: bool, payload: usize) -> Vec<u8> {
         0 => frame::build_udp4(&mut f, a, b, [10, 0, 0, 1], [10, 9, 8, 7], 1234, 53, ttl, &body),
         1 => frame::build_tcp4(&mut f, a, b, [10, 0, 0, 1], [10, 9, 8, 7], 1234, 80, ttl, &body),
         2 => {
-            let (s, d) = ([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+            let (s, d) = (
+                [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+                [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+            );
             frame::build_udp6(&mut f, a, b, s, d, 1234, 443, ttl, &body)
         }
         _ => {
@@ -107,7 +110,11 @@ fn both_representations_of_a_zero_sum_checksum() {
     for field in [0x0000u16, 0xffff] {
         f[l3 + 10..l3 + 12].copy_from_slice(&field.to_be_bytes());
         assert!(FrameInfo::parse(&f).is_ok(), "{field:#x} verifies");
-        for set in ["checksum,output:1", "dec_ttl,checksum,output:1", "set_field:eth_dst=02:00:00:00:00:09,push_vlan:5,checksum"] {
+        for set in [
+            "checksum,output:1",
+            "dec_ttl,checksum,output:1",
+            "set_field:eth_dst=02:00:00:00:00:09,push_vlan:5,checksum",
+        ] {
             let set: ActionSet = set.parse().unwrap();
             assert!(set.is_compiled(), "{set}");
             both(&set, &f, 64, 2048);
