@@ -1,6 +1,7 @@
 //! Arbitrary bytes as an L2 frame: the parser, the switch (pipeline, slow path, cache install,
 //! then the cached rule's actions on a second pass) and every action set on the parsed frame
-//! must never panic; a frame the pipeline forwards must parse again.
+//! must never panic; a frame the pipeline forwards must parse again; a compiled action set must
+//! do what the action-by-action interpreter does.
 #![no_main]
 
 use std::cell::RefCell;
@@ -60,11 +61,20 @@ fuzz_target!(|data: &[u8]| {
             for set in sets.iter() {
                 let mut p = pool.packet();
                 p.reserve_headroom(DEFAULT_HEADROOM);
-                if p.extend_from_slice(data).is_ok() {
-                    let mut i = info.clone();
-                    let _ = action::execute(set, &mut p, &mut i);
+                let mut q = pool.packet();
+                q.reserve_headroom(DEFAULT_HEADROOM);
+                if p.extend_from_slice(data).is_ok() && q.extend_from_slice(data).is_ok() {
+                    // The compiled rewrite (where the set has its shape) against the interpreter.
+                    let (mut i, mut j) = (info, info);
+                    let v = action::execute(set, &mut p, &mut i);
+                    let w = action::interpret(set, &mut q, &mut j);
+                    assert_eq!((v, i), (w, j), "{set}");
+                    if !matches!(v, action::Verdict::Drop(_)) {
+                        assert_eq!(p.data(), q.data(), "{set}");
+                    }
                 }
                 pool.put(p);
+                pool.put(q);
             }
         }
     });

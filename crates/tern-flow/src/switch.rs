@@ -273,11 +273,16 @@ impl Switch {
         std::mem::swap(&mut misses, &mut out.host.packets);
         let ports = std::mem::take(&mut out.host.in_ports);
         let infos = std::mem::take(&mut out.host.infos);
+        // The pipeline fills the three together; a packet without its port and header
+        // information (pushed by someone else) goes back to the pool.
+        while misses.len() > ports.len().min(infos.len()) {
+            if let Some(p) = misses.pop() {
+                self.pool.put(p);
+            }
+        }
         for ((pkt, port), info) in misses.drain().zip(ports.iter().copied()).zip(infos.iter().copied()) {
             self.upcall(now_ns, port, pkt, info, out);
         }
-        // (The pipeline fills all three together; anything left over goes back to the pool.)
-        misses.recycle(&self.pool);
         out.host.in_ports = ports;
         out.host.in_ports.clear();
         out.host.infos = infos;
