@@ -500,11 +500,7 @@ fn rewrite(r: &Rewrite, pkt: &mut Packet, info: &mut FrameInfo) -> Option<Verdic
         }
     }
     if let Some(tci) = r.push_tci {
-        d[12..14].copy_from_slice(&TPID_8021Q.to_be_bytes());
-        d[14..16].copy_from_slice(&tci.to_be_bytes());
-        info.vlans += 1;
-        info.vlan_tci = tci;
-        shift(info, VLAN_LEN as i32);
+        write_pushed_tag(d, info, tci);
     }
     let ttl_at = ttl_at + grow;
     if v4 && r.checksum_any {
@@ -561,11 +557,7 @@ pub fn interpret(actions: &ActionSet, pkt: &mut Packet, info: &mut FrameInfo) ->
                 }
                 let d = pkt.data_mut();
                 d.copy_within(VLAN_LEN..VLAN_LEN + 12, 0);
-                d[12..14].copy_from_slice(&TPID_8021Q.to_be_bytes());
-                d[14..16].copy_from_slice(&tci.to_be_bytes());
-                info.vlans += 1;
-                info.vlan_tci = tci;
-                shift(info, VLAN_LEN as i32);
+                write_pushed_tag(d, info, tci);
             }
             Action::PopVlan => {
                 if info.vlans == 0 {
@@ -584,6 +576,17 @@ pub fn interpret(actions: &ActionSet, pkt: &mut Packet, info: &mut FrameInfo) ->
         }
     }
     verdict
+}
+
+/// Writes the tag of a push (the frame has grown by `VLAN_LEN` at the front and its MACs are
+/// in place) and moves `info` with it.
+#[inline]
+fn write_pushed_tag(d: &mut [u8], info: &mut FrameInfo, tci: u16) {
+    d[12..14].copy_from_slice(&TPID_8021Q.to_be_bytes());
+    d[14..16].copy_from_slice(&tci.to_be_bytes());
+    info.vlans += 1;
+    info.vlan_tci = tci;
+    shift(info, VLAN_LEN as i32);
 }
 
 fn shift(info: &mut FrameInfo, by: i32) {

@@ -176,6 +176,22 @@ pub fn tuple6(info: &FrameInfo) -> FiveTuple6 {
     FiveTuple6 { src: info.src, dst: info.dst, proto: info.proto, src_port: info.src_port, dst_port: info.dst_port }
 }
 
+/// Stage 1 and one OFU's stage 2 for a parsed frame: its entry index, if it has one.
+#[inline]
+fn lookup(ofu: &OfuTables, info: &FrameInfo) -> Option<u32> {
+    match info.l3 {
+        L3::Ipv4 => {
+            let t = tuple4(info);
+            ofu.lookup4(t.dst, &t)
+        }
+        L3::Ipv6 => {
+            let t = tuple6(info);
+            ofu.lookup6(t.dst, &t)
+        }
+        L3::Other => None,
+    }
+}
+
 /// What stage 2 found for a packet: the OFU (position) and entry index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hit {
@@ -274,18 +290,12 @@ impl Pipeline {
     /// Returns the OFU's position and the entry index.
     #[inline]
     fn stage2(&self, info: &FrameInfo) -> Option<(usize, u32)> {
-        let mut enabled = self.ofus.iter().zip(&self.enabled).enumerate().filter(|(_, (_, e))| **e);
-        match info.l3 {
-            L3::Ipv4 => {
-                let t = tuple4(info);
-                enabled.find_map(|(pos, (o, _))| o.lookup4(t.dst, &t).map(|i| (pos, i)))
-            }
-            L3::Ipv6 => {
-                let t = tuple6(info);
-                enabled.find_map(|(pos, (o, _))| o.lookup6(t.dst, &t).map(|i| (pos, i)))
-            }
-            L3::Other => None,
-        }
+        self.ofus
+            .iter()
+            .zip(&self.enabled)
+            .enumerate()
+            .filter(|(_, (_, e))| **e)
+            .find_map(|(pos, (o, _))| lookup(o, info).map(|i| (pos, i)))
     }
 
     /// Processes a batch received on `in_port`: every packet ends in `out` or is dropped (its
@@ -312,18 +322,7 @@ impl Pipeline {
         // Stage 1 and 2: OFUs in id order; the first hit decides.
         for (pos, (ofu, _)) in self.ofus.iter().zip(&self.enabled).enumerate().filter(|(_, (_, e))| **e) {
             for s in slots.iter_mut().filter(|s| s.state == SlotState::Miss) {
-                let found = match s.info.l3 {
-                    L3::Ipv4 => {
-                        let t = tuple4(&s.info);
-                        ofu.lookup4(t.dst, &t)
-                    }
-                    L3::Ipv6 => {
-                        let t = tuple6(&s.info);
-                        ofu.lookup6(t.dst, &t)
-                    }
-                    L3::Other => None,
-                };
-                if let Some(index) = found {
+                if let Some(index) = lookup(ofu, &s.info) {
                     s.state = SlotState::Hit(pos as u32, index);
                 }
             }

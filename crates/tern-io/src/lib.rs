@@ -69,6 +69,22 @@ pub struct PortStats {
     pub tx_batches: u64,
 }
 
+impl PortStats {
+    /// Counts a receive call that delivered `n` packets.
+    #[inline]
+    pub fn received(&mut self, n: usize) {
+        self.rx_packets += n as u64;
+        self.rx_batches += u64::from(n > 0);
+    }
+
+    /// Counts a send call that sent `n` packets.
+    #[inline]
+    pub fn sent(&mut self, n: usize) {
+        self.tx_packets += n as u64;
+        self.tx_batches += u64::from(n > 0);
+    }
+}
+
 impl std::ops::AddAssign for PortStats {
     fn add_assign(&mut self, o: PortStats) {
         self.rx_packets += o.rx_packets;
@@ -92,8 +108,7 @@ pub(crate) fn pop_into(ring: &crossbeam_queue::ArrayQueue<Packet>, batch: &mut B
         batch.push(p);
         n += 1;
     }
-    stats.rx_packets += n as u64;
-    stats.rx_batches += u64::from(n > 0);
+    stats.received(n);
     n
 }
 
@@ -137,8 +152,7 @@ pub(crate) fn deliver_received(
             }
         }
     }
-    stats.rx_packets += delivered as u64;
-    stats.rx_batches += u64::from(delivered > 0);
+    stats.received(delivered);
     delivered
 }
 

@@ -44,8 +44,7 @@ impl Port for MemPort {
             // Cannot fail: the batch had room for `n`.
             let _ = batch.push(p);
         }
-        self.stats.rx_packets += n as u64;
-        self.stats.rx_batches += u64::from(n > 0);
+        self.stats.received(n);
         Ok(n)
     }
 
@@ -66,8 +65,7 @@ impl Port for MemPort {
             stats.tx_bytes += p.len() as u64;
             p
         }));
-        self.stats.tx_packets += n as u64;
-        self.stats.tx_batches += u64::from(n > 0);
+        self.stats.sent(n);
         Ok(n)
     }
 

@@ -91,8 +91,7 @@ pub(crate) fn send_prefixed<const P: usize>(
         start += r as usize;
     }
     batch.recycle(pool);
-    stats.tx_packets += sent as u64;
-    stats.tx_batches += u64::from(sent > 0);
+    stats.sent(sent);
     sent
 }
 

@@ -213,8 +213,7 @@ impl Port for PcapIn {
             }
             self.advance();
         }
-        self.stats.rx_packets += n as u64;
-        self.stats.rx_batches += u64::from(n > 0);
+        self.stats.received(n);
         Ok(n)
     }
 
@@ -298,8 +297,7 @@ impl Port for PcapOut {
                 self.stats.tx_dropped += 1;
             }
         }
-        self.stats.tx_packets += sent as u64;
-        self.stats.tx_batches += u64::from(sent > 0);
+        self.stats.sent(sent);
         batch.recycle(&self.pool);
         Ok(sent)
     }

@@ -309,8 +309,7 @@ impl Port for UdpPort {
             start += r;
         }
         batch.recycle(&self.pool);
-        self.stats.tx_packets += sent as u64;
-        self.stats.tx_batches += u64::from(sent > 0);
+        self.stats.sent(sent);
         // Errors for single destinations are counted, not fatal: the batch went out otherwise.
         let _ = result;
         Ok(sent)
