@@ -250,6 +250,27 @@ impl Batch {
     pub fn drain(&mut self) -> std::vec::Drain<'_, Packet> {
         self.packets.drain(..)
     }
+    /// Exchanges the batch's packets with those in `packets` (a vector of at most
+    /// [`capacity`](Self::capacity) packets): whole batches change hands without moving a packet.
+    /// Returns false, changing nothing, if `packets` holds too many.
+    #[inline]
+    pub fn exchange(&mut self, packets: &mut Vec<Packet>) -> bool {
+        if packets.len() > self.capacity {
+            return false;
+        }
+        std::mem::swap(&mut self.packets, packets);
+        true
+    }
+    /// Exchanges the packets of two batches, if each fits the other's capacity; returns false,
+    /// changing nothing, otherwise.
+    #[inline]
+    pub fn swap(&mut self, other: &mut Batch) -> bool {
+        if self.len() > other.capacity || other.len() > self.capacity {
+            return false;
+        }
+        std::mem::swap(&mut self.packets, &mut other.packets);
+        true
+    }
     /// Returns every packet's buffer to `pool`.
     #[inline]
     pub fn recycle(&mut self, pool: &Pool) {
