@@ -206,6 +206,8 @@ pub struct Hit {
 struct Slot {
     info: FrameInfo,
     state: SlotState,
+    /// What the action units decided (for a `Bad` frame: unused).
+    verdict: Verdict,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -309,7 +311,7 @@ impl Pipeline {
     pub fn process(&mut self, now_ns: u64, in_port: u16, batch: &mut Batch, out: &mut Outputs) {
         self.configure(now_ns);
         let mut slots = std::mem::take(&mut self.slots);
-        slots.resize(batch.len(), Slot { info: FrameInfo::default(), state: SlotState::Miss });
+        slots.resize(batch.len(), Slot { info: FrameInfo::default(), state: SlotState::Miss, verdict: Verdict::Host });
         // Parser (into the slots in place).
         for (pkt, s) in batch.iter().zip(slots.iter_mut()) {
             self.stats.rx_packets += 1;
@@ -327,14 +329,10 @@ impl Pipeline {
                 }
             }
         }
-        // Action units, then the deparser.
-        for (pkt, s) in batch.drain().zip(slots.iter_mut()) {
-            let mut pkt = pkt;
-            let verdict = match s.state {
-                SlotState::Bad(e) => {
-                    self.drop(DropReason::Frame(e), pkt);
-                    continue;
-                }
+        // Action units, in place.
+        for (pkt, s) in batch.iter_mut().zip(slots.iter_mut()) {
+            s.verdict = match s.state {
+                SlotState::Bad(_) => Verdict::Drop(ActionDrop::Drop),
                 SlotState::Hit(pos, index) => {
                     self.stats.hits += 1;
                     let len = pkt.len() as u64;
@@ -343,7 +341,7 @@ impl Pipeline {
                             e.packets += 1;
                             e.bytes += len;
                             e.last_hit_ns = now_ns;
-                            let v = action::execute(&e.rule.actions, &mut pkt, &mut s.info);
+                            let v = action::execute(&e.rule.actions, pkt, &mut s.info);
                             if v == Verdict::Host {
                                 self.stats.rule_to_host += 1;
                             }
@@ -361,9 +359,48 @@ impl Pipeline {
                     Verdict::Host
                 }
             };
-            self.deparse(verdict, in_port, pkt, &s.info, out);
+        }
+        // The deparser. When every packet of the batch goes the same way (the common case) the
+        // batch changes hands whole; else packet by packet.
+        if !self.deparse_whole(in_port, batch, &slots, out) {
+            for (pkt, s) in batch.drain().zip(slots.iter()) {
+                match s.state {
+                    SlotState::Bad(e) => self.drop(DropReason::Frame(e), pkt),
+                    _ => self.deparse(s.verdict, in_port, pkt, &s.info, out),
+                }
+            }
         }
         self.slots = slots;
+    }
+
+    /// The deparser for a batch whose packets all go the same way, to an output port or the
+    /// host queue, when that batch is empty: the two exchange their packets. Returns false,
+    /// doing nothing, otherwise.
+    fn deparse_whole(&mut self, in_port: u16, batch: &mut Batch, slots: &[Slot], out: &mut Outputs) -> bool {
+        let Some(first) = slots.first() else { return true };
+        let verdict = first.verdict;
+        if slots.iter().any(|s| matches!(s.state, SlotState::Bad(_)) || s.verdict != verdict) {
+            return false;
+        }
+        let n = slots.len();
+        match verdict {
+            Verdict::Output(p) if usize::from(p) < self.ports => {
+                let Some(b) = out.ports.get_mut(usize::from(p)) else { return false };
+                if !b.is_empty() || !b.swap(batch) {
+                    return false;
+                }
+                self.stats.tx_packets[usize::from(p)] += n as u64;
+            }
+            Verdict::Host => {
+                if !out.host.packets.is_empty() || !out.host.packets.swap(batch) {
+                    return false;
+                }
+                out.host.in_ports.extend(std::iter::repeat_n(in_port, n));
+                out.host.infos.extend(slots.iter().map(|s| s.info));
+            }
+            _ => return false,
+        }
+        true
     }
 
     /// The deparser: the packet's bytes are already rewritten in place; this carries out its

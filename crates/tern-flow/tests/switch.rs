@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tern_flow::classifier::{Pattern, PortRange};
 use tern_flow::ofu::{self, OfuKind, OfuSpec};
-use tern_flow::pipeline::{Outputs, Pipeline};
+use tern_flow::pipeline::{DropReason, Outputs, Pipeline};
 use tern_flow::slowpath::{AclAction, AclRule, NextHop, SlowPath, SlowPathTables};
 use tern_flow::switch::{CacheMode, CachePolicy, Switch};
 use tern_io::{Batch, DEFAULT_HEADROOM, Pool};
@@ -182,4 +182,45 @@ fn acl_denials_are_cached_as_drops() {
     assert_eq!(send(&mut sw, &pool, 2, vec![ssh(&pool), ssh(&pool)]), [0, 0, 0]);
     assert_eq!(sw.cache_stats().upcalls, 1);
     assert_eq!(sw.pipeline.stats().dropped(tern_flow::pipeline::DropReason::Action), 2);
+}
+
+#[test]
+fn deparser_sorts_mixed_batches_and_hands_over_uniform_ones() {
+    let (mut sw, pool) = switch(CacheMode::Exact, CachePolicy::default());
+    send(&mut sw, &pool, 1, vec![udp(&pool, [10, 1, 0, 5], 1000), udp(&pool, [10, 2, 0, 5], 1000)]);
+    assert_eq!(sw.cached(), (2, 0));
+    // Mixed: two ports, a bad frame, a miss (a new flow, through the slow path).
+    let mut bad = udp(&pool, [10, 1, 0, 5], 1000);
+    bad.set_len(30);
+    let mixed = vec![
+        udp(&pool, [10, 1, 0, 5], 1000),
+        udp(&pool, [10, 2, 0, 5], 1000),
+        bad,
+        udp(&pool, [10, 1, 0, 5], 1000),
+        udp(&pool, [10, 1, 0, 6], 1000),
+    ];
+    assert_eq!(send(&mut sw, &pool, 2, mixed), [0, 3, 1]);
+    assert_eq!(sw.pipeline.stats().dropped(DropReason::Frame(frame::FrameError::TruncatedIpv4)), 1);
+    // Uniform, into an output batch that already holds packets: appended, in order.
+    let mut out = Outputs::new(3, 64, 64);
+    let mut first = Batch::new(8);
+    (0..3).for_each(|_| assert!(first.push(udp(&pool, [10, 1, 0, 5], 1000)).is_none()));
+    sw.process(3, 0, &mut first, &mut out);
+    assert_eq!(out.ports[1].len(), 3);
+    let mut second = Batch::new(8);
+    (0..5).for_each(|i| assert!(second.push(udp(&pool, [10, 1, 0, 5], 1000 + i)).is_none()));
+    let before = sw.pipeline.stats().hits;
+    sw.process(4, 0, &mut second, &mut out);
+    // Flows 1001.. are new: up to the slow path and back out on port 1 after the three.
+    assert_eq!(out.ports[1].len(), 8);
+    assert!(second.is_empty());
+    assert_eq!(sw.pipeline.stats().hits - before, 1);
+    let ports: Vec<u16> = out.ports[1].iter().map(|p| frame::FrameInfo::parse(p.data()).unwrap().src_port).collect();
+    assert_eq!(ports, [1000, 1000, 1000, 1000, 1001, 1002, 1003, 1004]);
+    // Forwarded by rules (3 of the mixed batch, 3, 1) and by the slow path (2, 1, 4).
+    let by_rules: u64 = sw.pipeline.stats().tx_packets.iter().sum();
+    assert_eq!((by_rules, sw.cache_stats().slow_forwarded), (7, 7));
+    for b in &mut out.ports {
+        b.recycle(&pool);
+    }
 }
