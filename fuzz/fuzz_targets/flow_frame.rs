@@ -1,7 +1,8 @@
 //! Arbitrary bytes as an L2 frame: the parser, the switch (pipeline, slow path, cache install,
 //! then the cached rule's actions on a second pass) and every action set on the parsed frame
-//! must never panic; a frame the pipeline forwards must parse again; a compiled action set must
-//! do what the action-by-action interpreter does.
+//! must never panic; the parser's common-case path must agree with the general parser; a frame
+//! the pipeline forwards must parse again; a compiled action set must do what the
+//! action-by-action interpreter does.
 #![no_main]
 
 use std::cell::RefCell;
@@ -36,6 +37,13 @@ thread_local! {
 
 fuzz_target!(|data: &[u8]| {
     let parsed = FrameInfo::parse(data);
+    // The parser's common-case path and the general parser agree on every frame.
+    let mut general = FrameInfo::default();
+    let g = general.parse_general_into(data);
+    assert_eq!(parsed.map(|_| ()), g, "parse and parse_general_into disagree");
+    if let Ok(info) = parsed {
+        assert_eq!(info, general, "parse and parse_general_into disagree");
+    }
     STATE.with(|s| {
         let (sw, pool, sets) = &mut *s.borrow_mut();
         for pass in 0..2u64 {

@@ -204,8 +204,70 @@ impl FrameInfo {
 
     /// [`parse`](Self::parse) into an existing value (a batch's slot, without moving it): on
     /// success `self` describes `frame`; on error its contents are unspecified.
+    ///
+    /// The common case (an untagged Ethernet frame carrying IPv4 without options and a TCP or
+    /// UDP segment, valid and unfragmented) takes a short path over a fixed-size header; every
+    /// other frame, valid or not, goes to [`parse_general_into`](Self::parse_general_into). The
+    /// two give the same result for every frame (a property test and the fuzz target check it).
     #[inline]
     pub fn parse_into(&mut self, frame: &[u8]) -> Result<(), FrameError> {
+        if self.parse_common(frame) { Ok(()) } else { self.parse_general_into(frame) }
+    }
+
+    /// The common case of [`parse_into`](Self::parse_into): fills `self` and returns true, or
+    /// returns false (`self` unchanged) for a frame outside it.
+    #[inline(always)]
+    fn parse_common(&mut self, frame: &[u8]) -> bool {
+        let Some(h) = frame.first_chunk::<42>() else { return false };
+        if h[12..15] != [0x08, 0x00, 0x45] {
+            return false;
+        }
+        let end = ETH_LEN + usize::from(be16(h, 16));
+        // A total length below the header's, or beyond the frame: the general parser's error.
+        if end < ETH_LEN + 20 || frame.len() < end || be16(h, 20) & 0x1fff != 0 {
+            return false;
+        }
+        let Some(ip) = h[14..34].first_chunk::<20>() else { return false };
+        if checksum(ip) != 0 {
+            return false;
+        }
+        let l4_ok = match h[23] {
+            proto::UDP => {
+                let len = usize::from(be16(h, 38));
+                end >= 42 && len >= 8 && 34 + len <= end
+            }
+            proto::TCP => {
+                end >= 54 && frame.get(46).is_some_and(|o| o >> 4 >= 5 && end >= 34 + usize::from(o >> 4) * 4)
+            }
+            _ => false,
+        };
+        if !l4_ok {
+            return false;
+        }
+        *self = FrameInfo {
+            ethertype: ETHERTYPE_IPV4,
+            vlans: 0,
+            vlan_tci: 0,
+            l3_off: ETH_LEN as u16,
+            l3: L3::Ipv4,
+            l4_off: 34,
+            ip_end: end as u16,
+            has_l4: true,
+            src: u128::from(be32(h, 26)),
+            dst: u128::from(be32(h, 30)),
+            proto: h[23],
+            ttl: h[22],
+            dscp: h[15] >> 2,
+            src_port: be16(h, 34),
+            dst_port: be16(h, 36),
+            fragment: false,
+        };
+        true
+    }
+
+    /// The general parser, every frame: the reference twin of [`parse_into`](Self::parse_into)'s
+    /// common-case path. Same contract as `parse_into`.
+    pub fn parse_general_into(&mut self, frame: &[u8]) -> Result<(), FrameError> {
         *self = FrameInfo::default();
         if frame.len() < ETH_LEN {
             return Err(FrameError::TruncatedEthernet);
@@ -397,6 +459,7 @@ impl FrameInfo {
 
 /// Ones'-complement sum of `data` as 16-bit big-endian words (an odd last byte is padded),
 /// folded to 16 bits, not complemented.
+#[inline]
 pub fn ones_sum(data: &[u8], acc: u32) -> u32 {
     // 32-bit words into a 64-bit sum: a word hi:lo is congruent to hi + lo modulo 0xffff, so
     // folding at the end gives the 16-bit sum (RFC 1071's wider-accumulator method).
@@ -412,9 +475,14 @@ pub fn ones_sum(data: &[u8], acc: u32) -> u32 {
     if let [b] = words.remainder() {
         sum += u64::from(*b) << 8;
     }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
+    // Fold without a loop: 64 bits to at most 33, to 32 (with the carry), then 16-bit halves
+    // three times, each step keeping the value modulo 0xffff and a positive value positive, so
+    // the result is the end-around-carry sum in 0..=0xffff.
+    let sum = (sum & 0xffff_ffff) + (sum >> 32);
+    let sum = (sum & 0xffff_ffff) + (sum >> 32);
+    let sum = (sum & 0xffff) + (sum >> 16);
+    let sum = (sum & 0xffff) + (sum >> 16);
+    let sum = (sum & 0xffff) + (sum >> 16);
     sum as u32
 }
 
@@ -434,6 +502,7 @@ pub fn ones_sum_reference(data: &[u8], acc: u32) -> u32 {
 }
 
 /// The Internet checksum of `data`: 0 when `data` already holds a correct checksum field.
+#[inline]
 pub fn checksum(data: &[u8]) -> u16 {
     !(ones_sum(data, 0) as u16)
 }
@@ -712,7 +781,77 @@ mod tests {
         assert_eq!((i.l3, i.ethertype), (L3::Other, ETHERTYPE_ARP));
     }
 
+    /// `parse_into` (common-case path first) against the general parser alone, on frames near
+    /// the common case: valid UDP and TCP over IPv4, then bytes overwritten (with the header
+    /// checksum fixed or not) and the frame cut short.
+    fn parse_twins_agree(tcp: bool, tos: u8, ihl_opts: bool, edits: &[(usize, u8)], fix: bool, cut: usize) {
+        let mut f = Vec::new();
+        let payload = [0x5a; 30];
+        if tcp {
+            build_tcp4(&mut f, [1; 6], [2; 6], [10, 0, 0, 1], [10, 0, 0, 2], 1000, 80, 64, &payload);
+        } else {
+            build_udp4(&mut f, [1; 6], [2; 6], [10, 0, 0, 1], [10, 0, 0, 2], 1000, 2000, 64, &payload);
+        }
+        f[15] = tos;
+        ipv4_fill_checksum(&mut f, 14);
+        if ihl_opts {
+            // Options (a NOP word): IHL 6, total length + 4.
+            f.splice(34..34, [1u8, 1, 1, 1]);
+            f[14] = 0x46;
+            let total = be16(&f, 16) + 4;
+            f[16..18].copy_from_slice(&total.to_be_bytes());
+            ipv4_fill_checksum(&mut f, 14);
+        }
+        for &(at, b) in edits {
+            let at = at % f.len();
+            f[at] = b;
+        }
+        if fix && f.len() >= 34 && f[14] & 0xf >= 5 && f.len() >= 14 + usize::from(f[14] & 0xf) * 4 {
+            ipv4_fill_checksum(&mut f, 14);
+        }
+        f.truncate(f.len() - cut.min(f.len()));
+        let (mut fast, mut general) = (FrameInfo::default(), FrameInfo::default());
+        let a = fast.parse_into(&f);
+        let b = general.parse_general_into(&f);
+        assert_eq!(a, b, "{f:02x?}");
+        if a.is_ok() {
+            assert_eq!(fast, general, "{f:02x?}");
+        }
+    }
+
+    #[test]
+    fn parse_twins_agree_on_the_edges() {
+        // Valid, options, later fragment, first fragment, short TCP offset, UDP length edges.
+        for tcp in [false, true] {
+            parse_twins_agree(tcp, 0xb8, false, &[], false, 0);
+            parse_twins_agree(tcp, 0, true, &[], false, 0);
+            parse_twins_agree(tcp, 0xb8, false, &[(20, 0x00), (21, 0x08)], true, 0);
+            parse_twins_agree(tcp, 0xb8, false, &[(20, 0x20), (21, 0x00)], true, 0);
+            parse_twins_agree(tcp, 0xb8, false, &[(46, 0x40)], false, 0);
+            parse_twins_agree(tcp, 0xb8, false, &[(16, 0), (17, 19)], true, 0);
+            for cut in 0..80 {
+                parse_twins_agree(tcp, 0xb8, false, &[], false, cut);
+            }
+        }
+        parse_twins_agree(false, 4, false, &[(38, 0), (39, 7)], false, 0);
+        parse_twins_agree(false, 4, false, &[(38, 0), (39, 38)], false, 0);
+        parse_twins_agree(false, 4, false, &[(38, 0), (39, 39)], false, 0);
+        parse_twins_agree(false, 4, false, &[(23, 1)], true, 0);
+    }
+
     proptest::proptest! {
+        #[test]
+        fn parse_common_path_matches_the_general_parser(
+            tcp in proptest::prelude::any::<bool>(),
+            tos in proptest::prelude::any::<u8>(),
+            opts in proptest::prelude::any::<bool>(),
+            edits in proptest::collection::vec((0usize..64, proptest::prelude::any::<u8>()), 0..4),
+            fix in proptest::prelude::any::<bool>(),
+            cut in 0usize..60,
+        ) {
+            parse_twins_agree(tcp, tos, opts, &edits, fix, cut);
+        }
+
         #[test]
         fn ones_sum_matches_its_reference(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200), acc in proptest::prelude::any::<u32>()) {
             proptest::prop_assert_eq!(ones_sum(&data, acc), ones_sum_reference(&data, acc));
