@@ -294,6 +294,9 @@ pub struct ActionSet {
 /// headroom, not IP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Rewrite {
+    /// Both MACs set: the Ethernet header as written, destination, source, then the pushed
+    /// tag (TPID, TCI) when there is one.
+    l2: Option<[u8; 16]>,
     eth_dst: Option<[u8; 6]>,
     eth_src: Option<[u8; 6]>,
     push_tci: Option<u16>,
@@ -308,6 +311,7 @@ struct Rewrite {
 impl Rewrite {
     fn compile(actions: &[Action]) -> Option<Rewrite> {
         let mut r = Rewrite {
+            l2: None,
             eth_dst: None,
             eth_src: None,
             push_tci: None,
@@ -336,6 +340,14 @@ impl Rewrite {
         // `checksum` before `dec_ttl` only (a stale checksum after it): left to the interpreter.
         if r.dec_ttl && r.checksum_any && !r.checksum_last {
             return None;
+        }
+        if let (Some(dst), Some(src)) = (r.eth_dst, r.eth_src) {
+            let mut l2 = [0u8; 16];
+            l2[0..6].copy_from_slice(&dst);
+            l2[6..12].copy_from_slice(&src);
+            l2[12..14].copy_from_slice(&TPID_8021Q.to_be_bytes());
+            l2[14..16].copy_from_slice(&r.push_tci.unwrap_or(0).to_be_bytes());
+            r.l2 = Some(l2);
         }
         Some(r)
     }
@@ -481,26 +493,28 @@ fn rewrite(r: &Rewrite, pkt: &mut Packet, info: &mut FrameInfo) -> Option<Verdic
         return None;
     }
     let d = pkt.data_mut();
-    // Both MACs set: write them; else move the old ones with the tag push and overwrite.
-    match (r.eth_dst, r.eth_src) {
-        (Some(dst), Some(src)) => {
-            d[0..6].copy_from_slice(&dst);
-            d[6..12].copy_from_slice(&src);
+    match (&r.l2, r.push_tci) {
+        // Both MACs set: the new header in one write (with the tag, when one is pushed).
+        (Some(l2), Some(tci)) => {
+            d[..16].copy_from_slice(l2);
+            note_pushed_tag(info, tci);
         }
-        (dst, src) => {
+        (Some(l2), None) => d[..12].copy_from_slice(&l2[..12]),
+        // Else move the old MACs with the tag push and overwrite those set.
+        (None, tci) => {
             if grow > 0 {
                 d.copy_within(grow..grow + 12, 0);
             }
-            if let Some(m) = dst {
+            if let Some(m) = r.eth_dst {
                 d[0..6].copy_from_slice(&m);
             }
-            if let Some(m) = src {
+            if let Some(m) = r.eth_src {
                 d[6..12].copy_from_slice(&m);
             }
+            if let Some(tci) = tci {
+                write_pushed_tag(d, info, tci);
+            }
         }
-    }
-    if let Some(tci) = r.push_tci {
-        write_pushed_tag(d, info, tci);
     }
     let ttl_at = ttl_at + grow;
     if v4 && r.checksum_any {
@@ -584,6 +598,12 @@ pub fn interpret(actions: &ActionSet, pkt: &mut Packet, info: &mut FrameInfo) ->
 fn write_pushed_tag(d: &mut [u8], info: &mut FrameInfo, tci: u16) {
     d[12..14].copy_from_slice(&TPID_8021Q.to_be_bytes());
     d[14..16].copy_from_slice(&tci.to_be_bytes());
+    note_pushed_tag(info, tci);
+}
+
+/// `info` after an outer VLAN tag was pushed.
+#[inline]
+fn note_pushed_tag(info: &mut FrameInfo, tci: u16) {
     info.vlans += 1;
     info.vlan_tci = tci;
     shift(info, VLAN_LEN as i32);
