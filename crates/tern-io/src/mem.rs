@@ -215,6 +215,12 @@ mod tests {
         }
     }
 
+    /// Fills `batch` with packets numbered `from..from + n` and sends it on `port`.
+    fn send_numbered(port: &mut MemPort, pool: &Pool, batch: &mut Batch, from: u8, n: u8) -> usize {
+        numbered(pool, batch, from, n);
+        port.send(Instant::now(), batch).unwrap()
+    }
+
     fn numbers(batch: &mut Batch, pool: &Pool) -> Vec<u8> {
         let v = batch.iter().map(|p| p.data()[0]).collect();
         batch.recycle(pool);
@@ -227,10 +233,8 @@ mod tests {
         let (mut a, mut b) = pair(&pool, 64);
         let now = Instant::now();
         let mut big = Batch::new(8);
-        numbered(&pool, &mut big, 0, 8);
-        assert_eq!(a.send(now, &mut big).unwrap(), 8);
-        numbered(&pool, &mut big, 8, 3);
-        assert_eq!(a.send(now, &mut big).unwrap(), 3);
+        assert_eq!(send_numbered(&mut a, &pool, &mut big, 0, 8), 8);
+        assert_eq!(send_numbered(&mut a, &pool, &mut big, 8, 3), 3);
         // A smaller batch takes part of the first; the rest waits for the next call.
         let mut small = Batch::new(5);
         assert_eq!(b.recv(now, &mut small).unwrap(), 5);
@@ -238,8 +242,7 @@ mod tests {
         assert_eq!(b.recv(now, &mut small).unwrap(), 5);
         assert_eq!(numbers(&mut small, &pool), [5, 6, 7, 8, 9]);
         // A bigger, part-filled batch gathers from several sends.
-        numbered(&pool, &mut big, 11, 2);
-        a.send(now, &mut big).unwrap();
+        send_numbered(&mut a, &pool, &mut big, 11, 2);
         let mut large = Batch::new(16);
         numbered(&pool, &mut large, 100, 1);
         assert_eq!(b.recv(now, &mut large).unwrap(), 3);
@@ -257,10 +260,8 @@ mod tests {
         let now = Instant::now();
         let mut batch = Batch::new(4);
         // Bound in packets: 4 fit, then 2 more of the next 4.
-        numbered(&pool, &mut batch, 0, 4);
-        assert_eq!(a.send(now, &mut batch).unwrap(), 4);
-        numbered(&pool, &mut batch, 4, 4);
-        assert_eq!(a.send(now, &mut batch).unwrap(), 2);
+        assert_eq!(send_numbered(&mut a, &pool, &mut batch, 0, 4), 4);
+        assert_eq!(send_numbered(&mut a, &pool, &mut batch, 4, 4), 2);
         assert_eq!(a.stats().tx_dropped, 2);
         assert_eq!(b.recv(now, &mut batch).unwrap(), 4);
         assert_eq!(numbers(&mut batch, &pool), [0, 1, 2, 3]);
@@ -268,8 +269,7 @@ mod tests {
         assert_eq!(numbers(&mut batch, &pool), [4, 5]);
         let allocated = pool.allocated();
         for round in 0..100u8 {
-            numbered(&pool, &mut batch, round, 4);
-            assert_eq!(a.send(now, &mut batch).unwrap(), 4);
+            assert_eq!(send_numbered(&mut a, &pool, &mut batch, round, 4), 4);
             assert!(batch.is_empty());
             assert_eq!(b.recv(now, &mut batch).unwrap(), 4);
             assert_eq!(batch.iter().next().map(|p| p.peer), Some(a.local_addr()));
@@ -277,8 +277,7 @@ mod tests {
         }
         assert_eq!(pool.allocated(), allocated);
         // Packets still on the link go back to the pool with the receiving end.
-        numbered(&pool, &mut batch, 0, 3);
-        a.send(now, &mut batch).unwrap();
+        send_numbered(&mut a, &pool, &mut batch, 0, 3);
         let free = pool.free();
         drop(b);
         assert_eq!(pool.free(), free + 3);
