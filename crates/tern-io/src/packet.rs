@@ -265,11 +265,7 @@ impl Batch {
     /// changing nothing, otherwise.
     #[inline]
     pub fn swap(&mut self, other: &mut Batch) -> bool {
-        if self.len() > other.capacity || other.len() > self.capacity {
-            return false;
-        }
-        std::mem::swap(&mut self.packets, &mut other.packets);
-        true
+        other.len() <= self.capacity && other.exchange(&mut self.packets)
     }
     /// Returns every packet's buffer to `pool`.
     #[inline]
