@@ -194,6 +194,107 @@ fn be128(b: &[u8], at: usize) -> u128 {
     u128::from_be_bytes(a)
 }
 
+/// The common frame, read over its fixed 42-byte header: untagged Ethernet, IPv4 without
+/// options and with a valid header checksum, not a later fragment, carrying TCP or UDP with
+/// consistent lengths. Only the fields a fast path needs are kept; [`info`](Self::info) gives
+/// the full description, the one [`FrameInfo::parse_general_into`] gives for the same frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Common4 {
+    /// Source address.
+    pub src: u32,
+    /// Destination address.
+    pub dst: u32,
+    /// IP protocol (TCP or UDP).
+    pub proto: u8,
+    /// TTL.
+    pub ttl: u8,
+    /// DSCP (6 bits).
+    pub dscp: u8,
+    /// Transport source port.
+    pub src_port: u16,
+    /// Transport destination port.
+    pub dst_port: u16,
+    /// End of the IP packet in the frame.
+    pub ip_end: u16,
+}
+
+impl Common4 {
+    /// Offset of the IPv4 header.
+    pub const L3_OFF: usize = ETH_LEN;
+    /// Offset of the transport header.
+    pub const L4_OFF: usize = ETH_LEN + 20;
+
+    /// The common frame's fields, or `None` for a frame outside the common case (which may
+    /// still be valid: see [`FrameInfo::parse`]).
+    #[inline(always)]
+    pub fn parse(frame: &[u8]) -> Option<Common4> {
+        let h = frame.first_chunk::<42>()?;
+        // The header in three big-endian words: EtherType, version and IHL, TOS; total length,
+        // identification, flags and fragment offset, TTL, protocol; the ports and the next
+        // four transport bytes (UDP: length, checksum).
+        let w12 = u32::from_be_bytes([h[12], h[13], h[14], h[15]]);
+        let w16 = u64::from_be_bytes([h[16], h[17], h[18], h[19], h[20], h[21], h[22], h[23]]);
+        let w34 = u64::from_be_bytes([h[34], h[35], h[36], h[37], h[38], h[39], h[40], h[41]]);
+        let total = usize::from((w16 >> 48) as u16);
+        // IPv4 without options, untagged; a total length at least the header's and within the
+        // frame (else the general parser's error); not a later fragment.
+        if (w12 >> 8 != 0x08_00_45) | (total < 20) | (frame.len() < ETH_LEN + total) | ((w16 >> 16) & 0x1fff != 0) {
+            return None;
+        }
+        let ip = h[14..34].first_chunk::<20>()?;
+        if !header_sum_ok(ip) {
+            return None;
+        }
+        let proto = w16 as u8;
+        let l4_ok = match proto {
+            proto::UDP => {
+                let len = usize::from((w34 >> 16) as u16);
+                (total >= 28) & (len >= 8) & (20 + len <= total)
+            }
+            proto::TCP => {
+                total >= 40 && frame.get(46).is_some_and(|o| (o >> 4 >= 5) & (total >= 20 + usize::from(o >> 4) * 4))
+            }
+            _ => false,
+        };
+        if !l4_ok {
+            return None;
+        }
+        Some(Common4 {
+            src: be32(h, 26),
+            dst: be32(h, 30),
+            proto,
+            ttl: (w16 >> 8) as u8,
+            dscp: (w12 as u8) >> 2,
+            src_port: (w34 >> 48) as u16,
+            dst_port: (w34 >> 32) as u16,
+            ip_end: (ETH_LEN + total) as u16,
+        })
+    }
+
+    /// The frame's full description.
+    #[inline]
+    pub fn info(&self) -> FrameInfo {
+        FrameInfo {
+            ethertype: ETHERTYPE_IPV4,
+            vlans: 0,
+            vlan_tci: 0,
+            l3_off: Self::L3_OFF as u16,
+            l3: L3::Ipv4,
+            l4_off: Self::L4_OFF as u16,
+            ip_end: self.ip_end,
+            has_l4: true,
+            src: u128::from(self.src),
+            dst: u128::from(self.dst),
+            proto: self.proto,
+            ttl: self.ttl,
+            dscp: self.dscp,
+            src_port: self.src_port,
+            dst_port: self.dst_port,
+            fragment: false,
+        }
+    }
+}
+
 impl FrameInfo {
     /// Parses a frame's headers. IPv4 header checksums are verified.
     #[inline]
@@ -209,7 +310,7 @@ impl FrameInfo {
     /// UDP segment, valid and unfragmented) takes a short path over a fixed-size header; every
     /// other frame, valid or not, goes to [`parse_general_into`](Self::parse_general_into). The
     /// two give the same result for every frame (a property test and the fuzz target check it).
-    #[inline]
+    #[inline(always)]
     pub fn parse_into(&mut self, frame: &[u8]) -> Result<(), FrameError> {
         if self.parse_common(frame) { Ok(()) } else { self.parse_general_into(frame) }
     }
@@ -218,51 +319,13 @@ impl FrameInfo {
     /// returns false (`self` unchanged) for a frame outside it.
     #[inline(always)]
     fn parse_common(&mut self, frame: &[u8]) -> bool {
-        let Some(h) = frame.first_chunk::<42>() else { return false };
-        if h[12..15] != [0x08, 0x00, 0x45] {
-            return false;
-        }
-        let end = ETH_LEN + usize::from(be16(h, 16));
-        // A total length below the header's, or beyond the frame: the general parser's error.
-        if end < ETH_LEN + 20 || frame.len() < end || be16(h, 20) & 0x1fff != 0 {
-            return false;
-        }
-        let Some(ip) = h[14..34].first_chunk::<20>() else { return false };
-        if checksum(ip) != 0 {
-            return false;
-        }
-        let l4_ok = match h[23] {
-            proto::UDP => {
-                let len = usize::from(be16(h, 38));
-                end >= 42 && len >= 8 && 34 + len <= end
+        match Common4::parse(frame) {
+            Some(c) => {
+                *self = c.info();
+                true
             }
-            proto::TCP => {
-                end >= 54 && frame.get(46).is_some_and(|o| o >> 4 >= 5 && end >= 34 + usize::from(o >> 4) * 4)
-            }
-            _ => false,
-        };
-        if !l4_ok {
-            return false;
+            None => false,
         }
-        *self = FrameInfo {
-            ethertype: ETHERTYPE_IPV4,
-            vlans: 0,
-            vlan_tci: 0,
-            l3_off: ETH_LEN as u16,
-            l3: L3::Ipv4,
-            l4_off: 34,
-            ip_end: end as u16,
-            has_l4: true,
-            src: u128::from(be32(h, 26)),
-            dst: u128::from(be32(h, 30)),
-            proto: h[23],
-            ttl: h[22],
-            dscp: h[15] >> 2,
-            src_port: be16(h, 34),
-            dst_port: be16(h, 36),
-            fragment: false,
-        };
-        true
     }
 
     /// The general parser, every frame: the reference twin of [`parse_into`](Self::parse_into)'s
@@ -501,6 +564,18 @@ pub fn ones_sum_reference(data: &[u8], acc: u32) -> u32 {
     sum as u32
 }
 
+/// Whether a 20-byte IPv4 header (without options) carries a correct checksum: what
+/// `checksum(ip) == 0` says, in fewer steps. The header's five 32-bit words are summed as the
+/// processor loads them (the ones'-complement sum does not depend on byte order: RFC 1071,
+/// 2.B), and since 2^16 is 1 modulo 0xffff, the folded 16-bit sum is 0xffff (the checksum 0)
+/// exactly when that sum is a non-zero multiple of 0xffff.
+#[inline(always)]
+pub fn header_sum_ok(ip: &[u8; 20]) -> bool {
+    let w = |at: usize| u64::from(u32::from_ne_bytes([ip[at], ip[at + 1], ip[at + 2], ip[at + 3]]));
+    let sum = w(0) + w(4) + w(8) + w(12) + w(16);
+    sum != 0 && sum % 0xffff == 0
+}
+
 /// The Internet checksum of `data`: 0 when `data` already holds a correct checksum field.
 #[inline]
 pub fn checksum(data: &[u8]) -> u16 {
@@ -511,6 +586,17 @@ pub fn checksum(data: &[u8]) -> u16 {
 #[inline]
 pub fn checksum_adjust(sum: u16, old: u16, new: u16) -> u16 {
     let mut acc = u32::from(!sum) + u32::from(!old) + u32::from(new);
+    acc = (acc & 0xffff) + (acc >> 16);
+    acc = (acc & 0xffff) + (acc >> 16);
+    !(acc as u16)
+}
+
+/// [`checksum_adjust`] for the TTL decrement: the word holding the TTL (TTL, protocol) drops
+/// by 0x0100, whatever it was (at least 0x0100), so the adjustment needs only the checksum.
+#[inline]
+pub fn checksum_adjust_ttl_dec(sum: u16) -> u16 {
+    // ~old + (old - 0x0100) is 0xfeff for every such word.
+    let mut acc = u32::from(!sum) + 0xfeff;
     acc = (acc & 0xffff) + (acc >> 16);
     acc = (acc & 0xffff) + (acc >> 16);
     !(acc as u16)
@@ -817,6 +903,9 @@ mod tests {
         if a.is_ok() {
             assert_eq!(fast, general, "{f:02x?}");
         }
+        if let Some(c) = Common4::parse(&f) {
+            assert_eq!((b, c.info()), (Ok(()), general), "{f:02x?}");
+        }
     }
 
     #[test]
@@ -850,6 +939,33 @@ mod tests {
             cut in 0usize..60,
         ) {
             parse_twins_agree(tcp, tos, opts, &edits, fix, cut);
+        }
+
+        #[test]
+        fn ttl_decrement_adjustment_is_the_general_one(sum in proptest::prelude::any::<u16>(), word in 0x0100u16..=0xffff) {
+            proptest::prop_assert_eq!(checksum_adjust_ttl_dec(sum), checksum_adjust(sum, word, word - 0x0100));
+        }
+
+        #[test]
+        fn header_sum_ok_is_a_zero_checksum(mut ip in proptest::prelude::any::<[u8; 20]>(), fix in proptest::prelude::any::<bool>(), zero in 0u8..4) {
+            if fix {
+                ip[10..12].fill(0);
+                let c = checksum(&ip);
+                ip[10..12].copy_from_slice(&c.to_be_bytes());
+            }
+            if zero == 0 {
+                ip = [0; 20];
+            } else if zero == 1 {
+                // A sum of 0xffff words other than the checksum field, in either representation.
+                ip = [0; 20];
+                ip[0] = 0xff;
+                ip[1] = 0xff;
+                if fix {
+                    ip[10] = 0xff;
+                    ip[11] = 0xff;
+                }
+            }
+            proptest::prop_assert_eq!(header_sum_ok(&ip), checksum(&ip) == 0, "{:02x?}", ip);
         }
 
         #[test]
