@@ -108,6 +108,21 @@ impl Packet {
         self.len += n;
         true
     }
+    /// Grows the data by `n` bytes at the front from the headroom and returns the first `N`
+    /// bytes of the grown data, when the headroom has `n` bytes and the grown data has `N`;
+    /// else returns `None`, changing nothing. (A fast path's [`push_front`](Self::push_front)
+    /// that checks its bounds once for every header write after it.)
+    #[inline]
+    pub fn push_front_chunk<const N: usize>(&mut self, n: usize) -> Option<&mut [u8; N]> {
+        if self.head < n || self.len + n < N {
+            return None;
+        }
+        let head = self.head - n;
+        let chunk = self.buf.get_mut(head..)?.first_chunk_mut::<N>()?;
+        self.head = head;
+        self.len += n;
+        Some(chunk)
+    }
     /// Drops `n` bytes (at most the data) from the front; they become headroom.
     #[inline]
     pub fn pull_front(&mut self, n: usize) {
@@ -240,6 +255,11 @@ impl Batch {
     pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Packet> {
         self.packets.iter_mut()
     }
+    /// The packets, as a writable slice (to split into chunks).
+    #[inline]
+    pub fn as_mut_slice(&mut self) -> &mut [Packet] {
+        &mut self.packets
+    }
     /// Removes the last packet.
     #[inline]
     pub fn pop(&mut self) -> Option<Packet> {
@@ -302,6 +322,25 @@ mod tests {
         assert!(p.extend_from_slice(&[0; 1]).is_err());
         pool.put(p);
         assert_eq!(pool.packet().headroom(), 0);
+    }
+
+    #[test]
+    fn push_front_chunk_grows_from_the_headroom_or_changes_nothing() {
+        let pool = Pool::new(4, 32);
+        let mut p = pool.packet();
+        p.reserve_headroom(4);
+        p.extend_from_slice(b"abcdef").unwrap();
+        // Not enough data for the chunk, or not enough headroom: unchanged.
+        assert!(p.push_front_chunk::<11>(4).is_none());
+        assert!(p.push_front_chunk::<6>(5).is_none());
+        assert_eq!((p.headroom(), p.data()), (4, &b"abcdef"[..]));
+        let c = p.push_front_chunk::<8>(2).unwrap();
+        assert_eq!(&c[2..], b"abcdef");
+        c[..2].copy_from_slice(b"xy");
+        assert_eq!((p.headroom(), p.data()), (2, &b"xyabcdef"[..]));
+        assert!(p.push_front_chunk::<10>(2).is_some());
+        assert_eq!((p.headroom(), p.len()), (0, 10));
+        assert!(p.push_front_chunk::<1>(1).is_none());
     }
 
     #[test]
