@@ -28,7 +28,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use tern_io::Packet;
-use tern_wire::frame::{self, FrameInfo, L3, TPID_8021Q, VLAN_LEN};
+use tern_wire::frame::{self, Common4, FrameInfo, L3, TPID_8021Q, VLAN_LEN};
 
 /// A field `set_field` can write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -485,20 +485,76 @@ fn rewrite(r: &Rewrite, pkt: &mut Packet, info: &mut FrameInfo) -> Option<Verdic
         L3::Ipv6 => (usize::from(info.l3_off) + 7, false),
         L3::Other => return None,
     };
-    if r.dec_ttl && info.ttl <= 1 {
+    if !rewrite_bytes(r, pkt, ttl_at, v4, info.ttl) {
         return None;
+    }
+    if let Some(tci) = r.push_tci {
+        note_pushed_tag(info, tci);
+    }
+    if r.dec_ttl {
+        info.ttl -= 1;
+    }
+    Some(r.output.map_or(Verdict::Host, Verdict::Output))
+}
+
+/// The fast path's action units for a [`Common4`] frame (untagged, IPv4 header at
+/// [`Common4::L3_OFF`], TTL `ttl`): runs a compiled set that outputs to a port and returns the
+/// port. Returns `None`, the packet untouched, where [`execute`] would do something else (a
+/// set that is not compiled or does not output, the TTL expiring, no room for the tag) or, with
+/// `want`, where the set outputs to another port than `want`. Where it returns a port, the
+/// bytes are those `execute` writes (a property test checks it).
+#[inline]
+pub fn rewrite_common4(actions: &ActionSet, pkt: &mut Packet, ttl: u8, want: Option<u16>) -> Option<u16> {
+    let r = actions.rewrite.as_ref()?;
+    let port = r.output?;
+    if want.is_some_and(|w| w != port) {
+        return None;
+    }
+    if let (Some(l2), Some(_)) = (&r.l2, r.push_tci) {
+        // The paper's set: the new Ethernet header with its tag, then the IPv4 header, at fixed
+        // offsets in one bounds-checked chunk.
+        if r.dec_ttl && ttl <= 1 {
+            return None;
+        }
+        const TTL: usize = Common4::L3_OFF + VLAN_LEN + 8;
+        let d = pkt.push_front_chunk::<{ TTL + 4 }>(VLAN_LEN)?;
+        d[..16].copy_from_slice(l2);
+        if r.checksum_any {
+            let sum = u16::from_be_bytes([d[TTL + 2], d[TTL + 3]]);
+            let sum = if r.dec_ttl { frame::checksum_adjust_ttl_dec(sum) } else { canonical_zero(sum) };
+            d[TTL + 2..].copy_from_slice(&sum.to_be_bytes());
+        }
+        if r.dec_ttl {
+            d[TTL] = ttl - 1;
+        }
+        return Some(port);
+    }
+    rewrite_bytes(r, pkt, Common4::L3_OFF + 8, true, ttl).then_some(port)
+}
+
+/// A checksum field recomputed over a header that did not change: the same, except that a
+/// 0xffff field (the other form of a zero sum) becomes 0.
+#[inline(always)]
+fn canonical_zero(sum: u16) -> u16 {
+    if sum == 0xffff { 0 } else { sum }
+}
+
+/// The bytes of a compiled rewrite for a frame whose TTL (or hop limit) byte is at `ttl_at`,
+/// in an IPv4 header when `v4`. Returns false, the packet untouched, when the TTL would
+/// expire or a tag push finds no room.
+#[inline(always)]
+fn rewrite_bytes(r: &Rewrite, pkt: &mut Packet, ttl_at: usize, v4: bool, ttl: u8) -> bool {
+    if r.dec_ttl && ttl <= 1 {
+        return false;
     }
     let grow = if r.push_tci.is_some() { VLAN_LEN } else { 0 };
     if grow > 0 && !pkt.push_front(grow) {
-        return None;
+        return false;
     }
     let d = pkt.data_mut();
     match (&r.l2, r.push_tci) {
         // Both MACs set: the new header in one write (with the tag, when one is pushed).
-        (Some(l2), Some(tci)) => {
-            d[..16].copy_from_slice(l2);
-            note_pushed_tag(info, tci);
-        }
+        (Some(l2), Some(_)) => d[..16].copy_from_slice(l2),
         (Some(l2), None) => d[..12].copy_from_slice(&l2[..12]),
         // Else move the old MACs with the tag push and overwrite those set.
         (None, tci) => {
@@ -512,7 +568,7 @@ fn rewrite(r: &Rewrite, pkt: &mut Packet, info: &mut FrameInfo) -> Option<Verdic
                 d[6..12].copy_from_slice(&m);
             }
             if let Some(tci) = tci {
-                write_pushed_tag(d, info, tci);
+                write_tag(d, tci);
             }
         }
     }
@@ -523,21 +579,13 @@ fn rewrite(r: &Rewrite, pkt: &mut Packet, info: &mut FrameInfo) -> Option<Verdic
         // recomputing only turns a 0xffff field into 0.
         let at = ttl_at + 2;
         let sum = u16::from_be_bytes([d[at], d[at + 1]]);
-        let sum = if r.dec_ttl {
-            let word = u16::from_be_bytes([d[ttl_at], d[ttl_at + 1]]);
-            frame::checksum_adjust(sum, word, word - 0x0100)
-        } else if sum == 0xffff {
-            0
-        } else {
-            sum
-        };
+        let sum = if r.dec_ttl { frame::checksum_adjust_ttl_dec(sum) } else { canonical_zero(sum) };
         d[at..at + 2].copy_from_slice(&sum.to_be_bytes());
     }
     if r.dec_ttl {
-        info.ttl -= 1;
-        d[ttl_at] = info.ttl;
+        d[ttl_at] = ttl - 1;
     }
-    Some(r.output.map_or(Verdict::Host, Verdict::Output))
+    true
 }
 
 /// Runs the actions one at a time, in order: the action units' reference behaviour.
@@ -571,7 +619,8 @@ pub fn interpret(actions: &ActionSet, pkt: &mut Packet, info: &mut FrameInfo) ->
                 }
                 let d = pkt.data_mut();
                 d.copy_within(VLAN_LEN..VLAN_LEN + 12, 0);
-                write_pushed_tag(d, info, tci);
+                write_tag(d, tci);
+                note_pushed_tag(info, tci);
             }
             Action::PopVlan => {
                 if info.vlans == 0 {
@@ -593,12 +642,11 @@ pub fn interpret(actions: &ActionSet, pkt: &mut Packet, info: &mut FrameInfo) ->
 }
 
 /// Writes the tag of a push (the frame has grown by `VLAN_LEN` at the front and its MACs are
-/// in place) and moves `info` with it.
+/// in place).
 #[inline]
-fn write_pushed_tag(d: &mut [u8], info: &mut FrameInfo, tci: u16) {
+fn write_tag(d: &mut [u8], tci: u16) {
     d[12..14].copy_from_slice(&TPID_8021Q.to_be_bytes());
     d[14..16].copy_from_slice(&tci.to_be_bytes());
-    note_pushed_tag(info, tci);
 }
 
 /// `info` after an outer VLAN tag was pushed.

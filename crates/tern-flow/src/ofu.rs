@@ -571,6 +571,11 @@ impl OfuTables {
     /// Applies up to `budget` instructions from the FIFO (the FSM's Idle → Write/Delete/Update/
     /// Reset → Idle loop); returns how many it took. `now_ns` stamps new entries.
     pub fn run_fsm(&mut self, now_ns: u64, budget: usize) -> usize {
+        // The common case between two batches: nothing written. (A pop from an empty queue
+        // costs a full fence; this check, two loads.)
+        if self.shared().fifo.is_empty() {
+            return 0;
+        }
         let mut n = 0;
         while n < budget {
             let Some(istr) = self.shared().fifo.pop() else { break };

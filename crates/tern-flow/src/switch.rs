@@ -263,6 +263,9 @@ impl Switch {
     pub fn process(&mut self, now_ns: u64, in_port: u16, batch: &mut Batch, out: &mut Outputs) {
         self.pipeline.process(now_ns, in_port, batch, out);
         self.tick(now_ns);
+        if out.host.packets.is_empty() {
+            return;
+        }
         // Swap the misses out (the scratch batch, empty, takes their place) so the slow path can
         // write to the output ports while reading them.
         let cap = out.host.packets.capacity();

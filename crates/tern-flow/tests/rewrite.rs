@@ -73,8 +73,48 @@ fn both(set: &ActionSet, bytes: &[u8], headroom: usize, buf: usize) {
     }
 }
 
+/// The fast path's action units (`rewrite_common4`) on a frame the fast path takes: where they
+/// run, the port and bytes `execute` gives; where they decline, the packet untouched.
+fn common(set: &ActionSet, bytes: &[u8], headroom: usize, buf: usize, want: Option<u16>) {
+    let pool = Pool::new(4, buf);
+    let Some(c) = frame::Common4::parse(bytes) else { return };
+    let (mut a, mut b) = (packet(&pool, bytes, headroom), packet(&pool, bytes, headroom));
+    let mut info = c.info();
+    let vb = action::execute(set, &mut b, &mut info);
+    match action::rewrite_common4(set, &mut a, c.ttl, want) {
+        Some(port) => {
+            assert_eq!(vb, action::Verdict::Output(port), "verdict for {set}");
+            assert!(want.is_none_or(|w| w == port), "{set} to {port}, not {want:?}");
+            assert_eq!(a.data(), b.data(), "bytes for {set}");
+        }
+        None => {
+            assert_eq!((a.headroom(), a.data()), (headroom, bytes), "untouched by {set}");
+            let declined = !set.is_compiled()
+                || set.output().is_none()
+                || want.is_some_and(|w| set.output() != Some(w))
+                || !matches!(vb, action::Verdict::Output(_))
+                || headroom < 4;
+            assert!(declined, "{set} declined {vb:?}");
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    #[test]
+    fn fast_path_rewrite_matches_execute(
+        kind in 0u8..2,
+        ttl in prop_oneof![Just(0u8), Just(1), Just(2), any::<u8>()],
+        payload in 0usize..64,
+        actions in proptest::collection::vec(action(), 0..8),
+        headroom in prop_oneof![Just(0usize), Just(2), Just(64)],
+        want in proptest::option::of(0u16..4),
+    ) {
+        let set = ActionSet::new(actions).unwrap();
+        let f = frame_for(kind, ttl, false, payload);
+        common(&set, &f, headroom, 2048, want);
+    }
 
     #[test]
     fn compiled_rewrite_matches_the_interpreter(
