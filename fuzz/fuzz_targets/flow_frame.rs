@@ -1,7 +1,8 @@
 //! Arbitrary bytes as an L2 frame: the parser, the switch (pipeline, slow path, cache install,
 //! then the cached rule's actions on a second pass) and every action set on the parsed frame
 //! must never panic; the parser's common-case path must agree with the general parser; a frame
-//! the pipeline forwards must parse again; a compiled action set must do what the
+//! the pipeline forwards must parse again, and the pipeline's fast path must give what the
+//! staged pipeline (its twin, in a second switch) gives; a compiled action set must do what the
 //! action-by-action interpreter does.
 #![no_main]
 
@@ -16,10 +17,12 @@ use tern_io::{Batch, DEFAULT_HEADROOM, Pool};
 use tern_wire::frame::FrameInfo;
 
 thread_local! {
-    static STATE: RefCell<(Switch, Pool, Vec<ActionSet>)> = RefCell::new({
+    static STATE: RefCell<(Switch, Switch, Pool, Vec<ActionSet>)> = RefCell::new({
         let pool = Pool::new(256, 2048);
         let t = tables(64, 16);
         let sw = switch(&t, PathKind::Fast, &pool);
+        let mut staged = switch(&t, PathKind::Fast, &pool);
+        staged.pipeline.fast_path = false;
         let sets = [
             "dec_ttl,checksum,output:1",
             "push_vlan:100,set_field:eth_dst=02:00:00:00:00:01,output:0",
@@ -31,7 +34,7 @@ thread_local! {
         .iter()
         .map(|s| s.parse().unwrap())
         .collect();
-        (sw, pool, sets)
+        (sw, staged, pool, sets)
     });
 }
 
@@ -45,25 +48,32 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(info, general, "parse and parse_general_into disagree");
     }
     STATE.with(|s| {
-        let (sw, pool, sets) = &mut *s.borrow_mut();
+        let (sw, staged, pool, sets) = &mut *s.borrow_mut();
         for pass in 0..2u64 {
-            let mut p = pool.packet();
-            p.reserve_headroom(DEFAULT_HEADROOM);
-            if p.extend_from_slice(data).is_err() {
-                pool.put(p);
-                return;
-            }
-            let mut batch = Batch::new(1);
-            batch.push(p);
-            let mut out = Outputs::new(2, 4, 4);
-            sw.process(pass * 1000, (data.len() % 2) as u16, &mut batch, &mut out);
-            for b in &mut out.ports {
-                for p in b.drain() {
-                    assert!(FrameInfo::parse(p.data()).is_ok(), "a forwarded frame no longer parses");
+            let mut seen = Vec::new();
+            for sw in [&mut *sw, &mut *staged] {
+                let mut p = pool.packet();
+                p.reserve_headroom(DEFAULT_HEADROOM);
+                if p.extend_from_slice(data).is_err() {
                     pool.put(p);
+                    return;
                 }
+                let mut batch = Batch::new(1);
+                batch.push(p);
+                let mut out = Outputs::new(2, 4, 4);
+                sw.process(pass * 1000, (data.len() % 2) as u16, &mut batch, &mut out);
+                let mut frames = Vec::new();
+                for (port, b) in out.ports.iter_mut().enumerate() {
+                    for p in b.drain() {
+                        assert!(FrameInfo::parse(p.data()).is_ok(), "a forwarded frame no longer parses");
+                        frames.push((port, p.data().to_vec()));
+                        pool.put(p);
+                    }
+                }
+                out.host.packets.recycle(pool);
+                seen.push((frames, sw.pipeline.stats().clone()));
             }
-            out.host.packets.recycle(pool);
+            assert_eq!(seen[0], seen[1], "the fast path and the staged pipeline disagree");
         }
         if let Ok(info) = parsed {
             for set in sets.iter() {
