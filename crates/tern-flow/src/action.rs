@@ -519,14 +519,7 @@ pub fn rewrite_common4(actions: &ActionSet, pkt: &mut Packet, ttl: u8, want: Opt
         const TTL: usize = Common4::L3_OFF + VLAN_LEN + 8;
         let d = pkt.push_front_chunk::<{ TTL + 4 }>(VLAN_LEN)?;
         d[..16].copy_from_slice(l2);
-        if r.checksum_any {
-            let sum = u16::from_be_bytes([d[TTL + 2], d[TTL + 3]]);
-            let sum = if r.dec_ttl { frame::checksum_adjust_ttl_dec(sum) } else { canonical_zero(sum) };
-            d[TTL + 2..].copy_from_slice(&sum.to_be_bytes());
-        }
-        if r.dec_ttl {
-            d[TTL] = ttl - 1;
-        }
+        write_ttl(r, d, TTL, true, ttl);
         return Some(port);
     }
     rewrite_bytes(r, pkt, Common4::L3_OFF + 8, true, ttl).then_some(port)
@@ -572,7 +565,14 @@ fn rewrite_bytes(r: &Rewrite, pkt: &mut Packet, ttl_at: usize, v4: bool, ttl: u8
             }
         }
     }
-    let ttl_at = ttl_at + grow;
+    write_ttl(r, d, ttl_at + grow, v4, ttl);
+    true
+}
+
+/// The network-header part of a compiled rewrite: the TTL (or hop limit, `ttl`) at `ttl_at`
+/// and, in an IPv4 header (`v4`), the header checksum after it.
+#[inline(always)]
+fn write_ttl(r: &Rewrite, d: &mut [u8], ttl_at: usize, v4: bool, ttl: u8) {
     if v4 && r.checksum_any {
         // The header checksum was right (the parser checked it), so updating it for the TTL
         // word (RFC 1624, eqn. 3) gives what recomputing it would; without a TTL change,
@@ -585,7 +585,6 @@ fn rewrite_bytes(r: &Rewrite, pkt: &mut Packet, ttl_at: usize, v4: bool, ttl: u8
     if r.dec_ttl {
         d[ttl_at] = ttl - 1;
     }
-    true
 }
 
 /// Runs the actions one at a time, in order: the action units' reference behaviour.

@@ -454,6 +454,16 @@ pub struct Entry {
     pub last_hit_ns: u64,
 }
 
+impl Entry {
+    /// Counts a hit of a packet of `len` bytes at `now_ns`.
+    #[inline]
+    pub fn hit(&mut self, len: u64, now_ns: u64) {
+        self.packets += 1;
+        self.bytes += len;
+        self.last_hit_ns = now_ns;
+    }
+}
+
 /// Why the FSM could not apply an instruction.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FsmError {

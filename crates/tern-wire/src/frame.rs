@@ -312,19 +312,12 @@ impl FrameInfo {
     /// two give the same result for every frame (a property test and the fuzz target check it).
     #[inline(always)]
     pub fn parse_into(&mut self, frame: &[u8]) -> Result<(), FrameError> {
-        if self.parse_common(frame) { Ok(()) } else { self.parse_general_into(frame) }
-    }
-
-    /// The common case of [`parse_into`](Self::parse_into): fills `self` and returns true, or
-    /// returns false (`self` unchanged) for a frame outside it.
-    #[inline(always)]
-    fn parse_common(&mut self, frame: &[u8]) -> bool {
         match Common4::parse(frame) {
             Some(c) => {
                 *self = c.info();
-                true
+                Ok(())
             }
-            None => false,
+            None => self.parse_general_into(frame),
         }
     }
 
@@ -595,11 +588,8 @@ pub fn checksum_adjust(sum: u16, old: u16, new: u16) -> u16 {
 /// by 0x0100, whatever it was (at least 0x0100), so the adjustment needs only the checksum.
 #[inline]
 pub fn checksum_adjust_ttl_dec(sum: u16) -> u16 {
-    // ~old + (old - 0x0100) is 0xfeff for every such word.
-    let mut acc = u32::from(!sum) + 0xfeff;
-    acc = (acc & 0xffff) + (acc >> 16);
-    acc = (acc & 0xffff) + (acc >> 16);
-    !(acc as u16)
+    // The adjustment depends on ~old + new only, 0xfeff for every such word, as for this one.
+    checksum_adjust(sum, 0x0100, 0)
 }
 
 /// Updates the checksum stored at `at` in `frame` for `old` bytes becoming `new` (same even
