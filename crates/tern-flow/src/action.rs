@@ -306,6 +306,9 @@ struct Rewrite {
     /// `checksum` runs somewhere (without a TTL change it canonicalizes the field).
     checksum_any: bool,
     output: Option<u16>,
+    /// The paper's set: both MACs, a tag pushed, the TTL decremented with the checksum after
+    /// it, output (the fast path's one check).
+    paper: bool,
 }
 
 impl Rewrite {
@@ -319,6 +322,7 @@ impl Rewrite {
             checksum_last: false,
             checksum_any: false,
             output: None,
+            paper: false,
         };
         for a in actions {
             match *a {
@@ -349,6 +353,7 @@ impl Rewrite {
             l2[14..16].copy_from_slice(&r.push_tci.unwrap_or(0).to_be_bytes());
             r.l2 = Some(l2);
         }
+        r.paper = r.l2.is_some() && r.push_tci.is_some() && r.dec_ttl && r.checksum_any && r.output.is_some();
         Some(r)
     }
 }
@@ -510,16 +515,20 @@ pub fn rewrite_common4(actions: &ActionSet, pkt: &mut Packet, ttl: u8, want: Opt
     if want.is_some_and(|w| w != port) {
         return None;
     }
-    if let (Some(l2), Some(_)) = (&r.l2, r.push_tci) {
+    if r.paper
+        && let Some(l2) = &r.l2
+    {
         // The paper's set: the new Ethernet header with its tag, then the IPv4 header, at fixed
         // offsets in one bounds-checked chunk.
-        if r.dec_ttl && ttl <= 1 {
+        if ttl <= 1 {
             return None;
         }
         const TTL: usize = Common4::L3_OFF + VLAN_LEN + 8;
         let d = pkt.push_front_chunk::<{ TTL + 4 }>(VLAN_LEN)?;
         d[..16].copy_from_slice(l2);
-        write_ttl(r, d, TTL, true, ttl);
+        d[TTL] = ttl - 1;
+        let sum = frame::checksum_field_ttl_dec([d[TTL + 2], d[TTL + 3]]);
+        d[TTL + 2..].copy_from_slice(&sum);
         return Some(port);
     }
     rewrite_bytes(r, pkt, Common4::L3_OFF + 8, true, ttl).then_some(port)
@@ -578,9 +587,13 @@ fn write_ttl(r: &Rewrite, d: &mut [u8], ttl_at: usize, v4: bool, ttl: u8) {
         // word (RFC 1624, eqn. 3) gives what recomputing it would; without a TTL change,
         // recomputing only turns a 0xffff field into 0.
         let at = ttl_at + 2;
-        let sum = u16::from_be_bytes([d[at], d[at + 1]]);
-        let sum = if r.dec_ttl { frame::checksum_adjust_ttl_dec(sum) } else { canonical_zero(sum) };
-        d[at..at + 2].copy_from_slice(&sum.to_be_bytes());
+        let field = [d[at], d[at + 1]];
+        let field = if r.dec_ttl {
+            frame::checksum_field_ttl_dec(field)
+        } else {
+            canonical_zero(u16::from_be_bytes(field)).to_be_bytes()
+        };
+        d[at..at + 2].copy_from_slice(&field);
     }
     if r.dec_ttl {
         d[ttl_at] = ttl - 1;

@@ -52,6 +52,29 @@ fn action() -> impl Strategy<Value = Action> {
     ]
 }
 
+/// The paper's action set (both MACs, a tag, `dec_ttl`, `checksum`, `output`), now and then
+/// with one of its actions left out or one more added: the fast path's own case and its edges.
+fn paper_set() -> impl Strategy<Value = Vec<Action>> {
+    (any::<[u8; 6]>(), any::<[u8; 6]>(), any::<u16>(), 0u16..4, 0usize..12, action()).prop_map(
+        |(dst, src, tci, port, edit, extra)| {
+            let mut v = vec![
+                Action::SetField(SetField::EthDst(dst)),
+                Action::SetField(SetField::EthSrc(src)),
+                Action::PushVlan { tci },
+                Action::DecTtl,
+                Action::Checksum,
+                Action::Output(port),
+            ];
+            match edit {
+                0..6 => drop(v.remove(edit)),
+                6..9 => v.insert(edit - 4, extra),
+                _ => {}
+            }
+            v
+        },
+    )
+}
+
 fn packet(pool: &Pool, bytes: &[u8], headroom: usize) -> Packet {
     let mut p = pool.packet();
     p.reserve_headroom(headroom);
@@ -107,8 +130,8 @@ proptest! {
         kind in 0u8..2,
         ttl in prop_oneof![Just(0u8), Just(1), Just(2), any::<u8>()],
         payload in 0usize..64,
-        actions in proptest::collection::vec(action(), 0..8),
-        headroom in prop_oneof![Just(0usize), Just(2), Just(64)],
+        actions in prop_oneof![proptest::collection::vec(action(), 0..8), paper_set()],
+        headroom in prop_oneof![Just(0usize), Just(2), Just(4), Just(64)],
         want in proptest::option::of(0u16..4),
     ) {
         let set = ActionSet::new(actions).unwrap();

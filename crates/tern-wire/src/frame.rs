@@ -584,12 +584,18 @@ pub fn checksum_adjust(sum: u16, old: u16, new: u16) -> u16 {
     !(acc as u16)
 }
 
-/// [`checksum_adjust`] for the TTL decrement: the word holding the TTL (TTL, protocol) drops
-/// by 0x0100, whatever it was (at least 0x0100), so the adjustment needs only the checksum.
-#[inline]
-pub fn checksum_adjust_ttl_dec(sum: u16) -> u16 {
-    // The adjustment depends on ~old + new only, 0xfeff for every such word, as for this one.
-    checksum_adjust(sum, 0x0100, 0)
+/// The IPv4 header checksum field (its two bytes, as in the frame) after the TTL drops by
+/// one: [`checksum_adjust`] for the word holding the TTL (TTL, protocol), which drops by 0x0100
+/// whatever it was, so the adjustment needs only the field. Computed in the processor's byte
+/// order (the ones'-complement sum does not depend on it: RFC 1071, 2.B), so the field is
+/// neither swapped in nor out.
+#[inline(always)]
+pub fn checksum_field_ttl_dec(field: [u8; 2]) -> [u8; 2] {
+    // ~old + new is 0xfeff for every such word; one fold suffices (at most 0xffff + 0xfeff).
+    const NOT_OLD_PLUS_NEW: u32 = u16::from_ne_bytes([0xfe, 0xff]) as u32;
+    let acc = u32::from(!u16::from_ne_bytes(field)) + NOT_OLD_PLUS_NEW;
+    let acc = (acc & 0xffff) + (acc >> 16);
+    (!(acc as u16)).to_ne_bytes()
 }
 
 /// Updates the checksum stored at `at` in `frame` for `old` bytes becoming `new` (same even
@@ -918,6 +924,14 @@ mod tests {
         parse_twins_agree(false, 4, false, &[(23, 1)], true, 0);
     }
 
+    #[test]
+    fn ttl_decrement_adjustment_for_every_field() {
+        for sum in 0..=u16::MAX {
+            let field = checksum_field_ttl_dec(sum.to_be_bytes());
+            assert_eq!(u16::from_be_bytes(field), checksum_adjust(sum, 0x4011, 0x3f11), "{sum:#06x}");
+        }
+    }
+
     proptest::proptest! {
         #[test]
         fn parse_common_path_matches_the_general_parser(
@@ -933,7 +947,8 @@ mod tests {
 
         #[test]
         fn ttl_decrement_adjustment_is_the_general_one(sum in proptest::prelude::any::<u16>(), word in 0x0100u16..=0xffff) {
-            proptest::prop_assert_eq!(checksum_adjust_ttl_dec(sum), checksum_adjust(sum, word, word - 0x0100));
+            let field = checksum_field_ttl_dec(sum.to_be_bytes());
+            proptest::prop_assert_eq!(u16::from_be_bytes(field), checksum_adjust(sum, word, word - 0x0100));
         }
 
         #[test]
