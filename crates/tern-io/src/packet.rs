@@ -118,7 +118,8 @@ impl Packet {
             return None;
         }
         let head = self.head - n;
-        let chunk = self.buf.get_mut(head..)?.first_chunk_mut::<N>()?;
+        // One bounds check (the range has N bytes, so the conversion cannot fail).
+        let chunk: &mut [u8; N] = self.buf.get_mut(head..head.checked_add(N)?)?.try_into().ok()?;
         self.head = head;
         self.len += n;
         Some(chunk)
