@@ -171,8 +171,8 @@ impl Rig {
     /// A rig for `path` over tables `t`.
     pub fn new(t: &SlowPathTables, path: PathKind) -> Rig {
         let pool = Pool::new(4096, 2048);
-        let (gen_port, in_port) = mem::pair(&pool, 1024);
-        let (out_port, sink) = mem::pair(&pool, 1024);
+        let (gen_port, in_port) = mem::wire(&pool, 1024);
+        let (out_port, sink) = mem::wire(&pool, 1024);
         Rig {
             switch: switch(t, path, &pool),
             pool,

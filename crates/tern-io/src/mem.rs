@@ -41,6 +41,8 @@ pub struct MemPort {
     tx_link: Link,
     pool: Pool,
     addr: SocketAddr,
+    /// Whether sent packets get this end's address as their peer (not on an L2 wire).
+    stamp: bool,
     stats: PortStats,
 }
 
@@ -49,8 +51,21 @@ fn fresh_addr() -> SocketAddr {
     SocketAddr::from((Ipv4Addr::new(127, 77, 0, 1), n.max(1)))
 }
 
-/// Two connected ports whose links hold up to `ring` packets each way.
+/// Two connected ports whose links hold up to `ring` packets each way. Each end writes its
+/// address into the packets it sends, so the other end sees them come from a peer (as from a
+/// datagram socket).
 pub fn pair(pool: &Pool, ring: usize) -> (MemPort, MemPort) {
+    connect(pool, ring, true)
+}
+
+/// The two ends of an L2 wire: as [`pair`], but the frames carry no sender address (as on
+/// AF_PACKET ports, which have none to give), so sending does not write one into every packet;
+/// a packet's `peer` passes through unchanged. For engines that switch frames, not datagrams.
+pub fn wire(pool: &Pool, ring: usize) -> (MemPort, MemPort) {
+    connect(pool, ring, false)
+}
+
+fn connect(pool: &Pool, ring: usize, stamp: bool) -> (MemPort, MemPort) {
     let ring = ring.max(1);
     // A batch holds at least one packet, so `ring` vectors are never short.
     let (a_tx, b_rx) = rtrb::RingBuffer::new(ring);
@@ -69,6 +84,7 @@ pub fn pair(pool: &Pool, ring: usize) -> (MemPort, MemPort) {
         tx_link,
         pool: pool.clone(),
         addr: fresh_addr(),
+        stamp,
         stats: PortStats::default(),
     };
     (end(a_rx, a_back, link(&ba), a_tx, a_spare, link(&ab)), end(b_rx, b_back, link(&ab), b_tx, b_spare, link(&ba)))
@@ -132,11 +148,15 @@ impl Port for MemPort {
         if n == 0 {
             return Ok(0);
         }
-        let addr = self.addr;
         let mut bytes = 0;
-        for p in batch.iter_mut() {
-            p.peer = addr;
-            bytes += p.len() as u64;
+        if self.stamp {
+            let addr = self.addr;
+            for p in batch.iter_mut() {
+                p.peer = addr;
+                bytes += p.len() as u64;
+            }
+        } else {
+            bytes = batch.iter().map(|p| p.len() as u64).sum();
         }
         let mut v = self.tx_spare.pop().unwrap_or_default();
         v.reserve(batch.capacity());
@@ -225,6 +245,30 @@ mod tests {
         let v = batch.iter().map(|p| p.data()[0]).collect();
         batch.recycle(pool);
         v
+    }
+
+    #[test]
+    fn a_wire_carries_frames_without_stamping_a_peer() {
+        let pool = Pool::new(16, 64);
+        let (mut a, mut b) = wire(&pool, 8);
+        let (mut c, mut d) = pair(&pool, 8);
+        let mut batch = Batch::new(4);
+        let marked = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 1), 7));
+        for i in 0..2u8 {
+            let mut p = pool.packet();
+            p.extend_from_slice(&[i, i]).unwrap();
+            p.peer = marked;
+            assert!(batch.push(p).is_none());
+        }
+        assert_eq!(a.send(Instant::now(), &mut batch).unwrap(), 2);
+        assert_eq!(b.recv(Instant::now(), &mut batch).unwrap(), 2);
+        assert!(batch.iter().all(|p| p.peer == marked), "a wire leaves the peer as it was");
+        assert_eq!((a.stats().tx_bytes, b.stats().rx_bytes), (4, 4));
+        // The same packets over a datagram pair come from the sending end.
+        assert_eq!(c.send(Instant::now(), &mut batch).unwrap(), 2);
+        assert_eq!(d.recv(Instant::now(), &mut batch).unwrap(), 2);
+        assert!(batch.iter().all(|p| p.peer == c.local_addr()));
+        batch.recycle(&pool);
     }
 
     #[test]
