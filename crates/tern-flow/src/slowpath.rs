@@ -122,12 +122,20 @@ pub struct CacheHint {
 }
 
 /// A decision.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
-    /// Forward with these actions.
-    Forward(ActionSet),
+    /// Forward with the actions of this next hop ([`SlowPath::actions`]).
+    Forward(Hop),
     /// Drop.
     Drop(SlowDrop),
+}
+
+/// A next hop's action set for one IP version, as the slow path holds it: a decision names it
+/// rather than copying it, so deciding a packet moves no action set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hop {
+    index: u32,
+    v6: bool,
 }
 
 /// Counters.
@@ -258,10 +266,15 @@ impl SlowPath {
         let Some(nh) = route else {
             return self.drop(SlowDrop::NoRoute, CacheHint::default());
         };
-        let actions = self.hop_actions[nh as usize][usize::from(v6)].clone();
         self.stats.forwarded += 1;
         let prefix = prefix_ok.then(|| self.safe_prefix(v6, info.dst, acl_dst_bits));
-        (Decision::Forward(actions), CacheHint { exact, prefix })
+        (Decision::Forward(Hop { index: nh, v6 }), CacheHint { exact, prefix })
+    }
+
+    /// The action set of a next hop a decision names (`None` for one of other tables).
+    #[inline]
+    pub fn actions(&self, hop: Hop) -> Option<&ActionSet> {
+        self.hop_actions.get(hop.index as usize).map(|a| &a[usize::from(hop.v6)])
     }
 
     /// What the tables say about a packet, for `trace` (no counters change): the ACL rule that
@@ -385,10 +398,11 @@ mod tests {
     fn routes_acl_and_cache_hints() {
         let mut s = SlowPath::new(&tables()).unwrap();
         let (d, h) = s.decide(0, &info4([10, 1, 9, 9], 17, 53, 64));
+        let Decision::Forward(hop) = d else { panic!("{d:?}") };
         assert_eq!(
-            d,
-            Decision::Forward(
-                "set_field:eth_src=02:00:00:00:00:02,set_field:eth_dst=02:00:00:00:02:02,dec_ttl,push_vlan:7,checksum,output:2"
+            s.actions(hop),
+            Some(
+                &"set_field:eth_src=02:00:00:00:00:02,set_field:eth_dst=02:00:00:00:02:02,dec_ttl,push_vlan:7,checksum,output:2"
                     .parse()
                     .unwrap()
             )

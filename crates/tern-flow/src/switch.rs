@@ -301,8 +301,8 @@ impl Switch {
         }
         self.stats.upcalls += 1;
         let (decision, hint) = self.slow.decide(port, &info);
-        let actions = match decision {
-            Decision::Forward(a) => a,
+        let hop = match decision {
+            Decision::Forward(hop) => hop,
             Decision::Drop(why) => {
                 if why == SlowDrop::AclDeny && self.policy.mode != CacheMode::None {
                     self.install(&info, hint, &ActionSet::new(vec![action::Action::Drop]).unwrap_or_default());
@@ -312,10 +312,17 @@ impl Switch {
                 return;
             }
         };
-        if self.policy.mode != CacheMode::None {
+        if self.policy.mode != CacheMode::None
+            && let Some(actions) = self.slow.actions(hop).cloned()
+        {
             self.install(&info, hint, &actions);
         }
-        match action::execute(&actions, &mut pkt, &mut info) {
+        let Some(actions) = self.slow.actions(hop) else {
+            self.stats.slow_dropped += 1;
+            self.pool.put(pkt);
+            return;
+        };
+        match action::execute(actions, &mut pkt, &mut info) {
             Verdict::Output(p) if usize::from(p) < out.ports.len() => match out.ports[usize::from(p)].push(pkt) {
                 None => self.stats.slow_forwarded += 1,
                 Some(pkt) => {
