@@ -277,13 +277,15 @@ pub const MAX_ACTIONS: usize = 16;
 
 /// An ordered list of actions: what a rule does to the packets it matches.
 ///
-/// Cloning is cheap (the list is shared), so the slow path can hand the same set to every
-/// packet of a next hop and to the rule it installs.
+/// Cloning is cheap (the list is shared), so a rule the slow path installs shares its next
+/// hop's set.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[repr(C)]
 pub struct ActionSet {
-    actions: Arc<[Action]>,
-    /// The set compiled to one header rewrite, where it has that shape.
+    /// The set compiled to one header rewrite, where it has that shape. First, for the fast
+    /// path (see [`crate::ofu::Entry`]).
     rewrite: Option<Rewrite>,
+    actions: Arc<[Action]>,
 }
 
 /// An action set compiled to one header rewrite: set MACs, push a VLAN tag, decrement the TTL
@@ -292,23 +294,26 @@ pub struct ActionSet {
 /// time; [`execute`] falls back to the action-by-action interpreter ([`interpret`], its twin)
 /// for every other set and whenever a packet is out of the common case (TTL expiring, no
 /// headroom, not IP).
+///
+/// The fields the fast path reads come first (see [`crate::ofu::Entry`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(C)]
 struct Rewrite {
-    /// Both MACs set: the Ethernet header as written, destination, source, then the pushed
-    /// tag (TPID, TCI) when there is one.
-    l2: Option<[u8; 16]>,
-    eth_dst: Option<[u8; 6]>,
-    eth_src: Option<[u8; 6]>,
-    push_tci: Option<u16>,
+    output: Option<u16>,
+    /// The paper's set: both MACs, a tag pushed, the TTL decremented with the checksum after
+    /// it, output (the fast path's one check).
+    paper: bool,
     dec_ttl: bool,
     /// `checksum` runs after the last header change of IPv4 (else it is left as it ends up).
     checksum_last: bool,
     /// `checksum` runs somewhere (without a TTL change it canonicalizes the field).
     checksum_any: bool,
-    output: Option<u16>,
-    /// The paper's set: both MACs, a tag pushed, the TTL decremented with the checksum after
-    /// it, output (the fast path's one check).
-    paper: bool,
+    push_tci: Option<u16>,
+    /// Both MACs set: the Ethernet header as written, destination, source, then the pushed
+    /// tag (TPID, TCI) when there is one.
+    l2: Option<[u8; 16]>,
+    eth_dst: Option<[u8; 6]>,
+    eth_src: Option<[u8; 6]>,
 }
 
 impl Rewrite {
@@ -740,6 +745,18 @@ fn set_field(f: SetField, d: &mut [u8], info: &mut FrameInfo) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the fast path reads of a set (the rewrite up to the new Ethernet header) is in its
+    /// first 32 bytes, which an entry keeps in its first cache line (see `ofu::Entry`).
+    #[test]
+    fn the_fast_paths_fields_come_first() {
+        assert_eq!(std::mem::offset_of!(ActionSet, rewrite), 0);
+        let end = std::mem::offset_of!(Rewrite, l2) + std::mem::size_of::<Option<[u8; 16]>>();
+        assert!(end <= 32, "{end}");
+        for at in [std::mem::offset_of!(Rewrite, output), std::mem::offset_of!(Rewrite, paper)] {
+            assert!(at < end);
+        }
+    }
 
     #[test]
     fn text_round_trips() {

@@ -443,14 +443,13 @@ fn check_width(spec: &OfuSpec, actions: &ActionSet) -> Result<(), OfuError> {
 
 /// One written entry of the action RAM, with its counters.
 ///
-/// Laid out in this order and aligned to a cache line, so the fast path, which reads the
-/// action set's compiled rewrite and writes the counters, touches the same two lines of every
-/// entry (measured: 538 against 545 ns per 32-frame batch with the compiler's order).
+/// Laid out in this order (and the action set and its compiled rewrite in theirs) and aligned
+/// to a cache line, so everything the fast path touches for a packet, the counters it writes
+/// and the rewrite it reads, lies in the entry's first line (measured: 501 against 518 ns per
+/// 32-frame batch with the rewrite and the counters on two lines).
 #[derive(Debug, Clone)]
 #[repr(C, align(64))]
 pub struct Entry {
-    /// The rule.
-    pub rule: Rule,
     /// Packets that hit it.
     pub packets: u64,
     /// Bytes of those packets.
@@ -459,6 +458,8 @@ pub struct Entry {
     pub last_hit_ns: u64,
     /// When it was written (data-path clock, ns).
     pub installed_ns: u64,
+    /// The rule.
+    pub rule: Rule,
 }
 
 impl Entry {
@@ -587,12 +588,19 @@ impl OfuTables {
 
     /// Applies up to `budget` instructions from the FIFO (the FSM's Idle → Write/Delete/Update/
     /// Reset → Idle loop); returns how many it took. `now_ns` stamps new entries.
+    #[inline]
     pub fn run_fsm(&mut self, now_ns: u64, budget: usize) -> usize {
         // The common case between two batches: nothing written. (A pop from an empty queue
-        // costs a full fence; this check, two loads.)
+        // costs a full fence; this check, two loads, inlined into the caller.)
         if self.shared().fifo.is_empty() {
             return 0;
         }
+        self.drain_fifo(now_ns, budget)
+    }
+
+    /// [`run_fsm`](Self::run_fsm) past its empty-FIFO check.
+    #[inline(never)]
+    fn drain_fifo(&mut self, now_ns: u64, budget: usize) -> usize {
         let mut n = 0;
         while n < budget {
             let Some(istr) = self.shared().fifo.pop() else { break };
@@ -790,6 +798,16 @@ impl OfuTables {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The counters and the action set's first 32 bytes (the fast path's, see `action`) share
+    /// an entry's first cache line.
+    #[test]
+    fn an_entrys_hot_fields_share_its_first_line() {
+        assert_eq!(std::mem::align_of::<Entry>(), 64);
+        let set = std::mem::offset_of!(Entry, rule) + std::mem::offset_of!(Rule, actions);
+        assert!(set + 32 <= 64, "{set}");
+        assert!(std::mem::offset_of!(Entry, last_hit_ns) + 8 <= set);
+    }
 
     fn lpm_ofu(fifo: usize) -> (OfuDriver, OfuTables) {
         let spec = OfuSpec {
