@@ -531,6 +531,7 @@ pub fn rewrite_common4(actions: &ActionSet, pkt: &mut Packet, ttl: u8, want: Opt
         const TTL: usize = Common4::L3_OFF + VLAN_LEN + 8;
         let d = pkt.push_front_chunk::<{ TTL + 4 }>(VLAN_LEN)?;
         d[..16].copy_from_slice(l2);
+        // `write_ttl`'s work for a set known to decrement the TTL and fix the checksum.
         d[TTL] = ttl - 1;
         let sum = frame::checksum_field_ttl_dec([d[TTL + 2], d[TTL + 3]]);
         d[TTL + 2..].copy_from_slice(&sum);

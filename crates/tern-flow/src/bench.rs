@@ -1,6 +1,6 @@
 //! The macro benchmark behind `tern bench flow`: the cached fast path against the slow path
-//! alone, on the same frames through the same mem ports, and the rate at which the OFU API
-//! applies rule changes.
+//! alone, on the same frames through the same mem wires (L2 links between in-process ports),
+//! and the rate at which the OFU API applies rule changes.
 //!
 //! The switch routes by a 10K-prefix table with a 120-rule ACL in front of it; every frame gets
 //! the paper's action set (set both MACs, TTL decrement, VLAN insert, checksum, output). The
@@ -172,7 +172,7 @@ pub fn switch(t: &SlowPathTables, path: PathKind, pool: &Pool) -> Switch {
     Switch::new(pipeline, slow, driver, policy, pool.clone()).unwrap_or_else(|e| panic!("benchmark switch: {e}"))
 }
 
-/// A switch wired between a generator and a sink over mem ports.
+/// A switch wired between a generator and a sink over mem wires ([`mem::wire`]).
 #[derive(Debug)]
 pub struct Rig {
     /// The switch.

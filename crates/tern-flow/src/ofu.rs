@@ -750,8 +750,8 @@ impl OfuTables {
     #[inline]
     pub fn lookup4(&self, dst: u32, tuple: &FiveTuple4) -> Option<u32> {
         match self.spec.kind {
-            OfuKind::Lpm => self.lpm4.lookup_key(dst),
-            OfuKind::Em => self.em4.lookup(tuple),
+            OfuKind::Lpm => self.lookup4_lpm(dst),
+            OfuKind::Em => self.lookup4_em(tuple),
         }
     }
 

@@ -372,7 +372,7 @@ impl Pipeline {
     /// buffer back in the pool). `out`'s batches must have room for the whole batch: drain them
     /// after every call.
     ///
-    /// The fast path ([`fast_prefix`](Self::fast_prefix)) first carries packets from the front
+    /// The fast path (`fast_prefix`) first carries packets from the front
     /// of the batch while they are common frames ([`Common4`]) that hit a compiled rule
     /// forwarding to one port, keeping only what that case needs per packet. From the first
     /// packet it cannot carry, the general pipeline takes over: each stage runs over the rest
