@@ -254,16 +254,12 @@ mod tests {
         let (mut c, mut d) = pair(&pool, 8);
         let mut batch = Batch::new(4);
         let marked = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 1), 7));
-        for i in 0..2u8 {
-            let mut p = pool.packet();
-            p.extend_from_slice(&[i, i]).unwrap();
-            p.peer = marked;
-            assert!(batch.push(p).is_none());
-        }
+        numbered(&pool, &mut batch, 0, 2);
+        batch.iter_mut().for_each(|p| p.peer = marked);
         assert_eq!(a.send(Instant::now(), &mut batch).unwrap(), 2);
         assert_eq!(b.recv(Instant::now(), &mut batch).unwrap(), 2);
         assert!(batch.iter().all(|p| p.peer == marked), "a wire leaves the peer as it was");
-        assert_eq!((a.stats().tx_bytes, b.stats().rx_bytes), (4, 4));
+        assert_eq!((a.stats().tx_bytes, b.stats().rx_bytes), (2, 2));
         // The same packets over a datagram pair come from the sending end.
         assert_eq!(c.send(Instant::now(), &mut batch).unwrap(), 2);
         assert_eq!(d.recv(Instant::now(), &mut batch).unwrap(), 2);
