@@ -4,15 +4,17 @@
 //!   priority = prefix length, as AccelSDP's TCAM with its priority encoder (§4.3.1).
 //! - [`em`]: exact match on the 5-tuple ([`em::ExactMatch`]), as AccelSDP's BCAM flow table
 //!   (§4.3.2).
+//! - `huge`: the LPM root on transparent huge pages (the crate's one `unsafe` call, `madvise`).
 //! - [`naive`]: the reference twins — plain lists scanned the way a CAM searches — that property
 //!   tests compare the fast tables with.
 //!
 //! Every table has batch lookup, insert / update / remove, and says what it costs in hardware
 //! ([`HwTable`]): which profile resource its entries occupy, so an engine can claim them from a
 //! [`tern_hw::Ledger`].
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod em;
+mod huge;
 pub mod lpm;
 pub mod naive;
 pub mod workload;

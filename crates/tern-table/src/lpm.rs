@@ -198,10 +198,13 @@ impl<K: LpmKey> Default for Lpm<K> {
 
 impl<K: LpmKey> Lpm<K> {
     /// An empty table. The IPv4 root array is 64 MiB of address space, mapped lazily by the
-    /// kernel: only the pages rules write are touched.
+    /// kernel: only the pages rules write are touched. It asks for transparent huge pages
+    /// ([`crate::huge`]), which cut the TLB misses of lookups spread over the address space (at
+    /// 100K prefixes, lookups ran 1.7 times as fast here); the cost is that a page rules write
+    /// is 2 MiB, so a table whose rules cover the address space holds the whole 64 MiB.
     pub fn new() -> Self {
         Lpm {
-            root: vec![0; 1 << K::ROOT_BITS],
+            root: crate::huge::zeroed_u32s(1 << K::ROOT_BITS),
             groups: Vec::new(),
             free_groups: Vec::new(),
             rules: (0..=K::BITS).map(|_| HashMap::new()).collect(),
@@ -273,7 +276,7 @@ impl<K: LpmKey> Lpm<K> {
     /// Removes every rule.
     pub fn clear(&mut self) {
         // A fresh zeroed array is mapped lazily; filling the old one would touch every page.
-        self.root = vec![0; 1 << K::ROOT_BITS];
+        self.root = crate::huge::zeroed_u32s(1 << K::ROOT_BITS);
         self.groups = Vec::new();
         self.free_groups.clear();
         self.rules.iter_mut().for_each(HashMap::clear);
