@@ -301,12 +301,18 @@ impl Batch {
 mod tests {
     use super::*;
 
+    /// A packet of `pool` holding `data` behind `headroom` bytes of headroom.
+    fn packet_with(pool: &Pool, headroom: usize, data: &[u8]) -> Packet {
+        let mut p = pool.packet();
+        p.reserve_headroom(headroom);
+        p.extend_from_slice(data).unwrap();
+        p
+    }
+
     #[test]
     fn headroom_push_and_pull() {
         let pool = Pool::new(4, 32);
-        let mut p = pool.packet();
-        p.reserve_headroom(4);
-        p.extend_from_slice(b"abcdef").unwrap();
+        let mut p = packet_with(&pool, 4, b"abcdef");
         assert_eq!((p.headroom(), p.capacity()), (4, 28));
         assert!(p.push_front(4));
         p.data_mut()[..4].copy_from_slice(b"1234");
@@ -328,9 +334,7 @@ mod tests {
     #[test]
     fn push_front_chunk_grows_from_the_headroom_or_changes_nothing() {
         let pool = Pool::new(4, 32);
-        let mut p = pool.packet();
-        p.reserve_headroom(4);
-        p.extend_from_slice(b"abcdef").unwrap();
+        let mut p = packet_with(&pool, 4, b"abcdef");
         // Not enough data for the chunk, or not enough headroom: unchanged.
         assert!(p.push_front_chunk::<11>(4).is_none());
         assert!(p.push_front_chunk::<6>(5).is_none());
