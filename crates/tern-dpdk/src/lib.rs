@@ -62,7 +62,7 @@ mod imp {
     use std::time::{Duration, Instant};
 
     use ipnet::Ipv4Net;
-    use tern_table::em::{ExactMatch, FiveTuple4, Seed};
+    use tern_table::em::{ExactMatch, FiveTuple4, PackedTuple4, Seed};
     use tern_table::lpm::Lpm4;
     use tern_table::workload;
 
@@ -142,8 +142,10 @@ mod imp {
         let keys = workload::five_tuples4(n, 1);
         let mut tern = ExactMatch::with_seed(Seed::from_u64(9));
         let mut dpdk = DpdkHash::new(&format!("tern_em_{name}"), (n as u32 * 2).max(1024))?;
+        // Each side holds the keys in its own form: Tern's OFU table packs the tuple
+        // ([`PackedTuple4`]), DPDK's hash takes bytes.
         for (i, k) in keys.iter().enumerate() {
-            tern.insert(*k, i as u32);
+            tern.insert(PackedTuple4::from(*k), i as u32);
             dpdk.add(&Key::from(k), i as u32)?;
         }
         let mut fresh = 0u32;
@@ -152,6 +154,7 @@ mod imp {
             FiveTuple4 { src: 0xc000_0200 ^ fresh, dst: 0x0a00_0000 | fresh, proto: 17, src_port: 1, dst_port: 2 }
         });
         let dkeys: Vec<Key> = look.iter().map(Key::from).collect();
+        let look: Vec<PackedTuple4> = look.into_iter().map(PackedTuple4::from).collect();
         let ptrs: Vec<*const Key> = dkeys.iter().map(|k| k as *const Key).collect();
         let mut t_out = vec![None; LOOKUPS];
         let mut d_out = vec![None; LOOKUPS];

@@ -3,7 +3,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
 use rand::Rng;
-use tern_table::em::{EmKey, ExactMatch, FiveTuple4, FiveTuple6, Seed};
+use tern_table::em::{EmKey, ExactMatch, FiveTuple4, FiveTuple6, PackedTuple4, Seed};
 use tern_table::workload;
 
 const LOOKUPS: usize = 4096;
@@ -37,15 +37,19 @@ fn lookups<K: EmKey>(
     g.finish();
 }
 
+/// IPv4 keys as the fast path's table holds them, packed ([`PackedTuple4`]).
 fn em4(c: &mut Criterion) {
-    let fresh = |r: &mut rand::rngs::SmallRng| FiveTuple4 {
-        src: r.random(),
-        dst: r.random(),
-        proto: 17,
-        src_port: r.random(),
-        dst_port: r.random(),
+    let fresh = |r: &mut rand::rngs::SmallRng| {
+        PackedTuple4::from(FiveTuple4 {
+            src: r.random(),
+            dst: r.random(),
+            proto: 17,
+            src_port: r.random(),
+            dst_port: r.random(),
+        })
     };
-    lookups(c, "em4_lookup", |n| workload::five_tuples4(n, 1), 2, fresh);
+    let keys = |n| workload::five_tuples4(n, 1).into_iter().map(PackedTuple4::from).collect();
+    lookups(c, "em4_lookup", keys, 2, fresh);
 }
 
 fn em6(c: &mut Criterion) {
@@ -60,7 +64,7 @@ fn em6(c: &mut Criterion) {
 }
 
 fn writes(c: &mut Criterion) {
-    let keys = workload::five_tuples4(1000, 5);
+    let keys: Vec<PackedTuple4> = workload::five_tuples4(1000, 5).into_iter().map(PackedTuple4::from).collect();
     let mut g = c.benchmark_group("em_write");
     g.throughput(Throughput::Elements(2 * keys.len() as u64));
     let mut t = ExactMatch::with_seed(Seed::from_u64(9));

@@ -3,7 +3,8 @@
 //!
 //! A swiss table ([`hashbrown::HashTable`]) keyed by the tuple, with a hash written for it: the
 //! IPv4 tuple packs into two 64-bit words mixed by one folded multiply, the IPv6 tuple into five
-//! words mixed by three. Seeds are random per table (set them with [`ExactMatch::with_seed`] for
+//! words mixed by three. The fast path's table keeps IPv4 keys packed ([`PackedTuple4`]), in
+//! the words a frame's header gives without byte swaps, so a lookup compares two words. Seeds are random per table (set them with [`ExactMatch::with_seed`] for
 //! reproducible runs), so an attacker who picks 5-tuples cannot aim collisions at a table.
 //! Batch lookups hash the whole batch before probing.
 //!
@@ -78,21 +79,84 @@ pub struct FiveTuple4 {
     pub dst_port: u16,
 }
 
-impl FiveTuple4 {
-    /// The tuple as two words.
+impl EmKey for FiveTuple4 {
+    /// The hash of its [`PackedTuple4`] (so tables keyed either way agree).
     #[inline(always)]
-    fn words(&self) -> (u64, u64) {
-        let a = (u64::from(self.src) << 32) | u64::from(self.dst);
-        let b = (u64::from(self.src_port) << 32) | (u64::from(self.dst_port) << 16) | u64::from(self.proto);
-        (a, b)
+    fn hash(&self, seed: &Seed) -> u64 {
+        PackedTuple4::from(*self).hash(seed)
     }
 }
 
-impl EmKey for FiveTuple4 {
+/// An IPv4 5-tuple packed into the two words the exact-match table of the fast path stores and
+/// compares (the 104 bits of AccelSDP's BCAM key, Figure 16), in the form a frame gives them
+/// cheapest: the addresses are the eight bytes of the IPv4 header that hold them (source, then
+/// destination) as one little-endian load reads them, so a frame's key needs no byte swaps;
+/// the ports and protocol are numbers. [`FiveTuple4`] converts both ways.
+///
+/// ```
+/// use tern_table::em::{FiveTuple4, PackedTuple4};
+/// let t = FiveTuple4 { src: 0x0a000001, dst: 0x0a000002, proto: 17, src_port: 1234, dst_port: 53 };
+/// let k = PackedTuple4::from_wire([10, 0, 0, 1, 10, 0, 0, 2], 17, 1234, 53);
+/// assert_eq!(PackedTuple4::from(t), k);
+/// assert_eq!(k.tuple(), t);
+/// ```
+#[derive(Debug, Clone, Copy, Eq, Default)]
+pub struct PackedTuple4 {
+    addrs: u64,
+    l4: u64,
+}
+
+impl PartialEq for PackedTuple4 {
+    /// Word by word, folded into one test (a derived `==` compiles to a vector compare that
+    /// stalls on the key's fresh stores).
+    #[inline(always)]
+    fn eq(&self, other: &PackedTuple4) -> bool {
+        ((self.addrs ^ other.addrs) | (self.l4 ^ other.l4)) == 0
+    }
+}
+
+impl PackedTuple4 {
+    /// The key of a frame: `addrs` the eight bytes of its IPv4 header's addresses (header
+    /// bytes 12..20), then its protocol and ports.
+    #[inline(always)]
+    pub fn from_wire(addrs: [u8; 8], proto: u8, src_port: u16, dst_port: u16) -> PackedTuple4 {
+        PackedTuple4 {
+            addrs: u64::from_le_bytes(addrs),
+            l4: (u64::from(proto) << 32) | (u64::from(src_port) << 16) | u64::from(dst_port),
+        }
+    }
+
+    /// The destination address (host order).
+    #[inline(always)]
+    pub fn dst(&self) -> u32 {
+        ((self.addrs >> 32) as u32).swap_bytes()
+    }
+
+    /// The tuple's fields.
+    pub fn tuple(&self) -> FiveTuple4 {
+        let a = self.addrs.to_le_bytes();
+        FiveTuple4 {
+            src: u32::from_be_bytes([a[0], a[1], a[2], a[3]]),
+            dst: u32::from_be_bytes([a[4], a[5], a[6], a[7]]),
+            proto: (self.l4 >> 32) as u8,
+            src_port: (self.l4 >> 16) as u16,
+            dst_port: self.l4 as u16,
+        }
+    }
+}
+
+impl From<FiveTuple4> for PackedTuple4 {
+    #[inline(always)]
+    fn from(t: FiveTuple4) -> PackedTuple4 {
+        let (s, d) = (t.src.to_be_bytes(), t.dst.to_be_bytes());
+        PackedTuple4::from_wire([s[0], s[1], s[2], s[3], d[0], d[1], d[2], d[3]], t.proto, t.src_port, t.dst_port)
+    }
+}
+
+impl EmKey for PackedTuple4 {
     #[inline(always)]
     fn hash(&self, seed: &Seed) -> u64 {
-        let (a, b) = self.words();
-        folded_multiply(a ^ seed.0[0], b ^ seed.0[1]).rotate_left(23)
+        folded_multiply(self.addrs ^ seed.0[0], self.l4 ^ seed.0[1]).rotate_left(23)
     }
 }
 

@@ -75,6 +75,14 @@ impl HwTable for em::ExactMatch<em::FiveTuple4> {
     }
 }
 
+impl HwTable for em::ExactMatch<em::PackedTuple4> {
+    const RESOURCE: &'static str = tern_hw::resource::FLOW_EM_ENTRIES;
+    const KEY_BITS: u32 = 104;
+    fn entries(&self) -> u64 {
+        self.len() as u64
+    }
+}
+
 impl HwTable for em::ExactMatch<em::FiveTuple6> {
     const RESOURCE: &'static str = tern_hw::resource::FLOW_EM_ENTRIES;
     // src 128 + dst 128 + proto 8 + ports 2 × 16.

@@ -1,7 +1,7 @@
 //! Property tests: the exact-match table agrees with the naive reference twin.
 
 use proptest::prelude::*;
-use tern_table::em::{EmKey, ExactMatch, FiveTuple4, FiveTuple6, Seed};
+use tern_table::em::{EmKey, ExactMatch, FiveTuple4, FiveTuple6, PackedTuple4, Seed};
 use tern_table::naive::NaiveExact;
 
 #[derive(Debug, Clone)]
@@ -58,6 +58,32 @@ proptest! {
         seed in any::<u64>(),
     ) {
         check(&ops, &probes, seed)?;
+    }
+
+    /// The packed key the fast path's table holds: the naive twin keeps the plain tuples.
+    #[test]
+    fn packed_em4_agrees_with_naive(
+        ops in prop::collection::vec(prop_oneof![
+            3 => (tuple4(), any::<u32>()).prop_map(|(k, v)| Op::Insert(PackedTuple4::from(k), v)),
+            2 => tuple4().prop_map(|k| Op::Remove(PackedTuple4::from(k))),
+        ], 1..80),
+        probes in prop::collection::vec(tuple4().prop_map(PackedTuple4::from), 1..40),
+        seed in any::<u64>(),
+    ) {
+        check(&ops, &probes, seed)?;
+    }
+
+    /// Packing loses nothing: every field comes back, and two tuples pack alike exactly when
+    /// they are equal (so the packed table matches what the tuple table matches).
+    #[test]
+    fn packing_is_lossless(a in any::<(u32, u32, u8, u16, u16)>(), b in tuple4()) {
+        let a = FiveTuple4 { src: a.0, dst: a.1, proto: a.2, src_port: a.3, dst_port: a.4 };
+        let (pa, pb) = (PackedTuple4::from(a), PackedTuple4::from(b));
+        prop_assert_eq!(pa.tuple(), a);
+        prop_assert_eq!(pa.dst(), a.dst);
+        prop_assert_eq!(pa == pb, a == b);
+        let seed = Seed::from_u64(3);
+        prop_assert_eq!(a.hash(&seed), pa.hash(&seed));
     }
 
     #[test]
