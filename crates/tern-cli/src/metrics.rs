@@ -251,6 +251,12 @@ impl Collector for FlowCollector {
         )?;
         counter(
             &mut enc,
+            "tern_flow_fast_path_packets",
+            "Of the cache hits, frames the pipeline's fast path carried (common IPv4 frames under a compiled rewrite).",
+            s.pipeline.fast_path,
+        )?;
+        counter(
+            &mut enc,
             "tern_flow_cache_misses_packets",
             "IP frames no cached rule matched (sent to the slow path).",
             s.pipeline.misses,

@@ -299,10 +299,10 @@ pub struct ActionSet {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(C)]
 struct Rewrite {
-    output: Option<u16>,
     /// The paper's set: both MACs, a tag pushed, the TTL decremented with the checksum after
     /// it, output (the fast path's one check).
-    paper: bool,
+    paper: Option<PaperRewrite>,
+    output: Option<u16>,
     dec_ttl: bool,
     /// `checksum` runs after the last header change of IPv4 (else it is left as it ends up).
     checksum_last: bool,
@@ -316,6 +316,15 @@ struct Rewrite {
     eth_src: Option<[u8; 6]>,
 }
 
+/// What the fast path needs of the paper's set (see [`Rewrite`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(C)]
+struct PaperRewrite {
+    /// The new Ethernet header with its tag: destination, source, TPID, TCI.
+    l2: [u8; 16],
+    port: u16,
+}
+
 impl Rewrite {
     fn compile(actions: &[Action]) -> Option<Rewrite> {
         let mut r = Rewrite {
@@ -327,7 +336,7 @@ impl Rewrite {
             checksum_last: false,
             checksum_any: false,
             output: None,
-            paper: false,
+            paper: None,
         };
         for a in actions {
             match *a {
@@ -358,7 +367,9 @@ impl Rewrite {
             l2[14..16].copy_from_slice(&r.push_tci.unwrap_or(0).to_be_bytes());
             r.l2 = Some(l2);
         }
-        r.paper = r.l2.is_some() && r.push_tci.is_some() && r.dec_ttl && r.checksum_any && r.output.is_some();
+        if let (Some(l2), Some(_), true, true, Some(port)) = (r.l2, r.push_tci, r.dec_ttl, r.checksum_any, r.output) {
+            r.paper = Some(PaperRewrite { l2, port });
+        }
         Some(r)
     }
 }
@@ -381,6 +392,12 @@ impl ActionSet {
     /// Whether the action units run the set as one compiled header rewrite (see [`execute`]).
     pub fn is_compiled(&self) -> bool {
         self.rewrite.is_some()
+    }
+
+    /// The port a compiled set outputs to (the one [`rewrite_common4`] takes packets to).
+    #[inline]
+    pub fn compiled_output(&self) -> Option<u16> {
+        self.rewrite.as_ref()?.output
     }
 
     /// Operand bits the set needs in the action RAM (the type fields are not counted: the
@@ -508,36 +525,30 @@ fn rewrite(r: &Rewrite, pkt: &mut Packet, info: &mut FrameInfo) -> Option<Verdic
 }
 
 /// The fast path's action units for a [`Common4`] frame (untagged, IPv4 header at
-/// [`Common4::L3_OFF`], TTL `ttl`): runs a compiled set that outputs to a port and returns the
-/// port. Returns `None`, the packet untouched, where [`execute`] would do something else (a
-/// set that is not compiled or does not output, the TTL expiring, no room for the tag) or, with
-/// `want`, where the set outputs to another port than `want`. Where it returns a port, the
-/// bytes are those `execute` writes (a property test checks it).
-#[inline]
-pub fn rewrite_common4(actions: &ActionSet, pkt: &mut Packet, ttl: u8, want: Option<u16>) -> Option<u16> {
-    let r = actions.rewrite.as_ref()?;
-    let port = r.output?;
-    if want.is_some_and(|w| w != port) {
-        return None;
-    }
-    if r.paper
-        && let Some(l2) = &r.l2
-    {
+/// [`Common4::L3_OFF`], TTL `ttl`): runs a compiled set that outputs to `port` (see
+/// [`ActionSet::compiled_output`]) and returns true. Returns false, the packet untouched, where
+/// [`execute`] would do something else (a set that is not compiled or outputs elsewhere, the
+/// TTL expiring, no room for the tag). Where it returns true, the bytes are those `execute`
+/// writes (a property test checks it).
+#[inline(always)]
+pub fn rewrite_common4(actions: &ActionSet, pkt: &mut Packet, ttl: u8, port: u16) -> bool {
+    let Some(r) = actions.rewrite.as_ref() else { return false };
+    if let Some(paper) = &r.paper {
         // The paper's set: the new Ethernet header with its tag, then the IPv4 header, at fixed
         // offsets in one bounds-checked chunk.
-        if ttl <= 1 {
-            return None;
+        if (paper.port != port) | (ttl <= 1) {
+            return false;
         }
         const TTL: usize = Common4::L3_OFF + VLAN_LEN + 8;
-        let d = pkt.push_front_chunk::<{ TTL + 4 }>(VLAN_LEN)?;
-        d[..16].copy_from_slice(l2);
+        let Some(d) = pkt.push_front_chunk::<{ TTL + 4 }>(VLAN_LEN) else { return false };
+        d[..16].copy_from_slice(&paper.l2);
         // `write_ttl`'s work for a set known to decrement the TTL and fix the checksum.
         d[TTL] = ttl - 1;
         let sum = frame::checksum_field_ttl_dec([d[TTL + 2], d[TTL + 3]]);
         d[TTL + 2..].copy_from_slice(&sum);
-        return Some(port);
+        return true;
     }
-    rewrite_bytes(r, pkt, Common4::L3_OFF + 8, true, ttl).then_some(port)
+    r.output == Some(port) && rewrite_bytes(r, pkt, Common4::L3_OFF + 8, true, ttl)
 }
 
 /// A checksum field recomputed over a header that did not change: the same, except that a
@@ -752,11 +763,9 @@ mod tests {
     #[test]
     fn the_fast_paths_fields_come_first() {
         assert_eq!(std::mem::offset_of!(ActionSet, rewrite), 0);
-        let end = std::mem::offset_of!(Rewrite, l2) + std::mem::size_of::<Option<[u8; 16]>>();
+        assert_eq!(std::mem::offset_of!(Rewrite, paper), 0);
+        let end = std::mem::size_of::<Option<PaperRewrite>>();
         assert!(end <= 32, "{end}");
-        for at in [std::mem::offset_of!(Rewrite, output), std::mem::offset_of!(Rewrite, paper)] {
-            assert!(at < end);
-        }
     }
 
     #[test]

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crossbeam_queue::ArrayQueue;
 use ipnet::{Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
-use tern_table::em::{ExactMatch, FiveTuple, FiveTuple4, FiveTuple6};
+use tern_table::em::{ExactMatch, FiveTuple, FiveTuple4, FiveTuple6, PackedTuple4};
 use tern_table::lpm::{Lpm4, Lpm6};
 use tern_wire::frame::L3;
 
@@ -505,7 +505,7 @@ pub struct OfuTables {
     slot: usize,
     lpm4: Lpm4,
     lpm6: Lpm6,
-    em4: ExactMatch<FiveTuple4>,
+    em4: ExactMatch<PackedTuple4>,
     em6: ExactMatch<FiveTuple6>,
     entries: Vec<Option<Entry>>,
     v4_used: u32,
@@ -682,7 +682,7 @@ impl OfuTables {
         let existing = match rule.matching {
             Match::Ipv4Dst(n) => self.lpm4.get(n),
             Match::Ipv6Dst(n) => self.lpm6.get(n),
-            Match::Tuple4(t) => self.em4.lookup(&t),
+            Match::Tuple4(t) => self.em4.lookup(&t.into()),
             Match::Tuple6(t) => self.em6.lookup(&t),
         };
         if let Some(at) = existing {
@@ -698,7 +698,7 @@ impl OfuTables {
             Match::Ipv4Dst(n) => self.lpm4.insert(n, index).map(|_| ()),
             Match::Ipv6Dst(n) => self.lpm6.insert(n, index).map(|_| ()),
             Match::Tuple4(t) => {
-                self.em4.insert(t, index);
+                self.em4.insert(t.into(), index);
                 Ok(())
             }
             Match::Tuple6(t) => {
@@ -732,7 +732,7 @@ impl OfuTables {
                 self.lpm6.remove(n)?;
             }
             Match::Tuple4(t) => {
-                self.em4.remove(&t);
+                self.em4.remove(&t.into());
             }
             Match::Tuple6(t) => {
                 self.em6.remove(&t);
@@ -751,15 +751,15 @@ impl OfuTables {
     pub fn lookup4(&self, dst: u32, tuple: &FiveTuple4) -> Option<u32> {
         match self.spec.kind {
             OfuKind::Lpm => self.lookup4_lpm(dst),
-            OfuKind::Em => self.lookup4_em(tuple),
+            OfuKind::Em => self.lookup4_em(&PackedTuple4::from(*tuple)),
         }
     }
 
     /// Stage 2 for an IPv4 packet in an exact-match OFU (see [`lookup4`](Self::lookup4)), for a
     /// caller that has matched the kind once for many packets.
     #[inline]
-    pub fn lookup4_em(&self, tuple: &FiveTuple4) -> Option<u32> {
-        self.em4.lookup(tuple)
+    pub fn lookup4_em(&self, key: &PackedTuple4) -> Option<u32> {
+        self.em4.lookup(key)
     }
 
     /// Stage 2 for an IPv4 packet in an LPM OFU (see [`lookup4`](Self::lookup4)).

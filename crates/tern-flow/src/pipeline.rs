@@ -14,11 +14,11 @@
 use std::fmt;
 
 use tern_io::{Batch, Packet, Pool};
-use tern_table::em::{FiveTuple4, FiveTuple6};
+use tern_table::em::{FiveTuple4, FiveTuple6, PackedTuple4};
 use tern_wire::frame::{Common4, FrameError, FrameInfo, L3};
 
 use crate::action::{self, ActionDrop, Verdict};
-use crate::ofu::{OfuId, OfuKind, OfuTables};
+use crate::ofu::{Entry, OfuId, OfuKind, OfuTables};
 
 /// Why the pipeline dropped a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -99,6 +99,8 @@ pub struct PipelineStats {
     pub rx_bytes: u64,
     /// Frames that hit a rule.
     pub hits: u64,
+    /// Of those, frames the fast path carried (see [`Pipeline::fast_path`]).
+    pub fast_path: u64,
     /// IP frames no enabled OFU matched (sent to the host).
     pub misses: u64,
     /// Frames that are not IPv4 / IPv6 (sent to the host).
@@ -182,37 +184,84 @@ pub fn tuple6(info: &FrameInfo) -> FiveTuple6 {
     FiveTuple6 { src: info.src, dst: info.dst, proto: info.proto, src_port: info.src_port, dst_port: info.dst_port }
 }
 
-/// The fast path's parser and stages 1 and 2 over a chunk: parses frames into `commons` to the
-/// first one outside the common case, and finds each one's rule with `find` into `hits` to the
-/// first miss. Returns (frames parsed, frames found).
-#[inline(always)]
-fn parse_and_find(
-    chunk: &[Packet],
-    commons: &mut [Common4],
-    hits: &mut [(usize, u32)],
-    find: impl Fn(&Common4) -> Option<(usize, u32)>,
-) -> (usize, usize) {
-    let mut found = None;
-    for (i, ((pkt, c), h)) in chunk.iter().zip(commons.iter_mut()).zip(hits.iter_mut()).enumerate() {
-        let Some(x) = Common4::parse(pkt.data()) else {
-            return (i, found.unwrap_or(i));
-        };
-        *c = x;
-        if found.is_none() {
-            match find(&x) {
-                Some(hit) => *h = hit,
-                None => found = Some(i),
-            }
-        }
-    }
-    let n = chunk.len().min(commons.len()).min(hits.len());
-    (n, found.unwrap_or(n))
+/// What the fast path's stage 2 found for a frame: the OFU (position), the entry index, and
+/// the frame's TTL (all its action units need of what the parser read).
+#[derive(Debug, Clone, Copy, Default)]
+struct FastHit {
+    index: u32,
+    pos: u8,
+    ttl: u8,
 }
 
-/// The 5-tuple of a common frame (see [`tuple4`]).
-#[inline]
-fn common_tuple4(c: &Common4) -> FiveTuple4 {
-    FiveTuple4 { src: c.src, dst: c.dst, proto: c.proto, src_port: c.src_port, dst_port: c.dst_port }
+/// The fast path's parser and stages 1 and 2 over a chunk: parses each frame as a [`Common4`]
+/// and finds its rule with `find` into `hits`, to the first frame outside the common case or
+/// the first miss. Returns how many it found.
+#[inline(always)]
+fn parse_and_find(chunk: &[Packet], hits: &mut [FastHit], find: impl Fn(&Common4) -> Option<(u8, u32)>) -> usize {
+    for (i, (pkt, h)) in chunk.iter().zip(hits.iter_mut()).enumerate() {
+        let Some(c) = Common4::parse(pkt.data()) else { return i };
+        let Some((pos, index)) = find(&c) else { return i };
+        *h = FastHit { index, pos, ttl: c.ttl };
+    }
+    chunk.len().min(hits.len())
+}
+
+/// Where the fast path's action units find the entry a [`FastHit`] names: in its OFU, or in
+/// the one OFU searched.
+trait FastEntries {
+    fn entry(&mut self, h: FastHit) -> Option<&mut Entry>;
+}
+
+impl FastEntries for OfuTables {
+    #[inline(always)]
+    fn entry(&mut self, h: FastHit) -> Option<&mut Entry> {
+        self.entry_mut(h.index)
+    }
+}
+
+impl FastEntries for [OfuTables] {
+    #[inline(always)]
+    fn entry(&mut self, h: FastHit) -> Option<&mut Entry> {
+        self.get_mut(usize::from(h.pos))?.entry_mut(h.index)
+    }
+}
+
+/// The fast path's action units over the packets of a chunk stage 2 found (`hits`), to the
+/// first one a compiled rewrite to the same port (`port`, or else the first packet's) does not
+/// take;
+/// counts what they carry (entry counters, and their bytes into `bytes`). Returns how many.
+#[inline(always)]
+fn carry(
+    entries: &mut (impl FastEntries + ?Sized),
+    now_ns: u64,
+    chunk: &mut [Packet],
+    hits: &[FastHit],
+    port: &mut Option<u16>,
+    bytes: &mut u64,
+) -> usize {
+    // The port: the first packet's (later chunks: that of the packets carried before).
+    let Some(want) = port.or_else(|| entries.entry(*hits.first()?)?.rule.actions.compiled_output()) else { return 0 };
+    let mut carried = 0;
+    for (pkt, &h) in chunk.iter_mut().zip(hits) {
+        let Some(e) = entries.entry(h) else { break };
+        let len = pkt.len() as u64;
+        if !action::rewrite_common4(&e.rule.actions, pkt, h.ttl, want) {
+            break;
+        }
+        e.hit(len, now_ns);
+        *bytes += len;
+        carried += 1;
+    }
+    if carried > 0 {
+        *port = Some(want);
+    }
+    carried
+}
+
+/// The exact-match key of a common frame (its 5-tuple, see [`tuple4`]).
+#[inline(always)]
+fn common_key4(c: &Common4) -> PackedTuple4 {
+    PackedTuple4::from_wire(c.addrs, c.proto, c.src_port, c.dst_port)
 }
 
 /// Stage 1 and one OFU's stage 2 for a parsed frame: its entry index, if it has one.
@@ -261,21 +310,6 @@ enum SlotState {
     Done,
 }
 
-/// What the fast path keeps of the chunk it works on.
-#[derive(Debug)]
-struct FastChunk {
-    /// The fields of the chunk's frames, as parsed.
-    commons: [Common4; FAST_CHUNK],
-    /// What stage 2 found for them: OFU position, entry index.
-    hits: [(usize, u32); FAST_CHUNK],
-    /// Where the chunk starts in the batch.
-    from: usize,
-    /// Frames at the front of the chunk parsed (into `commons`); after the fast path, those
-    /// of the chunk it stopped in (0 if it carried the whole batch), from its first packet
-    /// not carried.
-    parsed: usize,
-}
-
 /// The OFU pipeline.
 #[derive(Debug)]
 pub struct Pipeline {
@@ -287,8 +321,9 @@ pub struct Pipeline {
     stats: PipelineStats,
     /// Instructions the FSMs apply between two batches, per OFU.
     pub fsm_budget: usize,
-    /// The fast path's per-chunk state (see [`fast_prefix`](Self::fast_prefix)).
-    fast: FastChunk,
+    /// What the fast path's stage 2 found for the chunk it works on (see
+    /// [`fast_prefix`](Self::fast_prefix)).
+    fast_hits: [FastHit; FAST_CHUNK],
     /// Whether the fast path runs first (see [`process`](Self::process)). Off, every packet
     /// takes the staged pipeline, the fast path's twin: the same outputs, counters and bytes.
     pub fast_path: bool,
@@ -309,12 +344,7 @@ impl Pipeline {
             stats,
             fsm_budget: 1024,
             fast_path: true,
-            fast: FastChunk {
-                commons: [Common4::default(); FAST_CHUNK],
-                hits: [(0, 0); FAST_CHUNK],
-                from: 0,
-                parsed: 0,
-            },
+            fast_hits: [FastHit::default(); FAST_CHUNK],
         }
     }
 
@@ -384,14 +414,7 @@ impl Pipeline {
     pub fn process(&mut self, now_ns: u64, in_port: u16, batch: &mut Batch, out: &mut Outputs) {
         self.configure(now_ns);
         let n = batch.len();
-        let (done, port) = if self.fast_path {
-            self.fast_prefix(now_ns, batch)
-        } else {
-            self.fast.parsed = 0;
-            (0, 0)
-        };
-        // Frames the fast path parsed but did not carry keep what it read.
-        let (parsed_from, parsed) = (self.fast.from, self.fast.parsed);
+        let (done, port) = if self.fast_path { self.fast_prefix(now_ns, batch) } else { (0, 0) };
         if done == n && n > 0 && self.hand_over(Verdict::Output(port), in_port, batch, &[], out) {
             return;
         }
@@ -404,14 +427,9 @@ impl Pipeline {
             s.verdict = Verdict::Output(port);
         }
         // Parser (into the slots in place).
-        for (i, (pkt, s)) in batch.iter().zip(slots.iter_mut()).enumerate().skip(done) {
+        for (pkt, s) in batch.iter().zip(slots.iter_mut()).skip(done) {
             self.stats.rx_packets += 1;
             self.stats.rx_bytes += pkt.len() as u64;
-            if let Some(c) = i.checked_sub(parsed_from).filter(|&j| j < parsed).and_then(|j| self.fast.commons.get(j)) {
-                s.info = c.info();
-                s.state = SlotState::Miss;
-                continue;
-            }
             s.state = match s.info.parse_into(pkt.data()) {
                 Ok(()) => SlotState::Miss,
                 Err(e) => SlotState::Bad(e),
@@ -476,9 +494,8 @@ impl Pipeline {
     /// frame that hits (in the first enabled OFU that matches it) a rule whose compiled
     /// rewrite forwards it to the port of the first packet carried. Returns how many packets
     /// it carried and their port. A packet it cannot carry, and every packet after it, is left
-    /// untouched and uncounted, for the staged pipeline, which takes the fields the fast path
-    /// parsed from `commons` (from packet `parsed_from` on), so a batch the cache does not
-    /// serve is not parsed twice.
+    /// untouched and uncounted, for the staged pipeline (which parses it again: a packet the
+    /// cache does not serve costs the slow path far more than a parse).
     ///
     /// It is staged too, in chunks of [`FAST_CHUNK`] packets, with only what this case needs
     /// kept per packet: parse each frame and search the OFUs for its key, then count and
@@ -487,9 +504,7 @@ impl Pipeline {
     /// between the lookups), one for the parser and one for the lookups slightly slower than
     /// the two together.
     fn fast_prefix(&mut self, now_ns: u64, batch: &mut Batch) -> (usize, u16) {
-        self.fast.from = 0;
-        self.fast.parsed = 0;
-        let mut enabled = [0usize; 8];
+        let mut enabled = [0u8; 8];
         let mut n_enabled = 0;
         // An OFU without rules cannot match.
         for (pos, _) in self.enabled.iter().zip(&self.ofus).enumerate().filter(|(_, (e, o))| **e && !o.is_empty()) {
@@ -497,7 +512,7 @@ impl Pipeline {
                 // More OFUs than the fast path keeps track of: the staged pipeline.
                 return (0, 0);
             }
-            enabled[n_enabled] = pos;
+            enabled[n_enabled] = pos as u8;
             n_enabled += 1;
         }
         if n_enabled == 0 {
@@ -505,53 +520,49 @@ impl Pipeline {
         }
         let mut port = None;
         let (mut done, mut bytes) = (0usize, 0u64);
-        let FastChunk { commons, hits, .. } = &mut self.fast;
+        let hits = &mut self.fast_hits;
         for chunk in batch.as_mut_slice().chunks_mut(FAST_CHUNK) {
-            // Parser, to the first frame outside the common case, and stages 1 and 2 (IPv4):
-            // the enabled OFUs in id order, the first hit decides, to the first miss (so
-            // traffic the cache does not serve costs one lookup here).
+            // Parser and stages 1 and 2 (IPv4), to the first frame outside the common case or
+            // the first miss: the enabled OFUs in id order, the first hit decides.
             let ofus = &self.ofus;
-            let (parsed, n) = if let [pos] = enabled[..n_enabled] {
+            let n = if let [pos] = enabled[..n_enabled] {
                 // One OFU with rules (the common case): no search among OFUs, its kind matched
                 // once.
-                let ofu = &ofus[pos];
+                let ofu = &ofus[usize::from(pos)];
                 match ofu.spec().kind {
-                    OfuKind::Em => {
-                        parse_and_find(chunk, commons, hits, |c| Some((pos, ofu.lookup4_em(&common_tuple4(c))?)))
-                    }
-                    OfuKind::Lpm => parse_and_find(chunk, commons, hits, |c| Some((pos, ofu.lookup4_lpm(c.dst)?))),
+                    OfuKind::Em => parse_and_find(chunk, hits, |c| Some((pos, ofu.lookup4_em(&common_key4(c))?))),
+                    OfuKind::Lpm => parse_and_find(chunk, hits, |c| Some((pos, ofu.lookup4_lpm(c.dst())?))),
                 }
             } else {
-                parse_and_find(chunk, commons, hits, |c| {
-                    let k = common_tuple4(c);
-                    enabled[..n_enabled].iter().find_map(|&pos| Some((pos, ofus[pos].lookup4(k.dst, &k)?)))
+                parse_and_find(chunk, hits, |c| {
+                    let (k, dst) = (common_key4(c), c.dst());
+                    enabled[..n_enabled].iter().find_map(|&pos| {
+                        let ofu = &ofus[usize::from(pos)];
+                        let index = match ofu.spec().kind {
+                            OfuKind::Em => ofu.lookup4_em(&k),
+                            OfuKind::Lpm => ofu.lookup4_lpm(dst),
+                        };
+                        Some((pos, index?))
+                    })
                 })
             };
             // Action units, to the first packet a compiled rewrite to the same port does not
             // take.
-            let mut carried = 0;
-            for ((pkt, &(pos, index)), c) in chunk[..n].iter_mut().zip(&hits[..n]).zip(&commons[..n]) {
-                let Some(e) = self.ofus.get_mut(pos).and_then(|o| o.entry_mut(index)) else { break };
-                let len = pkt.len() as u64;
-                let Some(p) = action::rewrite_common4(&e.rule.actions, pkt, c.ttl, port) else { break };
-                e.hit(len, now_ns);
-                port = Some(p);
-                bytes += len;
-                carried += 1;
-            }
+            let hits = &hits[..n];
+            let carried = if let [pos] = enabled[..n_enabled] {
+                carry(&mut self.ofus[usize::from(pos)], now_ns, chunk, hits, &mut port, &mut bytes)
+            } else {
+                carry(self.ofus.as_mut_slice(), now_ns, chunk, hits, &mut port, &mut bytes)
+            };
+            done += carried;
             if carried < chunk.len() {
-                // The staged pipeline takes over here, with what was parsed of the chunk.
-                commons.copy_within(carried..parsed.max(carried), 0);
-                self.fast.from = done + carried;
-                self.fast.parsed = parsed.saturating_sub(carried);
-                done += carried;
                 break;
             }
-            done += carried;
         }
         self.stats.rx_packets += done as u64;
         self.stats.rx_bytes += bytes;
         self.stats.hits += done as u64;
+        self.stats.fast_path += done as u64;
         (done, port.unwrap_or(0))
     }
 

@@ -114,12 +114,11 @@ impl Packet {
     /// that checks its bounds once for every header write after it.)
     #[inline]
     pub fn push_front_chunk<const N: usize>(&mut self, n: usize) -> Option<&mut [u8; N]> {
-        if self.head < n || self.len + n < N {
+        let head = self.head.checked_sub(n)?;
+        if self.len + n < N {
             return None;
         }
-        let head = self.head - n;
-        // One bounds check (the range has N bytes, so the conversion cannot fail).
-        let chunk: &mut [u8; N] = self.buf.get_mut(head..head.checked_add(N)?)?.try_into().ok()?;
+        let chunk = self.buf.get_mut(head..)?.first_chunk_mut::<N>()?;
         self.head = head;
         self.len += n;
         Some(chunk)

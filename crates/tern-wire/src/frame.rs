@@ -200,10 +200,9 @@ fn be128(b: &[u8], at: usize) -> u128 {
 /// the full description, the one [`FrameInfo::parse_general_into`] gives for the same frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Common4 {
-    /// Source address.
-    pub src: u32,
-    /// Destination address.
-    pub dst: u32,
+    /// The source and destination addresses, as the frame holds them (IPv4 header bytes
+    /// 12..20): see [`src`](Self::src) and [`dst`](Self::dst).
+    pub addrs: [u8; 8],
     /// IP protocol (TCP or UDP).
     pub proto: u8,
     /// TTL.
@@ -219,6 +218,20 @@ pub struct Common4 {
 }
 
 impl Common4 {
+    /// Source address.
+    #[inline(always)]
+    pub fn src(&self) -> u32 {
+        let a = &self.addrs;
+        u32::from_be_bytes([a[0], a[1], a[2], a[3]])
+    }
+
+    /// Destination address.
+    #[inline(always)]
+    pub fn dst(&self) -> u32 {
+        let a = &self.addrs;
+        u32::from_be_bytes([a[4], a[5], a[6], a[7]])
+    }
+
     /// Offset of the IPv4 header.
     pub const L3_OFF: usize = ETH_LEN;
     /// Offset of the transport header.
@@ -260,8 +273,7 @@ impl Common4 {
             return None;
         }
         Some(Common4 {
-            src: be32(h, 26),
-            dst: be32(h, 30),
+            addrs: *h[26..34].first_chunk::<8>()?,
             proto,
             ttl: (w16 >> 8) as u8,
             dscp: (w12 as u8) >> 2,
@@ -283,8 +295,8 @@ impl Common4 {
             l4_off: Self::L4_OFF as u16,
             ip_end: self.ip_end,
             has_l4: true,
-            src: u128::from(self.src),
-            dst: u128::from(self.dst),
+            src: u128::from(self.src()),
+            dst: u128::from(self.dst()),
             proto: self.proto,
             ttl: self.ttl,
             dscp: self.dscp,
