@@ -122,11 +122,13 @@ fn flow_part(secs: f64) -> Result<bool, Box<dyn std::error::Error>> {
     let before = fast.switch.pipeline.stats().clone();
     let warm = fast.phase(&frames, Duration::from_millis(200));
     let after = fast.switch.pipeline.stats();
+    let carried = (after.fast_path - before.fast_path) as f64 / (after.rx_packets - before.rx_packets).max(1) as f64;
     println!(
-        "   then: {} hits, {} misses ({:.1}% of frames on the fast path)",
+        "   then: {} hits, {} misses ({:.1}% of frames hit; {:.1}% carried by the pipeline's fast path)",
         after.hits - before.hits,
         after.misses - before.misses,
-        100.0 * warm.hit_ratio
+        100.0 * warm.hit_ratio,
+        100.0 * carried
     );
     let mut slow = Rig::new(&t, PathKind::Slow);
     slow.phase(&frames, Duration::from_millis(100));

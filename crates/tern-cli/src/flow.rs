@@ -213,8 +213,9 @@ fn print_summary(s: &Snapshot) {
         );
     }
     println!(
-        "  fast path: {} hits, {} misses; slow path: {} upcalls, {} forwarded, {} dropped, {} rate-limited",
+        "  pipeline: {} hits ({} on the fast path), {} misses; slow path: {} upcalls, {} forwarded, {} dropped, {} rate-limited",
         s.pipeline.hits,
+        s.pipeline.fast_path,
         s.pipeline.misses,
         s.cache.upcalls,
         s.cache.slow_forwarded,

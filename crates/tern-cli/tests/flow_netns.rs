@@ -213,14 +213,19 @@ eth_dst = "02:00:00:00:00:02"
     let slow = metric(&m, "tern_flow_slow_forwarded_packets_total");
     let hits = metric(&m, "tern_flow_cache_hits_packets_total");
     let installed = metric(&m, "tern_flow_rules_installed_total");
+    let fast = metric(&m, "tern_flow_fast_path_packets_total");
     // Four flows (echo request, echo reply, UDP there, UDP back) each take the slow path once.
     // The replies may race their flow's first install: allow a few more upcalls, never one per
     // packet.
     let total = 2 * (pings + udp) as u64;
-    eprintln!("{total} packets: {upcalls} upcalls ({slow} forwarded), {hits} cache hits, {installed} rules installed");
+    eprintln!(
+        "{total} packets: {upcalls} upcalls ({slow} forwarded), {hits} cache hits ({fast} on the fast path), {installed} rules installed"
+    );
     assert!((4..=8).contains(&slow), "slow path forwarded {slow}\n{m}");
     assert!(upcalls >= slow && installed >= 4, "upcalls {upcalls}, installed {installed}\n{m}");
     assert!(hits >= total - slow, "hits {hits} of {total}\n{m}");
+    // The cached UDP datagrams (common frames) take the pipeline's fast path; pings do not.
+    assert!(fast > 0 && fast <= hits, "fast path {fast} of {hits} hits\n{m}");
     // dump-flows shows the cached rules and their counters.
     let flows = Command::new(env!("CARGO_BIN_EXE_tern"))
         .args(["flow", "dump-flows", "--server", &metrics_addr])
