@@ -36,12 +36,13 @@ impl Packet {
     /// The bytes in use.
     #[inline]
     pub fn data(&self) -> &[u8] {
-        &self.buf[self.head..self.head + self.len]
+        // Two bounds checks (no overflow check of `head + len`).
+        &self.buf[self.head..][..self.len]
     }
     /// The bytes in use, writable.
     #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[self.head..self.head + self.len]
+        &mut self.buf[self.head..][..self.len]
     }
     /// Bytes in use.
     #[inline]
