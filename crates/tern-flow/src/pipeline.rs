@@ -228,8 +228,8 @@ impl FastEntries for [OfuTables] {
 
 /// The fast path's action units over the packets of a chunk stage 2 found (`hits`), to the
 /// first one a compiled rewrite to the same port (`port`, or else the first packet's) does not
-/// take;
-/// counts what they carry (entry counters, and their bytes into `bytes`). Returns how many.
+/// take; counts what they carry (entry counters, and their bytes into `bytes`). Returns how
+/// many.
 #[inline(always)]
 fn carry(
     entries: &mut (impl FastEntries + ?Sized),
@@ -508,11 +508,13 @@ impl Pipeline {
         let mut n_enabled = 0;
         // An OFU without rules cannot match.
         for (pos, _) in self.enabled.iter().zip(&self.ofus).enumerate().filter(|(_, (e, o))| **e && !o.is_empty()) {
+            // More OFUs than the fast path keeps track of (or past the positions it can name):
+            // the staged pipeline.
+            let Ok(pos) = u8::try_from(pos) else { return (0, 0) };
             if n_enabled == enabled.len() {
-                // More OFUs than the fast path keeps track of: the staged pipeline.
                 return (0, 0);
             }
-            enabled[n_enabled] = pos as u8;
+            enabled[n_enabled] = pos;
             n_enabled += 1;
         }
         if n_enabled == 0 {
