@@ -300,7 +300,8 @@ pub struct ActionSet {
 #[repr(C)]
 struct Rewrite {
     /// The paper's set: both MACs, a tag pushed, the TTL decremented with the checksum after
-    /// it, output (the fast path's one check).
+    /// it, output (the fast path's one check). It repeats `l2` and `output`, so the fast path
+    /// finds all it reads of a set in one place at the front.
     paper: Option<PaperRewrite>,
     output: Option<u16>,
     dec_ttl: bool,

@@ -26,6 +26,8 @@ use hashbrown::HashTable;
 
 /// A key the exact-match table hashes.
 pub trait EmKey: Copy + Eq + Debug + Send + Sync + 'static {
+    /// Key width in bits, as a CAM holding it is wide.
+    const BITS: u32;
     /// The key's hash under `seed`.
     fn hash(&self, seed: &Seed) -> u64;
 }
@@ -80,6 +82,8 @@ pub struct FiveTuple4 {
 }
 
 impl EmKey for FiveTuple4 {
+    // src 32 + dst 32 + proto 8 + ports 2 × 16.
+    const BITS: u32 = 104;
     /// The hash of its [`PackedTuple4`] (so tables keyed either way agree).
     #[inline(always)]
     fn hash(&self, seed: &Seed) -> u64 {
@@ -154,6 +158,7 @@ impl From<FiveTuple4> for PackedTuple4 {
 }
 
 impl EmKey for PackedTuple4 {
+    const BITS: u32 = FiveTuple4::BITS;
     #[inline(always)]
     fn hash(&self, seed: &Seed) -> u64 {
         folded_multiply(self.addrs ^ seed.0[0], self.l4 ^ seed.0[1]).rotate_left(23)
@@ -176,6 +181,8 @@ pub struct FiveTuple6 {
 }
 
 impl EmKey for FiveTuple6 {
+    // src 128 + dst 128 + proto 8 + ports 2 × 16.
+    const BITS: u32 = 296;
     #[inline(always)]
     fn hash(&self, seed: &Seed) -> u64 {
         let s = seed.0;

@@ -66,27 +66,9 @@ impl HwTable for lpm::Lpm6 {
     }
 }
 
-impl HwTable for em::ExactMatch<em::FiveTuple4> {
+impl<K: em::EmKey> HwTable for em::ExactMatch<K> {
     const RESOURCE: &'static str = tern_hw::resource::FLOW_EM_ENTRIES;
-    // src 32 + dst 32 + proto 8 + ports 2 × 16.
-    const KEY_BITS: u32 = 104;
-    fn entries(&self) -> u64 {
-        self.len() as u64
-    }
-}
-
-impl HwTable for em::ExactMatch<em::PackedTuple4> {
-    const RESOURCE: &'static str = tern_hw::resource::FLOW_EM_ENTRIES;
-    const KEY_BITS: u32 = 104;
-    fn entries(&self) -> u64 {
-        self.len() as u64
-    }
-}
-
-impl HwTable for em::ExactMatch<em::FiveTuple6> {
-    const RESOURCE: &'static str = tern_hw::resource::FLOW_EM_ENTRIES;
-    // src 128 + dst 128 + proto 8 + ports 2 × 16.
-    const KEY_BITS: u32 = 296;
+    const KEY_BITS: u32 = K::BITS;
     fn entries(&self) -> u64 {
         self.len() as u64
     }
