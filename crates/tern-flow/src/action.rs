@@ -28,7 +28,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use tern_io::Packet;
-use tern_wire::frame::{self, Common4, FrameInfo, L3, TPID_8021Q, VLAN_LEN};
+use tern_wire::frame::{self, Common4, FrameInfo, L3, MAX_VLANS, TPID_8021Q, VLAN_LEN};
 
 /// A field `set_field` can write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -106,7 +106,8 @@ pub enum Action {
     SetField(SetField),
     /// CAL: recompute the IPv4 header checksum.
     Checksum,
-    /// INSERT: push an 802.1Q tag with this TCI.
+    /// INSERT: push an 802.1Q tag with this TCI. A frame that already carries
+    /// [`MAX_VLANS`] tags is dropped instead (a third tag would make a frame the parser refuses).
     PushVlan {
         /// Tag control information (PCP 3 bits, DEI 1, VID 12).
         tci: u16,
@@ -486,6 +487,9 @@ pub enum ActionDrop {
     Drop,
     /// `push_vlan` found no room in the buffer.
     NoRoomForVlan,
+    /// `push_vlan` on a frame that already carries [`MAX_VLANS`] tags (the frame would no
+    /// longer parse, here or at the next switch).
+    TooManyVlans,
 }
 
 /// Runs an action set on a packet whose headers `info` describes (and keeps up to date): `info`
@@ -513,6 +517,10 @@ fn rewrite(r: &Rewrite, pkt: &mut Packet, info: &mut FrameInfo) -> Option<Verdic
         L3::Ipv6 => (usize::from(info.l3_off) + 7, false),
         L3::Other => return None,
     };
+    // A push past the tag limit: the interpreter drops it.
+    if r.push_tci.is_some() && usize::from(info.vlans) >= MAX_VLANS {
+        return None;
+    }
     if !rewrite_bytes(r, pkt, ttl_at, v4, info.ttl) {
         return None;
     }
@@ -644,6 +652,9 @@ pub fn interpret(actions: &ActionSet, pkt: &mut Packet, info: &mut FrameInfo) ->
             }
             Action::SetField(f) => set_field(f, pkt.data_mut(), info),
             Action::PushVlan { tci } => {
+                if usize::from(info.vlans) >= MAX_VLANS {
+                    return Verdict::Drop(ActionDrop::TooManyVlans);
+                }
                 if !pkt.push_front(VLAN_LEN) {
                     return Verdict::Drop(ActionDrop::NoRoomForVlan);
                 }

@@ -29,6 +29,8 @@ pub enum DropReason {
     Action,
     /// `push_vlan` found no room in the buffer.
     NoRoomForVlan,
+    /// `push_vlan` on a frame that already carries the most tags the parser takes.
+    TooManyVlansPushed,
     /// `output` named a port the pipeline does not have.
     NoSuchPort,
     /// The host queue was full (the slow path is behind).
@@ -41,7 +43,7 @@ pub enum DropReason {
 pub const FAST_CHUNK: usize = 32;
 
 const N_FRAME: usize = FrameError::ALL.len();
-const N_DROPS: usize = N_FRAME + 5;
+const N_DROPS: usize = N_FRAME + 6;
 
 impl DropReason {
     fn index(self) -> usize {
@@ -52,6 +54,7 @@ impl DropReason {
             DropReason::NoSuchPort => N_FRAME + 2,
             DropReason::HostQueueFull => N_FRAME + 3,
             DropReason::OutputQueueFull => N_FRAME + 4,
+            DropReason::TooManyVlansPushed => N_FRAME + 5,
         }
     }
 
@@ -62,7 +65,8 @@ impl DropReason {
             Some(1) => DropReason::NoRoomForVlan,
             Some(2) => DropReason::NoSuchPort,
             Some(3) => DropReason::HostQueueFull,
-            _ => DropReason::OutputQueueFull,
+            Some(4) => DropReason::OutputQueueFull,
+            _ => DropReason::TooManyVlansPushed,
         }
     }
 
@@ -80,6 +84,7 @@ impl DropReason {
             DropReason::NoSuchPort => "no_such_port",
             DropReason::HostQueueFull => "host_queue_full",
             DropReason::OutputQueueFull => "output_queue_full",
+            DropReason::TooManyVlansPushed => "too_many_vlans_pushed",
         }
     }
 }
@@ -613,6 +618,7 @@ impl Pipeline {
             },
             Verdict::Drop(ActionDrop::Drop) => self.drop(DropReason::Action, pkt),
             Verdict::Drop(ActionDrop::NoRoomForVlan) => self.drop(DropReason::NoRoomForVlan, pkt),
+            Verdict::Drop(ActionDrop::TooManyVlans) => self.drop(DropReason::TooManyVlansPushed, pkt),
             Verdict::Host => match out.host.packets.push(pkt) {
                 None => {
                     out.host.in_ports.push(in_port);

@@ -277,6 +277,22 @@ fn push_and_pop_vlan() {
     assert_eq!(verify(&out.unwrap().1).vlans, vec![(200, 0)]);
 }
 
+/// A third tag would make a frame the parser refuses (here and at the next switch): the push
+/// is dropped and counted, whether the set is compiled or interpreted.
+#[test]
+fn push_vlan_past_the_tag_limit_drops() {
+    let double = tagged(&tagged(&udp4(64), 100), 7);
+    assert_eq!(frame::FrameInfo::parse(&double).unwrap().vlans, 2);
+    for set in [
+        "push_vlan:9,output:1",
+        "set_field:eth_src=02:00:00:00:00:01,set_field:eth_dst=02:00:00:00:00:02,dec_ttl,push_vlan:9,checksum,output:1",
+    ] {
+        let (out, p) = run(lpm("10.1.2.3/32"), set, &double);
+        assert!(out.is_none(), "{set}");
+        assert_eq!(p.stats().dropped(DropReason::TooManyVlansPushed), 1, "{set}");
+    }
+}
+
 #[test]
 fn the_papers_action_set() {
     // §6.4: set MACs, TTL decrement, VLAN insert, IPv4 checksum, output — over an EM rule.
