@@ -2,10 +2,7 @@
 // exactly as a user's build.rs would.
 fn main() {
     let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
-    if let Err(e) = tern_idl::compile_protos(
-        &["proto/pingpong.proto", "proto/probe.proto", "../../examples/dispatch/kv.proto"],
-        &out,
-    ) {
+    if let Err(e) = tern_idl::compile_protos(&["../../examples/dispatch/kv.proto"], &out) {
         panic!("IDL compilation failed: {e}");
     }
 }

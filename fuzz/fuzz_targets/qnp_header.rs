@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use libfuzzer_sys::fuzz_target;
-use tern_dispatch::apps::probe::Probe;
-use tern_dispatch::qnp::{Client, QnpConfig, Server};
+use tern_qnp::apps::probe::Probe;
+use tern_qnp::{Client, QnpConfig, Server};
 use tern_wire::qnp::{HEADER_LEN, Packet, Repr};
 use tern_wire::tlv::Message;
 

@@ -6,7 +6,7 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tern_dispatch::apps::probe::Probe;
+use tern_qnp::apps::probe::Probe;
 use tern_idl::dynamic::DynamicMessage;
 use tern_wire::tlv::{Message, Reader};
 
@@ -14,7 +14,7 @@ static SCHEMA: OnceLock<tern_idl::Schema> = OnceLock::new();
 
 fuzz_target!(|data: &[u8]| {
     let schema = SCHEMA.get_or_init(|| {
-        tern_idl::parse_str("probe.proto", include_str!("../../crates/tern-dispatch/proto/probe.proto")).unwrap()
+        tern_idl::parse_str("probe.proto", include_str!("../../crates/tern-qnp/proto/probe.proto")).unwrap()
     });
     let m = schema.message("Probe").unwrap();
     for r in Reader::new(data) {

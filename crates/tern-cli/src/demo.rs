@@ -3,10 +3,10 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use tern_dispatch::pingpong::PingPongReport;
+use tern_qnp::pingpong::PingPongReport;
 
 use crate::CmdResult;
-use crate::pingpong::{PingpongArgs, print_report};
+use crate::qnp::pingpong::{PingpongArgs, print_report};
 
 /// Options of `tern demo`.
 #[derive(Debug, Clone, Args)]
@@ -176,13 +176,13 @@ fn pingpong(requests: u64, loss: f64) -> Result<PingPongReport, Box<dyn std::err
         seed: 2026,
         server_threads: 1,
         client_threads: 1,
-        payload: tern_dispatch::pingpong::PAYLOAD_FOR_128B,
+        payload: tern_qnp::pingpong::PAYLOAD_FOR_128B,
         profile: "qingniao-u250".into(),
         max_retries: 20,
         request_table_entries: None,
         json: false,
     };
-    Ok(tern_dispatch::pingpong::run(&args.config()?)?)
+    Ok(tern_qnp::pingpong::run(&args.config()?)?)
 }
 
 /// Runs the tour.

@@ -1,17 +1,14 @@
 //! `tern`: the command-line face of Tern. See `tern --help`.
 #![forbid(unsafe_code)]
 
-mod bench;
 mod demo;
-mod dispatch_bench;
+mod dispatch;
 mod env;
 mod flow;
-mod flow_bench;
+mod hw;
 mod metrics;
-mod pingpong;
 mod plot;
-mod rules;
-mod serve;
+mod qnp;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -62,19 +59,19 @@ enum Command {
 enum DispatchCommand {
     /// The paper's PingPong: 128-byte requests and responses over QNP on UDP loopback,
     /// client and server in this process; faults are injected on the client's socket.
-    Pingpong(pingpong::PingpongArgs),
+    Pingpong(qnp::pingpong::PingpongArgs),
     /// Check a dispatch rule file without running it: errors naming the rule and the problem,
     /// warnings for rules that can never match, and the Matcher use under --profile.
     /// Exit 0 if usable (and, with a hardware profile, if it fits), 1 otherwise.
-    Check(rules::CheckArgs),
+    Check(dispatch::rules::CheckArgs),
     /// Serve the KV GET service behind a dispatcher (Tern's RSD, or a baseline with --mode),
     /// configured by a rule file; Prometheus metrics with --metrics; the file is watched and
     /// reloaded hitlessly per application.
-    Serve(serve::ServeArgs),
+    Serve(dispatch::serve::ServeArgs),
     /// Drive a KV server with the closed-loop load generator (Zipf 0.9 keys in 24 partitions).
-    Load(serve::LoadArgs),
+    Load(dispatch::serve::LoadArgs),
     /// Print a rule file whose rules match the generated KV keys (for serve and load).
-    GenRules(serve::GenRulesArgs),
+    GenRules(dispatch::serve::GenRulesArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -98,15 +95,15 @@ enum FlowCommand {
 #[derive(Debug, Subcommand)]
 enum BenchCommand {
     /// QNP PingPong against a raw UDP echo over the same sockets, threads and batching.
-    Qnp(bench::QnpBenchArgs),
+    Qnp(qnp::bench::QnpBenchArgs),
     /// L7 dispatch on the KV GET service: Tern's RSD against L3/4 hashing (rss) and software
     /// dispatchers (sw-ring, sw-uds), sweeping skip-and-checks, rules and bytes per check.
     /// Writes reports/dispatch.json and PNG/SVG plots.
-    Dispatch(dispatch_bench::DispatchBenchArgs),
+    Dispatch(dispatch::bench::DispatchBenchArgs),
     /// AccelSDP: the cached fast path against the slow path alone (64 B and 1024 B frames, the
     /// paper's action set, mem ports), and OFU rule populates/s. Writes reports/flow.json and
     /// PNG/SVG plots.
-    Flow(flow_bench::FlowBenchArgs),
+    Flow(flow::bench::FlowBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -151,25 +148,25 @@ enum HwCommand {
     /// Project a dispatch rule file onto a profile (RAM/CAM use, skip-and-checks, cycles, ingress
     /// latency, requests/s and the bottleneck), or a flow config (OFU and action-RAM use,
     /// projected packets/s and latency per frame size, configuration rates).
-    Report(rules::ReportArgs),
+    Report(hw::ReportArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(a) => demo::run(&a),
-        Command::Dispatch { command: DispatchCommand::Pingpong(a) } => pingpong::run(&a),
-        Command::Dispatch { command: DispatchCommand::Check(a) } => rules::check(&a),
-        Command::Dispatch { command: DispatchCommand::Serve(a) } => serve::serve(&a),
-        Command::Dispatch { command: DispatchCommand::Load(a) } => serve::load(&a),
-        Command::Dispatch { command: DispatchCommand::GenRules(a) } => serve::gen_rules(&a),
+        Command::Dispatch { command: DispatchCommand::Pingpong(a) } => qnp::pingpong::run(&a),
+        Command::Dispatch { command: DispatchCommand::Check(a) } => dispatch::rules::check(&a),
+        Command::Dispatch { command: DispatchCommand::Serve(a) } => dispatch::serve::serve(&a),
+        Command::Dispatch { command: DispatchCommand::Load(a) } => dispatch::serve::load(&a),
+        Command::Dispatch { command: DispatchCommand::GenRules(a) } => dispatch::serve::gen_rules(&a),
         Command::Flow { command: FlowCommand::Serve(a) } => flow::serve(&a),
         Command::Flow { command: FlowCommand::Check(a) } => flow::check(&a),
         Command::Flow { command: FlowCommand::DumpFlows(a) } => flow::dump_flows(&a),
         Command::Flow { command: FlowCommand::Trace(a) } => flow::trace(&a),
-        Command::Bench { command: BenchCommand::Qnp(a) } => bench::run_qnp(&a),
-        Command::Bench { command: BenchCommand::Dispatch(a) } => dispatch_bench::run(&a),
-        Command::Bench { command: BenchCommand::Flow(a) } => flow_bench::run(&a),
+        Command::Bench { command: BenchCommand::Qnp(a) } => qnp::bench::run_qnp(&a),
+        Command::Bench { command: BenchCommand::Dispatch(a) } => dispatch::bench::run(&a),
+        Command::Bench { command: BenchCommand::Flow(a) } => flow::bench::run(&a),
         Command::Idl { command } => idl(command),
         Command::Hw { command } => hw(command),
     };
@@ -250,6 +247,6 @@ fn hw(command: HwCommand) -> CmdResult {
             }
             Ok(ExitCode::SUCCESS)
         }
-        HwCommand::Report(a) => rules::report(&a),
+        HwCommand::Report(a) => hw::report(&a),
     }
 }

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use crate::kv::{Backend, KvLayout, KvStore};
 use crate::loadgen::{self, LoadOptions};
-use crate::pingpong::median;
 use crate::rules::RuleSet;
 use crate::server::{Mode, Server, ServerOptions, total};
 use crate::synth::Spec;
+use tern_qnp::pingpong::median;
 
 /// Which dimension a point varies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,8 +189,7 @@ fn phase(
     server.stop()?;
     let diagnosis = (failures > 0).then(|| {
         // Read after the stop: the workers publish their final counters as they exit.
-        let workers: Vec<crate::qnp::Stats> =
-            shared.workers.iter().map(|w| *w.qnp.lock().expect("stats lock")).collect();
+        let workers: Vec<tern_qnp::Stats> = shared.workers.iter().map(|w| *w.qnp.lock().expect("stats lock")).collect();
         format!(
             "{failures} failures in {:.1} s (gave up: {} thread(s)); client qnp {:?}; client port {:?}; \
              workers' qnp {:?}; dispatchers rx {} handoff_full {} drops {:?}",

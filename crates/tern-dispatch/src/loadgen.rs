@@ -19,8 +19,8 @@ use tern_io::{DEFAULT_BATCH, Pool, Port};
 
 use crate::apps::kv::{Get, Value};
 use crate::kv::{GET, KeySampler, KvLayout, PARTITIONS};
-use crate::qnp::QnpConfig;
-use crate::runtime::{Completion, QnpClient};
+use tern_qnp::QnpConfig;
+use tern_qnp::runtime::{Completion, QnpClient};
 
 /// A load run.
 #[derive(Debug, Clone)]
@@ -102,7 +102,7 @@ pub struct LoadReport {
     /// Wall time, s.
     pub elapsed_s: f64,
     /// The clients' QNP counters, summed over threads (for diagnosing failures).
-    pub client_qnp: crate::qnp::Stats,
+    pub client_qnp: tern_qnp::Stats,
     /// The clients' socket counters, summed over threads.
     pub client_port: tern_io::PortStats,
     /// Threads that gave up waiting at the end (nothing came back for the retry window).

@@ -40,10 +40,10 @@ use crate::apps::kv::Get;
 use crate::kv::KvStore;
 use crate::matcher::Machine;
 use crate::matcher::reference::{NaiveApp, NaiveMatcher};
-use crate::qnp::{self, QnpConfig};
 use crate::rsd::{Decide, Rsd, RsdDrop, RsdStats, Verdict, sender_hash};
 use crate::rules::RuleSet;
-use crate::runtime::{QnpServer, Request};
+use tern_qnp::runtime::{QnpServer, Request};
+use tern_qnp::{self as qnp, QnpConfig};
 
 /// How requests reach workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

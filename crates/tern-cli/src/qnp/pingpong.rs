@@ -4,9 +4,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use tern_dispatch::pingpong::{PAYLOAD_FOR_128B, PingPongConfig, PingPongReport};
-use tern_dispatch::qnp::QnpConfig;
 use tern_io::fault::FaultConfig;
+use tern_qnp::QnpConfig;
+use tern_qnp::pingpong::{PAYLOAD_FOR_128B, PingPongConfig, PingPongReport};
 
 use crate::CmdResult;
 
@@ -147,7 +147,7 @@ pub fn print_report(r: &PingPongReport) {
 /// Runs the command.
 pub fn run(a: &PingpongArgs) -> CmdResult {
     let cfg = a.config()?;
-    let r = tern_dispatch::pingpong::run(&cfg)?;
+    let r = tern_qnp::pingpong::run(&cfg)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report_json(&r))?);
     } else {

@@ -9,9 +9,9 @@ use clap::Args;
 use serde_json::json;
 use tern_flow::bench::{self, PathKind, Phase, Rig};
 
+use super::plot;
 use crate::CmdResult;
 use crate::env::Environment;
-use crate::plot;
 
 /// Options of `tern bench flow`.
 #[derive(Debug, Clone, Args)]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tern_io::{Batch, DEFAULT_BATCH, Pool, Port};
 use tern_wire::tlv::{DecodeError, Message};
 
-use crate::qnp::{Client, ClientEvent, DropReason, QnpConfig, ReqError, ReqHandle, SegmentError, Server};
+use crate::{Client, ClientEvent, DropReason, QnpConfig, ReqError, ReqHandle, SegmentError, Server};
 
 /// The outcome of a request, reported once.
 #[derive(Debug, Clone, PartialEq)]

@@ -94,7 +94,7 @@ pub fn segment_message<M: Message>(
 /// Segments `msg` for `cfg` into a buffer taken from `spare` (or a new one); on error the buffer
 /// goes back to `spare`.
 pub(crate) fn segment_into<M: Message>(
-    cfg: &super::QnpConfig,
+    cfg: &crate::QnpConfig,
     msg: &M,
     spare: &mut Vec<Segmented>,
     scratch: &mut Vec<u8>,

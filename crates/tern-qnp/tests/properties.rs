@@ -6,10 +6,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use tern_dispatch::apps::probe::Probe;
-use tern_dispatch::qnp::{Client, DropReason, QnpConfig, Server};
 use tern_idl::dynamic::{DynamicMessage, Value};
 use tern_io::{Batch, Pool};
+use tern_qnp::apps::probe::Probe;
+use tern_qnp::{Client, DropReason, QnpConfig, Server};
 use tern_wire::qnp::{Flags, HEADER_LEN, Packet, Repr};
 use tern_wire::tlv::Message;
 

@@ -1,4 +1,4 @@
-//! `tern dispatch check` and `tern hw report`: a rule file checked, mapped onto a profile's
+//! `tern dispatch check` and `tern hw report` of a rule file: checked, mapped onto a profile's
 //! Matcher, and projected.
 
 use std::path::PathBuf;
@@ -10,6 +10,7 @@ use tern_dispatch::rules::{self, LoadError, Severity};
 use tern_hw::{Profile, resource};
 
 use crate::CmdResult;
+use crate::hw::ReportArgs;
 
 /// `tern dispatch check`.
 #[derive(Debug, Args)]
@@ -20,27 +21,6 @@ pub struct CheckArgs {
     /// that bounds the Matcher, rules that do not fit it are errors.
     #[arg(long, default_value = "cpu")]
     pub profile: String,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `tern hw report`.
-#[derive(Debug, Args)]
-pub struct ReportArgs {
-    /// The rule file.
-    pub config: PathBuf,
-    /// Hardware profile (built-in name or TOML file). Default: qingniao-u250 for a dispatch
-    /// rule file; for a flow config, its own profile, or accelsdp-n3000 if that is `cpu`.
-    #[arg(long)]
-    pub profile: Option<String>,
-    /// Packets per request in the projection (dispatch).
-    #[arg(long, default_value_t = 1)]
-    pub packets: u32,
-    /// Bytes per frame (Ethernet header to the end of the payload) in the projection
-    /// (default 128 for dispatch; 64 and 1500 for flow).
-    #[arg(long)]
-    pub frame_bytes: Option<u32>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -142,11 +122,8 @@ fn print_use(r: &OffloadReport) {
     }
 }
 
-/// `tern hw report`.
+/// `tern hw report` of a dispatch rule file.
 pub fn report(a: &ReportArgs) -> CmdResult {
-    if crate::flow::is_flow_config(&a.config) {
-        return crate::flow::report(a);
-    }
     let frame_bytes = a.frame_bytes.unwrap_or(128);
     if a.packets == 0 || frame_bytes < 64 {
         return Err("--packets must be at least 1 and --frame-bytes at least 64".into());

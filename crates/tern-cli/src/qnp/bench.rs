@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use tern_dispatch::pingpong::{BenchConfig, PAYLOAD_FOR_128B, median};
+use tern_qnp::pingpong::{BenchConfig, PAYLOAD_FOR_128B, median};
 
 use crate::CmdResult;
 use crate::env::Environment;
@@ -52,13 +52,13 @@ pub fn run_qnp(a: &QnpBenchArgs) -> CmdResult {
         println!("tern bench qnp: QNP PingPong vs raw UDP echo, same sockets, 1 client + 1 server thread, batch 32");
         println!("{}", env.describe());
     }
-    let r = tern_dispatch::pingpong::bench(&cfg)?;
+    let r = tern_qnp::pingpong::bench(&cfg)?;
     let qnp_rps = median(r.qnp.iter().map(|p| p.rps).collect());
     let raw_rps = median(r.raw.iter().map(|p| p.rps).collect());
     let ratio = if raw_rps > 0.0 { qnp_rps / raw_rps } else { 0.0 };
     let per_round: Vec<f64> =
         r.qnp.iter().zip(&r.raw).map(|(q, w)| if w.rps > 0.0 { q.rps / w.rps } else { 0.0 }).collect();
-    let med = |f: fn(&tern_dispatch::pingpong::PhaseResult) -> f64, v: &[tern_dispatch::pingpong::PhaseResult]| {
+    let med = |f: fn(&tern_qnp::pingpong::PhaseResult) -> f64, v: &[tern_qnp::pingpong::PhaseResult]| {
         median(v.iter().map(f).collect())
     };
     if a.json {

@@ -19,8 +19,12 @@ use tern_hw::flow::FlowModel;
 use tern_io::Pool;
 use tern_wire::frame::{self, FrameInfo, L3};
 
+pub mod bench;
+pub mod metrics;
+mod plot;
+
 use crate::CmdResult;
-use crate::metrics::{self, FlowCollector};
+use metrics::FlowCollector;
 
 /// Default address of the metrics / control endpoint.
 pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:9108";
@@ -152,7 +156,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(FlowCollector { control: Mutex::new(control.clone()) }));
         let flows = Mutex::new(control.clone());
-        let extra: metrics::Extra = Box::new(move |path| {
+        let extra: crate::metrics::Extra = Box::new(move |path| {
             if path != "/flows" {
                 return None;
             }
@@ -160,7 +164,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             let rows = ask(&c, Control::Flows)?;
             serde_json::to_string(&rows).ok()
         });
-        let bound = metrics::serve(addr, registry, config_text.clone(), stop.clone(), Some(extra))?;
+        let bound = crate::metrics::serve(addr, registry, config_text.clone(), stop.clone(), Some(extra))?;
         println!("metrics on http://{bound}/metrics, cached rules on http://{bound}/flows");
     }
     let until_done = a.until_done;
@@ -524,7 +528,7 @@ pub fn trace(a: &TraceArgs) -> CmdResult {
 }
 
 /// `tern hw report` for a flow configuration.
-pub fn report(a: &crate::rules::ReportArgs) -> CmdResult {
+pub fn report(a: &crate::hw::ReportArgs) -> CmdResult {
     let mut cfg = load(&a.config)?;
     let name = match &a.profile {
         Some(p) => p.clone(),

@@ -12,15 +12,16 @@ use clap::Args;
 use prometheus_client::registry::Registry;
 use tern_dispatch::kv::{Backend, KvLayout, KvStore};
 use tern_dispatch::loadgen::{self, LoadOptions};
-use tern_dispatch::qnp::QnpConfig;
 use tern_dispatch::rules::{self, LoadError, RuleSet};
 use tern_dispatch::server::{Mode, Placement, Server, ServerOptions, total};
 use tern_dispatch::synth::Spec;
 use tern_hw::{Profile, resource};
 use tern_io::fault::FaultConfig;
+use tern_qnp::QnpConfig;
 
+use super::metrics::DispatchCollector;
 use crate::CmdResult;
-use crate::metrics::{self, DispatchCollector};
+use crate::metrics;
 
 /// The shape of the KV keys (they are built to walk rules of this shape; see
 /// `tern dispatch gen-rules`).

@@ -10,9 +10,9 @@ use tern_io::{Batch, Pool};
 use tern_wire::qnp::{Flags, Packet, Repr};
 use tern_wire::tlv::Message;
 
-use super::segment::{SegmentError, Segmented, segment_into};
-use super::table::{Accept, Parts, RequestTable};
-use super::{DropReason, QnpConfig, Stats, id_before, parse_header};
+use crate::segment::{SegmentError, Segmented, segment_into};
+use crate::table::{Accept, Parts, RequestTable};
+use crate::{DropReason, QnpConfig, Stats, id_before, parse_header};
 
 /// Names a request the application must answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

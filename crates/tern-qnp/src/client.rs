@@ -10,10 +10,10 @@ use tern_io::{Batch, Pool};
 use tern_wire::qnp::Flags;
 use tern_wire::tlv::Message;
 
-use super::segment::{SegmentError, Segmented, segment_into};
-use super::server::emit_packet;
-use super::table::{Accept, Parts, RequestTable};
-use super::{DropReason, QnpConfig, Stats, parse_header};
+use crate::segment::{SegmentError, Segmented, segment_into};
+use crate::server::emit_packet;
+use crate::table::{Accept, Parts, RequestTable};
+use crate::{DropReason, QnpConfig, Stats, parse_header};
 
 /// Why a request could not be sent or completed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use tern_dispatch::apps::probe::Probe;
-use tern_dispatch::qnp::{Client, ClientEvent, DropReason, QnpConfig, Server};
 use tern_io::fault::{Direction, FaultConfig, FaultInjector};
 use tern_io::{Batch, Pool, Port, mem};
+use tern_qnp::apps::probe::Probe;
+use tern_qnp::{Client, ClientEvent, DropReason, QnpConfig, Server};
 use tern_wire::tlv::Message;
 
 struct Outcome {
@@ -17,8 +17,8 @@ struct Outcome {
     handler_runs: HashMap<u64, u32>,
     responses: HashMap<u64, u32>,
     client_retx: u64,
-    server_drops: tern_dispatch::qnp::Stats,
-    client_drops: tern_dispatch::qnp::Stats,
+    server_drops: tern_qnp::Stats,
+    client_drops: tern_qnp::Stats,
     faults: (u64, u64, u64),
 }
 
@@ -61,7 +61,7 @@ fn run(requests: u64, concurrency: usize, faults: FaultConfig, sizes: &[usize], 
             };
             let id = match client.send_req(now, 1, &req) {
                 Ok(id) => id,
-                Err(tern_dispatch::qnp::ReqError::WindowFull { .. }) => break,
+                Err(tern_qnp::ReqError::WindowFull { .. }) => break,
                 Err(e) => panic!("{e}"),
             };
             id_to_seq.insert(id, sent);

@@ -11,9 +11,9 @@ use tern_dispatch::bench::{self, BenchOptions, Dimension, PointResult};
 use tern_dispatch::kv::Backend;
 use tern_dispatch::server::{Mode, Placement, ServerOptions};
 
+use super::plot;
 use crate::CmdResult;
 use crate::env::Environment;
-use crate::plot;
 
 /// Options of `tern bench dispatch`.
 #[derive(Debug, Clone, Args)]

@@ -4,9 +4,9 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use tern_dispatch::apps::pingpong::Ping;
-use tern_dispatch::apps::probe::Probe;
-use tern_dispatch::qnp::{QnpConfig, Segmented, segment_message};
+use tern_qnp::apps::pingpong::Ping;
+use tern_qnp::apps::probe::Probe;
+use tern_qnp::{QnpConfig, Segmented, segment_message};
 use tern_wire::tlv::Message;
 
 fn probe(body: usize) -> Probe {

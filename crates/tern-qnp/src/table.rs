@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use hashbrown::HashMap;
 use tern_wire::qnp::Repr;
 
-use super::DropReason;
+use crate::DropReason;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Key {

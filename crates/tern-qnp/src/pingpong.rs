@@ -21,8 +21,8 @@ use tern_io::{Batch, DEFAULT_BATCH, Pool, Port};
 use tern_wire::tlv::Message;
 
 use crate::apps::pingpong::{Ping, Pong};
-use crate::qnp::{Client, ClientEvent, DropReason, QnpConfig, Server};
 use crate::runtime::{Completion, QnpClient, QnpServer, Request};
+use crate::{Client, ClientEvent, DropReason, QnpConfig, Server};
 
 /// PingPong's application id.
 pub const APP_ID: u8 = 1;
@@ -123,7 +123,7 @@ impl Seen {
     }
 }
 
-fn add_drops(into: &mut Vec<(String, u64)>, stats: &crate::qnp::Stats) {
+fn add_drops(into: &mut Vec<(String, u64)>, stats: &crate::Stats) {
     for (name, n) in stats.drop_counts() {
         match into.iter_mut().find(|(k, _)| k == name) {
             Some((_, v)) => *v += n,
@@ -155,7 +155,7 @@ pub fn run(cfg: &PingPongConfig) -> io::Result<PingPongReport> {
     let mut servers = Vec::new();
     for (port, pool) in server_ports {
         let (stop, handled, dup_runs, qnp) = (stop.clone(), handled.clone(), dup_runs.clone(), cfg.qnp.clone());
-        servers.push(thread::spawn(move || -> io::Result<crate::qnp::Stats> {
+        servers.push(thread::spawn(move || -> io::Result<crate::Stats> {
             let mut server = QnpServer::new(port, &pool, qnp, &[APP_ID]);
             let mut reqs: Vec<Request<Ping>> = Vec::with_capacity(DEFAULT_BATCH);
             while !stop.load(Ordering::Relaxed) {
@@ -234,7 +234,7 @@ struct ClientResult {
     completed: u64,
     failed: u64,
     duplicates: u64,
-    stats: crate::qnp::Stats,
+    stats: crate::Stats,
     hist: Histogram<u64>,
     faults: (u64, u64, u64),
 }

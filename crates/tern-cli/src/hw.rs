@@ -1,0 +1,36 @@
+//! `tern hw report`: a configuration of any engine projected onto a hardware profile.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::CmdResult;
+
+/// `tern hw report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The rule file.
+    pub config: PathBuf,
+    /// Hardware profile (built-in name or TOML file). Default: qingniao-u250 for a dispatch
+    /// rule file; for a flow config, its own profile, or accelsdp-n3000 if that is `cpu`.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Packets per request in the projection (dispatch).
+    #[arg(long, default_value_t = 1)]
+    pub packets: u32,
+    /// Bytes per frame (Ethernet header to the end of the payload) in the projection
+    /// (default 128 for dispatch; 64 and 1500 for flow).
+    #[arg(long)]
+    pub frame_bytes: Option<u32>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tern hw report`: hands the file to the engine whose configuration it is.
+pub fn report(a: &ReportArgs) -> CmdResult {
+    if crate::flow::is_flow_config(&a.config) {
+        return crate::flow::report(a);
+    }
+    crate::dispatch::rules::report(a)
+}
