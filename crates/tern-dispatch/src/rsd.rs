@@ -40,6 +40,7 @@ use tern_wire::qnp::{self, Flags, Packet, SEGMENT_LEN};
 
 use crate::matcher::reference::NaiveApp;
 use crate::matcher::{Decision, Machine};
+use crate::rules::RequestTypes;
 
 /// What an RSD runs per application to decide a request's first packet: Tern's compiled
 /// [`Machine`], or the software baseline's [`NaiveApp`] (decode every record, loop over the
@@ -47,9 +48,15 @@ use crate::matcher::{Decision, Machine};
 pub trait Decide {
     /// Decides a first packet's payload; `scratch` is the caller's reusable space.
     fn decide_first(&self, req_type: u8, payload: &[u8], scratch: &mut Vec<(u8, usize, usize)>) -> Decision;
+    /// The application's request types and their dispatch fields.
+    fn request_types(&self) -> &RequestTypes;
 }
 
 impl Decide for Machine {
+    #[inline]
+    fn request_types(&self) -> &RequestTypes {
+        Machine::request_types(self)
+    }
     #[inline]
     fn decide_first(&self, req_type: u8, payload: &[u8], _: &mut Vec<(u8, usize, usize)>) -> Decision {
         self.decide(req_type, payload)
@@ -57,6 +64,10 @@ impl Decide for Machine {
 }
 
 impl Decide for NaiveApp {
+    #[inline]
+    fn request_types(&self) -> &RequestTypes {
+        NaiveApp::request_types(self)
+    }
     #[inline]
     fn decide_first(&self, req_type: u8, payload: &[u8], scratch: &mut Vec<(u8, usize, usize)>) -> Decision {
         self.decide(req_type, payload, scratch)
@@ -77,12 +88,31 @@ pub enum RsdDrop {
     Reconfiguring,
     /// A later packet whose request's decision is not in the stash.
     StashMiss,
+    /// A `req_type` the application does not declare (never decided as another type).
+    UnknownReqType,
+    /// A first packet that does not lead with every dispatch field its type declares, in order,
+    /// each a whole record.
+    MissingDispatchField,
+    /// A first packet whose `seg_cnt` does not cover its dispatch records.
+    SegCntShort,
+    /// A first packet whose dispatch records run past the ByteStream the profile gives the
+    /// matcher.
+    BeyondBytestream,
 }
 
 impl RsdDrop {
     /// Every reason, in counter order.
-    pub const ALL: [RsdDrop; 5] =
-        [RsdDrop::BadHeader, RsdDrop::NotRequest, RsdDrop::UnknownApp, RsdDrop::Reconfiguring, RsdDrop::StashMiss];
+    pub const ALL: [RsdDrop; 9] = [
+        RsdDrop::BadHeader,
+        RsdDrop::NotRequest,
+        RsdDrop::UnknownApp,
+        RsdDrop::Reconfiguring,
+        RsdDrop::StashMiss,
+        RsdDrop::UnknownReqType,
+        RsdDrop::MissingDispatchField,
+        RsdDrop::SegCntShort,
+        RsdDrop::BeyondBytestream,
+    ];
 
     /// Name for metrics and reports.
     pub fn as_str(self) -> &'static str {
@@ -92,6 +122,10 @@ impl RsdDrop {
             RsdDrop::UnknownApp => "unknown_app",
             RsdDrop::Reconfiguring => "reconfiguring",
             RsdDrop::StashMiss => "stash_miss",
+            RsdDrop::UnknownReqType => "unknown_req_type",
+            RsdDrop::MissingDispatchField => "missing_dispatch_field",
+            RsdDrop::SegCntShort => "seg_cnt_short",
+            RsdDrop::BeyondBytestream => "beyond_bytestream",
         }
     }
 }
@@ -119,7 +153,7 @@ pub struct RsdStats {
     /// Matches per rule index (file order).
     pub rule_hits: Vec<u64>,
     /// Drops by reason, indexed as [`RsdDrop::ALL`].
-    pub drops: [u64; 5],
+    pub drops: [u64; RsdDrop::ALL.len()],
 }
 
 impl RsdStats {
@@ -274,12 +308,23 @@ impl<D: Decide> Rsd<D> {
                 None => self.drop(RsdDrop::StashMiss),
             };
         }
-        // The ByteStream holds at most `seg_cnt` 64-byte segments of the frame, the first being
-        // the headers; the dispatch fields lie within them.
-        let segs = usize::from(pkt.seg_cnt()).saturating_sub(1);
-        let limit = (segs * SEGMENT_LEN).min(self.window.saturating_sub(SEGMENT_LEN));
+        // QNP's first-packet rule: the request's type is declared, and its dispatch records lead
+        // the payload, whole and in order, within the `seg_cnt` segments (the first being the
+        // headers). Anything else would let a header field or a split record steer the decision.
+        let Some(fields) = machine.request_types().dispatch_fields(pkt.req_type()) else {
+            return self.drop(RsdDrop::UnknownReqType);
+        };
         let payload = pkt.payload();
-        let window = &payload[..payload.len().min(limit)];
+        let end = match tern_qnp::check_first_packet(payload, pkt.seg_cnt(), fields) {
+            Ok(end) => end,
+            Err(tern_qnp::DropReason::SegCntShort) => return self.drop(RsdDrop::SegCntShort),
+            Err(_) => return self.drop(RsdDrop::MissingDispatchField),
+        };
+        // The matcher reads the dispatch records and nothing else, within the ByteStream.
+        if end > self.window.saturating_sub(SEGMENT_LEN) {
+            return self.drop(RsdDrop::BeyondBytestream);
+        }
+        let window = &payload[..end];
         let d = machine.decide_first(pkt.req_type(), window, &mut self.scratch);
         self.stats.first_packets += 1;
         match d.rule {
@@ -388,25 +433,40 @@ mod tests {
         r.install(1, Some(Arc::new(Machine::compile(&spec.rule_set(8), 1).unwrap())));
         assert_eq!(r.dispatch(0, &packet(1, 1, 0, 1, seg, &p)), Verdict::Queue(1));
         assert_eq!(r.dispatch(0, &packet(1, 9, 1, 2, seg, b"later")), Verdict::Drop(RsdDrop::StashMiss));
+        // Type 2 is not declared (the app has only Get = 1): dropped, not decided as a Get.
+        let mut other = packet(1, 2, 0, 1, seg, &p);
+        other[1] = 2;
+        assert_eq!(r.dispatch(0, &other), Verdict::Drop(RsdDrop::UnknownReqType));
+        // No key record (another field first): not the default queue, a drop.
+        let mut nokey = Vec::new();
+        tern_wire::tlv::Writer::new(&mut nokey).put_u32(2, 7);
+        assert_eq!(r.dispatch(0, &packet(1, 3, 0, 1, 2, &nokey)), Verdict::Drop(RsdDrop::MissingDispatchField));
+        // seg_cnt 1 claims no dispatch bytes although the key is there.
+        assert_eq!(r.dispatch(0, &packet(1, 4, 0, 1, 1, &p)), Verdict::Drop(RsdDrop::SegCntShort));
+        r.set_bytestream(64 + 32);
+        assert_eq!(r.dispatch(0, &packet(1, 5, 0, 1, seg, &p)), Verdict::Drop(RsdDrop::BeyondBytestream));
         for d in RsdDrop::ALL {
             assert_eq!(r.stats().drops_of(d), 1, "{}", d.as_str());
         }
     }
 
     #[test]
-    fn the_matcher_reads_no_further_than_seg_cnt() {
-        // A key of 62 bytes sits in payload bytes 3..65: with seg_cnt 2 (one payload segment,
-        // 64 bytes) the last check's bytes are still inside; with a route pushed beyond byte 64
-        // they are not, and the request falls to the default queue.
+    fn seg_cnt_cannot_steer_a_request() {
+        // A key of 62 bytes sits in payload bytes 3..65, so it needs seg_cnt 3. With seg_cnt 2
+        // the matcher would not see the key's end and the request would fall to the default
+        // queue: that is refused, not decided.
         let spec = Spec { checks: 12, ..Spec::default() }; // route = 72 bytes
         let mut r = rsd(&spec);
         let p = key_payload(&spec, 3);
-        assert_eq!(r.dispatch(0, &packet(1, 1, 0, 1, qnp::seg_cnt_for(p.len()), &p)), Verdict::Queue(3));
-        assert_eq!(r.dispatch(0, &packet(1, 2, 0, 1, 2, &p)), Verdict::Queue(0));
-        assert_eq!(r.stats().default_queue, 1);
-        // The ByteStream bound does the same.
+        assert_eq!(qnp::seg_cnt_for(p.len()), 3);
+        assert_eq!(r.dispatch(0, &packet(1, 1, 0, 1, 3, &p)), Verdict::Queue(3));
+        assert_eq!(r.dispatch(0, &packet(1, 2, 0, 1, 2, &p)), Verdict::Drop(RsdDrop::SegCntShort));
+        // A larger seg_cnt than needed changes nothing.
+        assert_eq!(r.dispatch(0, &packet(1, 3, 0, 1, 255, &p)), Verdict::Queue(3));
+        assert_eq!(r.stats().default_queue, 0);
+        // The ByteStream bound refuses dispatch records it cannot hold.
         r.set_bytestream(64 + 64);
-        assert_eq!(r.dispatch(0, &packet(1, 3, 0, 1, qnp::seg_cnt_for(p.len()), &p)), Verdict::Queue(0));
+        assert_eq!(r.dispatch(0, &packet(1, 4, 0, 1, 3, &p)), Verdict::Drop(RsdDrop::BeyondBytestream));
     }
 
     proptest! {

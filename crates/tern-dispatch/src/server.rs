@@ -275,8 +275,26 @@ impl std::fmt::Debug for Command {
     }
 }
 
-fn apps_of(set: &RuleSet) -> Vec<u8> {
-    set.apps.iter().map(|a| a.id).collect()
+/// What the KV workers serve: each application's request types whose message is `Get` (the one
+/// message the KV handler answers), with their dispatch fields. Other types, declared or not,
+/// are dropped by the workers' QNP servers as `unknown_req_type`, never decoded as a `Get`.
+#[derive(Debug, Clone, Default)]
+struct Served {
+    apps: Vec<u8>,
+    types: Vec<(u8, u8, Vec<u8>)>,
+}
+
+fn apps_of(set: &RuleSet) -> Served {
+    let mut served = Served::default();
+    for a in &set.apps {
+        served.apps.push(a.id);
+        for (m, t) in &a.requests {
+            if m.name == <Get as tern_wire::tlv::Message>::NAME {
+                served.types.push((a.id, *t, m.dispatch_fields()));
+            }
+        }
+    }
+    served
 }
 
 /// An RSD (or software dispatcher) with every application's matcher installed.
@@ -745,7 +763,7 @@ struct WorkerCtx {
     store: KvStore,
     pool: Pool,
     qnp: QnpConfig,
-    apps: Vec<u8>,
+    served: Served,
 }
 
 impl WorkerCtx {
@@ -756,7 +774,7 @@ impl WorkerCtx {
         store: &KvStore,
         pool: &Pool,
         opts: &ServerOptions,
-        apps: &[u8],
+        served: &Served,
     ) -> WorkerCtx {
         WorkerCtx {
             index,
@@ -765,12 +783,15 @@ impl WorkerCtx {
             store: store.clone(),
             pool: pool.clone(),
             qnp: opts.qnp.clone(),
-            apps: apps.to_vec(),
+            served: served.clone(),
         }
     }
 
     fn run<P: Port>(self, port: P) -> io::Result<()> {
-        let mut server = QnpServer::new(port, &self.pool, self.qnp.clone(), &self.apps);
+        let mut server = QnpServer::new(port, &self.pool, self.qnp.clone(), &self.served.apps);
+        for (app, ty, fields) in &self.served.types {
+            server.declare_request_type(*app, *ty, fields);
+        }
         let mut reqs: Vec<Request<Get>> = Vec::with_capacity(DEFAULT_BATCH);
         let me = &self.shared.workers[self.index];
         let mut last_publish = Instant::now();

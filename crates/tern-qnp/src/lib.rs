@@ -107,11 +107,21 @@ pub enum DropReason {
     UnexpectedPacket,
     /// The payload did not decode as the expected message.
     DecodeError,
+    /// A `req_type` its application declares no handler for (never decoded as another type).
+    UnknownReqType,
+    /// A first packet whose leading records are not every dispatch field its type declares, in
+    /// field-number order, each whole (§4).
+    MissingDispatchField,
+    /// A first packet whose `seg_cnt` does not cover its dispatch records (§4).
+    SegCntShort,
+    /// A request carrying a dispatch field again after the leading dispatch records, in its first
+    /// packet or a later one (the decision would have seen only part of the field).
+    SplitDispatchField,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 15] = [
+    pub const ALL: [DropReason; 19] = [
         DropReason::Truncated,
         DropReason::BadHeader,
         DropReason::UnknownApp,
@@ -127,6 +137,10 @@ impl DropReason {
         DropReason::UnexpectedResponse,
         DropReason::UnexpectedPacket,
         DropReason::DecodeError,
+        DropReason::UnknownReqType,
+        DropReason::MissingDispatchField,
+        DropReason::SegCntShort,
+        DropReason::SplitDispatchField,
     ];
 
     /// Counter name.
@@ -147,6 +161,10 @@ impl DropReason {
             DropReason::UnexpectedResponse => "unexpected_response",
             DropReason::UnexpectedPacket => "unexpected_packet",
             DropReason::DecodeError => "decode_error",
+            DropReason::UnknownReqType => "unknown_req_type",
+            DropReason::MissingDispatchField => "missing_dispatch_field",
+            DropReason::SegCntShort => "seg_cnt_short",
+            DropReason::SplitDispatchField => "split_dispatch_field",
         }
     }
 }
@@ -323,6 +341,76 @@ pub(crate) fn parse_header(stats: &mut Stats, data: &[u8]) -> Option<tern_wire::
         stats.drop(DropReason::BadHeader);
     }
     repr.ok()
+}
+
+/// TLV record header bytes: type (1) and length (2).
+const RECORD_HEADER_LEN: usize = 3;
+
+/// The records of a payload as (field, end offset), up to the first malformed one.
+fn records(payload: &[u8]) -> impl Iterator<Item = (u8, usize)> + '_ {
+    let mut off = 0usize;
+    std::iter::from_fn(move || {
+        let h = payload.get(off..off + RECORD_HEADER_LEN)?;
+        let end = off + RECORD_HEADER_LEN + usize::from(u16::from_be_bytes([h[1], h[2]]));
+        if h[0] == 0 || end > payload.len() {
+            return None;
+        }
+        off = end;
+        Some((h[0], end))
+    })
+}
+
+/// Checks QNP's first-packet rule (docs/qnp.md §4) on a request's first packet: its leading
+/// records are exactly the dispatch fields `fields` (ascending field numbers, as the IDL
+/// declares them), one whole record each, and `seg_cnt` covers them. Returns the byte length of
+/// those records, which is all a dispatcher needs to read. Reads nothing past them.
+///
+/// ```
+/// use tern_qnp::{DropReason, check_first_packet};
+/// let mut p = Vec::new();
+/// let mut w = tern_wire::tlv::Writer::new(&mut p);
+/// w.put_bytes(1, b"user.0");
+/// w.put_u32(2, 7);
+/// assert_eq!(check_first_packet(&p, 2, &[1]), Ok(9));
+/// assert_eq!(check_first_packet(&p, 1, &[1]), Err(DropReason::SegCntShort));
+/// assert_eq!(check_first_packet(&p, 2, &[2]), Err(DropReason::MissingDispatchField));
+/// ```
+pub fn check_first_packet(payload: &[u8], seg_cnt: u8, fields: &[u8]) -> Result<usize, DropReason> {
+    let end = leading_dispatch_end(payload, fields).ok_or(DropReason::MissingDispatchField)?;
+    let covered = usize::from(seg_cnt).saturating_sub(1) * tern_wire::qnp::SEGMENT_LEN;
+    if end > covered {
+        return Err(DropReason::SegCntShort);
+    }
+    Ok(end)
+}
+
+/// The end of the leading dispatch records of a first packet's payload, if they are `fields` in
+/// order, each whole.
+fn leading_dispatch_end(payload: &[u8], fields: &[u8]) -> Option<usize> {
+    let mut recs = records(payload);
+    let mut end = 0;
+    for &f in fields {
+        let (ty, e) = recs.next()?;
+        if ty != f {
+            return None;
+        }
+        end = e;
+    }
+    Some(end)
+}
+
+/// Whether a reassembled request carries a dispatch field anywhere but in the leading records of
+/// its first packet: a second piece of a split string, or a repeat, which the dispatcher's
+/// decision did not see.
+pub fn dispatch_field_repeated<'a>(mut parts: impl Iterator<Item = &'a [u8]>, fields: &[u8]) -> bool {
+    if fields.is_empty() {
+        return false;
+    }
+    let Some(first) = parts.next() else { return false };
+    let Some(lead) = leading_dispatch_end(first, fields) else { return true };
+    let rest = records(&first[lead..]).map(|(ty, _)| ty);
+    let tail = rest.chain(parts.flat_map(|p| records(p).map(|(ty, _)| ty)));
+    tail.into_iter().any(|ty| fields.contains(&ty))
 }
 
 /// `a` comes before `b` in request-id order (serial number arithmetic, RFC 1982).

@@ -194,6 +194,12 @@ impl<P: Port> QnpServer<P> {
         }
     }
 
+    /// Declares a request type this server answers and its dispatch fields (see
+    /// [`Server::declare_request_type`]).
+    pub fn declare_request_type(&mut self, app_id: u8, req_type: u8, dispatch_fields: &[u8]) {
+        self.core.declare_request_type(app_id, req_type, dispatch_fields);
+    }
+
     /// Appends received requests to `out`, each delivered once, waiting up to `timeout` for
     /// the first; returns how many were appended. Sends queued responses first.
     pub fn recv_req<M: Message>(&mut self, out: &mut Vec<Request<M>>, timeout: Duration) -> io::Result<usize> {

@@ -12,7 +12,7 @@ use tern_wire::tlv::Message;
 
 use crate::segment::{SegmentError, Segmented, segment_into};
 use crate::table::{Accept, Parts, RequestTable};
-use crate::{DropReason, QnpConfig, Stats, id_before, parse_header};
+use crate::{DropReason, QnpConfig, Stats, check_first_packet, dispatch_field_repeated, id_before, parse_header};
 
 /// Names a request the application must answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -57,6 +57,10 @@ enum TxItem {
 pub struct Server {
     cfg: QnpConfig,
     apps: [bool; 256],
+    /// Applications that declared their request types: other types are dropped.
+    typed: [bool; 256],
+    /// (app, req_type) → the type's dispatch fields, for declared types.
+    types: HashMap<(u8, u8), Box<[u8]>>,
     table: RequestTable,
     dedup: HashMap<DedupKey, DedupState>,
     fifo: VecDeque<(DedupKey, Instant)>,
@@ -82,6 +86,8 @@ impl Server {
             table: RequestTable::new(cfg.request_table_entries, cfg.request_timeout, cfg.max_buffered_bytes),
             cfg,
             apps: served,
+            typed: [false; 256],
+            types: HashMap::new(),
             dedup: HashMap::new(),
             fifo: VecDeque::new(),
             floors: HashMap::new(),
@@ -93,6 +99,17 @@ impl Server {
             next_sweep: now,
             now,
         }
+    }
+
+    /// Declares a request type of an application (served with [`Server::new`]) and the dispatch
+    /// fields its message declares, ascending. Once an application declares one type, requests
+    /// of undeclared types are dropped (`unknown_req_type`), and requests of declared types must
+    /// keep QNP's first-packet rule: every dispatch field whole, leading the first packet, covered
+    /// by `seg_cnt` (`missing_dispatch_field`, `seg_cnt_short`), and nowhere else in the request
+    /// (`split_dispatch_field`). An application that declares nothing takes every type.
+    pub fn declare_request_type(&mut self, app_id: u8, req_type: u8, dispatch_fields: &[u8]) {
+        self.typed[usize::from(app_id)] = true;
+        self.types.insert((app_id, req_type), dispatch_fields.into());
     }
 
     /// Counters.
@@ -125,6 +142,17 @@ impl Server {
             self.stats.drop(DropReason::UnknownApp);
             return None;
         }
+        let fields = if self.typed[usize::from(repr.app_id)] {
+            match self.types.get(&(repr.app_id, repr.req_type)) {
+                Some(f) => Some(&**f),
+                None => {
+                    self.stats.drop(DropReason::UnknownReqType);
+                    return None;
+                }
+            }
+        } else {
+            None
+        };
         if repr.req_len_in_pkts > self.cfg.max_pkts_per_request {
             self.stats.drop(DropReason::TooManyPackets);
             return None;
@@ -169,6 +197,13 @@ impl Server {
             return None;
         }
         let payload = &data[tern_wire::qnp::HEADER_LEN..];
+        if let Some(f) = fields
+            && repr.pkt_seq_num_in_req == 0
+            && let Err(reason) = check_first_packet(payload, repr.seg_cnt, f)
+        {
+            self.stats.drop(reason);
+            return None;
+        }
         match self.table.accept(now, peer, &repr, payload) {
             Accept::Pending => {
                 self.stats.rx_packets += 1;
@@ -180,6 +215,12 @@ impl Server {
             }
             Accept::Complete(parts) => {
                 self.stats.rx_packets += 1;
+                if let Some(f) = fields
+                    && dispatch_field_repeated(parts.iter(), f)
+                {
+                    self.stats.drop(DropReason::SplitDispatchField);
+                    return None;
+                }
                 self.stats.requests += 1;
                 self.dedup.insert(key, DedupState::InProgress);
                 self.fifo.push_back((key, now));

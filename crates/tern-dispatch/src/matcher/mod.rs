@@ -310,6 +310,8 @@ pub struct Machine {
     slot_fields: Vec<u8>,
     /// Rule names by index, for reports.
     rule_names: Vec<(u32, String)>,
+    /// The application's request types and their dispatch fields.
+    types: crate::rules::RequestTypes,
 }
 
 /// Fields one request can have located at once.
@@ -464,7 +466,13 @@ impl Machine {
             root_of,
             slot_fields,
             rule_names,
+            types: app.request_types(),
         })
+    }
+
+    /// The application's request types, with the dispatch fields a first packet must lead with.
+    pub fn request_types(&self) -> &crate::rules::RequestTypes {
+        &self.types
     }
 
     /// The application.

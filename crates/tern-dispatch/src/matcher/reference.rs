@@ -10,7 +10,7 @@ use tern_wire::tlv::Reader;
 
 use super::Decision;
 use crate::rules::pattern::PatOp;
-use crate::rules::{CondKind, Rule, RuleSet};
+use crate::rules::{CondKind, RequestTypes, Rule, RuleSet};
 
 /// Whether `value` satisfies a condition; `delimiter` is what `*` skips to.
 pub fn holds(kind: &CondKind, value: &[u8], delimiter: u8) -> bool {
@@ -51,8 +51,8 @@ pub fn rule_matches<'a>(rule: &Rule, delimiter: u8, field: impl Fn(u8) -> Option
 #[derive(Debug, Clone)]
 pub struct NaiveMatcher {
     delimiter: u8,
-    /// Per app id: default queue and rules in order.
-    apps: Vec<Option<(u16, Vec<Rule>)>>,
+    /// Per app id: default queue, rules in order, request types.
+    apps: Vec<Option<(u16, Vec<Rule>, RequestTypes)>>,
 }
 
 impl NaiveMatcher {
@@ -60,7 +60,8 @@ impl NaiveMatcher {
     pub fn new(set: &RuleSet) -> NaiveMatcher {
         let mut apps = vec![None; 256];
         for app in &set.apps {
-            apps[app.id as usize] = Some((app.default_queue, set.rules_of(app.id).cloned().collect()));
+            apps[app.id as usize] =
+                Some((app.default_queue, set.rules_of(app.id).cloned().collect(), app.request_types()));
         }
         NaiveMatcher { delimiter: set.delimiter, apps }
     }
@@ -75,14 +76,19 @@ impl NaiveMatcher {
         payload: &[u8],
         fields: &mut Vec<(u8, usize, usize)>,
     ) -> Option<Decision> {
-        let (default_queue, rules) = self.apps[app_id as usize].as_ref()?;
+        let (default_queue, rules, _) = self.apps[app_id as usize].as_ref()?;
         Some(decide_rules(rules, *default_queue, self.delimiter, req_type, payload, fields))
     }
 
     /// One application's rules, for a dispatcher that holds applications separately.
     pub fn app(&self, app_id: u8) -> Option<NaiveApp> {
-        let (default_queue, rules) = self.apps[app_id as usize].as_ref()?;
-        Some(NaiveApp { delimiter: self.delimiter, default_queue: *default_queue, rules: rules.clone() })
+        let (default_queue, rules, types) = self.apps[app_id as usize].as_ref()?;
+        Some(NaiveApp {
+            delimiter: self.delimiter,
+            default_queue: *default_queue,
+            rules: rules.clone(),
+            types: types.clone(),
+        })
     }
 }
 
@@ -92,9 +98,15 @@ pub struct NaiveApp {
     delimiter: u8,
     default_queue: u16,
     rules: Vec<Rule>,
+    types: RequestTypes,
 }
 
 impl NaiveApp {
+    /// The application's request types.
+    pub fn request_types(&self) -> &RequestTypes {
+        &self.types
+    }
+
     /// Decides a request of this application (see [`NaiveMatcher::decide`]).
     pub fn decide(&self, req_type: u8, payload: &[u8], fields: &mut Vec<(u8, usize, usize)>) -> Decision {
         decide_rules(&self.rules, self.default_queue, self.delimiter, req_type, payload, fields)

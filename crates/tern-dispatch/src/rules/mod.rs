@@ -192,6 +192,29 @@ impl App {
     pub fn message(&self, req_type: u8) -> Option<&MessageSchema> {
         self.requests.iter().find(|(_, t)| *t == req_type).map(|(m, _)| m)
     }
+
+    /// The request types this application declares, with their dispatch fields.
+    pub fn request_types(&self) -> RequestTypes {
+        let mut types = vec![None; 256];
+        for (m, t) in &self.requests {
+            types[usize::from(*t)] = Some(m.dispatch_fields().into_boxed_slice());
+        }
+        RequestTypes(types.into_boxed_slice())
+    }
+}
+
+/// The request types of one application (`requests = { Message = req_type }`), each with the
+/// dispatch fields its message declares (ascending field numbers): what a dispatcher checks a
+/// first packet against before deciding it (`docs/qnp.md` §4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestTypes(Box<[Option<Box<[u8]>>]>);
+
+impl RequestTypes {
+    /// The dispatch fields of `req_type`, or `None` if the application does not declare it.
+    #[inline]
+    pub fn dispatch_fields(&self, req_type: u8) -> Option<&[u8]> {
+        self.0.get(usize::from(req_type)).and_then(|f| f.as_deref())
+    }
 }
 
 /// What a condition asks of a field's value.
