@@ -43,7 +43,7 @@ use crate::matcher::reference::{NaiveApp, NaiveMatcher};
 use crate::rsd::{Decide, Rsd, RsdDrop, RsdStats, Verdict, sender_hash};
 use crate::rules::RuleSet;
 use tern_qnp::runtime::{QnpServer, Request};
-use tern_qnp::{self as qnp, QnpConfig};
+use tern_qnp::{self as qnp, ExactlyOnce, QnpConfig};
 
 /// How requests reach workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -367,6 +367,19 @@ impl Server {
             rx_ports.push(UdpPort::bind(addr, &pool, &udp_cfg)?);
         }
         let stop = Arc::new(AtomicBool::new(false));
+        // One exactly-once memory for all workers: a retransmission that a rule reload sends to
+        // another worker than its original still finds the request remembered (docs/qnp.md §7).
+        let memory = Arc::new(ExactlyOnce::new(&opts.qnp, usize::from(opts.workers) * 4));
+        let workers = WorkerCtx {
+            index: 0,
+            shared: shared.clone(),
+            stop: stop.clone(),
+            store: store.clone(),
+            pool: pool.clone(),
+            qnp: opts.qnp.clone(),
+            served: apps.clone(),
+            memory,
+        };
         let mut threads = Vec::new();
         let mut controls = Vec::new();
         let spawn = |name: String, cores: Vec<usize>, f: Box<dyn FnOnce() -> io::Result<()> + Send>| {
@@ -406,12 +419,12 @@ impl Server {
                     stats: DispatcherStats::default(),
                     last_publish: Instant::now(),
                 };
-                let ctx = WorkerCtx::new(w, &shared, &stop, &store, &pool, opts, &apps);
+                let ctx = workers.for_worker(w);
                 threads.push(spawn(format!("tern-worker-{w}"), opts.cores.clone(), Box::new(move || ctx.run(port)))?);
             }
         } else if !opts.mode.uses_rules() {
             for (w, port) in rx_ports.into_iter().enumerate() {
-                let ctx = WorkerCtx::new(w, &shared, &stop, &store, &pool, opts, &apps);
+                let ctx = workers.for_worker(w);
                 threads.push(spawn(format!("tern-worker-{w}"), opts.cores.clone(), Box::new(move || ctx.run(port)))?);
             }
         } else {
@@ -423,7 +436,7 @@ impl Server {
             let mut senders: Vec<RingSender> = Vec::new();
             let mut uds_disp: Vec<Vec<UdsPort>> = (0..n_disp).map(|_| Vec::new()).collect();
             for (w, tx) in tx_ports.into_iter().enumerate() {
-                let ctx = WorkerCtx::new(w, &shared, &stop, &store, &pool, opts, &apps);
+                let ctx = workers.for_worker(w);
                 let name = format!("tern-worker-{w}");
                 if opts.mode == Mode::SwUds {
                     // One link per worker; every dispatcher sends on its own handle of it.
@@ -756,6 +769,7 @@ impl Drop for RsdPort {
     }
 }
 
+#[derive(Clone)]
 struct WorkerCtx {
     index: usize,
     shared: Arc<Shared>,
@@ -764,31 +778,18 @@ struct WorkerCtx {
     pool: Pool,
     qnp: QnpConfig,
     served: Served,
+    memory: Arc<ExactlyOnce>,
 }
 
 impl WorkerCtx {
-    fn new(
-        index: usize,
-        shared: &Arc<Shared>,
-        stop: &Arc<AtomicBool>,
-        store: &KvStore,
-        pool: &Pool,
-        opts: &ServerOptions,
-        served: &Served,
-    ) -> WorkerCtx {
-        WorkerCtx {
-            index,
-            shared: shared.clone(),
-            stop: stop.clone(),
-            store: store.clone(),
-            pool: pool.clone(),
-            qnp: opts.qnp.clone(),
-            served: served.clone(),
-        }
+    /// This context for worker `index`.
+    fn for_worker(&self, index: usize) -> WorkerCtx {
+        WorkerCtx { index, ..self.clone() }
     }
 
     fn run<P: Port>(self, port: P) -> io::Result<()> {
-        let mut server = QnpServer::new(port, &self.pool, self.qnp.clone(), &self.served.apps);
+        let mut server =
+            QnpServer::with_memory(port, &self.pool, self.qnp.clone(), &self.served.apps, self.memory.clone());
         for (app, ty, fields) in &self.served.types {
             server.declare_request_type(*app, *ty, fields);
         }

@@ -171,3 +171,42 @@ fn reconfigure_under_load(opts: &ServerOptions) {
     assert_eq!(got, want, "app 1 requests must follow the rotated rules");
     server.stop().unwrap();
 }
+
+/// Exactly once across reloads: under 10% loss (so requests are retransmitted) the rules of the
+/// only application rotate between workers every few milliseconds, so retransmissions often
+/// reach another worker than their original. Every request still runs its handler once: the
+/// workers share one exactly-once memory (docs/qnp.md §7).
+#[test]
+fn a_reload_never_runs_a_handler_twice() {
+    let l = layout();
+    let st = store(&l);
+    for opts in configs(&[Mode::Rsd, Mode::SwRing]) {
+        let mode = name(&opts);
+        let set = l.rule_set();
+        let server = Server::start(&opts, set.clone(), st.clone()).unwrap();
+        let addr = server.addr();
+        let mut rotated = set.clone();
+        for r in &mut rotated.rules {
+            r.queue = (r.queue + 1) % 3;
+        }
+        let load = std::thread::spawn(move || {
+            let mut load = LoadOptions::new(addr, l);
+            load.requests = Some(3000);
+            load.duration = Duration::from_secs(60);
+            load.faults = FaultConfig { loss: 0.1, duplicate: 0.05, reorder: 0.05, seed: 11, ..FaultConfig::default() };
+            loadgen::run(&load).unwrap()
+        });
+        let mut swaps = 0;
+        while !load.is_finished() {
+            server.reconfigure(1, if swaps % 2 == 0 { &rotated } else { &set }).unwrap();
+            swaps += 1;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let r = load.join().unwrap();
+        assert_eq!((r.completed, r.failed, r.wrong_value), (3000, 0, 0), "{mode}");
+        assert!(r.retransmissions > 100 && swaps > 10, "{mode}: {} retransmissions, {swaps} swaps", r.retransmissions);
+        let handled: u64 = server.worker_requests().iter().sum();
+        assert_eq!(handled, 3000, "{mode}: handler runs over {swaps} reloads");
+        server.stop().unwrap();
+    }
+}

@@ -42,6 +42,7 @@
 #![forbid(unsafe_code)]
 
 mod client;
+mod memory;
 pub mod pingpong;
 pub mod runtime;
 mod segment;
@@ -61,6 +62,7 @@ pub mod apps {
 }
 
 pub use client::{Client, ClientEvent, ReqError, Response};
+pub use memory::ExactlyOnce;
 pub use segment::{SegmentError, Segmented, segment_message};
 pub use server::{Incoming, ReqHandle, Server};
 pub use table::{Parts, RequestTable};
@@ -186,6 +188,9 @@ pub struct Stats {
     pub retransmissions: u64,
     /// Requests that failed after the retry limit (client).
     pub failed: u64,
+    /// Remembered requests the server's memory bounds forgot before their client's ack floor
+    /// passed them (a retransmission arriving later would run the handler again; §7).
+    pub dedup_evicted: u64,
 }
 
 impl std::ops::AddAssign for Stats {
@@ -199,6 +204,7 @@ impl std::ops::AddAssign for Stats {
         self.responses += o.responses;
         self.retransmissions += o.retransmissions;
         self.failed += o.failed;
+        self.dedup_evicted += o.dedup_evicted;
     }
 }
 
@@ -411,6 +417,16 @@ pub fn dispatch_field_repeated<'a>(mut parts: impl Iterator<Item = &'a [u8]>, fi
     let rest = records(&first[lead..]).map(|(ty, _)| ty);
     let tail = rest.chain(parts.flat_map(|p| records(p).map(|(ty, _)| ty)));
     tail.into_iter().any(|ty| fields.contains(&ty))
+}
+
+/// A cheap 64-bit hash of a socket address (for sharding; not keyed, not for tables an attacker
+/// fills).
+pub(crate) fn hash_peer(addr: &std::net::SocketAddr) -> u64 {
+    let (ip, port) = match addr {
+        std::net::SocketAddr::V4(a) => (u64::from(a.ip().to_bits()), a.port()),
+        std::net::SocketAddr::V6(a) => ((a.ip().to_bits() as u64) ^ ((a.ip().to_bits() >> 64) as u64), a.port()),
+    };
+    (ip ^ (u64::from(port) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// `a` comes before `b` in request-id order (serial number arithmetic, RFC 1982).

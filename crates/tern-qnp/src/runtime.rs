@@ -5,12 +5,13 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tern_io::{Batch, DEFAULT_BATCH, Pool, Port};
 use tern_wire::tlv::{DecodeError, Message};
 
-use crate::{Client, ClientEvent, DropReason, QnpConfig, ReqError, ReqHandle, SegmentError, Server};
+use crate::{Client, ClientEvent, DropReason, ExactlyOnce, QnpConfig, ReqError, ReqHandle, SegmentError, Server};
 
 /// The outcome of a request, reported once.
 #[derive(Debug, Clone, PartialEq)]
@@ -185,8 +186,15 @@ pub struct QnpServer<P> {
 impl<P: Port> QnpServer<P> {
     /// A server of the given application ids over `port`.
     pub fn new(port: P, pool: &Pool, cfg: QnpConfig, apps: &[u8]) -> Self {
+        let memory = Arc::new(ExactlyOnce::new(&cfg, 1));
+        QnpServer::with_memory(port, pool, cfg, apps, memory)
+    }
+
+    /// A server that shares its exactly-once memory with the other workers of one service (see
+    /// [`Server::with_memory`]).
+    pub fn with_memory(port: P, pool: &Pool, cfg: QnpConfig, apps: &[u8], memory: Arc<ExactlyOnce>) -> Self {
         QnpServer {
-            core: Server::new(cfg, apps, Instant::now()),
+            core: Server::with_memory(cfg, apps, Instant::now(), memory),
             port,
             pool: pool.clone(),
             rx: Batch::new(DEFAULT_BATCH),

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hashbrown::HashMap;
@@ -10,9 +11,10 @@ use tern_io::{Batch, Pool};
 use tern_wire::qnp::{Flags, Packet, Repr};
 use tern_wire::tlv::Message;
 
+use crate::memory::{Admit, ExactlyOnce, recycle};
 use crate::segment::{SegmentError, Segmented, segment_into};
 use crate::table::{Accept, Parts, RequestTable};
-use crate::{DropReason, QnpConfig, Stats, check_first_packet, dispatch_field_repeated, id_before, parse_header};
+use crate::{DropReason, QnpConfig, Stats, check_first_packet, dispatch_field_repeated, parse_header};
 
 /// Names a request the application must answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,20 +38,13 @@ pub struct Incoming<'a> {
     pub parts: Parts<'a>,
 }
 
-type DedupKey = (SocketAddr, u8, u32);
-
 #[derive(Debug)]
-enum DedupState {
-    InProgress,
-    Done(Segmented),
-}
-
-#[derive(Debug)]
-enum TxItem {
-    /// A new response: owned until sent, then cached for duplicates.
-    New { handle: ReqHandle, seg: Segmented, next: usize },
-    /// A resend of a cached response.
-    Resend { handle: ReqHandle, next: usize },
+struct TxItem {
+    handle: ReqHandle,
+    seg: Segmented,
+    next: usize,
+    /// A new response, to be remembered once sent; `false` for a resend of a remembered one.
+    new: bool,
 }
 
 /// A QNP server endpoint (sans-IO).
@@ -62,10 +57,7 @@ pub struct Server {
     /// (app, req_type) → the type's dispatch fields, for declared types.
     types: HashMap<(u8, u8), Box<[u8]>>,
     table: RequestTable,
-    dedup: HashMap<DedupKey, DedupState>,
-    fifo: VecDeque<(DedupKey, Instant)>,
-    floors: HashMap<(SocketAddr, u8), (u32, Instant)>,
-    cached_bytes: usize,
+    memory: Arc<ExactlyOnce>,
     tx: VecDeque<TxItem>,
     stats: Stats,
     scratch: Vec<u8>,
@@ -76,8 +68,17 @@ pub struct Server {
 }
 
 impl Server {
-    /// A server answering the given application ids.
+    /// A server answering the given application ids, with an exactly-once memory of its own.
     pub fn new(cfg: QnpConfig, apps: &[u8], now: Instant) -> Server {
+        let memory = Arc::new(ExactlyOnce::new(&cfg, 1));
+        Server::with_memory(cfg, apps, now, memory)
+    }
+
+    /// A server answering the given application ids that shares its exactly-once memory (which
+    /// requests were delivered, their responses, the clients' ack floors) with the other
+    /// servers given the same `memory`: the workers of one service, so that a retransmission is
+    /// recognised whichever worker it reaches (docs/qnp.md §7).
+    pub fn with_memory(cfg: QnpConfig, apps: &[u8], now: Instant, memory: Arc<ExactlyOnce>) -> Server {
         let mut served = [false; 256];
         for &a in apps {
             served[usize::from(a)] = true;
@@ -88,10 +89,7 @@ impl Server {
             apps: served,
             typed: [false; 256],
             types: HashMap::new(),
-            dedup: HashMap::new(),
-            fifo: VecDeque::new(),
-            floors: HashMap::new(),
-            cached_bytes: 0,
+            memory,
             tx: VecDeque::new(),
             stats: Stats::default(),
             scratch: Vec::new(),
@@ -124,9 +122,10 @@ impl Server {
     pub fn table(&self) -> &RequestTable {
         &self.table
     }
-    /// Completed requests remembered for duplicate suppression.
+    /// Completed requests remembered for duplicate suppression (by every server sharing this
+    /// one's memory).
     pub fn dedup_len(&self) -> usize {
-        self.dedup.len()
+        self.memory.remembered()
     }
 
     /// Takes one received packet. Returns a request when this packet completes one that has not
@@ -163,38 +162,23 @@ impl Server {
             return None;
         }
         // The client says every request before `req_acked_id` is finished with.
-        let floor_key = (peer, repr.app_id);
-        let window = self.cfg.max_outstanding as u32;
-        let floor = match self.floors.get_mut(&floor_key) {
-            Some(f) => {
-                // A floor can only move forward. One that lies more than a client's whole window
-                // before the known floor is not a late packet of that client but a new client
-                // on the same address (a restart, or a reused ephemeral port, with fresh random
-                // ids): start over from its floor, or it would be refused forever.
-                if id_before(f.0, repr.req_acked_id) || f.0.wrapping_sub(repr.req_acked_id) > window {
-                    f.0 = repr.req_acked_id;
-                }
-                f.1 = now;
-                f.0
-            }
-            None => {
-                self.floors.insert(floor_key, (repr.req_acked_id, now));
-                repr.req_acked_id
-            }
-        };
-        if id_before(repr.req_id, floor) {
-            self.stats.drop(DropReason::StaleRequest);
-            return None;
-        }
         let key = (peer, repr.app_id, repr.req_id);
-        if let Some(state) = self.dedup.get(&key) {
-            if matches!(state, DedupState::Done(_)) && repr.pkt_seq_num_in_req == 0 {
-                let handle = ReqHandle { peer, app_id: repr.app_id, req_type: repr.req_type, req_id: repr.req_id };
-                self.tx.push_back(TxItem::Resend { handle, next: 0 });
-                self.stats.retransmissions += 1;
+        let first = repr.pkt_seq_num_in_req == 0;
+        match self.memory.admit(now, key, repr.req_acked_id, first, &mut self.spare) {
+            Admit::New => {}
+            Admit::Stale => {
+                self.stats.drop(DropReason::StaleRequest);
+                return None;
             }
-            self.stats.drop(DropReason::DuplicateRequest);
-            return None;
+            Admit::Duplicate(resend) => {
+                if let Some(seg) = resend {
+                    let handle = ReqHandle { peer, app_id: repr.app_id, req_type: repr.req_type, req_id: repr.req_id };
+                    self.tx.push_back(TxItem { handle, seg, next: 0, new: false });
+                    self.stats.retransmissions += 1;
+                }
+                self.stats.drop(DropReason::DuplicateRequest);
+                return None;
+            }
         }
         let payload = &data[tern_wire::qnp::HEADER_LEN..];
         if let Some(f) = fields
@@ -221,9 +205,14 @@ impl Server {
                     self.stats.drop(DropReason::SplitDispatchField);
                     return None;
                 }
+                // Another worker sharing the memory may have taken the same request meanwhile.
+                let (new, evicted) = self.memory.begin(now, key, &mut self.spare);
+                self.stats.dedup_evicted += evicted;
+                if !new {
+                    self.stats.drop(DropReason::DuplicateRequest);
+                    return None;
+                }
                 self.stats.requests += 1;
-                self.dedup.insert(key, DedupState::InProgress);
-                self.fifo.push_back((key, now));
                 let handle = ReqHandle { peer, app_id: repr.app_id, req_type: repr.req_type, req_id: repr.req_id };
                 Some(Incoming { handle, parts })
             }
@@ -235,7 +224,7 @@ impl Server {
     pub fn respond<M: Message>(&mut self, handle: ReqHandle, resp: &M) -> Result<(), SegmentError> {
         let seg = segment_into(&self.cfg, resp, &mut self.spare, &mut self.scratch)?;
         self.stats.responses += 1;
-        self.tx.push_back(TxItem::New { handle, seg, next: 0 });
+        self.tx.push_back(TxItem { handle, seg, next: 0, new: true });
         Ok(())
     }
 
@@ -249,74 +238,25 @@ impl Server {
         let mut added = 0;
         while !batch.is_full() {
             let Some(item) = self.tx.front_mut() else { break };
-            let (handle, seg, next) = match item {
-                TxItem::New { handle, seg, next } => (*handle, &*seg, next),
-                TxItem::Resend { handle, next } => {
-                    let key = (handle.peer, handle.app_id, handle.req_id);
-                    match self.dedup.get(&key) {
-                        Some(DedupState::Done(seg)) => (*handle, seg, next),
-                        _ => {
-                            self.tx.pop_front();
-                            continue;
-                        }
-                    }
-                }
-            };
-            while *next < seg.packets() && !batch.is_full() {
-                batch.push(emit(pool, &handle, seg, *next));
-                *next += 1;
+            while item.next < item.seg.packets() && !batch.is_full() {
+                batch.push(emit(pool, &item.handle, &item.seg, item.next));
+                item.next += 1;
                 added += 1;
             }
-            if *next < seg.packets() {
+            if item.next < item.seg.packets() {
                 break;
             }
-            if let Some(TxItem::New { handle, seg, .. }) = self.tx.pop_front() {
-                self.cache_response(handle, seg);
+            if let Some(item) = self.tx.pop_front() {
+                if item.new {
+                    let key = (item.handle.peer, item.handle.app_id, item.handle.req_id);
+                    self.stats.dedup_evicted += self.memory.complete(self.now, key, item.seg, &mut self.spare);
+                } else {
+                    recycle(&mut self.spare, item.seg);
+                }
             }
         }
         self.stats.tx_packets += added as u64;
         added
-    }
-
-    fn cache_response(&mut self, handle: ReqHandle, seg: Segmented) {
-        let key = (handle.peer, handle.app_id, handle.req_id);
-        let size = seg.bytes.capacity();
-        match self.dedup.get_mut(&key) {
-            Some(state) => {
-                self.cached_bytes += size;
-                if let DedupState::Done(old) = std::mem::replace(state, DedupState::Done(seg)) {
-                    self.cached_bytes -= old.bytes.capacity();
-                    self.spare.push(old);
-                }
-            }
-            // Forgotten already (evicted under pressure): nothing to resend from.
-            None => self.recycle(seg),
-        }
-        self.evict();
-    }
-
-    fn recycle(&mut self, mut seg: Segmented) {
-        if self.spare.len() < 256 {
-            seg.clear();
-            self.spare.push(seg);
-        }
-    }
-
-    fn evict(&mut self) {
-        while let Some(&(key, since)) = self.fifo.front() {
-            let below_floor = self.floors.get(&(key.0, key.1)).is_some_and(|f| id_before(key.2, f.0));
-            let over =
-                self.fifo.len() > self.cfg.dedup_entries || self.cached_bytes > self.cfg.max_cached_response_bytes;
-            let old = self.now >= since + self.cfg.dedup_ttl;
-            if !(below_floor || over || old) {
-                break;
-            }
-            self.fifo.pop_front();
-            if let Some(DedupState::Done(seg)) = self.dedup.remove(&key) {
-                self.cached_bytes -= seg.bytes.capacity();
-                self.recycle(seg);
-            }
-        }
     }
 
     /// Expires partial requests and forgets old completed ones.
@@ -326,18 +266,13 @@ impl Server {
         self.stats.drops[DropReason::RequestExpired as usize] += expired as u64;
         if now >= self.next_sweep {
             self.next_sweep = now + Duration::from_millis(100);
-            let ttl = self.cfg.dedup_ttl;
-            self.floors.retain(|_, (_, seen)| now < *seen + ttl);
-            if self.floors.len() > self.cfg.dedup_entries {
-                self.floors.clear();
-            }
-            self.evict();
+            self.stats.dedup_evicted += self.memory.sweep(now, &mut self.spare);
         }
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) next has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let housekeeping = (!self.fifo.is_empty() || !self.floors.is_empty()).then_some(self.next_sweep);
+        let housekeeping = (!self.memory.is_empty()).then_some(self.next_sweep);
         [self.table.poll_timeout(), housekeeping].into_iter().flatten().min()
     }
 }

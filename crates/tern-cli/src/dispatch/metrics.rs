@@ -69,7 +69,7 @@ impl Collector for DispatchCollector {
         let mut rows: Vec<_> = RsdDrop::ALL.iter().map(|r| (label("reason", r.as_str()), t.rsd.drops_of(*r))).collect();
         rows.push((label("reason", "handoff_full"), t.handoff_full));
         let mut qnp = [0u64; DropReason::ALL.len()];
-        let (mut requests, mut found, mut store_errors) = (0, 0, 0);
+        let (mut requests, mut found, mut store_errors, mut evicted) = (0, 0, 0, 0);
         let mut per_worker = Vec::new();
         for (w, c) in self.shared.workers.iter().enumerate() {
             let n = c.requests.load(Ordering::Relaxed);
@@ -81,6 +81,7 @@ impl Collector for DispatchCollector {
                 for (a, b) in qnp.iter_mut().zip(s.drops.iter()) {
                     *a += b;
                 }
+                evicted += s.dedup_evicted;
             }
         }
         for (r, v) in DropReason::ALL.iter().zip(qnp) {
@@ -97,6 +98,12 @@ impl Collector for DispatchCollector {
             "tern_dispatch_worker_requests",
             "Requests each worker handled (once each).",
             &per_worker,
+        )?;
+        counter(
+            &mut enc,
+            "tern_dispatch_dedup_evicted",
+            "Remembered requests the exactly-once memory's bounds forgot before the client's ack floor passed them (a retransmission after that would run the handler again).",
+            evicted,
         )?;
         counter(&mut enc, "tern_dispatch_kv_found", "GETs whose key was found.", found)?;
         counter(&mut enc, "tern_dispatch_kv_misses", "GETs whose key was not found.", requests - found.min(requests))?;

@@ -1,0 +1,123 @@
+//! Exactly-once across the things that change under a server: several workers sharing one
+//! memory (a retransmission reaching another worker than its original), and memory bounds
+//! forgetting requests (counted as `dedup_evicted`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tern_io::{Batch, Pool};
+use tern_qnp::apps::pingpong::{Ping, Pong};
+use tern_qnp::{DropReason, ExactlyOnce, QnpConfig, Server};
+use tern_wire::qnp::{Flags, HEADER_LEN, Packet, Repr};
+use tern_wire::tlv::Message;
+
+fn request(req_id: u32, acked: u32, seq: u32) -> Vec<u8> {
+    let mut payload = Vec::new();
+    Ping { seq: seq.into(), payload: vec![7; 16] }.encode(&mut payload);
+    let repr = Repr {
+        app_id: 1,
+        req_type: 0,
+        req_id,
+        req_acked_id: acked,
+        req_len_in_bytes: payload.len() as u32,
+        req_len_in_pkts: 1,
+        pkt_seq_num_in_req: 0,
+        flags: Flags::DATA,
+        seg_cnt: tern_wire::qnp::seg_cnt_for(0),
+    };
+    let mut pkt = vec![0u8; HEADER_LEN];
+    repr.emit(&mut Packet::new_unchecked(&mut pkt[..]));
+    pkt.extend_from_slice(&payload);
+    pkt
+}
+
+/// Delivers `pkt` to `server`; if it is delivered, answers it and returns the response's
+/// packets. A duplicate's resend is returned too.
+fn serve(server: &mut Server, pool: &Pool, now: Instant, peer: SocketAddr, pkt: &[u8]) -> (bool, Vec<Vec<u8>>) {
+    let ran = match server.handle_packet(now, peer, pkt) {
+        Some(inc) => {
+            let handle = inc.handle;
+            let ping = Ping::decode_parts(inc.parts.iter()).unwrap();
+            server.respond(handle, &Pong { seq: ping.seq, payload: ping.payload }).unwrap();
+            true
+        }
+        None => false,
+    };
+    let mut batch = Batch::new(32);
+    server.poll_transmit(pool, &mut batch);
+    let out = batch.drain().map(|p| p.data().to_vec()).collect();
+    (ran, out)
+}
+
+fn peer() -> SocketAddr {
+    "10.0.0.9:5000".parse().unwrap()
+}
+
+#[test]
+fn a_retransmission_on_another_worker_gets_the_remembered_response() {
+    let pool = Pool::new(256, 2048);
+    let cfg = QnpConfig::default();
+    let memory = Arc::new(ExactlyOnce::new(&cfg, 8));
+    let now = Instant::now();
+    let mut w0 = Server::with_memory(cfg.clone(), &[1], now, memory.clone());
+    let mut w1 = Server::with_memory(cfg.clone(), &[1], now, memory);
+    let (ran, first) = serve(&mut w0, &pool, now, peer(), &request(100, 100, 42));
+    assert!(ran && first.len() == 1);
+    // The same request, retransmitted, now reaches worker 1 (say, after a rule reload).
+    let (ran, again) = serve(&mut w1, &pool, now, peer(), &request(100, 100, 42));
+    assert!(!ran, "the handler ran twice");
+    assert_eq!(again, first, "worker 1 resends worker 0's response, byte for byte");
+    assert_eq!(w1.stats().drops_of(DropReason::DuplicateRequest), 1);
+    assert_eq!(w1.stats().retransmissions, 1);
+}
+
+#[test]
+fn the_ack_floor_is_the_same_on_every_worker() {
+    let pool = Pool::new(256, 2048);
+    let cfg = QnpConfig::default();
+    let memory = Arc::new(ExactlyOnce::new(&cfg, 8));
+    let now = Instant::now();
+    let mut w0 = Server::with_memory(cfg.clone(), &[1], now, memory.clone());
+    let mut w1 = Server::with_memory(cfg.clone(), &[1], now, memory);
+    // Requests 100..110 answered on worker 0; the client's floor moves to 110.
+    for id in 100..110 {
+        assert!(serve(&mut w0, &pool, now, peer(), &request(id, 100, id)).0);
+    }
+    assert!(serve(&mut w0, &pool, now, peer(), &request(110, 110, 110)).0);
+    // A late copy of request 105 carrying an old floor reaches worker 1: it is below the floor
+    // worker 0 learnt, so it is stale there too, not a new request.
+    let (ran, out) = serve(&mut w1, &pool, now, peer(), &request(105, 100, 105));
+    assert!(!ran && out.is_empty());
+    assert_eq!(w1.stats().drops_of(DropReason::StaleRequest), 1);
+}
+
+#[test]
+fn evicting_a_remembered_request_is_counted_and_can_run_a_handler_twice() {
+    let pool = Pool::new(256, 2048);
+    // Room for 4 remembered requests; the client's floor stays at 200 (request 200 is never
+    // answered), so nothing leaves by the floor.
+    let cfg = QnpConfig { dedup_entries: 4, ..QnpConfig::default() };
+    let now = Instant::now();
+    let mut server = Server::new(cfg, &[1], now);
+    for id in 201..211 {
+        assert!(serve(&mut server, &pool, now, peer(), &request(id, 200, id)).0);
+    }
+    let evicted = server.stats().dedup_evicted;
+    assert_eq!(evicted, 6, "10 remembered, room for 4");
+    assert_eq!(server.dedup_len(), 4);
+    // Request 209 is still remembered: its retransmission is answered from memory.
+    assert!(!serve(&mut server, &pool, now, peer(), &request(209, 200, 209)).0);
+    // Request 201 was forgotten: its retransmission runs the handler again. That is the window
+    // the bounds leave, and why the eviction is counted.
+    assert!(serve(&mut server, &pool, now, peer(), &request(201, 200, 201)).0);
+    // Forgetting by the floor or by age is not counted: the client is done with those.
+    let mut server = Server::new(QnpConfig { dedup_ttl: Duration::from_millis(50), ..QnpConfig::default() }, &[1], now);
+    for id in 300..310 {
+        assert!(serve(&mut server, &pool, now, peer(), &request(id, 300, id)).0);
+    }
+    assert!(serve(&mut server, &pool, now, peer(), &request(310, 305, 310)).0);
+    server.handle_timeout(now + Duration::from_millis(200));
+    assert_eq!(server.dedup_len(), 0);
+    assert_eq!(server.stats().dedup_evicted, 0);
+}
