@@ -87,6 +87,8 @@ pub struct LoadReport {
     pub wrong_value: u64,
     /// Requests retransmitted.
     pub retransmissions: u64,
+    /// Of those, the ones the response showed were not needed (the earlier copy was answered).
+    pub spurious_retransmissions: u64,
     /// GETs sent per partition.
     pub per_partition: Vec<u64>,
     /// Answered GETs per second.
@@ -156,6 +158,7 @@ pub fn run(opts: &LoadOptions) -> io::Result<LoadReport> {
                 total.not_found += x.not_found;
                 total.wrong_value += x.wrong_value;
                 total.retransmissions += x.retransmissions;
+                total.spurious_retransmissions += x.spurious_retransmissions;
                 total.gave_up += x.gave_up;
                 total.client_port += x.client_port;
                 total.client_qnp += x.client_qnp;
@@ -245,6 +248,7 @@ fn client_thread(o: &LoadOptions, sampler: &KeySampler, t: usize, share: Option<
     }
     client.flush()?;
     report.retransmissions = client.core().stats().retransmissions;
+    report.spurious_retransmissions = client.core().stats().spurious_retransmissions;
     report.client_qnp = *client.core().stats();
     report.client_port = client.port().stats();
     Ok(ThreadResult { report, hist })

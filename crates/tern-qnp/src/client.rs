@@ -11,7 +11,7 @@ use tern_wire::qnp::Flags;
 use tern_wire::tlv::Message;
 
 use crate::segment::{SegmentError, Segmented, segment_into};
-use crate::server::emit_packet;
+use crate::server::{Ids, emit_packet};
 use crate::table::{Accept, Parts, RequestTable};
 use crate::{DropReason, QnpConfig, Stats, parse_header};
 
@@ -68,7 +68,10 @@ pub enum ClientEvent {
 struct Outstanding {
     req_type: u8,
     seg: Segmented,
+    /// When the original was queued.
     sent_at: Instant,
+    /// When the latest copy was queued.
+    last_sent: Instant,
     attempt: u32,
     queued: bool,
 }
@@ -152,7 +155,14 @@ impl Client {
         let seg = segment_into(&self.cfg, msg, &mut self.spare, &mut self.scratch)?;
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
-        self.window.push_back(Some(Outstanding { req_type, seg, sent_at: now, attempt: 0, queued: true }));
+        self.window.push_back(Some(Outstanding {
+            req_type,
+            seg,
+            sent_at: now,
+            last_sent: now,
+            attempt: 0,
+            queued: true,
+        }));
         self.tx.push_back((id, 0));
         self.timers.push(Reverse((now + self.rto, id, 0)));
         self.stats.requests += 1;
@@ -177,7 +187,9 @@ impl Client {
             };
             let mut i = next;
             while i < o.seg.packets() && !batch.is_full() {
-                batch.push(emit_packet(pool, server, app_id, o.req_type, id, floor, Flags::DATA, &o.seg, i));
+                let ids = Ids { app_id, req_type: o.req_type, req_id: id, acked: floor };
+                let attempt = o.attempt.min(u32::from(u8::MAX)) as u8;
+                batch.push(emit_packet(pool, server, ids, Flags::DATA, attempt, &o.seg, i));
                 i += 1;
                 added += 1;
             }
@@ -217,8 +229,8 @@ impl Client {
             return None;
         }
         let req_id = repr.req_id;
-        let (req_type, sent_at, retransmitted) = match self.slot(req_id) {
-            Some(Some(o)) => (o.req_type, o.sent_at, o.attempt > 0),
+        let (req_type, sent_at, last_sent, attempt) = match self.slot(req_id) {
+            Some(Some(o)) => (o.req_type, o.sent_at, o.last_sent, o.attempt),
             _ => {
                 self.stats.drop(DropReason::UnexpectedResponse);
                 return None;
@@ -242,8 +254,19 @@ impl Client {
         };
         self.stats.rx_packets += 1;
         self.stats.responses += 1;
-        if !retransmitted {
-            self.sample_rtt(now.saturating_duration_since(sent_at));
+        // The response echoes which copy of the request it answers (the `attempt` byte), so
+        // its RTT is known even for a retransmitted request (as TCP timestamps make it, where
+        // Karn's rule alone would discard the very samples that show the delay has grown), and
+        // the copies sent after the answered one were spurious: it was not lost, only late.
+        let echo = u32::from(data[tern_wire::qnp::field::ATTEMPT]);
+        let attempt = attempt.min(u32::from(u8::MAX));
+        if echo <= attempt {
+            self.stats.spurious_retransmissions += u64::from(attempt - echo);
+            if echo == 0 {
+                self.sample_rtt(now.saturating_duration_since(sent_at));
+            } else if echo == attempt {
+                self.sample_rtt(now.saturating_duration_since(last_sent));
+            }
         }
         self.finish(req_id);
         let parts = match repr.req_len_in_pkts {
@@ -308,6 +331,7 @@ impl Client {
                 continue;
             }
             o.attempt += 1;
+            o.last_sent = now;
             let backoff = rto.saturating_mul(1u32 << o.attempt.min(16)).min(max_rto);
             let queue = !o.queued;
             o.queued = true;

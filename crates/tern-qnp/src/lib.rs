@@ -186,6 +186,9 @@ pub struct Stats {
     pub responses: u64,
     /// Requests retransmitted (client) or responses resent for duplicates (server).
     pub retransmissions: u64,
+    /// Of the client's retransmissions, those sent after the copy the response answered (the
+    /// request or its response was late, not lost); known from the echoed `attempt` byte.
+    pub spurious_retransmissions: u64,
     /// Requests that failed after the retry limit (client).
     pub failed: u64,
     /// Remembered requests the server's memory bounds forgot before their client's ack floor
@@ -203,6 +206,7 @@ impl std::ops::AddAssign for Stats {
         self.requests += o.requests;
         self.responses += o.responses;
         self.retransmissions += o.retransmissions;
+        self.spurious_retransmissions += o.spurious_retransmissions;
         self.failed += o.failed;
         self.dedup_evicted += o.dedup_evicted;
     }
@@ -268,7 +272,7 @@ impl Default for QnpConfig {
             request_timeout: Duration::from_secs(1),
             max_buffered_bytes: 64 << 20,
             initial_rto: Duration::from_millis(20),
-            min_rto: Duration::from_millis(1),
+            min_rto: Duration::from_millis(5),
             max_rto: Duration::from_millis(500),
             max_retries: 10,
             max_outstanding: 1 << 16,

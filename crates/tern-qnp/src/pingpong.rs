@@ -85,6 +85,8 @@ pub struct PingPongReport {
     pub duplicate_handler_runs: u64,
     /// Requests the client retransmitted.
     pub retransmissions: u64,
+    /// Of those, retransmissions sent after the copy the response answered (late, not lost).
+    pub spurious_retransmissions: u64,
     /// Completed requests per second.
     pub throughput_rps: f64,
     /// Median latency, µs.
@@ -200,6 +202,7 @@ pub fn run(cfg: &PingPongConfig) -> io::Result<PingPongReport> {
                 report.failed += r.failed;
                 report.duplicates_delivered += r.duplicates;
                 report.retransmissions += r.stats.retransmissions;
+                report.spurious_retransmissions += r.stats.spurious_retransmissions;
                 report.faults_injected.0 += r.faults.0;
                 report.faults_injected.1 += r.faults.1;
                 report.faults_injected.2 += r.faults.2;

@@ -87,6 +87,9 @@ fn park<P: Port>(
     Ok(true)
 }
 
+/// Batches a client reads before it runs its retransmission timers.
+const MAX_RX_BATCHES: usize = 64;
+
 /// A client thread's endpoint.
 #[derive(Debug)]
 pub struct QnpClient<P> {
@@ -135,19 +138,26 @@ impl<P: Port> QnpClient<P> {
         loop {
             self.flush()?;
             let now = Instant::now();
-            self.port.recv(now, &mut self.rx)?;
-            for p in self.rx.drain() {
-                if let Some(r) = self.core.handle_packet(now, p.peer, p.data()) {
-                    let (req_id, latency) = (r.req_id, now.saturating_duration_since(r.sent_at));
-                    match R::decode_parts(r.parts.iter()) {
-                        Ok(resp) => out.push(Completion::Response { req_id, resp, latency }),
-                        Err(e) => {
-                            self.core.count_drop(DropReason::DecodeError);
-                            out.push(Completion::Failed { req_id, error: e.into() });
+            // Read everything that has arrived before running the timers: a response waiting
+            // in the socket behind a full batch must not count as late (after the process was
+            // descheduled, many do). Bounded, so a flood cannot starve the timers.
+            for _ in 0..MAX_RX_BATCHES {
+                if self.port.recv(now, &mut self.rx)? == 0 {
+                    break;
+                }
+                for p in self.rx.drain() {
+                    if let Some(r) = self.core.handle_packet(now, p.peer, p.data()) {
+                        let (req_id, latency) = (r.req_id, now.saturating_duration_since(r.sent_at));
+                        match R::decode_parts(r.parts.iter()) {
+                            Ok(resp) => out.push(Completion::Response { req_id, resp, latency }),
+                            Err(e) => {
+                                self.core.count_drop(DropReason::DecodeError);
+                                out.push(Completion::Failed { req_id, error: e.into() });
+                            }
                         }
                     }
+                    self.pool.put(p);
                 }
-                self.pool.put(p);
             }
             self.core.handle_timeout(now);
             while let Some(ClientEvent::Failed { req_id, error }) = self.core.poll_event() {

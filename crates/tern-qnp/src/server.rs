@@ -27,6 +27,9 @@ pub struct ReqHandle {
     pub req_type: u8,
     /// Request id (unique per client).
     pub req_id: u32,
+    /// The copy of the request this answers (the `attempt` byte of the packet that completed it,
+    /// or of the retransmission a cached response is resent for), echoed in the response.
+    pub attempt: u8,
 }
 
 /// A complete request, delivered once.
@@ -172,7 +175,13 @@ impl Server {
             }
             Admit::Duplicate(resend) => {
                 if let Some(seg) = resend {
-                    let handle = ReqHandle { peer, app_id: repr.app_id, req_type: repr.req_type, req_id: repr.req_id };
+                    let handle = ReqHandle {
+                        peer,
+                        app_id: repr.app_id,
+                        req_type: repr.req_type,
+                        req_id: repr.req_id,
+                        attempt: data[tern_wire::qnp::field::ATTEMPT],
+                    };
                     self.tx.push_back(TxItem { handle, seg, next: 0, new: false });
                     self.stats.retransmissions += 1;
                 }
@@ -213,7 +222,13 @@ impl Server {
                     return None;
                 }
                 self.stats.requests += 1;
-                let handle = ReqHandle { peer, app_id: repr.app_id, req_type: repr.req_type, req_id: repr.req_id };
+                let handle = ReqHandle {
+                    peer,
+                    app_id: repr.app_id,
+                    req_type: repr.req_type,
+                    req_id: repr.req_id,
+                    attempt: data[tern_wire::qnp::field::ATTEMPT],
+                };
                 Some(Incoming { handle, parts })
             }
         }
@@ -277,30 +292,28 @@ impl Server {
     }
 }
 
-/// Builds packet `i` of a segmented message.
+/// Builds packet `i` of a segmented response.
 pub(crate) fn emit(pool: &Pool, handle: &ReqHandle, seg: &Segmented, i: usize) -> tern_io::Packet {
-    emit_packet(
-        pool,
-        handle.peer,
-        handle.app_id,
-        handle.req_type,
-        handle.req_id,
-        handle.req_id,
-        Flags::RESPONSE,
-        seg,
-        i,
-    )
+    let ids = Ids { app_id: handle.app_id, req_type: handle.req_type, req_id: handle.req_id, acked: handle.req_id };
+    emit_packet(pool, handle.peer, ids, Flags::RESPONSE, handle.attempt, seg, i)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The ids a packet carries.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ids {
+    pub app_id: u8,
+    pub req_type: u8,
+    pub req_id: u32,
+    pub acked: u32,
+}
+
+/// Builds packet `i` of a segmented message with its `attempt` byte.
 pub(crate) fn emit_packet(
     pool: &Pool,
     peer: SocketAddr,
-    app_id: u8,
-    req_type: u8,
-    req_id: u32,
-    req_acked_id: u32,
+    ids: Ids,
     flags: Flags,
+    attempt: u8,
     seg: &Segmented,
     i: usize,
 ) -> tern_io::Packet {
@@ -308,10 +321,10 @@ pub(crate) fn emit_packet(
     let mut p = pool.packet();
     let len = tern_wire::qnp::HEADER_LEN + payload.len();
     let repr = Repr {
-        app_id,
-        req_type,
-        req_id,
-        req_acked_id,
+        app_id: ids.app_id,
+        req_type: ids.req_type,
+        req_id: ids.req_id,
+        req_acked_id: ids.acked,
         req_len_in_bytes: seg.bytes.len() as u32,
         req_len_in_pkts: seg.packets() as u8,
         pkt_seq_num_in_req: i as u8,
@@ -321,6 +334,7 @@ pub(crate) fn emit_packet(
     let buf = &mut p.buffer_mut()[..len];
     let mut view = Packet::new_unchecked(&mut *buf);
     repr.emit(&mut view);
+    view.set_attempt(attempt);
     view.payload_mut().copy_from_slice(payload);
     p.set_len(len);
     p.peer = peer;

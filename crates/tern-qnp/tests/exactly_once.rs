@@ -121,3 +121,55 @@ fn evicting_a_remembered_request_is_counted_and_can_run_a_handler_twice() {
     assert_eq!(server.dedup_len(), 0);
     assert_eq!(server.stats().dedup_evicted, 0);
 }
+
+/// The `attempt` byte tells a late original from a lost one: a retransmission sent while the
+/// original was only delayed is spurious; one that replaced a lost request, or made the server
+/// resend a lost response, is not.
+#[test]
+fn spurious_retransmissions_are_told_from_real_ones() {
+    use tern_qnp::Client;
+    let pool = Pool::new(256, 2048);
+    let cfg = QnpConfig::default();
+    let t0 = Instant::now();
+    let server_addr: SocketAddr = "10.0.0.1:7000".parse().unwrap();
+    let mut server = Server::new(cfg.clone(), &[1], t0);
+    let mut client = Client::new(cfg.clone(), 1, server_addr, 500);
+    let late = cfg.initial_rto * 3 / 2;
+    let send = |client: &mut Client| {
+        let mut b = Batch::new(32);
+        client.poll_transmit(&pool, &mut b);
+        b.drain().map(|p| p.data().to_vec()).collect::<Vec<_>>()
+    };
+    let deliver = |client: &mut Client, t: Instant, resp: &[Vec<u8>]| {
+        resp.iter().filter(|r| client.handle_packet(t, server_addr, r).is_some()).count()
+    };
+    // Late original: answered after the retransmission went out.
+    client.send_req(t0, 0, &Ping { seq: 1, payload: vec![] }).unwrap();
+    let original = send(&mut client);
+    client.handle_timeout(t0 + late);
+    let copy = send(&mut client);
+    assert_eq!(copy.len(), 1, "retransmitted");
+    let (_, resp) = serve(&mut server, &pool, t0 + late, peer(), &original[0]);
+    assert_eq!(deliver(&mut client, t0 + late, &resp), 1);
+    assert_eq!((client.stats().retransmissions, client.stats().spurious_retransmissions), (1, 1));
+    // Lost original: the retransmission is answered.
+    let t1 = t0 + late * 2;
+    client.send_req(t1, 0, &Ping { seq: 2, payload: vec![] }).unwrap();
+    let _lost = send(&mut client);
+    client.handle_timeout(t1 + late * 4);
+    let copy = send(&mut client);
+    let (_, resp) = serve(&mut server, &pool, t1 + late * 4, peer(), &copy[0]);
+    assert_eq!(deliver(&mut client, t1 + late * 4, &resp), 1);
+    assert_eq!((client.stats().retransmissions, client.stats().spurious_retransmissions), (2, 1));
+    // Lost response: the server resends its cached response for the retransmission, echoing it.
+    let t2 = t1 + late * 8;
+    client.send_req(t2, 0, &Ping { seq: 3, payload: vec![] }).unwrap();
+    let original = send(&mut client);
+    let (_, _lost_response) = serve(&mut server, &pool, t2, peer(), &original[0]);
+    client.handle_timeout(t2 + late * 4);
+    let copy = send(&mut client);
+    let (ran, resend) = serve(&mut server, &pool, t2 + late * 4, peer(), &copy[0]);
+    assert!(!ran && resend.len() == 1);
+    assert_eq!(deliver(&mut client, t2 + late * 4, &resend), 1);
+    assert_eq!((client.stats().retransmissions, client.stats().spurious_retransmissions), (3, 1));
+}

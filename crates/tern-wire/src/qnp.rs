@@ -3,9 +3,12 @@
 //! ```text
 //!  0        1        2                 6                 10                14     15     16     17     18       22
 //! +--------+--------+-----------------+-----------------+-----------------+------+------+------+------+--------+
-//! | app_id |req_type|     req_id      |  req_acked_id   |req_len_in_bytes | pkts | seq  | flag |segcnt| pad(4) |
+//! | app_id |req_type|     req_id      |  req_acked_id   |req_len_in_bytes | pkts | seq  | flag |segcnt|att|pad|
 //! +--------+--------+-----------------+-----------------+-----------------+------+------+------+------+--------+
 //! ```
+//! `att` (byte 18) is the `attempt` byte: which copy of a request this is (0 the original), echoed
+//! in the response; the paper's padding, which peers that do not use it send as zero and ignore.
+//! Bytes 19..22 are padding.
 //! Multi-byte fields are big-endian (network order). With Ethernet + IPv4 + UDP in front
 //! (42 bytes) the header ends at byte 64, so the payload starts on a 64-byte boundary: one
 //! 512-bit AXI-Stream segment of the paper's NIC.
@@ -33,11 +36,13 @@ pub mod field {
     pub const PKT_SEQ_NUM_IN_REQ: usize = 15;
     pub const PKT_FLAG: usize = 16;
     pub const SEG_CNT: usize = 17;
-    pub const PADDING: Field = 18..22;
+    pub const ATTEMPT: usize = 18;
+    pub const PADDING: Field = 19..22;
     pub const PAYLOAD: usize = 22;
 }
 
-/// Length of the QNP header including its 4 bytes of padding (`PAD_SIZE` = 4).
+/// Length of the QNP header including its 4 bytes of padding (`PAD_SIZE` = 4; the first of them
+/// is the `attempt` byte).
 pub const HEADER_LEN: usize = field::PAYLOAD;
 /// Width of one AXI-Stream segment of the paper's NIC, the unit of `seg_cnt`.
 pub const SEGMENT_LEN: usize = 64;
@@ -142,6 +147,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn seg_cnt(&self) -> u8 {
         self.buffer.as_ref()[field::SEG_CNT]
     }
+    /// Which copy of its request this packet is (0: the original), or, in a response, which copy
+    /// it answers.
+    pub fn attempt(&self) -> u8 {
+        self.buffer.as_ref()[field::ATTEMPT]
+    }
     /// The bytes after the header.
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[field::PAYLOAD..]
@@ -188,7 +198,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn set_seg_cnt(&mut self, v: u8) {
         self.buffer.as_mut()[field::SEG_CNT] = v;
     }
-    /// Zeroes the padding.
+    /// Sets the `attempt` byte (which copy of a request this is; a response echoes it).
+    pub fn set_attempt(&mut self, v: u8) {
+        self.buffer.as_mut()[field::ATTEMPT] = v;
+    }
+    /// Zeroes the padding (not the `attempt` byte).
     pub fn clear_padding(&mut self) {
         self.buffer.as_mut()[field::PADDING].fill(0);
     }
@@ -263,7 +277,7 @@ impl Repr {
         HEADER_LEN
     }
 
-    /// Writes the header (padding zeroed) into the front of `packet`.
+    /// Writes the header (`attempt` and padding zeroed) into the front of `packet`.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         packet.set_app_id(self.app_id);
         packet.set_req_type(self.req_type);
@@ -274,6 +288,7 @@ impl Repr {
         packet.set_pkt_seq_num_in_req(self.pkt_seq_num_in_req);
         packet.set_pkt_flag(self.flags.bits());
         packet.set_seg_cnt(self.seg_cnt);
+        packet.set_attempt(0);
         packet.clear_padding();
     }
 }

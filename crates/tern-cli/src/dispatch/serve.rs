@@ -293,13 +293,14 @@ pub fn load(a: &LoadArgs) -> CmdResult {
     if a.json {
         let v = serde_json::json!({
             "completed": r.completed, "failed": r.failed, "not_found": r.not_found, "wrong_value": r.wrong_value,
-            "retransmissions": r.retransmissions, "rps": r.rps, "p50_us": r.p50_us, "p99_us": r.p99_us,
+            "retransmissions": r.retransmissions, "spurious_retransmissions": r.spurious_retransmissions,
+            "retransmitted_fraction": r.retransmissions as f64 / r.completed.max(1) as f64, "rps": r.rps, "p50_us": r.p50_us, "p99_us": r.p99_us,
             "p999_us": r.p999_us, "elapsed_s": r.elapsed_s,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!(
-            "{} GETs answered in {:.2} s: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs; {} failed, {} not found, {} wrong values, {} retransmissions",
+            "{} GETs answered in {:.2} s: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs; {} failed, {} not found, {} wrong values, {} retransmissions ({:.2}% of GETs; {} spurious: the earlier copy was answered)",
             r.completed,
             r.elapsed_s,
             r.rps,
@@ -308,7 +309,9 @@ pub fn load(a: &LoadArgs) -> CmdResult {
             r.failed,
             r.not_found,
             r.wrong_value,
-            r.retransmissions
+            r.retransmissions,
+            100.0 * r.retransmissions as f64 / r.completed.max(1) as f64,
+            r.spurious_retransmissions
         );
     }
     Ok(if r.failed + r.wrong_value > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })

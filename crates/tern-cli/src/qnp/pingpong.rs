@@ -111,6 +111,7 @@ pub fn report_json(r: &PingPongReport) -> serde_json::Value {
         "duplicates_delivered": r.duplicates_delivered,
         "duplicate_handler_runs": r.duplicate_handler_runs,
         "retransmissions": r.retransmissions,
+        "spurious_retransmissions": r.spurious_retransmissions,
         "throughput_rps": r.throughput_rps,
         "p50_us": r.p50_us,
         "p99_us": r.p99_us,
@@ -133,9 +134,12 @@ pub fn print_report(r: &PingPongReport) {
     );
     let (d, u, o) = r.faults_injected;
     if d + u + o > 0 {
+        println!("  faults injected: {d} packets dropped, {u} duplicated, {o} reordered");
+    }
+    if r.retransmissions > 0 {
         println!(
-            "  faults injected: {d} packets dropped, {u} duplicated, {o} reordered; {} requests retransmitted",
-            r.retransmissions
+            "  {} requests retransmitted, {} of them spurious (the earlier copy was answered: late, not lost)",
+            r.retransmissions, r.spurious_retransmissions
         );
     }
     if !r.drops.is_empty() {
