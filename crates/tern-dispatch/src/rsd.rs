@@ -114,6 +114,27 @@ impl RsdDrop {
         RsdDrop::BeyondBytestream,
     ];
 
+    /// What the reason means, one line (the docs' drop-reason table is generated from it).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            RsdDrop::BadHeader => "Shorter than a QNP header, or header fields inconsistent.",
+            RsdDrop::NotRequest => "Not a request packet (responses and pure ACKs do not come this way).",
+            RsdDrop::UnknownApp => "`app_id` has no rules installed.",
+            RsdDrop::Reconfiguring => {
+                "The application is being reconfigured (QingNiao §3.3: its packets are discarded)."
+            }
+            RsdDrop::StashMiss => "A later packet whose request's decision is not in the stash.",
+            RsdDrop::UnknownReqType => "A `req_type` the application does not declare (never decided as another type).",
+            RsdDrop::MissingDispatchField => {
+                "A first packet that does not lead with every dispatch field its type declares, in order, each a whole record."
+            }
+            RsdDrop::SegCntShort => "A first packet whose `seg_cnt` does not cover its dispatch records.",
+            RsdDrop::BeyondBytestream => {
+                "A first packet whose dispatch records run past the ByteStream the profile gives the matcher."
+            }
+        }
+    }
+
     /// Name for metrics and reports.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -188,6 +188,9 @@ pub struct DispatcherStats {
     pub handoff_full: u64,
     /// Packets received.
     pub rx_packets: u64,
+    /// Datagrams the receiving socket dropped: longer than a receive buffer (the kernel cut them,
+    /// `MSG_TRUNC`), or from an address family the port cannot name.
+    pub oversize: u64,
 }
 
 /// Counters of one worker thread.
@@ -201,6 +204,66 @@ pub struct WorkerCounters {
     pub store_errors: AtomicU64,
     /// The QNP server's counters (snapshot).
     pub qnp: Mutex<qnp::Stats>,
+    /// Datagrams the worker's own receiving port dropped (see [`DispatcherStats::oversize`]).
+    pub oversize: AtomicU64,
+}
+
+/// One reason the dispatch server drops a datagram, as `tern_dispatch_drops_total{reason}` labels
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DropName {
+    /// The `/metrics` label.
+    pub name: String,
+    /// Who counts it: `dispatcher` (the RSD or software dispatcher, before a worker), `socket`
+    /// (the receiving port), or `worker` (the worker's QNP server).
+    pub stage: &'static str,
+    /// What it means.
+    pub meaning: &'static str,
+}
+
+const HANDOFF_FULL: &str = "The chosen worker's ring (or Unix socket) was full.";
+const OVERSIZE: &str = "A datagram longer than a receive buffer (the kernel cut it, `MSG_TRUNC`), or from an address the port cannot name.";
+
+/// Every reason the dispatch server drops a datagram it read, in the order `/metrics` lists them:
+/// the dispatcher's reasons, the receiving socket's, then the workers' QNP reasons prefixed
+/// `qnp_`. `docs/qnp.md` §8 is generated from this list (a test compares them).
+pub fn drop_reasons() -> Vec<DropName> {
+    let mut out: Vec<DropName> = RsdDrop::ALL
+        .iter()
+        .map(|r| DropName { name: r.as_str().into(), stage: "dispatcher", meaning: r.meaning() })
+        .collect();
+    out.push(DropName { name: "handoff_full".into(), stage: "dispatcher", meaning: HANDOFF_FULL });
+    out.push(DropName { name: "oversize".into(), stage: "socket", meaning: OVERSIZE });
+    out.extend(qnp::DropReason::ALL.iter().map(|r| DropName {
+        name: format!("qnp_{}", r.as_str()),
+        stage: "worker",
+        meaning: r.meaning(),
+    }));
+    out
+}
+
+impl Shared {
+    /// Drops by reason, every reason of [`drop_reasons`] in its order, zeros included.
+    pub fn drop_counts(&self) -> Vec<(String, u64)> {
+        let snaps: Vec<DispatcherStats> =
+            self.dispatchers.iter().map(|m| m.lock().map(|s| s.clone()).unwrap_or_default()).collect();
+        let t = total(&snaps);
+        let mut qnp = [0u64; qnp::DropReason::ALL.len()];
+        let mut oversize = t.oversize;
+        for w in &self.workers {
+            oversize += w.oversize.load(Ordering::Relaxed);
+            if let Ok(s) = w.qnp.lock() {
+                for (a, b) in qnp.iter_mut().zip(s.drops.iter()) {
+                    *a += b;
+                }
+            }
+        }
+        let mut counts: Vec<u64> = RsdDrop::ALL.iter().map(|r| t.rsd.drops_of(*r)).collect();
+        counts.push(t.handoff_full);
+        counts.push(oversize);
+        counts.extend(qnp);
+        drop_reasons().into_iter().map(|d| d.name).zip(counts).collect()
+    }
 }
 
 /// Everything the server's threads publish.
@@ -636,10 +699,12 @@ impl DispatcherCtx {
             if last_publish.elapsed() >= PUBLISH_EVERY {
                 last_publish = Instant::now();
                 stats.rsd.clone_from(rsd.stats());
+                stats.oversize = self.port.stats().rx_dropped;
                 self.shared.dispatchers[self.index].lock().expect("stats lock").clone_from(&stats);
             }
         }
         stats.rsd.clone_from(rsd.stats());
+        stats.oversize = self.port.stats().rx_dropped;
         *self.shared.dispatchers[self.index].lock().expect("stats lock") = stats;
         Ok(())
     }
@@ -816,10 +881,12 @@ impl WorkerCtx {
             if last_publish.elapsed() >= PUBLISH_EVERY {
                 last_publish = Instant::now();
                 *me.qnp.lock().expect("stats lock") = *server.core().stats();
+                me.oversize.store(server.port().stats().rx_dropped, Ordering::Relaxed);
             }
         }
         server.flush()?;
         *me.qnp.lock().expect("stats lock") = *server.core().stats();
+        me.oversize.store(server.port().stats().rx_dropped, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -830,6 +897,7 @@ pub fn total(stats: &[DispatcherStats]) -> DispatcherStats {
     for s in stats {
         t.handoff_full += s.handoff_full;
         t.rx_packets += s.rx_packets;
+        t.oversize += s.oversize;
         t.rsd.first_packets += s.rsd.first_packets;
         t.rsd.stash_hits += s.rsd.stash_hits;
         t.rsd.default_queue += s.rsd.default_queue;

@@ -210,3 +210,66 @@ fn a_reload_never_runs_a_handler_twice() {
         server.stop().unwrap();
     }
 }
+
+/// Every datagram the server reads and does not serve is counted by a named reason, in every
+/// mode: garbage, a response, an unknown application, an undeclared type, a first packet without
+/// its key, and a datagram longer than a receive buffer.
+#[test]
+fn every_unserved_datagram_is_counted() {
+    use tern_wire::qnp::{Flags, HEADER_LEN, Packet, Repr};
+    let l = layout();
+    let st = store(&l);
+    let header = |app: u8, req_type: u8, flags: Flags, seg_cnt: u8, payload: &[u8]| {
+        let repr = Repr {
+            app_id: app,
+            req_type,
+            req_id: 77,
+            req_acked_id: 77,
+            req_len_in_bytes: payload.len() as u32,
+            req_len_in_pkts: 1,
+            pkt_seq_num_in_req: 0,
+            flags,
+            seg_cnt,
+        };
+        let mut pkt = vec![0u8; HEADER_LEN];
+        repr.emit(&mut Packet::new_unchecked(&mut pkt[..]));
+        pkt.extend_from_slice(payload);
+        pkt
+    };
+    let mut key = Vec::new();
+    tern_wire::tlv::Writer::new(&mut key).put_bytes(1, &l.spec.key(3, 62, 1));
+    let mut other = Vec::new();
+    tern_wire::tlv::Writer::new(&mut other).put_u32(9, 1);
+    let junk: Vec<Vec<u8>> = vec![
+        b"short".to_vec(),
+        header(1, 1, Flags::RESPONSE, 3, &key),
+        header(9, 1, Flags::DATA, 3, &key),
+        header(1, 2, Flags::DATA, 3, &key),
+        header(1, 1, Flags::DATA, 2, &other),
+        header(1, 1, Flags::DATA, 1, &key),
+        vec![0x55; 4000],
+    ];
+    for opts in configs(&Mode::ALL) {
+        let mode = name(&opts);
+        let server = Server::start(&opts, l.rule_set(), st.clone()).unwrap();
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for j in &junk {
+            sock.send_to(j, server.addr()).unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let counted = loop {
+            let counts = server.shared().drop_counts();
+            let total: u64 = counts.iter().map(|(_, v)| v).sum();
+            if total >= junk.len() as u64 || std::time::Instant::now() > deadline {
+                break counts;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let nonzero: Vec<_> = counted.iter().filter(|(_, v)| *v > 0).collect();
+        let total: u64 = counted.iter().map(|(_, v)| v).sum();
+        assert_eq!(total, junk.len() as u64, "{mode}: {nonzero:?}");
+        assert!(nonzero.iter().any(|(n, v)| n == "oversize" && *v == 1), "{mode}: {nonzero:?}");
+        assert_eq!(server.worker_requests().iter().sum::<u64>(), 0, "{mode}");
+        server.stop().unwrap();
+    }
+}

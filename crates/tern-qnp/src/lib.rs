@@ -112,9 +112,9 @@ pub enum DropReason {
     /// A `req_type` its application declares no handler for (never decoded as another type).
     UnknownReqType,
     /// A first packet whose leading records are not every dispatch field its type declares, in
-    /// field-number order, each whole (§4).
+    /// field-number order, each whole (§4.1).
     MissingDispatchField,
-    /// A first packet whose `seg_cnt` does not cover its dispatch records (§4).
+    /// A first packet whose `seg_cnt` does not cover its dispatch records (§4.1).
     SegCntShort,
     /// A request carrying a dispatch field again after the leading dispatch records, in its first
     /// packet or a later one (the decision would have seen only part of the field).
@@ -144,6 +144,47 @@ impl DropReason {
         DropReason::SegCntShort,
         DropReason::SplitDispatchField,
     ];
+
+    /// What the reason means, one line (the docs' drop-reason table is generated from it).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            DropReason::Truncated => "Shorter than a QNP header.",
+            DropReason::BadHeader => "Header fields inconsistent (flags, sequence beyond count, lengths).",
+            DropReason::UnknownApp => "`app_id` not served here.",
+            DropReason::TooManyPackets => "More packets per request than configured.",
+            DropReason::BadLength => {
+                "Declared request length impossible for its packet count, or reassembled bytes differ."
+            }
+            DropReason::NoFirstPacket => {
+                "A later packet of a request whose first packet was never seen (QingNiao §3.2.2)."
+            }
+            DropReason::RequestTableFull => "The request table is full; the first packet of a new request was dropped.",
+            DropReason::BufferBudget => "Reassembly would exceed the table's byte budget.",
+            DropReason::RequestExpired => "A partially received request expired (counted once per request).",
+            DropReason::DuplicatePacket => "A packet already received for a request being reassembled.",
+            DropReason::DuplicateRequest => {
+                "A whole request that already reached the application (handler not run again)."
+            }
+            DropReason::StaleRequest => "A request older than the sender's acknowledged floor.",
+            DropReason::UnexpectedResponse => {
+                "A response for a request not outstanding (already answered, failed, or never sent)."
+            }
+            DropReason::UnexpectedPacket => {
+                "A packet of a kind this endpoint does not take (a request at a client, a pure ACK)."
+            }
+            DropReason::DecodeError => "The payload did not decode as the expected message.",
+            DropReason::UnknownReqType => {
+                "A `req_type` its application declares no handler for (never decoded as another type)."
+            }
+            DropReason::MissingDispatchField => {
+                "A first packet whose leading records are not every dispatch field its type declares, in field-number order, each whole (§4.1)."
+            }
+            DropReason::SegCntShort => "A first packet whose `seg_cnt` does not cover its dispatch records (§4.1).",
+            DropReason::SplitDispatchField => {
+                "A request carrying a dispatch field again after the leading dispatch records, in its first packet or a later one (the decision would have seen only part of the field)."
+            }
+        }
+    }
 
     /// Counter name.
     pub fn as_str(self) -> &'static str {

@@ -9,7 +9,6 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::gauge::ConstGauge;
 use tern_dispatch::rsd::RsdDrop;
 use tern_dispatch::server::{Shared, total};
-use tern_qnp::DropReason;
 
 use crate::metrics::{counter, counter_family, label};
 
@@ -34,17 +33,11 @@ impl Collector for DispatchCollector {
             "Requests (first packets) the dispatchers sent to each queue.",
             &rows,
         )?;
+        // Every rule in force, hits or not (a rule that never matched shows 0).
         let names = self.rule_names.lock().map(|n| n.clone()).unwrap_or_default();
-        let rows: Vec<_> = t
-            .rsd
-            .rule_hits
+        let rows: Vec<_> = names
             .iter()
-            .enumerate()
-            .filter(|(_, v)| **v > 0)
-            .map(|(i, v)| {
-                let name = names.iter().find(|(j, _)| *j == i).map_or_else(|| format!("#{i}"), |(_, n)| n.clone());
-                (label("rule", name), *v)
-            })
+            .map(|(i, name)| (label("rule", name), t.rsd.rule_hits.get(*i).copied().unwrap_or(0)))
             .collect();
         counter_family(&mut enc, "tern_dispatch_rule_hits", "First packets each rule matched.", &rows)?;
         counter(
@@ -66,9 +59,7 @@ impl Collector for DispatchCollector {
             t.rsd.drops_of(RsdDrop::StashMiss),
         )?;
         counter(&mut enc, "tern_dispatch_received_packets", "Packets the dispatchers received.", t.rx_packets)?;
-        let mut rows: Vec<_> = RsdDrop::ALL.iter().map(|r| (label("reason", r.as_str()), t.rsd.drops_of(*r))).collect();
-        rows.push((label("reason", "handoff_full"), t.handoff_full));
-        let mut qnp = [0u64; DropReason::ALL.len()];
+        let rows: Vec<_> = self.shared.drop_counts().into_iter().map(|(name, v)| (label("reason", name), v)).collect();
         let (mut requests, mut found, mut store_errors, mut evicted) = (0, 0, 0, 0);
         let mut per_worker = Vec::new();
         for (w, c) in self.shared.workers.iter().enumerate() {
@@ -78,19 +69,13 @@ impl Collector for DispatchCollector {
             found += c.found.load(Ordering::Relaxed);
             store_errors += c.store_errors.load(Ordering::Relaxed);
             if let Ok(s) = c.qnp.lock() {
-                for (a, b) in qnp.iter_mut().zip(s.drops.iter()) {
-                    *a += b;
-                }
                 evicted += s.dedup_evicted;
             }
-        }
-        for (r, v) in DropReason::ALL.iter().zip(qnp) {
-            rows.push((label("reason", format!("qnp_{}", r.as_str())), v));
         }
         counter_family(
             &mut enc,
             "tern_dispatch_drops",
-            "Packets dropped, by reason (dispatcher reasons, full hand-off, and the workers' QNP reasons prefixed qnp_).",
+            "Datagrams dropped, by reason (dispatcher reasons, full hand-off, oversize datagrams, and the workers' QNP reasons prefixed qnp_; docs/qnp.md §8).",
             &rows,
         )?;
         counter_family(
@@ -121,5 +106,39 @@ impl Collector for DispatchCollector {
         )?;
         ConstGauge::new(self.shared.generation.load(Ordering::Relaxed) as i64).encode(g)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+
+    use tern_dispatch::server::{DispatcherStats, WorkerCounters, drop_reasons};
+
+    use super::*;
+
+    /// `/metrics` labels drops with exactly the names of `drop_reasons()` (the list the docs'
+    /// table is generated from), zeros included, and lists every rule, hits or not.
+    #[test]
+    fn metrics_use_the_documented_reasons_and_export_zeros() {
+        let shared = Arc::new(Shared {
+            dispatchers: vec![Mutex::new(DispatcherStats::default())],
+            workers: vec![WorkerCounters::default(), WorkerCounters::default()],
+            applied: vec![AtomicU64::new(1)],
+            generation: AtomicU64::new(1),
+        });
+        let rule_names = Arc::new(Mutex::new(vec![(0, "never-hit".to_string()), (1, "other".to_string())]));
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(DispatchCollector { shared, rule_names }));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let labels: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("tern_dispatch_drops_total{reason=\""))
+            .filter_map(|l| l.split('"').next())
+            .collect();
+        let want: Vec<String> = drop_reasons().into_iter().map(|d| d.name).collect();
+        assert_eq!(labels, want);
+        assert!(text.contains("tern_dispatch_rule_hits_total{rule=\"never-hit\"} 0"), "{text}");
     }
 }
