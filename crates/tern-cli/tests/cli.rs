@@ -257,6 +257,20 @@ fn dispatch_serve_answers_the_load_generator_and_rejects_bad_files() {
             tern(&["dispatch", "serve", file.to_str().unwrap(), "--store", "rocksdb", "--duration", "1"]);
         assert!(!ok && err.contains("--features rocksdb"), "{err}");
     }
+    // Limits come from the profile: cpu bounds nothing; qingniao-u250 splits its 1024-entry
+    // request table among the workers and refuses more, naming the resource; --keys overrides
+    // the file's keys.
+    let (ok, out, err) =
+        tern(&["dispatch", "serve", file.to_str().unwrap(), "--listen", &addr, "--duration", "0.2", "--keys", "240"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("loaded 240 keys"), "{out}");
+    assert!(out.contains("up to 255 packets a request, 65536 request-table entries per worker"), "{out}");
+    let u250 = ["dispatch", "serve", file.to_str().unwrap(), "--listen", &addr, "--profile", "qingniao-u250"];
+    let (ok, out, err) = tern(&[&u250[..], &["--duration", "0.2", "--keys", "240"]].concat());
+    assert!(ok, "{err}");
+    assert!(out.contains("up to 4 packets a request, 512 request-table entries per worker"), "{out}");
+    let (ok, _, err) = tern(&[&u250[..], &["--duration", "0.2", "--request-table-entries", "1000"]].concat());
+    assert!(!ok && err.contains("qnp.request_table_entries asked for 1000"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

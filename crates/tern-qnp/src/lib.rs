@@ -304,12 +304,18 @@ pub struct QnpConfig {
     pub dedup_ttl: Duration,
 }
 
+/// Request-table entries of an endpoint when the profile does not bound them (`cpu`).
+pub const UNBOUNDED_REQUEST_TABLE_ENTRIES: usize = 65_536;
+
 impl Default for QnpConfig {
+    /// The `cpu` profile's limits: up to 255 packets per request (the header's limit) and a
+    /// request table of [`UNBOUNDED_REQUEST_TABLE_ENTRIES`]; the paper's prototype is
+    /// `QnpConfig::for_profile(qingniao-u250)`.
     fn default() -> Self {
         QnpConfig {
             mtu: 1500,
-            max_pkts_per_request: 4,
-            request_table_entries: 1024,
+            max_pkts_per_request: u8::MAX,
+            request_table_entries: UNBOUNDED_REQUEST_TABLE_ENTRIES,
             request_timeout: Duration::from_secs(1),
             max_buffered_bytes: 64 << 20,
             initial_rto: Duration::from_millis(20),
@@ -336,15 +342,18 @@ pub enum ConfigError {
 }
 
 impl QnpConfig {
-    /// Defaults for `profile`: its MTU, request timeout, table size (1024 if unbounded) and
-    /// packets per request (4 if unbounded, as the paper's library assumes).
+    /// Defaults for `profile`: its MTU and request timeout; its request-table size and packets
+    /// per request where it bounds them (1024 and 4 under `qingniao-u250`), else
+    /// [`UNBOUNDED_REQUEST_TABLE_ENTRIES`] and 255 (the `cpu` profile). The table size is the
+    /// profile's total: an endpoint of several threads splits it (see docs/qnp.md §6).
     pub fn for_profile(profile: &Profile) -> QnpConfig {
-        let pkts = profile.capacity(resource::QNP_PKTS_PER_REQUEST).unwrap_or(4).clamp(1, 255);
+        let pkts = profile.capacity(resource::QNP_PKTS_PER_REQUEST).unwrap_or(255).clamp(1, 255);
         QnpConfig {
             mtu: profile.qnp.mtu as usize,
             max_pkts_per_request: pkts as u8,
-            request_table_entries: profile.capacity(resource::QNP_REQUEST_TABLE_ENTRIES).unwrap_or(1024).min(1 << 24)
-                as usize,
+            request_table_entries: profile
+                .capacity(resource::QNP_REQUEST_TABLE_ENTRIES)
+                .map_or(UNBOUNDED_REQUEST_TABLE_ENTRIES, |n| n.min(1 << 24) as usize),
             request_timeout: Duration::from_millis(profile.qnp.request_timeout_ms),
             ..QnpConfig::default()
         }
@@ -499,8 +508,12 @@ mod tests {
         let many = QnpConfig { max_pkts_per_request: 8, ..cfg };
         let err = many.check(&mut Ledger::new(&u250), "client").unwrap_err().to_string();
         assert!(err.contains("qnp.pkts_per_request"), "{err}");
+        // The cpu profile bounds nothing: 255 packets a request, the table as configured.
         let cpu = Profile::builtin("cpu").unwrap();
-        let big = QnpConfig { request_table_entries: 1 << 20, max_pkts_per_request: 255, ..QnpConfig::default() };
+        let cfg = QnpConfig::for_profile(&cpu);
+        assert_eq!((cfg.max_pkts_per_request, cfg.request_table_entries), (255, UNBOUNDED_REQUEST_TABLE_ENTRIES));
+        assert_eq!(cfg, QnpConfig::default());
+        let big = QnpConfig { request_table_entries: 1 << 20, ..cfg };
         big.check(&mut Ledger::new(&cpu), "x").unwrap();
     }
 

@@ -189,7 +189,8 @@ fn request_table_stays_bounded_under_a_flood_of_first_packets() {
 fn bad_input_is_dropped_by_reason() {
     let peer = addr("127.0.0.1:1");
     let now = Instant::now();
-    let mut server = Server::new(QnpConfig::default(), &[1], now);
+    let four = QnpConfig { max_pkts_per_request: 4, ..QnpConfig::default() };
+    let mut server = Server::new(four, &[1], now);
     assert!(server.handle_packet(now, peer, &[0u8; 10]).is_none());
     let mut unknown_app = first_packet(1, 9);
     unknown_app.truncate(HEADER_LEN + 100);
@@ -224,7 +225,8 @@ fn bad_input_is_dropped_by_reason() {
 
 #[test]
 fn dispatch_fields_that_cannot_fit_are_refused() {
-    let mut client = Client::new(QnpConfig::default(), 1, addr("127.0.0.1:2"), 0);
+    let four = QnpConfig { max_pkts_per_request: 4, ..QnpConfig::default() };
+    let mut client = Client::new(four, 1, addr("127.0.0.1:2"), 0);
     let big = Probe { path: "x".repeat(2000), ..Default::default() };
     let err = client.send_req(Instant::now(), 0, &big).unwrap_err().to_string();
     assert!(err.contains("dispatch fields take") && err.contains("Probe"), "{err}");

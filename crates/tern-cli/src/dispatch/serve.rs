@@ -27,9 +27,9 @@ use crate::metrics;
 /// `tern dispatch gen-rules`).
 #[derive(Debug, Clone, Args)]
 pub struct KeyShape {
-    /// Keys in the store.
-    #[arg(long, default_value_t = 100_000)]
-    pub keys: u64,
+    /// Keys in the store [default: `keys` in the rule file's `[server]` (serve), else 100000].
+    #[arg(long)]
+    pub keys: Option<u64>,
     /// Skip-and-checks of the rules the keys are built for.
     #[arg(long, default_value_t = 4)]
     pub key_checks: u32,
@@ -41,10 +41,17 @@ pub struct KeyShape {
     pub key_bytes: u32,
 }
 
+/// Keys when neither a flag nor a rule file says.
+const DEFAULT_KEYS: u64 = 100_000;
+
 impl KeyShape {
+    fn keys(&self) -> u64 {
+        self.keys.unwrap_or(DEFAULT_KEYS)
+    }
+
     fn layout(&self, workers: u16) -> Result<KvLayout, String> {
         let spec = Spec { checks: self.key_checks, rules: self.key_rules, bytes: self.key_bytes, ..Spec::default() };
-        let l = KvLayout { spec, workers, keys: self.keys };
+        let l = KvLayout { spec, workers, keys: self.keys() };
         l.validate().map_err(|e| e.to_string())?;
         Ok(l)
     }
@@ -91,6 +98,15 @@ pub struct ServeArgs {
     /// rocksdb`; see the README).
     #[arg(long, default_value = "fjall")]
     pub store: Backend,
+    /// Request-table entries of each worker: requests being reassembled at once [default: the
+    /// file's server.request_table_entries, else the profile's total split among the workers
+    /// (1024 under qingniao-u250), else 65536 (cpu)].
+    #[arg(long)]
+    pub request_table_entries: Option<usize>,
+    /// Most packets a request may have, 1..=255 [default: the file's
+    /// server.max_pkts_per_request, else the profile's (4 under qingniao-u250), else 255].
+    #[arg(long)]
+    pub max_pkts_per_request: Option<u8>,
     #[command(flatten)]
     pub keys: KeyShape,
 }
@@ -123,6 +139,29 @@ fn rule_names(set: &RuleSet) -> Vec<(usize, String)> {
     set.rules.iter().map(|r| (r.index, r.name.clone())).collect()
 }
 
+/// Each worker's QNP configuration: the flags, else the file, else the profile (its total table
+/// split among the workers), checked against the profile for all workers together.
+fn worker_qnp(
+    a: &ServeArgs,
+    sc: Option<&rules::ServerConfig>,
+    profile: &Profile,
+    workers: u16,
+) -> Result<QnpConfig, Box<dyn std::error::Error>> {
+    let base = QnpConfig::for_profile(profile);
+    let share = match profile.capacity(resource::QNP_REQUEST_TABLE_ENTRIES) {
+        Some(total) => (total as usize / usize::from(workers.max(1))).max(1),
+        None => base.request_table_entries,
+    };
+    let entries = a.request_table_entries.or(sc.and_then(|s| s.request_table_entries)).unwrap_or(share);
+    let pkts = a.max_pkts_per_request.or(sc.and_then(|s| s.max_pkts_per_request)).unwrap_or(base.max_pkts_per_request);
+    let qnp = QnpConfig { request_table_entries: entries, max_pkts_per_request: pkts, ..base };
+    let mut ledger = tern_hw::Ledger::new(profile);
+    for w in 0..workers {
+        qnp.check(&mut ledger, &format!("worker {w}"))?;
+    }
+    Ok(qnp)
+}
+
 /// Runs `tern dispatch serve`.
 pub fn serve(a: &ServeArgs) -> CmdResult {
     let loaded = match load_rules(&a.config) {
@@ -152,7 +191,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let dispatchers = a.dispatchers.or(sc.as_ref().map(|s| s.rsds)).unwrap_or(1);
     let profile_name = a.profile.clone().or(sc.as_ref().and_then(|s| s.profile.clone())).unwrap_or("cpu".into());
     let profile = Profile::resolve(&profile_name)?;
-    let keys = KeyShape { keys: sc.as_ref().and_then(|s| s.keys).unwrap_or(a.keys.keys), ..a.keys.clone() };
+    // The flag overrides the file, as every serve flag does.
+    let keys = KeyShape { keys: a.keys.keys.or(sc.as_ref().and_then(|s| s.keys)), ..a.keys.clone() };
     let layout = keys.layout(workers)?;
     let opts = ServerOptions {
         mode: a.mode,
@@ -162,7 +202,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         placement: a.rsd_placement,
         stash_entries: profile.capacity(resource::RSD_STASH_ENTRIES).map_or(256, |n| n as usize),
         bytestream: profile.capacity(resource::RSD_BYTESTREAM_BYTES).map(|n| n as usize),
-        qnp: QnpConfig::for_profile(&profile),
+        qnp: worker_qnp(a, sc.as_ref(), &profile, workers)?,
         ..ServerOptions::default()
     };
     let store = KvStore::temporary_with(a.store, a.data_dir.as_deref())?;
@@ -182,12 +222,14 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         _ => format!("{dispatchers} software dispatcher(s)"),
     };
     println!(
-        "serving kv on {} (mode {}, {} workers, {threads}, profile {}, stash {} entries)",
+        "serving kv on {} (mode {}, {} workers, {threads}, profile {}, stash {} entries; QNP: up to {} packets a request, {} request-table entries per worker)",
         server.addr(),
         a.mode,
         workers,
         profile.name,
-        opts.stash_entries
+        opts.stash_entries,
+        opts.qnp.max_pkts_per_request,
+        opts.qnp.request_table_entries
     );
     let names = Arc::new(Mutex::new(rule_names(&loaded.rules)));
     let config_text = Arc::new(Mutex::new(describe_rules(&loaded.rules)));
@@ -333,6 +375,6 @@ pub struct GenRulesArgs {
 /// Prints the rule file matching a key shape (what `serve` and `load` agree on).
 pub fn gen_rules(a: &GenRulesArgs) -> CmdResult {
     let layout = a.keys.layout(a.workers)?;
-    print!("{}\n[server]\nworkers = {}\nkeys = {}\n", layout.to_toml(&a.idl).trim_end(), a.workers, a.keys.keys);
+    print!("{}\n[server]\nworkers = {}\nkeys = {}\n", layout.to_toml(&a.idl).trim_end(), a.workers, a.keys.keys());
     Ok(ExitCode::SUCCESS)
 }

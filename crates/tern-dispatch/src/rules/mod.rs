@@ -164,6 +164,13 @@ pub struct ServerConfig {
     /// Keys the KV service loads.
     #[serde(default)]
     pub keys: Option<u64>,
+    /// Request-table entries of each worker (default: the profile's total split among the
+    /// workers, or 65536 each under `cpu`).
+    #[serde(default)]
+    pub request_table_entries: Option<usize>,
+    /// Most packets per request (default: the profile's limit, or 255 under `cpu`).
+    #[serde(default)]
+    pub max_pkts_per_request: Option<u8>,
 }
 
 fn default_listen() -> String {
