@@ -9,6 +9,7 @@ mod hw;
 mod metrics;
 mod plot;
 mod qnp;
+mod signals;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -152,6 +153,10 @@ enum HwCommand {
 }
 
 fn main() -> ExitCode {
+    // `tern ... | head` ends quietly when head exits, as any Unix tool does.
+    if let Err(e) = signals::pipe_default() {
+        eprintln!("warning: cannot restore SIGPIPE's default action: {e}");
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(a) => demo::run(&a),

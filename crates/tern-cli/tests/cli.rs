@@ -348,3 +348,77 @@ fn bench_flow_json_has_the_promised_keys() {
     assert!(dir.join("flow.json").exists() && dir.join("flow.png").exists() && dir.join("flow.svg").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A server stops cleanly on SIGINT and SIGTERM: summary printed, temporary store removed,
+/// exit 0. A second server on a held address fails, naming it.
+#[test]
+fn dispatch_serve_stops_cleanly_on_signals_and_refuses_a_held_address() {
+    let dir = std::env::temp_dir().join(format!("tern-signals-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(example("kv.proto"), dir.join("kv.proto")).unwrap();
+    let (ok, rules, err) = tern(&["dispatch", "gen-rules", "--workers", "2", "--keys", "480"]);
+    assert!(ok, "{err}");
+    let file = dir.join("rules.toml");
+    std::fs::write(&file, &rules).unwrap();
+    for (signal, json) in [("-INT", false), ("-TERM", true)] {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = socket.local_addr().unwrap().to_string();
+        drop(socket);
+        let mut args = vec!["dispatch", "serve", file.to_str().unwrap(), "--listen", &addr];
+        if json {
+            args.push("--json");
+        }
+        let server = Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let (ok, _, err) = tern(&["dispatch", "serve", file.to_str().unwrap(), "--listen", &addr, "--duration", "1"]);
+        assert!(!ok && err.contains(&format!("cannot listen on {addr}")), "{err}");
+        let (ok, out, err) = tern(&["dispatch", "load", &addr, "--workers", "2", "--keys", "480", "--duration", "0.5"]);
+        assert!(ok, "{out}{err}");
+        let pid = server.id().to_string();
+        assert!(Command::new("kill").args([signal, &pid]).status().unwrap().success());
+        let out = server.wait_with_output().unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{signal}: {:?}\n{stdout}\n{stderr}", out.status);
+        let human = if json { &stderr } else { &stdout };
+        let store = human.split("loaded 480 keys into ").nth(1).and_then(|s| s.split(' ').next()).unwrap();
+        assert!(!std::path::Path::new(store).exists(), "{signal}: {store} left behind");
+        if json {
+            let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(v["stopped_by"], "signal");
+            assert!(v["requests_handled"].as_u64().unwrap() > 0, "{v}");
+        } else {
+            assert!(stdout.contains("stopped (signal)"), "{stdout}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Output piped into `head` ends without a panic, whatever the command writes next.
+#[test]
+fn piping_into_head_never_panics() {
+    use std::io::{BufRead, BufReader};
+    for args in [
+        &["dispatch", "gen-rules", "--workers", "4", "--key-rules", "512"][..],
+        &["hw", "show", "qingniao-u250"],
+        &["hw", "profiles"],
+        &["dispatch", "check", &example("kv.toml")],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        // The pipe is closed here, as `head -1` closes it.
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+    }
+}

@@ -206,6 +206,8 @@ pub struct WorkerCounters {
     pub qnp: Mutex<qnp::Stats>,
     /// Datagrams the worker's own receiving port dropped (see [`DispatcherStats::oversize`]).
     pub oversize: AtomicU64,
+    /// Requests partly received when the server stopped (their other packets never came).
+    pub partial_at_stop: AtomicU64,
 }
 
 /// One reason the dispatch server drops a datagram, as `tern_dispatch_drops_total{reason}` labels
@@ -277,6 +279,9 @@ pub struct Shared {
     pub applied: Vec<AtomicU64>,
     /// The current rule generation (1 at start).
     pub generation: AtomicU64,
+    /// Threads still reading sockets while the server stops (workers finish what was read
+    /// once this is 0).
+    pub receiving: std::sync::atomic::AtomicUsize,
 }
 
 /// One application's matcher, compiled off the fast path for the mode's dispatchers.
@@ -324,6 +329,7 @@ enum Command {
 pub struct Server {
     addr: SocketAddr,
     mode: Mode,
+    /// Set to stop: receivers stop reading sockets, then workers finish what was read.
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<io::Result<()>>>,
     shared: Arc<Shared>,
@@ -418,13 +424,26 @@ impl Server {
             workers: (0..opts.workers).map(|_| WorkerCounters::default()).collect(),
             applied: (0..n_disp).map(|_| AtomicU64::new(1)).collect(),
             generation: AtomicU64::new(1),
+            receiving: std::sync::atomic::AtomicUsize::new(0),
         });
         let pool = Pool::new(16384, tern_io::DEFAULT_BUF_SIZE);
         let udp_cfg = UdpConfig { reuse_port: true, ..UdpConfig::default() };
+        // SO_REUSEPORT would let this server join another process's group on the same address
+        // and silently share its traffic: a plain bind first proves the address is free.
+        if opts.listen.port() != 0 {
+            std::net::UdpSocket::bind(opts.listen).map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot listen on {}: {e} (another server holds it?)", opts.listen))
+            })?;
+        }
         // Receiving sockets first (the steering program indexes the group in bind order).
-        let first = UdpPort::bind(opts.listen, &pool, &udp_cfg)?;
+        let first = UdpPort::bind(opts.listen, &pool, &udp_cfg)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", opts.listen)))?;
         let addr = first.local_addr();
         let receivers = if opts.mode.uses_rules() && !on_workers { n_disp } else { usize::from(opts.workers) };
+        // Threads that read sockets and hand packets to other threads: they must all have
+        // stopped before a worker may take an empty queue for the end.
+        let handing_off = if opts.mode.uses_rules() { receivers } else { 0 };
+        shared.receiving.store(handing_off, Ordering::Relaxed);
         let mut rx_ports = vec![first];
         for _ in 1..receivers {
             rx_ports.push(UdpPort::bind(addr, &pool, &udp_cfg)?);
@@ -442,6 +461,7 @@ impl Server {
             qnp: opts.qnp.clone(),
             served: apps.clone(),
             memory,
+            socket_only: !opts.mode.uses_rules(),
         };
         let mut threads = Vec::new();
         let mut controls = Vec::new();
@@ -481,6 +501,8 @@ impl Server {
                     pool: pool.clone(),
                     stats: DispatcherStats::default(),
                     last_publish: Instant::now(),
+                    stop: stop.clone(),
+                    closed: false,
                 };
                 let ctx = workers.for_worker(w);
                 threads.push(spawn(format!("tern-worker-{w}"), opts.cores.clone(), Box::new(move || ctx.run(port)))?);
@@ -607,13 +629,16 @@ impl Server {
         self.shared.workers.iter().map(|w| w.requests.load(Ordering::Relaxed)).collect()
     }
 
-    /// Stops every thread and reports the first error any of them hit.
+    /// Stops the server: the threads that read sockets stop reading, the workers answer every
+    /// request already read (in their queues or completed by what was queued), then every thread
+    /// ends. Requests only partly received by then are counted (`partial_at_stop`). Reports the
+    /// first error any thread hit.
     pub fn stop(mut self) -> io::Result<()> {
         self.shutdown()
     }
 
     fn shutdown(&mut self) -> io::Result<()> {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Release);
         let mut first = Ok(());
         for t in self.threads.drain(..) {
             t.thread().unpark();
@@ -651,6 +676,8 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(20);
 
 impl DispatcherCtx {
     fn run<D: Decide>(mut self, mut rsd: Rsd<D>, pick: fn(AppMatcher) -> Option<Arc<D>>) -> io::Result<()> {
+        // However this thread ends, it reads and hands off nothing more after.
+        let _receiving = Receiving(self.shared.clone());
         let mut batch = Batch::new(DEFAULT_BATCH);
         let mut stats = DispatcherStats::default();
         let mut rung = vec![false; self.shared.workers.len()];
@@ -762,6 +789,10 @@ struct RsdPort {
     pool: Pool,
     stats: DispatcherStats,
     last_publish: Instant,
+    /// The server is stopping: read no more from the socket.
+    stop: Arc<AtomicBool>,
+    /// This port has stopped reading its socket (and said so in `Shared::receiving`).
+    closed: bool,
 }
 
 impl RsdPort {
@@ -777,6 +808,13 @@ impl Port for RsdPort {
         let before = batch.len();
         // What other workers' RSDs decided for this one: already dispatched.
         self.own.recv(now, batch)?;
+        if self.stop.load(Ordering::Acquire) {
+            if !self.closed {
+                self.closed = true;
+                self.shared.receiving.fetch_sub(1, Ordering::AcqRel);
+            }
+            return Ok(batch.len() - before);
+        }
         let n = self.udp.recv(now, &mut self.scratch)?;
         self.stats.rx_packets += n as u64;
         for p in self.scratch.drain() {
@@ -831,6 +869,18 @@ impl Port for RsdPort {
 impl Drop for RsdPort {
     fn drop(&mut self) {
         self.publish();
+        if !self.closed {
+            self.shared.receiving.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Counts a thread that reads sockets and hands packets off, until it is dropped.
+struct Receiving(Arc<Shared>);
+
+impl Drop for Receiving {
+    fn drop(&mut self) {
+        self.0.receiving.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -844,6 +894,8 @@ struct WorkerCtx {
     qnp: QnpConfig,
     served: Served,
     memory: Arc<ExactlyOnce>,
+    /// The worker's port is its own socket (mode `rss`): nothing to finish after a stop.
+    socket_only: bool,
 }
 
 impl WorkerCtx {
@@ -861,8 +913,15 @@ impl WorkerCtx {
         let mut reqs: Vec<Request<Get>> = Vec::with_capacity(DEFAULT_BATCH);
         let me = &self.shared.workers[self.index];
         let mut last_publish = Instant::now();
-        while !self.stop.load(Ordering::Relaxed) {
-            server.recv_req(&mut reqs, Duration::from_millis(2))?;
+        loop {
+            // Stopping: receivers stop reading sockets; the worker finishes every request
+            // already read (its queue and reassembly) and leaves when nothing more can come.
+            let stopping = self.stop.load(Ordering::Acquire);
+            if stopping && self.socket_only {
+                break;
+            }
+            let quiet = stopping && self.shared.receiving.load(Ordering::Acquire) == 0;
+            let got = server.recv_req(&mut reqs, Duration::from_millis(2))?;
             let (mut n, mut found, mut errors) = (0, 0, 0);
             for r in reqs.drain(..) {
                 let (v, ok) = self.store.handle(&r.req);
@@ -883,8 +942,12 @@ impl WorkerCtx {
                 *me.qnp.lock().expect("stats lock") = *server.core().stats();
                 me.oversize.store(server.port().stats().rx_dropped, Ordering::Relaxed);
             }
+            if quiet && got == 0 {
+                break;
+            }
         }
         server.flush()?;
+        me.partial_at_stop.store(server.core().table().len() as u64, Ordering::Relaxed);
         *me.qnp.lock().expect("stats lock") = *server.core().stats();
         me.oversize.store(server.port().stats().rx_dropped, Ordering::Relaxed);
         Ok(())

@@ -126,6 +126,7 @@ mod tests {
             workers: vec![WorkerCounters::default(), WorkerCounters::default()],
             applied: vec![AtomicU64::new(1)],
             generation: AtomicU64::new(1),
+            receiving: std::sync::atomic::AtomicUsize::new(0),
         });
         let rule_names = Arc::new(Mutex::new(vec![(0, "never-hit".to_string()), (1, "other".to_string())]));
         let mut registry = prometheus_client::registry::Registry::default();

@@ -88,9 +88,16 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics (and /ready, /config) on this address.
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
-    /// Stop after this many seconds [default: run until killed].
+    /// Stop after this many seconds [default: run until SIGINT or SIGTERM, which stop it cleanly:
+    /// requests already read are answered, the summary is printed, the store is removed].
     #[arg(long)]
     pub duration: Option<f64>,
+    /// Print a one-line progress report every this many seconds (0: none).
+    #[arg(long, default_value_t = 10.0)]
+    pub stats_interval: f64,
+    /// Print the stop summary as JSON on stdout (the other messages go to stderr).
+    #[arg(long)]
+    pub json: bool,
     /// Where the KV store lives (a fresh directory is made and removed) [default: temp dir].
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -162,6 +169,13 @@ fn worker_qnp(
     Ok(qnp)
 }
 
+/// A human message: stdout, or stderr when stdout carries JSON.
+macro_rules! say {
+    ($json:expr, $($arg:tt)*) => {
+        if $json { eprintln!($($arg)*) } else { println!($($arg)*) }
+    };
+}
+
 /// Runs `tern dispatch serve`.
 pub fn serve(a: &ServeArgs) -> CmdResult {
     let loaded = match load_rules(&a.config) {
@@ -205,23 +219,35 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         qnp: worker_qnp(a, sc.as_ref(), &profile, workers)?,
         ..ServerOptions::default()
     };
+    if let Some(d) = a.duration
+        && !(d > 0.0 && d <= 31_536_000.0)
+    {
+        return Err(format!("--duration {d}: must be in (0, 31536000] seconds").into());
+    }
+    if !(a.stats_interval >= 0.0 && a.stats_interval <= 86_400.0) {
+        return Err(format!("--stats-interval {}: must be in [0, 86400] seconds", a.stats_interval).into());
+    }
+    let signals = crate::signals::stop_flag()?;
     let store = KvStore::temporary_with(a.store, a.data_dir.as_deref())?;
     let t = Instant::now();
     let n = store.load(&layout)?;
-    println!(
+    say!(
+        a.json,
         "loaded {n} keys into {} ({}) in {:.1} s",
         store.path().display(),
         store.backend(),
         t.elapsed().as_secs_f64()
     );
     let server = Server::start(&opts, loaded.rules.clone(), store)?;
+    let started = Instant::now();
     let threads = match (a.mode, a.rsd_placement) {
         (Mode::Rss, _) => "no dispatcher".to_string(),
         (Mode::Rsd, Placement::Workers) => "an RSD in each worker".to_string(),
         (Mode::Rsd, Placement::Dedicated) => format!("{dispatchers} RSD thread(s)"),
         _ => format!("{dispatchers} software dispatcher(s)"),
     };
-    println!(
+    say!(
+        a.json,
         "serving kv on {} (mode {}, {} workers, {threads}, profile {}, stash {} entries; QNP: up to {} packets a request, {} request-table entries per worker)",
         server.addr(),
         a.mode,
@@ -241,12 +267,41 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             rule_names: names.clone(),
         }));
         let bound = metrics::serve(addr, registry, config_text.clone(), stop.clone(), None)?;
-        println!("metrics on http://{bound}/metrics");
+        say!(a.json, "metrics on http://{bound}/metrics");
     }
-    let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+    let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+    let every = (a.stats_interval > 0.0).then(|| Duration::from_secs_f64(a.stats_interval));
+    let mut next_stats = every.map(|e| Instant::now() + e);
+    let mut last = (Instant::now(), 0u64);
     let mut seen = mtime(&a.config);
-    while deadline.is_none_or(|d| Instant::now() < d) {
-        std::thread::sleep(Duration::from_millis(250));
+    let mut next_reload_check = Instant::now();
+    let why = loop {
+        if crate::signals::stopping(&signals) {
+            break "signal";
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break "duration";
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        if let Some(t) = next_stats
+            && Instant::now() >= t
+        {
+            next_stats = every.map(|e| t + e);
+            let handled: u64 = server.worker_requests().iter().sum();
+            let secs = last.0.elapsed().as_secs_f64();
+            let drops: u64 = server.shared().drop_counts().iter().map(|(_, v)| v).sum();
+            eprintln!(
+                "[{:>6.0} s] {handled} requests handled, {:.0} req/s over the last {secs:.0} s, {drops} datagrams dropped, generation {}",
+                started.elapsed().as_secs_f64(),
+                (handled - last.1) as f64 / secs.max(1e-9),
+                server.shared().generation.load(std::sync::atomic::Ordering::Relaxed)
+            );
+            last = (Instant::now(), handled);
+        }
+        if Instant::now() < next_reload_check {
+            continue;
+        }
+        next_reload_check = Instant::now() + Duration::from_millis(250);
         let now = mtime(&a.config);
         if now == seen {
             continue;
@@ -260,7 +315,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             Ok(new) => {
                 for app in &new.rules.apps {
                     match server.reconfigure(app.id, &new.rules) {
-                        Ok(g) => println!("app {}: new rules in force, generation {g}", app.name),
+                        Ok(g) => say!(a.json, "app {}: new rules in force, generation {g}", app.name),
                         Err(e) => eprintln!("app {}: reload rejected: {e}", app.name),
                     }
                 }
@@ -276,16 +331,40 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
                 *config_text.lock().expect("config lock") = describe_rules(&current);
             }
         }
-    }
-    let d = total(&server.dispatcher_stats());
-    let handled: u64 = server.worker_requests().iter().sum();
-    println!(
-        "stopping: {handled} requests handled, {} first packets dispatched, {} dispatcher drops",
-        d.rsd.first_packets,
-        d.rsd.drops.iter().sum::<u64>() + d.handoff_full
-    );
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    };
+    say!(a.json, "stopping ({why}): answering the requests already read");
+    let shared = server.shared().clone();
+    let generation = shared.generation.load(std::sync::atomic::Ordering::Relaxed);
     server.stop()?;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let elapsed = started.elapsed().as_secs_f64();
+    let d =
+        total(&shared.dispatchers.iter().map(|m| m.lock().map(|s| s.clone()).unwrap_or_default()).collect::<Vec<_>>());
+    let handled: u64 = shared.workers.iter().map(|w| w.requests.load(std::sync::atomic::Ordering::Relaxed)).sum();
+    let partial: u64 =
+        shared.workers.iter().map(|w| w.partial_at_stop.load(std::sync::atomic::Ordering::Relaxed)).sum();
+    let drops: Vec<(String, u64)> = shared.drop_counts().into_iter().filter(|(_, v)| *v > 0).collect();
+    let dropped: u64 = drops.iter().map(|(_, v)| v).sum();
+    if a.json {
+        let v = serde_json::json!({
+            "stopped_by": why, "elapsed_s": elapsed, "requests_handled": handled,
+            "requests_per_s": handled as f64 / elapsed.max(1e-9), "first_packets_dispatched": d.rsd.first_packets,
+            "received_packets": d.rx_packets, "datagrams_dropped": dropped,
+            "drops": drops.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+            "partial_requests_at_stop": partial, "generation": generation,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        let list: Vec<String> = drops.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "stopped ({why}) after {elapsed:.1} s: {handled} requests handled ({:.0}/s), {} first packets dispatched, {dropped} datagrams dropped{}{}, {partial} partial requests dropped at stop, generation {generation}",
+            handled as f64 / elapsed.max(1e-9),
+            d.rsd.first_packets,
+            if list.is_empty() { "" } else { ": " },
+            list.join(", ")
+        );
+    }
+    // The store (and its temporary directory) goes with `server`, already stopped.
     Ok(ExitCode::SUCCESS)
 }
 

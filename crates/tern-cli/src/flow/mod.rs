@@ -37,7 +37,8 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics, /flows (JSON, for dump-flows), /ready and /config here.
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
-    /// Stop after this many seconds.
+    /// Stop after this many seconds [default: run until SIGINT or SIGTERM, which stop it cleanly
+    /// with its summary].
     #[arg(long)]
     pub duration: Option<f64>,
     /// Stop once every pcap input has been replayed (and its frames sent).
@@ -146,6 +147,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             );
         }
     }
+    let signals = crate::signals::stop_flag()?;
     let pool = Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
     let mut rt = Runtime::open(&cfg, &pool)?;
     println!("{}", describe(&cfg));
@@ -175,7 +177,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     })?;
     let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
     let mut seen = mtime(&a.config);
-    while deadline.is_none_or(|d| Instant::now() < d) && !data_path.is_finished() {
+    while deadline.is_none_or(|d| Instant::now() < d) && !data_path.is_finished() && !crate::signals::stopping(&signals)
+    {
         std::thread::sleep(Duration::from_millis(100));
         let now = mtime(&a.config);
         if now == seen {
