@@ -8,6 +8,7 @@ mod flow;
 mod hw;
 mod metrics;
 mod plot;
+mod progress;
 mod qnp;
 mod signals;
 

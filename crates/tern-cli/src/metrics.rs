@@ -1,9 +1,9 @@
 //! The Prometheus endpoint of `serve` commands: `/metrics` (text exposition, encoded by
-//! `prometheus-client` from the engine's counters at scrape time), `/ready` and `/config`.
+//! `prometheus-client` from the engine's counters at scrape time), `/ready` and `/config`,
+//! served over HTTP by `tiny_http`.
 
 use std::borrow::Cow;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -39,12 +39,17 @@ pub(crate) fn label(k: &'static str, v: impl ToString) -> Labels {
 }
 
 /// More paths for the endpoint: given a path, a JSON body (or `None`: not found).
-pub type ExtraFn = dyn Fn(&str) -> Option<String> + Send;
+pub type ExtraFn = dyn Fn(&str) -> Option<String> + Send + Sync;
 /// See [`ExtraFn`].
 pub type Extra = Box<ExtraFn>;
 
-/// Serves `/metrics`, `/ready`, `/config` (and whatever `extra` answers, as JSON) on `addr`
-/// until `stop` is set; returns the bound address.
+/// Threads answering requests. Connections are read (and slow clients waited for) on
+/// tiny_http's own per-connection threads, so these only encode and write answers.
+const HANDLERS: usize = 2;
+
+/// Serves `/metrics`, `/ready`, `/config` (and whatever `extra` answers, as JSON) over HTTP/1.1
+/// on `addr` until `stop` is set; returns the bound address. `GET` and `HEAD` only (others: 405
+/// with `Allow`); the query string is ignored; unknown paths are 404.
 pub fn serve(
     addr: SocketAddr,
     registry: Registry,
@@ -52,51 +57,130 @@ pub fn serve(
     stop: Arc<AtomicBool>,
     extra: Option<Extra>,
 ) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)?;
-    let bound = listener.local_addr()?;
-    listener.set_nonblocking(true)?;
-    thread::Builder::new().name("tern-metrics".into()).spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            match listener.accept() {
-                Ok((s, _)) => {
-                    let _ = answer(s, &registry, &config, extra.as_deref());
+    let server = tiny_http::Server::http(addr)
+        .map_err(|e| std::io::Error::other(format!("cannot serve metrics on {addr}: {e}")))?;
+    let bound = server
+        .server_addr()
+        .to_ip()
+        .ok_or_else(|| std::io::Error::other(format!("metrics endpoint on {addr} has no IP address")))?;
+    let shared = Arc::new((server, registry, config, extra));
+    for i in 0..HANDLERS {
+        let (shared, stop) = (shared.clone(), stop.clone());
+        thread::Builder::new().name(format!("tern-metrics-{i}")).spawn(move || {
+            let (server, registry, config, extra) = &*shared;
+            while !stop.load(Ordering::Relaxed) {
+                match server.recv_timeout(Duration::from_millis(100)) {
+                    Ok(Some(req)) => answer(req, registry, config, extra.as_deref()),
+                    Ok(None) => {}
+                    Err(_) => thread::sleep(Duration::from_millis(20)),
                 }
-                Err(_) => thread::sleep(Duration::from_millis(20)),
             }
-        }
-    })?;
+        })?;
+    }
     Ok(bound)
 }
 
-fn answer(
-    mut s: TcpStream,
-    registry: &Registry,
-    config: &Mutex<String>,
-    extra: Option<&ExtraFn>,
-) -> std::io::Result<()> {
-    s.set_nonblocking(false)?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    let mut line = String::new();
-    BufReader::new(&s).read_line(&mut line)?;
-    let path = line.split_whitespace().nth(1).unwrap_or("/");
-    let (status, ctype, body) = match path {
+fn header(name: &str, value: &str) -> tiny_http::Header {
+    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("valid header")
+}
+
+fn answer(req: tiny_http::Request, registry: &Registry, config: &Mutex<String>, extra: Option<&ExtraFn>) {
+    use tiny_http::Method;
+    if !matches!(req.method(), Method::Get | Method::Head) {
+        let resp = tiny_http::Response::from_string("only GET and HEAD\n")
+            .with_status_code(405)
+            .with_header(header("Allow", "GET, HEAD"));
+        let _ = req.respond(resp);
+        return;
+    }
+    let path = req.url().split('?').next().unwrap_or("/").to_string();
+    let (status, ctype, body) = match path.as_str() {
         "/metrics" => {
             let mut body = String::new();
             match prometheus_client::encoding::text::encode(&mut body, registry) {
-                Ok(()) => ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", body),
-                Err(_) => ("500 Internal Server Error", "text/plain", "encoding failed\n".into()),
+                Ok(()) => (200, "application/openmetrics-text; version=1.0.0; charset=utf-8", body),
+                Err(_) => (500, "text/plain; charset=utf-8", "encoding failed\n".into()),
             }
         }
-        "/ready" => ("200 OK", "text/plain", "ready\n".into()),
-        "/config" => ("200 OK", "text/plain", config.lock().map(|c| c.clone()).unwrap_or_default()),
+        "/ready" => (200, "text/plain; charset=utf-8", "ready\n".into()),
+        "/config" => (200, "text/plain; charset=utf-8", config.lock().map(|c| c.clone()).unwrap_or_default()),
         p => match extra.and_then(|f| f(p)) {
-            Some(body) => ("200 OK", "application/json", body),
-            None => ("404 Not Found", "text/plain", "try /metrics, /ready or /config\n".into()),
+            Some(body) => (200, "application/json", body),
+            None => (404, "text/plain; charset=utf-8", "try /metrics, /ready or /config\n".into()),
         },
     };
-    write!(
-        s,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
+    // tiny_http leaves the body out of the answer to a HEAD request.
+    let resp =
+        tiny_http::Response::from_string(body).with_status_code(status).with_header(header("Content-Type", ctype));
+    let _ = req.respond(resp);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    use super::*;
+
+    fn agent() -> ureq::Agent {
+        ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(3)))
+            .http_status_as_error(false)
+            .build()
+            .into()
+    }
+
+    /// Methods and paths as HTTP says; a slow client holds no scrape up; scrapes run together.
+    #[test]
+    fn endpoint_speaks_http_and_a_slow_client_blocks_nothing() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let config = Arc::new(Mutex::new("rules\n".to_string()));
+        let extra: Extra = Box::new(|p| (p == "/flows").then(|| "[]".to_string()));
+        let addr =
+            serve("127.0.0.1:0".parse().unwrap(), Registry::default(), config, stop.clone(), Some(extra)).unwrap();
+        // A client that sends half a request line and waits.
+        let mut slow = TcpStream::connect(addr).unwrap();
+        slow.write_all(b"GET /met").unwrap();
+        let base = format!("http://{addr}");
+        let a = agent();
+        let start = std::time::Instant::now();
+        let mut r = a.get(&format!("{base}/metrics?from=test")).call().unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(r.body_mut().read_to_string().unwrap().contains("# EOF"));
+        assert!(start.elapsed() < Duration::from_secs(1), "a scrape waited {:?}", start.elapsed());
+        let r = a.post(&format!("{base}/metrics")).send("x").unwrap();
+        assert_eq!(r.status(), 405);
+        assert_eq!(r.headers().get("allow").unwrap(), "GET, HEAD");
+        assert_eq!(a.get(&format!("{base}/nothing")).call().unwrap().status(), 404);
+        let mut r = a.head(&format!("{base}/ready")).call().unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.body_mut().read_to_string().unwrap(), "");
+        assert_eq!(a.get(&format!("{base}/config")).call().unwrap().body_mut().read_to_string().unwrap(), "rules\n");
+        assert_eq!(a.get(&format!("{base}/flows")).call().unwrap().body_mut().read_to_string().unwrap(), "[]");
+        // Eight scrapes at once, the slow client still connected.
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let url = format!("{base}/metrics");
+                std::thread::spawn(move || agent().get(&url).call().map(|r| r.status()).unwrap())
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(h.join().unwrap(), 200);
+        }
+        // The slow client finishes its request and is answered too.
+        slow.write_all(b"rics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut text = String::new();
+        slow.read_to_string(&mut text).unwrap();
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        stop.store(true, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn a_held_address_is_an_error_naming_it() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = held.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(true));
+        let err = serve(addr, Registry::default(), Arc::default(), stop, None).unwrap_err().to_string();
+        assert!(err.contains(&addr.to_string()) && err.contains("in use"), "{err}");
+    }
 }

@@ -179,12 +179,23 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
         println!("{}", env.describe());
     }
     let started = Instant::now();
-    let quiet = a.json;
+    // One step per mode phase: every point's rounds times the modes.
+    let steps: usize = opts
+        .points
+        .iter()
+        .map(|(d, _)| if *d == Dimension::Default { opts.default_rounds } else { opts.rounds }.max(1))
+        .sum::<usize>()
+        * opts.modes.len();
+    let bar = crate::progress::bar(steps as u64, "bench dispatch", a.json);
     let results = bench::run(&opts, |line| {
-        if !quiet {
-            eprintln!("  {line}");
+        if line.contains("req/s") {
+            bar.inc(1);
+            bar.set_message(line.to_string());
+        } else {
+            bar.println(line);
         }
     })?;
+    bar.finish_and_clear();
     let points: Vec<Value> = results.iter().map(point_json).collect();
     let default_point = results.iter().find(|p| p.dimension == Dimension::Default).map(|p| {
         let mut v = ratios(p);

@@ -410,7 +410,7 @@ pub fn load(a: &LoadArgs) -> CmdResult {
     o.flows = a.flows;
     o.concurrency = a.concurrency;
     o.faults = FaultConfig { loss: a.loss, ..FaultConfig::default() };
-    let r = loadgen::run(&o)?;
+    let r = crate::progress::timed("load", o.duration, a.json, || loadgen::run(&o))?;
     if a.json {
         let v = serde_json::json!({
             "completed": r.completed, "failed": r.failed, "not_found": r.not_found, "wrong_value": r.wrong_value,

@@ -137,7 +137,9 @@ pub fn run(a: &FlowBenchArgs) -> CmdResult {
     let mut sizes = Vec::new();
     let mut ratios = Vec::new();
     let mut hw_ratios = Vec::new();
+    let bar = crate::progress::bar((a.sizes.len() * rounds) as u64, "bench flow", a.json);
     for &size in &a.sizes {
+        bar.set_message(format!("{size} B frames"));
         let frames = bench::frames(&t, a.flows, size);
         let mut fast = Rig::new(&t, PathKind::Fast);
         let mut slow = Rig::new(&t, PathKind::Slow);
@@ -154,12 +156,13 @@ pub fn run(a: &FlowBenchArgs) -> CmdResult {
                 s.push(slow.phase(&frames, phase));
                 f.push(fast.phase(&frames, phase));
             }
+            bar.inc(1);
         }
         let med = |v: &[Phase], g: fn(&Phase) -> f64| bench::median(&v.iter().map(g).collect::<Vec<_>>());
         let (fp, sp) = (med(&f, |p| p.pps), med(&s, |p| p.pps));
         let (fl, sl) = (med(&f, |p| p.loop_pps), med(&s, |p| p.loop_pps));
         let ratio = fp / sp.max(1.0);
-        say(format!(
+        bar.suspend(|| say(format!(
             "{size:>5} B: fast {:.2} Mpps (batch p50 {:.0} ns, p99 {:.0} ns, hits {:.1}%) | slow only {:.2} Mpps (p50 {:.0} ns, p99 {:.0} ns) | fast/slow {ratio:.2}x  [clock {:.0} ns per batch taken off; with generator and sink: {:.2} / {:.2} Mpps]",
             fp / 1e6,
             med(&f, |p| p.batch_p50_ns),
@@ -171,7 +174,7 @@ pub fn run(a: &FlowBenchArgs) -> CmdResult {
             med(&f, |p| p.clock_ns),
             fl / 1e6,
             sl / 1e6,
-        ));
+        )));
         let projected = n3000.as_ref().map(|m| m.project(size as u32, 6).packets_per_s);
         if let Some(hw) = projected {
             hw_ratios.push((size, hw / fp.max(1.0)));
@@ -195,6 +198,7 @@ pub fn run(a: &FlowBenchArgs) -> CmdResult {
             "projected_n3000_over_fast": projected.map(|hw| hw / fp.max(1.0)),
         }));
     }
+    bar.finish_and_clear();
     let c = bench::config_rate(config_rules, rounds);
     let populate = c.em_populate_per_s.min(c.lpm_populate_per_s);
     say(format!(

@@ -1,7 +1,6 @@
 //! `tern flow serve | check | dump-flows | trace` and `tern hw report` for a flow config.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,6 +43,12 @@ pub struct ServeArgs {
     /// Stop once every pcap input has been replayed (and its frames sent).
     #[arg(long)]
     pub until_done: bool,
+    /// Print a one-line progress report to stderr every this many seconds (0: none).
+    #[arg(long, default_value_t = 10.0)]
+    pub stats_interval: f64,
+    /// Print the stop summary as JSON on stdout (the other messages go to stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `tern flow check`.
@@ -150,7 +155,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let signals = crate::signals::stop_flag()?;
     let pool = Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
     let mut rt = Runtime::open(&cfg, &pool)?;
-    println!("{}", describe(&cfg));
+    let say = |m: String| if a.json { eprintln!("{m}") } else { println!("{m}") };
+    say(describe(&cfg));
     let stop = Arc::new(AtomicBool::new(false));
     let (control, rx) = mpsc::channel();
     let config_text = Arc::new(Mutex::new(describe(&cfg) + "\n"));
@@ -167,7 +173,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             serde_json::to_string(&rows).ok()
         });
         let bound = crate::metrics::serve(addr, registry, config_text.clone(), stop.clone(), Some(extra))?;
-        println!("metrics on http://{bound}/metrics, cached rules on http://{bound}/flows");
+        say(format!("metrics on http://{bound}/metrics, cached rules on http://{bound}/flows"));
     }
     let until_done = a.until_done;
     let dp_stop = stop.clone();
@@ -194,7 +200,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
                 Err(e) => eprintln!("reload rejected: {e}"),
                 Ok(slow) => match ask(&control, |tx| Control::Reload(Box::new(slow), tx)) {
                     Some(g) => {
-                        println!("new tables in force (generation {g}); cached rules flushed");
+                        say(format!("new tables in force (generation {g}); cached rules flushed"));
                         *config_text.lock().expect("config lock") = describe(&new) + "\n";
                     }
                     None => eprintln!("reload: the data path did not answer"),
@@ -204,11 +210,36 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     }
     stop.store(true, Ordering::Relaxed);
     let rt = data_path.join().map_err(|_| "the data-path thread panicked")?;
-    print_summary(&rt.snapshot());
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary_json(&rt.snapshot()))?);
+    } else {
+        print_summary(&rt.snapshot());
+    }
     if let Some(e) = rt.last_error() {
         eprintln!("last port error: {e}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn summary_json(s: &Snapshot) -> serde_json::Value {
+    let ports: serde_json::Map<String, serde_json::Value> = s
+        .ports
+        .iter()
+        .map(|(n, p)| {
+            let v = serde_json::json!({"rx_packets": p.rx_packets, "tx_packets": p.tx_packets, "rx_dropped": p.rx_dropped, "tx_dropped": p.tx_dropped});
+            (n.clone(), v)
+        })
+        .collect();
+    let drops: serde_json::Map<String, serde_json::Value> =
+        s.pipeline.drops().map(|(r, n)| (r.to_string(), serde_json::json!(n))).collect();
+    serde_json::json!({
+        "elapsed_s": s.uptime, "ports": ports, "cache_hits": s.pipeline.hits, "fast_path": s.pipeline.fast_path,
+        "cache_misses": s.pipeline.misses, "upcalls": s.cache.upcalls, "slow_forwarded": s.cache.slow_forwarded,
+        "slow_dropped": s.cache.slow_dropped, "upcalls_rate_limited": s.cache.upcall_rate_limited,
+        "installed_exact": s.cache.installed_exact, "installed_prefix": s.cache.installed_prefix,
+        "cached_now": s.cached.0 + s.cached.1, "evicted_idle": s.cache.evicted_idle, "cache_full": s.cache.cache_full,
+        "pipeline_drops": drops, "generation": s.generation,
+    })
 }
 
 fn print_summary(s: &Snapshot) {
@@ -292,18 +323,25 @@ pub fn check(a: &CheckArgs) -> CmdResult {
     }
 }
 
+/// `GET http://addr/path` with ureq; the body of a 200 answer, or an error naming the server.
 fn http_get(addr: SocketAddr, path: &str) -> Result<String, Box<dyn std::error::Error>> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-        .map_err(|e| format!("cannot reach {addr} ({e}); is `tern flow serve --metrics {addr}` running?"))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    let (head, body) = text.split_once("\r\n\r\n").ok_or("malformed HTTP answer")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        return Err(format!("{addr}{path}: {}", head.lines().next().unwrap_or("")).into());
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_connect(Some(Duration::from_secs(2)))
+        .timeout_global(Some(Duration::from_secs(10)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let url = format!("http://{addr}{path}");
+    let mut resp = agent.get(&url).call().map_err(|e| match e {
+        ureq::Error::Io(e) => format!("cannot reach {addr} ({e}); is `tern flow serve --metrics {addr}` running?"),
+        e => format!("{url}: {e}"),
+    })?;
+    let status = resp.status();
+    let body = resp.body_mut().with_config().limit(1 << 30).read_to_string().map_err(|e| format!("{url}: {e}"))?;
+    if status != 200 {
+        return Err(format!("{url}: HTTP {status}: {}", body.trim()).into());
     }
-    Ok(body.to_string())
+    Ok(body)
 }
 
 /// One `dump-flows` line, as `ovs-ofctl dump-flows` prints it.

@@ -52,7 +52,9 @@ pub fn run_qnp(a: &QnpBenchArgs) -> CmdResult {
         println!("tern bench qnp: QNP PingPong vs raw UDP echo, same sockets, 1 client + 1 server thread, batch 32");
         println!("{}", env.describe());
     }
-    let r = tern_qnp::pingpong::bench(&cfg)?;
+    // Two systems per round, each a phase.
+    let expected = cfg.phase * (2 * cfg.rounds) as u32;
+    let r = crate::progress::timed("bench qnp", expected, a.json, || tern_qnp::pingpong::bench(&cfg))?;
     let qnp_rps = median(r.qnp.iter().map(|p| p.rps).collect());
     let raw_rps = median(r.raw.iter().map(|p| p.rps).collect());
     let ratio = if raw_rps > 0.0 { qnp_rps / raw_rps } else { 0.0 };
