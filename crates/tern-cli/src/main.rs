@@ -188,6 +188,12 @@ fn main() -> ExitCode {
 /// Errors of a command, printed as `error: ...`.
 pub type CmdResult = Result<ExitCode, Box<dyn std::error::Error>>;
 
+/// Refuses a count flag outside `1..=max` (zero, or absurd), naming the flag.
+pub fn check_count(flag: &str, value: impl Into<u64>, max: u64) -> Result<(), String> {
+    let v = value.into();
+    if v == 0 || v > max { Err(format!("--{flag} {v}: must be in 1..={max}")) } else { Ok(()) }
+}
+
 fn idl(command: IdlCommand) -> CmdResult {
     match command {
         IdlCommand::Compile { file, out } => {

@@ -235,8 +235,10 @@ fn dispatch_serve_answers_the_load_generator_and_rejects_bad_files() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1500));
+    // A host name works as well as an address.
+    let by_name = addr.replace("127.0.0.1", "localhost");
     let (ok, out, err) =
-        tern(&["dispatch", "load", &addr, "--workers", "2", "--keys", "4800", "--duration", "1", "--json"]);
+        tern(&["dispatch", "load", &by_name, "--workers", "2", "--keys", "4800", "--duration", "1", "--json"]);
     let status = server.wait().unwrap();
     assert!(ok, "{err}");
     assert!(status.success());
@@ -421,4 +423,54 @@ fn piping_into_head_never_panics() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
     }
+}
+
+/// One bad item, one error naming it; zero or absurd counts refused; no build-script noise.
+#[test]
+fn errors_name_the_one_bad_item() {
+    let dir = std::env::temp_dir().join(format!("tern-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A profile path that does not exist is a missing file, not an unknown name.
+    let (ok, _, err) = tern(&["hw", "show", "/nonexistent/my-profile.toml"]);
+    assert!(!ok && err.contains("/nonexistent/my-profile.toml") && err.contains("No such file"), "{err}");
+    // Zero or absurd counts.
+    for args in [
+        &["dispatch", "pingpong", "--requests", "0"][..],
+        &["bench", "qnp", "--rounds", "0"],
+        &["bench", "dispatch", "--quick", "--rounds", "0"],
+        &["bench", "dispatch", "--quick", "--default-rounds", "100000"],
+        &["bench", "flow", "--quick", "--rounds", "0"],
+        &["dispatch", "load", "127.0.0.1:9", "--concurrency", "0"],
+    ] {
+        let (ok, _, err) = tern(args);
+        let flag = args.iter().find(|a| a.starts_with("--") && *a != &"--quick").unwrap();
+        assert!(!ok && err.contains(&format!("{flag} ")) && err.contains("must be in 1..="), "{args:?}: {err}");
+    }
+    // A bad next hop is one error that counts the routes using it; a missing capture is named.
+    let flow = std::fs::read_to_string(flow_example("replay.toml")).unwrap();
+    let base = std::path::Path::new(&flow_example("replay.toml")).parent().unwrap().to_path_buf();
+    let bad = flow
+        .replace("eth_dst = \"02:00:00:00:00:02\"", "eth_dst = \"02:00:00:00:00:zz\"")
+        .replace("pcap_in = \"traffic.pcap\"", "pcap_in = \"missing.pcap\"")
+        .replace("\nfile = \"", &format!("\nfile = \"{}/", base.display()));
+    let file = dir.join("bad-flow.toml");
+    std::fs::write(&file, bad).unwrap();
+    let (ok, _, err) = tern(&["flow", "check", file.to_str().unwrap()]);
+    assert!(!ok, "{err}");
+    assert!(err.contains("pcap_in") && err.contains("missing.pcap: no such file"), "{err}");
+    assert!(err.contains("next_hop \"right\": eth_dst") && err.contains("routes use it"), "{err}");
+    assert!(err.contains("2 error(s)"), "{err}");
+    // A rule set the Matcher cannot hold is not projected.
+    let kv = std::fs::read_to_string(example("kv.toml")).unwrap();
+    let suffix = kv.replacen("match = { key = \"user.0\" }", "match = { key = { suffix = \"x\" } }", 1);
+    std::fs::copy(example("kv.proto"), dir.join("kv.proto")).unwrap();
+    let file = dir.join("suffix.toml");
+    std::fs::write(&file, suffix).unwrap();
+    let (ok, out, _) = tern(&["hw", "report", file.to_str().unwrap(), "--profile", "qingniao-u250"]);
+    assert!(!ok && out.contains("no projection") && !out.contains("Mrequests/s"), "{out}");
+    // `tern idl compile` prints what it wrote and nothing meant for cargo.
+    let (ok, out, err) = tern(&["idl", "compile", &example("kv.proto"), "--out", dir.join("gen").to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(!out.contains("cargo:") && out.contains("wrote"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

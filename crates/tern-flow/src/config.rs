@@ -353,6 +353,11 @@ pub fn parse_for(text: &str, path: &Path, profile: Option<&str>) -> Result<Confi
                         Timing::Fast
                     }
                 };
+                if let Some(f) = input.as_ref().map(rel)
+                    && !f.is_file()
+                {
+                    problems.push(format!("{item}: pcap_in {}: no such file", f.display()));
+                }
                 PortKind::Pcap { input: input.as_ref().map(rel), output: output.as_ref().map(rel), timing }
             }
             _ => {
@@ -483,16 +488,21 @@ pub fn parse_for(text: &str, path: &Path, profile: Option<&str>) -> Result<Confi
         ));
     }
 
-    // Next hops.
+    // Next hops. One that is wrong is one error: the routes that name it are counted into that
+    // error, not reported one by one.
     let mut next_hops = Vec::new();
     let mut next_hop_names = Vec::new();
+    // (name, index of its first error in `problems`, routes that use it)
+    let mut broken: Vec<(String, usize, usize)> = Vec::new();
     for (i, n) in raw.next_hop.iter().enumerate() {
+        let first_error = problems.len();
         let item = format!("next_hop {:?}", n.name);
         if raw.next_hop[..i].iter().any(|m| m.name == n.name) {
             problems.push(format!("{item}: defined twice"));
         }
         let Some(port) = port_names.iter().position(|p| *p == n.port) else {
             problems.push(format!("{item}: port {:?} is not a [[port]]", n.port));
+            broken.push((n.name.clone(), first_error, 0));
             continue;
         };
         let mac = |s: &str, what: &str| parse_mac(s).map_err(|e| format!("{item}: {what}: {e}"));
@@ -500,6 +510,7 @@ pub fn parse_for(text: &str, path: &Path, profile: Option<&str>) -> Result<Confi
             (Ok(a), Ok(b)) => (a, b),
             (a, b) => {
                 problems.extend(a.err().into_iter().chain(b.err()));
+                broken.push((n.name.clone(), first_error, 0));
                 continue;
             }
         };
@@ -555,7 +566,10 @@ pub fn parse_for(text: &str, path: &Path, profile: Option<&str>) -> Result<Confi
             continue;
         };
         let Some(id) = next_hop_names.iter().position(|n| n == nh) else {
-            problems.push(format!("{at}: next hop {nh:?} is not a [[next_hop]]"));
+            match broken.iter_mut().find(|b| b.0 == nh) {
+                Some(b) => b.2 += 1,
+                None => problems.push(format!("{at}: next hop {nh:?} is not a [[next_hop]]")),
+            }
             continue;
         };
         if net != net.trunc() {
@@ -568,6 +582,13 @@ pub fn parse_for(text: &str, path: &Path, profile: Option<&str>) -> Result<Confi
         match net.trunc() {
             IpNet::V4(n) => routes4.push((n, id as u32)),
             IpNet::V6(n) => routes6.push((n, id as u32)),
+        }
+    }
+    for (_, at, uses) in &broken {
+        if *uses > 0
+            && let Some(p) = problems.get_mut(*at)
+        {
+            p.push_str(&format!(" ({uses} route{} use it)", if *uses == 1 { "" } else { "s" }));
         }
     }
     let tables = SlowPathTables { acl, acl_default_deny, routes4, routes6, next_hops };

@@ -230,7 +230,14 @@ impl Profile {
             return Profile::builtin(name_or_path);
         }
         let path = Path::new(name_or_path);
-        if path.exists() { Profile::load(path) } else { Err(ProfileError::Unknown { name: name_or_path.to_string() }) }
+        // Something that looks like a path is a file the user meant: say it is missing rather
+        // than that no built-in profile has that name.
+        let looks_like_a_path = name_or_path.contains('/') || name_or_path.ends_with(".toml");
+        if path.exists() || looks_like_a_path {
+            Profile::load(path)
+        } else {
+            Err(ProfileError::Unknown { name: name_or_path.to_string() })
+        }
     }
 
     fn validate(&self, origin: &str) -> Result<(), ProfileError> {

@@ -66,7 +66,11 @@ extend google.protobuf.FieldOptions {
 pub fn compile_protos<P: AsRef<Path>>(protos: &[P], out_dir: impl AsRef<Path>) -> Result<(), IdlError> {
     for proto in protos {
         let proto = proto.as_ref();
-        println!("cargo:rerun-if-changed={}", proto.display());
+        // Only a build script talks to cargo (cargo sets OUT_DIR for build scripts alone); from
+        // `tern idl compile` this line would be noise on a terminal.
+        if std::env::var_os("OUT_DIR").is_some() && std::env::var_os("CARGO_MANIFEST_DIR").is_some() {
+            println!("cargo:rerun-if-changed={}", proto.display());
+        }
         let schema = parse_file(proto)?;
         let code = codegen::generate(&schema);
         let stem = proto.file_stem().and_then(|s| s.to_str()).unwrap_or("idl");

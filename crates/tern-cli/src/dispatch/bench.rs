@@ -127,8 +127,17 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
     if a.modes.is_empty() {
         return Err("--modes names no mode".into());
     }
-    if a.workers == 0 || a.dispatchers == 0 || a.client_threads == 0 || a.flows == 0 || a.concurrency == 0 {
-        return Err("--workers, --dispatchers, --client-threads, --flows and --concurrency must be at least 1".into());
+    for (flag, v, max) in [
+        ("workers", u64::from(a.workers), 1024),
+        ("dispatchers", u64::from(a.dispatchers), 1024),
+        ("client-threads", a.client_threads as u64, 1024),
+        ("flows", a.flows as u64, 4096),
+        ("concurrency", a.concurrency as u64, 65_536),
+        ("rounds", a.rounds.unwrap_or(1) as u64, 1000),
+        ("default-rounds", a.default_rounds.unwrap_or(1) as u64, 1000),
+        ("keys", a.keys, 1_000_000_000),
+    ] {
+        crate::check_count(flag, v, max)?;
     }
     let points = if a.default_only {
         vec![(Dimension::Default, tern_dispatch::synth::Spec::default())]

@@ -137,9 +137,21 @@ pub fn report(a: &ReportArgs) -> CmdResult {
     let r = offload::report(&loaded.rules, &profile, workload)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(if r.offloadable { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
     print_use(&r);
+    if !r.offloadable {
+        // A projection of a rule set the Matcher cannot hold would be a number for hardware
+        // that does not exist: say why instead, and fail.
+        for p in &r.problems {
+            println!("  cannot offload: {} ({})", p.reason, p.rules.join(", "));
+        }
+        println!(
+            "the rule set does not fit profile {}'s Matcher, so no projection; `tern dispatch check --profile {}` says more",
+            profile.name, profile.name
+        );
+        return Ok(ExitCode::FAILURE);
+    }
     let Some(model) = tern_hw::rsd::RsdModel::from_profile(&profile) else {
         println!("profile {} models no RSD timing (no clock or [cycles]); try --profile qingniao-u250", profile.name);
         return Ok(ExitCode::SUCCESS);
@@ -182,12 +194,6 @@ pub fn report(a: &ReportArgs) -> CmdResult {
     }
     if let Some(rss) = model.rss_cycles {
         println!("  (for comparison: an L3/4 RSS dispatch takes {rss} cycles)");
-    }
-    if !r.offloadable {
-        println!(
-            "note: the rule set does not fit this profile's Matcher; see `tern dispatch check --profile {}`",
-            profile.name
-        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -371,8 +371,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
 /// `tern dispatch load`.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// The server's address.
-    pub server: SocketAddr,
+    /// The server's address: HOST:PORT, with HOST a name (localhost) or an IP address.
+    pub server: String,
     /// Seconds to run.
     #[arg(long, default_value_t = 5.0)]
     pub duration: f64,
@@ -403,8 +403,17 @@ pub fn load(a: &LoadArgs) -> CmdResult {
     if !(a.duration > 0.0 && a.duration <= 86_400.0) {
         return Err("--duration must be in (0, 86400]".into());
     }
+    crate::check_count("threads", a.threads as u64, 1024)?;
+    crate::check_count("flows", a.flows as u64, 4096)?;
+    crate::check_count("concurrency", a.concurrency as u64, 65_536)?;
+    crate::check_count("workers", u64::from(a.workers), 1024)?;
+    // A host name or an address, resolved once.
+    let server = std::net::ToSocketAddrs::to_socket_addrs(&a.server)
+        .map_err(|e| format!("cannot resolve {}: {e}", a.server))?
+        .next()
+        .ok_or_else(|| format!("{} resolves to no address", a.server))?;
     let layout = a.keys.layout(a.workers)?;
-    let mut o = LoadOptions::new(a.server, layout);
+    let mut o = LoadOptions::new(server, layout);
     o.duration = Duration::from_secs_f64(a.duration);
     o.threads = a.threads;
     o.flows = a.flows;

@@ -109,7 +109,12 @@ fn phase_json(p: &Phase) -> serde_json::Value {
 
 /// `tern bench flow`.
 pub fn run(a: &FlowBenchArgs) -> CmdResult {
-    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 }).max(1);
+    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 });
+    crate::check_count("rounds", rounds as u64, 1000)?;
+    crate::check_count("flows", a.flows as u64, 10_000_000)?;
+    if let Some(n) = a.config_rules {
+        crate::check_count("config-rules", n as u64, 10_000_000)?;
+    }
     let secs = a.phase_secs.unwrap_or(if a.quick { 0.3 } else { 1.0 });
     if !(secs > 0.0 && secs <= 60.0) {
         return Err("--phase-secs must be in (0, 60]".into());

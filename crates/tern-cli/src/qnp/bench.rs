@@ -37,9 +37,8 @@ pub fn run_qnp(a: &QnpBenchArgs) -> CmdResult {
     if !(a.phase_secs > 0.0 && a.phase_secs <= 600.0) {
         return Err("--phase-secs must be in (0, 600]".into());
     }
-    if a.concurrency == 0 || a.rounds == 0 {
-        return Err("--concurrency and --rounds must be at least 1".into());
-    }
+    crate::check_count("rounds", a.rounds as u64, 1000)?;
+    crate::check_count("concurrency", a.concurrency as u64, 65_536)?;
     let cfg = BenchConfig {
         rounds: a.rounds,
         phase: Duration::from_secs_f64(a.phase_secs),

@@ -71,9 +71,10 @@ impl PingpongArgs {
         };
         faults.validate().map_err(|e| format!("--{e}"))?;
         let profile = tern_hw::Profile::resolve(&self.profile)?;
-        if self.concurrency == 0 || self.server_threads == 0 || self.client_threads == 0 {
-            return Err("--concurrency, --server-threads and --client-threads must be at least 1".into());
-        }
+        crate::check_count("requests", self.requests, 1_000_000_000)?;
+        crate::check_count("concurrency", self.concurrency as u64, 65_536)?;
+        crate::check_count("server-threads", self.server_threads as u64, 1024)?;
+        crate::check_count("client-threads", self.client_threads as u64, 1024)?;
         let base = QnpConfig::for_profile(&profile);
         let share = match profile.capacity(tern_hw::resource::QNP_REQUEST_TABLE_ENTRIES) {
             Some(total) => (total as usize / self.server_threads).max(1),

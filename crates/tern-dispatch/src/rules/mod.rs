@@ -427,11 +427,20 @@ impl RuleSet {
                 continue;
             };
             let mut conditions = Vec::new();
+            let mut bad = false;
             for (field_name, c) in &r.conditions {
                 match condition(msg, field_name, c) {
                     Ok(cond) => conditions.push(cond),
-                    Err(e) => diags.push(Diagnostic::error(&item, e)),
+                    Err(e) => {
+                        diags.push(Diagnostic::error(&item, e));
+                        bad = true;
+                    }
                 }
+            }
+            // A rule with a condition in error is left out: with fewer conditions it would seem
+            // to match more than it does and shadow the rules after it.
+            if bad {
+                continue;
             }
             conditions.sort_by_key(|c| c.field);
             rules.push(Rule { index, name, app_id: app.id, req_type: *req_type, queue: r.queue, conditions });
@@ -814,6 +823,8 @@ mod tests {
         ] {
             assert!(text.contains(needle), "missing `{needle}` in:\n{text}");
         }
+        // The rules in error do not make the later ones "never match".
+        assert!(!text.contains("can never match"), "{text}");
     }
 
     #[test]
