@@ -119,6 +119,10 @@ pub struct ModeResult {
 }
 
 impl ModeResult {
+    /// Requests/s over the rounds: min, median, max.
+    pub fn rps_spread(&self) -> Option<Spread> {
+        Spread::of(&self.rps)
+    }
     /// Median requests/s.
     pub fn median_rps(&self) -> f64 {
         median(self.rps.clone())
@@ -153,9 +157,37 @@ impl PointResult {
     /// Median over rounds of Tern's requests/s divided by `other`'s, the two measured in the
     /// same round.
     pub fn ratio(&self, other: Mode) -> Option<f64> {
+        self.ratio_spread(other).map(|s| s.median)
+    }
+
+    /// The per-round ratios of Tern's requests/s over `other`'s: min, median, max.
+    pub fn ratio_spread(&self, other: Mode) -> Option<Spread> {
         let (a, b) = (self.mode(Mode::Rsd)?, self.mode(other)?);
         let per_round: Vec<f64> = a.rps.iter().zip(&b.rps).filter(|(_, y)| **y > 0.0).map(|(x, y)| x / y).collect();
-        (!per_round.is_empty()).then(|| median(per_round))
+        Spread::of(&per_round)
+    }
+}
+
+/// Minimum, median and maximum of per-round values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    /// Smallest.
+    pub min: f64,
+    /// Median.
+    pub median: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `v`, or `None` if it is empty.
+    pub fn of(v: &[f64]) -> Option<Spread> {
+        if v.is_empty() {
+            return None;
+        }
+        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        Some(Spread { min, median: median(v.to_vec()), max })
     }
 }
 

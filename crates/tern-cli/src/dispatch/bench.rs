@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde_json::{Value, json};
-use tern_dispatch::bench::{self, BenchOptions, Dimension, PointResult};
+use tern_dispatch::bench::{self, BenchOptions, Dimension, PointResult, Spread};
 use tern_dispatch::kv::Backend;
 use tern_dispatch::server::{Mode, Placement, ServerOptions};
 
@@ -77,11 +77,20 @@ pub struct DispatchBenchArgs {
     pub json: bool,
 }
 
+fn spread_json(s: Option<Spread>) -> Value {
+    s.map_or(Value::Null, |s| json!({"min": s.min, "median": s.median, "max": s.max}))
+}
+
 fn ratios(p: &PointResult) -> Value {
     json!({
         "rsd_over_rss": p.ratio(Mode::Rss),
         "rsd_over_sw_ring": p.ratio(Mode::SwRing),
         "rsd_over_sw_uds": p.ratio(Mode::SwUds),
+        "spread": {
+            "rsd_over_rss": spread_json(p.ratio_spread(Mode::Rss)),
+            "rsd_over_sw_ring": spread_json(p.ratio_spread(Mode::SwRing)),
+            "rsd_over_sw_uds": spread_json(p.ratio_spread(Mode::SwUds)),
+        },
     })
 }
 
@@ -92,6 +101,7 @@ fn point_json(p: &PointResult) -> Value {
             m.as_str().to_string(),
             json!({
                 "rps": r.median_rps(),
+                "rps_spread": spread_json(r.rps_spread()),
                 "p50_us": r.median_p50_us(),
                 "p99_us": r.median_p99_us(),
                 "rps_per_round": r.rps,
@@ -258,20 +268,53 @@ fn cores(c: &[usize]) -> String {
 }
 
 fn print_tables(results: &[PointResult]) {
-    println!();
-    print!("{:<8} {:>3} {:>4} {:>3}", "vary", "k", "R", "b");
     let modes: Vec<Mode> = results.first().map(|p| p.modes.iter().map(|(m, _)| *m).collect()).unwrap_or_default();
+    let rounds = |p: &PointResult| p.modes.first().map_or(0, |(_, r)| r.rps.len());
+    println!();
+    println!("requests/s per mode: median [min-max] over the rounds, p99 latency median");
+    print!("{:<8} {:>3} {:>4} {:>3} {:>6}", "vary", "k", "R", "b", "rounds");
     for m in &modes {
-        print!(" {:>9} {:>7}", format!("{m} rps"), "p99 µs");
+        print!("  {:>26}", format!("{m} rps [min-max], p99 µs"));
     }
-    println!(" {:>8} {:>8} {:>8}", "rsd/rss", "rsd/ring", "rsd/uds");
+    println!();
+    let k = |x: f64| format!("{:.0}k", x / 1e3);
     for p in results {
-        print!("{:<8} {:>3} {:>4} {:>3}", p.dimension.as_str(), p.spec.checks, p.spec.rules, p.spec.bytes);
+        print!(
+            "{:<8} {:>3} {:>4} {:>3} {:>6}",
+            p.dimension.as_str(),
+            p.spec.checks,
+            p.spec.rules,
+            p.spec.bytes,
+            rounds(p)
+        );
         for (_, r) in &p.modes {
-            print!(" {:>9.0} {:>7.0}", r.median_rps(), r.median_p99_us());
+            let cell = r.rps_spread().map_or("-".into(), |s| {
+                format!("{} [{}-{}], {:.0}", k(s.median), k(s.min), k(s.max), r.median_p99_us())
+            });
+            print!("  {cell:>26}");
         }
-        let f = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
-        println!(" {:>8} {:>8} {:>8}", f(p.ratio(Mode::Rss)), f(p.ratio(Mode::SwRing)), f(p.ratio(Mode::SwUds)));
+        println!();
     }
-    println!("(medians over rounds; ratios are medians of per-round ratios of requests/s)");
+    println!();
+    println!("Tern's RSD over each baseline: median [min-max] of the per-round ratios of requests/s");
+    println!(
+        "{:<8} {:>3} {:>4} {:>3} {:>20} {:>20} {:>20}",
+        "vary", "k", "R", "b", "rsd/rss", "rsd/sw-ring", "rsd/sw-uds"
+    );
+    for p in results {
+        let f = |o: Mode| {
+            p.ratio_spread(o).map_or("-".to_string(), |s| format!("{:.2} [{:.2}-{:.2}]", s.median, s.min, s.max))
+        };
+        println!(
+            "{:<8} {:>3} {:>4} {:>3} {:>20} {:>20} {:>20}",
+            p.dimension.as_str(),
+            p.spec.checks,
+            p.spec.rules,
+            p.spec.bytes,
+            f(Mode::Rss),
+            f(Mode::SwRing),
+            f(Mode::SwUds)
+        );
+    }
+    println!("(each round runs every mode once, in an order that rotates from round to round)");
 }
