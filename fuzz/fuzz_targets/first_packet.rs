@@ -12,6 +12,7 @@ use tern_dispatch::rules::{DispatchConfig, RuleSet};
 use tern_dispatch::synth::Spec;
 
 struct Set {
+    rsd: std::sync::Mutex<tern_dispatch::rsd::Rsd>,
     machine: Machine,
     naive: NaiveMatcher,
     tables: Option<HwTables>,
@@ -38,6 +39,12 @@ fuzz_target!(|data: &[u8]| {
         sets()
             .into_iter()
             .map(|s| Set {
+                rsd: {
+                    let mut r = tern_dispatch::rsd::Rsd::new(16, 8);
+                    r.install(1, Some(std::sync::Arc::new(Machine::compile(&s, 1).unwrap())));
+                    r.set_bytestream(256);
+                    std::sync::Mutex::new(r)
+                },
                 machine: Machine::compile(&s, 1).unwrap(),
                 naive: NaiveMatcher::new(&s),
                 tables: HwTables::build(&s, &cpu).ok(),
@@ -48,7 +55,12 @@ fuzz_target!(|data: &[u8]| {
         Some((t, rest)) => (t % 3, rest),
         None => (1, data),
     };
+    // The first-packet rule on arbitrary bytes, and the RSD on them as a whole datagram.
+    let _ = tern_qnp::check_first_packet(payload, data.first().copied().unwrap_or(0), &[1, 2]);
     for s in sets {
+        if let Ok(mut rsd) = s.rsd.lock() {
+            let _ = rsd.dispatch(7, data);
+        }
         let d = s.machine.decide(req_type, payload);
         let mut scratch = Vec::new();
         assert_eq!(Some(d), s.naive.decide(1, req_type, payload, &mut scratch));

@@ -1,4 +1,4 @@
-//! `tern demo`: a short guided tour of what Tern does so far.
+//! `tern demo`: a short guided tour: QNP, L7 dispatch, and AccelSDP's cached-rule switch.
 
 use std::process::ExitCode;
 
@@ -14,7 +14,8 @@ pub struct DemoArgs {
     /// Requests per PingPong run.
     #[arg(long, default_value_t = 100_000)]
     pub requests: u64,
-    /// Seconds each dispatch mode runs in the KV part.
+    /// Seconds each dispatch mode runs in the KV part (split over 3 rounds); the flow part runs
+    /// its two paths for the same time.
     #[arg(long, default_value_t = 3.0)]
     pub dispatch_secs: f64,
 }
@@ -34,39 +35,74 @@ fn dispatch_part(secs: f64) -> Result<bool, Box<dyn std::error::Error>> {
         layout.keys, layout.spec.rules, layout.spec.checks, layout.spec.bytes
     );
     println!("   partition to one of {} workers. The client draws keys Zipf(0.9) within a partition.", layout.workers);
+    println!("   (A skip-and-check skips some bytes of a field and compares the next ones with a constant:");
+    println!("   `.A.B` skips 1, checks A, skips 1, checks B. The paper's Matcher does one per clock cycle.)");
     let store = KvStore::temporary(None)?;
     store.load(&layout)?;
     let set = layout.rule_set();
-    let mut results = Vec::new();
-    for (mode, what) in [
+    let modes = [
         (Mode::Rsd, "Tern's RSD in each worker: compiled matcher on the first packet, ring to the rule's worker"),
         (Mode::SwUds, "software dispatcher: decode, loop over the rules, Unix socket to the worker"),
-    ] {
-        let opts = ServerOptions { mode, workers: layout.workers, dispatchers: 1, ..ServerOptions::default() };
-        let server = Server::start(&opts, set.clone(), store.clone())?;
-        let mut load = LoadOptions::new(server.addr(), layout);
-        load.concurrency = 128;
-        load.duration = Duration::from_secs_f64(0.2);
-        loadgen::run(&load)?;
-        load.duration = Duration::from_secs_f64(secs);
-        let r = loadgen::run(&load)?;
-        let d = total(&server.dispatcher_stats());
-        server.stop()?;
+    ];
+    let rounds = 3;
+    println!(
+        "   {rounds} rounds of {:.1} s per mode, the two modes alternating (the order turns each round):",
+        secs / rounds as f64
+    );
+    let mut runs: Vec<Vec<loadgen::LoadReport>> = vec![Vec::new(), Vec::new()];
+    let mut drops = [0u64; 2];
+    let expected = Duration::from_secs_f64(secs * modes.len() as f64 * 1.1);
+    crate::progress::timed("dispatch", expected, false, || -> Result<(), Box<dyn std::error::Error>> {
+        for round in 0..rounds {
+            for k in 0..modes.len() {
+                let i = (k + round) % modes.len();
+                let opts = ServerOptions {
+                    mode: modes[i].0,
+                    workers: layout.workers,
+                    dispatchers: 1,
+                    ..ServerOptions::default()
+                };
+                let server = Server::start(&opts, set.clone(), store.clone())?;
+                let mut load = LoadOptions::new(server.addr(), layout);
+                load.concurrency = 128;
+                load.duration = Duration::from_secs_f64(0.1);
+                loadgen::run(&load)?;
+                load.duration = Duration::from_secs_f64(secs / rounds as f64);
+                let r = loadgen::run(&load)?;
+                let d = total(&server.dispatcher_stats());
+                server.stop()?;
+                drops[i] += d.rsd.drops.iter().sum::<u64>() + d.handoff_full;
+                runs[i].push(r);
+            }
+        }
+        Ok(())
+    })?;
+    let spread = |v: &[f64]| tern_dispatch::bench::Spread::of(v).map_or((0.0, 0.0, 0.0), |s| (s.median, s.min, s.max));
+    for (i, (mode, what)) in modes.iter().enumerate() {
+        let rps: Vec<f64> = runs[i].iter().map(|r| r.rps).collect();
+        let (m, lo, hi) = spread(&rps);
+        let p99: Vec<f64> = runs[i].iter().map(|r| r.p99_us).collect();
+        let answered: u64 = runs[i].iter().map(|r| r.completed).sum();
+        let wrong: u64 = runs[i].iter().map(|r| r.failed + r.wrong_value + r.not_found).sum();
         println!(
-            "   {:<7} {:>8.0} GET/s  p50 {:>5.0} µs  p99 {:>5.0} µs  ({} answered, {} wrong, {} dispatcher drops) — {what}",
+            "   {:<7} {:>6.0}k GET/s [{:.0}k-{:.0}k]  p99 {:>5.0} µs  ({answered} answered, {wrong} wrong, {} dispatcher drops) — {what}",
             mode.as_str(),
-            r.rps,
-            r.p50_us,
-            r.p99_us,
-            r.completed,
-            r.failed + r.wrong_value + r.not_found,
-            d.rsd.drops.iter().sum::<u64>() + d.handoff_full
+            m / 1e3,
+            lo / 1e3,
+            hi / 1e3,
+            spread(&p99).0,
+            drops[i]
         );
-        results.push(r);
     }
-    let ratio = if results[1].rps > 0.0 { results[0].rps / results[1].rps } else { 0.0 };
-    println!("   rsd / sw-uds = {ratio:.2} in requests/s on this machine's cores (kernel UDP dominates the");
-    println!("   cost per request here; `tern bench dispatch` sweeps all modes and rule shapes).");
+    let ratios: Vec<f64> =
+        runs[0].iter().zip(&runs[1]).filter(|(_, b)| b.rps > 0.0).map(|(a, b)| a.rps / b.rps).collect();
+    let (m, lo, hi) = spread(&ratios);
+    println!(
+        "   rsd / sw-uds = {m:.2} [{lo:.2}-{hi:.2} over the {rounds} rounds] in requests/s on this machine's cores"
+    );
+    println!("   (kernel UDP dominates the cost per request here, and the client shares the cores;");
+    println!("   `tern bench dispatch` sweeps all modes and rule shapes).");
+    let results: Vec<&loadgen::LoadReport> = runs.iter().flatten().collect();
     let profile = tern_hw::Profile::builtin("qingniao-u250")?;
     let rep = offload::report(&set, &profile, Workload { packets: 1, frame_bytes: 128 })?;
     if let Some(app) = rep.apps.first() {
@@ -79,8 +115,9 @@ fn dispatch_part(secs: f64) -> Result<bool, Box<dyn std::error::Error>> {
             if rep.offloadable { "they fit" } else { "they do not fit" }
         );
         if let Some(p) = &app.projection {
+            println!("   Projected there (from the profile's model of the U250, a projection, not a measurement):");
             println!(
-                "   Projected there: {} cycles per request, ingress latency {:.0} ns, {:.1} M requests/s ({}-bound).",
+                "   {} cycles per request, ingress latency {:.0} ns, {:.1} M requests/s ({}-bound).",
                 p.cycles,
                 p.ingress_latency_ns,
                 p.requests_per_s / 1e6,
@@ -138,19 +175,22 @@ fn flow_part(secs: f64) -> Result<bool, Box<dyn std::error::Error>> {
         s.push(slow.phase(&frames, Duration::from_secs_f64(secs / 6.0)).pps);
     }
     let (fp, sp) = (bench::median(&f), bench::median(&s));
+    let ratios: Vec<f64> = f.iter().zip(&s).map(|(a, b)| a / b.max(1.0)).collect();
+    let r = tern_dispatch::bench::Spread::of(&ratios).map_or((0.0, 0.0, 0.0), |s| (s.median, s.min, s.max));
     println!(
-        "   64-byte frames on one core, mem ports, switch time: fast path {:.2} Mpps, slow path alone {:.2} Mpps: {:.2}x",
+        "   64-byte frames on one core, mem ports, switch time: fast path {:.2} Mpps, slow path alone {:.2} Mpps:",
         fp / 1e6,
-        sp / 1e6,
-        fp / sp.max(1.0)
+        sp / 1e6
     );
+    println!("   {:.2}x [{:.2}-{:.2} over 3 alternating rounds]", r.0, r.1, r.2);
     println!("   (`tern bench flow` measures 64 and 1024 bytes and the rule-update rate).");
     let profile = tern_hw::Profile::builtin("accelsdp-n3000")?;
     if let Some(m) = FlowModel::from_profile(&profile) {
         let bcam = profile.capacity(tern_hw::resource::FLOW_EM_ENTRIES).unwrap_or(0);
         let pr = m.project(64, 6);
+        println!("   On the paper's N3000 (a projection from the profile's model, not a measurement): {flows} cached");
         println!(
-            "   On the paper's N3000: {flows} cached flows {} its {bcam}-entry BCAM; 64-byte frames would run at",
+            "   flows {} its {bcam}-entry BCAM; 64-byte frames would run at",
             if flows as u64 <= bcam { "fit" } else { "do not fit" }
         );
         println!(
@@ -219,6 +259,12 @@ pub fn run(a: &DemoArgs) -> CmdResult {
     println!("   suppresses duplicates, so each handler runs once and each response arrives once.");
     let lossy = pingpong(a.requests, 0.10)?;
     print_report(&lossy);
+    println!("   Why p50 falls under loss: about one request in five waits out a retransmission timeout;");
+    println!("   while it waits it takes no CPU, so the requests that went through unharmed queued less.");
+    println!("   The wait shows in p99 instead.");
+    println!("   duplicate_request counts copies of requests the server had already run (the client");
+    println!("   retransmitted because the response was lost or late): the server resent its remembered");
+    println!("   response instead of running the handler, hence 0 duplicate handler runs beside it.");
 
     let ok = |r: &PingPongReport| {
         r.completed == r.requests && r.failed == 0 && r.duplicates_delivered == 0 && r.duplicate_handler_runs == 0

@@ -9,7 +9,7 @@ use crate::CmdResult;
 /// `tern hw report`.
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// The rule file.
+    /// A dispatch rule file (QingNiao) or a flow switch config (AccelSDP), told apart by content.
     pub config: PathBuf,
     /// Hardware profile (built-in name or TOML file). Default: qingniao-u250 for a dispatch
     /// rule file; for a flow config, its own profile, or accelsdp-n3000 if that is `cpu`.

@@ -28,7 +28,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// A guided tour: QNP PingPong over UDP on loopback, clean and with 10% loss.
+    /// A guided tour (about 20 s, no root, no setup): the qingniao-u250 hardware profile; QNP
+    /// PingPong over UDP on loopback, clean and with 10% loss (every request exactly once); L7
+    /// dispatch of a KV GET service, Tern's RSD against a software dispatcher, with the U250
+    /// projection; AccelSDP's cached-rule switch, fast path against slow path, with the N3000
+    /// projection. Exit 0 when every check holds.
     Demo(demo::DemoArgs),
     /// QingNiao: the QNP request protocol and its applications.
     Dispatch {
@@ -50,7 +54,8 @@ enum Command {
         #[command(subcommand)]
         command: IdlCommand,
     },
-    /// Hardware profiles.
+    /// Hardware profiles, and projections of a configuration onto one: a dispatch rule file
+    /// (QingNiao's Matcher on the U250) or a flow switch config (AccelSDP's OFUs on the N3000).
     Hw {
         #[command(subcommand)]
         command: HwCommand,
@@ -147,9 +152,12 @@ enum HwCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Project a dispatch rule file onto a profile (RAM/CAM use, skip-and-checks, cycles, ingress
-    /// latency, requests/s and the bottleneck), or a flow config (OFU and action-RAM use,
-    /// projected packets/s and latency per frame size, configuration rates).
+    /// Project a configuration onto a hardware profile. Takes either kind of config file, told
+    /// apart by its content: a dispatch rule file (examples/dispatch/*.toml: Matcher RAM/CAM use,
+    /// skip-and-checks, cycles, ingress latency, requests/s and the bottleneck; exit 1 if the
+    /// rules do not fit the Matcher) or a flow switch config (examples/flow/*.toml: OFU and
+    /// action-RAM use, projected packets/s and latency per frame size, configuration rates).
+    /// Projections come from the profile's model, not from measurements.
     Report(hw::ReportArgs),
 }
 

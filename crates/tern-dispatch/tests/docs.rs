@@ -41,3 +41,23 @@ fn docs_list_every_drop_reason_metrics_uses() {
     assert_eq!(sorted.len(), names.len(), "duplicate reason names: {names:?}");
     assert!(names.iter().all(|n| n.bytes().all(|c| c.is_ascii_lowercase() || c == b'_')), "{names:?}");
 }
+
+/// docs/dispatch.md's worked example of the KV key and value format is what the code builds.
+#[test]
+fn docs_key_format_example_is_what_the_code_builds() {
+    use tern_dispatch::kv::KvLayout;
+    use tern_dispatch::synth::Spec;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/dispatch.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let l = KvLayout { spec: Spec::default(), workers: 4, keys: 100_000 };
+    // Partition 5, key index 7: rule 5·32/24 = 6, id 7·24 + 5 = 173.
+    assert_eq!(l.rule_of(5), 6);
+    let key = l.key(5, 7);
+    let shown: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(doc.contains(&shown), "docs/dispatch.md should show the key of partition 5, index 7 as hex:\n{shown}");
+    let value: String = l.value(5, 7).iter().map(|b| format!("{b:02x}")).collect();
+    assert!(doc.contains(&value), "docs/dispatch.md should show its value as hex:\n{value}");
+    let rules = l.to_toml("kv.proto");
+    let r6 = rules.split("name = \"r6\"").nth(1).unwrap().lines().find(|l| l.starts_with("match")).unwrap();
+    assert!(doc.contains(r6.trim()), "docs/dispatch.md should show rule r6 as gen-rules writes it: {r6}");
+}
