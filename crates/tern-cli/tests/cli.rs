@@ -184,37 +184,49 @@ fn hw_report_projects_the_rule_set() {
 
 #[test]
 fn bench_dispatch_json_has_ratios_per_point_and_at_the_default_point() {
-    let dir = std::env::temp_dir().join(format!("tern-bench-dispatch-{}", std::process::id()));
-    let out = dir.to_str().unwrap();
-    let (ok, stdout, err) = tern(&[
-        "bench",
-        "dispatch",
-        "--default-only",
-        "--default-rounds",
-        "1",
-        "--phase-secs",
-        "0.2",
-        "--keys",
-        "2400",
-        "--json",
-        "--out",
-        out,
-    ]);
-    assert!(ok, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    let d = &v["default_point"];
-    for k in ["rsd_over_rss", "rsd_over_sw_ring", "rsd_over_sw_uds"] {
-        assert!(d[k].as_f64().is_some_and(|x| x > 0.0), "default_point.{k}: {d}");
-        assert!(v["points"][0][k].as_f64().is_some(), "points[0].{k}");
+    for transport in ["udp", "mem"] {
+        let dir = std::env::temp_dir().join(format!("tern-bench-dispatch-{}-{transport}", std::process::id()));
+        let out = dir.to_str().unwrap();
+        let (ok, stdout, err) = tern(&[
+            "bench",
+            "dispatch",
+            "--default-only",
+            "--default-rounds",
+            "2",
+            "--phase-secs",
+            "0.2",
+            "--keys",
+            "2400",
+            "--transport",
+            transport,
+            "--json",
+            "--out",
+            out,
+        ]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let d = &v["default_point"];
+        assert_eq!(d["transport"], transport);
+        for k in ["rsd_over_rss", "rsd_over_sw_ring", "rsd_over_sw_uds"] {
+            assert!(d[k].as_f64().is_some_and(|x| x > 0.0), "default_point.{k}: {d}");
+            assert!(v["points"][0][k].as_f64().is_some(), "points[0].{k}");
+            let s = &d["spread"][k];
+            assert!(s["min"].as_f64().unwrap() <= s["median"].as_f64().unwrap(), "{s}");
+            assert!(s["median"].as_f64().unwrap() <= s["max"].as_f64().unwrap(), "{s}");
+        }
+        for m in ["rsd", "rss", "sw-ring", "sw-uds"] {
+            let r = &d["modes"][m];
+            assert!(r["rps"].as_f64().unwrap() > 0.0 && r["p99_us"].as_f64().unwrap() > 0.0, "{m}: {r}");
+            assert_eq!(r["errors"], 0, "{m}");
+            assert!(r["serve_ns_per_request"].as_f64().unwrap() > 0.0, "{m}: {r}");
+            let dispatch = r["dispatch_ns_per_request"].as_f64().unwrap();
+            assert!(if m == "rss" { dispatch == 0.0 } else { dispatch > 0.0 }, "{m}: {r}");
+            assert!(d["projection_8_workers_4_dispatchers"][m].as_f64().unwrap() > 0.0, "{m}");
+        }
+        assert_eq!((d["checks"].as_u64(), d["rules"].as_u64(), d["bytes"].as_u64()), (Some(4), Some(32), Some(5)));
+        assert!(dir.join("dispatch.json").exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
-    for m in ["rsd", "rss", "sw-ring", "sw-uds"] {
-        let r = &d["modes"][m];
-        assert!(r["rps"].as_f64().unwrap() > 0.0 && r["p99_us"].as_f64().unwrap() > 0.0, "{m}: {r}");
-        assert_eq!(r["errors"], 0, "{m}");
-    }
-    assert_eq!((d["checks"].as_u64(), d["rules"].as_u64(), d["bytes"].as_u64()), (Some(4), Some(32), Some(5)));
-    assert!(dir.join("dispatch.json").exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -116,9 +116,19 @@ pub struct ModeResult {
     pub dispatcher_drops: u64,
     /// For each round with failures: the client's and server's counters, to find out why.
     pub diagnostics: Vec<String>,
+    /// Server CPU time per request, per round.
+    pub costs: Vec<Costs>,
 }
 
 impl ModeResult {
+    /// Median over rounds of the dispatch and serve costs per request, ns.
+    pub fn median_costs(&self) -> Costs {
+        Costs {
+            dispatch_ns: median(self.costs.iter().map(|c| c.dispatch_ns).collect()),
+            serve_ns: median(self.costs.iter().map(|c| c.serve_ns).collect()),
+        }
+    }
+
     /// Requests/s over the rounds: min, median, max.
     pub fn rps_spread(&self) -> Option<Spread> {
         Spread::of(&self.rps)
@@ -168,6 +178,22 @@ impl PointResult {
     }
 }
 
+/// What measured per-request costs give for a server of `workers` worker threads and
+/// `dispatchers` dispatcher threads on cores of their own, each thread's rate the inverse of its
+/// CPU time per request: a projection, not a measurement (no contention, no memory or cache
+/// effects, no client). Tern's RSD in the workers (`placement` workers) costs each worker both
+/// steps; dedicated RSDs and the software dispatchers are a stage of their own, the slower stage
+/// bounding the rate; `rss` has no dispatch stage.
+pub fn project(mode: Mode, placement: crate::server::Placement, c: Costs, workers: u32, dispatchers: u32) -> f64 {
+    let rate = |ns: f64| if ns > 0.0 { 1e9 / ns } else { f64::INFINITY };
+    let (w, d) = (f64::from(workers), f64::from(dispatchers));
+    match (mode, placement) {
+        (Mode::Rss, _) => w * rate(c.serve_ns),
+        (Mode::Rsd, crate::server::Placement::Workers) => w * rate(c.serve_ns + c.dispatch_ns),
+        _ => (w * rate(c.serve_ns)).min(d * rate(c.dispatch_ns)),
+    }
+}
+
 /// Minimum, median and maximum of per-round values.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Spread {
@@ -199,10 +225,11 @@ fn phase(
     rules: &RuleSet,
     store: &KvStore,
     seed: u64,
-) -> io::Result<(loadgen::LoadReport, u64, Option<String>)> {
+) -> io::Result<(loadgen::LoadReport, u64, Option<String>, Costs)> {
     let server_opts = ServerOptions { mode, ..opts.server.clone() };
     let server = Server::start(&server_opts, rules.clone(), store.clone())?;
     let mut load = LoadOptions::new(server.addr(), *layout);
+    load.net = server.mem_net().cloned();
     load.threads = opts.client_threads;
     load.flows = opts.flows;
     load.concurrency = opts.concurrency;
@@ -212,9 +239,18 @@ fn phase(
         load.duration = opts.warmup;
         loadgen::run(&load)?;
     }
+    // Costs over the measured phase only: counters before and after it.
+    let before = (
+        total(&server.dispatcher_stats()).dispatch_ns,
+        serve_ns(&server),
+        server.worker_requests().iter().sum::<u64>(),
+    );
     load.duration = opts.phase;
     let report = loadgen::run(&load)?;
     let d = total(&server.dispatcher_stats());
+    let handled = server.worker_requests().iter().sum::<u64>() - before.2;
+    let per = |ns: u64| ns as f64 / handled.max(1) as f64;
+    let costs = Costs { dispatch_ns: per(d.dispatch_ns - before.0), serve_ns: per(serve_ns(&server) - before.1) };
     let drops = d.rsd.drops.iter().sum::<u64>() + d.handoff_full;
     let failures = report.failed + report.not_found + report.wrong_value;
     let shared = server.shared().clone();
@@ -235,7 +271,22 @@ fn phase(
             d.rsd.drops
         )
     });
-    Ok((report, drops, diagnosis))
+    Ok((report, drops, diagnosis, costs))
+}
+
+fn serve_ns(server: &Server) -> u64 {
+    server.shared().workers.iter().map(|w| w.serve_ns.load(std::sync::atomic::Ordering::Relaxed)).sum()
+}
+
+/// Server CPU time per request in one phase, measured by the server's threads around their work.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Costs {
+    /// Deciding and handing off (the RSD or the software dispatcher), ns per request; 0 for
+    /// `rss`, whose dispatch is the kernel's (or, on the mem transport, the client side's) flow
+    /// hash.
+    pub dispatch_ns: f64,
+    /// Answering (handler, encoding, sending), ns per request.
+    pub serve_ns: f64,
 }
 
 /// Runs the sweep; `progress` is told about each finished phase.
@@ -254,9 +305,11 @@ pub fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> io::Result<Ve
             for k in 0..n {
                 let idx = (k + round) % n;
                 let mode = modes[idx].0;
-                let (r, drops, diagnosis) = phase(opts, mode, &layout, &rules, &store, (pi * 1000 + round) as u64)?;
+                let (r, drops, diagnosis, costs) =
+                    phase(opts, mode, &layout, &rules, &store, (pi * 1000 + round) as u64)?;
                 let m = &mut modes[idx].1;
                 m.rps.push(r.rps);
+                m.costs.push(costs);
                 m.p99_us.push(r.p99_us);
                 m.p50_us.push(r.p50_us);
                 m.errors += r.failed + r.not_found + r.wrong_value;

@@ -51,6 +51,9 @@ pub struct LoadOptions {
     pub cores: Vec<usize>,
     /// Only draw keys of these partitions (empty: all).
     pub partitions: Vec<u32>,
+    /// The in-process network of a server on the `mem` transport (`server` is then its
+    /// address); `None`: kernel UDP.
+    pub net: Option<tern_io::memnet::MemNet>,
 }
 
 impl LoadOptions {
@@ -70,6 +73,7 @@ impl LoadOptions {
             seed: 1,
             cores: Vec::new(),
             partitions: Vec::new(),
+            net: None,
         }
     }
 }
@@ -185,9 +189,29 @@ pub fn run(opts: &LoadOptions) -> io::Result<LoadReport> {
 
 fn client_thread(o: &LoadOptions, sampler: &KeySampler, t: usize, share: Option<u64>) -> io::Result<ThreadResult> {
     let pool = Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
-    let port = MultiUdpPort::bind(o.server.ip(), o.flows, tern_wire::qnp::field::REQ_ID.start, &pool)?;
     let faults = FaultConfig { seed: o.faults.seed.wrapping_add(t as u64), ..o.faults.clone() };
-    let port = FaultInjector::new(port, &pool, faults);
+    let steer = tern_wire::qnp::field::REQ_ID.start;
+    match &o.net {
+        None => {
+            let port = MultiUdpPort::bind(o.server.ip(), o.flows, steer, &pool)?;
+            client_loop(o, sampler, t, share, FaultInjector::new(port, &pool, faults), &pool)
+        }
+        Some(net) => {
+            let port = net.client(o.flows, steer, 8192);
+            client_loop(o, sampler, t, share, FaultInjector::new(port, &pool, faults), &pool)
+        }
+    }
+}
+
+fn client_loop<P: Port>(
+    o: &LoadOptions,
+    sampler: &KeySampler,
+    t: usize,
+    share: Option<u64>,
+    port: P,
+    pool: &Pool,
+) -> io::Result<ThreadResult> {
+    let pool = pool.clone();
     let mut client = QnpClient::new(port, &pool, o.qnp.clone(), o.app_id, o.server);
     let mut rng = SmallRng::seed_from_u64(o.seed ^ ((t as u64 + 1) << 32));
     let mut report = LoadReport { per_partition: vec![0; PARTITIONS as usize], ..LoadReport::default() };

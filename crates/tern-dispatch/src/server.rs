@@ -31,6 +31,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use tern_io::memnet::{MemNet, MemServerTx, Steer};
+use tern_io::ring::RingReceiver;
 use tern_io::ring::{RingSender, Split, ring};
 use tern_io::udp::{UdpConfig, UdpPort};
 use tern_io::uds::UdsPort;
@@ -136,6 +138,101 @@ impl std::fmt::Display for Placement {
     }
 }
 
+/// What carries datagrams between clients and the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// Kernel UDP sockets on `listen` (an `SO_REUSEPORT` group).
+    #[default]
+    Udp,
+    /// An in-process [`MemNet`] (no kernel): clients must be in this process and come from
+    /// [`Server::mem_net`]. For benchmarks that show the dispatch step's own cost.
+    Mem,
+}
+
+impl Transport {
+    /// The name on the command line and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::Mem => "mem",
+        }
+    }
+}
+
+impl FromStr for Transport {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Transport, String> {
+        match s {
+            "udp" => Ok(Transport::Udp),
+            "mem" => Ok(Transport::Mem),
+            other => Err(format!("unknown transport `{other}` (expected udp or mem)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A server's port to the network: a UDP socket, or a [`MemNet`] receive queue (with the
+/// network's sending side), or the sending side alone.
+#[derive(Debug)]
+enum NetPort {
+    Udp(UdpPort),
+    MemRx(RingReceiver, MemServerTx),
+    MemTx(MemServerTx),
+}
+
+impl Port for NetPort {
+    fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        match self {
+            NetPort::Udp(p) => p.recv(now, batch),
+            NetPort::MemRx(q, _) => q.recv(now, batch),
+            NetPort::MemTx(_) => Ok(0),
+        }
+    }
+    fn send(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        match self {
+            NetPort::Udp(p) => p.send(now, batch),
+            NetPort::MemRx(_, t) | NetPort::MemTx(t) => t.send(now, batch),
+        }
+    }
+    fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        match self {
+            NetPort::Udp(p) => p.wait(timeout),
+            NetPort::MemRx(q, _) => q.wait(timeout),
+            NetPort::MemTx(t) => t.wait(timeout),
+        }
+    }
+    fn local_addr(&self) -> SocketAddr {
+        match self {
+            NetPort::Udp(p) => p.local_addr(),
+            NetPort::MemRx(_, t) | NetPort::MemTx(t) => t.local_addr(),
+        }
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        match self {
+            NetPort::Udp(p) => p.poll_at(),
+            _ => None,
+        }
+    }
+    fn stats(&self) -> PortStats {
+        match self {
+            NetPort::Udp(p) => p.stats(),
+            NetPort::MemRx(q, t) => {
+                let mut s = q.stats();
+                let t = t.stats();
+                (s.tx_packets, s.tx_bytes, s.tx_dropped, s.tx_batches) =
+                    (t.tx_packets, t.tx_bytes, t.tx_dropped, t.tx_batches);
+                s
+            }
+            NetPort::MemTx(t) => t.stats(),
+        }
+    }
+}
+
 /// How to run a server.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
@@ -160,6 +257,8 @@ pub struct ServerOptions {
     pub qnp: QnpConfig,
     /// Cores every server thread may run on (empty: no restriction).
     pub cores: Vec<usize>,
+    /// Kernel UDP (the default) or an in-process network.
+    pub transport: Transport,
 }
 
 impl Default for ServerOptions {
@@ -175,6 +274,7 @@ impl Default for ServerOptions {
             ring_entries: 4096,
             qnp: QnpConfig::default(),
             cores: Vec::new(),
+            transport: Transport::Udp,
         }
     }
 }
@@ -191,6 +291,9 @@ pub struct DispatcherStats {
     /// Datagrams the receiving socket dropped: longer than a receive buffer (the kernel cut them,
     /// `MSG_TRUNC`), or from an address family the port cannot name.
     pub oversize: u64,
+    /// Time spent deciding received packets and handing them off (the RSD or the software
+    /// dispatcher, ring or socket pushes included; receiving excluded), in ns.
+    pub dispatch_ns: u64,
 }
 
 /// Counters of one worker thread.
@@ -208,6 +311,8 @@ pub struct WorkerCounters {
     pub oversize: AtomicU64,
     /// Requests partly received when the server stopped (their other packets never came).
     pub partial_at_stop: AtomicU64,
+    /// Time spent answering requests (the handler, encoding and sending responses), in ns.
+    pub serve_ns: AtomicU64,
 }
 
 /// One reason the dispatch server drops a datagram, as `tern_dispatch_drops_total{reason}` labels
@@ -335,6 +440,7 @@ pub struct Server {
     shared: Arc<Shared>,
     controls: Vec<mpsc::Sender<Command>>,
     rules: Mutex<RuleSet>,
+    net: Option<MemNet>,
 }
 
 impl std::fmt::Debug for Command {
@@ -428,26 +534,55 @@ impl Server {
         });
         let pool = Pool::new(16384, tern_io::DEFAULT_BUF_SIZE);
         let udp_cfg = UdpConfig { reuse_port: true, ..UdpConfig::default() };
-        // SO_REUSEPORT would let this server join another process's group on the same address
-        // and silently share its traffic: a plain bind first proves the address is free.
-        if opts.listen.port() != 0 {
-            std::net::UdpSocket::bind(opts.listen).map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot listen on {}: {e} (another server holds it?)", opts.listen))
-            })?;
-        }
-        // Receiving sockets first (the steering program indexes the group in bind order).
-        let first = UdpPort::bind(opts.listen, &pool, &udp_cfg)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", opts.listen)))?;
-        let addr = first.local_addr();
         let receivers = if opts.mode.uses_rules() && !on_workers { n_disp } else { usize::from(opts.workers) };
         // Threads that read sockets and hand packets to other threads: they must all have
         // stopped before a worker may take an empty queue for the end.
         let handing_off = if opts.mode.uses_rules() { receivers } else { 0 };
         shared.receiving.store(handing_off, Ordering::Relaxed);
-        let mut rx_ports = vec![first];
-        for _ in 1..receivers {
-            rx_ports.push(UdpPort::bind(addr, &pool, &udp_cfg)?);
-        }
+        let (rx_ports, addr, net) = match opts.transport {
+            Transport::Udp => {
+                // SO_REUSEPORT would let this server join another process's group on the same
+                // address and silently share its traffic: a plain bind first proves it is free.
+                if opts.listen.port() != 0 {
+                    std::net::UdpSocket::bind(opts.listen).map_err(|e| {
+                        io::Error::new(
+                            e.kind(),
+                            format!("cannot listen on {}: {e} (another server holds it?)", opts.listen),
+                        )
+                    })?;
+                }
+                // Receiving sockets first (the steering program indexes the group in bind order).
+                let first = UdpPort::bind(opts.listen, &pool, &udp_cfg)
+                    .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", opts.listen)))?;
+                let addr = first.local_addr();
+                let mut ports = vec![first];
+                for _ in 1..receivers {
+                    ports.push(UdpPort::bind(addr, &pool, &udp_cfg)?);
+                }
+                if opts.mode.uses_rules() {
+                    ports[0]
+                        .steer_reuseport_by_payload(tern_wire::qnp::field::REQ_ID.start as u32, receivers as u32)?;
+                }
+                (ports.into_iter().map(NetPort::Udp).collect::<Vec<_>>(), addr, None)
+            }
+            Transport::Mem => {
+                // The same steering as the socket group: by request id, or by flow for `rss`.
+                let steer = if opts.mode.uses_rules() {
+                    Steer::Payload { offset: tern_wire::qnp::field::REQ_ID.start }
+                } else {
+                    Steer::FlowHash
+                };
+                let (net, queues) = MemNet::new(receivers, steer, opts.ring_entries)?;
+                let ports = queues.into_iter().map(|q| NetPort::MemRx(q, net.server_tx())).collect();
+                (ports, net.server_addr(), Some(net))
+            }
+        };
+        let tx_port = |net: &Option<MemNet>| -> io::Result<NetPort> {
+            match net {
+                None => Ok(NetPort::Udp(UdpPort::bind(addr, &pool, &udp_cfg)?)),
+                Some(n) => Ok(NetPort::MemTx(n.server_tx())),
+            }
+        };
         let stop = Arc::new(AtomicBool::new(false));
         // One exactly-once memory for all workers: a retransmission that a rule reload sends to
         // another worker than its original still finds the request remembered (docs/qnp.md §7).
@@ -477,7 +612,6 @@ impl Server {
             // Each worker's socket gets the requests whose id maps to it; the RSD in the worker
             // keeps its own and rings the others' doorbells (eventfds: a worker sleeps on its
             // socket and its ring at once).
-            rx_ports[0].steer_reuseport_by_payload(tern_wire::qnp::field::REQ_ID.start as u32, n_disp as u32)?;
             let mut senders = Vec::new();
             let mut own = Vec::new();
             for _ in 0..opts.workers {
@@ -515,9 +649,8 @@ impl Server {
         } else {
             let mut tx_ports = Vec::new();
             for _ in 0..opts.workers {
-                tx_ports.push(UdpPort::bind(addr, &pool, &udp_cfg)?);
+                tx_ports.push(tx_port(&net)?);
             }
-            rx_ports[0].steer_reuseport_by_payload(tern_wire::qnp::field::REQ_ID.start as u32, n_disp as u32)?;
             let mut senders: Vec<RingSender> = Vec::new();
             let mut uds_disp: Vec<Vec<UdsPort>> = (0..n_disp).map(|_| Vec::new()).collect();
             for (w, tx) in tx_ports.into_iter().enumerate() {
@@ -557,12 +690,17 @@ impl Server {
                 threads.push(spawn(name, opts.cores.clone(), f)?);
             }
         }
-        Ok(Server { addr, mode: opts.mode, stop, threads, shared, controls, rules: Mutex::new(rules) })
+        Ok(Server { addr, mode: opts.mode, stop, threads, shared, controls, rules: Mutex::new(rules), net })
     }
 
     /// The address clients send to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The in-process network clients must use (transport `mem`), if it is one.
+    pub fn mem_net(&self) -> Option<&MemNet> {
+        self.net.as_ref()
     }
 
     /// The mode.
@@ -664,7 +802,7 @@ enum Handoff {
 
 struct DispatcherCtx {
     index: usize,
-    port: UdpPort,
+    port: NetPort,
     handoff: Handoff,
     ctl: mpsc::Receiver<Command>,
     stop: Arc<AtomicBool>,
@@ -690,6 +828,7 @@ impl DispatcherCtx {
                 self.port.wait(Duration::from_millis(2))?;
             } else {
                 stats.rx_packets += n as u64;
+                let t0 = Instant::now();
                 for p in batch.drain() {
                     match rsd.dispatch(sender_hash(&p.peer), p.data()) {
                         Verdict::Queue(q) => {
@@ -722,6 +861,7 @@ impl DispatcherCtx {
                         }
                     }
                 }
+                stats.dispatch_ns += t0.elapsed().as_nanos() as u64;
             }
             if last_publish.elapsed() >= PUBLISH_EVERY {
                 last_publish = Instant::now();
@@ -778,7 +918,7 @@ fn ring_marked(rings: &[RingSender], rung: &mut [bool]) {
 /// others into their worker's ring, and adds what other workers moved into this one's ring.
 struct RsdPort {
     index: usize,
-    udp: UdpPort,
+    udp: NetPort,
     own: tern_io::ring::RingReceiver,
     rings: Vec<RingSender>,
     rung: Vec<bool>,
@@ -817,6 +957,7 @@ impl Port for RsdPort {
         }
         let n = self.udp.recv(now, &mut self.scratch)?;
         self.stats.rx_packets += n as u64;
+        let t0 = Instant::now();
         for p in self.scratch.drain() {
             let Verdict::Queue(q) = self.rsd.dispatch(sender_hash(&p.peer), p.data()) else {
                 self.pool.put(p);
@@ -835,6 +976,9 @@ impl Port for RsdPort {
             push_ring(&self.rings, &mut self.rung, q, p, &mut self.stats, &self.pool);
         }
         ring_marked(&self.rings, &mut self.rung);
+        if n > 0 {
+            self.stats.dispatch_ns += t0.elapsed().as_nanos() as u64;
+        }
         if now.duration_since(self.last_publish) >= PUBLISH_EVERY {
             self.last_publish = now;
             self.publish();
@@ -848,7 +992,11 @@ impl Port for RsdPort {
 
     fn wait(&mut self, timeout: Duration) -> io::Result<()> {
         use std::os::fd::AsRawFd;
-        self.own.wait_with_fd(self.udp.socket().as_raw_fd(), timeout)
+        match &self.udp {
+            NetPort::Udp(u) => self.own.wait_with_fd(u.socket().as_raw_fd(), timeout),
+            NetPort::MemRx(q, _) => self.own.wait_with_ring(q, timeout),
+            NetPort::MemTx(_) => self.own.wait(timeout),
+        }
     }
 
     fn local_addr(&self) -> SocketAddr {
@@ -922,6 +1070,7 @@ impl WorkerCtx {
             }
             let quiet = stopping && self.shared.receiving.load(Ordering::Acquire) == 0;
             let got = server.recv_req(&mut reqs, Duration::from_millis(2))?;
+            let t0 = Instant::now();
             let (mut n, mut found, mut errors) = (0, 0, 0);
             for r in reqs.drain(..) {
                 let (v, ok) = self.store.handle(&r.req);
@@ -936,6 +1085,7 @@ impl WorkerCtx {
                 me.found.fetch_add(found, Ordering::Relaxed);
                 me.store_errors.fetch_add(errors, Ordering::Relaxed);
                 server.flush()?;
+                me.serve_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
             if last_publish.elapsed() >= PUBLISH_EVERY {
                 last_publish = Instant::now();
@@ -961,6 +1111,7 @@ pub fn total(stats: &[DispatcherStats]) -> DispatcherStats {
         t.handoff_full += s.handoff_full;
         t.rx_packets += s.rx_packets;
         t.oversize += s.oversize;
+        t.dispatch_ns += s.dispatch_ns;
         t.rsd.first_packets += s.rsd.first_packets;
         t.rsd.stash_hits += s.rsd.stash_hits;
         t.rsd.default_queue += s.rsd.default_queue;

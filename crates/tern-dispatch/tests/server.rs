@@ -273,3 +273,32 @@ fn every_unserved_datagram_is_counted() {
         server.stop().unwrap();
     }
 }
+
+/// The in-process transport: every mode answers every GET right over a MemNet, with the same
+/// steering as the socket group (by request id, or by flow for `rss`), on the rule's worker.
+#[test]
+fn every_mode_answers_every_get_over_the_mem_transport() {
+    use tern_dispatch::server::Transport;
+    let l = layout();
+    let st = store(&l);
+    for opts in configs(&Mode::ALL) {
+        let opts = ServerOptions { transport: Transport::Mem, ..opts };
+        let mode = name(&opts);
+        let server = Server::start(&opts, l.rule_set(), st.clone()).unwrap();
+        let mut load = LoadOptions::new(server.addr(), l);
+        load.net = server.mem_net().cloned();
+        load.requests = Some(3000);
+        load.duration = Duration::from_secs(30);
+        load.threads = 2;
+        let r = loadgen::run(&load).unwrap();
+        assert_eq!((r.completed, r.failed, r.not_found, r.wrong_value), (3000, 0, 0, 0), "{mode}");
+        let handled = server.worker_requests();
+        assert_eq!(handled.iter().sum::<u64>(), 3000, "{mode}: handler runs");
+        if opts.mode != Mode::Rss {
+            assert_eq!(handled, expected_per_worker(&l, &r.per_partition), "{mode}: the rules' workers");
+            let d = tern_dispatch::server::total(&server.dispatcher_stats());
+            assert!(d.dispatch_ns > 0, "{mode}: dispatch time measured");
+        }
+        server.stop().unwrap();
+    }
+}

@@ -35,6 +35,7 @@
 pub mod afpacket;
 pub mod fault;
 pub mod mem;
+pub mod memnet;
 mod mmsg;
 pub mod pcap;
 pub mod ring;

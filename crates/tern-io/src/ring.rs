@@ -95,6 +95,11 @@ impl RingSender {
         }
     }
 
+    /// Whether `other` feeds the same ring.
+    pub fn same_ring(&self, other: &RingSender) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// Packets waiting.
     pub fn len(&self) -> usize {
         self.0.ring.len()
@@ -131,6 +136,46 @@ impl RingReceiver {
     }
 }
 
+impl RingReceiver {
+    /// Sleeps until this ring or `other` (both made by [`ring_with_fd`]) has packets, or
+    /// `timeout`: for a consumer fed by two rings (a worker's own ring and a receive queue).
+    pub fn wait_with_ring(&mut self, other: &RingReceiver, timeout: Duration) -> io::Result<()> {
+        self.wait_rings(Some(other), timeout)
+    }
+
+    fn wait_rings(&self, other: Option<&RingReceiver>, timeout: Duration) -> io::Result<()> {
+        let rings: Vec<&Shared> = std::iter::once(&*self.shared).chain(other.map(|o| &*o.shared)).collect();
+        let mut fds = Vec::with_capacity(2);
+        for r in &rings {
+            match &r.wake {
+                Some(w) => fds.push(libc::pollfd { fd: w.as_raw_fd(), events: libc::POLLIN, revents: 0 }),
+                None => return Err(io::Error::other("wait_with_ring needs rings made by ring_with_fd")),
+            }
+        }
+        for r in &rings {
+            r.sleeping.store(true, Ordering::Relaxed);
+        }
+        // Pairs with the fence in `ring_doorbell`, as in `wait`.
+        fence(Ordering::SeqCst);
+        let empty = rings.iter().all(|r| r.ring.is_empty());
+        let res = if empty { crate::udp::poll_fds(&mut fds, timeout) } else { Ok(()) };
+        for r in &rings {
+            r.sleeping.store(false, Ordering::Relaxed);
+        }
+        for (r, f) in rings.iter().zip(&fds) {
+            if f.revents != 0
+                && let Some(w) = &r.wake
+            {
+                let mut buf = [0u8; 8];
+                // SAFETY: reads at most 8 bytes into a live 8-byte buffer from an eventfd this
+                // ring owns; the count read is not needed (EAGAIN: nothing to clear).
+                let _ = unsafe { libc::read(w.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            }
+        }
+        res
+    }
+}
+
 impl Port for RingReceiver {
     fn recv(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
         Ok(crate::pop_into(&self.shared.ring, batch, &mut self.stats))
@@ -144,6 +189,10 @@ impl Port for RingReceiver {
     }
 
     fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        // A ring with an eventfd doorbell is woken through it, not by unparking.
+        if self.shared.wake.is_some() {
+            return self.wait_rings(None, timeout);
+        }
         let me = self.shared.consumer.get_or_init(std::thread::current);
         if me.id() != std::thread::current().id() {
             // Another thread took over the ring: sleep without a doorbell.

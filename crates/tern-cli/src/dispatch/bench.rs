@@ -9,7 +9,7 @@ use clap::Args;
 use serde_json::{Value, json};
 use tern_dispatch::bench::{self, BenchOptions, Dimension, PointResult, Spread};
 use tern_dispatch::kv::Backend;
-use tern_dispatch::server::{Mode, Placement, ServerOptions};
+use tern_dispatch::server::{Mode, Placement, ServerOptions, Transport};
 
 use super::plot;
 use crate::CmdResult;
@@ -54,6 +54,10 @@ pub struct DispatchBenchArgs {
     /// each `workers` thread (run to completion, no extra threads, as rss).
     #[arg(long, default_value = "workers")]
     pub rsd_placement: Placement,
+    /// What carries the requests: `udp` (kernel UDP on loopback) or `mem` (client and server in
+    /// this process over tern-io rings, no kernel, so the dispatch step's own cost shows).
+    #[arg(long, default_value = "udp")]
+    pub transport: Transport,
     /// Client threads.
     #[arg(long, default_value_t = 1)]
     pub client_threads: usize,
@@ -75,6 +79,16 @@ pub struct DispatchBenchArgs {
     /// Print the JSON summary instead of tables.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The paper's server (8 workers, 4 dispatchers) from the measured per-request costs.
+fn projection_json(p: &PointResult, placement: Placement) -> Value {
+    let mut o = serde_json::Map::new();
+    o.insert("note".into(), json!("a projection from measured CPU time per request, not a measurement"));
+    for (m, r) in &p.modes {
+        o.insert(m.as_str().into(), json!(bench::project(*m, placement, r.median_costs(), 8, 4)));
+    }
+    Value::Object(o)
 }
 
 fn spread_json(s: Option<Spread>) -> Value {
@@ -102,6 +116,8 @@ fn point_json(p: &PointResult) -> Value {
             json!({
                 "rps": r.median_rps(),
                 "rps_spread": spread_json(r.rps_spread()),
+                "dispatch_ns_per_request": r.median_costs().dispatch_ns,
+                "serve_ns_per_request": r.median_costs().serve_ns,
                 "p50_us": r.median_p50_us(),
                 "p99_us": r.median_p99_us(),
                 "rps_per_round": r.rps,
@@ -168,6 +184,7 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
             dispatchers: a.dispatchers,
             placement: a.rsd_placement,
             cores: a.server_cores.clone(),
+            transport: a.transport,
             ..ServerOptions::default()
         },
         client_threads: a.client_threads,
@@ -178,8 +195,13 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
     let env = Environment::current();
     if !a.json {
         println!(
-            "tern bench dispatch: KV GET on {} ({} keys, 62 B keys, 64 B values, Zipf 0.9 in 24 partitions) over UDP on loopback",
-            a.store, a.keys
+            "tern bench dispatch: KV GET on {} ({} keys, 62 B keys, 64 B values, Zipf 0.9 in 24 partitions) over {}",
+            a.store,
+            a.keys,
+            match a.transport {
+                Transport::Udp => "UDP on loopback",
+                Transport::Mem => "the mem transport (tern-io rings in this process, no kernel)",
+            }
         );
         println!(
             "server: {} workers + {} dispatcher(s) (rss: workers only; rsd: RSDs {}), cores {}; client: {} thread(s) × {} flows × {} outstanding, cores {}",
@@ -219,6 +241,8 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
     let default_point = results.iter().find(|p| p.dimension == Dimension::Default).map(|p| {
         let mut v = ratios(p);
         if let (Value::Object(o), Value::Object(m)) = (&mut v, point_json(p)) {
+            o.insert("transport".into(), json!(a.transport.as_str()));
+            o.insert("projection_8_workers_4_dispatchers".into(), projection_json(p, a.rsd_placement));
             o.insert("modes".into(), m["modes"].clone());
             o.insert("checks".into(), json!(p.spec.checks));
             o.insert("rules".into(), json!(p.spec.rules));
@@ -232,7 +256,7 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
         "default_point": default_point,
         "points": points,
         "config": {
-            "quick": a.quick, "keys": a.keys, "store": a.store.name(), "workers": a.workers, "dispatchers": a.dispatchers, "rsd_placement": a.rsd_placement.as_str(),
+            "quick": a.quick, "transport": a.transport.as_str(), "keys": a.keys, "store": a.store.name(), "workers": a.workers, "dispatchers": a.dispatchers, "rsd_placement": a.rsd_placement.as_str(),
             "client_threads": a.client_threads, "flows": a.flows, "concurrency": a.concurrency,
             "phase_secs": phase, "rounds": opts.rounds, "default_rounds": opts.default_rounds,
             "server_cores": a.server_cores, "client_cores": a.client_cores,
@@ -251,6 +275,7 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         print_tables(&results);
+        print_costs(&results, a.rsd_placement, a.transport);
         println!("wrote {}", json_path.display());
         for p in plots {
             println!("wrote {}", p.display());
@@ -317,4 +342,22 @@ fn print_tables(results: &[PointResult]) {
         );
     }
     println!("(each round runs every mode once, in an order that rotates from round to round)");
+}
+
+/// Server CPU time per request at the default point, and what it gives for the paper's server.
+fn print_costs(results: &[PointResult], placement: Placement, transport: Transport) {
+    let Some(p) = results.iter().find(|p| p.dimension == Dimension::Default) else { return };
+    println!();
+    println!(
+        "server CPU time per request at the default point ({transport} transport; medians over the rounds, measured by the server's threads):"
+    );
+    println!("{:<8} {:>14} {:>14} {:>28}", "mode", "dispatch ns", "serve ns", "8 workers + 4 dispatchers");
+    for (m, r) in &p.modes {
+        let c = r.median_costs();
+        let proj = bench::project(*m, placement, c, 8, 4);
+        println!("{:<8} {:>14.0} {:>14.0} {:>22.2} M/s", m.as_str(), c.dispatch_ns, c.serve_ns, proj / 1e6);
+    }
+    println!(
+        "(the last column is a projection from these costs, each thread on a core of its own, not a measurement; dispatch includes the hand-off)"
+    );
 }
