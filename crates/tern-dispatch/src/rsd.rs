@@ -370,12 +370,7 @@ impl<D: Decide> Rsd<D> {
 
 /// A cheap hash of a sender's address for the stash tag.
 pub fn sender_hash(addr: &std::net::SocketAddr) -> u32 {
-    let (ip, port) = match addr {
-        std::net::SocketAddr::V4(a) => (u64::from(a.ip().to_bits()), a.port()),
-        std::net::SocketAddr::V6(a) => ((a.ip().to_bits() as u64) ^ ((a.ip().to_bits() >> 64) as u64), a.port()),
-    };
-    let h = (ip ^ (u64::from(port) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (h >> 32) as u32
+    (tern_io::addr_hash(addr) >> 32) as u32
 }
 
 // The headers fill exactly one 64-byte segment, as `seg_cnt` counts them.

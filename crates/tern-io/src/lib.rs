@@ -45,6 +45,18 @@ pub mod uds;
 mod packet;
 pub use packet::{Batch, DEFAULT_BATCH, DEFAULT_BUF_SIZE, DEFAULT_HEADROOM, Packet, Pool};
 
+/// A cheap 64-bit hash of a socket address (IP and port, multiplied by the golden ratio): what
+/// shards per-sender state and steers flows. Not keyed, so not for tables an attacker fills to
+/// collide.
+#[inline]
+pub fn addr_hash(addr: &std::net::SocketAddr) -> u64 {
+    let (ip, port) = match addr {
+        std::net::SocketAddr::V4(a) => (u64::from(a.ip().to_bits()), a.port()),
+        std::net::SocketAddr::V6(a) => ((a.ip().to_bits() as u64) ^ ((a.ip().to_bits() >> 64) as u64), a.port()),
+    };
+    (ip ^ (u64::from(port) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -138,14 +138,7 @@ impl MemNet {
     fn queue_of(&self, from: SocketAddr, data: &[u8]) -> usize {
         let n = self.0.queues.len();
         match self.0.steer {
-            Steer::FlowHash => {
-                let (ip, port) = match from {
-                    SocketAddr::V4(a) => (u64::from(a.ip().to_bits()), a.port()),
-                    SocketAddr::V6(a) => (a.ip().to_bits() as u64, a.port()),
-                };
-                let h = (ip ^ (u64::from(port) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                ((h >> 32) as usize) % n
-            }
+            Steer::FlowHash => ((crate::addr_hash(&from) >> 32) as usize) % n,
             Steer::Payload { offset } => be_u32(data, offset).map_or(0, |v| v as usize % n),
         }
     }

@@ -473,16 +473,6 @@ pub fn dispatch_field_repeated<'a>(mut parts: impl Iterator<Item = &'a [u8]>, fi
     tail.into_iter().any(|ty| fields.contains(&ty))
 }
 
-/// A cheap 64-bit hash of a socket address (for sharding; not keyed, not for tables an attacker
-/// fills).
-pub(crate) fn hash_peer(addr: &std::net::SocketAddr) -> u64 {
-    let (ip, port) = match addr {
-        std::net::SocketAddr::V4(a) => (u64::from(a.ip().to_bits()), a.port()),
-        std::net::SocketAddr::V6(a) => ((a.ip().to_bits() as u64) ^ ((a.ip().to_bits() >> 64) as u64), a.port()),
-    };
-    (ip ^ (u64::from(port) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
 /// `a` comes before `b` in request-id order (serial number arithmetic, RFC 1982).
 #[inline]
 pub(crate) fn id_before(a: u32, b: u32) -> bool {

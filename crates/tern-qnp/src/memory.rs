@@ -94,7 +94,7 @@ impl ExactlyOnce {
     }
 
     fn shard(&self, peer: &SocketAddr, app: u8) -> MutexGuard<'_, Shard> {
-        let h = crate::hash_peer(peer) ^ u64::from(app).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let h = tern_io::addr_hash(peer) ^ u64::from(app).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         lock(&self.shards[(h >> 32) as usize % self.shards.len()])
     }
 

@@ -32,6 +32,19 @@ pub struct ReqHandle {
     pub attempt: u8,
 }
 
+impl ReqHandle {
+    /// The handle of the request whose packet `data` (header `repr`) came from `peer`.
+    fn answering(peer: SocketAddr, repr: &Repr, data: &[u8]) -> ReqHandle {
+        ReqHandle {
+            peer,
+            app_id: repr.app_id,
+            req_type: repr.req_type,
+            req_id: repr.req_id,
+            attempt: data[tern_wire::qnp::field::ATTEMPT],
+        }
+    }
+}
+
 /// A complete request, delivered once.
 #[derive(Debug, Clone, Copy)]
 pub struct Incoming<'a> {
@@ -175,13 +188,7 @@ impl Server {
             }
             Admit::Duplicate(resend) => {
                 if let Some(seg) = resend {
-                    let handle = ReqHandle {
-                        peer,
-                        app_id: repr.app_id,
-                        req_type: repr.req_type,
-                        req_id: repr.req_id,
-                        attempt: data[tern_wire::qnp::field::ATTEMPT],
-                    };
+                    let handle = ReqHandle::answering(peer, &repr, data);
                     self.tx.push_back(TxItem { handle, seg, next: 0, new: false });
                     self.stats.retransmissions += 1;
                 }
@@ -222,13 +229,7 @@ impl Server {
                     return None;
                 }
                 self.stats.requests += 1;
-                let handle = ReqHandle {
-                    peer,
-                    app_id: repr.app_id,
-                    req_type: repr.req_type,
-                    req_id: repr.req_id,
-                    attempt: data[tern_wire::qnp::field::ATTEMPT],
-                };
+                let handle = ReqHandle::answering(peer, &repr, data);
                 Some(Incoming { handle, parts })
             }
         }

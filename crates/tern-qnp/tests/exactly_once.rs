@@ -50,18 +50,23 @@ fn serve(server: &mut Server, pool: &Pool, now: Instant, peer: SocketAddr, pkt: 
     (ran, out)
 }
 
+/// Two workers of one server, sharing one exactly-once memory.
+fn two_workers() -> (Pool, Instant, Server, Server) {
+    let cfg = QnpConfig::default();
+    let memory = Arc::new(ExactlyOnce::new(&cfg, 8));
+    let now = Instant::now();
+    let w0 = Server::with_memory(cfg.clone(), &[1], now, memory.clone());
+    let w1 = Server::with_memory(cfg, &[1], now, memory);
+    (Pool::new(256, 2048), now, w0, w1)
+}
+
 fn peer() -> SocketAddr {
     "10.0.0.9:5000".parse().unwrap()
 }
 
 #[test]
 fn a_retransmission_on_another_worker_gets_the_remembered_response() {
-    let pool = Pool::new(256, 2048);
-    let cfg = QnpConfig::default();
-    let memory = Arc::new(ExactlyOnce::new(&cfg, 8));
-    let now = Instant::now();
-    let mut w0 = Server::with_memory(cfg.clone(), &[1], now, memory.clone());
-    let mut w1 = Server::with_memory(cfg.clone(), &[1], now, memory);
+    let (pool, now, mut w0, mut w1) = two_workers();
     let (ran, first) = serve(&mut w0, &pool, now, peer(), &request(100, 100, 42));
     assert!(ran && first.len() == 1);
     // The same request, retransmitted, now reaches worker 1 (say, after a rule reload).
@@ -74,12 +79,7 @@ fn a_retransmission_on_another_worker_gets_the_remembered_response() {
 
 #[test]
 fn the_ack_floor_is_the_same_on_every_worker() {
-    let pool = Pool::new(256, 2048);
-    let cfg = QnpConfig::default();
-    let memory = Arc::new(ExactlyOnce::new(&cfg, 8));
-    let now = Instant::now();
-    let mut w0 = Server::with_memory(cfg.clone(), &[1], now, memory.clone());
-    let mut w1 = Server::with_memory(cfg.clone(), &[1], now, memory);
+    let (pool, now, mut w0, mut w1) = two_workers();
     // Requests 100..110 answered on worker 0; the client's floor moves to 110.
     for id in 100..110 {
         assert!(serve(&mut w0, &pool, now, peer(), &request(id, 100, id)).0);
