@@ -144,25 +144,28 @@ impl RingReceiver {
     }
 
     fn wait_rings(&self, other: Option<&RingReceiver>, timeout: Duration) -> io::Result<()> {
-        let rings: Vec<&Shared> = std::iter::once(&*self.shared).chain(other.map(|o| &*o.shared)).collect();
-        let mut fds = Vec::with_capacity(2);
-        for r in &rings {
+        // At most two rings, on the stack: this runs on every idle wait.
+        let all = [Some(&*self.shared), other.map(|o| &*o.shared)];
+        let rings = &all[..if other.is_some() { 2 } else { 1 }];
+        let mut fds = [libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; 2];
+        for (f, r) in fds.iter_mut().zip(rings.iter().flatten()) {
             match &r.wake {
-                Some(w) => fds.push(libc::pollfd { fd: w.as_raw_fd(), events: libc::POLLIN, revents: 0 }),
+                Some(w) => f.fd = w.as_raw_fd(),
                 None => return Err(io::Error::other("wait_with_ring needs rings made by ring_with_fd")),
             }
         }
-        for r in &rings {
+        let fds = &mut fds[..rings.len()];
+        for r in rings.iter().flatten() {
             r.sleeping.store(true, Ordering::Relaxed);
         }
         // Pairs with the fence in `ring_doorbell`, as in `wait`.
         fence(Ordering::SeqCst);
-        let empty = rings.iter().all(|r| r.ring.is_empty());
-        let res = if empty { crate::udp::poll_fds(&mut fds, timeout) } else { Ok(()) };
-        for r in &rings {
+        let empty = rings.iter().flatten().all(|r| r.ring.is_empty());
+        let res = if empty { crate::udp::poll_fds(fds, timeout) } else { Ok(()) };
+        for r in rings.iter().flatten() {
             r.sleeping.store(false, Ordering::Relaxed);
         }
-        for (r, f) in rings.iter().zip(&fds) {
+        for (r, f) in rings.iter().flatten().zip(fds.iter()) {
             if f.revents != 0
                 && let Some(w) = &r.wake
             {
