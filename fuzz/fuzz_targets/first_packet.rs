@@ -1,5 +1,7 @@
 //! First-packet matching on arbitrary bytes: the compiled machine, the naive loop and (for the
-//! offloadable rule sets) the hardware tables must never panic and must decide alike.
+//! offloadable rule sets) the hardware tables must never panic and must decide alike; the
+//! kernel steering program, interpreted, never panics, always names a socket, and (for rule sets
+//! it compiles whole) names the RSD's queue for every single-packet request the RSD decides.
 #![no_main]
 
 use std::sync::OnceLock;
@@ -16,6 +18,7 @@ struct Set {
     machine: Machine,
     naive: NaiveMatcher,
     tables: Option<HwTables>,
+    steering: tern_dispatch::steer::Steering,
 }
 
 static SETS: OnceLock<Vec<Set>> = OnceLock::new();
@@ -48,6 +51,7 @@ fuzz_target!(|data: &[u8]| {
                 machine: Machine::compile(&s, 1).unwrap(),
                 naive: NaiveMatcher::new(&s),
                 tables: HwTables::build(&s, &cpu).ok(),
+                steering: tern_dispatch::steer::Steering::compile(&s, 8),
             })
             .collect()
     });
@@ -58,8 +62,14 @@ fuzz_target!(|data: &[u8]| {
     // The first-packet rule on arbitrary bytes, and the RSD on them as a whole datagram.
     let _ = tern_qnp::check_first_packet(payload, data.first().copied().unwrap_or(0), &[1, 2]);
     for s in sets {
-        if let Ok(mut rsd) = s.rsd.lock() {
-            let _ = rsd.dispatch(7, data);
+        let socket = s.steering.socket_of(data);
+        assert!(socket < 8);
+        if let Ok(mut rsd) = s.rsd.lock()
+            && let tern_dispatch::rsd::Verdict::Queue(q) = rsd.dispatch(7, data)
+            && s.steering.complete()
+            && data.get(14..16) == Some(&[1, 0])
+        {
+            assert_eq!(socket, u32::from(q));
         }
         let d = s.machine.decide(req_type, payload);
         let mut scratch = Vec::new();

@@ -12,6 +12,7 @@ use crate::loadgen::{self, LoadOptions};
 use crate::rules::RuleSet;
 use crate::server::{Mode, Server, ServerOptions, total};
 use crate::synth::Spec;
+use tern_io::memnet::MemNet;
 use tern_qnp::pingpong::median;
 
 /// Which dimension a point varies.
@@ -240,8 +241,11 @@ fn phase(
         loadgen::run(&load)?;
     }
     // Costs over the measured phase only: counters before and after it.
+    // On the mem transport a steering program runs in the client's sending thread (as the
+    // kernel's runs in the sender's softirq): its time counts as dispatching too.
+    let program_ns = || server.mem_net().map_or(0, MemNet::program_ns);
     let before = (
-        total(&server.dispatcher_stats()).dispatch_ns,
+        total(&server.dispatcher_stats()).dispatch_ns + program_ns(),
         serve_ns(&server),
         server.worker_requests().iter().sum::<u64>(),
     );
@@ -250,7 +254,10 @@ fn phase(
     let d = total(&server.dispatcher_stats());
     let handled = server.worker_requests().iter().sum::<u64>() - before.2;
     let per = |ns: u64| ns as f64 / handled.max(1) as f64;
-    let costs = Costs { dispatch_ns: per(d.dispatch_ns - before.0), serve_ns: per(serve_ns(&server) - before.1) };
+    let costs = Costs {
+        dispatch_ns: per(d.dispatch_ns + program_ns() - before.0),
+        serve_ns: per(serve_ns(&server) - before.1),
+    };
     let drops = d.rsd.drops.iter().sum::<u64>() + d.handoff_full;
     let failures = report.failed + report.not_found + report.wrong_value;
     let shared = server.shared().clone();
@@ -283,7 +290,8 @@ fn serve_ns(server: &Server) -> u64 {
 pub struct Costs {
     /// Deciding and handing off (the RSD or the software dispatcher), ns per request; 0 for
     /// `rss`, whose dispatch is the kernel's (or, on the mem transport, the client side's) flow
-    /// hash.
+    /// hash. With kernel steering on the mem transport it includes the steering program's runs;
+    /// on UDP the kernel's runs of it are not in it (they are the sender's softirq time).
     pub dispatch_ns: f64,
     /// Answering (handler, encoding, sending), ns per request.
     pub serve_ns: f64,

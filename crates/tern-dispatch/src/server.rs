@@ -259,6 +259,10 @@ pub struct ServerOptions {
     pub cores: Vec<usize>,
     /// Kernel UDP (the default) or an in-process network.
     pub transport: Transport,
+    /// With the RSDs in the workers: compile the rules into the socket group's steering
+    /// program ([`crate::steer`]), so that requests reach their worker's socket and need no
+    /// hand-off. Off: the group shards by request id.
+    pub kernel_steering: bool,
 }
 
 impl Default for ServerOptions {
@@ -275,6 +279,7 @@ impl Default for ServerOptions {
             qnp: QnpConfig::default(),
             cores: Vec::new(),
             transport: Transport::Udp,
+            kernel_steering: true,
         }
     }
 }
@@ -286,6 +291,10 @@ pub struct DispatcherStats {
     pub rsd: RsdStats,
     /// Packets dropped because the chosen worker's ring (or socket) was full.
     pub handoff_full: u64,
+    /// Packets decided for another worker than the one whose socket received them, and moved
+    /// into its ring (RSDs in the workers; with kernel steering, what the program placed
+    /// elsewhere than the RSD decides).
+    pub handed_off: u64,
     /// Packets received.
     pub rx_packets: u64,
     /// Datagrams the receiving socket dropped: longer than a receive buffer (the kernel cut them,
@@ -441,6 +450,31 @@ pub struct Server {
     controls: Vec<mpsc::Sender<Command>>,
     rules: Mutex<RuleSet>,
     net: Option<MemNet>,
+    /// The socket group's steering, when the rules are compiled into it.
+    steering: Option<KernelSteering>,
+}
+
+/// Rules compiled into the socket group's steering program, and a handle to re-attach it.
+#[derive(Debug)]
+struct KernelSteering {
+    /// A handle of one socket of the group (UDP), or none (the mem transport's network).
+    socket: Option<std::net::UdpSocket>,
+    sockets: u16,
+    now: Mutex<crate::steer::Steering>,
+}
+
+impl KernelSteering {
+    fn attach(&self, steering: crate::steer::Steering, net: Option<&MemNet>) -> io::Result<()> {
+        if let Some(s) = &self.socket {
+            use std::os::fd::AsRawFd;
+            tern_io::udp::attach_reuseport_cbpf(s.as_raw_fd(), &steering.program)?;
+        }
+        if let Some(n) = net {
+            n.set_steer(Steer::Program(Arc::new(steering.program.clone())));
+        }
+        *self.now.lock().expect("steering lock") = steering;
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for Command {
@@ -539,6 +573,7 @@ impl Server {
         // stopped before a worker may take an empty queue for the end.
         let handing_off = if opts.mode.uses_rules() { receivers } else { 0 };
         shared.receiving.store(handing_off, Ordering::Relaxed);
+        let mut steer_handle = None;
         let (rx_ports, addr, net) = match opts.transport {
             Transport::Udp => {
                 // SO_REUSEPORT would let this server join another process's group on the same
@@ -563,6 +598,7 @@ impl Server {
                     ports[0]
                         .steer_reuseport_by_payload(tern_wire::qnp::field::REQ_ID.start as u32, receivers as u32)?;
                 }
+                steer_handle = Some(ports[0].socket().try_clone()?);
                 (ports.into_iter().map(NetPort::Udp).collect::<Vec<_>>(), addr, None)
             }
             Transport::Mem => {
@@ -576,6 +612,16 @@ impl Server {
                 let ports = queues.into_iter().map(|q| NetPort::MemRx(q, net.server_tx())).collect();
                 (ports, net.server_addr(), Some(net))
             }
+        };
+        // With the RSDs in the workers, the kernel (or the mem network) places each request on
+        // its worker's socket by the rules, and the RSD there keeps it (crate::steer).
+        let steering = if on_workers && opts.kernel_steering {
+            let first = crate::steer::Steering::compile(&rules, opts.workers);
+            let k = KernelSteering { socket: steer_handle, sockets: opts.workers, now: Mutex::new(first.clone()) };
+            k.attach(first, net.as_ref())?;
+            Some(k)
+        } else {
+            None
         };
         let tx_port = |net: &Option<MemNet>| -> io::Result<NetPort> {
             match net {
@@ -690,12 +736,18 @@ impl Server {
                 threads.push(spawn(name, opts.cores.clone(), f)?);
             }
         }
-        Ok(Server { addr, mode: opts.mode, stop, threads, shared, controls, rules: Mutex::new(rules), net })
+        Ok(Server { addr, mode: opts.mode, stop, threads, shared, controls, rules: Mutex::new(rules), net, steering })
     }
 
     /// The address clients send to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// How the socket group places requests: `Some` with the compiled rules when kernel steering
+    /// is on (RSDs in the workers), `None` when it shards by request id (or flow, for `rss`).
+    pub fn steering(&self) -> Option<crate::steer::Steering> {
+        self.steering.as_ref().map(|k| k.now.lock().expect("steering lock").clone())
     }
 
     /// The in-process network clients must use (transport `mem`), if it is one.
@@ -745,6 +797,12 @@ impl Server {
         for c in &self.controls {
             let cmd = Command::Install { app_id, matcher: matcher.clone(), generation };
             c.send(cmd).map_err(|_| "a dispatcher thread has stopped".to_string())?;
+        }
+        // The socket group's program follows the new rules; until it does, the RSDs hand off
+        // what it places elsewhere.
+        if let Some(k) = &self.steering {
+            let steering = crate::steer::Steering::compile(&merged, k.sockets);
+            k.attach(steering, self.net.as_ref()).map_err(|e| format!("cannot attach the steering program: {e}"))?;
         }
         *self.rules.lock().expect("rules lock") = merged;
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -971,6 +1029,7 @@ impl Port for RsdPort {
                     Some(p) => p,
                 }
             } else {
+                self.stats.handed_off += 1;
                 p
             };
             push_ring(&self.rings, &mut self.rung, q, p, &mut self.stats, &self.pool);
@@ -1109,6 +1168,7 @@ pub fn total(stats: &[DispatcherStats]) -> DispatcherStats {
     let mut t = DispatcherStats::default();
     for s in stats {
         t.handoff_full += s.handoff_full;
+        t.handed_off += s.handed_off;
         t.rx_packets += s.rx_packets;
         t.oversize += s.oversize;
         t.dispatch_ns += s.dispatch_ns;

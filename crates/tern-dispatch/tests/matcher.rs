@@ -183,6 +183,151 @@ proptest! {
     }
 }
 
+/// A single-packet request of `app_id` around `payload`, its `seg_cnt` covering the payload.
+fn first_packet(app_id: u8, req_type: u8, req_id: u32, payload: &[u8]) -> Vec<u8> {
+    use tern_wire::qnp::{Flags, HEADER_LEN, Packet, Repr};
+    let repr = Repr {
+        app_id,
+        req_type,
+        req_id,
+        req_acked_id: req_id,
+        req_len_in_bytes: payload.len() as u32,
+        req_len_in_pkts: 1,
+        pkt_seq_num_in_req: 0,
+        flags: Flags::DATA,
+        seg_cnt: tern_wire::qnp::seg_cnt_for(payload.len()),
+    };
+    let mut pkt = vec![0u8; HEADER_LEN];
+    repr.emit(&mut Packet::new_unchecked(&mut pkt[..]));
+    pkt.extend_from_slice(payload);
+    pkt
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// The kernel steering program (run in the interpreter) puts every request the RSD decides
+    /// on the socket of the RSD's queue; where the program had to leave rules out (`*`,
+    /// `contains`), on that socket or the request id's. It always names one of the sockets.
+    #[test]
+    fn kernel_steering_agrees_with_the_rsd(
+        set in rule_set(true),
+        reqs in prop::collection::vec((payload(), any::<u32>()), 1..16),
+    ) {
+        use std::sync::Arc;
+        use tern_dispatch::rsd::{Rsd, Verdict};
+        use tern_dispatch::steer::Steering;
+        const SOCKETS: u16 = 6;
+        let steering = Steering::compile(&set, SOCKETS);
+        prop_assert_eq!(steering.complete(), steering.left_out.is_empty());
+        let mut rsd: Rsd = Rsd::new(256, SOCKETS);
+        rsd.install(9, Some(Arc::new(Machine::compile(&set, 9).unwrap())));
+        for ((t, p), req_id) in &reqs {
+            let pkt = first_packet(9, *t, *req_id, p);
+            let socket = steering.socket_of(&pkt);
+            let by_id = req_id % u32::from(SOCKETS);
+            prop_assert!(socket < u32::from(SOCKETS), "socket {}", socket);
+            if let Verdict::Queue(q) = rsd.dispatch(1, &pkt) {
+                if steering.complete() {
+                    prop_assert_eq!(socket, u32::from(q), "payload {:?}\n{}", p, steering.program);
+                } else {
+                    prop_assert!(socket == u32::from(q) || socket == by_id, "socket {} queue {} {:?}", socket, q, steering.left_out);
+                }
+            }
+        }
+    }
+}
+
+/// Rule sets of many rules that check the same place first (prefixes, exact values and
+/// patterns over a small alphabet, some repeated), where the steering program binary-searches.
+fn run_heavy_rule_set() -> impl Strategy<Value = RuleSet> {
+    let lead = prop::collection::vec(prop::sample::select(vec![b'a', b'b', b'c', b'd']), 1..=5);
+    let kind = prop_oneof![
+        4 => lead.clone().prop_map(CondKind::Prefix),
+        1 => lead.clone().prop_map(CondKind::Exact),
+        1 => (lead.clone(), 0u32..2).prop_map(|(b, s)| CondKind::Pattern(merge(vec![PatOp::Skip(s), PatOp::Check(b)]))),
+        1 => (lead, nonempty(2)).prop_map(|(a, b)| CondKind::Pattern(merge(vec![PatOp::Check(a), PatOp::Skip(1), PatOp::Check(b)]))),
+    ];
+    (prop::collection::vec((kind, prop::option::of(nonempty(2)), 0u16..6), 0..40), 0u16..3).prop_map(
+        |(rules, default_queue)| {
+            let s = schema();
+            let app = App {
+                name: "a".into(),
+                id: 9,
+                default_queue,
+                requests: vec![(s.message("Req").unwrap().clone(), 1), (s.message("Other").unwrap().clone(), 2)],
+            };
+            let rules = rules
+                .into_iter()
+                .enumerate()
+                .map(|(index, (k, tag, queue))| {
+                    let mut conditions = vec![Condition { field: 1, field_name: "key".into(), kind: k }];
+                    if let Some(t) = tag {
+                        conditions.push(Condition { field: 2, field_name: "tag".into(), kind: CondKind::Prefix(t) });
+                    }
+                    Rule { index, name: format!("r{index}"), app_id: 9, req_type: 1, queue, conditions }
+                })
+                .collect();
+            RuleSet { delimiter: b'$', apps: vec![app], rules, warnings: Vec::new(), queues: None }
+        },
+    )
+}
+
+/// Requests of type 1 with every dispatch field, keys over the run-heavy rules' alphabet.
+fn run_heavy_request() -> impl Strategy<Value = Vec<u8>> {
+    let key = prop::collection::vec(prop::sample::select(vec![b'a', b'b', b'c', b'd', b'$']), 0..8);
+    (key, bytes(3), any::<u32>()).prop_map(|(k, tag, n)| {
+        let mut buf = Vec::new();
+        let mut w = Writer::new(&mut buf);
+        w.put_bytes(1, &k);
+        w.put_bytes(2, &tag);
+        w.put_u32(3, n);
+        buf
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Where the program binary-searches runs of rules, it still picks the RSD's queue.
+    #[test]
+    fn kernel_steering_agrees_on_runs_of_rules(
+        set in run_heavy_rule_set(),
+        reqs in prop::collection::vec(run_heavy_request(), 1..24),
+    ) {
+        use std::sync::Arc;
+        use tern_dispatch::rsd::{Rsd, Verdict};
+        use tern_dispatch::steer::Steering;
+        let steering = Steering::compile(&set, 6);
+        prop_assert!(steering.complete(), "{:?}", steering.left_out);
+        let mut rsd: Rsd = Rsd::new(256, 6);
+        rsd.install(9, Some(Arc::new(Machine::compile(&set, 9).unwrap())));
+        for (i, p) in reqs.iter().enumerate() {
+            let pkt = first_packet(9, 1, i as u32, p);
+            let Verdict::Queue(q) = rsd.dispatch(1, &pkt) else { return Err(TestCaseError::fail("the RSD refused an honest request")) };
+            prop_assert_eq!(steering.socket_of(&pkt), u32::from(q), "payload {:?}\n{}", p, steering.program);
+        }
+    }
+}
+
+/// The synthetic rule sets of `tern bench dispatch` compile whole, and every key of a rule is
+/// steered to that rule's worker.
+#[test]
+fn bench_rules_steer_whole() {
+    use tern_dispatch::steer::Steering;
+    let spec = tern_dispatch::synth::Spec::default();
+    let set = spec.rule_set(2);
+    let steering = Steering::compile(&set, 2);
+    assert!(steering.complete(), "{:?}", steering.left_out);
+    for r in 0..spec.rules {
+        let mut payload = Vec::new();
+        Writer::new(&mut payload).put_bytes(1, &spec.key(r, 62, 7));
+        // The synthetic rules live in app 1.
+        let pkt = first_packet(1, 1, 12345, &payload);
+        assert_eq!(steering.socket_of(&pkt), r % 2, "rule {r}");
+    }
+}
+
 /// Long patterns on the `key` field (skips up to 11, checks up to 12 bytes, up to 8 parts), so
 /// that one compressed run covers more than four 8-byte words.
 fn long_pattern() -> impl Strategy<Value = Vec<PatOp>> {

@@ -302,3 +302,64 @@ fn every_mode_answers_every_get_over_the_mem_transport() {
         server.stop().unwrap();
     }
 }
+
+/// With the RSDs in the workers, the rules compiled into the socket group's program (the
+/// kernel's, over UDP; the mem network's, in memory) put every request on its worker's socket:
+/// nothing is handed off, also after a reload re-attaches the program. Sharded by request id
+/// instead, about (W-1)/W of the requests are handed off.
+#[test]
+fn kernel_steering_leaves_nothing_to_hand_off() {
+    use tern_dispatch::server::{Transport, total};
+    let l = layout();
+    let st = store(&l);
+    for transport in [Transport::Udp, Transport::Mem] {
+        for kernel_steering in [true, false] {
+            let opts = ServerOptions {
+                placement: Placement::Workers,
+                workers: 3,
+                transport,
+                kernel_steering,
+                ..ServerOptions::default()
+            };
+            let what = format!("{transport:?}, kernel steering {kernel_steering}");
+            let set = l.rule_set();
+            let server = Server::start(&opts, set.clone(), st.clone()).unwrap();
+            assert_eq!(server.steering().map(|s| s.complete()), kernel_steering.then_some(true), "{what}");
+            let run = |server: &Server, seed: u64| {
+                let mut load = LoadOptions::new(server.addr(), l);
+                load.net = server.mem_net().cloned();
+                load.requests = Some(2000);
+                load.duration = Duration::from_secs(30);
+                load.seed = seed;
+                let r = loadgen::run(&load).unwrap();
+                assert_eq!((r.completed, r.failed, r.wrong_value), (2000, 0, 0), "{what}");
+                r
+            };
+            let first = run(&server, 1);
+            assert_eq!(server.worker_requests(), expected_per_worker(&l, &first.per_partition), "{what}");
+            // New rules: every rule's worker moves by one.
+            let mut rotated = set.clone();
+            for r in &mut rotated.rules {
+                r.queue = (r.queue + 1) % 3;
+            }
+            server.reconfigure(1, &rotated).unwrap();
+            let before = server.worker_requests();
+            let second = run(&server, 2);
+            let mut want = vec![0u64; 3];
+            for (w, n) in expected_per_worker(&l, &second.per_partition).into_iter().enumerate() {
+                want[(w + 1) % 3] += n;
+            }
+            let after: Vec<u64> = server.worker_requests().iter().zip(&before).map(|(a, b)| a - b).collect();
+            assert_eq!(after, want, "{what}: after the reload");
+            let shared = server.shared().clone();
+            server.stop().unwrap();
+            let handed_off =
+                total(&shared.dispatchers.iter().map(|d| d.lock().unwrap().clone()).collect::<Vec<_>>()).handed_off;
+            if kernel_steering {
+                assert_eq!(handed_off, 0, "{what}");
+            } else {
+                assert!(handed_off > 4000 / 2, "{what}: {handed_off} of 4000 handed off");
+            }
+        }
+    }
+}

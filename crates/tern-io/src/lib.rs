@@ -6,6 +6,7 @@
 //! - [`ring`]: rings with a doorbell between cores, and [`ring::Split`] (receive here, send there);
 //! - [`uds`]: Unix datagram links between threads (an IPC baseline);
 //! - [`afpacket`]: whole L2 frames on a veth or NIC through a raw socket (root);
+//! - [`cbpf`]: classic BPF programs that steer a socket group, and their interpreter;
 //! - [`pcap`]: capture files as input ([`pcap::PcapIn`]) and output ([`pcap::PcapOut`]).
 //!
 //! Wrappers stack on any port (as smoltcp's devices do): [`fault::FaultInjector`] (seeded loss,
@@ -33,6 +34,7 @@
 //! ```
 
 pub mod afpacket;
+pub mod cbpf;
 pub mod fault;
 pub mod mem;
 pub mod memnet;

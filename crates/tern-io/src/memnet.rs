@@ -37,7 +37,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -45,7 +45,7 @@ use crate::ring::{RingReceiver, RingSender, ring, ring_with_fd};
 use crate::{Batch, Port, PortStats};
 
 /// How a datagram to the server picks its receive queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Steer {
     /// A hash of the sender's address: all of a flow's datagrams meet one queue (RSS).
     FlowHash,
@@ -54,16 +54,21 @@ pub enum Steer {
         /// Byte offset in the datagram.
         offset: usize,
     },
+    /// A classic BPF program, run as the kernel runs a socket group's
+    /// ([`crate::udp::UdpPort::attach_reuseport_cbpf`]): the queue of the index it returns, the
+    /// flow hash's for an index past the last queue.
+    Program(std::sync::Arc<crate::cbpf::Program>),
 }
 
 #[derive(Debug)]
 struct Net {
     server: SocketAddr,
     queues: Vec<RingSender>,
-    steer: Steer,
+    steer: RwLock<Steer>,
     /// Each client address to its client's ring.
     clients: RwLock<HashMap<SocketAddr, RingSender>>,
     next: AtomicU32,
+    program_ns: AtomicU64,
 }
 
 /// The network; cheap to clone (every clone is the same network).
@@ -85,7 +90,14 @@ impl MemNet {
             senders.push(s);
             receivers.push(r);
         }
-        let net = Net { server, queues: senders, steer, clients: RwLock::new(HashMap::new()), next: AtomicU32::new(1) };
+        let net = Net {
+            server,
+            queues: senders,
+            steer: RwLock::new(steer),
+            clients: RwLock::new(HashMap::new()),
+            next: AtomicU32::new(1),
+            program_ns: AtomicU64::new(0),
+        };
         Ok((MemNet(Arc::new(net)), receivers))
     }
 
@@ -125,6 +137,7 @@ impl MemNet {
             addrs,
             rx,
             steer_offset,
+            steered: Vec::with_capacity(crate::DEFAULT_BATCH),
             stats: PortStats::default(),
         }
     }
@@ -135,11 +148,27 @@ impl MemNet {
         MemServerTx { net: self.clone(), rung: Vec::new(), stats: PortStats::default() }
     }
 
-    fn queue_of(&self, from: SocketAddr, data: &[u8]) -> usize {
+    /// Replaces the steering (as attaching a new program to a socket group does).
+    pub fn set_steer(&self, steer: Steer) {
+        *self.0.steer.write().unwrap_or_else(std::sync::PoisonError::into_inner) = steer;
+    }
+
+    /// Nanoseconds spent running a steering [`Steer::Program`] (timed per sent batch, in the
+    /// sending thread: the work a NIC or the kernel would do before any server core).
+    pub fn program_ns(&self) -> u64 {
+        self.0.program_ns.load(Ordering::Relaxed)
+    }
+
+    fn queue_of(&self, steer: &Steer, from: SocketAddr, data: &[u8]) -> usize {
         let n = self.0.queues.len();
-        match self.0.steer {
-            Steer::FlowHash => ((crate::addr_hash(&from) >> 32) as usize) % n,
-            Steer::Payload { offset } => be_u32(data, offset).map_or(0, |v| v as usize % n),
+        let flow = || ((crate::addr_hash(&from) >> 32) as usize) % n;
+        match steer {
+            Steer::FlowHash => flow(),
+            Steer::Payload { offset } => be_u32(data, *offset).map_or(0, |v| v as usize % n),
+            Steer::Program(p) => match p.run(data) as usize {
+                q if q < n => q,
+                _ => flow(),
+            },
         }
     }
 }
@@ -157,6 +186,8 @@ pub struct MemClient {
     rx: RingReceiver,
     steer_offset: usize,
     rung: Vec<bool>,
+    /// (flow, queue) of each packet of the batch being sent.
+    steered: Vec<(usize, usize)>,
     stats: PortStats,
 }
 
@@ -169,10 +200,23 @@ impl Port for MemClient {
 
     fn send(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
         let mut sent = 0;
-        for mut p in batch.drain() {
-            let flow = be_u32(p.data(), self.steer_offset).map_or(0, |v| v as usize % self.addrs.len());
+        // Steer the batch first (what a NIC's or the kernel's steering does, timed when it is a
+        // program), then move the packets.
+        let t0 = Instant::now();
+        self.steered.clear();
+        let program = {
+            let steer = self.net.0.steer.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for p in batch.iter() {
+                let flow = be_u32(p.data(), self.steer_offset).map_or(0, |v| v as usize % self.addrs.len());
+                self.steered.push((flow, self.net.queue_of(&steer, self.addrs[flow], p.data())));
+            }
+            matches!(*steer, Steer::Program(_))
+        };
+        if program && !self.steered.is_empty() {
+            self.net.0.program_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+        for (mut p, &(flow, q)) in batch.drain().zip(&self.steered) {
             let from = self.addrs[flow];
-            let q = self.net.queue_of(from, p.data());
             let len = p.data().len() as u64;
             p.peer = from;
             match self.net.0.queues[q].push(p) {

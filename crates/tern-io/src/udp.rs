@@ -102,43 +102,34 @@ impl UdpPort {
 
     /// Steers this socket's `SO_REUSEPORT` group by the datagram's payload: a datagram goes to
     /// the group's socket number `(big-endian u32 at payload offset `offset`) mod n`, in bind
-    /// order (a classic BPF program attached with `SO_ATTACH_REUSEPORT_CBPF`). Sockets bound
-    /// after the first `n` receive nothing but can still send from the group's address; a
-    /// datagram shorter than `offset + 4` bytes falls back to the kernel's flow hash. Call it
-    /// once every socket of the group is bound.
+    /// order. Sockets bound after the first `n` receive nothing but can still send from the
+    /// group's address; a datagram shorter than `offset + 4` bytes goes to socket 0 (never to
+    /// the kernel's flow hash, which could pick one of those). Call it once every socket of the
+    /// group is bound.
     pub fn steer_reuseport_by_payload(&self, offset: u32, n: u32) -> io::Result<()> {
         if n == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "reuseport steering needs n >= 1"));
         }
-        // SO_ATTACH_REUSEPORT_CBPF from <asm-generic/socket.h>; the same on every Linux
-        // architecture except mips, parisc and sparc.
-        const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
-        // ld [offset] (BPF_LD | BPF_W | BPF_ABS: 32-bit, network order); mod #n (BPF_ALU |
-        // BPF_MOD | BPF_K); ret a (BPF_RET | BPF_A).
-        const BPF_LD_W_ABS: u16 = 0x20;
-        const BPF_ALU_MOD_K: u16 = 0x94;
-        const BPF_RET_A: u16 = 0x16;
-        let mut prog = [
-            libc::sock_filter { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: offset },
-            libc::sock_filter { code: BPF_ALU_MOD_K, jt: 0, jf: 0, k: n },
-            libc::sock_filter { code: BPF_RET_A, jt: 0, jf: 0, k: 0 },
-        ];
-        let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_mut_ptr() };
-        // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies the
-        // program. Tested in `tests::reuseport_steering_by_payload`.
-        let r = unsafe {
-            libc::setsockopt(
-                self.fd,
-                libc::SOL_SOCKET,
-                SO_ATTACH_REUSEPORT_CBPF,
-                (&fprog as *const libc::sock_fprog).cast(),
-                size_of::<libc::sock_fprog>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        use crate::cbpf::{Insn, Program};
+        let prog = Program::new(vec![
+            Insn::ld_len(),
+            Insn::jge(offset.saturating_add(4), 1, 0),
+            Insn::ret_k(0),
+            Insn::ld_w_abs(offset),
+            Insn::alu_mod_k(n),
+            Insn::ret_a(),
+        ])
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        self.attach_reuseport_cbpf(&prog)
+    }
+
+    /// Attaches `prog` as the steering program of this socket's `SO_REUSEPORT` group
+    /// (`SO_ATTACH_REUSEPORT_CBPF`), replacing any before it: the kernel runs it on each
+    /// datagram's UDP payload and delivers the datagram to the group's socket of the index it
+    /// returns, in bind order (an index past the last socket: the kernel's flow hash). Any socket
+    /// of the group may attach, at any time.
+    pub fn attach_reuseport_cbpf(&self, prog: &crate::cbpf::Program) -> io::Result<()> {
+        attach_reuseport_cbpf(self.fd, prog)
     }
 
     fn prepare(&mut self, i: usize, iov_base: *mut u8, iov_len: usize, name_len: u32) {
@@ -427,6 +418,33 @@ impl Port for MultiUdpPort {
         }
         t
     }
+}
+
+/// Attaches `prog` to the `SO_REUSEPORT` group of socket `fd` (see
+/// [`UdpPort::attach_reuseport_cbpf`]); `fd` may be any handle of a group member.
+pub fn attach_reuseport_cbpf(fd: RawFd, prog: &crate::cbpf::Program) -> io::Result<()> {
+    // SO_ATTACH_REUSEPORT_CBPF from <asm-generic/socket.h>; the same on every Linux
+    // architecture except mips, parisc and sparc.
+    const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+    let mut insns: Vec<libc::sock_filter> =
+        prog.insns().iter().map(|i| libc::sock_filter { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect();
+    let fprog = libc::sock_fprog { len: insns.len() as u16, filter: insns.as_mut_ptr() };
+    // SAFETY: `fprog` points at `insns` (at most 4096 of them, a checked program), which outlive
+    // the call; the kernel copies the program. Tested in `tests::reuseport_steering_by_payload`
+    // and `tern-dispatch`'s `kernel_steering_places_requests_by_their_rules`.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_CBPF,
+            (&fprog as *const libc::sock_fprog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

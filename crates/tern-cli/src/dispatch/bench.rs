@@ -54,6 +54,12 @@ pub struct DispatchBenchArgs {
     /// each `workers` thread (run to completion, no extra threads, as rss).
     #[arg(long, default_value = "workers")]
     pub rsd_placement: Placement,
+    /// With the RSDs in the workers, how the socket group spreads requests over them: `rules`
+    /// (the rules compiled into the group's classic BPF program, so a request reaches its
+    /// worker's socket and needs no hand-off; see docs/dispatch.md) or `request-id` (sharded by
+    /// request id; (W-1)/W of the requests then take a ring hop to their worker).
+    #[arg(long, default_value = "rules", value_parser = ["rules", "request-id"])]
+    pub socket_steering: String,
     /// What carries the requests: `udp` (kernel UDP on loopback) or `mem` (client and server in
     /// this process over tern-io rings, no kernel, so the dispatch step's own cost shows).
     #[arg(long, default_value = "udp")]
@@ -183,6 +189,7 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
             workers: a.workers,
             dispatchers: a.dispatchers,
             placement: a.rsd_placement,
+            kernel_steering: a.socket_steering == "rules",
             cores: a.server_cores.clone(),
             transport: a.transport,
             ..ServerOptions::default()
@@ -207,9 +214,10 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
             "server: {} workers + {} dispatcher(s) (rss: workers only; rsd: RSDs {}), cores {}; client: {} thread(s) × {} flows × {} outstanding, cores {}",
             a.workers,
             a.dispatchers,
-            match a.rsd_placement {
-                Placement::Dedicated => "on the dispatcher threads",
-                Placement::Workers => "in the workers",
+            match (a.rsd_placement, a.socket_steering.as_str()) {
+                (Placement::Dedicated, _) => "on the dispatcher threads",
+                (Placement::Workers, "rules") => "in the workers, sockets steered by the rules",
+                (Placement::Workers, _) => "in the workers, sockets sharded by request id",
             },
             cores(&a.server_cores),
             a.client_threads,
@@ -256,7 +264,7 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
         "default_point": default_point,
         "points": points,
         "config": {
-            "quick": a.quick, "transport": a.transport.as_str(), "keys": a.keys, "store": a.store.name(), "workers": a.workers, "dispatchers": a.dispatchers, "rsd_placement": a.rsd_placement.as_str(),
+            "quick": a.quick, "transport": a.transport.as_str(), "keys": a.keys, "store": a.store.name(), "workers": a.workers, "dispatchers": a.dispatchers, "rsd_placement": a.rsd_placement.as_str(), "socket_steering": a.socket_steering,
             "client_threads": a.client_threads, "flows": a.flows, "concurrency": a.concurrency,
             "phase_secs": phase, "rounds": opts.rounds, "default_rounds": opts.default_rounds,
             "server_cores": a.server_cores, "client_cores": a.client_cores,

@@ -59,6 +59,12 @@ impl Collector for DispatchCollector {
             t.rsd.drops_of(RsdDrop::StashMiss),
         )?;
         counter(&mut enc, "tern_dispatch_received_packets", "Packets the dispatchers received.", t.rx_packets)?;
+        counter(
+            &mut enc,
+            "tern_dispatch_handed_off_packets",
+            "Packets an RSD in a worker decided for another worker and moved into its ring.",
+            t.handed_off,
+        )?;
         let rows: Vec<_> = self.shared.drop_counts().into_iter().map(|(name, v)| (label("reason", name), v)).collect();
         let (mut requests, mut found, mut store_errors, mut evicted) = (0, 0, 0, 0);
         let mut per_worker = Vec::new();

@@ -77,11 +77,17 @@ pub struct ServeArgs {
     /// for sw-ring and sw-uds [default: the file's server.rsds].
     #[arg(long)]
     pub dispatchers: Option<u16>,
-    /// Where Tern's RSDs run (mode rsd): in each `workers` thread (run to completion, sockets
-    /// sharded by request id; the default) or on `dedicated` threads between the sockets and
-    /// the workers (`--dispatchers` of them).
+    /// Where Tern's RSDs run (mode rsd): in each `workers` thread (run to completion, the
+    /// sockets steered as `--socket-steering` says; the default) or on `dedicated` threads
+    /// between the sockets and the workers (`--dispatchers` of them).
     #[arg(long, default_value = "workers")]
     pub rsd_placement: Placement,
+    /// With the RSDs in the workers, how the socket group spreads requests over them: `rules`
+    /// (the rules compiled into the group's classic BPF program, so a request reaches its
+    /// worker's socket and needs no hand-off; see docs/dispatch.md) or `request-id` (sharded by
+    /// request id; (W-1)/W of the requests then take a ring hop to their worker).
+    #[arg(long, default_value = "rules", value_parser = ["rules", "request-id"])]
+    pub socket_steering: String,
     /// Hardware profile: stash size, ByteStream, QNP limits [default: the file's, else cpu].
     #[arg(long)]
     pub profile: Option<String>,
@@ -214,6 +220,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         workers,
         dispatchers,
         placement: a.rsd_placement,
+        kernel_steering: a.socket_steering == "rules",
         stash_entries: profile.capacity(resource::RSD_STASH_ENTRIES).map_or(256, |n| n as usize),
         bytestream: profile.capacity(resource::RSD_BYTESTREAM_BYTES).map(|n| n as usize),
         qnp: worker_qnp(a, sc.as_ref(), &profile, workers)?,
@@ -242,7 +249,19 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let started = Instant::now();
     let threads = match (a.mode, a.rsd_placement) {
         (Mode::Rss, _) => "no dispatcher".to_string(),
-        (Mode::Rsd, Placement::Workers) => "an RSD in each worker".to_string(),
+        (Mode::Rsd, Placement::Workers) => match server.steering() {
+            Some(st) if st.complete() => {
+                format!(
+                    "an RSD in each worker, sockets steered by the rules ({}-instruction program)",
+                    st.program.len()
+                )
+            }
+            Some(st) => format!(
+                "an RSD in each worker, sockets steered by {} of {} rules (the others by request id)",
+                st.rules_compiled, st.rules_total
+            ),
+            None => "an RSD in each worker, sockets sharded by request id".to_string(),
+        },
         (Mode::Rsd, Placement::Dedicated) => format!("{dispatchers} RSD thread(s)"),
         _ => format!("{dispatchers} software dispatcher(s)"),
     };
