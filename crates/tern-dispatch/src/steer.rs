@@ -341,23 +341,29 @@ fn parse_records(a: &mut Assembler, fields: &[u8], bad: Label) {
 fn condition(a: &mut Assembler, kind: &CondKind, slot: usize, fail: Label) {
     match kind {
         CondKind::Exact(b) => {
+            // The length is exact, so every byte lies within the value.
             a.emit(Insn::ld_mem(m_len(slot)));
             a.unless(Cmp::Eq(b.len() as u32), fail);
-            check_at(a, slot, 0, b, fail);
+            if !b.is_empty() {
+                a.emit(Insn::ldx_mem(m_value(slot)));
+                compare(a, 0, b, fail);
+            }
         }
-        CondKind::Prefix(b) => check_at(a, slot, 0, b, fail),
+        CondKind::Prefix(b) => checks_at(a, slot, &[(0, b)], fail),
         CondKind::Pattern(ops) => {
             let mut at = 0u64;
+            let mut checks = Vec::new();
             for op in ops {
                 match op {
                     PatOp::Skip(n) => at += u64::from(*n),
                     PatOp::Check(b) => {
-                        check_at(a, slot, at, b, fail);
+                        checks.push((at, b.as_slice()));
                         at += b.len() as u64;
                     }
                     PatOp::ToDelim => unreachable!("refused by `expressible`"),
                 }
             }
+            checks_at(a, slot, &checks, fail);
         }
         CondKind::Suffix(b) => {
             let n = b.len() as u32;
@@ -375,20 +381,25 @@ fn condition(a: &mut Assembler, kind: &CondKind, slot: usize, fail: Label) {
     }
 }
 
-/// The value of field `slot` has `b` at `at`.
-fn check_at(a: &mut Assembler, slot: usize, at: u64, b: &[u8], fail: Label) {
-    if b.is_empty() {
+/// The value of field `slot` has each `(at, bytes)` of `checks` (in ascending places): one
+/// bounds check for the farthest byte (all must hold, so a value too short for the last fails
+/// the condition), then the comparisons.
+fn checks_at(a: &mut Assembler, slot: usize, checks: &[(u64, &[u8])], fail: Label) {
+    let Some(end) = checks.iter().map(|(at, b)| at + b.len() as u64).max() else { return };
+    if end == 0 {
         return;
     }
     // Values are at most 65535 bytes: a check reaching past that never holds.
-    let Ok(end) = u32::try_from(at + b.len() as u64) else {
+    let Ok(end) = u32::try_from(end) else {
         a.goto(fail);
         return;
     };
     a.emit(Insn::ld_mem(m_len(slot)));
     a.unless(Cmp::Ge(end), fail);
     a.emit(Insn::ldx_mem(m_value(slot)));
-    compare(a, at as u32, b, fail);
+    for (at, b) in checks {
+        compare(a, *at as u32, b, fail);
+    }
 }
 
 /// The payload has `b` at `X + at` (in bounds: checked by the caller).

@@ -230,6 +230,89 @@ impl fmt::Display for Insn {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Program {
     insns: Vec<Insn>,
+    /// The same instructions decoded for [`Program::run`]: jumps with absolute targets.
+    ops: Vec<Op>,
+}
+
+/// A decoded instruction (see [`Program::run`]); jump targets are instruction indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    LdAbs1(u32),
+    LdAbs2(u32),
+    LdAbs4(u32),
+    LdInd1(u32),
+    LdInd2(u32),
+    LdInd4(u32),
+    LdLen,
+    LdImm(u32),
+    LdMem(u8),
+    LdxImm(u32),
+    LdxMem(u8),
+    St(u8),
+    Stx(u8),
+    AddK(u32),
+    AddX,
+    SubK(u32),
+    ModK(u32),
+    Tax,
+    Txa,
+    Ja(u32),
+    JeqK(u32, u32, u32),
+    JgtK(u32, u32, u32),
+    JgeK(u32, u32, u32),
+    JeqX(u32, u32),
+    JgtX(u32, u32),
+    JgeX(u32, u32),
+    RetK(u32),
+    RetA,
+}
+
+impl Op {
+    /// Decodes instruction `i` of a checked program.
+    fn decode(i: usize, insn: Insn) -> Op {
+        let k = insn.k;
+        let next = i as u32 + 1;
+        let (t, f) = (next + u32::from(insn.jt), next + u32::from(insn.jf));
+        let slot = (k % MEM_WORDS) as u8;
+        match insn.code {
+            LD_B_ABS => Op::LdAbs1(k),
+            LD_H_ABS => Op::LdAbs2(k),
+            LD_W_ABS => Op::LdAbs4(k),
+            LD_B_IND => Op::LdInd1(k),
+            LD_H_IND => Op::LdInd2(k),
+            LD_W_IND => Op::LdInd4(k),
+            LD_W_LEN => Op::LdLen,
+            LD_IMM => Op::LdImm(k),
+            LD_MEM => Op::LdMem(slot),
+            LDX_IMM => Op::LdxImm(k),
+            LDX_MEM => Op::LdxMem(slot),
+            ST => Op::St(slot),
+            STX => Op::Stx(slot),
+            ALU_ADD_K => Op::AddK(k),
+            ALU_ADD_X => Op::AddX,
+            ALU_SUB_K => Op::SubK(k),
+            ALU_MOD_K => Op::ModK(k),
+            TAX => Op::Tax,
+            TXA => Op::Txa,
+            JA => Op::Ja(next + k),
+            JEQ_K => Op::JeqK(k, t, f),
+            JGT_K => Op::JgtK(k, t, f),
+            JGE_K => Op::JgeK(k, t, f),
+            JEQ_X => Op::JeqX(t, f),
+            JGT_X => Op::JgtX(t, f),
+            JGE_X => Op::JgeX(t, f),
+            RET_K => Op::RetK(k),
+            // RET_A; `check` refused every other opcode.
+            _ => Op::RetA,
+        }
+    }
+}
+
+/// `N` bytes of `p` at `at` (`at` may exceed `usize` on no target: it is a `u64` sum of `u32`s).
+#[inline(always)]
+fn bytes<const N: usize>(p: &[u8], at: u64) -> Option<[u8; N]> {
+    let at = usize::try_from(at).ok()?;
+    p.get(at..at.checked_add(N)?)?.try_into().ok()
 }
 
 /// Why a program would not attach.
@@ -259,7 +342,8 @@ impl Program {
     /// Checks `insns` and wraps them.
     pub fn new(insns: Vec<Insn>) -> Result<Program, ProgramError> {
         Program::check(&insns)?;
-        Ok(Program { insns })
+        let ops = insns.iter().enumerate().map(|(i, &insn)| Op::decode(i, insn)).collect();
+        Ok(Program { insns, ops })
     }
 
     /// What the kernel's classic checker demands: 1 to 4096 instructions, known opcodes, jumps
@@ -330,8 +414,71 @@ impl Program {
     }
 
     /// Runs the program on a payload, as the kernel does: the value it returns (0 when a load
-    /// reads past the payload's end).
+    /// reads past the payload's end). It runs the decoded instructions (absolute jump targets,
+    /// operand sizes resolved once); [`run_reference`](Self::run_reference) is its plain twin.
     pub fn run(&self, payload: &[u8]) -> u32 {
+        let (mut a, mut x) = (0u32, 0u32);
+        let mut mem = [0u32; MEM_WORDS as usize];
+        let mut pc = 0usize;
+        let ind = |x: u32, k: u32| u64::from(x) + u64::from(k);
+        let pick = |c: bool, t: u32, f: u32| (if c { t } else { f }) as usize;
+        // Checked programs only jump forward and end in a return: the loop ends.
+        while let Some(&op) = self.ops.get(pc) {
+            pc += 1;
+            match op {
+                Op::LdAbs1(k) => match bytes::<1>(payload, u64::from(k)) {
+                    Some(b) => a = u32::from(b[0]),
+                    None => return 0,
+                },
+                Op::LdAbs2(k) => match bytes::<2>(payload, u64::from(k)) {
+                    Some(b) => a = u32::from(u16::from_be_bytes(b)),
+                    None => return 0,
+                },
+                Op::LdAbs4(k) => match bytes::<4>(payload, u64::from(k)) {
+                    Some(b) => a = u32::from_be_bytes(b),
+                    None => return 0,
+                },
+                Op::LdInd1(k) => match bytes::<1>(payload, ind(x, k)) {
+                    Some(b) => a = u32::from(b[0]),
+                    None => return 0,
+                },
+                Op::LdInd2(k) => match bytes::<2>(payload, ind(x, k)) {
+                    Some(b) => a = u32::from(u16::from_be_bytes(b)),
+                    None => return 0,
+                },
+                Op::LdInd4(k) => match bytes::<4>(payload, ind(x, k)) {
+                    Some(b) => a = u32::from_be_bytes(b),
+                    None => return 0,
+                },
+                Op::LdLen => a = payload.len() as u32,
+                Op::LdImm(k) => a = k,
+                Op::LdMem(m) => a = mem[usize::from(m)],
+                Op::LdxImm(k) => x = k,
+                Op::LdxMem(m) => x = mem[usize::from(m)],
+                Op::St(m) => mem[usize::from(m)] = a,
+                Op::Stx(m) => mem[usize::from(m)] = x,
+                Op::AddK(k) => a = a.wrapping_add(k),
+                Op::AddX => a = a.wrapping_add(x),
+                Op::SubK(k) => a = a.wrapping_sub(k),
+                Op::ModK(k) => a = a.checked_rem(k).unwrap_or(0),
+                Op::Tax => x = a,
+                Op::Txa => a = x,
+                Op::Ja(t) => pc = t as usize,
+                Op::JeqK(k, t, f) => pc = pick(a == k, t, f),
+                Op::JgtK(k, t, f) => pc = pick(a > k, t, f),
+                Op::JgeK(k, t, f) => pc = pick(a >= k, t, f),
+                Op::JeqX(t, f) => pc = pick(a == x, t, f),
+                Op::JgtX(t, f) => pc = pick(a > x, t, f),
+                Op::JgeX(t, f) => pc = pick(a >= x, t, f),
+                Op::RetK(k) => return k,
+                Op::RetA => return a,
+            }
+        }
+        0
+    }
+
+    /// The plain interpreter: decodes each instruction as it goes. [`run`](Self::run)'s twin.
+    pub fn run_reference(&self, payload: &[u8]) -> u32 {
         let (mut a, mut x) = (0u32, 0u32);
         let mut mem = [0u32; MEM_WORDS as usize];
         let mut pc = 0usize;
@@ -398,14 +545,28 @@ impl fmt::Display for Program {
     }
 }
 
-/// Builds a program with forward labels: conditional jumps reach far targets through a `ja`,
-/// so no jump is limited to the 255 instructions a `jt`/`jf` can skip.
+/// Builds a program with forward labels. A conditional jump to a label is one instruction when
+/// the label lies within the 255 instructions its `jt`/`jf` can skip, and goes through a `ja`
+/// otherwise ([`finish`](Assembler::finish) lays the program out until every jump fits), so no
+/// jump is limited in reach and near ones cost nothing extra.
 #[derive(Debug, Default)]
 pub struct Assembler {
-    insns: Vec<Insn>,
-    /// (instruction index of a `ja`, label it goes to).
-    fixups: Vec<(usize, Label)>,
+    items: Vec<Item>,
+    /// Each label's item index, once bound.
     labels: Vec<Option<usize>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Item {
+    Insn(Insn),
+    /// `ja` to a label.
+    Goto(Label),
+    /// A conditional jump to a label: taken when `cmp` holds (`when`) or does not (`unless`).
+    Branch {
+        cmp: Cmp,
+        taken_if: bool,
+        to: Label,
+    },
 }
 
 /// A place in a program being assembled, bound once with [`Assembler::bind`].
@@ -425,20 +586,31 @@ pub enum Cmp {
     GtX,
 }
 
+impl Cmp {
+    fn insn(self, jt: u8, jf: u8) -> Insn {
+        match self {
+            Cmp::Eq(k) => Insn::jeq(k, jt, jf),
+            Cmp::Ge(k) => Insn::jge(k, jt, jf),
+            Cmp::Gt(k) => Insn::jgt(k, jt, jf),
+            Cmp::GtX => Insn::jgt_x(jt, jf),
+        }
+    }
+}
+
 impl Assembler {
     /// An empty program.
     pub fn new() -> Assembler {
         Assembler::default()
     }
 
-    /// Instructions so far.
+    /// Items so far (a far conditional jump will take two instructions).
     pub fn len(&self) -> usize {
-        self.insns.len()
+        self.items.len()
     }
 
     /// Whether nothing was emitted yet.
     pub fn is_empty(&self) -> bool {
-        self.insns.is_empty()
+        self.items.is_empty()
     }
 
     /// A new label, bound later.
@@ -449,53 +621,85 @@ impl Assembler {
 
     /// Binds `l` to the next instruction.
     pub fn bind(&mut self, l: Label) {
-        self.labels[l.0] = Some(self.insns.len());
+        self.labels[l.0] = Some(self.items.len());
     }
 
     /// Emits one instruction.
     pub fn emit(&mut self, insn: Insn) {
-        self.insns.push(insn);
+        self.items.push(Item::Insn(insn));
     }
 
     /// Goes to `l`.
     pub fn goto(&mut self, l: Label) {
-        self.fixups.push((self.insns.len(), l));
-        self.insns.push(Insn::ja(0));
+        self.items.push(Item::Goto(l));
     }
 
     /// Goes to `l` unless `cmp` holds (then falls through).
     pub fn unless(&mut self, cmp: Cmp, l: Label) {
-        // The comparison holding skips the `ja`.
-        self.emit(match cmp {
-            Cmp::Eq(k) => Insn::jeq(k, 1, 0),
-            Cmp::Ge(k) => Insn::jge(k, 1, 0),
-            Cmp::Gt(k) => Insn::jgt(k, 1, 0),
-            Cmp::GtX => Insn::jgt_x(1, 0),
-        });
-        self.goto(l);
+        self.items.push(Item::Branch { cmp, taken_if: false, to: l });
     }
 
     /// Goes to `l` if `cmp` holds.
     pub fn when(&mut self, cmp: Cmp, l: Label) {
-        self.emit(match cmp {
-            Cmp::Eq(k) => Insn::jeq(k, 0, 1),
-            Cmp::Ge(k) => Insn::jge(k, 0, 1),
-            Cmp::Gt(k) => Insn::jgt(k, 0, 1),
-            Cmp::GtX => Insn::jgt_x(0, 1),
-        });
-        self.goto(l);
+        self.items.push(Item::Branch { cmp, taken_if: true, to: l });
     }
 
-    /// Resolves the labels and checks the program.
-    pub fn finish(mut self) -> Result<Program, ProgramError> {
-        for (at, l) in std::mem::take(&mut self.fixups) {
-            let Some(to) = self.labels[l.0] else { return Err(ProgramError::Jump(at)) };
-            if to <= at {
-                return Err(ProgramError::Jump(at));
-            }
-            self.insns[at].k = (to - at - 1) as u32;
+    /// Lays the program out, resolves the labels and checks the program.
+    pub fn finish(self) -> Result<Program, ProgramError> {
+        let n = self.items.len();
+        // Where each label points, as an item index; every jump must go forward.
+        let mut target = Vec::with_capacity(n);
+        for (i, item) in self.items.iter().enumerate() {
+            let to = match item {
+                Item::Insn(_) => None,
+                Item::Goto(l) | Item::Branch { to: l, .. } => match self.labels[l.0] {
+                    Some(t) if t > i => Some(t),
+                    _ => return Err(ProgramError::Jump(i)),
+                },
+            };
+            target.push(to);
         }
-        Program::new(self.insns)
+        // Far branches take a `ja`; making one far only lengthens others, so this settles.
+        let mut far = vec![false; n];
+        let mut at = vec![0usize; n + 1];
+        loop {
+            for i in 0..n {
+                at[i + 1] = at[i] + if far[i] { 2 } else { 1 };
+            }
+            let mut changed = false;
+            for i in 0..n {
+                if let (Item::Branch { .. }, Some(t), false) = (self.items[i], target[i], far[i])
+                    && at[t] - at[i] - 1 > usize::from(u8::MAX)
+                {
+                    far[i] = true;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        let mut insns = Vec::with_capacity(at[n]);
+        for (i, item) in self.items.iter().enumerate() {
+            match *item {
+                Item::Insn(insn) => insns.push(insn),
+                Item::Goto(_) => insns.push(Insn::ja((at[target[i].expect("a goto's target")] - at[i] - 1) as u32)),
+                Item::Branch { cmp, taken_if, .. } => {
+                    let t = at[target[i].expect("a branch's target")];
+                    if far[i] {
+                        // The branch not taken skips the `ja` that follows.
+                        let (jt, jf) = if taken_if { (0, 1) } else { (1, 0) };
+                        insns.push(cmp.insn(jt, jf));
+                        insns.push(Insn::ja((t - at[i] - 2) as u32));
+                    } else {
+                        let d = (t - at[i] - 1) as u8;
+                        let (jt, jf) = if taken_if { (d, 0) } else { (0, d) };
+                        insns.push(cmp.insn(jt, jf));
+                    }
+                }
+            }
+        }
+        Program::new(insns)
     }
 }
 
@@ -528,6 +732,46 @@ mod tests {
         assert!(Program::new(both).is_ok());
     }
 
+    proptest::proptest! {
+        /// Random checked programs of every supported opcode: the decoded interpreter returns
+        /// what the plain one does, on random payloads.
+        #[test]
+        fn run_agrees_with_run_reference(
+            raw in proptest::collection::vec((0usize..28, 0u8..4, 0u8..4, 0u32..40), 1..40),
+            payloads in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..48), 1..8),
+        ) {
+            const CODES: [u16; 28] = [
+                LD_W_ABS, LD_H_ABS, LD_B_ABS, LD_W_IND, LD_H_IND, LD_B_IND, LD_W_LEN, LD_IMM, LD_MEM, LDX_IMM,
+                LDX_MEM, ST, STX, ALU_ADD_K, ALU_ADD_X, ALU_SUB_K, ALU_MOD_K, JA, JEQ_K, JGT_K, JGE_K, JEQ_X,
+                JGT_X, JGE_X, RET_K, RET_A, TAX, TXA,
+            ];
+            let n = raw.len();
+            let mut insns: Vec<Insn> = raw
+                .iter()
+                .enumerate()
+                .map(|(i, &(c, jt, jf, k))| {
+                    let code = CODES[c];
+                    let left = (n - i) as u32; // instructions after this one, the final return included
+                    let k = match code {
+                        LD_MEM | LDX_MEM | ST | STX => k % MEM_WORDS,
+                        ALU_MOD_K => k % 7 + 1,
+                        JA => k % left,
+                        _ => k,
+                    };
+                    let cap = |j: u8| (u32::from(j) % left) as u8;
+                    Insn { code, jt: cap(jt), jf: cap(jf), k }
+                })
+                .collect();
+            insns.push(Insn::ret_a());
+            // Programs the checker refuses (a slot read before it is written) are skipped.
+            if let Ok(p) = Program::new(insns) {
+                for pl in &payloads {
+                    proptest::prop_assert_eq!(p.run(pl), p.run_reference(pl), "{}", p);
+                }
+            }
+        }
+    }
+
     #[test]
     fn labels_reach_past_255_instructions() {
         let mut a = Assembler::new();
@@ -541,8 +785,24 @@ mod tests {
         a.bind(far);
         a.emit(Insn::ret_k(99));
         let p = a.finish().unwrap();
+        // ld, the far branch as a jump and a `ja`, 600 adds, two returns.
+        assert_eq!(p.len(), 1 + 2 + 600 + 2);
         assert_eq!(p.run(&[7]), 607);
         assert_eq!(p.run(&[8]), 99);
         assert_eq!(p.run(&[]), 0);
+        // Near, both senses: one instruction each.
+        let mut a = Assembler::new();
+        let (no, yes) = (a.label(), a.label());
+        a.emit(Insn::ld_b_abs(0));
+        a.when(Cmp::Gt(9), yes);
+        a.unless(Cmp::Eq(3), no);
+        a.emit(Insn::ret_k(3));
+        a.bind(no);
+        a.emit(Insn::ret_k(0));
+        a.bind(yes);
+        a.emit(Insn::ret_k(10));
+        let p = a.finish().unwrap();
+        assert_eq!(p.len(), 6);
+        assert_eq!([p.run(&[3]), p.run(&[4]), p.run(&[12])], [3, 0, 10]);
     }
 }
