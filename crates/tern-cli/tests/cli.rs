@@ -221,7 +221,7 @@ fn bench_dispatch_json_has_ratios_per_point_and_at_the_default_point() {
             assert!(r["serve_ns_per_request"].as_f64().unwrap() > 0.0, "{m}: {r}");
             let dispatch = r["dispatch_ns_per_request"].as_f64().unwrap();
             assert!(if m == "rss" { dispatch == 0.0 } else { dispatch > 0.0 }, "{m}: {r}");
-            assert!(d["projection_8_workers_4_dispatchers"][m].as_f64().unwrap() > 0.0, "{m}");
+            assert!(d["projection_paper_12_cores"][m].as_f64().unwrap() > 0.0, "{m}");
         }
         assert_eq!((d["checks"].as_u64(), d["rules"].as_u64(), d["bytes"].as_u64()), (Some(4), Some(32), Some(5)));
         assert!(dir.join("dispatch.json").exists());

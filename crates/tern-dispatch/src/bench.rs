@@ -182,15 +182,16 @@ impl PointResult {
 /// What measured per-request costs give for a server of `workers` worker threads and
 /// `dispatchers` dispatcher threads on cores of their own, each thread's rate the inverse of its
 /// CPU time per request: a projection, not a measurement (no contention, no memory or cache
-/// effects, no client). Tern's RSD in the workers (`placement` workers) costs each worker both
-/// steps; dedicated RSDs and the software dispatchers are a stage of their own, the slower stage
-/// bounding the rate; `rss` has no dispatch stage.
+/// effects, no client). Dedicated RSDs and the software dispatchers are a stage of their own, the
+/// slower stage bounding the rate. Modes without a dispatch stage (`rss`, and Tern's RSD in the
+/// workers, which costs each worker both steps) run workers on all `workers + dispatchers`
+/// cores: the paper gives QingNiao the same 12 cores as its baselines' 8 + 4 (§5.1).
 pub fn project(mode: Mode, placement: crate::server::Placement, c: Costs, workers: u32, dispatchers: u32) -> f64 {
     let rate = |ns: f64| if ns > 0.0 { 1e9 / ns } else { f64::INFINITY };
     let (w, d) = (f64::from(workers), f64::from(dispatchers));
     match (mode, placement) {
-        (Mode::Rss, _) => w * rate(c.serve_ns),
-        (Mode::Rsd, crate::server::Placement::Workers) => w * rate(c.serve_ns + c.dispatch_ns),
+        (Mode::Rss, _) => (w + d) * rate(c.serve_ns),
+        (Mode::Rsd, crate::server::Placement::Workers) => (w + d) * rate(c.serve_ns + c.dispatch_ns),
         _ => (w * rate(c.serve_ns)).min(d * rate(c.dispatch_ns)),
     }
 }

@@ -87,7 +87,8 @@ pub struct DispatchBenchArgs {
     pub json: bool,
 }
 
-/// The paper's server (8 workers, 4 dispatchers) from the measured per-request costs.
+/// The paper's 12 server cores (8 workers and 4 dispatchers, or 12 workers where there is no
+/// dispatch stage) from the measured per-request costs.
 fn projection_json(p: &PointResult, placement: Placement) -> Value {
     let mut o = serde_json::Map::new();
     o.insert("note".into(), json!("a projection from measured CPU time per request, not a measurement"));
@@ -250,7 +251,7 @@ pub fn run(a: &DispatchBenchArgs) -> CmdResult {
         let mut v = ratios(p);
         if let (Value::Object(o), Value::Object(m)) = (&mut v, point_json(p)) {
             o.insert("transport".into(), json!(a.transport.as_str()));
-            o.insert("projection_8_workers_4_dispatchers".into(), projection_json(p, a.rsd_placement));
+            o.insert("projection_paper_12_cores".into(), projection_json(p, a.rsd_placement));
             o.insert("modes".into(), m["modes"].clone());
             o.insert("checks".into(), json!(p.spec.checks));
             o.insert("rules".into(), json!(p.spec.rules));
@@ -359,13 +360,31 @@ fn print_costs(results: &[PointResult], placement: Placement, transport: Transpo
     println!(
         "server CPU time per request at the default point ({transport} transport; medians over the rounds, measured by the server's threads):"
     );
-    println!("{:<8} {:>14} {:>14} {:>28}", "mode", "dispatch ns", "serve ns", "8 workers + 4 dispatchers");
+    println!("{:<8} {:>14} {:>14} {:>28}", "mode", "dispatch ns", "serve ns", "12 cores as the paper's");
+    let mut rsd = None;
     for (m, r) in &p.modes {
         let c = r.median_costs();
         let proj = bench::project(*m, placement, c, 8, 4);
+        if *m == Mode::Rsd {
+            rsd = Some(proj);
+        }
         println!("{:<8} {:>14.0} {:>14.0} {:>22.2} M/s", m.as_str(), c.dispatch_ns, c.serve_ns, proj / 1e6);
     }
+    if let Some(rsd) = rsd {
+        let ratios: Vec<String> = p
+            .modes
+            .iter()
+            .filter(|(m, _)| *m != Mode::Rsd)
+            .map(|(m, r)| format!("rsd/{} {:.2}", m.as_str(), rsd / bench::project(*m, placement, r.median_costs(), 8, 4)))
+            .collect();
+        if !ratios.is_empty() {
+            println!("projected: {}", ratios.join(", "));
+        }
+    }
     println!(
-        "(the last column is a projection from these costs, each thread on a core of its own, not a measurement; dispatch includes the hand-off)"
+        "(the last column and the projected ratios come from these costs, not from a measurement: the baselines' 8 workers + 4 \
+         dispatchers and rss's or Tern's 12 workers (RSDs in the workers; dedicated RSDs: 8 + 4), each thread on a core of its \
+         own; dispatch includes the hand-off{})",
+        if transport == Transport::Udp { " but not the kernel's steering program" } else { "" }
     );
 }
