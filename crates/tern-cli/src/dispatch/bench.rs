@@ -375,7 +375,9 @@ fn print_costs(results: &[PointResult], placement: Placement, transport: Transpo
             .modes
             .iter()
             .filter(|(m, _)| *m != Mode::Rsd)
-            .map(|(m, r)| format!("rsd/{} {:.2}", m.as_str(), rsd / bench::project(*m, placement, r.median_costs(), 8, 4)))
+            .map(|(m, r)| {
+                format!("rsd/{} {:.2}", m.as_str(), rsd / bench::project(*m, placement, r.median_costs(), 8, 4))
+            })
             .collect();
         if !ratios.is_empty() {
             println!("projected: {}", ratios.join(", "));
