@@ -10,6 +10,7 @@ mod metrics;
 mod plot;
 mod progress;
 mod qnp;
+mod rpc;
 mod signals;
 
 use std::path::PathBuf;
@@ -48,6 +49,12 @@ enum Command {
     Bench {
         #[command(subcommand)]
         command: BenchCommand,
+    },
+    /// RpcNIC: protobuf RPC with fields placed in host or NIC memory. `rpc check` compiles a
+    /// .proto file to the schema table and checks it against a profile.
+    Rpc {
+        #[command(subcommand)]
+        command: RpcCommand,
     },
     /// The QingNiao IDL: protobuf-syntax request definitions.
     Idl {
@@ -111,6 +118,15 @@ enum BenchCommand {
     /// paper's action set, mem ports), and OFU rule populates/s. Writes reports/flow.json and
     /// PNG/SVG plots.
     Flow(flow::bench::FlowBenchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum RpcCommand {
+    /// Compile a .proto file (proto2 or proto3, no protoc) to RpcNIC's schema table and list its
+    /// classes, fields (number, label, type, placement: host, or device for `[(tern.acc) =
+    /// true]`), and what exceeds the profile's table (classes, field slots, nesting depth).
+    /// Exit 1 if something does not fit.
+    Check(rpc::CheckArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -181,6 +197,7 @@ fn main() -> ExitCode {
         Command::Bench { command: BenchCommand::Qnp(a) } => qnp::bench::run_qnp(&a),
         Command::Bench { command: BenchCommand::Dispatch(a) } => dispatch::bench::run(&a),
         Command::Bench { command: BenchCommand::Flow(a) } => flow::bench::run(&a),
+        Command::Rpc { command: RpcCommand::Check(a) } => rpc::check(&a),
         Command::Idl { command } => idl(command),
         Command::Hw { command } => hw(command),
     };

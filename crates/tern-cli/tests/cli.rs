@@ -486,3 +486,41 @@ fn errors_name_the_one_bad_item() {
     assert!(!out.contains("cargo:") && out.contains("wrote"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn rpc_check_lists_the_table_and_what_does_not_fit() {
+    let shared = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared");
+    // The paper's workload fits the U280's table: exit 0, every class listed.
+    let (ok, out, err) = tern(&["rpc", "check", &format!("{shared}/hyperprotobench/bench0/benchmark.proto")]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("class 0 hyperprotobench.M1 (proto2") && out.contains("fits rpcnic-u280's schema table"),
+        "{out}"
+    );
+    // bench2 nests deeper than the deserializer's 8-entry stack: exit 1, naming the classes.
+    let bench2 = format!("{shared}/hyperprotobench/bench2/benchmark.proto");
+    let (ok, out, _) = tern(&["rpc", "check", &bench2]);
+    assert!(!ok);
+    assert!(out.contains("does not fit: class hyperprotobench.M281.M292.M293.M295.M297: nested 10 deep"), "{out}");
+    // The cpu profile bounds nothing; --json has the table.
+    let (ok, out, err) = tern(&["rpc", "check", &bench2, "--profile", "cpu", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["class_count"].as_u64(), v["fits"].as_bool()), (Some(310), Some(true)));
+    // An Acc label on an int32 is one error naming file, message and field.
+    let dir = std::env::temp_dir().join(format!("tern-rpc-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("u.proto");
+    std::fs::write(
+        &bad,
+        "syntax = \"proto3\";\nimport \"tern/rpcnic.proto\";\nmessage User { int32 age = 3 [(tern.acc) = true]; }\n",
+    )
+    .unwrap();
+    let (ok, _, err) = tern(&["rpc", "check", bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert_eq!(
+        err.trim(),
+        "error: u.proto: message User: field age: (tern.acc) applies to string, bytes, repeated and message fields, not to a singular int32"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

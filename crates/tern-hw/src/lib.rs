@@ -55,6 +55,24 @@ pub mod resource {
     pub const FLOW_INSTRUCTION_FIFO: &str = "flow.instruction_fifo_entries";
     /// Offloaded function units the device holds at once.
     pub const FLOW_OFUS: &str = "flow.ofus";
+    /// Message classes the RPC schema table holds.
+    pub const RPC_SCHEMA_CLASSES: &str = "rpc.schema_classes";
+    /// Field slots per class in the RPC schema table.
+    pub const RPC_FIELD_SLOTS: &str = "rpc.field_slots";
+    /// Entries of the deserializer's nesting stack (the deepest message nesting it walks).
+    pub const RPC_SCHEMA_STACK: &str = "rpc.schema_stack";
+    /// Deserializer lanes.
+    pub const RPC_DESERIALIZER_LANES: &str = "rpc.deserializer_lanes";
+    /// Bytes of each lane's temp buffer (one one-shot DMA write when full or at message end).
+    pub const RPC_TEMP_BUFFER_BYTES: &str = "rpc.temp_buffer_bytes";
+    /// Bytes of a host or device memory chunk.
+    pub const RPC_CHUNK_BYTES: &str = "rpc.chunk_bytes";
+    /// Entries of the NIC's TLB over host memory (times the chunk size: the host region).
+    pub const RPC_TLB_ENTRIES: &str = "rpc.tlb_entries";
+    /// Values longer than this are referenced by pre-serialized records, not copied.
+    pub const RPC_PRESER_REF_THRESHOLD_BYTES: &str = "rpc.preser_ref_threshold_bytes";
+    /// Compute units.
+    pub const RPC_COMPUTE_UNITS: &str = "rpc.compute_units";
 }
 
 /// Names of the per-operation cycle costs profiles give (`[cycles]`).
@@ -99,23 +117,32 @@ pub mod rate {
     pub const EM_DELETE_PER_S: &str = "em.delete_per_s";
     /// Sustained EM update instructions per second.
     pub const EM_UPDATE_PER_S: &str = "em.update_per_s";
+    /// PCIe bandwidth between host and NIC, bytes per second.
+    pub const PCIE_BYTES_PER_S: &str = "pcie.bytes_per_s";
+    /// Bytes per second the NIC's serializer encodes.
+    pub const SERIALIZER_BYTES_PER_S: &str = "serializer.bytes_per_s";
 }
 
 /// Names of the fixed latencies profiles give (`[latency_ns]`).
 pub mod latency {
     /// Ingress latency from MAC to the QNP receive module, excluding the RSD's cycles.
     pub const INGRESS_FIXED: &str = "ingress.fixed";
+    /// A PCIe round trip (a read of host memory from the NIC, or of NIC memory from the host).
+    pub const PCIE_ROUND_TRIP: &str = "pcie.round_trip";
+    /// A host DRAM access.
+    pub const HOST_DRAM: &str = "host.dram";
 }
 
 pub mod flow;
 pub mod rsd;
 
 /// Names of the built-in profiles.
-pub const BUILTIN: &[&str] = &["cpu", "qingniao-u250", "accelsdp-n3000"];
+pub const BUILTIN: &[&str] = &["cpu", "qingniao-u250", "accelsdp-n3000", "rpcnic-u280"];
 
 const CPU_TOML: &str = include_str!("../../../examples/profiles/cpu.toml");
 const QINGNIAO_U250_TOML: &str = include_str!("../../../examples/profiles/qingniao-u250.toml");
 const ACCELSDP_N3000_TOML: &str = include_str!("../../../examples/profiles/accelsdp-n3000.toml");
+const RPCNIC_U280_TOML: &str = include_str!("../../../examples/profiles/rpcnic-u280.toml");
 
 /// QNP parameters of a profile. A profile that does not model QNP gets the paper's defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -204,6 +231,7 @@ impl Profile {
             "cpu" => CPU_TOML,
             "qingniao-u250" => QINGNIAO_U250_TOML,
             "accelsdp-n3000" => ACCELSDP_N3000_TOML,
+            "rpcnic-u280" => RPCNIC_U280_TOML,
             _ => return Err(ProfileError::Unknown { name: name.to_string() }),
         };
         Profile::from_toml(text, name)
@@ -436,6 +464,27 @@ mod tests {
         assert_eq!(p.qnp.timer_bits, Some(24));
         assert_eq!(p.qnp.header_align_bytes, 64);
         assert_eq!(p.qnp.header_align_bytes as usize, tern_wire_header_total());
+    }
+
+    #[test]
+    fn rpcnic_u280_matches_the_paper() {
+        // RpcNIC §III-B, §III-C, footnotes 1-2, and shared/HARDWARE.md.
+        let p = Profile::builtin("rpcnic-u280").unwrap();
+        assert_eq!(p.ns_per_cycle(), Some(4.0));
+        assert_eq!(p.capacity(resource::RPC_SCHEMA_CLASSES), Some(1024));
+        assert_eq!(p.capacity(resource::RPC_FIELD_SLOTS), Some(32));
+        assert_eq!(p.capacity(resource::RPC_SCHEMA_STACK), Some(8));
+        assert_eq!(p.capacity(resource::RPC_DESERIALIZER_LANES), Some(4));
+        assert_eq!(p.capacity(resource::RPC_TEMP_BUFFER_BYTES), Some(4096));
+        assert_eq!(p.capacity(resource::RPC_PRESER_REF_THRESHOLD_BYTES), Some(1024));
+        // The TLB covers a 64 MiB host region.
+        let region = p.capacity(resource::RPC_TLB_ENTRIES).unwrap() * p.capacity(resource::RPC_CHUNK_BYTES).unwrap();
+        assert_eq!(region, 64 << 20);
+        assert_eq!(p.rate(rate::PCIE_BYTES_PER_S), Some(12.8e9));
+        // 512 bits a cycle at 250 MHz.
+        assert_eq!(p.rate(rate::SERIALIZER_BYTES_PER_S), Some(64.0 * 250e6));
+        assert_eq!(p.latency_ns.get(latency::PCIE_ROUND_TRIP), Some(&1250.0));
+        assert_eq!(p.latency_ns.get(latency::HOST_DRAM), Some(&70.0));
     }
 
     #[test]

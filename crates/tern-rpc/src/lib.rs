@@ -1,0 +1,34 @@
+//! RpcNIC (seed 002) in software: the RPC layer of a PCIe SmartNIC, run on the CPU.
+//!
+//! This crate starts where RpcNIC's compiler starts (§III-E): `.proto` files, proto2 or proto3,
+//! compiled by `protox` (no `protoc`) into the **schema table** the NIC's deserializers and
+//! serializer read (§III-B) — one entry per message class, its fields by number with type,
+//! label, sub-class and **placement**: host memory, or the NIC's device memory for a field marked
+//! with the paper's "Acc" label, written here as the field option `[(tern.acc) = true]` from the
+//! built-in import `tern/rpcnic.proto`:
+//!
+//! ```proto
+//! syntax = "proto3";
+//! import "tern/rpcnic.proto";
+//! message User {
+//!   string name = 1;
+//!   bytes avatar = 2 [(tern.acc) = true];   // read by a compute unit: placed in device memory
+//! }
+//! ```
+//!
+//! ```
+//! let table = tern_rpc::schema::compile_str("user.proto", r#"
+//!     syntax = "proto3";
+//!     import "tern/rpcnic.proto";
+//!     message User { string name = 1; bytes avatar = 2 [(tern.acc) = true]; }
+//! "#).unwrap();
+//! let user = table.class_by_name("User").unwrap();
+//! assert_eq!(user.field(2).unwrap().placement, tern_rpc::schema::Placement::Device);
+//! ```
+//!
+//! [`check`] says what of a schema table exceeds a hardware profile's table (classes, field
+//! slots, nesting depth).
+#![forbid(unsafe_code)]
+
+pub mod check;
+pub mod schema;
