@@ -32,3 +32,4 @@
 
 pub mod check;
 pub mod schema;
+pub mod wire;

@@ -24,16 +24,8 @@ use serde::Serialize;
 
 /// The built-in import that declares `(tern.acc)`.
 pub const RPCNIC_PROTO_NAME: &str = "tern/rpcnic.proto";
-/// Its source.
-pub const RPCNIC_PROTO: &str = r#"syntax = "proto3";
-package tern;
-import "google/protobuf/descriptor.proto";
-extend google.protobuf.FieldOptions {
-  // RpcNIC's "Acc" label: the field's data is placed in the NIC's device memory, where a compute
-  // unit reads it (string, bytes, repeated and message fields).
-  bool acc = 50701;
-}
-"#;
+/// Its source (`crates/tern-rpc/proto/tern/rpcnic.proto`, for other tools' import paths).
+pub const RPCNIC_PROTO: &str = include_str!("../proto/tern/rpcnic.proto");
 
 /// Index of a class in its [`SchemaTable`].
 pub type ClassId = u32;
