@@ -353,11 +353,11 @@ mod tests {
                 match r.next_field() {
                     Ok(None) => break,
                     Ok(Some(f)) => {
-                        if f.value == Value::StartGroup {
-                            if let Err(e) = r.skip_group(f.number, 8) {
-                                prop_assert!(e.offset <= buf.len());
-                                break;
-                            }
+                        if f.value == Value::StartGroup
+                            && let Err(e) = r.skip_group(f.number, 8)
+                        {
+                            prop_assert!(e.offset <= buf.len());
+                            break;
                         }
                     }
                     Err(e) => {
