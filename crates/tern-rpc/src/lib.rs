@@ -30,6 +30,10 @@
 //! slots, nesting depth).
 #![forbid(unsafe_code)]
 
+pub mod arena;
 pub mod check;
+pub mod decode;
+pub mod encode;
+pub mod message;
 pub mod schema;
 pub mod wire;

@@ -235,6 +235,16 @@ impl Class {
         }
     }
 
+    /// The index in [`fields`](Self::fields) of the field with `number`.
+    #[inline]
+    pub fn index_of(&self, number: u32) -> Option<usize> {
+        match self.dense.get(number as usize) {
+            Some(0) => None,
+            Some(&i) => Some(usize::from(i) - 1),
+            None => self.fields.binary_search_by_key(&number, |f| f.number).ok(),
+        }
+    }
+
     /// The field named `name`.
     pub fn field_by_name(&self, name: &str) -> Option<&Field> {
         self.fields.iter().find(|f| f.name == name)

@@ -1,0 +1,236 @@
+//! Encoding a decoded [`Message`] back to wire bytes, as C++ protobuf serializes: fields in
+//! number order, repeated scalars packed or not as the schema says (whatever form came in),
+//! proto3 fields without presence left out when zero or empty, map entries with both key and
+//! value, negative `int32` and enum values as 10-byte varints, and the unknown fields (a closed
+//! enum's undeclared values among them) last, in the order they came.
+//!
+//! Two passes: the sizes of every node (children first: a child is always stored after its
+//! parent), then the bytes, each sub-message's length known when it is written.
+
+use crate::message::{Elem, Message, NONE, Slot};
+use crate::schema::{Field, Kind, Label, WireType};
+use crate::wire::{put_varint, varint_len, zigzag32, zigzag64};
+
+/// Where encoded bytes go: counted, or written.
+trait Sink {
+    fn varint(&mut self, v: u64);
+    fn raw(&mut self, b: &[u8]);
+    fn fixed(&mut self, v: u64, width: usize);
+}
+
+struct Count(usize);
+
+impl Sink for Count {
+    #[inline]
+    fn varint(&mut self, v: u64) {
+        self.0 += varint_len(v);
+    }
+    #[inline]
+    fn raw(&mut self, b: &[u8]) {
+        self.0 += b.len();
+    }
+    #[inline]
+    fn fixed(&mut self, _: u64, width: usize) {
+        self.0 += width;
+    }
+}
+
+impl Sink for Vec<u8> {
+    #[inline]
+    fn varint(&mut self, v: u64) {
+        put_varint(self, v);
+    }
+    #[inline]
+    fn raw(&mut self, b: &[u8]) {
+        self.extend_from_slice(b);
+    }
+    #[inline]
+    fn fixed(&mut self, v: u64, width: usize) {
+        self.extend_from_slice(&v.to_le_bytes()[..width]);
+    }
+}
+
+struct Enc<'a, 'm> {
+    msg: &'a Message<'m>,
+    sizes: Vec<u32>,
+    /// Scratch: a node's entries sorted by field.
+    order: Vec<Vec<u32>>,
+}
+
+/// Encodes `msg` into `out` (appending).
+pub fn encode_into(msg: &Message<'_>, out: &mut Vec<u8>) {
+    let mut e = Enc { msg, sizes: vec![0; msg.nodes.len()], order: Vec::new() };
+    for n in (0..msg.nodes.len()).rev() {
+        let mut c = Count(0);
+        e.node(n as u32, &mut c, 0, false);
+        e.sizes[n] = c.0 as u32;
+    }
+    out.reserve(e.sizes[0] as usize);
+    e.node(0, out, 0, true);
+}
+
+/// Encodes `msg`.
+pub fn encode(msg: &Message<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_into(msg, &mut out);
+    out
+}
+
+/// The wire value of a scalar's stored bits.
+#[inline]
+fn scalar_wire(kind: Kind, bits: u64) -> u64 {
+    match kind {
+        Kind::Sint32 => u64::from(zigzag32(bits as i32)),
+        Kind::Sint64 => zigzag64(bits as i64),
+        _ => bits,
+    }
+}
+
+impl Enc<'_, '_> {
+    fn elems(&self, first: u32) -> impl Iterator<Item = Elem> + '_ {
+        let mut at = first;
+        std::iter::from_fn(move || {
+            if at == NONE {
+                return None;
+            }
+            let e = self.msg.elems[at as usize];
+            at = e.next;
+            Some(e)
+        })
+    }
+
+    /// Writes (or counts) one value of `field` without its tag.
+    fn value<S: Sink>(&mut self, field: &Field, slot: Slot, s: &mut S, depth: usize, write: bool) {
+        match (field.kind, slot) {
+            (Kind::Double | Kind::Fixed64 | Kind::Sfixed64, Slot::Scalar(b)) => s.fixed(b, 8),
+            (Kind::Float | Kind::Fixed32 | Kind::Sfixed32, Slot::Scalar(b)) => s.fixed(b, 4),
+            (k, Slot::Scalar(b)) => s.varint(scalar_wire(k, b)),
+            (_, Slot::Bytes(p, sp)) => {
+                let b = self.msg.bytes(p, sp);
+                s.varint(b.len() as u64);
+                s.raw(b);
+            }
+            (Kind::Group(_), Slot::Msg(n)) => {
+                if write {
+                    self.node(n, s, depth + 1, true);
+                } else {
+                    s.fixed(0, self.sizes[n as usize] as usize);
+                }
+            }
+            (_, Slot::Msg(n)) => {
+                let len = self.sizes[n as usize];
+                s.varint(u64::from(len));
+                if write {
+                    self.node(n, s, depth + 1, true);
+                } else {
+                    s.fixed(0, len as usize);
+                }
+            }
+            (_, Slot::List(_)) => {}
+        }
+    }
+
+    fn tagged<S: Sink>(&mut self, field: &Field, slot: Slot, s: &mut S, depth: usize, write: bool) {
+        let wire = field.kind.wire_type();
+        s.varint((u64::from(field.number) << 3) | wire as u64);
+        self.value(field, slot, s, depth, write);
+        if wire == WireType::StartGroup {
+            s.varint((u64::from(field.number) << 3) | WireType::EndGroup as u64);
+        }
+    }
+
+    /// Writes (or counts) node `n`'s fields.
+    fn node<S: Sink>(&mut self, n: u32, s: &mut S, depth: usize, write: bool) {
+        let node = self.msg.nodes[n as usize];
+        let class = self.msg.table.class(node.class);
+        if self.order.len() <= depth {
+            self.order.resize_with(depth + 1, Vec::new);
+        }
+        let mut order = std::mem::take(&mut self.order[depth]);
+        order.clear();
+        let mut e = node.first;
+        while e != NONE {
+            order.push(e);
+            e = self.msg.entries[e as usize].next;
+        }
+        order.sort_unstable_by_key(|&e| self.msg.entries[e as usize].field);
+        let mut next_map_field = 0usize;
+        for &ei in &order {
+            let entry = self.msg.entries[ei as usize];
+            let fi = usize::from(entry.field);
+            let field = &class.fields[fi];
+            // A map entry writes key and value even when absent: first the ones before this.
+            if class.map_entry {
+                while next_map_field < fi {
+                    self.map_default(&class.fields[next_map_field], s);
+                    next_map_field += 1;
+                }
+                next_map_field = fi + 1;
+            }
+            match entry.slot {
+                Slot::List(first) if entry.len > 0 => {
+                    if field.packed {
+                        let mut c = Count(0);
+                        let elems: Vec<Elem> = self.elems(first).collect();
+                        for el in &elems {
+                            self.value(field, el.slot, &mut c, depth, false);
+                        }
+                        s.varint((u64::from(field.number) << 3) | WireType::Len as u64);
+                        s.varint(c.0 as u64);
+                        for el in &elems {
+                            self.value(field, el.slot, s, depth, write);
+                        }
+                    } else {
+                        let elems: Vec<Elem> = self.elems(first).collect();
+                        for el in elems {
+                            self.tagged(field, el.slot, s, depth, write);
+                        }
+                    }
+                }
+                Slot::List(_) => {}
+                slot => {
+                    if !field.presence && field.label != Label::Repeated && !class.map_entry && is_zero(self.msg, slot)
+                    {
+                        continue;
+                    }
+                    self.tagged(field, slot, s, depth, write);
+                }
+            }
+        }
+        if class.map_entry {
+            while next_map_field < class.fields.len() {
+                self.map_default(&class.fields[next_map_field], s);
+                next_map_field += 1;
+            }
+        }
+        self.order[depth] = order;
+        let mut u = node.unknown;
+        while u != NONE {
+            let el = self.msg.elems[u as usize];
+            if let Slot::Bytes(p, sp) = el.slot {
+                s.raw(self.msg.bytes(p, sp));
+            }
+            u = el.next;
+        }
+    }
+
+    /// A map entry's absent key or value: its tag and zero value (an empty message).
+    fn map_default<S: Sink>(&mut self, field: &Field, s: &mut S) {
+        s.varint((u64::from(field.number) << 3) | field.kind.wire_type() as u64);
+        match field.kind.wire_type() {
+            WireType::Fixed64 => s.fixed(0, 8),
+            WireType::Fixed32 => s.fixed(0, 4),
+            WireType::Len => s.varint(0),
+            _ => s.varint(0),
+        }
+    }
+}
+
+/// Whether a stored value is its type's zero (left out for proto3 fields without presence).
+fn is_zero(msg: &Message<'_>, slot: Slot) -> bool {
+    match slot {
+        Slot::Scalar(b) => b == 0,
+        Slot::Bytes(p, s) => msg.bytes(p, s).is_empty(),
+        Slot::Msg(_) | Slot::List(_) => false,
+    }
+}

@@ -1,0 +1,300 @@
+//! A decoded message: a tree of nodes in a few flat vectors, its string and bytes values in
+//! host and device arenas (as the schema table places them), read through typed accessors.
+//!
+//! A node is one message instance; its present fields form a list of entries (one per field
+//! present, a repeated field's entry heading a list of elements), so memory grows with what the
+//! input carries, never with how wide the schema is. Scalars are kept in 64 bits; strings and
+//! bytes as spans of an arena. Fields the class does not declare (and a closed enum's undeclared
+//! values) are kept in order as raw wire bytes, and re-emitted by the encoder.
+
+use crate::arena::{Arena, Pool, Span};
+use crate::schema::{ClassId, Field, Kind, SchemaTable};
+
+/// No entry, node or element.
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// One stored value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// A scalar's bits: integers sign- or zero-extended, floats as their IEEE bits.
+    Scalar(u64),
+    /// A string or bytes value.
+    Bytes(Pool, Span),
+    /// A sub-message.
+    Msg(u32),
+    /// A repeated field's elements (first element index).
+    List(u32),
+}
+
+/// A present field of a node.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Entry {
+    /// Index into the class's `fields`.
+    pub field: u16,
+    pub slot: Slot,
+    /// The node's next entry.
+    pub next: u32,
+    /// For a list: its last element and length.
+    pub last: u32,
+    pub len: u32,
+}
+
+/// One element of a repeated field (or of a node's unknown fields).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Elem {
+    pub slot: Slot,
+    pub next: u32,
+}
+
+/// One message instance.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Node {
+    pub class: ClassId,
+    pub first: u32,
+    pub last: u32,
+    /// Unknown fields: first and last element (each a host-arena span of raw wire bytes).
+    pub unknown: u32,
+    pub unknown_last: u32,
+    /// Stored in device memory (an Acc-placed field's sub-message, or inside one).
+    pub device: bool,
+}
+
+/// Counts of a decode: the modelled writes and where the bytes went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DecodeStats {
+    /// Host writes: one per temp-buffer fill and one at the end (one-shot), or one per host
+    /// value (field by field).
+    pub host_writes: u64,
+    /// Bytes of host-placed values (scalars count 8, strings and bytes their length).
+    pub host_bytes: u64,
+    /// Writes of device-placed values (one per value: they go straight to device memory).
+    pub device_writes: u64,
+    /// Bytes of device-placed values.
+    pub device_bytes: u64,
+    /// Host chunks taken.
+    pub host_chunks: u64,
+    /// Device chunks taken.
+    pub device_chunks: u64,
+}
+
+/// A decoded message. Its chunks go back to their pools when it is dropped.
+#[derive(Debug)]
+pub struct Message<'t> {
+    pub(crate) table: &'t SchemaTable,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) elems: Vec<Elem>,
+    pub(crate) host: Arena,
+    pub(crate) device: Arena,
+    pub(crate) stats: DecodeStats,
+}
+
+/// A value read from a message.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FieldValue<'m> {
+    /// `int32`, `sint32`, `sfixed32`.
+    I32(i32),
+    /// `int64`, `sint64`, `sfixed64`.
+    I64(i64),
+    /// `uint32`, `fixed32`.
+    U32(u32),
+    /// `uint64`, `fixed64`.
+    U64(u64),
+    /// `float`.
+    F32(f32),
+    /// `double`.
+    F64(f64),
+    /// `bool`.
+    Bool(bool),
+    /// An enum's number.
+    Enum(i32),
+    /// `string` (proto2 strings are not checked for UTF-8: [`FieldValue::Bytes`] if invalid).
+    Str(&'m str),
+    /// `bytes` (or a proto2 string that is not UTF-8).
+    Bytes(&'m [u8]),
+    /// A message or group.
+    Message(MessageRef<'m>),
+}
+
+/// A message node of a decoded tree.
+#[derive(Debug, Clone, Copy)]
+pub struct MessageRef<'m> {
+    msg: &'m Message<'m>,
+    node: u32,
+}
+
+impl PartialEq for MessageRef<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self.msg, other.msg) && self.node == other.node
+    }
+}
+
+impl<'t> Message<'t> {
+    /// The top-level message.
+    pub fn root(&self) -> MessageRef<'_> {
+        MessageRef { msg: self, node: 0 }
+    }
+
+    /// The schema table it was decoded with.
+    pub fn table(&self) -> &'t SchemaTable {
+        self.table
+    }
+
+    /// What decoding it counted.
+    pub fn stats(&self) -> DecodeStats {
+        self.stats
+    }
+
+    pub(crate) fn bytes(&self, pool: Pool, s: Span) -> &[u8] {
+        match pool {
+            Pool::Host => self.host.get(s),
+            Pool::Device => self.device.get(s),
+        }
+    }
+
+    pub(crate) fn value(&self, field: &Field, slot: Slot) -> FieldValue<'_> {
+        match (field.kind, slot) {
+            (_, Slot::Msg(n)) => FieldValue::Message(MessageRef { msg: self, node: n }),
+            (Kind::String, Slot::Bytes(p, s)) => match std::str::from_utf8(self.bytes(p, s)) {
+                Ok(t) => FieldValue::Str(t),
+                Err(_) => FieldValue::Bytes(self.bytes(p, s)),
+            },
+            (_, Slot::Bytes(p, s)) => FieldValue::Bytes(self.bytes(p, s)),
+            (k, Slot::Scalar(v)) => scalar(k, v),
+            (_, Slot::List(_)) => FieldValue::U64(0),
+        }
+    }
+}
+
+/// The typed value of a scalar's stored bits.
+pub(crate) fn scalar(kind: Kind, v: u64) -> FieldValue<'static> {
+    match kind {
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => FieldValue::I32(v as i32),
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => FieldValue::I64(v as i64),
+        Kind::Uint32 | Kind::Fixed32 => FieldValue::U32(v as u32),
+        Kind::Uint64 | Kind::Fixed64 => FieldValue::U64(v),
+        Kind::Float => FieldValue::F32(f32::from_bits(v as u32)),
+        Kind::Double => FieldValue::F64(f64::from_bits(v)),
+        Kind::Bool => FieldValue::Bool(v != 0),
+        Kind::Enum(_) => FieldValue::Enum(v as i32),
+        _ => FieldValue::U64(v),
+    }
+}
+
+impl<'m> MessageRef<'m> {
+    fn node(&self) -> &'m Node {
+        &self.msg.nodes[self.node as usize]
+    }
+
+    /// Its class.
+    pub fn class(&self) -> &'m crate::schema::Class {
+        self.msg.table.class(self.node().class)
+    }
+
+    /// Stored in device memory.
+    pub fn in_device(&self) -> bool {
+        self.node().device
+    }
+
+    fn entry(&self, number: u32) -> Option<(&'m Field, &'m Entry)> {
+        let class = self.class();
+        let mut e = self.node().first;
+        while e != NONE {
+            let entry = &self.msg.entries[e as usize];
+            let f = &class.fields[usize::from(entry.field)];
+            if f.number == number {
+                return Some((f, entry));
+            }
+            e = entry.next;
+        }
+        None
+    }
+
+    /// Whether a singular field is present (a repeated one: has elements).
+    pub fn has(&self, number: u32) -> bool {
+        match self.entry(number) {
+            Some((_, e)) => !matches!(e.slot, Slot::List(_)) || e.len > 0,
+            None => false,
+        }
+    }
+
+    /// A singular field's value, `None` if absent (see [`get_or_default`](Self::get_or_default)).
+    pub fn get(&self, number: u32) -> Option<FieldValue<'m>> {
+        let (f, e) = self.entry(number)?;
+        match e.slot {
+            Slot::List(_) => None,
+            s => Some(self.msg.value(f, s)),
+        }
+    }
+
+    /// A singular field's value, or its default (declared, or zero) if absent; `None` for a
+    /// message field that is absent, or a number the class does not declare.
+    pub fn get_or_default(&self, number: u32) -> Option<FieldValue<'m>> {
+        if let Some(v) = self.get(number) {
+            return Some(v);
+        }
+        let f = self.class().field(number)?;
+        use crate::schema::DefaultValue as D;
+        Some(match (&f.default, f.kind) {
+            (_, Kind::Message(_) | Kind::Group(_)) => return None,
+            (Some(D::Str(s)), _) => FieldValue::Str(s),
+            (Some(D::Bytes(b)), _) => FieldValue::Bytes(b),
+            (Some(D::I64(v)), k) => scalar(k, *v as u64),
+            (Some(D::U64(v)), k) => scalar(k, *v),
+            (Some(D::F64(v)), k) => scalar(k, v.to_bits()),
+            (Some(D::F32(v)), k) => scalar(k, u64::from(v.to_bits())),
+            (Some(D::Bool(v)), k) => scalar(k, u64::from(*v)),
+            (None, Kind::String) => FieldValue::Str(""),
+            (None, Kind::Bytes) => FieldValue::Bytes(&[]),
+            (None, k) => scalar(k, 0),
+        })
+    }
+
+    /// A field's value by name.
+    pub fn get_by_name(&self, name: &str) -> Option<FieldValue<'m>> {
+        self.get(self.class().field_by_name(name)?.number)
+    }
+
+    /// A repeated field's elements, in order (empty if absent); a map's entries as messages.
+    pub fn repeated(&self, number: u32) -> impl Iterator<Item = FieldValue<'m>> + 'm {
+        let (field, first) = match self.entry(number) {
+            Some((f, Entry { slot: Slot::List(first), len, .. })) if *len > 0 => (Some(f), *first),
+            _ => (None, NONE),
+        };
+        let msg = self.msg;
+        let mut at = first;
+        std::iter::from_fn(move || {
+            if at == NONE {
+                return None;
+            }
+            let e = msg.elems[at as usize];
+            at = e.next;
+            Some(msg.value(field.expect("a list has its field"), e.slot))
+        })
+    }
+
+    /// The number of elements of a repeated field.
+    pub fn len_of(&self, number: u32) -> usize {
+        match self.entry(number) {
+            Some((_, e)) if matches!(e.slot, Slot::List(_)) => e.len as usize,
+            _ => 0,
+        }
+    }
+
+    /// The unknown fields, each as its raw wire bytes (tag and value), in order.
+    pub fn unknown_fields(&self) -> impl Iterator<Item = &'m [u8]> + 'm {
+        let msg = self.msg;
+        let mut at = self.node().unknown;
+        std::iter::from_fn(move || {
+            if at == NONE {
+                return None;
+            }
+            let e = msg.elems[at as usize];
+            at = e.next;
+            match e.slot {
+                Slot::Bytes(p, s) => Some(msg.bytes(p, s)),
+                _ => Some(&[][..]),
+            }
+        })
+    }
+}

@@ -1,0 +1,107 @@
+//! The deserializer: errors name the field path and byte offset and give every chunk back; the
+//! accessors read what was decoded; Acc-placed fields land in device memory.
+
+use std::path::Path;
+
+use tern_rpc::arena::Pool;
+use tern_rpc::decode::{DecodeError, DecodeErrorKind, DecodeOptions, Pools, decode};
+use tern_rpc::message::FieldValue;
+use tern_rpc::schema::{SchemaTable, compile_file};
+use tern_rpc::wire::WireErrorKind;
+
+fn all3() -> SchemaTable {
+    compile_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/all3.proto"), &[]).unwrap()
+}
+
+fn all2() -> SchemaTable {
+    compile_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/all2.proto"), &[]).unwrap()
+}
+
+fn err(t: &SchemaTable, ty: &str, input: &[u8], opts: &DecodeOptions, pools: &Pools) -> DecodeError {
+    let class = t.class_by_name(ty).unwrap().id;
+    let e = decode(t, class, input, pools, opts).unwrap_err();
+    assert_eq!((pools.host.outstanding(), pools.device.outstanding()), (0, 0), "chunks back after {e}");
+    e
+}
+
+#[test]
+fn errors_name_the_path_and_offset() {
+    let t = all3();
+    let p = Pools::default();
+    let d = DecodeOptions::default();
+    let e = |b: &[u8]| err(&t, "All3", b, &d, &p);
+    // A varint over 10 bytes in field 5 (i32).
+    let mut b = vec![0x28];
+    b.extend([0xff; 11]);
+    assert_eq!(e(&b).to_string(), "All3: a varint longer than 10 bytes at byte 1");
+    // A length past the end; field number 0; a wrong wire type; an unmatched end-group.
+    assert_eq!(e(&[0x4a, 0x05, b'a']).kind, DecodeErrorKind::Wire(WireErrorKind::LengthPastEnd));
+    assert_eq!(e(&[0x00]).kind, DecodeErrorKind::Wire(WireErrorKind::FieldNumberZero));
+    assert_eq!(e(&[0x2a, 0x00]).to_string(), "All3.i32: wire type 2 for a int32 field at byte 0");
+    assert_eq!(e(&[0x28, 0x01, 0x0c]).kind, DecodeErrorKind::Wire(WireErrorKind::UnmatchedEndGroup));
+    // Invalid UTF-8 in a proto3 string, two messages down: child (30) -> leaf (25) -> name (1).
+    let leaf = [0x0a, 0x02, 0xc3, 0x28];
+    let mut child = vec![0xca, 0x01, leaf.len() as u8];
+    child.extend(leaf);
+    let mut top = vec![0xf2, 0x01, child.len() as u8];
+    top.extend(&child);
+    let x = e(&top);
+    assert_eq!((x.path.as_str(), x.kind, x.offset), ("All3.child.leaf.name", DecodeErrorKind::InvalidUtf8, 8));
+    // A packed fixed-width field whose length is not a whole number of values (fs = 34, float).
+    assert_eq!(e(&[0x92, 0x02, 0x03, 0, 0, 0]).kind, DecodeErrorKind::PackedLength);
+    // Too large, checked first; too deep.
+    let small = DecodeOptions { max_message_bytes: 2, ..d };
+    assert_eq!(err(&t, "All3", &[0x08, 0x01, 0x08], &small, &p).kind, DecodeErrorKind::TooLarge { len: 3, max: 2 });
+    let shallow = DecodeOptions { max_depth: 2, ..d };
+    let two_deep = [0xf2, 0x01, 0x03, 0xf2, 0x01, 0x00];
+    assert_eq!(err(&t, "All3", &two_deep, &shallow, &p).kind, DecodeErrorKind::TooDeep { max: 2 });
+    assert!(
+        decode(&t, t.class_by_name("All3").unwrap().id, &two_deep, &p, &DecodeOptions { max_depth: 3, ..d }).is_ok()
+    );
+    // Pool exhaustion: one 64-byte chunk, a 100-byte string.
+    let tiny = Pools::new(64, 1);
+    let mut big = vec![0x4a, 100];
+    big.extend([b'a'; 100]);
+    assert_eq!(err(&t, "All3", &big, &d, &tiny).kind, DecodeErrorKind::PoolExhausted(Pool::Host));
+}
+
+#[test]
+fn accessors_read_the_decoded_tree_and_acc_fields_are_in_device_memory() {
+    let t = all2();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
+    let input = std::fs::read(dir.join("all2_full.input.bin")).unwrap();
+    let class = t.class_by_name("All2").unwrap().id;
+    let pools = Pools::default();
+    let m = decode(&t, class, &input, &pools, &DecodeOptions::default()).unwrap();
+    let r = m.root();
+    assert_eq!(r.get(1), Some(FieldValue::F64(-1.5)));
+    assert_eq!(r.get(3), Some(FieldValue::I64(i64::MIN)));
+    assert_eq!(r.get(5), Some(FieldValue::I32(-1)));
+    assert_eq!(r.get(17), Some(FieldValue::I32(i32::MIN)));
+    assert_eq!(r.get_by_name("s"), Some(FieldValue::Str("héllo ✓")));
+    assert_eq!(r.get(20), Some(FieldValue::Enum(1)));
+    assert_eq!(r.repeated(22).collect::<Vec<_>>(), vec![FieldValue::I32(1), FieldValue::I32(-1), FieldValue::I32(300)]);
+    assert_eq!(r.len_of(24), 3);
+    // The oneof holds its last member; a group and a map are messages.
+    assert_eq!((r.get(29), r.has(28)), (Some(FieldValue::Str("oneof string")), false));
+    let Some(FieldValue::Message(g)) = r.get(26) else { panic!("group") };
+    assert_eq!(g.get(1), Some(FieldValue::I32(9)));
+    assert_eq!(r.len_of(27), 2);
+    // Placement: `by` (10), `names` (24) and `inner` (25) carry (tern.acc).
+    let Some(FieldValue::Message(inner)) = r.get(25) else { panic!("inner") };
+    assert!(inner.in_device());
+    assert_eq!(inner.get(1).map(|v| matches!(v, FieldValue::Bytes(b) if b.len() == 5000)), Some(true));
+    let s = m.stats();
+    assert_eq!((s.device_writes, s.device_bytes), (6, 256 + 3 + 5000 + 8), "by, 3 names, inner's blob and n: {s:?}");
+    assert!(s.device_chunks >= 2 && s.host_chunks >= 1, "{s:?}");
+    // Defaults of absent fields.
+    let empty = decode(&t, class, &[0xa8, 0x01, 0x00], &pools, &DecodeOptions::default()).unwrap();
+    let e = empty.root();
+    assert_eq!((e.get(9), e.get_or_default(9)), (None, Some(FieldValue::Str("hi"))));
+    assert_eq!(e.get_or_default(18), Some(FieldValue::I64(-7)));
+    assert_eq!(e.get_or_default(20), Some(FieldValue::Enum(5)));
+    assert_eq!(e.get_or_default(2), Some(FieldValue::F32(0.0)));
+    assert_eq!(e.get_or_default(25), None);
+    drop((m, empty));
+    assert_eq!((pools.host.outstanding(), pools.device.outstanding()), (0, 0));
+}
