@@ -18,7 +18,7 @@ pub enum Pool {
 
 #[derive(Debug)]
 struct PoolInner {
-    free: Mutex<Vec<Box<[u8]>>>,
+    free: Mutex<Vec<Vec<u8>>>,
     /// Chunks handed out and not returned.
     out: Mutex<usize>,
 }
@@ -51,8 +51,9 @@ impl ChunkPool {
         *self.inner.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Takes `n` chunks' worth: one chunk from the free list (`n == 1`), or a fresh run.
-    fn take(&self, n: usize) -> Option<Box<[u8]>> {
+    /// Takes `n` chunks' worth, empty (capacity, no length: values are appended, never
+    /// zeroed first): one chunk from the free list (`n == 1`), or a fresh run.
+    fn take(&self, n: usize) -> Option<Vec<u8>> {
         {
             let mut out = self.inner.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if *out + n > self.limit {
@@ -65,11 +66,12 @@ impl ChunkPool {
         {
             return Some(c);
         }
-        Some(vec![0u8; n * self.chunk].into_boxed_slice())
+        Some(Vec::with_capacity(n * self.chunk))
     }
 
-    fn give(&self, c: Box<[u8]>) {
-        let n = c.len().div_ceil(self.chunk).max(1);
+    fn give(&self, mut c: Vec<u8>) {
+        let n = c.capacity().div_ceil(self.chunk).max(1);
+        c.clear();
         *self.inner.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner) -= n;
         if n == 1 {
             let mut free = self.inner.free.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -95,7 +97,7 @@ pub struct Span {
 #[derive(Debug)]
 pub struct Arena {
     pool: ChunkPool,
-    chunks: Vec<Box<[u8]>>,
+    chunks: Vec<Vec<u8>>,
     /// The chunk being filled, and the bytes used in it.
     cur: Option<usize>,
     used: usize,
@@ -116,7 +118,7 @@ impl Arena {
         if bytes.len() > size {
             let n = bytes.len().div_ceil(size);
             let mut run = self.pool.take(n)?;
-            run[..bytes.len()].copy_from_slice(bytes);
+            run.extend_from_slice(bytes);
             self.chunks_taken += n as u64;
             // The chunk being filled stays the one being filled.
             self.chunks.push(run);
@@ -134,7 +136,7 @@ impl Arena {
             }
         };
         let off = self.used;
-        self.chunks[chunk][off..off + bytes.len()].copy_from_slice(bytes);
+        self.chunks[chunk].extend_from_slice(bytes);
         self.used += bytes.len();
         Some(Span { chunk: chunk as u32, off: off as u32, len: bytes.len() as u32 })
     }
