@@ -141,6 +141,13 @@ impl Arena {
         Some(Span { chunk: chunk as u32, off: off as u32, len: bytes.len() as u32 })
     }
 
+    /// The bytes of `s`, if the arena has them.
+    pub fn try_get(&self, s: Span) -> Option<&[u8]> {
+        let c = self.chunks.get(s.chunk as usize)?;
+        let end = s.off.checked_add(s.len)?;
+        c.get(s.off as usize..end as usize)
+    }
+
     /// The bytes of `s`.
     #[inline]
     pub fn get(&self, s: Span) -> &[u8] {

@@ -69,6 +69,18 @@ pub fn encode_into(msg: &Message<'_>, out: &mut Vec<u8>) {
     e.node(0, out, 0, true);
 }
 
+/// Encodes the contents of node `n` of `msg` (no tag, no length) into `out` (appending): what
+/// the device writes for a sub-message resident in its memory.
+pub(crate) fn encode_node_into(msg: &Message<'_>, n: u32, out: &mut Vec<u8>) {
+    let mut e = Enc { msg, sizes: vec![0; msg.nodes.len()], order: Vec::new() };
+    for i in (n as usize..msg.nodes.len()).rev() {
+        let mut c = Count(0);
+        e.node(i as u32, &mut c, 0, false);
+        e.sizes[i] = c.0 as u32;
+    }
+    e.node(n, out, 0, true);
+}
+
 /// Encodes `msg`.
 pub fn encode(msg: &Message<'_>) -> Vec<u8> {
     let mut out = Vec::new();
@@ -227,7 +239,7 @@ impl Enc<'_, '_> {
 }
 
 /// Whether a stored value is its type's zero (left out for proto3 fields without presence).
-fn is_zero(msg: &Message<'_>, slot: Slot) -> bool {
+pub(crate) fn is_zero(msg: &Message<'_>, slot: Slot) -> bool {
     match slot {
         Slot::Scalar(b) => b == 0,
         Slot::Bytes(p, s) => msg.bytes(p, s).is_empty(),

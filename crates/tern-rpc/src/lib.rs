@@ -36,4 +36,5 @@ pub mod decode;
 pub mod encode;
 pub mod message;
 pub mod schema;
+pub mod serialize;
 pub mod wire;
