@@ -150,7 +150,7 @@ impl Gen<'_> {
         let fields = self.s.messages[m].clone();
         let count = usize::from(self.next() % 8);
         for _ in 0..count {
-            if self.unknown && self.next() % 9 == 0 {
+            if self.unknown && self.next().is_multiple_of(9) {
                 // An unknown field (numbers the schemas never use).
                 let n = 3000 + u32::from(self.next() % 5);
                 let k = [2usize, 1, 8][usize::from(self.next() % 3)];
@@ -169,7 +169,7 @@ impl Gen<'_> {
                 continue;
             }
             let packable = !matches!(f.kind, 8 | 9);
-            if f.repeated && packable && self.next() % 2 == 0 {
+            if f.repeated && packable && self.next().is_multiple_of(2) {
                 let mut body = Vec::new();
                 for _ in 0..(self.next() % 4) {
                     self.scalar(f.kind, &mut body, None);
