@@ -51,7 +51,8 @@ enum Command {
         command: BenchCommand,
     },
     /// RpcNIC: protobuf RPC with fields placed in host or NIC memory. `rpc check` compiles a
-    /// .proto file to the schema table and checks it against a profile.
+    /// .proto file to the schema table and checks it against a profile; `rpc decode` and `rpc
+    /// encode` convert between wire bytes and JSON.
     Rpc {
         #[command(subcommand)]
         command: RpcCommand,
@@ -127,6 +128,13 @@ enum RpcCommand {
     /// true]`), and what exceeds the profile's table (classes, field slots, nesting depth).
     /// Exit 1 if something does not fit.
     Check(rpc::CheckArgs),
+    /// Decode protobuf wire bytes (FILE or stdin) to JSON on stdout, by protobuf's JSON mapping
+    /// (64-bit integers as strings, bytes as base64, enums by name). Errors name the field path
+    /// and byte offset.
+    Decode(rpc::CodecArgs),
+    /// Encode JSON (FILE or stdin; field names as in the .proto file or as JSON names) to
+    /// protobuf wire bytes on stdout, written as C++ protobuf writes them.
+    Encode(rpc::CodecArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -198,6 +206,8 @@ fn main() -> ExitCode {
         Command::Bench { command: BenchCommand::Dispatch(a) } => dispatch::bench::run(&a),
         Command::Bench { command: BenchCommand::Flow(a) } => flow::bench::run(&a),
         Command::Rpc { command: RpcCommand::Check(a) } => rpc::check(&a),
+        Command::Rpc { command: RpcCommand::Decode(a) } => rpc::decode(&a),
+        Command::Rpc { command: RpcCommand::Encode(a) } => rpc::encode(&a),
         Command::Idl { command } => idl(command),
         Command::Hw { command } => hw(command),
     };

@@ -524,3 +524,33 @@ fn rpc_check_lists_the_table_and_what_does_not_fit() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn rpc_decode_and_encode_round_trip_and_name_bad_input() {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/hyperprotobench/bench1");
+    let proto = format!("{dir}/benchmark.proto");
+    let bin = format!("{dir}/M13.bin");
+    let (ok, json, err) = tern(&["rpc", "decode", "--proto", &proto, "--message", "M13", &bin]);
+    assert!(ok, "{err}");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["rpc", "encode", "--proto", &proto, "--message", "hyperprotobench.M13"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(json.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout == std::fs::read(&bin).unwrap(), "JSON decoded from M13 encodes back to its bytes");
+    // Bad input: the error names the path and offset; an unknown message names itself.
+    let bad = std::env::temp_dir().join(format!("tern-rpc-bad-{}.bin", std::process::id()));
+    std::fs::write(&bad, [0x0a, 0x05, 0x01]).unwrap();
+    let (ok, _, err) = tern(&["rpc", "decode", "--proto", &proto, "--message", "M13", bad.to_str().unwrap()]);
+    std::fs::remove_file(&bad).unwrap();
+    assert!(!ok);
+    assert!(err.contains("M13") && err.contains("at byte 1"), "{err}");
+    let (ok, _, err) = tern(&["rpc", "decode", "--proto", &proto, "--message", "Nope", &bin]);
+    assert!(!ok && err.contains("no message `Nope`"), "{err}");
+}

@@ -34,6 +34,7 @@ pub mod arena;
 pub mod check;
 pub mod decode;
 pub mod encode;
+pub mod json;
 pub mod message;
 pub mod schema;
 pub mod serialize;

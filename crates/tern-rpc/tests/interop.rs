@@ -97,3 +97,34 @@ fn every_fixture_round_trips_to_pythons_bytes() {
     }
     assert_eq!((pools.host.outstanding(), pools.device.outstanding()), (0, 0), "every chunk went back");
 }
+
+/// Tern's JSON of each fixture equals Python protobuf's (protobuf's JSON mapping, proto field
+/// names), and Python's JSON encodes to Python's bytes (unknown fields, which JSON leaves out,
+/// aside).
+#[test]
+fn json_agrees_with_python_both_ways() {
+    use tern_rpc::decode::{DecodeOptions, Pools, decode};
+    use tern_rpc::json::{from_json, to_json};
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir().join("manifest.json")).unwrap()).unwrap();
+    let pools = Pools::default();
+    for case in manifest["cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let t = compile_file(&dir().join(case["proto"].as_str().unwrap()), &[]).unwrap();
+        let class = t.class_by_name(case["type"].as_str().unwrap()).unwrap().id;
+        let input = std::fs::read(dir().join(case["files"]["input"].as_str().unwrap())).unwrap();
+        let canonical = std::fs::read(dir().join(case["files"]["canonical"].as_str().unwrap())).unwrap();
+        let python: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir().join(case["files"]["json"].as_str().unwrap())).unwrap(),
+        )
+        .unwrap();
+        let m = decode(&t, class, &input, &pools, &DecodeOptions::default()).unwrap();
+        assert_eq!(to_json(&m, true), python, "{name}");
+        let bytes = from_json(&t, class, &python).unwrap_or_else(|e| panic!("{name}: {e}"));
+        if name != "all2_unknown" {
+            assert_eq!(bytes, canonical, "{name}");
+        }
+        // The JSON names read back too.
+        assert_eq!(from_json(&t, class, &to_json(&m, false)).unwrap(), bytes, "{name}");
+    }
+}
