@@ -215,7 +215,8 @@ fn write_map(
     let Value::Object(obj) = v else { return Err(err(path, "expected an object (a map)")) };
     let ec = t.class(entry);
     let (kf, vf) = (&ec.fields[0], &ec.fields[1]);
-    let mut entries: Vec<(Vec<u8>, (i128, String), Vec<u8>)> = Vec::new();
+    // (sort key, the entry's bytes).
+    let mut entries: Vec<((i128, String), Vec<u8>)> = Vec::new();
     for (k, val) in obj {
         let p = format!("{path}[{k}]");
         let key_json = match kf.kind {
@@ -235,10 +236,10 @@ fn write_map(
             Kind::String | Kind::Bool => (0, k.clone()),
             _ => (k.parse::<i128>().map_err(|_| err(&p, "an integer map key"))?, String::new()),
         };
-        entries.push((Vec::new(), order, body));
+        entries.push((order, body));
     }
-    entries.sort_by(|a, b| a.1.cmp(&b.1));
-    for (_, _, body) in entries {
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (_, body) in entries {
         put_varint(out, u64::from(f.number) << 3 | WireType::Len as u64);
         put_varint(out, body.len() as u64);
         out.extend_from_slice(&body);
