@@ -119,6 +119,11 @@ enum BenchCommand {
     /// paper's action set, mem ports), and OFU rule populates/s. Writes reports/flow.json and
     /// PNG/SVG plots.
     Flow(flow::bench::FlowBenchArgs),
+    /// RpcNIC's codec: Tern's table-driven decoder and encoder against prost (generated code,
+    /// Vec and Bytes fields) and prost-reflect on the staged HyperProtoBench and dataset
+    /// messages, alternating; ratios with spreads, one-shot vs field-by-field writes with their
+    /// projected PCIe cost. Writes reports/rpc.json.
+    Rpc(rpc::bench::RpcBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -205,6 +210,7 @@ fn main() -> ExitCode {
         Command::Bench { command: BenchCommand::Qnp(a) } => qnp::bench::run_qnp(&a),
         Command::Bench { command: BenchCommand::Dispatch(a) } => dispatch::bench::run(&a),
         Command::Bench { command: BenchCommand::Flow(a) } => flow::bench::run(&a),
+        Command::Bench { command: BenchCommand::Rpc(a) } => rpc::bench::run(&a),
         Command::Rpc { command: RpcCommand::Check(a) } => rpc::check(&a),
         Command::Rpc { command: RpcCommand::Decode(a) } => rpc::decode(&a),
         Command::Rpc { command: RpcCommand::Encode(a) } => rpc::encode(&a),

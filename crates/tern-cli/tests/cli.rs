@@ -554,3 +554,28 @@ fn rpc_decode_and_encode_round_trip_and_name_bad_input() {
     let (ok, _, err) = tern(&["rpc", "decode", "--proto", &proto, "--message", "Nope", &bin]);
     assert!(!ok && err.contains("no message `Nope`"), "{err}");
 }
+
+#[test]
+fn bench_rpc_json_has_the_promised_keys() {
+    let out_dir = std::env::temp_dir().join(format!("tern-bench-rpc-{}", std::process::id()));
+    let (ok, out, err) =
+        tern(&["bench", "rpc", "--rounds", "1", "--phase-ms", "2", "--json", "--out", out_dir.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for key in
+        ["decode_copy_over_prost", "encode_over_prost", "decode_over_prost_reflect", "preser_host_over_cpu_encode"]
+    {
+        assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {}", v[key]);
+    }
+    assert!(v.get("decode_alias_over_prost_bytes").is_some());
+    let ws = v["workloads"].as_array().unwrap();
+    assert_eq!(ws.len(), 7);
+    for w in ws {
+        assert!(w["host_writes_one_shot"].as_u64().unwrap() <= w["host_writes_field_by_field"].as_u64().unwrap());
+        assert!(w["decode_copy_over_prost"]["median"].as_f64().unwrap() > 0.0);
+    }
+    assert!(out_dir.join("rpc.json").exists());
+    std::fs::remove_dir_all(&out_dir).unwrap();
+    let (ok, _, err) = tern(&["bench", "rpc", "--rounds", "0"]);
+    assert!(!ok && err.contains("--rounds"), "{err}");
+}

@@ -1,4 +1,7 @@
-//! `tern rpc`: RpcNIC's schema table (the `.proto` compiler of §III-E).
+//! `tern rpc`: RpcNIC's schema table (the `.proto` compiler of §III-E), JSON conversion, and
+//! `tern bench rpc`.
+
+pub mod bench;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,0 +1,380 @@
+//! `tern bench rpc`: Tern's RpcNIC codec against prost (generated code) and prost-reflect (the
+//! dynamic peer) on the staged workloads, in one process, the implementations alternating in an
+//! order that turns each round; per-round ratios with their median, min and max, geometric means
+//! over workloads; and the one-shot against field-by-field write counts with their projected
+//! PCIe cost on the paper's link.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde_json::{Value, json};
+use tern_rpc::decode::{DecodeOptions, Pools, WriteMode, decode};
+use tern_rpc::encode::encode_into;
+use tern_rpc::schema::{ClassId, SchemaTable, compile_file};
+use tern_rpc::serialize::{PreserOptions, preserialize};
+
+use crate::CmdResult;
+use crate::env::Environment;
+
+#[derive(Debug, Args)]
+pub struct RpcBenchArgs {
+    /// Fewer rounds and shorter phases: under two minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Rounds (each measures every implementation once, in an order that turns) [default: 5,
+    /// quick 3].
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Milliseconds each implementation runs per round [default: 300, quick 100].
+    #[arg(long)]
+    pub phase_ms: Option<u64>,
+    /// Where the JSON report goes.
+    #[arg(long, default_value = "reports")]
+    pub out: PathBuf,
+    /// Print the JSON summary instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+struct Workload {
+    name: String,
+    table: SchemaTable,
+    pool: prost_reflect::DescriptorPool,
+    /// (class, type, bytes).
+    messages: Vec<(ClassId, String, Vec<u8>)>,
+}
+
+fn shared() -> PathBuf {
+    // The workloads live beside the repository (../shared), found from the binary's source tree
+    // or the working directory.
+    let from_src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared");
+    if from_src.exists() { from_src } else { PathBuf::from("../shared") }
+}
+
+fn load(name: &str, proto: &Path, messages: Vec<(String, Vec<u8>)>) -> Result<Workload, Box<dyn std::error::Error>> {
+    let dir = proto.parent().ok_or("a workload's .proto has a directory")?;
+    let table = compile_file(proto, &[])?;
+    let fds = protox::compile([proto], [dir]).map_err(|e| format!("{}: {e}", proto.display()))?;
+    let pool = prost_reflect::DescriptorPool::from_file_descriptor_set(fds)?;
+    let mut out = Vec::new();
+    for (ty, b) in messages {
+        let class = table.class_by_name(&ty).ok_or_else(|| format!("{}: no class {ty}", proto.display()))?.id;
+        out.push((class, ty, b));
+    }
+    Ok(Workload { name: name.to_string(), table, pool, messages: out })
+}
+
+fn workloads() -> Result<Vec<Workload>, Box<dyn std::error::Error>> {
+    let shared = shared();
+    let hpb = shared.join("hyperprotobench");
+    if !hpb.exists() {
+        return Err(
+            format!("the workloads are not at {} (clone tern beside its shared/ directory)", hpb.display()).into()
+        );
+    }
+    let mut out = Vec::new();
+    for b in [0, 1, 3, 4] {
+        let dir = hpb.join(format!("bench{b}"));
+        let manifest: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json"))?)?;
+        let mut msgs = Vec::new();
+        for m in manifest["messages"].as_array().ok_or("manifest without messages")? {
+            let file = m["file"].as_str().ok_or("manifest entry without file")?;
+            msgs.push((m["type"].as_str().unwrap_or_default().to_string(), std::fs::read(dir.join(file))?));
+        }
+        out.push(load(&format!("bench{b}"), &dir.join("benchmark.proto"), msgs)?);
+    }
+    let ds = shared.join("protobuf-datasets");
+    for (name, proto, ty, payload) in [
+        (
+            "message1_proto2",
+            "google_message1/proto2/benchmark_message1_proto2.proto",
+            "benchmarks.proto2.GoogleMessage1",
+            "google_message1/proto2/payload_0.bin",
+        ),
+        (
+            "message1_proto3",
+            "google_message1/proto3/benchmark_message1_proto3.proto",
+            "benchmarks.proto3.GoogleMessage1",
+            "google_message1/proto3/payload_0.bin",
+        ),
+        (
+            "message2",
+            "google_message2/benchmark_message2.proto",
+            "benchmarks.proto2.GoogleMessage2",
+            "google_message2/payload_0.bin",
+        ),
+    ] {
+        out.push(load(name, &ds.join(proto), vec![(ty.to_string(), std::fs::read(ds.join(payload))?)])?);
+    }
+    Ok(out)
+}
+
+/// Nanoseconds per call of `f`, run for about `phase`.
+fn time(phase: Duration, mut f: impl FnMut()) -> f64 {
+    f(); // warm
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < phase || n < 3 {
+        f();
+        n += 1;
+    }
+    start.elapsed().as_nanos() as f64 / n as f64
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Spread {
+    min: f64,
+    median: f64,
+    max: f64,
+}
+
+fn spread(v: &[f64]) -> Spread {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let median = if s.len() % 2 == 1 { s[s.len() / 2] } else { (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0 };
+    Spread { min: s[0], median, max: s[s.len() - 1] }
+}
+
+fn spread_json(s: Spread) -> Value {
+    json!({ "median": s.median, "min": s.min, "max": s.max })
+}
+
+const IMPLS: [&str; 7] = [
+    "tern_decode",
+    "prost_decode",
+    "prost_bytes_decode",
+    "prost_reflect_decode",
+    "tern_encode",
+    "prost_encode",
+    "tern_preser",
+];
+
+/// `tern bench rpc`.
+pub fn run(a: &RpcBenchArgs) -> CmdResult {
+    if !tern_rpc_peers::AVAILABLE {
+        return Err("this build has no prost peers: the workloads were missing when tern-rpc-peers was built".into());
+    }
+    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 });
+    crate::check_count("--rounds", rounds as u64, 1000)?;
+    let phase = Duration::from_millis(a.phase_ms.unwrap_or(if a.quick { 100 } else { 300 }));
+    if phase.is_zero() || phase > Duration::from_secs(60) {
+        return Err("--phase-ms: must be in 1..=60000".into());
+    }
+    let env = Environment::current();
+    let ws = workloads()?;
+    if !a.json {
+        println!(
+            "tern bench rpc: Tern's table-driven decoder (copy mode, one-shot writes) and encoder against prost (generated code) and prost-reflect, on the staged workloads"
+        );
+        println!(
+            "{} round(s), {} ms per implementation per round, implementations alternating",
+            rounds,
+            phase.as_millis()
+        );
+        println!("{}", env.describe());
+    }
+    let bar = crate::progress::bar((ws.len() * rounds) as u64, "bench rpc", a.json);
+    let pools = Pools::default();
+    let opts = DecodeOptions::default();
+    let mut rows = Vec::new();
+    for w in &ws {
+        let bytes: usize = w.messages.iter().map(|m| m.2.len()).sum();
+        let descs: Vec<_> = w
+            .messages
+            .iter()
+            .map(|(_, ty, _)| w.pool.get_message_by_name(ty).ok_or("no descriptor"))
+            .collect::<Result<_, _>>()?;
+        let shared_bufs: Vec<bytes::Bytes> = w.messages.iter().map(|m| bytes::Bytes::from(m.2.clone())).collect();
+        let decoded: Vec<_> =
+            w.messages.iter().map(|(c, _, b)| decode(&w.table, *c, b, &pools, &opts)).collect::<Result<_, _>>()?;
+        let encoders: Vec<_> = w
+            .messages
+            .iter()
+            .map(|(_, ty, b)| tern_rpc_peers::encoder(&w.name, ty, b).ok_or_else(|| format!("no prost peer for {ty}")))
+            .collect::<Result<_, _>>()?;
+        // Same bytes from both encoders, checked before timing anything.
+        for (m, enc) in decoded.iter().zip(&encoders) {
+            let (mut x, mut y) = (Vec::new(), Vec::new());
+            encode_into(m, &mut x);
+            enc(&mut y);
+            if x != y {
+                return Err(format!("{}: Tern and prost encode differently", w.name).into());
+            }
+        }
+        let mut ns: Vec<Vec<f64>> = vec![Vec::new(); IMPLS.len()];
+        let mut out = Vec::new();
+        let mut records = Vec::new();
+        for r in 0..rounds {
+            for k in 0..IMPLS.len() {
+                let i = (k + r) % IMPLS.len();
+                let t = match i {
+                    0 => time(phase, || {
+                        for (c, _, b) in &w.messages {
+                            std::hint::black_box(decode(&w.table, *c, b, &pools, &opts).ok());
+                        }
+                    }),
+                    1 => time(phase, || {
+                        for (_, ty, b) in &w.messages {
+                            std::hint::black_box(tern_rpc_peers::decode(&w.name, ty, b));
+                        }
+                    }),
+                    2 => time(phase, || {
+                        for ((_, ty, _), buf) in w.messages.iter().zip(&shared_bufs) {
+                            std::hint::black_box(tern_rpc_peers::decode_bytes(&w.name, ty, buf.clone()));
+                        }
+                    }),
+                    3 => time(phase, || {
+                        for ((_, _, b), d) in w.messages.iter().zip(&descs) {
+                            std::hint::black_box(prost_reflect::DynamicMessage::decode(d.clone(), b.as_slice()).ok());
+                        }
+                    }),
+                    4 => time(phase, || {
+                        for m in &decoded {
+                            out.clear();
+                            encode_into(m, &mut out);
+                            std::hint::black_box(&out);
+                        }
+                    }),
+                    5 => time(phase, || {
+                        for enc in &encoders {
+                            out.clear();
+                            enc(&mut out);
+                            std::hint::black_box(&out);
+                        }
+                    }),
+                    _ => time(phase, || {
+                        for m in &decoded {
+                            records.clear();
+                            std::hint::black_box(preserialize(m, PreserOptions::default(), &mut records));
+                        }
+                    }),
+                };
+                ns[i].push(t);
+            }
+            bar.inc(1);
+        }
+        // Per-round ratios.
+        let ratio = |num: usize, den: usize| -> Spread {
+            spread(&ns[num].iter().zip(&ns[den]).map(|(n, d)| n / d).collect::<Vec<_>>())
+        };
+        // Writes: one-shot against field by field, with the paper's PCIe cost (1250 ns per write,
+        // 12.8 GB/s).
+        let fbf = DecodeOptions { mode: WriteMode::FieldByField, ..opts };
+        let (mut one_w, mut each_w, mut host_bytes) = (0u64, 0u64, 0u64);
+        for (c, _, b) in &w.messages {
+            let s1 = decode(&w.table, *c, b, &pools, &opts)?.stats();
+            let s2 = decode(&w.table, *c, b, &pools, &fbf)?.stats();
+            one_w += s1.host_writes;
+            each_w += s2.host_writes;
+            host_bytes += s1.host_bytes;
+        }
+        let pcie = |writes: u64| writes as f64 * 1250.0 + host_bytes as f64 / 12.8;
+        rows.push(json!({
+            "workload": w.name,
+            "messages": w.messages.len(),
+            "bytes": bytes,
+            "ns_median": IMPLS.iter().enumerate().map(|(i, n)| (n.to_string(), json!(spread(&ns[i]).median))).collect::<serde_json::Map<_, _>>(),
+            "decode_copy_over_prost": spread_json(ratio(1, 0)),
+            "decode_over_prost_reflect": spread_json(ratio(3, 0)),
+            "decode_copy_over_prost_bytes": spread_json(ratio(2, 0)),
+            "encode_over_prost": spread_json(ratio(5, 4)),
+            "preser_host_over_cpu_encode": spread_json(ratio(6, 4)),
+            "host_writes_one_shot": one_w,
+            "host_writes_field_by_field": each_w,
+            "projected_pcie_ns_one_shot": pcie(one_w),
+            "projected_pcie_ns_field_by_field": pcie(each_w),
+        }));
+    }
+    bar.finish_and_clear();
+    let geo = |key: &str| -> f64 {
+        let logs: Vec<f64> = rows.iter().map(|r| r[key]["median"].as_f64().unwrap_or(1.0).ln()).collect();
+        (logs.iter().sum::<f64>() / logs.len() as f64).exp()
+    };
+    let lowest =
+        |key: &str| rows.iter().map(|r| r[key]["median"].as_f64().unwrap_or(0.0)).fold(f64::INFINITY, f64::min);
+    let summary = json!({
+        "benchmark": "rpc",
+        "environment": env,
+        "config": { "rounds": rounds, "phase_ms": phase.as_millis() as u64, "quick": a.quick },
+        "decode_copy_over_prost": geo("decode_copy_over_prost"),
+        "decode_copy_over_prost_lowest": lowest("decode_copy_over_prost"),
+        "decode_alias_over_prost_bytes": Value::Null,
+        "decode_alias_note": "Tern's alias mode is not built yet; decode_copy_over_prost_bytes compares its copy mode",
+        "decode_copy_over_prost_bytes": geo("decode_copy_over_prost_bytes"),
+        "encode_over_prost": geo("encode_over_prost"),
+        "encode_over_prost_lowest": lowest("encode_over_prost"),
+        "decode_over_prost_reflect": geo("decode_over_prost_reflect"),
+        "preser_host_over_cpu_encode": geo("preser_host_over_cpu_encode"),
+        "workloads": rows,
+    });
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
+    let path = a.out.join("rpc.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&summary)?)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!();
+    println!("per-round ratios (how many times Tern's time fits in the peer's), median [min-max]:");
+    println!(
+        "{:<16} {:>9} {:>22} {:>22} {:>22} {:>22} {:>18}",
+        "workload",
+        "bytes",
+        "decode / prost",
+        "decode / prost Bytes",
+        "decode / prost-reflect",
+        "encode / prost",
+        "preser / encode"
+    );
+    let f = |s: &Value| {
+        format!(
+            "{:.2} [{:.2}-{:.2}]",
+            s["median"].as_f64().unwrap_or(0.0),
+            s["min"].as_f64().unwrap_or(0.0),
+            s["max"].as_f64().unwrap_or(0.0)
+        )
+    };
+    for r in summary["workloads"].as_array().into_iter().flatten() {
+        println!(
+            "{:<16} {:>9} {:>22} {:>22} {:>22} {:>22} {:>18}",
+            r["workload"].as_str().unwrap_or(""),
+            r["bytes"],
+            f(&r["decode_copy_over_prost"]),
+            f(&r["decode_copy_over_prost_bytes"]),
+            f(&r["decode_over_prost_reflect"]),
+            f(&r["encode_over_prost"]),
+            f(&r["preser_host_over_cpu_encode"])
+        );
+    }
+    println!(
+        "geometric means: decode/prost {:.2}, decode/prost Bytes {:.2}, decode/prost-reflect {:.2}, encode/prost {:.2}, stage-1 host time / CPU encode {:.2}",
+        summary["decode_copy_over_prost"].as_f64().unwrap_or(0.0),
+        summary["decode_copy_over_prost_bytes"].as_f64().unwrap_or(0.0),
+        summary["decode_over_prost_reflect"].as_f64().unwrap_or(0.0),
+        summary["encode_over_prost"].as_f64().unwrap_or(0.0),
+        summary["preser_host_over_cpu_encode"].as_f64().unwrap_or(0.0)
+    );
+    println!();
+    println!(
+        "host writes per workload, one-shot vs field by field (projected on the paper's PCIe: 1250 ns a write + bytes at 12.8 GB/s; a projection, not a measurement):"
+    );
+    for r in summary["workloads"].as_array().into_iter().flatten() {
+        let (o, e) = (
+            r["projected_pcie_ns_one_shot"].as_f64().unwrap_or(0.0),
+            r["projected_pcie_ns_field_by_field"].as_f64().unwrap_or(0.0),
+        );
+        println!(
+            "{:<16} {:>6} vs {:>6} writes, {:>9.1} vs {:>9.1} us, field by field / one-shot {:.2}",
+            r["workload"].as_str().unwrap_or(""),
+            r["host_writes_one_shot"],
+            r["host_writes_field_by_field"],
+            o / 1000.0,
+            e / 1000.0,
+            e / o.max(1.0)
+        );
+    }
+    println!("wrote {}", path.display());
+    Ok(ExitCode::SUCCESS)
+}

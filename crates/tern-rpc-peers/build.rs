@@ -1,0 +1,122 @@
+//! Generates prost code for every staged workload's schema (protox compiles the .proto files, so
+//! no protoc): once with `Vec<u8>` bytes fields, once with `bytes::Bytes` ones, and a dispatch by
+//! message type name. Without `../shared` (the workloads) it generates nothing and says so.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+struct Workload {
+    name: &'static str,
+    proto: PathBuf,
+    /// Top-level message types measured.
+    types: Vec<String>,
+}
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let shared = manifest.join("../../../shared");
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let mut code = String::new();
+    let workloads = workloads(&shared);
+    match workloads {
+        Some(ws) => {
+            for w in &ws {
+                println!("cargo:rerun-if-changed={}", w.proto.display());
+                let dir = w.proto.parent().unwrap();
+                let fds = protox::compile([&w.proto], [dir]).expect("the workload's schema compiles");
+                for (suffix, bytes) in [("", false), ("_bytes", true)] {
+                    let target = out.join(format!("{}{suffix}", w.name));
+                    std::fs::create_dir_all(&target).unwrap();
+                    let mut cfg = prost_build::Config::new();
+                    cfg.out_dir(&target);
+                    if bytes {
+                        cfg.bytes(["."]);
+                    }
+                    cfg.compile_fds(fds.clone()).expect("prost-build generates the workload's code");
+                    let file = std::fs::read_dir(&target)
+                        .unwrap()
+                        .filter_map(|e| e.ok())
+                        .map(|e| e.file_name().into_string().unwrap())
+                        .find(|n| n.ends_with(".rs") && n != "_.rs")
+                        .expect("one generated file");
+                    let module = format!("{}{suffix}", w.name);
+                    writeln!(code, "#[allow(clippy::all, missing_docs, dead_code)]\npub mod {module} {{ include!(concat!(env!(\"OUT_DIR\"), \"/{module}/{file}\")); }}").unwrap();
+                }
+            }
+            // Dispatch by type: decode (Vec<u8> and Bytes fields), and an encoder of a decoded value.
+            code.push_str("/// Decodes `bytes` as `ty` of `workload` with prost (`Vec<u8>` bytes fields); `None`: unknown type.\n");
+            code.push_str("pub fn decode(workload: &str, ty: &str, bytes: &[u8]) -> Decoded {\n    match (workload, ty) {\n");
+            for w in &ws {
+                for t in &w.types {
+                    let rust = rust_path(w.name, t);
+                    writeln!(code, "        ({:?}, {:?}) => Some(<{rust} as prost::Message>::decode(bytes).map(|m| Box::new(m) as Box<dyn std::any::Any>)),", w.name, t).unwrap();
+                }
+            }
+            code.push_str("        _ => None,\n    }\n}\n");
+            code.push_str("/// Decodes a `bytes::Bytes` buffer as `ty` with prost configured with `Bytes` fields (values share the buffer).\n");
+            code.push_str("pub fn decode_bytes(workload: &str, ty: &str, bytes: bytes::Bytes) -> Decoded {\n    match (workload, ty) {\n");
+            for w in &ws {
+                for t in &w.types {
+                    let rust = rust_path(&format!("{}_bytes", w.name), t);
+                    writeln!(code, "        ({:?}, {:?}) => Some(<{rust} as prost::Message>::decode(bytes).map(|m| Box::new(m) as Box<dyn std::any::Any>)),", w.name, t).unwrap();
+                }
+            }
+            code.push_str("        _ => None,\n    }\n}\n");
+            code.push_str("/// Decodes `bytes` as `ty` once and returns what encodes that value again (appending to the buffer).\n");
+            code.push_str("pub fn encoder(workload: &str, ty: &str, bytes: &[u8]) -> Option<Encoder> {\n    match (workload, ty) {\n");
+            for w in &ws {
+                for t in &w.types {
+                    let rust = rust_path(w.name, t);
+                    writeln!(code, "        ({:?}, {:?}) => {{ let m = <{rust} as prost::Message>::decode(bytes).ok()?; Some(Box::new(move |out: &mut Vec<u8>| prost::Message::encode(&m, out).expect(\"a Vec grows\"))) }}", w.name, t).unwrap();
+                }
+            }
+            code.push_str("        _ => None,\n    }\n}\n/// Whether the peers were generated (the workloads were there at build time).\npub const AVAILABLE: bool = true;\n");
+        }
+        None => {
+            println!("cargo:warning=tern-rpc-peers: ../shared/hyperprotobench not found; no prost peers generated");
+            code.push_str("/// Decodes with prost: no peers were generated (the workloads were missing at build time).\npub fn decode(_: &str, _: &str, _: &[u8]) -> Decoded { None }\n");
+            code.push_str("/// See `decode`.\npub fn decode_bytes(_: &str, _: &str, _: bytes::Bytes) -> Decoded { None }\n");
+            code.push_str("/// See `decode`.\npub fn encoder(_: &str, _: &str, _: &[u8]) -> Option<Encoder> { None }\n/// Whether the peers were generated.\npub const AVAILABLE: bool = false;\n");
+        }
+    }
+    std::fs::write(out.join("peers.rs"), code).unwrap();
+}
+
+/// `hyperprotobench.M1` in module `bench0` -> `bench0::M1`; `benchmarks.proto2.GoogleMessage1` -> `m::GoogleMessage1`.
+fn rust_path(module: &str, ty: &str) -> String {
+    format!("crate::{module}::{}", ty.rsplit('.').next().unwrap())
+}
+
+fn workloads(shared: &Path) -> Option<Vec<Workload>> {
+    let hpb = shared.join("hyperprotobench");
+    if !hpb.join("bench0/benchmark.proto").exists() {
+        return None;
+    }
+    let mut ws = Vec::new();
+    for (name, b) in [("bench0", 0), ("bench1", 1), ("bench3", 3), ("bench4", 4)] {
+        let dir = hpb.join(format!("bench{b}"));
+        let manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).ok()?).ok()?;
+        let types =
+            manifest["messages"].as_array()?.iter().filter_map(|m| m["type"].as_str().map(String::from)).collect();
+        ws.push(Workload { name, proto: dir.join("benchmark.proto"), types });
+    }
+    let ds = shared.join("protobuf-datasets");
+    for (name, proto, ty) in [
+        (
+            "message1_proto2",
+            "google_message1/proto2/benchmark_message1_proto2.proto",
+            "benchmarks.proto2.GoogleMessage1",
+        ),
+        (
+            "message1_proto3",
+            "google_message1/proto3/benchmark_message1_proto3.proto",
+            "benchmarks.proto3.GoogleMessage1",
+        ),
+        ("message2", "google_message2/benchmark_message2.proto", "benchmarks.proto2.GoogleMessage2"),
+    ] {
+        ws.push(Workload { name, proto: ds.join(proto), types: vec![ty.to_string()] });
+    }
+    Some(ws)
+}
