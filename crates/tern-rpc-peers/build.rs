@@ -46,7 +46,9 @@ fn main() {
             }
             // Dispatch by type: decode (Vec<u8> and Bytes fields), and an encoder of a decoded value.
             code.push_str("/// Decodes `bytes` as `ty` of `workload` with prost (`Vec<u8>` bytes fields); `None`: unknown type.\n");
-            code.push_str("pub fn decode(workload: &str, ty: &str, bytes: &[u8]) -> Decoded {\n    match (workload, ty) {\n");
+            code.push_str(
+                "pub fn decode(workload: &str, ty: &str, bytes: &[u8]) -> Decoded {\n    match (workload, ty) {\n",
+            );
             for w in &ws {
                 for t in &w.types {
                     let rust = rust_path(w.name, t);
@@ -76,7 +78,9 @@ fn main() {
         None => {
             println!("cargo:warning=tern-rpc-peers: ../shared/hyperprotobench not found; no prost peers generated");
             code.push_str("/// Decodes with prost: no peers were generated (the workloads were missing at build time).\npub fn decode(_: &str, _: &str, _: &[u8]) -> Decoded { None }\n");
-            code.push_str("/// See `decode`.\npub fn decode_bytes(_: &str, _: &str, _: bytes::Bytes) -> Decoded { None }\n");
+            code.push_str(
+                "/// See `decode`.\npub fn decode_bytes(_: &str, _: &str, _: bytes::Bytes) -> Decoded { None }\n",
+            );
             code.push_str("/// See `decode`.\npub fn encoder(_: &str, _: &str, _: &[u8]) -> Option<Encoder> { None }\n/// Whether the peers were generated.\npub const AVAILABLE: bool = false;\n");
         }
     }
