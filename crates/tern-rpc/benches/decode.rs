@@ -6,73 +6,20 @@
 //!
 //! `cargo bench -p tern-rpc --bench decode`.
 
-use std::path::{Path, PathBuf};
-
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
 use tern_rpc::decode::{DecodeOptions, Pools, WriteMode, decode};
-use tern_rpc::schema::{ClassId, SchemaTable, compile_file};
 
-struct Workload {
-    name: String,
-    table: SchemaTable,
-    pool: prost_reflect::DescriptorPool,
-    /// (class, message type, bytes).
-    messages: Vec<(ClassId, String, Vec<u8>)>,
-}
-
-fn shared() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
-}
-
-fn load(name: &str, proto: &Path, messages: Vec<(String, Vec<u8>)>) -> Workload {
-    let dir = proto.parent().unwrap();
-    let table = compile_file(proto, &[]).unwrap();
-    let fds = protox::compile([proto], [dir]).unwrap();
-    let pool = prost_reflect::DescriptorPool::from_file_descriptor_set(fds).unwrap();
-    let messages = messages.into_iter().map(|(ty, b)| (table.class_by_name(&ty).unwrap().id, ty, b)).collect();
-    Workload { name: name.to_string(), table, pool, messages }
-}
-
-fn workloads() -> Vec<Workload> {
-    let mut out = Vec::new();
-    for b in [0, 1, 3, 4] {
-        let dir = shared().join(format!("hyperprotobench/bench{b}"));
-        let manifest: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
-        let msgs = manifest["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| {
-                (m["type"].as_str().unwrap().to_string(), std::fs::read(dir.join(m["file"].as_str().unwrap())).unwrap())
-            })
-            .collect();
-        out.push(load(&format!("bench{b}"), &dir.join("benchmark.proto"), msgs));
-    }
-    let ds = shared().join("protobuf-datasets");
-    for (name, proto, ty, payload) in [
-        (
-            "message1_proto2",
-            "google_message1/proto2/benchmark_message1_proto2.proto",
-            "benchmarks.proto2.GoogleMessage1",
-            "google_message1/proto2/payload_0.bin",
-        ),
-        (
-            "message1_proto3",
-            "google_message1/proto3/benchmark_message1_proto3.proto",
-            "benchmarks.proto3.GoogleMessage1",
-            "google_message1/proto3/payload_0.bin",
-        ),
-        (
-            "message2",
-            "google_message2/benchmark_message2.proto",
-            "benchmarks.proto2.GoogleMessage2",
-            "google_message2/payload_0.bin",
-        ),
-    ] {
-        out.push(load(name, &ds.join(proto), vec![(ty.to_string(), std::fs::read(ds.join(payload)).unwrap())]));
-    }
-    out
+/// A staged workload and prost-reflect's view of its schema.
+fn workloads() -> Vec<(tern_rpc::workloads::Workload, prost_reflect::DescriptorPool)> {
+    tern_rpc::workloads::load_all(&tern_rpc::workloads::shared_dir())
+        .unwrap()
+        .into_iter()
+        .map(|w| {
+            let fds = protox::compile([&w.proto], [w.proto.parent().unwrap()]).unwrap();
+            let pool = prost_reflect::DescriptorPool::from_file_descriptor_set(fds).unwrap();
+            (w, pool)
+        })
+        .collect()
 }
 
 fn bench(c: &mut Criterion) {
@@ -80,8 +27,8 @@ fn bench(c: &mut Criterion) {
     let one = DecodeOptions::default();
     let fbf = DecodeOptions { mode: WriteMode::FieldByField, ..one };
     let mut g = c.benchmark_group("decode");
-    for w in workloads() {
-        let bytes: usize = w.messages.iter().map(|m| m.2.len()).sum();
+    for (w, pool) in workloads() {
+        let bytes = w.bytes();
         g.throughput(Throughput::Bytes(bytes as u64));
         g.bench_function(BenchmarkId::new("tern_one_shot", &w.name), |b| {
             b.iter(|| {
@@ -97,7 +44,7 @@ fn bench(c: &mut Criterion) {
                 }
             })
         });
-        let descs: Vec<_> = w.messages.iter().map(|(_, ty, _)| w.pool.get_message_by_name(ty).unwrap()).collect();
+        let descs: Vec<_> = w.messages.iter().map(|(_, ty, _)| pool.get_message_by_name(ty).unwrap()).collect();
         g.bench_function(BenchmarkId::new("prost_reflect", &w.name), |b| {
             b.iter(|| {
                 for ((_, _, m), d) in w.messages.iter().zip(&descs) {

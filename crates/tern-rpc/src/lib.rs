@@ -39,3 +39,4 @@ pub mod message;
 pub mod schema;
 pub mod serialize;
 pub mod wire;
+pub mod workloads;

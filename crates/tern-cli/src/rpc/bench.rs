@@ -4,7 +4,7 @@
 //! over workloads; and the one-shot against field-by-field write counts with their projected
 //! PCIe cost on the paper's link.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,6 @@ use clap::Args;
 use serde_json::{Value, json};
 use tern_rpc::decode::{DecodeOptions, Pools, WriteMode, decode};
 use tern_rpc::encode::encode_into;
-use tern_rpc::schema::{ClassId, SchemaTable, compile_file};
 use tern_rpc::serialize::{PreserOptions, preserialize};
 
 use crate::CmdResult;
@@ -38,75 +37,22 @@ pub struct RpcBenchArgs {
     pub json: bool,
 }
 
+/// A staged workload and prost-reflect's view of its schema.
 struct Workload {
-    name: String,
-    table: SchemaTable,
+    w: tern_rpc::workloads::Workload,
     pool: prost_reflect::DescriptorPool,
-    /// (class, type, bytes).
-    messages: Vec<(ClassId, String, Vec<u8>)>,
-}
-
-fn shared() -> PathBuf {
-    // The workloads live beside the repository (../shared), found from the binary's source tree
-    // or the working directory.
-    let from_src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared");
-    if from_src.exists() { from_src } else { PathBuf::from("../shared") }
-}
-
-fn load(name: &str, proto: &Path, messages: Vec<(String, Vec<u8>)>) -> Result<Workload, Box<dyn std::error::Error>> {
-    let dir = proto.parent().ok_or("a workload's .proto has a directory")?;
-    let table = compile_file(proto, &[])?;
-    let fds = protox::compile([proto], [dir]).map_err(|e| format!("{}: {e}", proto.display()))?;
-    let pool = prost_reflect::DescriptorPool::from_file_descriptor_set(fds)?;
-    let mut out = Vec::new();
-    for (ty, b) in messages {
-        let class = table.class_by_name(&ty).ok_or_else(|| format!("{}: no class {ty}", proto.display()))?.id;
-        out.push((class, ty, b));
-    }
-    Ok(Workload { name: name.to_string(), table, pool, messages: out })
 }
 
 fn workloads() -> Result<Vec<Workload>, Box<dyn std::error::Error>> {
-    let shared = shared();
-    let hpb = shared.join("hyperprotobench");
-    if !hpb.exists() {
-        return Err(
-            format!("the workloads are not at {} (clone tern beside its shared/ directory)", hpb.display()).into()
-        );
+    let mut shared = tern_rpc::workloads::shared_dir();
+    if !shared.exists() {
+        shared = PathBuf::from("../shared");
     }
     let mut out = Vec::new();
-    for b in [0, 1, 3, 4] {
-        let dir = hpb.join(format!("bench{b}"));
-        let manifest: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json"))?)?;
-        let mut msgs = Vec::new();
-        for m in manifest["messages"].as_array().ok_or("manifest without messages")? {
-            let file = m["file"].as_str().ok_or("manifest entry without file")?;
-            msgs.push((m["type"].as_str().unwrap_or_default().to_string(), std::fs::read(dir.join(file))?));
-        }
-        out.push(load(&format!("bench{b}"), &dir.join("benchmark.proto"), msgs)?);
-    }
-    let ds = shared.join("protobuf-datasets");
-    for (name, proto, ty, payload) in [
-        (
-            "message1_proto2",
-            "google_message1/proto2/benchmark_message1_proto2.proto",
-            "benchmarks.proto2.GoogleMessage1",
-            "google_message1/proto2/payload_0.bin",
-        ),
-        (
-            "message1_proto3",
-            "google_message1/proto3/benchmark_message1_proto3.proto",
-            "benchmarks.proto3.GoogleMessage1",
-            "google_message1/proto3/payload_0.bin",
-        ),
-        (
-            "message2",
-            "google_message2/benchmark_message2.proto",
-            "benchmarks.proto2.GoogleMessage2",
-            "google_message2/payload_0.bin",
-        ),
-    ] {
-        out.push(load(name, &ds.join(proto), vec![(ty.to_string(), std::fs::read(ds.join(payload))?)])?);
+    for w in tern_rpc::workloads::load_all(&shared)? {
+        let dir = w.proto.parent().ok_or("a workload's .proto has a directory")?;
+        let fds = protox::compile([&w.proto], [dir]).map_err(|e| format!("{}: {e}", w.proto.display()))?;
+        out.push(Workload { pool: prost_reflect::DescriptorPool::from_file_descriptor_set(fds)?, w });
     }
     Ok(out)
 }
@@ -179,12 +125,12 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
     let pools = Pools::default();
     let opts = DecodeOptions::default();
     let mut rows = Vec::new();
-    for w in &ws {
-        let bytes: usize = w.messages.iter().map(|m| m.2.len()).sum();
+    for Workload { w, pool } in &ws {
+        let bytes = w.bytes();
         let descs: Vec<_> = w
             .messages
             .iter()
-            .map(|(_, ty, _)| w.pool.get_message_by_name(ty).ok_or("no descriptor"))
+            .map(|(_, ty, _)| pool.get_message_by_name(ty).ok_or("no descriptor"))
             .collect::<Result<_, _>>()?;
         let shared_bufs: Vec<bytes::Bytes> = w.messages.iter().map(|m| bytes::Bytes::from(m.2.clone())).collect();
         let decoded: Vec<_> =
