@@ -37,6 +37,7 @@
 
 pub mod codegen;
 pub mod dynamic;
+pub mod frontend;
 mod schema;
 
 pub use schema::{FieldSchema, FieldType, IdlError, MessageSchema, Schema, parse_file, parse_str};

@@ -3,7 +3,6 @@
 use std::path::Path;
 
 use prost_reflect::{DescriptorPool, Kind, MessageDescriptor, Value};
-use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver, IncludeFileResolver};
 
 /// Errors of the IDL front end and compiler; each names the file, message or field at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -162,73 +161,25 @@ impl Schema {
     }
 }
 
-struct TernResolver;
+const BUILTINS: crate::frontend::Builtins = &[(crate::TERN_PROTO_NAME, crate::TERN_PROTO)];
 
-impl FileResolver for TernResolver {
-    fn open_file(&self, name: &str) -> Result<File, protox::Error> {
-        if name == crate::TERN_PROTO_NAME {
-            File::from_source(name, crate::TERN_PROTO)
-        } else {
-            Err(protox::Error::file_not_found(name))
-        }
+fn idl_error(e: crate::frontend::FrontendError) -> IdlError {
+    match e {
+        crate::frontend::FrontendError::Io { path, message } => IdlError::Io { path, message },
+        crate::frontend::FrontendError::Syntax { file, message } => IdlError::Syntax { file, message },
     }
-}
-
-struct SourceResolver {
-    name: String,
-    source: String,
-}
-
-impl FileResolver for SourceResolver {
-    fn open_file(&self, name: &str) -> Result<File, protox::Error> {
-        if name == self.name { File::from_source(name, &self.source) } else { Err(protox::Error::file_not_found(name)) }
-    }
-}
-
-fn compile(resolver: ChainFileResolver, name: &str) -> Result<Schema, IdlError> {
-    // The front end is third-party code fed untrusted text: a panic in it becomes an error.
-    let run = std::panic::AssertUnwindSafe(|| {
-        let syntax = |e: protox::Error| IdlError::Syntax { file: name.to_string(), message: render(&e) };
-        let mut compiler = protox::Compiler::with_file_resolver(resolver);
-        compiler.include_imports(true);
-        compiler.open_file(name).map_err(syntax)?;
-        let pool = compiler.descriptor_pool();
-        build_schema(&pool, name)
-    });
-    std::panic::catch_unwind(run).unwrap_or_else(|_| {
-        Err(IdlError::Syntax { file: name.to_string(), message: "the protobuf front end failed on this input".into() })
-    })
-}
-
-fn render(e: &protox::Error) -> String {
-    // Debug carries the location (file:line:col) where Display may not.
-    let display = e.to_string();
-    let debug = format!("{e:?}");
-    if debug.len() < 600 && debug != display { format!("{display} ({debug})") } else { display }
 }
 
 /// Parses IDL source held in memory; `name` is the file name used in errors.
 pub fn parse_str(name: &str, source: &str) -> Result<Schema, IdlError> {
-    let mut chain = ChainFileResolver::new();
-    chain.add(SourceResolver { name: name.to_string(), source: source.to_string() });
-    chain.add(TernResolver);
-    chain.add(GoogleFileResolver::new());
-    compile(chain, name)
+    let pool = crate::frontend::compile_str(name, source, BUILTINS).map_err(idl_error)?;
+    build_schema(&pool, name)
 }
 
 /// Parses an IDL file; imports resolve relative to its directory.
 pub fn parse_file(path: &Path) -> Result<Schema, IdlError> {
-    let io = |m: String| IdlError::Io { path: path.display().to_string(), message: m };
-    if !path.is_file() {
-        return Err(io("no such file".into()));
-    }
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| io("bad file name".into()))?;
-    let mut chain = ChainFileResolver::new();
-    chain.add(IncludeFileResolver::new(dir.to_path_buf()));
-    chain.add(TernResolver);
-    chain.add(GoogleFileResolver::new());
-    compile(chain, name)
+    let (pool, name) = crate::frontend::compile_file(path, &[], BUILTINS).map_err(idl_error)?;
+    build_schema(&pool, &name)
 }
 
 fn build_schema(pool: &DescriptorPool, name: &str) -> Result<Schema, IdlError> {

@@ -19,7 +19,6 @@ use std::fmt;
 use std::path::Path;
 
 use prost_reflect::{DescriptorPool, FieldDescriptor, MessageDescriptor, Value};
-use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver, IncludeFileResolver};
 use serde::Serialize;
 
 /// The built-in import that declares `(tern.acc)`.
@@ -386,82 +385,27 @@ pub enum SchemaError {
     },
 }
 
-struct RpcnicResolver;
+const BUILTINS: tern_idl::frontend::Builtins = &[(RPCNIC_PROTO_NAME, RPCNIC_PROTO)];
 
-impl FileResolver for RpcnicResolver {
-    fn open_file(&self, name: &str) -> Result<File, protox::Error> {
-        if name == RPCNIC_PROTO_NAME {
-            File::from_source(name, RPCNIC_PROTO)
-        } else {
-            Err(protox::Error::file_not_found(name))
-        }
-    }
-}
-
-struct SourceResolver {
-    name: String,
-    source: String,
-}
-
-impl FileResolver for SourceResolver {
-    fn open_file(&self, name: &str) -> Result<File, protox::Error> {
-        if name == self.name { File::from_source(name, &self.source) } else { Err(protox::Error::file_not_found(name)) }
+fn schema_error(e: tern_idl::frontend::FrontendError) -> SchemaError {
+    match e {
+        tern_idl::frontend::FrontendError::Io { path, message } => SchemaError::Io { path, message },
+        tern_idl::frontend::FrontendError::Syntax { file, message } => SchemaError::Syntax { file, message },
     }
 }
 
 /// Compiles `.proto` source held in memory; `name` is its file name in errors. Imports resolve
 /// to `tern/rpcnic.proto` and protobuf's well-known types.
 pub fn compile_str(name: &str, source: &str) -> Result<SchemaTable, SchemaError> {
-    let mut chain = ChainFileResolver::new();
-    chain.add(SourceResolver { name: name.to_string(), source: source.to_string() });
-    chain.add(RpcnicResolver);
-    chain.add(GoogleFileResolver::new());
-    compile(chain, name)
+    let pool = tern_idl::frontend::compile_str(name, source, BUILTINS).map_err(schema_error)?;
+    build(&pool, name)
 }
 
 /// Compiles a `.proto` file; imports resolve relative to its directory, then to the directories
 /// of `includes`, `tern/rpcnic.proto` and protobuf's well-known types.
 pub fn compile_file(path: &Path, includes: &[&Path]) -> Result<SchemaTable, SchemaError> {
-    let io = |m: &str| SchemaError::Io { path: path.display().to_string(), message: m.to_string() };
-    if !path.exists() {
-        return Err(io("no such file"));
-    }
-    if !path.is_file() {
-        return Err(io("not a file"));
-    }
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| io("the file name is not UTF-8"))?;
-    let mut chain = ChainFileResolver::new();
-    chain.add(IncludeFileResolver::new(dir.to_path_buf()));
-    for inc in includes {
-        chain.add(IncludeFileResolver::new(inc.to_path_buf()));
-    }
-    chain.add(RpcnicResolver);
-    chain.add(GoogleFileResolver::new());
-    compile(chain, name)
-}
-
-fn compile(resolver: ChainFileResolver, name: &str) -> Result<SchemaTable, SchemaError> {
-    // The front end is third-party code fed untrusted text: a panic in it becomes an error.
-    let run = std::panic::AssertUnwindSafe(|| {
-        let mut compiler = protox::Compiler::with_file_resolver(resolver);
-        compiler.include_imports(true);
-        compiler.open_file(name).map_err(|e| SchemaError::Syntax { file: name.to_string(), message: render(&e) })?;
-        build(&compiler.descriptor_pool(), name)
-    });
-    std::panic::catch_unwind(run).unwrap_or_else(|_| {
-        Err(SchemaError::Syntax {
-            file: name.to_string(),
-            message: "the protobuf front end failed on this input".into(),
-        })
-    })
-}
-
-fn render(e: &protox::Error) -> String {
-    // Debug carries the location (file:line:col) where Display may not.
-    let display = e.to_string();
-    let debug = format!("{e:?}");
-    if debug.len() < 600 && debug != display { format!("{display} ({debug})") } else { display }
+    let (pool, name) = tern_idl::frontend::compile_file(path, includes, BUILTINS).map_err(schema_error)?;
+    build(&pool, &name)
 }
 
 struct Builder {
