@@ -384,6 +384,29 @@ impl<'t> Dec<'t, '_> {
         entry.len += 1;
     }
 
+    /// The node a sub-message (or group) of field `fi` decodes into: the one already there for a
+    /// singular field given again (they merge), else a new one; refused past the depth limit.
+    fn child(
+        &mut self,
+        sub: ClassId,
+        fi: usize,
+        at: usize,
+        depth: u32,
+        repeated: bool,
+        device: bool,
+    ) -> Result<u32, DecodeError> {
+        if depth >= self.opts.max_depth {
+            return Err(self.fail(DecodeErrorKind::TooDeep { max: self.opts.max_depth }, at));
+        }
+        let existing = if repeated { NONE } else { self.levels[depth as usize][fi] };
+        if existing != NONE
+            && let Slot::Msg(c) = self.msg.entries[existing as usize].slot
+        {
+            return Ok(c);
+        }
+        Ok(self.new_node(sub, device))
+    }
+
     fn new_node(&mut self, class: ClassId, device: bool) -> u32 {
         self.msg.nodes.push(Node { class, first: NONE, last: NONE, unknown: NONE, unknown_last: NONE, device });
         (self.msg.nodes.len() - 1) as u32
@@ -444,18 +467,7 @@ impl<'t> Dec<'t, '_> {
         }
         let slot = match (field.kind, f.value) {
             (Kind::Message(sub), Value::Len(body)) => {
-                if depth >= self.opts.max_depth {
-                    return Err(self.fail(DecodeErrorKind::TooDeep { max: self.opts.max_depth }, f.start));
-                }
-                // A singular sub-message given again merges into the one there.
-                let existing = if repeated { NONE } else { self.levels[depth as usize][fi] };
-                let child = match (existing, repeated) {
-                    (e, false) if e != NONE => match self.msg.entries[e as usize].slot {
-                        Slot::Msg(c) => c,
-                        _ => self.new_node(sub, device),
-                    },
-                    _ => self.new_node(sub, device),
-                };
+                let child = self.child(sub, fi, f.start, depth, repeated, device)?;
                 if !device {
                     self.count(false, 8);
                 }
@@ -464,17 +476,7 @@ impl<'t> Dec<'t, '_> {
                 Slot::Msg(child)
             }
             (Kind::Group(sub), Value::StartGroup) => {
-                if depth >= self.opts.max_depth {
-                    return Err(self.fail(DecodeErrorKind::TooDeep { max: self.opts.max_depth }, f.start));
-                }
-                let existing = if repeated { NONE } else { self.levels[depth as usize][fi] };
-                let child = match existing {
-                    e if e != NONE => match self.msg.entries[e as usize].slot {
-                        Slot::Msg(c) => c,
-                        _ => self.new_node(sub, device),
-                    },
-                    _ => self.new_node(sub, device),
-                };
+                let child = self.child(sub, fi, f.start, depth, repeated, device)?;
                 self.fields(child, r, depth + 1, Some(f.number))?;
                 Slot::Msg(child)
             }
