@@ -73,6 +73,15 @@ fn main() {
                     writeln!(code, "        ({:?}, {:?}) => {{ let m = <{rust} as prost::Message>::decode(bytes).ok()?; Some(Box::new(move |out: &mut Vec<u8>| prost::Message::encode(&m, out).expect(\"a Vec grows\"))) }}", w.name, t).unwrap();
                 }
             }
+            code.push_str("        _ => None,\n    }\n}\n");
+            code.push_str("/// Whether prost decodes `a` and `b` as `ty` to equal values (`None`: unknown type or a decode error).\n");
+            code.push_str("pub fn equal(workload: &str, ty: &str, a: &[u8], b: &[u8]) -> Option<bool> {\n    match (workload, ty) {\n");
+            for w in &ws {
+                for t in &w.types {
+                    let rust = rust_path(w.name, t);
+                    writeln!(code, "        ({:?}, {:?}) => Some(<{rust} as prost::Message>::decode(a).ok()? == <{rust} as prost::Message>::decode(b).ok()?),", w.name, t).unwrap();
+                }
+            }
             code.push_str("        _ => None,\n    }\n}\n/// Whether the peers were generated (the workloads were there at build time).\npub const AVAILABLE: bool = true;\n");
         }
         None => {
@@ -81,7 +90,7 @@ fn main() {
             code.push_str(
                 "/// See `decode`.\npub fn decode_bytes(_: &str, _: &str, _: bytes::Bytes) -> Decoded { None }\n",
             );
-            code.push_str("/// See `decode`.\npub fn encoder(_: &str, _: &str, _: &[u8]) -> Option<Encoder> { None }\n/// Whether the peers were generated.\npub const AVAILABLE: bool = false;\n");
+            code.push_str("/// See `decode`.\npub fn encoder(_: &str, _: &str, _: &[u8]) -> Option<Encoder> { None }\n/// See `decode`.\npub fn equal(_: &str, _: &str, _: &[u8], _: &[u8]) -> Option<bool> { None }\n/// Whether the peers were generated.\npub const AVAILABLE: bool = false;\n");
         }
     }
     std::fs::write(out.join("peers.rs"), code).unwrap();
