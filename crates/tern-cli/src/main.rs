@@ -124,7 +124,7 @@ enum BenchCommand {
     /// RpcNIC's codec: Tern's table-driven decoder and encoder against prost (generated code,
     /// Vec and Bytes fields) and prost-reflect on the staged HyperProtoBench and dataset
     /// messages, alternating; ratios with spreads, one-shot vs field-by-field writes with their
-    /// projected PCIe cost. Writes reports/rpc.json.
+    /// projected PCIe cost. Writes reports/rpc.json and PNG/SVG plots.
     Rpc(rpc::bench::RpcBenchArgs),
 }
 

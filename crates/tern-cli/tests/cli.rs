@@ -574,7 +574,7 @@ fn bench_rpc_json_has_the_promised_keys() {
         assert!(w["host_writes_one_shot"].as_u64().unwrap() <= w["host_writes_field_by_field"].as_u64().unwrap());
         assert!(w["decode_copy_over_prost"]["median"].as_f64().unwrap() > 0.0);
     }
-    assert!(out_dir.join("rpc.json").exists());
+    assert!(out_dir.join("rpc.json").exists() && out_dir.join("rpc.png").exists() && out_dir.join("rpc.svg").exists());
     std::fs::remove_dir_all(&out_dir).unwrap();
     let (ok, _, err) = tern(&["bench", "rpc", "--rounds", "0"]);
     assert!(!ok && err.contains("--rounds"), "{err}");

@@ -29,7 +29,7 @@ pub struct RpcBenchArgs {
     /// Milliseconds each implementation runs per round [default: 300, quick 100].
     #[arg(long)]
     pub phase_ms: Option<u64>,
-    /// Where the JSON report goes.
+    /// Where the JSON report and the PNG/SVG plot go.
     #[arg(long, default_value = "reports")]
     pub out: PathBuf,
     /// Print the JSON summary instead of tables.
@@ -258,6 +258,23 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
     std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
     let path = a.out.join("rpc.json");
     std::fs::write(&path, serde_json::to_string_pretty(&summary)?)?;
+    let med = |r: &Value, k: &str| r[k]["median"].as_f64().unwrap_or(0.0);
+    let plot_rows: Vec<super::plot::Row> = summary["workloads"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let name = r["workload"].as_str().unwrap_or("").to_string();
+            (name, med(r, "decode_copy_over_prost"), med(r, "decode_over_prost_reflect"), med(r, "encode_over_prost"))
+        })
+        .collect();
+    let title = format!(
+        "RpcNIC codec in Tern vs prost and prost-reflect (geometric means: decode/prost {:.2}, decode/prost-reflect {:.2}, encode/prost {:.2})",
+        summary["decode_copy_over_prost"].as_f64().unwrap_or(0.0),
+        summary["decode_over_prost_reflect"].as_f64().unwrap_or(0.0),
+        summary["encode_over_prost"].as_f64().unwrap_or(0.0)
+    );
+    let plots = super::plot::rpc(&plot_rows, &title, &a.out)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
         return Ok(ExitCode::SUCCESS);
@@ -322,5 +339,8 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
         );
     }
     println!("wrote {}", path.display());
+    for p in plots {
+        println!("wrote {}", p.display());
+    }
     Ok(ExitCode::SUCCESS)
 }

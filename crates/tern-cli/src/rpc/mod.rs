@@ -2,6 +2,7 @@
 //! `tern bench rpc`.
 
 pub mod bench;
+mod plot;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
