@@ -1,13 +1,14 @@
 //! RpcNIC's deserializer on arbitrary bytes, against the interop schemas (every type and label of
 //! proto2 and proto3): a `DecodeError` or a message, never a panic, and every chunk back in its
 //! pool afterwards. A message decoded in either write mode encodes to the same bytes, and those
-//! bytes decode and encode to themselves (decode -> encode -> decode equal).
+//! bytes decode and encode to themselves (decode -> encode -> decode equal); alias mode builds
+//! what copy mode builds.
 #![no_main]
 
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tern_rpc::decode::{DecodeOptions, Pools, WriteMode, decode};
+use tern_rpc::decode::{DecodeOptions, Pools, WriteMode, decode, decode_alias};
 use tern_rpc::encode::encode;
 use tern_rpc::schema::{SchemaTable, compile_str};
 
@@ -36,6 +37,12 @@ fuzz_target!(|data: &[u8]| {
     // One decode at a time: each gives its chunks back before the next takes any.
     let one = decode(t, *class, input, &pools, &opts).map(|m| encode(&m));
     let each = decode(t, *class, input, &pools, &fbf).map(|m| encode(&m));
+    // Alias mode (host values borrow the input) builds the same message.
+    let alias = decode_alias(t, *class, input, &pools, &opts).map(|m| encode(&m));
+    // (Both succeed, or only copy mode ran out of host chunks, which alias mode does not take.)
+    if let (Ok(a), Ok(c)) = (&alias, &one) {
+        assert_eq!(a, c, "alias and copy modes disagree");
+    }
     match (one, each) {
         (Ok(a), Ok(b)) => {
             assert_eq!(a, b, "the write modes encode differently");

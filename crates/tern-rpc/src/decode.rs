@@ -148,6 +148,8 @@ struct Dec<'t, 'i> {
     input: &'i [u8],
     opts: DecodeOptions,
     msg: Message<'t>,
+    /// Host values borrow the input instead of being copied.
+    alias: bool,
     /// (class, field index) of each field being decoded, for error paths.
     path: Vec<(ClassId, u16)>,
     /// Per depth: field index -> the node's entry for it (NONE), while that node decodes.
@@ -155,11 +157,38 @@ struct Dec<'t, 'i> {
     temp_used: usize,
 }
 
-/// Decodes `input` as a message of class `class`.
+/// Decodes `input` as a message of class `class`, copying every value (copy mode: the input may
+/// be reused as soon as this returns).
 pub fn decode<'t>(
     table: &'t SchemaTable,
     class: ClassId,
     input: &[u8],
+    pools: &Pools,
+    opts: &DecodeOptions,
+) -> Result<Message<'t>, DecodeError> {
+    run(table, class, input, &[], pools, opts)
+}
+
+/// Decodes `input` as a message of class `class` in alias mode: host-placed string and bytes
+/// values (and unknown fields) borrow the input instead of being copied, so the message borrows
+/// it too. Device-placed values are still copied into device memory. The same message as
+/// [`decode`] builds, with the same counts.
+pub fn decode_alias<'t>(
+    table: &'t SchemaTable,
+    class: ClassId,
+    input: &'t [u8],
+    pools: &Pools,
+    opts: &DecodeOptions,
+) -> Result<Message<'t>, DecodeError> {
+    run(table, class, input, input, pools, opts)
+}
+
+/// `kept` is the input when values borrow it (alias mode), empty otherwise.
+fn run<'t>(
+    table: &'t SchemaTable,
+    class: ClassId,
+    input: &[u8],
+    kept: &'t [u8],
     pools: &Pools,
     opts: &DecodeOptions,
 ) -> Result<Message<'t>, DecodeError> {
@@ -172,6 +201,7 @@ pub fn decode<'t>(
     }
     let msg = Message {
         table,
+        input: kept,
         nodes: Vec::with_capacity(8),
         entries: Vec::with_capacity(32),
         elems: Vec::new(),
@@ -179,7 +209,8 @@ pub fn decode<'t>(
         device: Arena::new(pools.device.clone()),
         stats: DecodeStats::default(),
     };
-    let mut d = Dec { table, input, opts: *opts, msg, path: Vec::new(), levels: Vec::new(), temp_used: 0 };
+    let alias = !kept.is_empty();
+    let mut d = Dec { table, input, opts: *opts, msg, alias, path: Vec::new(), levels: Vec::new(), temp_used: 0 };
     d.msg.nodes.push(Node { class, first: NONE, last: NONE, unknown: NONE, unknown_last: NONE, device: false });
     let mut r = Reader::new(input);
     d.fields(0, &mut r, 1, None)?;
@@ -240,6 +271,17 @@ impl<'t> Dec<'t, '_> {
     }
 
     fn store(&mut self, device: bool, bytes: &[u8], at: usize) -> Result<Slot, DecodeError> {
+        if self.alias && !device {
+            // A slice of the input is borrowed (its offset: the distance between the starts);
+            // bytes made here (a closed enum's rejected packed values) are copied as usual.
+            let (start, p) = (self.input.as_ptr() as usize, bytes.as_ptr() as usize);
+            if p >= start && p + bytes.len() <= start + self.input.len() {
+                self.count(false, bytes.len());
+                let span =
+                    Span { chunk: crate::message::INPUT_CHUNK, off: (p - start) as u32, len: bytes.len() as u32 };
+                return Ok(Slot::Bytes(Pool::Host, span));
+            }
+        }
         let (pool, arena) =
             if device { (Pool::Device, &mut self.msg.device) } else { (Pool::Host, &mut self.msg.host) };
         let span: Option<Span> = arena.push(bytes);

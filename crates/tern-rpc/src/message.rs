@@ -13,6 +13,9 @@ use crate::schema::{ClassId, Field, Kind, SchemaTable};
 /// No entry, node or element.
 pub(crate) const NONE: u32 = u32::MAX;
 
+/// The chunk index of a span in the input itself (alias mode), not in an arena.
+pub(crate) const INPUT_CHUNK: u32 = u32::MAX;
+
 /// One stored value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Slot {
@@ -81,6 +84,8 @@ pub struct DecodeStats {
 #[derive(Debug)]
 pub struct Message<'t> {
     pub(crate) table: &'t SchemaTable,
+    /// The input, where host values borrow it (alias mode); empty otherwise.
+    pub(crate) input: &'t [u8],
     pub(crate) nodes: Vec<Node>,
     pub(crate) entries: Vec<Entry>,
     pub(crate) elems: Vec<Elem>,
@@ -146,9 +151,19 @@ impl<'t> Message<'t> {
     }
 
     pub(crate) fn bytes(&self, pool: Pool, s: Span) -> &[u8] {
-        match pool {
-            Pool::Host => self.host.get(s),
-            Pool::Device => self.device.get(s),
+        match (pool, s.chunk) {
+            (Pool::Host, INPUT_CHUNK) => &self.input[s.off as usize..(s.off + s.len) as usize],
+            (Pool::Host, _) => self.host.get(s),
+            (Pool::Device, _) => self.device.get(s),
+        }
+    }
+
+    /// The bytes of a span, if the message has them (for spans read from untrusted records).
+    pub(crate) fn try_bytes(&self, pool: Pool, s: Span) -> Option<&[u8]> {
+        match (pool, s.chunk) {
+            (Pool::Host, INPUT_CHUNK) => self.input.get(s.off as usize..s.off.checked_add(s.len)? as usize),
+            (Pool::Host, _) => self.host.try_get(s),
+            (Pool::Device, _) => self.device.try_get(s),
         }
     }
 

@@ -427,11 +427,7 @@ fn parse<'a>(rd: &mut Rd<'a>) -> Result<Option<Rec<'a>>, RecordError> {
 
 /// The bytes a reference names, if the message has them.
 fn deref<'m>(msg: &'m Message<'_>, pool: Pool, s: Span, at: usize) -> Result<&'m [u8], RecordError> {
-    let arena = match pool {
-        Pool::Host => &msg.host,
-        Pool::Device => &msg.device,
-    };
-    arena.try_get(s).ok_or(RecordError::BadRef(at))
+    msg.try_bytes(pool, s).ok_or(RecordError::BadRef(at))
 }
 
 /// Stage 2, on the device: encodes `records` (stage 1's, for `msg`) into `tx` (appending).

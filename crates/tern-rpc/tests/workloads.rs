@@ -90,3 +90,34 @@ fn normalize(m: &mut prost_reflect::DynamicMessage) {
         }
     }
 }
+
+/// Alias mode builds the same message as copy mode (same bytes out, same counts), takes no host
+/// chunks, and keeps device values in device memory.
+#[test]
+fn alias_mode_borrows_host_values_and_builds_the_same_message() {
+    use tern_rpc::decode::decode_alias;
+    let pools = Pools::default();
+    for w in tern_rpc::workloads::load_all(&tern_rpc::workloads::shared_dir()).unwrap() {
+        for (class, ty, bytes) in &w.messages {
+            let copy = decode(&w.table, *class, bytes, &pools, &DecodeOptions::default()).unwrap();
+            let alias = decode_alias(&w.table, *class, bytes, &pools, &DecodeOptions::default()).unwrap();
+            assert!(encode(&copy) == encode(&alias), "{ty}");
+            let (c, a) = (copy.stats(), alias.stats());
+            assert_eq!((a.host_writes, a.host_bytes), (c.host_writes, c.host_bytes), "{ty}");
+            assert_eq!(a.host_chunks, 0, "{ty}: alias mode copies no host value");
+        }
+    }
+    // With Acc placement (the interop fixture): device values still go to device chunks.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
+    let t = tern_rpc::schema::compile_file(&dir.join("all2.proto"), &[]).unwrap();
+    let input = std::fs::read(dir.join("all2_unknown.input.bin")).unwrap();
+    let full = std::fs::read(dir.join("all2_full.input.bin")).unwrap();
+    let class = t.class_by_name("All2").unwrap().id;
+    for b in [&input, &full] {
+        let a = decode_alias(&t, class, b, &pools, &DecodeOptions::default()).unwrap();
+        let c = decode(&t, class, b, &pools, &DecodeOptions::default()).unwrap();
+        assert_eq!(encode(&a), encode(&c));
+        assert_eq!(a.stats().device_bytes, c.stats().device_bytes);
+    }
+    assert_eq!((pools.host.outstanding(), pools.device.outstanding()), (0, 0));
+}

@@ -1,5 +1,5 @@
-//! `tern bench rpc`: Tern's RpcNIC codec against prost (generated code) and prost-reflect (the
-//! dynamic peer) on the staged workloads, in one process, the implementations alternating in an
+//! `tern bench rpc`: Tern's RpcNIC codec (copy and alias decode, encode, stage-1
+//! pre-serialization) against prost (generated code) and prost-reflect (the dynamic peer) on the staged workloads, in one process, the implementations alternating in an
 //! order that turns each round; per-round ratios with their median, min and max, geometric means
 //! over workloads; and the one-shot against field-by-field write counts with their projected
 //! PCIe cost on the paper's link.
@@ -87,7 +87,7 @@ fn spread_json(s: Spread) -> Value {
     json!({ "median": s.median, "min": s.min, "max": s.max })
 }
 
-const IMPLS: [&str; 7] = [
+const IMPLS: [&str; 8] = [
     "tern_decode",
     "prost_decode",
     "prost_bytes_decode",
@@ -95,6 +95,7 @@ const IMPLS: [&str; 7] = [
     "tern_encode",
     "prost_encode",
     "tern_preser",
+    "tern_alias_decode",
 ];
 
 /// `tern bench rpc`.
@@ -190,10 +191,15 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
                             std::hint::black_box(&out);
                         }
                     }),
-                    _ => time(phase, || {
+                    6 => time(phase, || {
                         for m in &decoded {
                             records.clear();
                             std::hint::black_box(preserialize(m, PreserOptions::default(), &mut records));
+                        }
+                    }),
+                    _ => time(phase, || {
+                        for ((c, _, _), buf) in w.messages.iter().zip(&shared_bufs) {
+                            std::hint::black_box(tern_rpc::decode::decode_alias(&w.table, *c, buf, &pools, &opts).ok());
                         }
                     }),
                 };
@@ -225,6 +231,7 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
             "decode_copy_over_prost": spread_json(ratio(1, 0)),
             "decode_over_prost_reflect": spread_json(ratio(3, 0)),
             "decode_copy_over_prost_bytes": spread_json(ratio(2, 0)),
+            "decode_alias_over_prost_bytes": spread_json(ratio(2, 7)),
             "encode_over_prost": spread_json(ratio(5, 4)),
             "preser_host_over_cpu_encode": spread_json(ratio(6, 4)),
             "host_writes_one_shot": one_w,
@@ -246,8 +253,7 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
         "config": { "rounds": rounds, "phase_ms": phase.as_millis() as u64, "quick": a.quick },
         "decode_copy_over_prost": geo("decode_copy_over_prost"),
         "decode_copy_over_prost_lowest": lowest("decode_copy_over_prost"),
-        "decode_alias_over_prost_bytes": Value::Null,
-        "decode_alias_note": "Tern's alias mode is not built yet; decode_copy_over_prost_bytes compares its copy mode",
+        "decode_alias_over_prost_bytes": geo("decode_alias_over_prost_bytes"),
         "decode_copy_over_prost_bytes": geo("decode_copy_over_prost_bytes"),
         "encode_over_prost": geo("encode_over_prost"),
         "encode_over_prost_lowest": lowest("encode_over_prost"),
@@ -286,7 +292,7 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
         "workload",
         "bytes",
         "decode / prost",
-        "decode / prost Bytes",
+        "alias / prost Bytes",
         "decode / prost-reflect",
         "encode / prost",
         "preser / encode"
@@ -305,15 +311,16 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
             r["workload"].as_str().unwrap_or(""),
             r["bytes"],
             f(&r["decode_copy_over_prost"]),
-            f(&r["decode_copy_over_prost_bytes"]),
+            f(&r["decode_alias_over_prost_bytes"]),
             f(&r["decode_over_prost_reflect"]),
             f(&r["encode_over_prost"]),
             f(&r["preser_host_over_cpu_encode"])
         );
     }
     println!(
-        "geometric means: decode/prost {:.2}, decode/prost Bytes {:.2}, decode/prost-reflect {:.2}, encode/prost {:.2}, stage-1 host time / CPU encode {:.2}",
+        "geometric means: decode/prost {:.2}, alias decode/prost Bytes {:.2} (copy mode {:.2}), decode/prost-reflect {:.2}, encode/prost {:.2}, stage-1 host time / CPU encode {:.2}",
         summary["decode_copy_over_prost"].as_f64().unwrap_or(0.0),
+        summary["decode_alias_over_prost_bytes"].as_f64().unwrap_or(0.0),
         summary["decode_copy_over_prost_bytes"].as_f64().unwrap_or(0.0),
         summary["decode_over_prost_reflect"].as_f64().unwrap_or(0.0),
         summary["encode_over_prost"].as_f64().unwrap_or(0.0),
