@@ -488,14 +488,7 @@ impl<'t> Dec<'t, '_> {
         let field = &table.class(n.class).fields[fi];
         let device = n.device || field.placement == crate::schema::Placement::Device;
         let repeated = field.label == Label::Repeated;
-        let wire = match f.value {
-            Value::Varint(_) => WireType::Varint,
-            Value::Fixed64(_) => WireType::Fixed64,
-            Value::Fixed32(_) => WireType::Fixed32,
-            Value::Len(_) => WireType::Len,
-            Value::StartGroup => WireType::StartGroup,
-            Value::EndGroup => WireType::EndGroup,
-        };
+        let wire = f.value.wire_type();
         // A packed run of scalars.
         if repeated && field.kind.packable() && wire == WireType::Len {
             let Value::Len(body) = f.value else { unreachable!() };

@@ -159,13 +159,7 @@ impl Enc<'_, '_> {
             self.order.resize_with(depth + 1, Vec::new);
         }
         let mut order = std::mem::take(&mut self.order[depth]);
-        order.clear();
-        let mut e = node.first;
-        while e != NONE {
-            order.push(e);
-            e = self.msg.entries[e as usize].next;
-        }
-        order.sort_unstable_by_key(|&e| self.msg.entries[e as usize].field);
+        self.msg.sorted_entries(n, &mut order);
         let mut next_map_field = 0usize;
         for &ei in &order {
             let entry = self.msg.entries[ei as usize];

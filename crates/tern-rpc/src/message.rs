@@ -167,6 +167,17 @@ impl<'t> Message<'t> {
         }
     }
 
+    /// Node `n`'s entries into `order`, sorted by field (the order encoders write them in).
+    pub(crate) fn sorted_entries(&self, n: u32, order: &mut Vec<u32>) {
+        order.clear();
+        let mut e = self.nodes[n as usize].first;
+        while e != NONE {
+            order.push(e);
+            e = self.entries[e as usize].next;
+        }
+        order.sort_unstable_by_key(|&e| self.entries[e as usize].field);
+    }
+
     pub(crate) fn value(&self, field: &Field, slot: Slot) -> FieldValue<'_> {
         match (field.kind, slot) {
             (_, Slot::Msg(n)) => FieldValue::Message(MessageRef { msg: self, node: n }),

@@ -167,6 +167,20 @@ pub enum Value<'a> {
     Fixed32(u32),
 }
 
+impl Value<'_> {
+    /// Its wire type.
+    pub fn wire_type(&self) -> WireType {
+        match self {
+            Value::Varint(_) => WireType::Varint,
+            Value::Fixed64(_) => WireType::Fixed64,
+            Value::Len(_) => WireType::Len,
+            Value::StartGroup => WireType::StartGroup,
+            Value::EndGroup => WireType::EndGroup,
+            Value::Fixed32(_) => WireType::Fixed32,
+        }
+    }
+}
+
 /// One field read from the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FieldRef<'a> {

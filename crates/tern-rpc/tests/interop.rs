@@ -26,14 +26,7 @@ fn walk(t: &SchemaTable, class: u32, bytes: &[u8], base: usize, unknown: &mut Ve
             }
             continue;
         };
-        let wire = match f.value {
-            Value::Varint(_) => WireType::Varint,
-            Value::Fixed64(_) => WireType::Fixed64,
-            Value::Fixed32(_) => WireType::Fixed32,
-            Value::Len(_) => WireType::Len,
-            Value::StartGroup => WireType::StartGroup,
-            Value::EndGroup => WireType::EndGroup,
-        };
+        let wire = f.value.wire_type();
         let packed_form = field.label == Label::Repeated && field.kind.packable() && wire == WireType::Len;
         assert!(wire == field.kind.wire_type() || packed_form, "{}.{}: wire type {wire:?}", c.name, field.name);
         match (field.kind, f.value) {
