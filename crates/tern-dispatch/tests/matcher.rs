@@ -68,6 +68,17 @@ fn cond_kind(software_only: bool) -> BoxedStrategy<CondKind> {
     }
 }
 
+/// App 9 with request types 1 (`Req`) and 2 (`Other`).
+fn app(default_queue: u16) -> App {
+    let s = schema();
+    App {
+        name: "a".into(),
+        id: 9,
+        default_queue,
+        requests: vec![(s.message("Req").unwrap().clone(), 1), (s.message("Other").unwrap().clone(), 2)],
+    }
+}
+
 fn rule_set(software_only: bool) -> impl Strategy<Value = RuleSet> {
     let rule = (
         0u8..2,                                                   // request type 1 or 2
@@ -77,13 +88,7 @@ fn rule_set(software_only: bool) -> impl Strategy<Value = RuleSet> {
         0u16..6,                                                  // queue
     );
     (prop::collection::vec(rule, 0..12), 0u16..3).prop_map(|(rules, default_queue)| {
-        let s = schema();
-        let app = App {
-            name: "a".into(),
-            id: 9,
-            default_queue,
-            requests: vec![(s.message("Req").unwrap().clone(), 1), (s.message("Other").unwrap().clone(), 2)],
-        };
+        let app = app(default_queue);
         let rules = rules
             .into_iter()
             .enumerate()
@@ -250,13 +255,7 @@ fn run_heavy_rule_set() -> impl Strategy<Value = RuleSet> {
     ];
     (prop::collection::vec((kind, prop::option::of(nonempty(2)), 0u16..6), 0..40), 0u16..3).prop_map(
         |(rules, default_queue)| {
-            let s = schema();
-            let app = App {
-                name: "a".into(),
-                id: 9,
-                default_queue,
-                requests: vec![(s.message("Req").unwrap().clone(), 1), (s.message("Other").unwrap().clone(), 2)],
-            };
+            let app = app(default_queue);
             let rules = rules
                 .into_iter()
                 .enumerate()

@@ -65,20 +65,48 @@ fn every_fixture_reads_against_its_schema() {
     }
 }
 
+/// One fixture case: its name, schema table, class, input bytes, Python's bytes, and the case's
+/// manifest entry.
+struct Case {
+    name: String,
+    table: tern_rpc::schema::SchemaTable,
+    class: u32,
+    input: Vec<u8>,
+    canonical: Vec<u8>,
+    entry: serde_json::Value,
+}
+
+fn cases() -> Vec<Case> {
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir().join("manifest.json")).unwrap()).unwrap();
+    let read =
+        |case: &serde_json::Value, key: &str| std::fs::read(dir().join(case["files"][key].as_str().unwrap())).unwrap();
+    manifest["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|case| {
+            let table = compile_file(&dir().join(case["proto"].as_str().unwrap()), &[]).unwrap();
+            let class = table.class_by_name(case["type"].as_str().unwrap()).unwrap().id;
+            Case {
+                name: case["name"].as_str().unwrap().to_string(),
+                table,
+                class,
+                input: read(case, "input"),
+                canonical: read(case, "canonical"),
+                entry: case.clone(),
+            }
+        })
+        .collect()
+}
+
 /// Every fixture's input decodes, and encodes back to exactly what Python protobuf re-serialized
 /// (deterministic), in both write modes, which build the same message.
 #[test]
 fn every_fixture_round_trips_to_pythons_bytes() {
     use tern_rpc::decode::{DecodeOptions, Pools, WriteMode, decode};
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir().join("manifest.json")).unwrap()).unwrap();
     let pools = Pools::default();
-    for case in manifest["cases"].as_array().unwrap() {
-        let name = case["name"].as_str().unwrap();
-        let t = compile_file(&dir().join(case["proto"].as_str().unwrap()), &[]).unwrap();
-        let class = t.class_by_name(case["type"].as_str().unwrap()).unwrap().id;
-        let input = std::fs::read(dir().join(case["files"]["input"].as_str().unwrap())).unwrap();
-        let canonical = std::fs::read(dir().join(case["files"]["canonical"].as_str().unwrap())).unwrap();
+    for Case { name, table: t, class, input, canonical, .. } in cases() {
         let mut encoded = Vec::new();
         for mode in [WriteMode::OneShot, WriteMode::FieldByField] {
             let opts = DecodeOptions { mode, ..DecodeOptions::default() };
@@ -98,17 +126,10 @@ fn every_fixture_round_trips_to_pythons_bytes() {
 fn json_agrees_with_python_both_ways() {
     use tern_rpc::decode::{DecodeOptions, Pools, decode};
     use tern_rpc::json::{from_json, to_json};
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir().join("manifest.json")).unwrap()).unwrap();
     let pools = Pools::default();
-    for case in manifest["cases"].as_array().unwrap() {
-        let name = case["name"].as_str().unwrap();
-        let t = compile_file(&dir().join(case["proto"].as_str().unwrap()), &[]).unwrap();
-        let class = t.class_by_name(case["type"].as_str().unwrap()).unwrap().id;
-        let input = std::fs::read(dir().join(case["files"]["input"].as_str().unwrap())).unwrap();
-        let canonical = std::fs::read(dir().join(case["files"]["canonical"].as_str().unwrap())).unwrap();
+    for Case { name, table: t, class, input, canonical, entry } in cases() {
         let python: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(dir().join(case["files"]["json"].as_str().unwrap())).unwrap(),
+            &std::fs::read_to_string(dir().join(entry["files"]["json"].as_str().unwrap())).unwrap(),
         )
         .unwrap();
         let m = decode(&t, class, &input, &pools, &DecodeOptions::default()).unwrap();
