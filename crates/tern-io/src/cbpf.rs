@@ -265,9 +265,57 @@ enum Op {
     JgeX(u32, u32),
     RetK(u32),
     RetA,
+    // Superinstructions: a load fused with the `jeq #k` after it (load offset, compared
+    // constant, targets). The jump keeps its own slot too, for jumps that land on it.
+    LdAbs1Jeq(u32, u32, u32, u32),
+    LdAbs2Jeq(u32, u32, u32, u32),
+    LdAbs4Jeq(u32, u32, u32, u32),
+    LdInd1Jeq(u32, u32, u32, u32),
+    LdInd2Jeq(u32, u32, u32, u32),
+    LdInd4Jeq(u32, u32, u32, u32),
 }
 
 impl Op {
+    /// Decodes a checked program for [`Program::run`]: each instruction in its slot, with jumps
+    /// that land on a `ja` taken straight to where the `ja` goes, and a load followed by a
+    /// `jeq #k` fused into one step. Slots stay aligned with instructions (a fused load's jump
+    /// keeps its own slot), so every jump target means what it meant.
+    fn decode_all(insns: &[Insn]) -> Vec<Op> {
+        let mut ops: Vec<Op> = insns.iter().enumerate().map(|(i, &insn)| Op::decode(i, insn)).collect();
+        // Jump threading, from the end: checked programs jump forward only, so a `ja`'s own
+        // target is already threaded when it is reached.
+        let through = |ops: &[Op], t: u32| match ops.get(t as usize) {
+            Some(Op::Ja(to)) => *to,
+            _ => t,
+        };
+        for i in (0..ops.len()).rev() {
+            ops[i] = match ops[i] {
+                Op::Ja(t) => Op::Ja(through(&ops, t)),
+                Op::JeqK(k, t, f) => Op::JeqK(k, through(&ops, t), through(&ops, f)),
+                Op::JgtK(k, t, f) => Op::JgtK(k, through(&ops, t), through(&ops, f)),
+                Op::JgeK(k, t, f) => Op::JgeK(k, through(&ops, t), through(&ops, f)),
+                Op::JeqX(t, f) => Op::JeqX(through(&ops, t), through(&ops, f)),
+                Op::JgtX(t, f) => Op::JgtX(through(&ops, t), through(&ops, f)),
+                Op::JgeX(t, f) => Op::JgeX(through(&ops, t), through(&ops, f)),
+                op => op,
+            };
+        }
+        for i in 0..ops.len().saturating_sub(1) {
+            if let Op::JeqK(c, t, f) = ops[i + 1] {
+                ops[i] = match ops[i] {
+                    Op::LdAbs1(k) => Op::LdAbs1Jeq(k, c, t, f),
+                    Op::LdAbs2(k) => Op::LdAbs2Jeq(k, c, t, f),
+                    Op::LdAbs4(k) => Op::LdAbs4Jeq(k, c, t, f),
+                    Op::LdInd1(k) => Op::LdInd1Jeq(k, c, t, f),
+                    Op::LdInd2(k) => Op::LdInd2Jeq(k, c, t, f),
+                    Op::LdInd4(k) => Op::LdInd4Jeq(k, c, t, f),
+                    op => op,
+                };
+            }
+        }
+        ops
+    }
+
     /// Decodes instruction `i` of a checked program.
     fn decode(i: usize, insn: Insn) -> Op {
         let k = insn.k;
@@ -342,8 +390,7 @@ impl Program {
     /// Checks `insns` and wraps them.
     pub fn new(insns: Vec<Insn>) -> Result<Program, ProgramError> {
         Program::check(&insns)?;
-        let ops = insns.iter().enumerate().map(|(i, &insn)| Op::decode(i, insn)).collect();
-        Ok(Program { insns, ops })
+        Ok(Program { ops: Op::decode_all(&insns), insns })
     }
 
     /// What the kernel's classic checker demands: 1 to 4096 instructions, known opcodes, jumps
@@ -472,6 +519,48 @@ impl Program {
                 Op::JgeX(t, f) => pc = pick(a >= x, t, f),
                 Op::RetK(k) => return k,
                 Op::RetA => return a,
+                Op::LdAbs1Jeq(k, c, t, f) => match bytes::<1>(payload, u64::from(k)) {
+                    Some(b) => {
+                        a = u32::from(b[0]);
+                        pc = pick(a == c, t, f);
+                    }
+                    None => return 0,
+                },
+                Op::LdAbs2Jeq(k, c, t, f) => match bytes::<2>(payload, u64::from(k)) {
+                    Some(b) => {
+                        a = u32::from(u16::from_be_bytes(b));
+                        pc = pick(a == c, t, f);
+                    }
+                    None => return 0,
+                },
+                Op::LdAbs4Jeq(k, c, t, f) => match bytes::<4>(payload, u64::from(k)) {
+                    Some(b) => {
+                        a = u32::from_be_bytes(b);
+                        pc = pick(a == c, t, f);
+                    }
+                    None => return 0,
+                },
+                Op::LdInd1Jeq(k, c, t, f) => match bytes::<1>(payload, ind(x, k)) {
+                    Some(b) => {
+                        a = u32::from(b[0]);
+                        pc = pick(a == c, t, f);
+                    }
+                    None => return 0,
+                },
+                Op::LdInd2Jeq(k, c, t, f) => match bytes::<2>(payload, ind(x, k)) {
+                    Some(b) => {
+                        a = u32::from(u16::from_be_bytes(b));
+                        pc = pick(a == c, t, f);
+                    }
+                    None => return 0,
+                },
+                Op::LdInd4Jeq(k, c, t, f) => match bytes::<4>(payload, ind(x, k)) {
+                    Some(b) => {
+                        a = u32::from_be_bytes(b);
+                        pc = pick(a == c, t, f);
+                    }
+                    None => return 0,
+                },
             }
         }
         0
@@ -730,6 +819,30 @@ mod tests {
         assert_eq!(Program::new(one_path), Err(ProgramError::Memory(3, 2)));
         let both = vec![Insn::ld_len(), Insn::st(2), Insn::jeq(0, 0, 1), Insn::st(3), Insn::ld_mem(2), Insn::ret_a()];
         assert!(Program::new(both).is_ok());
+    }
+
+    #[test]
+    fn threaded_jumps_and_fused_loads_keep_their_meaning() {
+        // 0: A = len; 1: jeq 3 → 2 (ja chain to 6) else 4 (the fused load's own jeq slot).
+        let insns = vec![
+            Insn::ld_len(),
+            Insn::jeq(3, 0, 2),
+            Insn::ja(0),
+            Insn::ja(2),
+            Insn::ld_b_abs(1),
+            Insn::jeq(9, 1, 0),
+            Insn::ret_k(1),
+            Insn::ret_k(2),
+        ];
+        // Slot 4 fuses `ld [1]; jeq #9`; slot 5 is still a plain `jeq` that a jump may reach.
+        let p = Program::new(insns).unwrap();
+        assert!(matches!(p.ops[4], Op::LdAbs1Jeq(1, 9, 7, 6)), "{:?}", p.ops[4]);
+        assert!(matches!(p.ops[1], Op::JeqK(3, 6, 4)), "{:?}", p.ops[1]);
+        for pl in [&[0u8, 0, 0][..], &[0, 9], &[0, 8], &[0], &[]] {
+            assert_eq!(p.run(pl), p.run_reference(pl), "{pl:?}");
+        }
+        assert_eq!(p.run(&[0, 9]), 2);
+        assert_eq!(p.run(&[0, 0, 0]), 1);
     }
 
     proptest::proptest! {
