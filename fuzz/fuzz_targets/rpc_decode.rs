@@ -2,13 +2,14 @@
 //! proto2 and proto3): a `DecodeError` or a message, never a panic, and every chunk back in its
 //! pool afterwards. A message decoded in either write mode encodes to the same bytes, and those
 //! bytes decode and encode to themselves (decode -> encode -> decode equal); alias mode builds
-//! what copy mode builds.
+//! what copy mode builds; the fast path and the general path alone (`decode_general`) build the
+//! same message with the same counts, or fail with the same error.
 #![no_main]
 
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tern_rpc::decode::{DecodeOptions, Pools, WriteMode, decode, decode_alias};
+use tern_rpc::decode::{DecodeOptions, Pools, WriteMode, decode, decode_alias, decode_general};
 use tern_rpc::encode::encode;
 use tern_rpc::schema::{SchemaTable, compile_str};
 
@@ -35,6 +36,9 @@ fuzz_target!(|data: &[u8]| {
     let opts = DecodeOptions { max_depth: 16, ..DecodeOptions::default() };
     let fbf = DecodeOptions { mode: WriteMode::FieldByField, ..opts };
     // One decode at a time: each gives its chunks back before the next takes any.
+    let fast = decode(t, *class, input, &pools, &opts).map(|m| (encode(&m), m.stats()));
+    let general = decode_general(t, *class, input, &pools, &opts).map(|m| (encode(&m), m.stats()));
+    assert_eq!(fast, general, "the fast path and the general path disagree");
     let one = decode(t, *class, input, &pools, &opts).map(|m| encode(&m));
     let each = decode(t, *class, input, &pools, &fbf).map(|m| encode(&m));
     // Alias mode (host values borrow the input) builds the same message.

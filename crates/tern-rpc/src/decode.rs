@@ -19,8 +19,8 @@
 use std::fmt;
 
 use crate::arena::{Arena, ChunkPool, Pool, Span};
-use crate::message::{DecodeStats, Elem, Entry, Message, NONE, Node, Slot};
-use crate::schema::{ClassId, Kind, Label, SchemaTable, WireType};
+use crate::message::{DecodeStats, Elem, Message, NONE, Node, SLOT_BYTES, Slot};
+use crate::schema::{Class, ClassId, FastOp, Kind, Label, SchemaTable, WireType};
 use crate::wire::{self, FieldRef, Reader, Value, WireErrorKind};
 
 /// How host writes are counted.
@@ -44,11 +44,22 @@ pub struct DecodeOptions {
     pub temp_buffer_bytes: usize,
     /// How host writes are counted.
     pub mode: WriteMode,
+    /// Most bytes of field slots (each message instance has one [`SLOT_BYTES`]-byte slot per
+    /// field its class declares) per input byte, so that a few input bytes naming sub-messages
+    /// of a wide class cannot claim much memory; inputs under 4 KiB may use as much as a 4 KiB
+    /// input. Default 64.
+    pub max_slot_bytes_per_input_byte: usize,
 }
 
 impl Default for DecodeOptions {
     fn default() -> Self {
-        DecodeOptions { max_message_bytes: 64 << 20, max_depth: 100, temp_buffer_bytes: 4096, mode: WriteMode::OneShot }
+        DecodeOptions {
+            max_message_bytes: 64 << 20,
+            max_depth: 100,
+            temp_buffer_bytes: 4096,
+            mode: WriteMode::OneShot,
+            max_slot_bytes_per_input_byte: 64,
+        }
     }
 }
 
@@ -105,6 +116,12 @@ pub enum DecodeErrorKind {
     },
     /// A pool has no chunk left.
     PoolExhausted(Pool),
+    /// The message instances' field slots would exceed their bound
+    /// ([`DecodeOptions::max_slot_bytes_per_input_byte`]).
+    TooManySlots {
+        /// The bound in bytes, for this input.
+        max: usize,
+    },
 }
 
 impl fmt::Display for DecodeErrorKind {
@@ -119,6 +136,9 @@ impl fmt::Display for DecodeErrorKind {
             DecodeErrorKind::TooLarge { len, max } => write!(f, "{len} bytes: messages may have at most {max}"),
             DecodeErrorKind::TooDeep { max } => write!(f, "messages nested more than {max} deep"),
             DecodeErrorKind::PoolExhausted(p) => write!(f, "the {} chunk pool is exhausted", pool_name(*p)),
+            DecodeErrorKind::TooManySlots { max } => {
+                write!(f, "message instances whose field slots take more than {max} bytes")
+            }
         }
     }
 }
@@ -150,11 +170,14 @@ struct Dec<'t, 'i> {
     msg: Message<'t>,
     /// Host values borrow the input instead of being copied.
     alias: bool,
-    /// (class, field index) of each field being decoded, for error paths.
+    /// (class, field index) of each sub-message being decoded, for error paths.
     path: Vec<(ClassId, u16)>,
-    /// Per depth: field index -> the node's entry for it (NONE), while that node decodes.
-    levels: Vec<Vec<u32>>,
     temp_used: usize,
+    /// Slots that may still be made, and the bound they come from (bytes).
+    slots_left: usize,
+    slot_bytes_max: usize,
+    /// Whether the fast path runs (off: the general path alone, the fast path's twin).
+    fast: bool,
 }
 
 /// Decodes `input` as a message of class `class`, copying every value (copy mode: the input may
@@ -166,7 +189,21 @@ pub fn decode<'t>(
     pools: &Pools,
     opts: &DecodeOptions,
 ) -> Result<Message<'t>, DecodeError> {
-    run(table, class, input, &[], pools, opts)
+    run(table, class, input, &[], pools, opts, true)
+}
+
+/// [`decode`] by the general path alone: each field read as a wire value, then matched to its
+/// declaration. The fast path's twin (it must build the same message, count the same, and fail
+/// with the same error); for tests and fuzzing.
+#[doc(hidden)]
+pub fn decode_general<'t>(
+    table: &'t SchemaTable,
+    class: ClassId,
+    input: &[u8],
+    pools: &Pools,
+    opts: &DecodeOptions,
+) -> Result<Message<'t>, DecodeError> {
+    run(table, class, input, &[], pools, opts, false)
 }
 
 /// Decodes `input` as a message of class `class` in alias mode: host-placed string and bytes
@@ -180,7 +217,7 @@ pub fn decode_alias<'t>(
     pools: &Pools,
     opts: &DecodeOptions,
 ) -> Result<Message<'t>, DecodeError> {
-    run(table, class, input, input, pools, opts)
+    run(table, class, input, input, pools, opts, true)
 }
 
 /// `kept` is the input when values borrow it (alias mode), empty otherwise.
@@ -191,6 +228,7 @@ fn run<'t>(
     kept: &'t [u8],
     pools: &Pools,
     opts: &DecodeOptions,
+    fast: bool,
 ) -> Result<Message<'t>, DecodeError> {
     if input.len() > opts.max_message_bytes {
         return Err(DecodeError {
@@ -203,15 +241,27 @@ fn run<'t>(
         table,
         input: kept,
         nodes: Vec::with_capacity(8),
-        entries: Vec::with_capacity(32),
+        slots: Vec::with_capacity(64),
         elems: Vec::new(),
         host: Arena::new(pools.host.clone()),
         device: Arena::new(pools.device.clone()),
         stats: DecodeStats::default(),
     };
     let alias = !kept.is_empty();
-    let mut d = Dec { table, input, opts: *opts, msg, alias, path: Vec::new(), levels: Vec::new(), temp_used: 0 };
-    d.msg.nodes.push(Node { class, first: NONE, last: NONE, unknown: NONE, unknown_last: NONE, device: false });
+    let slot_bytes_max = opts.max_slot_bytes_per_input_byte.saturating_mul(input.len().max(4096));
+    let mut d = Dec {
+        table,
+        input,
+        opts: *opts,
+        msg,
+        alias,
+        path: Vec::new(),
+        temp_used: 0,
+        slots_left: slot_bytes_max / SLOT_BYTES,
+        slot_bytes_max,
+        fast,
+    };
+    d.new_node(class, false, 0, None)?;
     let mut r = Reader::new(input);
     d.fields(0, &mut r, 1, None)?;
     if d.opts.mode == WriteMode::OneShot && d.temp_used > 0 {
@@ -223,9 +273,12 @@ fn run<'t>(
 }
 
 impl<'t> Dec<'t, '_> {
-    fn error(&self, kind: DecodeErrorKind, offset: usize, root: ClassId) -> DecodeError {
+    /// An error at `offset`, in the sub-message being decoded (and in field `leaf` of it).
+    fn error(&self, kind: DecodeErrorKind, offset: usize, leaf: Option<(ClassId, usize)>) -> DecodeError {
+        let root = self.msg.nodes.first().map_or(0, |n| n.class);
         let mut path = self.table.class(root).short_name().to_string();
-        for &(c, f) in &self.path {
+        let leaf = leaf.map(|(c, f)| (c, f as u16));
+        for &(c, f) in self.path.iter().chain(leaf.iter()) {
             path.push('.');
             path.push_str(&self.table.class(c).fields[usize::from(f)].name);
         }
@@ -233,7 +286,7 @@ impl<'t> Dec<'t, '_> {
     }
 
     fn fail(&self, kind: DecodeErrorKind, offset: usize) -> DecodeError {
-        self.error(kind, offset, self.msg.nodes[0].class)
+        self.error(kind, offset, None)
     }
 
     fn wire_err(&self, e: wire::WireError) -> DecodeError {
@@ -270,7 +323,13 @@ impl<'t> Dec<'t, '_> {
         }
     }
 
-    fn store(&mut self, device: bool, bytes: &[u8], at: usize) -> Result<Slot, DecodeError> {
+    fn store(
+        &mut self,
+        device: bool,
+        bytes: &[u8],
+        at: usize,
+        leaf: Option<(ClassId, usize)>,
+    ) -> Result<Slot, DecodeError> {
         if self.alias && !device {
             // A slice of the input is borrowed (its offset: the distance between the starts);
             // bytes made here (a closed enum's rejected packed values) are copied as usual.
@@ -290,32 +349,18 @@ impl<'t> Dec<'t, '_> {
                 self.count(device, bytes.len());
                 Ok(Slot::Bytes(pool, s))
             }
-            None => Err(self.fail(DecodeErrorKind::PoolExhausted(pool), at)),
+            None => Err(self.error(DecodeErrorKind::PoolExhausted(pool), at, leaf)),
         }
     }
 
     /// Decodes fields into `node` until the reader ends (or, for a group, its end-group tag).
     fn fields(&mut self, node: u32, r: &mut Reader<'_>, depth: u32, group: Option<u32>) -> Result<(), DecodeError> {
-        let class_id = self.msg.nodes[node as usize].class;
-        let table = self.table;
-        let class = table.class(class_id);
-        let level = depth as usize;
-        if self.levels.len() <= level {
-            self.levels.resize_with(level + 1, Vec::new);
-        }
-        {
-            let idx = &mut self.levels[level];
-            idx.clear();
-            idx.resize(class.fields.len(), NONE);
-            // A node decoded again (a sub-message given twice merges): its entries so far.
-            let mut e = self.msg.nodes[node as usize].first;
-            while e != NONE {
-                let entry = &self.msg.entries[e as usize];
-                idx[usize::from(entry.field)] = e;
-                e = entry.next;
-            }
-        }
+        let n = self.msg.nodes[node as usize];
+        let class = self.table.class(n.class);
         loop {
+            if self.fast_field(n, class, r, depth)? {
+                continue;
+            }
             let f = match r.next_field() {
                 Ok(Some(f)) => f,
                 Ok(None) => {
@@ -340,14 +385,129 @@ impl<'t> Dec<'t, '_> {
                 self.unknown(node, raw, f.start)?;
                 continue;
             };
-            self.path.push((class_id, fi as u16));
             self.field(node, fi, f, r, depth)?;
-            self.path.pop();
         }
     }
 
+    /// The common case in one step: a field the class declares, in the wire type its type is
+    /// written in (not a packed run), read and stored as the class's schema-table entry says.
+    /// Returns `false`, the reader where it was, for anything else and for anything wrong (the
+    /// general path then reads the field again, and names what is wrong).
+    #[inline(always)]
+    fn fast_field(&mut self, n: Node, class: &Class, r: &mut Reader<'_>, depth: u32) -> Result<bool, DecodeError> {
+        if !self.fast {
+            return Ok(false);
+        }
+        let (buf, start, base) = r.parts();
+        let (tag, mut pos) = match buf.get(start) {
+            Some(&b) if b < 0x80 => (u64::from(b), start + 1),
+            Some(_) => match wire::read_varint(buf, start) {
+                Ok(t) => t,
+                Err(_) => return Ok(false),
+            },
+            None => return Ok(false),
+        };
+        let Some(&fast) = class.fast(tag >> 3) else { return Ok(false) };
+        if fast.op == FastOp::None || (tag & 7) as u8 != fast.wire {
+            return Ok(false);
+        }
+        let fi = usize::from(fast.fi);
+        let at = n.base as usize + fi;
+        let device = n.device || fast.device;
+        let leaf = (n.class, fi);
+        let slot = match fast.op {
+            FastOp::Message | FastOp::Bytes | FastOp::Utf8 => {
+                let Ok((len, q)) = wire::read_varint(buf, pos) else { return Ok(false) };
+                let Some(end) = usize::try_from(len).ok().and_then(|l| q.checked_add(l)).filter(|&e| e <= buf.len())
+                else {
+                    return Ok(false);
+                };
+                let body = &buf[q..end];
+                match fast.op {
+                    FastOp::Message => {
+                        let child = self.child(fast.sub, at, base + start, depth, fast.repeated, device, leaf)?;
+                        if !device {
+                            self.count(false, 8);
+                        }
+                        let mut sub_r = Reader::at(body, base + q);
+                        self.path.push((n.class, fi as u16));
+                        self.fields(child, &mut sub_r, depth + 1, None)?;
+                        self.path.pop();
+                        r.set_pos(end);
+                        Slot::Msg(child)
+                    }
+                    FastOp::Utf8 if std::str::from_utf8(body).is_err() => return Ok(false),
+                    _ => {
+                        let slot = self.store(device, body, base + start, Some(leaf))?;
+                        r.set_pos(end);
+                        slot
+                    }
+                }
+            }
+            FastOp::Group => {
+                let child = self.child(fast.sub, at, base + start, depth, fast.repeated, device, leaf)?;
+                self.path.push((n.class, fi as u16));
+                r.set_pos(pos);
+                self.fields(child, r, depth + 1, Some((tag >> 3) as u32))?;
+                self.path.pop();
+                Slot::Msg(child)
+            }
+            op => {
+                let v = match fast.wire {
+                    0 => match wire::read_varint(buf, pos) {
+                        Ok((v, q)) => {
+                            pos = q;
+                            v
+                        }
+                        Err(_) => return Ok(false),
+                    },
+                    1 => match buf.get(pos..pos + 8) {
+                        Some(b) => {
+                            pos += 8;
+                            u64::from_le_bytes(b.try_into().expect("8 bytes"))
+                        }
+                        None => return Ok(false),
+                    },
+                    _ => match buf.get(pos..pos + 4) {
+                        Some(b) => {
+                            pos += 4;
+                            u64::from(u32::from_le_bytes(b.try_into().expect("4 bytes")))
+                        }
+                        None => return Ok(false),
+                    },
+                };
+                let bits = match op {
+                    FastOp::Int32 | FastOp::OpenEnum => v as i32 as i64 as u64,
+                    FastOp::Uint32 => v as u32 as u64,
+                    FastOp::Bool => u64::from(v != 0),
+                    FastOp::Sint32 => wire::unzigzag32(v as u32) as i64 as u64,
+                    FastOp::Sint64 => wire::unzigzag64(v) as u64,
+                    FastOp::ClosedEnum => {
+                        if !self.table.enum_type(fast.sub).declares(v as i32) {
+                            return Ok(false);
+                        }
+                        v as i32 as i64 as u64
+                    }
+                    _ => v,
+                };
+                self.count(device, 8);
+                r.set_pos(pos);
+                Slot::Scalar(bits)
+            }
+        };
+        if fast.repeated {
+            self.push_elem(at, slot);
+        } else {
+            if fast.oneof && self.msg.slots[at] == Slot::Absent {
+                self.clear_oneof(n.class, n.base as usize, fi);
+            }
+            self.msg.slots[at] = slot;
+        }
+        Ok(true)
+    }
+
     fn unknown(&mut self, node: u32, raw: &[u8], at: usize) -> Result<(), DecodeError> {
-        let slot = self.store(false, raw, at)?;
+        let slot = self.store(false, raw, at, None)?;
         let i = self.msg.elems.len() as u32;
         self.msg.elems.push(Elem { slot, next: NONE });
         let n = &mut self.msg.nodes[node as usize];
@@ -361,97 +521,79 @@ impl<'t> Dec<'t, '_> {
         Ok(())
     }
 
-    /// The node's entry for field `fi`, made if absent (`list`: as an empty list).
-    fn entry(&mut self, node: u32, fi: usize, depth: u32, slot: Slot) -> u32 {
-        let e = self.msg.entries.len() as u32;
-        self.msg.entries.push(Entry { field: fi as u16, slot, next: NONE, last: NONE, len: 0 });
-        let n = &mut self.msg.nodes[node as usize];
-        if n.first == NONE {
-            n.first = e;
-        } else {
-            let last = n.last;
-            self.msg.entries[last as usize].next = e;
-        }
-        self.msg.nodes[node as usize].last = e;
-        self.levels[depth as usize][fi] = e;
-        e
-    }
-
-    /// Removes the node's entries of the other members of field `fi`'s oneof.
-    fn clear_oneof(&mut self, node: u32, fi: usize, depth: u32) {
-        let class = self.table.class(self.msg.nodes[node as usize].class);
+    /// Empties the slots of the other members of field `fi`'s oneof (`base`: the node's slots).
+    fn clear_oneof(&mut self, class: ClassId, base: usize, fi: usize) {
+        let class = self.table.class(class);
         let Some(o) = class.fields[fi].oneof else { return };
         for (other, f) in class.fields.iter().enumerate() {
-            if other == fi || f.oneof != Some(o) {
-                continue;
-            }
-            let e = self.levels[depth as usize][other];
-            if e == NONE {
-                continue;
-            }
-            self.levels[depth as usize][other] = NONE;
-            // Unlink it.
-            let n = self.msg.nodes[node as usize];
-            let next = self.msg.entries[e as usize].next;
-            if n.first == e {
-                self.msg.nodes[node as usize].first = next;
-            } else {
-                let mut p = n.first;
-                while self.msg.entries[p as usize].next != e {
-                    p = self.msg.entries[p as usize].next;
-                }
-                self.msg.entries[p as usize].next = next;
-                if n.last == e {
-                    self.msg.nodes[node as usize].last = p;
-                }
-            }
-            if self.msg.nodes[node as usize].first == NONE {
-                self.msg.nodes[node as usize].last = NONE;
+            if other != fi && f.oneof == Some(o) {
+                self.msg.slots[base + other] = Slot::Absent;
             }
         }
     }
 
-    fn push_elem(&mut self, e: u32, slot: Slot) {
+    /// Appends an element to the list in slot `at`.
+    #[inline]
+    fn push_elem(&mut self, at: usize, slot: Slot) {
         let i = self.msg.elems.len() as u32;
         self.msg.elems.push(Elem { slot, next: NONE });
-        let entry = &mut self.msg.entries[e as usize];
-        if entry.len == 0 {
-            entry.slot = Slot::List(i);
-        } else {
-            let last = entry.last;
-            self.msg.elems[last as usize].next = i;
+        match &mut self.msg.slots[at] {
+            Slot::List { last, len, .. } => {
+                let prev = *last;
+                *last = i;
+                *len += 1;
+                self.msg.elems[prev as usize].next = i;
+            }
+            s => *s = Slot::List { first: i, last: i, len: 1 },
         }
-        let entry = &mut self.msg.entries[e as usize];
-        entry.last = i;
-        entry.len += 1;
     }
 
-    /// The node a sub-message (or group) of field `fi` decodes into: the one already there for a
+    /// The node a sub-message (or group) in slot `at` decodes into: the one already there for a
     /// singular field given again (they merge), else a new one; refused past the depth limit.
+    #[allow(clippy::too_many_arguments)]
     fn child(
         &mut self,
         sub: ClassId,
-        fi: usize,
         at: usize,
+        offset: usize,
         depth: u32,
         repeated: bool,
         device: bool,
+        leaf: (ClassId, usize),
     ) -> Result<u32, DecodeError> {
         if depth >= self.opts.max_depth {
-            return Err(self.fail(DecodeErrorKind::TooDeep { max: self.opts.max_depth }, at));
+            return Err(self.error(DecodeErrorKind::TooDeep { max: self.opts.max_depth }, offset, Some(leaf)));
         }
-        let existing = if repeated { NONE } else { self.levels[depth as usize][fi] };
-        if existing != NONE
-            && let Slot::Msg(c) = self.msg.entries[existing as usize].slot
-        {
+        if !repeated && let Slot::Msg(c) = self.msg.slots[at] {
             return Ok(c);
         }
-        Ok(self.new_node(sub, device))
+        self.new_node(sub, device, offset, Some(leaf))
     }
 
-    fn new_node(&mut self, class: ClassId, device: bool) -> u32 {
-        self.msg.nodes.push(Node { class, first: NONE, last: NONE, unknown: NONE, unknown_last: NONE, device });
-        (self.msg.nodes.len() - 1) as u32
+    /// A new node of `class`, its slots empty; refused past the slot bound.
+    fn new_node(
+        &mut self,
+        class: ClassId,
+        device: bool,
+        offset: usize,
+        leaf: Option<(ClassId, usize)>,
+    ) -> Result<u32, DecodeError> {
+        let width = self.table.class(class).fields.len();
+        if width > self.slots_left {
+            return Err(self.error(DecodeErrorKind::TooManySlots { max: self.slot_bytes_max }, offset, leaf));
+        }
+        self.slots_left -= width;
+        let base = self.msg.slots.len();
+        self.msg.slots.resize(base + width, Slot::Absent);
+        self.msg.nodes.push(Node {
+            class,
+            base: base as u32,
+            width: width as u32,
+            unknown: NONE,
+            unknown_last: NONE,
+            device,
+        });
+        Ok((self.msg.nodes.len() - 1) as u32)
     }
 
     /// A scalar's stored bits from its wire value, or `None` for a closed enum's undeclared
@@ -486,6 +628,8 @@ impl<'t> Dec<'t, '_> {
         let table = self.table;
         let n = self.msg.nodes[node as usize];
         let field = &table.class(n.class).fields[fi];
+        let leaf = (n.class, fi);
+        let at = n.base as usize + fi;
         let device = n.device || field.placement == crate::schema::Placement::Device;
         let repeated = field.label == Label::Repeated;
         let wire = f.value.wire_type();
@@ -493,33 +637,39 @@ impl<'t> Dec<'t, '_> {
         if repeated && field.kind.packable() && wire == WireType::Len {
             let Value::Len(body) = f.value else { unreachable!() };
             let body_at = r.offset() - body.len();
-            return self.packed(node, fi, field.kind, body, body_at, depth, device, f);
+            return self.packed(node, fi, field.kind, body, body_at, device, f);
         }
         if wire != field.kind.wire_type() {
-            return Err(
-                self.fail(DecodeErrorKind::WrongWireType { field_type: field.kind.name(), wire: wire as u8 }, f.start)
-            );
+            return Err(self.error(
+                DecodeErrorKind::WrongWireType { field_type: field.kind.name(), wire: wire as u8 },
+                f.start,
+                Some(leaf),
+            ));
         }
         let slot = match (field.kind, f.value) {
             (Kind::Message(sub), Value::Len(body)) => {
-                let child = self.child(sub, fi, f.start, depth, repeated, device)?;
+                let child = self.child(sub, at, f.start, depth, repeated, device, leaf)?;
                 if !device {
                     self.count(false, 8);
                 }
                 let mut sub_r = Reader::at(body, r.offset() - body.len());
+                self.path.push((n.class, fi as u16));
                 self.fields(child, &mut sub_r, depth + 1, None)?;
+                self.path.pop();
                 Slot::Msg(child)
             }
             (Kind::Group(sub), Value::StartGroup) => {
-                let child = self.child(sub, fi, f.start, depth, repeated, device)?;
+                let child = self.child(sub, at, f.start, depth, repeated, device, leaf)?;
+                self.path.push((n.class, fi as u16));
                 self.fields(child, r, depth + 1, Some(f.number))?;
+                self.path.pop();
                 Slot::Msg(child)
             }
             (Kind::String | Kind::Bytes, Value::Len(body)) => {
                 if field.check_utf8 && std::str::from_utf8(body).is_err() {
-                    return Err(self.fail(DecodeErrorKind::InvalidUtf8, r.offset() - body.len()));
+                    return Err(self.error(DecodeErrorKind::InvalidUtf8, r.offset() - body.len(), Some(leaf)));
                 }
-                self.store(device, body, f.start)?
+                self.store(device, body, f.start, Some(leaf))?
             }
             (k, Value::Varint(v) | Value::Fixed64(v)) => match self.scalar(k, v) {
                 Some(bits) => {
@@ -537,16 +687,14 @@ impl<'t> Dec<'t, '_> {
             }
             _ => unreachable!("wire types checked above"),
         };
-        let e = self.levels[depth as usize][fi];
         if repeated {
-            let e = if e == NONE { self.entry(node, fi, depth, Slot::List(NONE)) } else { e };
-            self.push_elem(e, slot);
-        } else if e == NONE {
-            self.clear_oneof(node, fi, depth);
-            self.entry(node, fi, depth, slot);
+            self.push_elem(at, slot);
         } else {
+            if field.oneof.is_some() && self.msg.slots[at] == Slot::Absent {
+                self.clear_oneof(n.class, n.base as usize, fi);
+            }
             // Last one wins (a sub-message merged in place keeps its node).
-            self.msg.entries[e as usize].slot = slot;
+            self.msg.slots[at] = slot;
         }
         Ok(())
     }
@@ -559,28 +707,25 @@ impl<'t> Dec<'t, '_> {
         kind: Kind,
         body: &[u8],
         body_at: usize,
-        depth: u32,
         device: bool,
         f: FieldRef<'_>,
     ) -> Result<(), DecodeError> {
-        let mut e = self.levels[depth as usize][fi];
-        if e == NONE && !body.is_empty() {
-            e = self.entry(node, fi, depth, Slot::List(NONE));
-        }
+        let n = self.msg.nodes[node as usize];
+        let (at, leaf) = (n.base as usize + fi, Some((n.class, fi)));
         let width = match kind.wire_type() {
             WireType::Fixed32 => 4,
             WireType::Fixed64 => 8,
             _ => 0,
         };
         if width > 0 && !body.len().is_multiple_of(width) {
-            return Err(self.fail(DecodeErrorKind::PackedLength, f.start));
+            return Err(self.error(DecodeErrorKind::PackedLength, f.start, leaf));
         }
         let mut pos = 0;
         let mut rejected: Vec<u8> = Vec::new();
         while pos < body.len() {
             let v = if width == 0 {
                 let (v, next) = wire::read_varint(body, pos)
-                    .map_err(|e| self.fail(DecodeErrorKind::Wire(e.kind), body_at + e.offset))?;
+                    .map_err(|e| self.error(DecodeErrorKind::Wire(e.kind), body_at + e.offset, leaf))?;
                 pos = next;
                 v
             } else {
@@ -592,7 +737,7 @@ impl<'t> Dec<'t, '_> {
             match self.scalar(kind, v) {
                 Some(bits) => {
                     self.count(device, 8);
-                    self.push_elem(e, Slot::Scalar(bits));
+                    self.push_elem(at, Slot::Scalar(bits));
                 }
                 None => {
                     // A closed enum's undeclared number: kept unknown, unpacked.

@@ -7,8 +7,8 @@
 //! Two passes: the sizes of every node (children first: a child is always stored after its
 //! parent), then the bytes, each sub-message's length known when it is written.
 
-use crate::message::{Elem, Message, NONE, Slot};
-use crate::schema::{Field, Kind, Label, WireType};
+use crate::message::{Message, NONE, Slot};
+use crate::schema::{Field, Kind, WireType};
 use crate::wire::{put_varint, varint_len, zigzag32, zigzag64};
 
 /// Where encoded bytes go: counted, or written.
@@ -53,13 +53,11 @@ impl Sink for Vec<u8> {
 struct Enc<'a, 'm> {
     msg: &'a Message<'m>,
     sizes: Vec<u32>,
-    /// Scratch: a node's entries sorted by field.
-    order: Vec<Vec<u32>>,
 }
 
 /// Encodes `msg` into `out` (appending).
 pub fn encode_into(msg: &Message<'_>, out: &mut Vec<u8>) {
-    let mut e = Enc { msg, sizes: vec![0; msg.nodes.len()], order: Vec::new() };
+    let mut e = Enc { msg, sizes: vec![0; msg.nodes.len()] };
     for n in (0..msg.nodes.len()).rev() {
         let mut c = Count(0);
         e.node(n as u32, &mut c, 0, false);
@@ -72,7 +70,7 @@ pub fn encode_into(msg: &Message<'_>, out: &mut Vec<u8>) {
 /// Encodes the contents of node `n` of `msg` (no tag, no length) into `out` (appending): what
 /// the device writes for a sub-message resident in its memory.
 pub(crate) fn encode_node_into(msg: &Message<'_>, n: u32, out: &mut Vec<u8>) {
-    let mut e = Enc { msg, sizes: vec![0; msg.nodes.len()], order: Vec::new() };
+    let mut e = Enc { msg, sizes: vec![0; msg.nodes.len()] };
     for i in (n as usize..msg.nodes.len()).rev() {
         let mut c = Count(0);
         e.node(i as u32, &mut c, 0, false);
@@ -99,18 +97,6 @@ fn scalar_wire(kind: Kind, bits: u64) -> u64 {
 }
 
 impl Enc<'_, '_> {
-    fn elems(&self, first: u32) -> impl Iterator<Item = Elem> + '_ {
-        let mut at = first;
-        std::iter::from_fn(move || {
-            if at == NONE {
-                return None;
-            }
-            let e = self.msg.elems[at as usize];
-            at = e.next;
-            Some(e)
-        })
-    }
-
     /// Writes (or counts) one value of `field` without its tag.
     fn value<S: Sink>(&mut self, field: &Field, slot: Slot, s: &mut S, depth: usize, write: bool) {
         match (field.kind, slot) {
@@ -138,7 +124,7 @@ impl Enc<'_, '_> {
                     s.fixed(0, len as usize);
                 }
             }
-            (_, Slot::List(_)) => {}
+            (_, Slot::List { .. } | Slot::Absent) => {}
         }
     }
 
@@ -153,68 +139,47 @@ impl Enc<'_, '_> {
 
     /// Writes (or counts) node `n`'s fields.
     fn node<S: Sink>(&mut self, n: u32, s: &mut S, depth: usize, write: bool) {
-        let node = self.msg.nodes[n as usize];
-        let class = self.msg.table.class(node.class);
-        if self.order.len() <= depth {
-            self.order.resize_with(depth + 1, Vec::new);
-        }
-        let mut order = std::mem::take(&mut self.order[depth]);
-        self.msg.sorted_entries(n, &mut order);
-        let mut next_map_field = 0usize;
-        for &ei in &order {
-            let entry = self.msg.entries[ei as usize];
-            let fi = usize::from(entry.field);
-            let field = &class.fields[fi];
-            // A map entry writes key and value even when absent: first the ones before this.
-            if class.map_entry {
-                while next_map_field < fi {
-                    self.map_default(&class.fields[next_map_field], s);
-                    next_map_field += 1;
-                }
-                next_map_field = fi + 1;
-            }
-            match entry.slot {
-                Slot::List(first) if entry.len > 0 => {
+        let msg = self.msg;
+        let node = msg.nodes[n as usize];
+        let class = msg.table.class(node.class);
+        for (field, &slot) in class.fields.iter().zip(msg.slots_of(n)) {
+            match slot {
+                // A map entry writes key and value even when absent.
+                Slot::Absent if class.map_entry => self.map_default(field, s),
+                Slot::Absent => {}
+                Slot::List { first, len, .. } => {
+                    if len == 0 {
+                        continue;
+                    }
                     if field.packed {
                         let mut c = Count(0);
-                        let elems: Vec<Elem> = self.elems(first).collect();
-                        for el in &elems {
-                            self.value(field, el.slot, &mut c, depth, false);
+                        for el in msg.elems_from(first) {
+                            self.value(field, el, &mut c, depth, false);
                         }
                         s.varint((u64::from(field.number) << 3) | WireType::Len as u64);
                         s.varint(c.0 as u64);
-                        for el in &elems {
-                            self.value(field, el.slot, s, depth, write);
+                        for el in msg.elems_from(first) {
+                            self.value(field, el, s, depth, write);
                         }
                     } else {
-                        let elems: Vec<Elem> = self.elems(first).collect();
-                        for el in elems {
-                            self.tagged(field, el.slot, s, depth, write);
+                        for el in msg.elems_from(first) {
+                            self.tagged(field, el, s, depth, write);
                         }
                     }
                 }
-                Slot::List(_) => {}
                 slot => {
-                    if !field.presence && field.label != Label::Repeated && !class.map_entry && is_zero(self.msg, slot)
-                    {
+                    if !field.presence && !class.map_entry && is_zero(msg, slot) {
                         continue;
                     }
                     self.tagged(field, slot, s, depth, write);
                 }
             }
         }
-        if class.map_entry {
-            while next_map_field < class.fields.len() {
-                self.map_default(&class.fields[next_map_field], s);
-                next_map_field += 1;
-            }
-        }
-        self.order[depth] = order;
         let mut u = node.unknown;
         while u != NONE {
-            let el = self.msg.elems[u as usize];
+            let el = msg.elems[u as usize];
             if let Slot::Bytes(p, sp) = el.slot {
-                s.raw(self.msg.bytes(p, sp));
+                s.raw(msg.bytes(p, sp));
             }
             u = el.next;
         }
@@ -237,6 +202,7 @@ pub(crate) fn is_zero(msg: &Message<'_>, slot: Slot) -> bool {
     match slot {
         Slot::Scalar(b) => b == 0,
         Slot::Bytes(p, s) => msg.bytes(p, s).is_empty(),
-        Slot::Msg(_) | Slot::List(_) => false,
+        Slot::Absent => true,
+        Slot::Msg(_) | Slot::List { .. } => false,
     }
 }

@@ -1,16 +1,18 @@
 //! A decoded message: a tree of nodes in a few flat vectors, its string and bytes values in
 //! host and device arenas (as the schema table places them), read through typed accessors.
 //!
-//! A node is one message instance; its present fields form a list of entries (one per field
-//! present, a repeated field's entry heading a list of elements), so memory grows with what the
-//! input carries, never with how wide the schema is. Scalars are kept in 64 bits; strings and
-//! bytes as spans of an arena. Fields the class does not declare (and a closed enum's undeclared
-//! values) are kept in order as raw wire bytes, and re-emitted by the encoder.
+//! A node is one message instance: a run of slots, one per field its class declares, in field
+//! order (the table's layout, as upb lays out a message), so a field is found, set and merged
+//! in one step by its index, and written back in number order without sorting. A repeated
+//! field's slot heads a list of elements. Scalars are kept in 64 bits; strings and bytes as
+//! spans of an arena. Fields the class does not declare (and a closed enum's undeclared values)
+//! are kept in order as raw wire bytes, and re-emitted by the encoder. What the slots cost is
+//! bounded against the input ([`crate::decode::DecodeOptions::max_slot_bytes_per_input_byte`]).
 
 use crate::arena::{Arena, Pool, Span};
 use crate::schema::{ClassId, Field, Kind, SchemaTable};
 
-/// No entry, node or element.
+/// No node or element.
 pub(crate) const NONE: u32 = u32::MAX;
 
 /// The chunk index of a span in the input itself (alias mode), not in an arena.
@@ -19,28 +21,21 @@ pub(crate) const INPUT_CHUNK: u32 = u32::MAX;
 /// One stored value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Slot {
+    /// A field not present.
+    Absent,
     /// A scalar's bits: integers sign- or zero-extended, floats as their IEEE bits.
     Scalar(u64),
     /// A string or bytes value.
     Bytes(Pool, Span),
     /// A sub-message.
     Msg(u32),
-    /// A repeated field's elements (first element index).
-    List(u32),
+    /// A repeated field's elements: first and last element index, and how many.
+    List { first: u32, last: u32, len: u32 },
 }
 
-/// A present field of a node.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Entry {
-    /// Index into the class's `fields`.
-    pub field: u16,
-    pub slot: Slot,
-    /// The node's next entry.
-    pub next: u32,
-    /// For a list: its last element and length.
-    pub last: u32,
-    pub len: u32,
-}
+/// The bytes one slot takes (what [`crate::decode::DecodeOptions::max_slot_bytes_per_input_byte`]
+/// counts).
+pub const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
 
 /// One element of a repeated field (or of a node's unknown fields).
 #[derive(Debug, Clone, Copy)]
@@ -53,8 +48,9 @@ pub(crate) struct Elem {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Node {
     pub class: ClassId,
-    pub first: u32,
-    pub last: u32,
+    /// Its slots: `slots[base..base + width]`, by field index.
+    pub base: u32,
+    pub width: u32,
     /// Unknown fields: first and last element (each a host-arena span of raw wire bytes).
     pub unknown: u32,
     pub unknown_last: u32,
@@ -87,7 +83,7 @@ pub struct Message<'t> {
     /// The input, where host values borrow it (alias mode); empty otherwise.
     pub(crate) input: &'t [u8],
     pub(crate) nodes: Vec<Node>,
-    pub(crate) entries: Vec<Entry>,
+    pub(crate) slots: Vec<Slot>,
     pub(crate) elems: Vec<Elem>,
     pub(crate) host: Arena,
     pub(crate) device: Arena,
@@ -167,15 +163,24 @@ impl<'t> Message<'t> {
         }
     }
 
-    /// Node `n`'s entries into `order`, sorted by field (the order encoders write them in).
-    pub(crate) fn sorted_entries(&self, n: u32, order: &mut Vec<u32>) {
-        order.clear();
-        let mut e = self.nodes[n as usize].first;
-        while e != NONE {
-            order.push(e);
-            e = self.entries[e as usize].next;
-        }
-        order.sort_unstable_by_key(|&e| self.entries[e as usize].field);
+    /// Node `n`'s slots, by field index (the order encoders write them in).
+    #[inline]
+    pub(crate) fn slots_of(&self, n: u32) -> &[Slot] {
+        let node = &self.nodes[n as usize];
+        &self.slots[node.base as usize..(node.base + node.width) as usize]
+    }
+
+    /// The elements of a list starting at `first`, in order.
+    pub(crate) fn elems_from(&self, first: u32) -> impl Iterator<Item = Slot> + '_ {
+        let mut at = first;
+        std::iter::from_fn(move || {
+            if at == NONE {
+                return None;
+            }
+            let e = self.elems[at as usize];
+            at = e.next;
+            Some(e.slot)
+        })
     }
 
     pub(crate) fn value(&self, field: &Field, slot: Slot) -> FieldValue<'_> {
@@ -187,7 +192,7 @@ impl<'t> Message<'t> {
             },
             (_, Slot::Bytes(p, s)) => FieldValue::Bytes(self.bytes(p, s)),
             (k, Slot::Scalar(v)) => scalar(k, v),
-            (_, Slot::List(_)) => FieldValue::U64(0),
+            (_, Slot::List { .. } | Slot::Absent) => FieldValue::U64(0),
         }
     }
 }
@@ -222,34 +227,27 @@ impl<'m> MessageRef<'m> {
         self.node().device
     }
 
-    fn entry(&self, number: u32) -> Option<(&'m Field, &'m Entry)> {
+    /// The field with `number` and its slot.
+    fn slot(&self, number: u32) -> Option<(&'m Field, Slot)> {
         let class = self.class();
-        let mut e = self.node().first;
-        while e != NONE {
-            let entry = &self.msg.entries[e as usize];
-            let f = &class.fields[usize::from(entry.field)];
-            if f.number == number {
-                return Some((f, entry));
-            }
-            e = entry.next;
-        }
-        None
+        let fi = class.index_of(number)?;
+        Some((&class.fields[fi], self.msg.slots_of(self.node)[fi]))
     }
 
     /// Whether a singular field is present (a repeated one: has elements).
     pub fn has(&self, number: u32) -> bool {
-        match self.entry(number) {
-            Some((_, e)) => !matches!(e.slot, Slot::List(_)) || e.len > 0,
-            None => false,
+        match self.slot(number) {
+            Some((_, Slot::List { len, .. })) => len > 0,
+            Some((_, Slot::Absent)) | None => false,
+            Some(_) => true,
         }
     }
 
     /// A singular field's value, `None` if absent (see [`get_or_default`](Self::get_or_default)).
     pub fn get(&self, number: u32) -> Option<FieldValue<'m>> {
-        let (f, e) = self.entry(number)?;
-        match e.slot {
-            Slot::List(_) => None,
-            s => Some(self.msg.value(f, s)),
+        match self.slot(number)? {
+            (_, Slot::List { .. } | Slot::Absent) => None,
+            (f, s) => Some(self.msg.value(f, s)),
         }
     }
 
@@ -283,26 +281,18 @@ impl<'m> MessageRef<'m> {
 
     /// A repeated field's elements, in order (empty if absent); a map's entries as messages.
     pub fn repeated(&self, number: u32) -> impl Iterator<Item = FieldValue<'m>> + 'm {
-        let (field, first) = match self.entry(number) {
-            Some((f, Entry { slot: Slot::List(first), len, .. })) if *len > 0 => (Some(f), *first),
+        let (field, first) = match self.slot(number) {
+            Some((f, Slot::List { first, .. })) => (Some(f), first),
             _ => (None, NONE),
         };
         let msg = self.msg;
-        let mut at = first;
-        std::iter::from_fn(move || {
-            if at == NONE {
-                return None;
-            }
-            let e = msg.elems[at as usize];
-            at = e.next;
-            Some(msg.value(field.expect("a list has its field"), e.slot))
-        })
+        msg.elems_from(first).map(move |s| msg.value(field.expect("a list has its field"), s))
     }
 
     /// The number of elements of a repeated field.
     pub fn len_of(&self, number: u32) -> usize {
-        match self.entry(number) {
-            Some((_, e)) if matches!(e.slot, Slot::List(_)) => e.len as usize,
+        match self.slot(number) {
+            Some((_, Slot::List { len, .. })) => len as usize,
             _ => 0,
         }
     }
@@ -310,17 +300,9 @@ impl<'m> MessageRef<'m> {
     /// The unknown fields, each as its raw wire bytes (tag and value), in order.
     pub fn unknown_fields(&self) -> impl Iterator<Item = &'m [u8]> + 'm {
         let msg = self.msg;
-        let mut at = self.node().unknown;
-        std::iter::from_fn(move || {
-            if at == NONE {
-                return None;
-            }
-            let e = msg.elems[at as usize];
-            at = e.next;
-            match e.slot {
-                Slot::Bytes(p, s) => Some(msg.bytes(p, s)),
-                _ => Some(&[][..]),
-            }
+        msg.elems_from(self.node().unknown).map(move |s| match s {
+            Slot::Bytes(p, s) => msg.bytes(p, s),
+            _ => &[][..],
         })
     }
 }

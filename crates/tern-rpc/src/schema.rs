@@ -219,29 +219,111 @@ pub struct Class {
     pub fields: Vec<Field>,
     /// Oneof names.
     pub oneofs: Vec<String>,
-    /// Field number -> index into `fields` + 1 (0: none), for numbers below its length.
-    dense: Vec<u16>,
+    /// By field number, for numbers below its length: the decoder's entry for the field
+    /// ([`FastOp::None`] where none is declared).
+    dense: Vec<Fast>,
+}
+
+/// How the decoder's fast path reads and stores a field, by its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum FastOp {
+    /// No field with this number.
+    None,
+    /// The wire value as it is: `int64`, `uint64` (varint), `fixed64`, `sfixed64`, `double`.
+    Raw64,
+    /// `int32`, `sfixed32`: sign-extended from 32 bits.
+    Int32,
+    /// `uint32`, `fixed32`, `float`: the low 32 bits.
+    Uint32,
+    /// `bool`.
+    Bool,
+    /// `sint32`.
+    Sint32,
+    /// `sint64`.
+    Sint64,
+    /// An open (proto3) enum.
+    OpenEnum,
+    /// A closed (proto2) enum: undeclared numbers take the slow path (unknown fields).
+    ClosedEnum,
+    /// `string` or `bytes` taken as they are.
+    Bytes,
+    /// A proto3 `string`: UTF-8 checked.
+    Utf8,
+    /// A message.
+    Message,
+    /// A group.
+    Group,
+}
+
+/// One field of a class as the decoder's fast path sees it (the paper's schema-table slot:
+/// type, repeated, sub-class id, host bit; with the wire type it arrives in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fast {
+    pub op: FastOp,
+    /// The wire type the type is written in (a packed run of a repeated scalar, `Len`, takes
+    /// the slow path).
+    pub wire: u8,
+    pub repeated: bool,
+    pub device: bool,
+    pub oneof: bool,
+    /// Index into [`Class::fields`].
+    pub fi: u16,
+    /// The sub-message class (`Message`, `Group`) or the enum (`ClosedEnum`).
+    pub sub: u32,
+}
+
+impl Fast {
+    const NONE: Fast = Fast { op: FastOp::None, wire: 0, repeated: false, device: false, oneof: false, fi: 0, sub: 0 };
+
+    fn of(fi: usize, f: &Field, enums: &[EnumType]) -> Fast {
+        let (op, sub) = match f.kind {
+            Kind::Int64 | Kind::Uint64 | Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => (FastOp::Raw64, 0),
+            Kind::Int32 | Kind::Sfixed32 => (FastOp::Int32, 0),
+            Kind::Uint32 | Kind::Fixed32 | Kind::Float => (FastOp::Uint32, 0),
+            Kind::Bool => (FastOp::Bool, 0),
+            Kind::Sint32 => (FastOp::Sint32, 0),
+            Kind::Sint64 => (FastOp::Sint64, 0),
+            Kind::Enum(e) if enums.get(e as usize).is_some_and(|t| t.closed) => (FastOp::ClosedEnum, e),
+            Kind::Enum(_) => (FastOp::OpenEnum, 0),
+            Kind::String if f.check_utf8 => (FastOp::Utf8, 0),
+            Kind::String | Kind::Bytes => (FastOp::Bytes, 0),
+            Kind::Message(c) => (FastOp::Message, c),
+            Kind::Group(c) => (FastOp::Group, c),
+        };
+        Fast {
+            op,
+            wire: f.kind.wire_type() as u8,
+            repeated: f.label == Label::Repeated,
+            device: f.placement == Placement::Device,
+            oneof: f.oneof.is_some(),
+            fi: fi as u16,
+            sub,
+        }
+    }
 }
 
 impl Class {
     /// The field with `number`.
     #[inline]
     pub fn field(&self, number: u32) -> Option<&Field> {
-        match self.dense.get(number as usize) {
-            Some(0) => None,
-            Some(&i) => Some(&self.fields[usize::from(i) - 1]),
-            None => self.fields.binary_search_by_key(&number, |f| f.number).ok().map(|i| &self.fields[i]),
-        }
+        self.index_of(number).map(|i| &self.fields[i])
     }
 
     /// The index in [`fields`](Self::fields) of the field with `number`.
     #[inline]
     pub fn index_of(&self, number: u32) -> Option<usize> {
         match self.dense.get(number as usize) {
-            Some(0) => None,
-            Some(&i) => Some(usize::from(i) - 1),
+            Some(f) if f.op == FastOp::None => None,
+            Some(f) => Some(usize::from(f.fi)),
             None => self.fields.binary_search_by_key(&number, |f| f.number).ok(),
         }
+    }
+
+    /// The fast path's entry for field `number` (`None` past the dense table's end).
+    #[inline]
+    pub(crate) fn fast(&self, number: u64) -> Option<&Fast> {
+        self.dense.get(usize::try_from(number).ok()?)
     }
 
     /// The field named `name`.
@@ -494,10 +576,10 @@ impl Builder {
         }
         fields.sort_by_key(|f: &Field| f.number);
         let max_dense = fields.last().map_or(0, |f| f.number as usize).min(1023);
-        let mut dense = vec![0u16; max_dense + 1];
+        let mut dense = vec![Fast::NONE; max_dense + 1];
         for (i, f) in fields.iter().enumerate() {
             if let Some(slot) = dense.get_mut(f.number as usize) {
-                *slot = (i + 1) as u16;
+                *slot = Fast::of(i, f, &self.enums);
             }
         }
         Ok(Class {

@@ -34,7 +34,7 @@
 use crate::arena::{Pool, Span};
 use crate::encode::{encode_node_into, is_zero};
 use crate::message::{Message, NONE, Slot};
-use crate::schema::{Field, Kind, Label, WireType};
+use crate::schema::{Field, Kind, WireType};
 use crate::wire::{put_varint, varint_len, zigzag32, zigzag64};
 
 const OP_VARINT: u8 = 0x01;
@@ -118,7 +118,6 @@ struct Stage1<'a, 'm> {
     out: &'a mut Vec<u8>,
     opts: PreserOptions,
     stats: PreserStats,
-    order: Vec<Vec<u32>>,
 }
 
 /// Stage 1, on the host: the records of `msg`'s host-resident fields, appended to `out`.
@@ -128,7 +127,6 @@ pub fn preserialize(msg: &Message<'_>, opts: PreserOptions, out: &mut Vec<u8>) -
         out,
         opts: PreserOptions { ref_threshold: opts.ref_threshold.min(u16::MAX as usize) },
         stats: PreserStats::default(),
-        order: Vec::new(),
     };
     s.node(0, 0);
     s.stats
@@ -224,7 +222,7 @@ impl Stage1<'_, '_> {
                     self.op(OP_END);
                 }
             }
-            (_, Slot::List(_)) => {}
+            (_, Slot::List { .. } | Slot::Absent) => {}
         }
     }
 
@@ -259,55 +257,33 @@ impl Stage1<'_, '_> {
         let msg = self.msg;
         let node = msg.nodes[n as usize];
         let class = msg.table.class(node.class);
-        if self.order.len() <= depth {
-            self.order.resize_with(depth + 1, Vec::new);
-        }
-        let mut order = std::mem::take(&mut self.order[depth]);
-        msg.sorted_entries(n, &mut order);
-        let mut next_map_field = 0usize;
-        for &ei in &order {
-            let entry = msg.entries[ei as usize];
-            let fi = usize::from(entry.field);
-            let field = &class.fields[fi];
-            if class.map_entry {
-                while next_map_field < fi {
-                    self.map_default(&class.fields[next_map_field]);
-                    next_map_field += 1;
-                }
-                next_map_field = fi + 1;
-            }
-            match entry.slot {
-                Slot::List(first) if entry.len > 0 => {
-                    let mut at = first;
+        for (field, &slot) in class.fields.iter().zip(msg.slots_of(n)) {
+            match slot {
+                Slot::Absent if class.map_entry => self.map_default(field),
+                Slot::Absent => {}
+                Slot::List { first, len, .. } => {
+                    if len == 0 {
+                        continue;
+                    }
                     if field.packed {
                         self.op(OP_BEGIN);
                         self.u32(tag(field.number, WireType::Len));
                     }
-                    while at != NONE {
-                        let el = msg.elems[at as usize];
-                        self.value(field, el.slot, depth, field.packed);
-                        at = el.next;
+                    for el in msg.elems_from(first) {
+                        self.value(field, el, depth, field.packed);
                     }
                     if field.packed {
                         self.op(OP_END);
                     }
                 }
-                Slot::List(_) => {}
                 slot => {
-                    if !field.presence && field.label != Label::Repeated && !class.map_entry && is_zero(msg, slot) {
+                    if !field.presence && !class.map_entry && is_zero(msg, slot) {
                         continue;
                     }
                     self.value(field, slot, depth, false);
                 }
             }
         }
-        if class.map_entry {
-            while next_map_field < class.fields.len() {
-                self.map_default(&class.fields[next_map_field]);
-                next_map_field += 1;
-            }
-        }
-        self.order[depth] = order;
         let mut u = node.unknown;
         while u != NONE {
             let el = msg.elems[u as usize];
@@ -567,28 +543,18 @@ pub fn nic_only(msg: &Message<'_>, tx: &mut Vec<u8>) -> DeviceStats {
             stats.host_read_bytes += bytes as u64;
         }
     };
-    for node in &msg.nodes {
+    for (n, node) in msg.nodes.iter().enumerate() {
         count(node.device, 16);
-        let mut e = node.first;
-        while e != NONE {
-            let entry = msg.entries[e as usize];
+        for &slot in msg.slots_of(n as u32) {
             let mut visit = |slot: Slot| match slot {
                 Slot::Scalar(_) => count(node.device, 8),
                 Slot::Bytes(p, s) => count(p == Pool::Device, s.len as usize),
-                Slot::Msg(_) | Slot::List(_) => {}
+                Slot::Msg(_) | Slot::List { .. } | Slot::Absent => {}
             };
-            match entry.slot {
-                Slot::List(first) if entry.len > 0 => {
-                    let mut at = first;
-                    while at != NONE {
-                        let el = msg.elems[at as usize];
-                        visit(el.slot);
-                        at = el.next;
-                    }
-                }
+            match slot {
+                Slot::List { first, .. } => msg.elems_from(first).for_each(visit),
                 s => visit(s),
             }
-            e = entry.next;
         }
         let mut u = node.unknown;
         while u != NONE {

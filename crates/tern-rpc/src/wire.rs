@@ -223,6 +223,18 @@ impl<'a> Reader<'a> {
         &self.buf[from.saturating_sub(self.base).min(self.pos)..self.pos]
     }
 
+    /// The bytes read, the position in them and the base (for the decoder's fast path).
+    #[inline]
+    pub(crate) fn parts(&self) -> (&'a [u8], usize, usize) {
+        (self.buf, self.pos, self.base)
+    }
+
+    /// Moves to `pos` (a position in [`parts`](Self::parts)' bytes that a field ends at).
+    #[inline]
+    pub(crate) fn set_pos(&mut self, pos: usize) {
+        self.pos = pos;
+    }
+
     fn err(&self, kind: WireErrorKind, at: usize) -> WireError {
         WireError { kind, offset: self.base + at }
     }

@@ -105,3 +105,130 @@ fn accessors_read_the_decoded_tree_and_acc_fields_are_in_device_memory() {
     drop((m, empty));
     assert_eq!((pools.host.outstanding(), pools.device.outstanding()), (0, 0));
 }
+
+/// Every interop fixture, as given and with random bytes changed: the decoder's fast path and
+/// its twin, the general path alone, build the same message with the same counts, or fail with
+/// the same error (groups, oneofs, maps, closed enums and unknown fields among them).
+mod fast_path_twin {
+    use super::*;
+    use proptest::prelude::*;
+    use tern_rpc::decode::decode_general;
+
+    fn cases() -> &'static [(SchemaTable, String, Vec<u8>)] {
+        static CASES: std::sync::OnceLock<Vec<(SchemaTable, String, Vec<u8>)>> = std::sync::OnceLock::new();
+        CASES.get_or_init(load)
+    }
+
+    fn load() -> Vec<(SchemaTable, String, Vec<u8>)> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
+        let manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+        let mut out = Vec::new();
+        for case in manifest["cases"].as_array().unwrap() {
+            let bytes = std::fs::read(dir.join(case["files"]["input"].as_str().unwrap())).unwrap();
+            let t = compile_file(&dir.join(case["proto"].as_str().unwrap()), &[]).unwrap();
+            out.push((t, case["type"].as_str().unwrap().to_string(), bytes));
+        }
+        out
+    }
+
+    fn agree(t: &SchemaTable, ty: &str, bytes: &[u8]) -> Result<(), TestCaseError> {
+        let class = t.class_by_name(ty).unwrap().id;
+        let (p, o) = (Pools::default(), DecodeOptions::default());
+        match (decode(t, class, bytes, &p, &o), decode_general(t, class, bytes, &p, &o)) {
+            (Ok(a), Ok(b)) => {
+                prop_assert_eq!(tern_rpc::encode::encode(&a), tern_rpc::encode::encode(&b));
+                prop_assert_eq!(a.stats(), b.stats());
+            }
+            (Err(a), Err(b)) => prop_assert_eq!(a, b),
+            (a, b) => prop_assert!(false, "fast {:?} / general {:?}", a.map(|_| ()), b.map(|_| ())),
+        }
+        Ok(())
+    }
+
+    /// A oneof holds the member given last, whichever path read it.
+    #[test]
+    fn a_oneof_keeps_the_last_member() {
+        let t = all3();
+        let class = t.class_by_name("All3").unwrap().id;
+        let (p, o) = (Pools::default(), DecodeOptions::default());
+        // one = 7, then other = "x", then one = 9; and other = "x", then one = 7.
+        for (input, one, other) in [
+            (&[0xe0, 0x01, 0x07, 0xea, 0x01, 0x01, b'x', 0xe0, 0x01, 0x09][..], Some(FieldValue::U32(9)), None),
+            (&[0xe0, 0x01, 0x07, 0xea, 0x01, 0x01, b'x'][..], None, Some(FieldValue::Str("x"))),
+            (&[0xea, 0x01, 0x01, b'x', 0xe0, 0x01, 0x07][..], Some(FieldValue::U32(7)), None),
+        ] {
+            for m in [decode(&t, class, input, &p, &o).unwrap(), decode_general(&t, class, input, &p, &o).unwrap()] {
+                assert_eq!((m.root().get(28), m.root().get(29)), (one, other), "{input:02x?}");
+            }
+        }
+    }
+
+    #[test]
+    fn on_the_fixtures() {
+        for (t, ty, bytes) in cases() {
+            agree(t, ty, bytes).unwrap();
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn on_changed_fixtures(
+            case in 0usize..9,
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+            cut in any::<prop::sample::Index>(),
+            truncate in any::<bool>(),
+            before in prop::collection::vec(0usize..3, 0..3),
+            after in prop::collection::vec(0usize..3, 0..3),
+        ) {
+            // Members of All2's and All3's oneof (28 one, 29 other, 31 third), given before and
+            // after the fixture's own fields: each replaces the one set before it.
+            const MEMBERS: [&[u8]; 3] = [&[0xe0, 0x01, 0x07], &[0xea, 0x01, 0x01, b'x'], &[0xfa, 0x01, 0x02, 0x08, 0x01]];
+            let all = cases();
+            let (t, ty, bytes) = &all[case % all.len()];
+            let mut b = bytes.clone();
+            if b.is_empty() {
+                b.push(0);
+            }
+            for (at, v) in edits {
+                let i = at.index(b.len());
+                b[i] = v;
+            }
+            if truncate {
+                b.truncate(cut.index(b.len() + 1));
+            }
+            let mut input: Vec<u8> = before.iter().flat_map(|&m| MEMBERS[m].iter().copied()).collect();
+            input.extend_from_slice(&b);
+            input.extend(after.iter().flat_map(|&m| MEMBERS[m].iter().copied()));
+            agree(t, ty, &input)?;
+        }
+    }
+}
+
+/// Field slots are bounded against the input: empty elements of a wide class (2 input bytes,
+/// 40 slots each) are refused past the bound, with chunks back; a wider bound takes them.
+#[test]
+fn slots_are_bounded_by_the_input() {
+    let fields: String = (2..=40).map(|n| format!("int32 f{n} = {n}; ")).collect();
+    let t = tern_rpc::schema::compile_str(
+        "w.proto",
+        &format!("syntax = \"proto3\"; message W {{ repeated W w = 1; {fields}}}"),
+    )
+    .unwrap();
+    let p = Pools::default();
+    let class = t.class_by_name("W").unwrap().id;
+    let input: Vec<u8> = std::iter::repeat_n([0x0a, 0x00], 10_000).flatten().collect();
+    let d = DecodeOptions::default();
+    let e = err(&t, "W", &input, &d, &p);
+    let max = 64 * input.len();
+    assert_eq!(e.kind, DecodeErrorKind::TooManySlots { max });
+    // Each element takes 40 slots: the bound stops the one that would pass it.
+    let slot = tern_rpc::message::SLOT_BYTES;
+    let fit = (max / slot - 40) / 40;
+    assert_eq!((e.path.as_str(), e.offset), ("W.w", 2 * fit));
+    let wide = DecodeOptions { max_slot_bytes_per_input_byte: 400, ..d };
+    let m = decode(&t, class, &input, &p, &wide).unwrap();
+    assert_eq!(m.root().len_of(1), 10_000);
+}
