@@ -358,7 +358,7 @@ impl<'t> Dec<'t, '_> {
         let n = self.msg.nodes[node as usize];
         let class = self.table.class(n.class);
         loop {
-            if self.fast_field(n, class, r, depth)? {
+            if self.fast_field(node, n, class, r, depth)? {
                 continue;
             }
             let f = match r.next_field() {
@@ -394,7 +394,14 @@ impl<'t> Dec<'t, '_> {
     /// Returns `false`, the reader where it was, for anything else and for anything wrong (the
     /// general path then reads the field again, and names what is wrong).
     #[inline(always)]
-    fn fast_field(&mut self, n: Node, class: &Class, r: &mut Reader<'_>, depth: u32) -> Result<bool, DecodeError> {
+    fn fast_field(
+        &mut self,
+        node: u32,
+        n: Node,
+        class: &Class,
+        r: &mut Reader<'_>,
+        depth: u32,
+    ) -> Result<bool, DecodeError> {
         if !self.fast {
             return Ok(false);
         }
@@ -499,10 +506,11 @@ impl<'t> Dec<'t, '_> {
             self.push_elem(at, slot);
         } else {
             if fast.oneof && self.msg.slots[at] == Slot::Absent {
-                self.clear_oneof(n.class, n.base as usize, fi);
+                self.clear_oneof(node, fi);
             }
             self.msg.slots[at] = slot;
         }
+        self.mark(node, fi);
         Ok(true)
     }
 
@@ -521,13 +529,25 @@ impl<'t> Dec<'t, '_> {
         Ok(())
     }
 
-    /// Empties the slots of the other members of field `fi`'s oneof (`base`: the node's slots).
-    fn clear_oneof(&mut self, class: ClassId, base: usize, fi: usize) {
-        let class = self.table.class(class);
+    /// Marks field index `fi` of `node` present.
+    #[inline]
+    fn mark(&mut self, node: u32, fi: usize) {
+        if fi < 64 {
+            self.msg.nodes[node as usize].mask |= 1 << fi;
+        }
+    }
+
+    /// Empties the slots of the other members of field `fi`'s oneof.
+    fn clear_oneof(&mut self, node: u32, fi: usize) {
+        let n = self.msg.nodes[node as usize];
+        let class = self.table.class(n.class);
         let Some(o) = class.fields[fi].oneof else { return };
         for (other, f) in class.fields.iter().enumerate() {
             if other != fi && f.oneof == Some(o) {
-                self.msg.slots[base + other] = Slot::Absent;
+                self.msg.slots[n.base as usize + other] = Slot::Absent;
+                if other < 64 {
+                    self.msg.nodes[node as usize].mask &= !(1 << other);
+                }
             }
         }
     }
@@ -589,6 +609,7 @@ impl<'t> Dec<'t, '_> {
             class,
             base: base as u32,
             width: width as u32,
+            mask: 0,
             unknown: NONE,
             unknown_last: NONE,
             device,
@@ -691,11 +712,12 @@ impl<'t> Dec<'t, '_> {
             self.push_elem(at, slot);
         } else {
             if field.oneof.is_some() && self.msg.slots[at] == Slot::Absent {
-                self.clear_oneof(n.class, n.base as usize, fi);
+                self.clear_oneof(node, fi);
             }
             // Last one wins (a sub-message merged in place keeps its node).
             self.msg.slots[at] = slot;
         }
+        self.mark(node, fi);
         Ok(())
     }
 
@@ -738,6 +760,7 @@ impl<'t> Dec<'t, '_> {
                 Some(bits) => {
                     self.count(device, 8);
                     self.push_elem(at, Slot::Scalar(bits));
+                    self.mark(node, fi);
                 }
                 None => {
                     // A closed enum's undeclared number: kept unknown, unpacked.

@@ -4,11 +4,13 @@
 //! value, negative `int32` and enum values as 10-byte varints, and the unknown fields (a closed
 //! enum's undeclared values among them) last, in the order they came.
 //!
-//! Two passes: the sizes of every node (children first: a child is always stored after its
-//! parent), then the bytes, each sub-message's length known when it is written.
+//! A sub-message's length is written before it: it is counted the first time it is needed (a
+//! pass that writes nothing, the sizes of the sub-messages inside kept as they are counted), and
+//! never again. A group needs no length and the top level none either, so a message whose
+//! nesting is all groups is written in one pass.
 
 use crate::message::{Message, NONE, Slot};
-use crate::schema::{Field, Kind, WireType};
+use crate::schema::{Class, Field, Kind, WireType};
 use crate::wire::{put_varint, varint_len, zigzag32, zigzag64};
 
 /// Where encoded bytes go: counted, or written.
@@ -55,27 +57,18 @@ struct Enc<'a, 'm> {
     sizes: Vec<u32>,
 }
 
+/// Not counted yet.
+const UNCOUNTED: u32 = u32::MAX;
+
 /// Encodes `msg` into `out` (appending).
 pub fn encode_into(msg: &Message<'_>, out: &mut Vec<u8>) {
-    let mut e = Enc { msg, sizes: vec![0; msg.nodes.len()] };
-    for n in (0..msg.nodes.len()).rev() {
-        let mut c = Count(0);
-        e.node(n as u32, &mut c, 0, false);
-        e.sizes[n] = c.0 as u32;
-    }
-    out.reserve(e.sizes[0] as usize);
-    e.node(0, out, 0, true);
+    encode_node_into(msg, 0, out);
 }
 
 /// Encodes the contents of node `n` of `msg` (no tag, no length) into `out` (appending): what
 /// the device writes for a sub-message resident in its memory.
 pub(crate) fn encode_node_into(msg: &Message<'_>, n: u32, out: &mut Vec<u8>) {
-    let mut e = Enc { msg, sizes: vec![0; msg.nodes.len()] };
-    for i in (n as usize..msg.nodes.len()).rev() {
-        let mut c = Count(0);
-        e.node(i as u32, &mut c, 0, false);
-        e.sizes[i] = c.0 as u32;
-    }
+    let mut e = Enc { msg, sizes: vec![UNCOUNTED; msg.nodes.len()] };
     e.node(n, out, 0, true);
 }
 
@@ -98,6 +91,7 @@ fn scalar_wire(kind: Kind, bits: u64) -> u64 {
 
 impl Enc<'_, '_> {
     /// Writes (or counts) one value of `field` without its tag.
+    #[inline(always)]
     fn value<S: Sink>(&mut self, field: &Field, slot: Slot, s: &mut S, depth: usize, write: bool) {
         match (field.kind, slot) {
             (Kind::Double | Kind::Fixed64 | Kind::Sfixed64, Slot::Scalar(b)) => s.fixed(b, 8),
@@ -112,11 +106,11 @@ impl Enc<'_, '_> {
                 if write {
                     self.node(n, s, depth + 1, true);
                 } else {
-                    s.fixed(0, self.sizes[n as usize] as usize);
+                    s.fixed(0, self.size(n, depth + 1) as usize);
                 }
             }
             (_, Slot::Msg(n)) => {
-                let len = self.sizes[n as usize];
+                let len = self.size(n, depth + 1);
                 s.varint(u64::from(len));
                 if write {
                     self.node(n, s, depth + 1, true);
@@ -128,6 +122,7 @@ impl Enc<'_, '_> {
         }
     }
 
+    #[inline(always)]
     fn tagged<S: Sink>(&mut self, field: &Field, slot: Slot, s: &mut S, depth: usize, write: bool) {
         let wire = field.kind.wire_type();
         s.varint((u64::from(field.number) << 3) | wire as u64);
@@ -137,42 +132,39 @@ impl Enc<'_, '_> {
         }
     }
 
+    /// The encoded length of node `n`'s fields, counted once.
+    fn size(&mut self, n: u32, depth: usize) -> u32 {
+        let known = self.sizes[n as usize];
+        if known != UNCOUNTED {
+            return known;
+        }
+        let mut c = Count(0);
+        self.node(n, &mut c, depth, false);
+        // Messages are at most 2 GiB (their lengths are 32-bit on the wire too).
+        let len = u32::try_from(c.0).unwrap_or(u32::MAX - 1);
+        self.sizes[n as usize] = len;
+        len
+    }
+
     /// Writes (or counts) node `n`'s fields.
     fn node<S: Sink>(&mut self, n: u32, s: &mut S, depth: usize, write: bool) {
         let msg = self.msg;
         let node = msg.nodes[n as usize];
         let class = msg.table.class(node.class);
-        for (field, &slot) in class.fields.iter().zip(msg.slots_of(n)) {
-            match slot {
-                // A map entry writes key and value even when absent.
-                Slot::Absent if class.map_entry => self.map_default(field, s),
-                Slot::Absent => {}
-                Slot::List { first, len, .. } => {
-                    if len == 0 {
-                        continue;
-                    }
-                    if field.packed {
-                        let mut c = Count(0);
-                        for el in msg.elems_from(first) {
-                            self.value(field, el, &mut c, depth, false);
-                        }
-                        s.varint((u64::from(field.number) << 3) | WireType::Len as u64);
-                        s.varint(c.0 as u64);
-                        for el in msg.elems_from(first) {
-                            self.value(field, el, s, depth, write);
-                        }
-                    } else {
-                        for el in msg.elems_from(first) {
-                            self.tagged(field, el, s, depth, write);
-                        }
-                    }
-                }
-                slot => {
-                    if !field.presence && !class.map_entry && is_zero(msg, slot) {
-                        continue;
-                    }
-                    self.tagged(field, slot, s, depth, write);
-                }
+        let slots = msg.slots_of(n);
+        if class.map_entry {
+            for (field, &slot) in class.fields.iter().zip(slots) {
+                self.field(class, field, slot, s, depth, write);
+            }
+        } else {
+            let mut mask = node.mask;
+            while mask != 0 {
+                let fi = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                self.field(class, &class.fields[fi], slots[fi], s, depth, write);
+            }
+            for (field, &slot) in class.fields.iter().zip(slots).skip(64) {
+                self.field(class, field, slot, s, depth, write);
             }
         }
         let mut u = node.unknown;
@@ -182,6 +174,43 @@ impl Enc<'_, '_> {
                 s.raw(msg.bytes(p, sp));
             }
             u = el.next;
+        }
+    }
+
+    /// Writes (or counts) one field of a node of `class`.
+    #[inline(always)]
+    fn field<S: Sink>(&mut self, class: &Class, field: &Field, slot: Slot, s: &mut S, depth: usize, write: bool) {
+        let msg = self.msg;
+        match slot {
+            // A map entry writes key and value even when absent.
+            Slot::Absent if class.map_entry => self.map_default(field, s),
+            Slot::Absent => {}
+            Slot::List { first, len, .. } => {
+                if len == 0 {
+                    return;
+                }
+                if field.packed {
+                    let mut c = Count(0);
+                    for el in msg.elems_from(first) {
+                        self.value(field, el, &mut c, depth, false);
+                    }
+                    s.varint((u64::from(field.number) << 3) | WireType::Len as u64);
+                    s.varint(c.0 as u64);
+                    for el in msg.elems_from(first) {
+                        self.value(field, el, s, depth, write);
+                    }
+                } else {
+                    for el in msg.elems_from(first) {
+                        self.tagged(field, el, s, depth, write);
+                    }
+                }
+            }
+            slot => {
+                if !field.presence && !class.map_entry && is_zero(msg, slot) {
+                    return;
+                }
+                self.tagged(field, slot, s, depth, write);
+            }
         }
     }
 

@@ -51,6 +51,8 @@ pub(crate) struct Node {
     /// Its slots: `slots[base..base + width]`, by field index.
     pub base: u32,
     pub width: u32,
+    /// Bit `i` set: field index `i` (< 64) is present; wider fields are found by their slots.
+    pub mask: u64,
     /// Unknown fields: first and last element (each a host-arena span of raw wire bytes).
     pub unknown: u32,
     pub unknown_last: u32,
@@ -168,6 +170,28 @@ impl<'t> Message<'t> {
     pub(crate) fn slots_of(&self, n: u32) -> &[Slot] {
         let node = &self.nodes[n as usize];
         &self.slots[node.base as usize..(node.base + node.width) as usize]
+    }
+
+    /// Node `n`'s present fields (`all`: every field, absent ones too), in field order, as
+    /// (field index, slot).
+    #[inline]
+    pub(crate) fn present(&self, n: u32, all: bool) -> impl Iterator<Item = (usize, Slot)> + '_ {
+        let slots = self.slots_of(n);
+        let mut mask = match (all, slots.len()) {
+            (false, _) => self.nodes[n as usize].mask,
+            (true, w) if w >= 64 => u64::MAX,
+            (true, w) => (1u64 << w) - 1,
+        };
+        let low = std::iter::from_fn(move || {
+            if mask == 0 {
+                return None;
+            }
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            Some((i, slots[i]))
+        });
+        let high = slots.iter().copied().enumerate().skip(64).filter(move |(_, s)| all || *s != Slot::Absent);
+        low.chain(high)
     }
 
     /// The elements of a list starting at `first`, in order.

@@ -257,10 +257,11 @@ impl Stage1<'_, '_> {
         let msg = self.msg;
         let node = msg.nodes[n as usize];
         let class = msg.table.class(node.class);
-        for (field, &slot) in class.fields.iter().zip(msg.slots_of(n)) {
+        for (fi, slot) in msg.present(n, class.map_entry) {
+            let field = &class.fields[fi];
             match slot {
-                Slot::Absent if class.map_entry => self.map_default(field),
-                Slot::Absent => {}
+                // A map entry writes key and value even when absent.
+                Slot::Absent => self.map_default(field),
                 Slot::List { first, len, .. } => {
                     if len == 0 {
                         continue;
@@ -545,7 +546,7 @@ pub fn nic_only(msg: &Message<'_>, tx: &mut Vec<u8>) -> DeviceStats {
     };
     for (n, node) in msg.nodes.iter().enumerate() {
         count(node.device, 16);
-        for &slot in msg.slots_of(n as u32) {
+        for (_, slot) in msg.present(n as u32, false) {
             let mut visit = |slot: Slot| match slot {
                 Slot::Scalar(_) => count(node.device, 8),
                 Slot::Bytes(p, s) => count(p == Pool::Device, s.len as usize),
