@@ -16,17 +16,17 @@ pub enum Pool {
     Device = 1,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct PoolInner {
-    free: Mutex<Vec<Vec<u8>>>,
+    free: Vec<Vec<u8>>,
     /// Chunks handed out and not returned.
-    out: Mutex<usize>,
+    out: usize,
 }
 
 /// A free-list pool of equal chunks, bounded in how many may be out at once.
 #[derive(Debug, Clone)]
 pub struct ChunkPool {
-    inner: Arc<PoolInner>,
+    inner: Arc<Mutex<PoolInner>>,
     chunk: usize,
     limit: usize,
 }
@@ -34,11 +34,7 @@ pub struct ChunkPool {
 impl ChunkPool {
     /// A pool of `chunk`-byte chunks (at least 64), at most `limit` out at once.
     pub fn new(chunk: usize, limit: usize) -> ChunkPool {
-        ChunkPool {
-            inner: Arc::new(PoolInner { free: Mutex::new(Vec::new()), out: Mutex::new(0) }),
-            chunk: chunk.max(64),
-            limit,
-        }
+        ChunkPool { inner: Arc::new(Mutex::new(PoolInner::default())), chunk: chunk.max(64), limit }
     }
 
     /// Bytes per chunk.
@@ -48,37 +44,46 @@ impl ChunkPool {
 
     /// Chunks out now.
     pub fn outstanding(&self) -> usize {
-        *self.inner.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.lock().out
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolInner> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Takes `n` chunks' worth, empty (capacity, no length: values are appended, never
     /// zeroed first): one chunk from the free list (`n == 1`), or a fresh run.
     fn take(&self, n: usize) -> Option<Vec<u8>> {
-        {
-            let mut out = self.inner.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if *out + n > self.limit {
+        let reused = {
+            let mut p = self.lock();
+            if p.out + n > self.limit {
                 return None;
             }
-            *out += n;
-        }
-        if n == 1
-            && let Some(c) = self.inner.free.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop()
-        {
-            return Some(c);
-        }
-        Some(Vec::with_capacity(n * self.chunk))
+            p.out += n;
+            if n == 1 { p.free.pop() } else { None }
+        };
+        Some(reused.unwrap_or_else(|| Vec::with_capacity(n * self.chunk)))
     }
 
-    fn give(&self, mut c: Vec<u8>) {
-        let n = c.capacity().div_ceil(self.chunk).max(1);
-        c.clear();
-        *self.inner.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner) -= n;
-        if n == 1 {
-            let mut free = self.inner.free.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if free.len() < 4096 {
-                free.push(c);
-            }
+    /// Gives chunks back (a run freed, a chunk kept on the free list).
+    fn give(&self, chunks: &mut Vec<Vec<u8>>) {
+        if chunks.is_empty() {
+            return;
         }
+        let mut p = self.lock();
+        chunks.retain_mut(|c| {
+            let n = c.capacity().div_ceil(self.chunk).max(1);
+            p.out -= n;
+            if n == 1 && p.free.len() < 4096 {
+                c.clear();
+                p.free.push(std::mem::take(c));
+                return false;
+            }
+            true
+        });
+        drop(p);
+        // Runs (and chunks past the free list's bound) are freed outside the lock.
+        chunks.clear();
     }
 }
 
@@ -158,9 +163,7 @@ impl Arena {
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        for c in self.chunks.drain(..) {
-            self.pool.give(c);
-        }
+        self.pool.give(&mut self.chunks);
     }
 }
 

@@ -163,6 +163,28 @@ pub struct DecodeError {
     pub kind: DecodeErrorKind,
 }
 
+/// What the fast path did with the next field.
+enum Step {
+    /// Read and stored it.
+    Read,
+    /// Read an end-group tag (its field number and offset): the caller checks it closes the
+    /// group being read.
+    End(u32, usize),
+    /// Left it, the reader where it was, to the general path.
+    Slow,
+}
+
+/// A varint, its one- and two-byte forms inline (`None` for anything [`wire::read_varint`]
+/// refuses).
+#[inline(always)]
+fn varint(buf: &[u8], pos: usize) -> Option<(u64, usize)> {
+    match buf.get(pos..pos + 2) {
+        Some(&[a, _]) if a < 0x80 => Some((u64::from(a), pos + 1)),
+        Some(&[a, b]) if b < 0x80 => Some((u64::from(a & 0x7f) | (u64::from(b) << 7), pos + 2)),
+        _ => wire::read_varint(buf, pos).ok(),
+    }
+}
+
 struct Dec<'t, 'i> {
     table: &'t SchemaTable,
     input: &'i [u8],
@@ -237,12 +259,13 @@ fn run<'t>(
             kind: DecodeErrorKind::TooLarge { len: input.len(), max: opts.max_message_bytes },
         });
     }
+    let spare = crate::message::Spare::take();
     let msg = Message {
         table,
         input: kept,
-        nodes: Vec::with_capacity(8),
-        slots: Vec::with_capacity(64),
-        elems: Vec::new(),
+        nodes: spare.nodes,
+        slots: spare.slots,
+        elems: spare.elems,
         host: Arena::new(pools.host.clone()),
         device: Arena::new(pools.device.clone()),
         stats: DecodeStats::default(),
@@ -323,6 +346,7 @@ impl<'t> Dec<'t, '_> {
         }
     }
 
+    #[inline(always)]
     fn store(
         &mut self,
         device: bool,
@@ -358,8 +382,15 @@ impl<'t> Dec<'t, '_> {
         let n = self.msg.nodes[node as usize];
         let class = self.table.class(n.class);
         loop {
-            if self.fast_field(node, n, class, r, depth)? {
-                continue;
+            match self.fast_field(node, n, class, r, depth)? {
+                Step::Read => continue,
+                Step::End(number, at) => {
+                    if group == Some(number) {
+                        return Ok(());
+                    }
+                    return Err(self.fail(DecodeErrorKind::Wire(WireErrorKind::UnmatchedEndGroup), at));
+                }
+                Step::Slow => {}
             }
             let f = match r.next_field() {
                 Ok(Some(f)) => f,
@@ -401,22 +432,19 @@ impl<'t> Dec<'t, '_> {
         class: &Class,
         r: &mut Reader<'_>,
         depth: u32,
-    ) -> Result<bool, DecodeError> {
+    ) -> Result<Step, DecodeError> {
         if !self.fast {
-            return Ok(false);
+            return Ok(Step::Slow);
         }
         let (buf, start, base) = r.parts();
-        let (tag, mut pos) = match buf.get(start) {
-            Some(&b) if b < 0x80 => (u64::from(b), start + 1),
-            Some(_) => match wire::read_varint(buf, start) {
-                Ok(t) => t,
-                Err(_) => return Ok(false),
-            },
-            None => return Ok(false),
-        };
-        let Some(&fast) = class.fast(tag >> 3) else { return Ok(false) };
-        if fast.op == FastOp::None || (tag & 7) as u8 != fast.wire {
-            return Ok(false);
+        let Some((tag, mut pos)) = varint(buf, start) else { return Ok(Step::Slow) };
+        let Some(&fast) = class.fast(tag >> 3) else { return Ok(Step::Slow) };
+        if (tag & 7) as u8 != fast.wire || fast.op == FastOp::None {
+            if tag & 7 == WireType::EndGroup as u64 && (1..=u64::from(wire::MAX_FIELD_NUMBER)).contains(&(tag >> 3)) {
+                r.set_pos(pos);
+                return Ok(Step::End((tag >> 3) as u32, base + start));
+            }
+            return Ok(Step::Slow);
         }
         let fi = usize::from(fast.fi);
         let at = n.base as usize + fi;
@@ -424,10 +452,10 @@ impl<'t> Dec<'t, '_> {
         let leaf = (n.class, fi);
         let slot = match fast.op {
             FastOp::Message | FastOp::Bytes | FastOp::Utf8 => {
-                let Ok((len, q)) = wire::read_varint(buf, pos) else { return Ok(false) };
+                let Some((len, q)) = varint(buf, pos) else { return Ok(Step::Slow) };
                 let Some(end) = usize::try_from(len).ok().and_then(|l| q.checked_add(l)).filter(|&e| e <= buf.len())
                 else {
-                    return Ok(false);
+                    return Ok(Step::Slow);
                 };
                 let body = &buf[q..end];
                 match fast.op {
@@ -443,7 +471,7 @@ impl<'t> Dec<'t, '_> {
                         r.set_pos(end);
                         Slot::Msg(child)
                     }
-                    FastOp::Utf8 if std::str::from_utf8(body).is_err() => return Ok(false),
+                    FastOp::Utf8 if std::str::from_utf8(body).is_err() => return Ok(Step::Slow),
                     _ => {
                         let slot = self.store(device, body, base + start, Some(leaf))?;
                         r.set_pos(end);
@@ -461,26 +489,26 @@ impl<'t> Dec<'t, '_> {
             }
             op => {
                 let v = match fast.wire {
-                    0 => match wire::read_varint(buf, pos) {
-                        Ok((v, q)) => {
+                    0 => match varint(buf, pos) {
+                        Some((v, q)) => {
                             pos = q;
                             v
                         }
-                        Err(_) => return Ok(false),
+                        None => return Ok(Step::Slow),
                     },
                     1 => match buf.get(pos..pos + 8) {
                         Some(b) => {
                             pos += 8;
                             u64::from_le_bytes(b.try_into().expect("8 bytes"))
                         }
-                        None => return Ok(false),
+                        None => return Ok(Step::Slow),
                     },
                     _ => match buf.get(pos..pos + 4) {
                         Some(b) => {
                             pos += 4;
                             u64::from(u32::from_le_bytes(b.try_into().expect("4 bytes")))
                         }
-                        None => return Ok(false),
+                        None => return Ok(Step::Slow),
                     },
                 };
                 let bits = match op {
@@ -491,7 +519,7 @@ impl<'t> Dec<'t, '_> {
                     FastOp::Sint64 => wire::unzigzag64(v) as u64,
                     FastOp::ClosedEnum => {
                         if !self.table.enum_type(fast.sub).declares(v as i32) {
-                            return Ok(false);
+                            return Ok(Step::Slow);
                         }
                         v as i32 as i64 as u64
                     }
@@ -511,7 +539,7 @@ impl<'t> Dec<'t, '_> {
             self.msg.slots[at] = slot;
         }
         self.mark(node, fi);
-        Ok(true)
+        Ok(Step::Read)
     }
 
     fn unknown(&mut self, node: u32, raw: &[u8], at: usize) -> Result<(), DecodeError> {

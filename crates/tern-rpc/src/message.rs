@@ -92,6 +92,57 @@ pub struct Message<'t> {
     pub(crate) stats: DecodeStats,
 }
 
+/// The vectors of a dropped message, kept (per thread, a few, of bounded size) for the next
+/// decode on the thread, so that a decode of a small message allocates nothing in steady state.
+#[derive(Debug, Default)]
+pub(crate) struct Spare {
+    pub nodes: Vec<Node>,
+    pub slots: Vec<Slot>,
+    pub elems: Vec<Elem>,
+}
+
+/// Spares kept per thread, and the most entries a kept vector may hold.
+const SPARES: usize = 4;
+const SPARE_MAX: usize = 1 << 16;
+
+thread_local! {
+    static SPARE: std::cell::RefCell<Vec<Spare>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Spare {
+    /// Empty vectors, reused where the thread has some.
+    pub(crate) fn take() -> Spare {
+        SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default()
+    }
+
+    fn keep(mut self) {
+        if self.nodes.capacity() > SPARE_MAX || self.slots.capacity() > SPARE_MAX || self.elems.capacity() > SPARE_MAX {
+            return;
+        }
+        self.nodes.clear();
+        self.slots.clear();
+        self.elems.clear();
+        // A thread being torn down keeps nothing.
+        let _ = SPARE.try_with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < SPARES {
+                s.push(self);
+            }
+        });
+    }
+}
+
+impl Drop for Message<'_> {
+    fn drop(&mut self) {
+        Spare {
+            nodes: std::mem::take(&mut self.nodes),
+            slots: std::mem::take(&mut self.slots),
+            elems: std::mem::take(&mut self.elems),
+        }
+        .keep();
+    }
+}
+
 /// A value read from a message.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FieldValue<'m> {
