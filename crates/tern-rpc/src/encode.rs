@@ -10,11 +10,12 @@
 //! nesting is all groups is written in one pass.
 
 use crate::message::{Message, NONE, Slot};
-use crate::schema::{Class, Field, Kind, WireType};
+use crate::schema::{Class, EncOp, Field, Tag, WireType};
 use crate::wire::{put_varint, varint_len, zigzag32, zigzag64};
 
 /// Where encoded bytes go: counted, or written.
 trait Sink {
+    fn tag(&mut self, t: Tag);
     fn varint(&mut self, v: u64);
     fn raw(&mut self, b: &[u8]);
     fn fixed(&mut self, v: u64, width: usize);
@@ -23,6 +24,10 @@ trait Sink {
 struct Count(usize);
 
 impl Sink for Count {
+    #[inline]
+    fn tag(&mut self, t: Tag) {
+        self.0 += usize::from(t.len);
+    }
     #[inline]
     fn varint(&mut self, v: u64) {
         self.0 += varint_len(v);
@@ -39,6 +44,18 @@ impl Sink for Count {
 
 impl Sink for Vec<u8> {
     #[inline]
+    fn tag(&mut self, t: Tag) {
+        // Tags are mostly one or two bytes: pushed, not copied.
+        let b = t.bytes.to_le_bytes();
+        self.push(b[0]);
+        if t.len > 1 {
+            self.push(b[1]);
+            if t.len > 2 {
+                self.extend_from_slice(&b[2..usize::from(t.len)]);
+            }
+        }
+    }
+    #[inline]
     fn varint(&mut self, v: u64) {
         put_varint(self, v);
     }
@@ -48,7 +65,11 @@ impl Sink for Vec<u8> {
     }
     #[inline]
     fn fixed(&mut self, v: u64, width: usize) {
-        self.extend_from_slice(&v.to_le_bytes()[..width]);
+        match width {
+            8 => self.extend_from_slice(&v.to_le_bytes()),
+            4 => self.extend_from_slice(&(v as u32).to_le_bytes()),
+            _ => self.extend_from_slice(&v.to_le_bytes()[..width]),
+        }
     }
 }
 
@@ -79,30 +100,22 @@ pub fn encode(msg: &Message<'_>) -> Vec<u8> {
     out
 }
 
-/// The wire value of a scalar's stored bits.
-#[inline]
-fn scalar_wire(kind: Kind, bits: u64) -> u64 {
-    match kind {
-        Kind::Sint32 => u64::from(zigzag32(bits as i32)),
-        Kind::Sint64 => zigzag64(bits as i64),
-        _ => bits,
-    }
-}
-
 impl Enc<'_, '_> {
     /// Writes (or counts) one value of `field` without its tag.
     #[inline(always)]
     fn value<S: Sink>(&mut self, field: &Field, slot: Slot, s: &mut S, depth: usize, write: bool) {
-        match (field.kind, slot) {
-            (Kind::Double | Kind::Fixed64 | Kind::Sfixed64, Slot::Scalar(b)) => s.fixed(b, 8),
-            (Kind::Float | Kind::Fixed32 | Kind::Sfixed32, Slot::Scalar(b)) => s.fixed(b, 4),
-            (k, Slot::Scalar(b)) => s.varint(scalar_wire(k, b)),
+        match (field.enc, slot) {
+            (EncOp::Fixed64, Slot::Scalar(b)) => s.fixed(b, 8),
+            (EncOp::Fixed32, Slot::Scalar(b)) => s.fixed(b, 4),
+            (EncOp::Sint32, Slot::Scalar(b)) => s.varint(u64::from(zigzag32(b as i32))),
+            (EncOp::Sint64, Slot::Scalar(b)) => s.varint(zigzag64(b as i64)),
+            (_, Slot::Scalar(b)) => s.varint(b),
             (_, Slot::Bytes(p, sp)) => {
                 let b = self.msg.bytes(p, sp);
                 s.varint(b.len() as u64);
                 s.raw(b);
             }
-            (Kind::Group(_), Slot::Msg(n)) => {
+            (EncOp::Group, Slot::Msg(n)) => {
                 if write {
                     self.node(n, s, depth + 1, true);
                 } else {
@@ -124,10 +137,9 @@ impl Enc<'_, '_> {
 
     #[inline(always)]
     fn tagged<S: Sink>(&mut self, field: &Field, slot: Slot, s: &mut S, depth: usize, write: bool) {
-        let wire = field.kind.wire_type();
-        s.varint((u64::from(field.number) << 3) | wire as u64);
+        s.tag(field.tag);
         self.value(field, slot, s, depth, write);
-        if wire == WireType::StartGroup {
+        if field.enc == EncOp::Group {
             s.varint((u64::from(field.number) << 3) | WireType::EndGroup as u64);
         }
     }
@@ -163,8 +175,10 @@ impl Enc<'_, '_> {
                 mask &= mask - 1;
                 self.field(class, &class.fields[fi], slots[fi], s, depth, write);
             }
-            for (field, &slot) in class.fields.iter().zip(slots).skip(64) {
-                self.field(class, field, slot, s, depth, write);
+            if let (Some(fields), Some(rest)) = (class.fields.get(64..), slots.get(64..)) {
+                for (field, &slot) in fields.iter().zip(rest) {
+                    self.field(class, field, slot, s, depth, write);
+                }
             }
         }
         let mut u = node.unknown;

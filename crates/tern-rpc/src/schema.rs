@@ -200,6 +200,64 @@ pub struct Field {
     pub default: Option<DefaultValue>,
     /// A proto3 string: invalid UTF-8 is a decode error.
     pub check_utf8: bool,
+    /// The tag in the wire type the type is written in, as varint bytes (for encoders).
+    pub(crate) tag: Tag,
+    /// How an encoder writes one value.
+    pub(crate) enc: EncOp,
+}
+
+/// A tag's varint bytes, little-endian in a word, and how many there are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tag {
+    pub bytes: u64,
+    pub len: u8,
+}
+
+impl Tag {
+    /// Field `number`'s tag for `wire`.
+    pub(crate) fn new(number: u32, wire: WireType) -> Tag {
+        let mut b = Vec::with_capacity(5);
+        crate::wire::put_tag(&mut b, number, wire);
+        let mut word = [0u8; 8];
+        word[..b.len()].copy_from_slice(&b);
+        Tag { bytes: u64::from_le_bytes(word), len: b.len() as u8 }
+    }
+}
+
+/// How an encoder writes one value of a field, by its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EncOp {
+    /// 8 bytes, little-endian: `fixed64`, `sfixed64`, `double`.
+    Fixed64,
+    /// 4 bytes: `fixed32`, `sfixed32`, `float`.
+    Fixed32,
+    /// The stored bits as a varint: `int32`, `int64`, `uint32`, `uint64`, `bool`, enums.
+    Varint,
+    /// ZigZag, then a varint.
+    Sint32,
+    /// ZigZag, then a varint.
+    Sint64,
+    /// Length and bytes: `string`, `bytes`.
+    Bytes,
+    /// Length and a sub-message.
+    Message,
+    /// A sub-message between start- and end-group tags.
+    Group,
+}
+
+impl EncOp {
+    fn of(kind: Kind) -> EncOp {
+        match kind {
+            Kind::Double | Kind::Fixed64 | Kind::Sfixed64 => EncOp::Fixed64,
+            Kind::Float | Kind::Fixed32 | Kind::Sfixed32 => EncOp::Fixed32,
+            Kind::Sint32 => EncOp::Sint32,
+            Kind::Sint64 => EncOp::Sint64,
+            Kind::String | Kind::Bytes => EncOp::Bytes,
+            Kind::Message(_) => EncOp::Message,
+            Kind::Group(_) => EncOp::Group,
+            _ => EncOp::Varint,
+        }
+    }
 }
 
 /// One message class.
@@ -679,6 +737,8 @@ impl Builder {
             placement: if acc { Placement::Device } else { Placement::Host },
             default,
             check_utf8: proto3 && kind == Kind::String,
+            tag: Tag::new(f.number(), kind.wire_type()),
+            enc: EncOp::of(kind),
         })
     }
 }
