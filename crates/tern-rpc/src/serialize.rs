@@ -34,7 +34,7 @@
 use crate::arena::{Pool, Span};
 use crate::encode::{encode_node_into, is_zero};
 use crate::message::{Message, NONE, Slot};
-use crate::schema::{Field, Kind, WireType};
+use crate::schema::{Class, EncOp, Field, WireType};
 use crate::wire::{put_varint, varint_len, zigzag32, zigzag64};
 
 const OP_VARINT: u8 = 0x01;
@@ -157,35 +157,50 @@ impl Stage1<'_, '_> {
         }
     }
 
+    /// A record of an op, a tag and a value of `N` bytes, in one write.
+    #[inline(always)]
+    fn record<const N: usize>(&mut self, op: u8, tag: u32, value: [u8; N]) {
+        let mut r = [0u8; 13];
+        r[0] = op;
+        r[1..5].copy_from_slice(&tag.to_le_bytes());
+        r[5..5 + N].copy_from_slice(&value);
+        self.out.extend_from_slice(&r[..5 + N]);
+        self.stats.records += 1;
+    }
+
+    /// A record of an op and a value of `N` bytes (inside a packed run: no tag), in one write.
+    #[inline(always)]
+    fn packed<const N: usize>(&mut self, op: u8, value: [u8; N]) {
+        let mut r = [0u8; 9];
+        r[0] = op;
+        r[1..1 + N].copy_from_slice(&value);
+        self.out.extend_from_slice(&r[..1 + N]);
+        self.stats.records += 1;
+    }
+
     /// One value of `field` with its tag (`packed`: inside a packed run, no tag).
+    #[inline(always)]
     fn value(&mut self, field: &Field, slot: Slot, depth: usize, packed: bool) {
         let number = field.number;
-        match (field.kind, slot) {
-            (Kind::Double | Kind::Fixed64 | Kind::Sfixed64, Slot::Scalar(b)) => {
-                self.op(if packed { OP_PFIXED64 } else { OP_FIXED64 });
-                if !packed {
-                    self.u32(tag(number, WireType::Fixed64));
-                }
-                self.u64(b);
-            }
-            (Kind::Float | Kind::Fixed32 | Kind::Sfixed32, Slot::Scalar(b)) => {
-                self.op(if packed { OP_PFIXED32 } else { OP_FIXED32 });
-                if !packed {
-                    self.u32(tag(number, WireType::Fixed32));
-                }
-                self.u32(b as u32);
-            }
-            (k, Slot::Scalar(b)) => {
-                let v = match k {
-                    Kind::Sint32 => u64::from(zigzag32(b as i32)),
-                    Kind::Sint64 => zigzag64(b as i64),
+        match (field.enc, slot) {
+            (EncOp::Fixed64, Slot::Scalar(b)) => match packed {
+                true => self.packed(OP_PFIXED64, b.to_le_bytes()),
+                false => self.record(OP_FIXED64, tag(number, WireType::Fixed64), b.to_le_bytes()),
+            },
+            (EncOp::Fixed32, Slot::Scalar(b)) => match packed {
+                true => self.packed(OP_PFIXED32, (b as u32).to_le_bytes()),
+                false => self.record(OP_FIXED32, tag(number, WireType::Fixed32), (b as u32).to_le_bytes()),
+            },
+            (op, Slot::Scalar(b)) => {
+                let v = match op {
+                    EncOp::Sint32 => u64::from(zigzag32(b as i32)),
+                    EncOp::Sint64 => zigzag64(b as i64),
                     _ => b,
                 };
-                self.op(if packed { OP_PVARINT } else { OP_VARINT });
-                if !packed {
-                    self.u32(tag(number, WireType::Varint));
+                match packed {
+                    true => self.packed(OP_PVARINT, v.to_le_bytes()),
+                    false => self.record(OP_VARINT, tag(number, WireType::Varint), v.to_le_bytes()),
                 }
-                self.u64(v);
             }
             (_, Slot::Bytes(pool, s)) => {
                 let t = tag(number, WireType::Len);
@@ -194,35 +209,59 @@ impl Stage1<'_, '_> {
                     self.u32(t);
                     self.reference(pool, s);
                 } else {
-                    self.op(OP_COPY);
-                    self.u32(t);
-                    self.out.extend_from_slice(&(s.len as u16).to_le_bytes());
+                    self.record(OP_COPY, t, (s.len as u16).to_le_bytes());
                     self.out.extend_from_slice(self.msg.bytes(pool, s));
                     self.stats.copied_bytes += u64::from(s.len);
                 }
             }
-            (Kind::Group(_), Slot::Msg(n)) => {
-                self.op(OP_TAG);
-                self.u32(tag(number, WireType::StartGroup));
+            (EncOp::Group, Slot::Msg(n)) => {
+                self.record(OP_TAG, tag(number, WireType::StartGroup), []);
                 self.node(n, depth + 1);
-                self.op(OP_TAG);
-                self.u32(tag(number, WireType::EndGroup));
+                self.record(OP_TAG, tag(number, WireType::EndGroup), []);
             }
             (_, Slot::Msg(n)) => {
                 if self.msg.nodes[n as usize].device {
                     // In device memory: the device serializes it.
-                    self.op(OP_DEVICE_MSG);
-                    self.u32(tag(number, WireType::Len));
-                    self.u32(n);
+                    self.record(OP_DEVICE_MSG, tag(number, WireType::Len), n.to_le_bytes());
                     self.stats.device_refs += 1;
                 } else {
-                    self.op(OP_BEGIN);
-                    self.u32(tag(number, WireType::Len));
+                    self.record(OP_BEGIN, tag(number, WireType::Len), []);
                     self.node(n, depth + 1);
                     self.op(OP_END);
                 }
             }
             (_, Slot::List { .. } | Slot::Absent) => {}
+        }
+    }
+
+    /// One field of a node of `class`.
+    #[inline(always)]
+    fn field(&mut self, class: &Class, field: &Field, slot: Slot, depth: usize) {
+        let msg = self.msg;
+        match slot {
+            // A map entry writes key and value even when absent.
+            Slot::Absent if class.map_entry => self.map_default(field),
+            Slot::Absent => {}
+            Slot::List { first, len, .. } => {
+                if len == 0 {
+                    return;
+                }
+                if field.packed {
+                    self.record(OP_BEGIN, tag(field.number, WireType::Len), []);
+                }
+                for el in msg.elems_from(first) {
+                    self.value(field, el, depth, field.packed);
+                }
+                if field.packed {
+                    self.op(OP_END);
+                }
+            }
+            slot => {
+                if !field.presence && !class.map_entry && is_zero(msg, slot) {
+                    return;
+                }
+                self.value(field, slot, depth, false);
+            }
         }
     }
 
@@ -257,31 +296,21 @@ impl Stage1<'_, '_> {
         let msg = self.msg;
         let node = msg.nodes[n as usize];
         let class = msg.table.class(node.class);
-        for (fi, slot) in msg.present(n, class.map_entry) {
-            let field = &class.fields[fi];
-            match slot {
-                // A map entry writes key and value even when absent.
-                Slot::Absent => self.map_default(field),
-                Slot::List { first, len, .. } => {
-                    if len == 0 {
-                        continue;
-                    }
-                    if field.packed {
-                        self.op(OP_BEGIN);
-                        self.u32(tag(field.number, WireType::Len));
-                    }
-                    for el in msg.elems_from(first) {
-                        self.value(field, el, depth, field.packed);
-                    }
-                    if field.packed {
-                        self.op(OP_END);
-                    }
-                }
-                slot => {
-                    if !field.presence && !class.map_entry && is_zero(msg, slot) {
-                        continue;
-                    }
-                    self.value(field, slot, depth, false);
+        let slots = msg.slots_of(n);
+        if class.map_entry {
+            for (field, &slot) in class.fields.iter().zip(slots) {
+                self.field(class, field, slot, depth);
+            }
+        } else {
+            let mut mask = node.mask;
+            while mask != 0 {
+                let fi = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                self.field(class, &class.fields[fi], slots[fi], depth);
+            }
+            if let (Some(fields), Some(rest)) = (class.fields.get(64..), slots.get(64..)) {
+                for (field, &slot) in fields.iter().zip(rest) {
+                    self.field(class, field, slot, depth);
                 }
             }
         }
