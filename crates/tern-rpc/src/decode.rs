@@ -557,43 +557,18 @@ impl<'t> Dec<'t, '_> {
         Ok(())
     }
 
-    /// Marks field index `fi` of `node` present.
     #[inline]
     fn mark(&mut self, node: u32, fi: usize) {
-        if fi < 64 {
-            self.msg.nodes[node as usize].mask |= 1 << fi;
-        }
+        self.msg.mark(node, fi);
     }
 
-    /// Empties the slots of the other members of field `fi`'s oneof.
     fn clear_oneof(&mut self, node: u32, fi: usize) {
-        let n = self.msg.nodes[node as usize];
-        let class = self.table.class(n.class);
-        let Some(o) = class.fields[fi].oneof else { return };
-        for (other, f) in class.fields.iter().enumerate() {
-            if other != fi && f.oneof == Some(o) {
-                self.msg.slots[n.base as usize + other] = Slot::Absent;
-                if other < 64 {
-                    self.msg.nodes[node as usize].mask &= !(1 << other);
-                }
-            }
-        }
+        self.msg.clear_oneof(node, fi);
     }
 
-    /// Appends an element to the list in slot `at`.
     #[inline]
     fn push_elem(&mut self, at: usize, slot: Slot) {
-        let i = self.msg.elems.len() as u32;
-        self.msg.elems.push(Elem { slot, next: NONE });
-        match &mut self.msg.slots[at] {
-            Slot::List { last, len, .. } => {
-                let prev = *last;
-                *last = i;
-                *len += 1;
-                self.msg.elems[prev as usize].next = i;
-            }
-            s => *s = Slot::List { first: i, last: i, len: 1 },
-        }
+        self.msg.push_elem(at, slot);
     }
 
     /// The node a sub-message (or group) in slot `at` decodes into: the one already there for a
@@ -631,18 +606,7 @@ impl<'t> Dec<'t, '_> {
             return Err(self.error(DecodeErrorKind::TooManySlots { max: self.slot_bytes_max }, offset, leaf));
         }
         self.slots_left -= width;
-        let base = self.msg.slots.len();
-        self.msg.slots.resize(base + width, Slot::Absent);
-        self.msg.nodes.push(Node {
-            class,
-            base: base as u32,
-            width: width as u32,
-            mask: 0,
-            unknown: NONE,
-            unknown_last: NONE,
-            device,
-        });
-        Ok((self.msg.nodes.len() - 1) as u32)
+        Ok(self.msg.add_node(class, device))
     }
 
     /// A scalar's stored bits from its wire value, or `None` for a closed enum's undeclared

@@ -26,11 +26,15 @@
 //! assert_eq!(user.field(2).unwrap().placement, tern_rpc::schema::Placement::Device);
 //! ```
 //!
+//! [`decode`] reads wire bytes into a [`message::Message`] placed by the table, [`build`] makes
+//! and changes messages, [`encode`] and [`serialize`] write them back.
+//!
 //! [`check`] says what of a schema table exceeds a hardware profile's table (classes, field
 //! slots, nesting depth).
 #![forbid(unsafe_code)]
 
 pub mod arena;
+pub mod build;
 pub mod check;
 pub mod decode;
 pub mod encode;

@@ -216,6 +216,67 @@ impl<'t> Message<'t> {
         }
     }
 
+    /// A new node of `class`, its slots empty.
+    pub(crate) fn add_node(&mut self, class: ClassId, device: bool) -> u32 {
+        let width = self.table.class(class).fields.len();
+        let base = self.slots.len();
+        self.slots.resize(base + width, Slot::Absent);
+        self.nodes.push(Node {
+            class,
+            base: base as u32,
+            width: width as u32,
+            mask: 0,
+            unknown: NONE,
+            unknown_last: NONE,
+            device,
+        });
+        (self.nodes.len() - 1) as u32
+    }
+
+    /// Marks field index `fi` of `node` present.
+    #[inline]
+    pub(crate) fn mark(&mut self, node: u32, fi: usize) {
+        if fi < 64 {
+            self.nodes[node as usize].mask |= 1 << fi;
+        }
+    }
+
+    /// Empties field index `fi` of `node`.
+    pub(crate) fn unset(&mut self, node: u32, fi: usize) {
+        let n = &mut self.nodes[node as usize];
+        if fi < 64 {
+            n.mask &= !(1 << fi);
+        }
+        self.slots[n.base as usize + fi] = Slot::Absent;
+    }
+
+    /// Empties the slots of the other members of field `fi`'s oneof.
+    pub(crate) fn clear_oneof(&mut self, node: u32, fi: usize) {
+        let class = self.table.class(self.nodes[node as usize].class);
+        let Some(o) = class.fields[fi].oneof else { return };
+        for (other, f) in class.fields.iter().enumerate() {
+            if other != fi && f.oneof == Some(o) {
+                self.unset(node, other);
+            }
+        }
+    }
+
+    /// Appends an element to the list in slot `at`.
+    #[inline]
+    pub(crate) fn push_elem(&mut self, at: usize, slot: Slot) {
+        let i = self.elems.len() as u32;
+        self.elems.push(Elem { slot, next: NONE });
+        match &mut self.slots[at] {
+            Slot::List { last, len, .. } => {
+                let prev = *last;
+                *last = i;
+                *len += 1;
+                self.elems[prev as usize].next = i;
+            }
+            s => *s = Slot::List { first: i, last: i, len: 1 },
+        }
+    }
+
     /// Node `n`'s slots, by field index (the order encoders write them in).
     #[inline]
     pub(crate) fn slots_of(&self, n: u32) -> &[Slot] {
@@ -288,6 +349,10 @@ pub(crate) fn scalar(kind: Kind, v: u64) -> FieldValue<'static> {
 }
 
 impl<'m> MessageRef<'m> {
+    pub(crate) fn new(msg: &'m Message<'m>, node: u32) -> MessageRef<'m> {
+        MessageRef { msg, node }
+    }
+
     fn node(&self) -> &'m Node {
         &self.msg.nodes[self.node as usize]
     }
