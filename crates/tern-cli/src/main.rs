@@ -54,7 +54,8 @@ enum Command {
     },
     /// RpcNIC: protobuf RPC with fields placed in host or NIC memory. `rpc check` compiles a
     /// .proto file to the schema table and checks it against a profile; `rpc decode` and `rpc
-    /// encode` convert between wire bytes and JSON.
+    /// encode` convert between wire bytes and JSON; `rpc conformance` is a testee for protobuf's
+    /// conformance runner.
     Rpc {
         #[command(subcommand)]
         command: RpcCommand,
@@ -142,6 +143,12 @@ enum RpcCommand {
     /// Encode JSON (FILE or stdin; field names as in the .proto file or as JSON names) to
     /// protobuf wire bytes on stdout, written as C++ protobuf writes them.
     Encode(rpc::CodecArgs),
+    /// A testee for protobuf's conformance runner (binary cases): reads length-prefixed
+    /// ConformanceRequests on stdin and answers ConformanceResponses on stdout, decoding and
+    /// encoding each payload with Tern's codec and the schemas given with --proto. Run it as
+    /// `conformance_test_runner tern-conformance.sh` (a script calling `tern rpc conformance
+    /// --proto ...`); docs/rpc.md says how to build the runner.
+    Conformance(rpc::conformance::ConformanceArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -216,6 +223,7 @@ fn main() -> ExitCode {
         Command::Rpc { command: RpcCommand::Check(a) } => rpc::check(&a),
         Command::Rpc { command: RpcCommand::Decode(a) } => rpc::decode(&a),
         Command::Rpc { command: RpcCommand::Encode(a) } => rpc::encode(&a),
+        Command::Rpc { command: RpcCommand::Conformance(a) } => rpc::conformance::run(&a),
         Command::Idl { command } => idl(command),
         Command::Hw { command } => hw(command),
     };

@@ -578,3 +578,69 @@ fn bench_rpc_json_has_the_promised_keys() {
     let (ok, _, err) = tern(&["bench", "rpc", "--rounds", "0"]);
     assert!(!ok && err.contains("--rounds"), "{err}");
 }
+
+/// `tern rpc conformance` speaks the conformance runner's protocol: length-prefixed requests on
+/// stdin, length-prefixed responses on stdout. The failure-set request gets an empty set; a
+/// binary case its payload re-encoded by Tern (here Python protobuf's canonical bytes); a bad
+/// payload a parse error; JSON output and undeclared types are skipped.
+#[test]
+fn rpc_conformance_answers_the_runners_protocol() {
+    use std::io::{Read as _, Write as _};
+    use std::process::Stdio;
+    let interop = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tern-rpc/tests/interop");
+    let request = |payload: Option<&[u8]>, format: u8, ty: &str| {
+        let mut r = Vec::new();
+        if let Some(p) = payload {
+            r.push(0x0a);
+            tern_rpc::wire::put_varint(&mut r, p.len() as u64);
+            r.extend_from_slice(p);
+        }
+        r.extend_from_slice(&[0x18, format, 0x22, ty.len() as u8]);
+        r.extend_from_slice(ty.as_bytes());
+        r
+    };
+    let input = std::fs::read(interop.join("all3_full.input.bin")).unwrap();
+    let canonical = std::fs::read(interop.join("all3_full.bin")).unwrap();
+    let requests = [
+        request(None, 1, "conformance.FailureSet"),
+        request(Some(&input), 1, "interop.All3"),
+        request(Some(&[0x08]), 1, "interop.All3"),
+        request(Some(&input), 2, "interop.All3"),
+        request(Some(&input), 1, "interop.Nope"),
+    ];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["rpc", "conformance", "--proto"])
+        .arg(interop.join("all3.proto"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for r in &requests {
+            stdin.write_all(&(r.len() as u32).to_le_bytes()).unwrap();
+            stdin.write_all(r).unwrap();
+        }
+    }
+    let mut out = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    assert!(child.wait().unwrap().success());
+    let mut responses = Vec::new();
+    let mut at = 0;
+    while at < out.len() {
+        let len = u32::from_le_bytes(out[at..at + 4].try_into().unwrap()) as usize;
+        responses.push(out[at + 4..at + 4 + len].to_vec());
+        at += 4 + len;
+    }
+    assert_eq!(responses.len(), requests.len());
+    assert_eq!(responses[0], [0x1a, 0x00], "an empty failure set as protobuf_payload");
+    let mut want = vec![0x1a];
+    tern_rpc::wire::put_varint(&mut want, canonical.len() as u64);
+    want.extend_from_slice(&canonical);
+    assert_eq!(responses[1], want, "the payload re-encoded: Python protobuf's canonical bytes");
+    assert_eq!(responses[2][0], 0x0a, "parse_error");
+    assert!(String::from_utf8_lossy(&responses[2]).contains("All3"), "the error names the message");
+    assert_eq!(responses[3][0], 0x2a, "skipped: JSON output");
+    assert_eq!(responses[4][0], 0x2a, "skipped: an undeclared type");
+}

@@ -1,7 +1,8 @@
-//! `tern rpc`: RpcNIC's schema table (the `.proto` compiler of §III-E), JSON conversion, and
-//! `tern bench rpc`.
+//! `tern rpc`: RpcNIC's schema table (the `.proto` compiler of §III-E), JSON conversion, the
+//! conformance testee, and `tern bench rpc`.
 
 pub mod bench;
+pub mod conformance;
 mod plot;
 
 use std::path::PathBuf;
