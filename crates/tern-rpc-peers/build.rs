@@ -83,6 +83,8 @@ fn main() {
                 }
             }
             code.push_str("        _ => None,\n    }\n}\n/// Whether the peers were generated (the workloads were there at build time).\npub const AVAILABLE: bool = true;\n");
+            #[cfg(feature = "cpp-protobuf")]
+            cpp::build(&ws, &out);
         }
         None => {
             println!("cargo:warning=tern-rpc-peers: ../shared/hyperprotobench not found; no prost peers generated");
@@ -94,6 +96,118 @@ fn main() {
         }
     }
     std::fs::write(out.join("peers.rs"), code).unwrap();
+}
+
+/// The `cpp-protobuf` peer: C++ protobuf's generated code for every workload (each schema's
+/// package renamed `tern_cpp_<workload>`, so that the six HyperProtoBench schemas, all in package
+/// `hyperprotobench`, can share one binary), and a shim with C functions (`src/cpp.rs` says
+/// what each does).
+#[cfg(feature = "cpp-protobuf")]
+mod cpp {
+    use std::fmt::Write as _;
+    use std::path::Path;
+
+    use super::Workload;
+
+    pub fn build(ws: &[Workload], out: &Path) {
+        let dir = out.join("cpp");
+        std::fs::create_dir_all(&dir).unwrap();
+        let protoc = std::env::var("PROTOC").unwrap_or_else(|_| "protoc".into());
+        println!("cargo:rerun-if-env-changed=PROTOC");
+        let mut shim = String::from(SHIM_HEAD);
+        let mut link = String::new();
+        let mut sources = Vec::new();
+        for w in ws {
+            let text = std::fs::read_to_string(&w.proto).unwrap();
+            let package = format!("tern_cpp_{}", w.name);
+            let renamed: String =
+                text.lines()
+                    .map(|l| {
+                        if l.trim_start().starts_with("package ") {
+                            format!("package {package};")
+                        } else {
+                            l.to_string()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+            let file = format!("{}.proto", w.name);
+            std::fs::write(dir.join(&file), renamed).unwrap();
+            let status = std::process::Command::new(&protoc)
+                .arg(format!("--cpp_out={}", dir.display()))
+                .arg(format!("-I{}", dir.display()))
+                .arg(&file)
+                .current_dir(&dir)
+                .status()
+                .unwrap_or_else(|e| panic!("cpp-protobuf: cannot run `{protoc}` (install protobuf-compiler): {e}"));
+            assert!(status.success(), "cpp-protobuf: protoc failed on {file}");
+            writeln!(shim, "#include \"{}.pb.h\"", w.name).unwrap();
+            // One type of each schema referenced, so that the linker keeps its generated code
+            // (and with it the registration of its types).
+            let first = w.types[0].rsplit('.').next().unwrap();
+            writeln!(link, "  (void){package}::{first}::descriptor();").unwrap();
+            sources.push(dir.join(format!("{}.pb.cc", w.name)));
+        }
+        shim.push_str("extern \"C\" void tern_cpp_link() {\n");
+        shim.push_str(&link);
+        shim.push_str("}\n");
+        shim.push_str(SHIM_BODY);
+        std::fs::write(dir.join("shim.cc"), shim).unwrap();
+        cc::Build::new()
+            .cpp(true)
+            .std("c++17")
+            .include(&dir)
+            .file(dir.join("shim.cc"))
+            .files(&sources)
+            .warnings(false)
+            .compile("tern_cpp_protobuf");
+        println!("cargo:rustc-link-lib=protobuf");
+    }
+
+    const SHIM_HEAD: &str = "#include <google/protobuf/arena.h>\n#include <google/protobuf/descriptor.h>\n#include <google/protobuf/message.h>\n#include <cstdint>\n#include <string>\n";
+
+    const SHIM_BODY: &str = r#"
+using google::protobuf::Message;
+
+extern "C" const void* tern_cpp_prototype(const char* name, size_t len) {
+  tern_cpp_link();
+  const auto* d = google::protobuf::DescriptorPool::generated_pool()->FindMessageTypeByName(std::string(name, len));
+  if (d == nullptr) return nullptr;
+  return google::protobuf::MessageFactory::generated_factory()->GetPrototype(d);
+}
+
+// Parses into a message on a fresh arena whose first block is a thread's reused buffer (as a
+// server keeps one per thread), then frees the arena. 1 if the bytes parsed.
+extern "C" int tern_cpp_decode_arena(const void* proto, const uint8_t* data, size_t len) {
+  static thread_local char block[1 << 18];
+  google::protobuf::ArenaOptions o;
+  o.initial_block = block;
+  o.initial_block_size = sizeof block;
+  google::protobuf::Arena arena(o);
+  Message* m = static_cast<const Message*>(proto)->New(&arena);
+  return m->ParseFromArray(data, static_cast<int>(len)) ? 1 : 0;
+}
+
+// A parsed message on the heap (for encoding), or null if the bytes do not parse.
+extern "C" void* tern_cpp_parse(const void* proto, const uint8_t* data, size_t len) {
+  Message* m = static_cast<const Message*>(proto)->New();
+  if (!m->ParseFromArray(data, static_cast<int>(len))) {
+    delete m;
+    return nullptr;
+  }
+  return m;
+}
+
+// Serializes into out (cap bytes) if it fits; returns the size either way.
+extern "C" size_t tern_cpp_encode(void* m, uint8_t* out, size_t cap) {
+  Message* msg = static_cast<Message*>(m);
+  size_t n = msg->ByteSizeLong();
+  if (n <= cap) msg->SerializeWithCachedSizesToArray(out);
+  return n;
+}
+
+extern "C" void tern_cpp_free(void* m) { delete static_cast<Message*>(m); }
+"#;
 }
 
 /// `hyperprotobench.M1` in module `bench0` -> `bench0::M1`; `benchmarks.proto2.GoogleMessage1` -> `m::GoogleMessage1`.

@@ -10,3 +10,6 @@ include!(concat!(env!("OUT_DIR"), "/peers.rs"));
 pub type Decoded = Option<Result<Box<dyn std::any::Any>, prost::DecodeError>>;
 /// Encodes one decoded message, appending to the buffer.
 pub type Encoder = Box<dyn Fn(&mut Vec<u8>)>;
+
+#[cfg(feature = "cpp-protobuf")]
+pub mod cpp;

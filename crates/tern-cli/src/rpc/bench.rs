@@ -87,7 +87,8 @@ fn spread_json(s: Spread) -> Value {
     json!({ "median": s.median, "min": s.min, "max": s.max })
 }
 
-const IMPLS: [&str; 8] = [
+/// The implementations timed, by index (C++ protobuf's two only with `--features cpp-protobuf`).
+const IMPLS: [&str; 10] = [
     "tern_decode",
     "prost_decode",
     "prost_bytes_decode",
@@ -96,7 +97,34 @@ const IMPLS: [&str; 8] = [
     "prost_encode",
     "tern_preser",
     "tern_alias_decode",
+    "cpp_arena_decode",
+    "cpp_encode",
 ];
+
+/// How many of [`IMPLS`] this build has.
+const IMPLS_BUILT: usize = if cfg!(feature = "cpp-protobuf") { 10 } else { 8 };
+
+/// C++ protobuf's view of a workload: each message's type, and the message parsed (for
+/// encoding); its encoding checked equal to Tern's before anything is timed.
+#[cfg(feature = "cpp-protobuf")]
+fn cpp_peer(
+    w: &tern_rpc::workloads::Workload,
+    decoded: &[tern_rpc::message::Message<'_>],
+) -> Result<Vec<(tern_rpc_peers::cpp::CppType, tern_rpc_peers::cpp::CppMessage)>, Box<dyn std::error::Error>> {
+    let mut out = Vec::new();
+    for ((_, ty, b), m) in w.messages.iter().zip(decoded) {
+        let t = tern_rpc_peers::cpp::CppType::new(&w.name, ty).ok_or_else(|| format!("no C++ peer for {ty}"))?;
+        let parsed = t.parse(b).ok_or_else(|| format!("{}: C++ protobuf does not parse {ty}", w.name))?;
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        encode_into(m, &mut x);
+        parsed.encode_into(&mut y);
+        if x != y {
+            return Err(format!("{}: Tern and C++ protobuf encode {ty} differently", w.name).into());
+        }
+        out.push((t, parsed));
+    }
+    Ok(out)
+}
 
 /// `tern bench rpc`.
 pub fn run(a: &RpcBenchArgs) -> CmdResult {
@@ -150,12 +178,14 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
                 return Err(format!("{}: Tern and prost encode differently", w.name).into());
             }
         }
-        let mut ns: Vec<Vec<f64>> = vec![Vec::new(); IMPLS.len()];
+        #[cfg(feature = "cpp-protobuf")]
+        let cpp = cpp_peer(w, &decoded)?;
+        let mut ns: Vec<Vec<f64>> = vec![Vec::new(); IMPLS_BUILT];
         let mut out = Vec::new();
         let mut records = Vec::new();
         for r in 0..rounds {
-            for k in 0..IMPLS.len() {
-                let i = (k + r) % IMPLS.len();
+            for k in 0..IMPLS_BUILT {
+                let i = (k + r) % IMPLS_BUILT;
                 let t = match i {
                     0 => time(phase, || {
                         for (c, _, b) in &w.messages {
@@ -197,11 +227,26 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
                             std::hint::black_box(preserialize(m, PreserOptions::default(), &mut records));
                         }
                     }),
-                    _ => time(phase, || {
+                    7 => time(phase, || {
                         for ((c, _, _), buf) in w.messages.iter().zip(&shared_bufs) {
                             std::hint::black_box(tern_rpc::decode::decode_alias(&w.table, *c, buf, &pools, &opts).ok());
                         }
                     }),
+                    #[cfg(feature = "cpp-protobuf")]
+                    8 => time(phase, || {
+                        for ((_, _, b), (t, _)) in w.messages.iter().zip(&cpp) {
+                            std::hint::black_box(t.decode_arena(b));
+                        }
+                    }),
+                    #[cfg(feature = "cpp-protobuf")]
+                    9 => time(phase, || {
+                        for (_, m) in &cpp {
+                            out.clear();
+                            m.encode_into(&mut out);
+                            std::hint::black_box(&out);
+                        }
+                    }),
+                    _ => unreachable!("IMPLS_BUILT bounds the index"),
                 };
                 ns[i].push(t);
             }
@@ -227,13 +272,15 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
             "workload": w.name,
             "messages": w.messages.len(),
             "bytes": bytes,
-            "ns_median": IMPLS.iter().enumerate().map(|(i, n)| (n.to_string(), json!(spread(&ns[i]).median))).collect::<serde_json::Map<_, _>>(),
+            "ns_median": IMPLS[..IMPLS_BUILT].iter().enumerate().map(|(i, n)| (n.to_string(), json!(spread(&ns[i]).median))).collect::<serde_json::Map<_, _>>(),
             "decode_copy_over_prost": spread_json(ratio(1, 0)),
             "decode_over_prost_reflect": spread_json(ratio(3, 0)),
             "decode_copy_over_prost_bytes": spread_json(ratio(2, 0)),
             "decode_alias_over_prost_bytes": spread_json(ratio(2, 7)),
             "encode_over_prost": spread_json(ratio(5, 4)),
             "preser_host_over_cpu_encode": spread_json(ratio(6, 4)),
+            "decode_copy_over_cpp_arena": if IMPLS_BUILT > 8 { spread_json(ratio(8, 0)) } else { Value::Null },
+            "encode_over_cpp": if IMPLS_BUILT > 9 { spread_json(ratio(9, 4)) } else { Value::Null },
             "host_writes_one_shot": one_w,
             "host_writes_field_by_field": each_w,
             "projected_pcie_ns_one_shot": pcie(one_w),
@@ -259,6 +306,8 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
         "encode_over_prost_lowest": lowest("encode_over_prost"),
         "decode_over_prost_reflect": geo("decode_over_prost_reflect"),
         "preser_host_over_cpu_encode": geo("preser_host_over_cpu_encode"),
+        "decode_copy_over_cpp_arena": if IMPLS_BUILT > 8 { json!(geo("decode_copy_over_cpp_arena")) } else { Value::Null },
+        "encode_over_cpp": if IMPLS_BUILT > 9 { json!(geo("encode_over_cpp")) } else { Value::Null },
         "workloads": rows,
     });
     std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
@@ -326,6 +375,22 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
         summary["encode_over_prost"].as_f64().unwrap_or(0.0),
         summary["preser_host_over_cpu_encode"].as_f64().unwrap_or(0.0)
     );
+    if IMPLS_BUILT > 8 {
+        println!("against C++ protobuf (generated code; decode on an arena), per-round ratios, median [min-max]:");
+        for r in summary["workloads"].as_array().into_iter().flatten() {
+            println!(
+                "{:<16} decode / C++ arena {:>18}   encode / C++ {:>18}",
+                r["workload"].as_str().unwrap_or(""),
+                f(&r["decode_copy_over_cpp_arena"]),
+                f(&r["encode_over_cpp"])
+            );
+        }
+        println!(
+            "geometric means: decode/C++ arena {:.2}, encode/C++ {:.2}",
+            summary["decode_copy_over_cpp_arena"].as_f64().unwrap_or(0.0),
+            summary["encode_over_cpp"].as_f64().unwrap_or(0.0)
+        );
+    }
     println!();
     println!(
         "host writes per workload, one-shot vs field by field (projected on the paper's PCIe: 1250 ns a write + bytes at 12.8 GB/s; a projection, not a measurement):"
