@@ -43,6 +43,7 @@ fn main() {
                     let module = format!("{}{suffix}", w.name);
                     writeln!(code, "#[allow(clippy::all, missing_docs, dead_code)]\npub mod {module} {{ include!(concat!(env!(\"OUT_DIR\"), \"/{module}/{file}\")); }}").unwrap();
                 }
+                read_all::generate(w.name, &fds, &mut code);
             }
             // Dispatch by type: decode (Vec<u8> and Bytes fields), and an encoder of a decoded value.
             code.push_str("/// Decodes `bytes` as `ty` of `workload` with prost (`Vec<u8>` bytes fields); `None`: unknown type.\n");
@@ -83,6 +84,15 @@ fn main() {
                 }
             }
             code.push_str("        _ => None,\n    }\n}\n/// Whether the peers were generated (the workloads were there at build time).\npub const AVAILABLE: bool = true;\n");
+            code.push_str("/// Decodes `bytes` as `ty` with prost, then reads every field of the result ([`ReadAll`]); `None`: unknown type or a decode error.\n");
+            code.push_str("pub fn decode_read_all(workload: &str, ty: &str, bytes: &[u8]) -> Option<u64> {\n    match (workload, ty) {\n");
+            for w in &ws {
+                for t in &w.types {
+                    let rust = rust_path(w.name, t);
+                    writeln!(code, "        ({:?}, {:?}) => <{rust} as prost::Message>::decode(bytes).ok().map(|m| ReadAll::read_all(&m)),", w.name, t).unwrap();
+                }
+            }
+            code.push_str("        _ => None,\n    }\n}\n");
             #[cfg(feature = "cpp-protobuf")]
             cpp::build(&ws, &out);
         }
@@ -92,10 +102,96 @@ fn main() {
             code.push_str(
                 "/// See `decode`.\npub fn decode_bytes(_: &str, _: &str, _: bytes::Bytes) -> Decoded { None }\n",
             );
+            code.push_str(
+                "/// See `decode`.\npub fn decode_read_all(_: &str, _: &str, _: &[u8]) -> Option<u64> { None }\n",
+            );
             code.push_str("/// See `decode`.\npub fn encoder(_: &str, _: &str, _: &[u8]) -> Option<Encoder> { None }\n/// See `decode`.\npub fn equal(_: &str, _: &str, _: &[u8], _: &[u8]) -> Option<bool> { None }\n/// Whether the peers were generated.\npub const AVAILABLE: bool = false;\n");
         }
     }
     std::fs::write(out.join("peers.rs"), code).unwrap();
+}
+
+/// [`ReadAll`] for every generated message type: a function reading each field of the struct
+/// (scalars by value, strings and bytes by length and first byte, sub-messages and repeated
+/// fields recursively), from the descriptors prost-build generated the structs from, named as
+/// prost-build names them.
+mod read_all {
+    use std::fmt::Write as _;
+
+    use heck::{ToSnakeCase, ToUpperCamelCase};
+    use prost_types::field_descriptor_proto::{Label, Type};
+    use prost_types::{DescriptorProto, FieldDescriptorProto, FileDescriptorSet};
+
+    pub fn generate(workload: &str, fds: &FileDescriptorSet, code: &mut String) {
+        for file in &fds.file {
+            let proto3 = file.syntax.as_deref() == Some("proto3");
+            for m in &file.message_type {
+                message(&format!("crate::{workload}"), m, proto3, code);
+            }
+        }
+    }
+
+    /// prost-build's identifier for a field name.
+    fn field_ident(name: &str) -> String {
+        let s = name.to_snake_case();
+        match s.as_str() {
+            "self" | "super" | "crate" => format!("{s}_"),
+            "as" | "break" | "const" | "continue" | "else" | "enum" | "extern" | "false" | "fn" | "for" | "if"
+            | "impl" | "in" | "let" | "loop" | "match" | "mod" | "move" | "mut" | "pub" | "ref" | "return"
+            | "static" | "struct" | "trait" | "true" | "type" | "unsafe" | "use" | "where" | "while" | "async"
+            | "await" | "dyn" | "abstract" | "become" | "box" | "do" | "final" | "macro" | "override" | "priv"
+            | "typeof" | "unsized" | "virtual" | "yield" | "try" | "gen" => format!("r#{s}"),
+            _ => s,
+        }
+    }
+
+    fn message(module: &str, m: &DescriptorProto, proto3: bool, code: &mut String) {
+        let name = m.name();
+        if m.options.as_ref().is_some_and(|o| o.map_entry()) {
+            return;
+        }
+        let path = format!("{module}::{}", name.to_upper_camel_case());
+        let mut body = String::new();
+        for f in &m.field {
+            let id = field_ident(f.name());
+            let one = |v: &str| value(f, v);
+            let repeated = f.label() == Label::Repeated;
+            let is_msg = matches!(f.r#type(), Type::Message | Type::Group);
+            let optional = !repeated && (is_msg || f.proto3_optional() || (!proto3 && f.label() == Label::Optional));
+            let expr = if repeated {
+                format!("self.{id}.iter().fold(0u64, |s, v| s.wrapping_add({}))", one("v"))
+            } else if optional {
+                format!("self.{id}.as_ref().map_or(0, |v| {})", one("v"))
+            } else {
+                one(&format!("(&self.{id})"))
+            };
+            writeln!(body, "        s = s.wrapping_add({expr});").unwrap();
+        }
+        writeln!(
+            code,
+            "#[allow(clippy::all)]\nimpl ReadAll for {path} {{\n    fn read_all(&self) -> u64 {{\n        let mut s = 0u64;\n{body}        s\n    }}\n}}"
+        )
+        .unwrap();
+        let inner = format!("{module}::{}", name.to_snake_case());
+        for n in &m.nested_type {
+            message(&inner, n, proto3, code);
+        }
+    }
+
+    /// What reading one value (`v`, a reference) adds.
+    fn value(f: &FieldDescriptorProto, v: &str) -> String {
+        match f.r#type() {
+            Type::Message | Type::Group => format!("ReadAll::read_all({v})"),
+            Type::String => {
+                format!("({v}.len() as u64).wrapping_add({v}.as_bytes().first().map_or(0, |&b| u64::from(b)))")
+            }
+            Type::Bytes => format!("({v}.len() as u64).wrapping_add({v}.first().map_or(0, |&b| u64::from(b)))"),
+            Type::Bool => format!("u64::from(*{v})"),
+            Type::Float => format!("u64::from({v}.to_bits())"),
+            Type::Double => format!("{v}.to_bits()"),
+            _ => format!("*{v} as u64"),
+        }
+    }
 }
 
 /// The `cpp-protobuf` peer: C++ protobuf's generated code for every workload (each schema's

@@ -6,6 +6,14 @@
 
 include!(concat!(env!("OUT_DIR"), "/peers.rs"));
 
+/// Reads every field of a generated message (for `tern bench rpc`'s read-every-field variant):
+/// scalars by value, strings and bytes by length and first byte, sub-messages and repeated
+/// fields recursively; the sum keeps the reads from being optimized away.
+pub trait ReadAll {
+    /// The reads, summed.
+    fn read_all(&self) -> u64;
+}
+
 /// A decoded message, type-erased (`None`: no such workload or type).
 pub type Decoded = Option<Result<Box<dyn std::any::Any>, prost::DecodeError>>;
 /// Encodes one decoded message, appending to the buffer.

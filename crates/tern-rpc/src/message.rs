@@ -319,6 +319,7 @@ impl<'t> Message<'t> {
         })
     }
 
+    #[inline]
     pub(crate) fn value(&self, field: &Field, slot: Slot) -> FieldValue<'_> {
         match (field.kind, slot) {
             (_, Slot::Msg(n)) => FieldValue::Message(MessageRef { msg: self, node: n }),
@@ -329,6 +330,60 @@ impl<'t> Message<'t> {
             (_, Slot::Bytes(p, s)) => FieldValue::Bytes(self.bytes(p, s)),
             (k, Slot::Scalar(v)) => scalar(k, v),
             (_, Slot::List { .. } | Slot::Absent) => FieldValue::U64(0),
+        }
+    }
+}
+
+/// The values of a message node, in field-number order ([`MessageRef::values`]).
+#[derive(Debug, Clone)]
+pub struct Values<'m> {
+    msg: &'m Message<'m>,
+    class: &'m crate::schema::Class,
+    slots: &'m [Slot],
+    /// Present fields below 64 not visited yet.
+    mask: u64,
+    /// The next field index from 64 up to look at.
+    high: usize,
+    /// The next element of the list being visited (`NONE`: none), and its field.
+    list: u32,
+    list_field: usize,
+}
+
+impl<'m> Iterator for Values<'m> {
+    type Item = (&'m Field, FieldValue<'m>);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.list != NONE {
+                let e = self.msg.elems[self.list as usize];
+                self.list = e.next;
+                let f = &self.class.fields[self.list_field];
+                return Some((f, self.msg.value(f, e.slot)));
+            }
+            let fi = if self.mask != 0 {
+                let i = self.mask.trailing_zeros() as usize;
+                self.mask &= self.mask - 1;
+                i
+            } else {
+                let i = self.high;
+                if i >= self.slots.len() {
+                    return None;
+                }
+                self.high += 1;
+                i
+            };
+            match self.slots[fi] {
+                Slot::Absent => {}
+                Slot::List { first, .. } => {
+                    self.list = first;
+                    self.list_field = fi;
+                }
+                s => {
+                    let f = &self.class.fields[fi];
+                    return Some((f, self.msg.value(f, s)));
+                }
+            }
         }
     }
 }
@@ -368,13 +423,32 @@ impl<'m> MessageRef<'m> {
     }
 
     /// The field with `number` and its slot.
+    #[inline]
     fn slot(&self, number: u32) -> Option<(&'m Field, Slot)> {
-        let class = self.class();
+        let node = &self.msg.nodes[self.node as usize];
+        let class = self.msg.table.class(node.class);
         let fi = class.index_of(number)?;
-        Some((&class.fields[fi], self.msg.slots_of(self.node)[fi]))
+        Some((&class.fields[fi], *self.msg.slots.get(node.base as usize + fi)?))
+    }
+
+    /// Every value present, in field-number order, each with its field: a singular field's
+    /// value, each element of a repeated field (a map's entries as messages). The way to read a
+    /// whole message: only present fields are visited.
+    pub fn values(&self) -> Values<'m> {
+        let node = &self.msg.nodes[self.node as usize];
+        Values {
+            msg: self.msg,
+            class: self.class(),
+            slots: self.msg.slots_of(self.node),
+            mask: node.mask,
+            high: 64,
+            list: NONE,
+            list_field: 0,
+        }
     }
 
     /// Whether a singular field is present (a repeated one: has elements).
+    #[inline]
     pub fn has(&self, number: u32) -> bool {
         match self.slot(number) {
             Some((_, Slot::List { len, .. })) => len > 0,
@@ -384,6 +458,7 @@ impl<'m> MessageRef<'m> {
     }
 
     /// A singular field's value, `None` if absent (see [`get_or_default`](Self::get_or_default)).
+    #[inline]
     pub fn get(&self, number: u32) -> Option<FieldValue<'m>> {
         match self.slot(number)? {
             (_, Slot::List { .. } | Slot::Absent) => None,

@@ -88,7 +88,7 @@ fn spread_json(s: Spread) -> Value {
 }
 
 /// The implementations timed, by index (C++ protobuf's two only with `--features cpp-protobuf`).
-const IMPLS: [&str; 10] = [
+const IMPLS: [&str; 12] = [
     "tern_decode",
     "prost_decode",
     "prost_bytes_decode",
@@ -97,12 +97,41 @@ const IMPLS: [&str; 10] = [
     "prost_encode",
     "tern_preser",
     "tern_alias_decode",
+    "tern_decode_read_all",
+    "prost_decode_read_all",
     "cpp_arena_decode",
     "cpp_encode",
 ];
 
 /// How many of [`IMPLS`] this build has.
-const IMPLS_BUILT: usize = if cfg!(feature = "cpp-protobuf") { 10 } else { 8 };
+const IMPLS_BUILT: usize = if cfg!(feature = "cpp-protobuf") { 12 } else { 10 };
+
+/// Reads every field of a decoded message through the accessor API ([`MessageRef::values`]:
+/// the present values in field order), as `tern_rpc_peers::ReadAll` reads prost's structs:
+/// scalars by value, strings and bytes by length and first byte, sub-messages and repeated
+/// fields recursively. The same sum as prost's.
+///
+/// [`MessageRef::values`]: tern_rpc::message::MessageRef::values
+fn read_all(m: tern_rpc::message::MessageRef<'_>) -> u64 {
+    use tern_rpc::message::FieldValue as V;
+    let bytes = |b: &[u8]| (b.len() as u64).wrapping_add(b.first().map_or(0, |&x| u64::from(x)));
+    let mut s = 0u64;
+    for (_, v) in m.values() {
+        s = s.wrapping_add(match v {
+            V::I32(x) | V::Enum(x) => x as u64,
+            V::I64(x) => x as u64,
+            V::U32(x) => u64::from(x),
+            V::U64(x) => x,
+            V::F32(x) => u64::from(x.to_bits()),
+            V::F64(x) => x.to_bits(),
+            V::Bool(x) => u64::from(x),
+            V::Str(t) => bytes(t.as_bytes()),
+            V::Bytes(b) => bytes(b),
+            V::Message(r) => read_all(r),
+        });
+    }
+    s
+}
 
 /// C++ protobuf's view of a workload: each message's type, and the message parsed (for
 /// encoding); its encoding checked equal to Tern's before anything is timed.
@@ -178,6 +207,12 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
                 return Err(format!("{}: Tern and prost encode differently", w.name).into());
             }
         }
+        // Both sides read the same values in the read-every-field variant.
+        for ((_, ty, b), m) in w.messages.iter().zip(&decoded) {
+            if tern_rpc_peers::decode_read_all(&w.name, ty, b) != Some(read_all(m.root())) {
+                return Err(format!("{}: Tern and prost read different values from {ty}", w.name).into());
+            }
+        }
         #[cfg(feature = "cpp-protobuf")]
         let cpp = cpp_peer(w, &decoded)?;
         let mut ns: Vec<Vec<f64>> = vec![Vec::new(); IMPLS_BUILT];
@@ -232,14 +267,26 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
                             std::hint::black_box(tern_rpc::decode::decode_alias(&w.table, *c, buf, &pools, &opts).ok());
                         }
                     }),
-                    #[cfg(feature = "cpp-protobuf")]
                     8 => time(phase, || {
+                        for (c, _, b) in &w.messages {
+                            std::hint::black_box(
+                                decode(&w.table, *c, b, &pools, &opts).map(|m| read_all(m.root())).ok(),
+                            );
+                        }
+                    }),
+                    9 => time(phase, || {
+                        for (_, ty, b) in &w.messages {
+                            std::hint::black_box(tern_rpc_peers::decode_read_all(&w.name, ty, b));
+                        }
+                    }),
+                    #[cfg(feature = "cpp-protobuf")]
+                    10 => time(phase, || {
                         for ((_, _, b), (t, _)) in w.messages.iter().zip(&cpp) {
                             std::hint::black_box(t.decode_arena(b));
                         }
                     }),
                     #[cfg(feature = "cpp-protobuf")]
-                    9 => time(phase, || {
+                    11 => time(phase, || {
                         for (_, m) in &cpp {
                             out.clear();
                             m.encode_into(&mut out);
@@ -279,8 +326,9 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
             "decode_alias_over_prost_bytes": spread_json(ratio(2, 7)),
             "encode_over_prost": spread_json(ratio(5, 4)),
             "preser_host_over_cpu_encode": spread_json(ratio(6, 4)),
-            "decode_copy_over_cpp_arena": if IMPLS_BUILT > 8 { spread_json(ratio(8, 0)) } else { Value::Null },
-            "encode_over_cpp": if IMPLS_BUILT > 9 { spread_json(ratio(9, 4)) } else { Value::Null },
+            "decode_read_all_over_prost": spread_json(ratio(9, 8)),
+            "decode_copy_over_cpp_arena": if IMPLS_BUILT > 10 { spread_json(ratio(10, 0)) } else { Value::Null },
+            "encode_over_cpp": if IMPLS_BUILT > 11 { spread_json(ratio(11, 4)) } else { Value::Null },
             "host_writes_one_shot": one_w,
             "host_writes_field_by_field": each_w,
             "projected_pcie_ns_one_shot": pcie(one_w),
@@ -306,8 +354,9 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
         "encode_over_prost_lowest": lowest("encode_over_prost"),
         "decode_over_prost_reflect": geo("decode_over_prost_reflect"),
         "preser_host_over_cpu_encode": geo("preser_host_over_cpu_encode"),
-        "decode_copy_over_cpp_arena": if IMPLS_BUILT > 8 { json!(geo("decode_copy_over_cpp_arena")) } else { Value::Null },
-        "encode_over_cpp": if IMPLS_BUILT > 9 { json!(geo("encode_over_cpp")) } else { Value::Null },
+        "decode_read_all_over_prost": geo("decode_read_all_over_prost"),
+        "decode_copy_over_cpp_arena": if IMPLS_BUILT > 10 { json!(geo("decode_copy_over_cpp_arena")) } else { Value::Null },
+        "encode_over_cpp": if IMPLS_BUILT > 11 { json!(geo("encode_over_cpp")) } else { Value::Null },
         "workloads": rows,
     });
     std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
@@ -375,7 +424,18 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
         summary["encode_over_prost"].as_f64().unwrap_or(0.0),
         summary["preser_host_over_cpu_encode"].as_f64().unwrap_or(0.0)
     );
-    if IMPLS_BUILT > 8 {
+    println!(
+        "decode, then read every field (both sides), Tern over prost: {}",
+        summary["workloads"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| format!("{} {}", r["workload"].as_str().unwrap_or(""), f(&r["decode_read_all_over_prost"])))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!("geometric mean: {:.2}", summary["decode_read_all_over_prost"].as_f64().unwrap_or(0.0));
+    if IMPLS_BUILT > 10 {
         println!("against C++ protobuf (generated code; decode on an arena), per-round ratios, median [min-max]:");
         for r in summary["workloads"].as_array().into_iter().flatten() {
             println!(
