@@ -488,42 +488,38 @@ impl<'t> Dec<'t, '_> {
                 Slot::Msg(child)
             }
             op => {
-                let v = match fast.wire {
-                    0 => match varint(buf, pos) {
-                        Some((v, q)) => {
-                            pos = q;
-                            v
-                        }
-                        None => return Ok(Step::Slow),
-                    },
-                    1 => match buf.get(pos..pos + 8) {
-                        Some(b) => {
-                            pos += 8;
-                            u64::from_le_bytes(b.try_into().expect("8 bytes"))
-                        }
-                        None => return Ok(Step::Slow),
-                    },
-                    _ => match buf.get(pos..pos + 4) {
-                        Some(b) => {
-                            pos += 4;
-                            u64::from(u32::from_le_bytes(b.try_into().expect("4 bytes")))
-                        }
-                        None => return Ok(Step::Slow),
-                    },
-                };
+                // One step per type: read the value, store its bits.
+                macro_rules! var {
+                    (|$v:ident| $bits:expr) => {{
+                        let Some(($v, q)) = varint(buf, pos) else { return Ok(Step::Slow) };
+                        pos = q;
+                        $bits
+                    }};
+                }
+                macro_rules! fixed {
+                    ($n:literal, |$b:ident| $bits:expr) => {{
+                        let Some(b) = buf.get(pos..pos + $n) else { return Ok(Step::Slow) };
+                        let $b: [u8; $n] = b.try_into().expect("the width");
+                        pos += $n;
+                        $bits
+                    }};
+                }
                 let bits = match op {
-                    FastOp::Int32 | FastOp::OpenEnum => v as i32 as i64 as u64,
-                    FastOp::Uint32 => v as u32 as u64,
-                    FastOp::Bool => u64::from(v != 0),
-                    FastOp::Sint32 => wire::unzigzag32(v as u32) as i64 as u64,
-                    FastOp::Sint64 => wire::unzigzag64(v) as u64,
-                    FastOp::ClosedEnum => {
+                    FastOp::VarRaw => var!(|v| v),
+                    FastOp::VarInt32 => var!(|v| v as i32 as i64 as u64),
+                    FastOp::VarUint32 => var!(|v| u64::from(v as u32)),
+                    FastOp::VarBool => var!(|v| u64::from(v != 0)),
+                    FastOp::VarSint32 => var!(|v| wire::unzigzag32(v as u32) as i64 as u64),
+                    FastOp::VarSint64 => var!(|v| wire::unzigzag64(v) as u64),
+                    FastOp::VarClosedEnum => var!(|v| {
                         if !self.table.enum_type(fast.sub).declares(v as i32) {
                             return Ok(Step::Slow);
                         }
                         v as i32 as i64 as u64
-                    }
-                    _ => v,
+                    }),
+                    FastOp::Fixed64 => fixed!(8, |b| u64::from_le_bytes(b)),
+                    FastOp::Fixed32 => fixed!(4, |b| u64::from(u32::from_le_bytes(b))),
+                    _ => fixed!(4, |b| i32::from_le_bytes(b) as i64 as u64),
                 };
                 self.count(device, 8);
                 r.set_pos(pos);

@@ -282,28 +282,33 @@ pub struct Class {
     dense: Vec<Fast>,
 }
 
-/// How the decoder's fast path reads and stores a field, by its type.
+/// How the decoder's fast path reads and stores a field: its type and the wire type it arrives
+/// in, in one code (one dispatch per field).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub(crate) enum FastOp {
     /// No field with this number.
     None,
-    /// The wire value as it is: `int64`, `uint64` (varint), `fixed64`, `sfixed64`, `double`.
-    Raw64,
-    /// `int32`, `sfixed32`: sign-extended from 32 bits.
-    Int32,
-    /// `uint32`, `fixed32`, `float`: the low 32 bits.
-    Uint32,
+    /// A varint as it is: `int64`, `uint64`.
+    VarRaw,
+    /// A varint sign-extended from 32 bits: `int32`, an open (proto3) enum.
+    VarInt32,
+    /// A varint's low 32 bits: `uint32`.
+    VarUint32,
     /// `bool`.
-    Bool,
+    VarBool,
     /// `sint32`.
-    Sint32,
+    VarSint32,
     /// `sint64`.
-    Sint64,
-    /// An open (proto3) enum.
-    OpenEnum,
+    VarSint64,
     /// A closed (proto2) enum: undeclared numbers take the slow path (unknown fields).
-    ClosedEnum,
+    VarClosedEnum,
+    /// 8 bytes as they are: `fixed64`, `sfixed64`, `double`.
+    Fixed64,
+    /// 4 bytes zero-extended: `fixed32`, `float`.
+    Fixed32,
+    /// 4 bytes sign-extended: `sfixed32`.
+    Sfixed32,
     /// `string` or `bytes` taken as they are.
     Bytes,
     /// A proto3 `string`: UTF-8 checked.
@@ -336,14 +341,17 @@ impl Fast {
 
     fn of(fi: usize, f: &Field, enums: &[EnumType]) -> Fast {
         let (op, sub) = match f.kind {
-            Kind::Int64 | Kind::Uint64 | Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => (FastOp::Raw64, 0),
-            Kind::Int32 | Kind::Sfixed32 => (FastOp::Int32, 0),
-            Kind::Uint32 | Kind::Fixed32 | Kind::Float => (FastOp::Uint32, 0),
-            Kind::Bool => (FastOp::Bool, 0),
-            Kind::Sint32 => (FastOp::Sint32, 0),
-            Kind::Sint64 => (FastOp::Sint64, 0),
-            Kind::Enum(e) if enums.get(e as usize).is_some_and(|t| t.closed) => (FastOp::ClosedEnum, e),
-            Kind::Enum(_) => (FastOp::OpenEnum, 0),
+            Kind::Int64 | Kind::Uint64 => (FastOp::VarRaw, 0),
+            Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => (FastOp::Fixed64, 0),
+            Kind::Int32 => (FastOp::VarInt32, 0),
+            Kind::Sfixed32 => (FastOp::Sfixed32, 0),
+            Kind::Uint32 => (FastOp::VarUint32, 0),
+            Kind::Fixed32 | Kind::Float => (FastOp::Fixed32, 0),
+            Kind::Bool => (FastOp::VarBool, 0),
+            Kind::Sint32 => (FastOp::VarSint32, 0),
+            Kind::Sint64 => (FastOp::VarSint64, 0),
+            Kind::Enum(e) if enums.get(e as usize).is_some_and(|t| t.closed) => (FastOp::VarClosedEnum, e),
+            Kind::Enum(_) => (FastOp::VarInt32, 0),
             Kind::String if f.check_utf8 => (FastOp::Utf8, 0),
             Kind::String | Kind::Bytes => (FastOp::Bytes, 0),
             Kind::Message(c) => (FastOp::Message, c),
