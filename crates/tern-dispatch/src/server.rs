@@ -1014,28 +1014,29 @@ impl Port for RsdPort {
             return Ok(batch.len() - before);
         }
         let n = self.udp.recv(now, &mut self.scratch)?;
-        self.stats.rx_packets += n as u64;
-        let t0 = Instant::now();
-        for p in self.scratch.drain() {
-            let Verdict::Queue(q) = self.rsd.dispatch(sender_hash(&p.peer), p.data()) else {
-                self.pool.put(p);
-                continue;
-            };
-            let q = usize::from(q);
-            // A packet of this worker's that no longer fits the batch waits in its own ring.
-            let p = if q == self.index {
-                match batch.push(p) {
-                    None => continue,
-                    Some(p) => p,
-                }
-            } else {
-                self.stats.handed_off += 1;
-                p
-            };
-            push_ring(&self.rings, &mut self.rung, q, p, &mut self.stats, &self.pool);
-        }
-        ring_marked(&self.rings, &mut self.rung);
         if n > 0 {
+            self.stats.rx_packets += n as u64;
+            // Timed only when packets came (a clock read per call would cost idle polls too).
+            let t0 = Instant::now();
+            for p in self.scratch.drain() {
+                let Verdict::Queue(q) = self.rsd.dispatch(sender_hash(&p.peer), p.data()) else {
+                    self.pool.put(p);
+                    continue;
+                };
+                let q = usize::from(q);
+                // A packet of this worker's that no longer fits the batch waits in its own ring.
+                let p = if q == self.index {
+                    match batch.push(p) {
+                        None => continue,
+                        Some(p) => p,
+                    }
+                } else {
+                    self.stats.handed_off += 1;
+                    p
+                };
+                push_ring(&self.rings, &mut self.rung, q, p, &mut self.stats, &self.pool);
+            }
+            ring_marked(&self.rings, &mut self.rung);
             self.stats.dispatch_ns += t0.elapsed().as_nanos() as u64;
         }
         if now.duration_since(self.last_publish) >= PUBLISH_EVERY {

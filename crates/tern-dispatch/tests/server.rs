@@ -296,7 +296,15 @@ fn every_mode_answers_every_get_over_the_mem_transport() {
         assert_eq!(handled.iter().sum::<u64>(), 3000, "{mode}: handler runs");
         if opts.mode != Mode::Rss {
             assert_eq!(handled, expected_per_worker(&l, &r.per_partition), "{mode}: the rules' workers");
-            let d = tern_dispatch::server::total(&server.dispatcher_stats());
+            // Dispatchers publish their counters every 20 ms: a short run may end before.
+            let deadline = std::time::Instant::now() + Duration::from_secs(2);
+            let d = loop {
+                let d = tern_dispatch::server::total(&server.dispatcher_stats());
+                if d.dispatch_ns > 0 || std::time::Instant::now() > deadline {
+                    break d;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
             assert!(d.dispatch_ns > 0, "{mode}: dispatch time measured");
         }
         server.stop().unwrap();
