@@ -98,10 +98,10 @@ pub struct Span {
     pub len: u32,
 }
 
-/// Chunks of one pool owned by one message.
+/// Chunks of one pool owned by one message (which borrows the pool).
 #[derive(Debug)]
-pub struct Arena {
-    pool: ChunkPool,
+pub struct Arena<'p> {
+    pool: &'p ChunkPool,
     chunks: Vec<Vec<u8>>,
     /// The chunk being filled, and the bytes used in it.
     cur: Option<usize>,
@@ -110,9 +110,9 @@ pub struct Arena {
     pub(crate) chunks_taken: u64,
 }
 
-impl Arena {
+impl<'p> Arena<'p> {
     /// An empty arena over `pool`.
-    pub fn new(pool: ChunkPool) -> Arena {
+    pub fn new(pool: &'p ChunkPool) -> Arena<'p> {
         Arena { pool, chunks: Vec::new(), cur: None, used: 0, chunks_taken: 0 }
     }
 
@@ -161,7 +161,7 @@ impl Arena {
     }
 }
 
-impl Drop for Arena {
+impl Drop for Arena<'_> {
     fn drop(&mut self) {
         self.pool.give(&mut self.chunks);
     }
@@ -175,7 +175,7 @@ mod tests {
     fn values_land_in_chunks_and_go_back_to_the_pool() {
         let pool = ChunkPool::new(64, 5);
         {
-            let mut a = Arena::new(pool.clone());
+            let mut a = Arena::new(&pool);
             let x = a.push(b"hello").unwrap();
             let y = a.push(&[7u8; 60]).unwrap(); // does not fit the first chunk: a second
             let big = a.push(&[9u8; 130]).unwrap(); // a run of 3 chunks

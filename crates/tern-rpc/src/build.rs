@@ -118,7 +118,7 @@ impl fmt::Display for BuildErrorKind {
 
 impl<'t> Message<'t> {
     /// An empty message of class `class`, its values to be placed in `pools`.
-    pub fn new(table: &'t SchemaTable, class: ClassId, pools: &Pools) -> Message<'t> {
+    pub fn new(table: &'t SchemaTable, class: ClassId, pools: &'t Pools) -> Message<'t> {
         let spare = Spare::take();
         let mut m = Message {
             table,
@@ -126,8 +126,8 @@ impl<'t> Message<'t> {
             nodes: spare.nodes,
             slots: spare.slots,
             elems: spare.elems,
-            host: Arena::new(pools.host.clone()),
-            device: Arena::new(pools.device.clone()),
+            host: Arena::new(&pools.host),
+            device: Arena::new(&pools.device),
             stats: DecodeStats::default(),
         };
         m.add_node(class, false);

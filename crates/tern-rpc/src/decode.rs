@@ -208,7 +208,7 @@ pub fn decode<'t>(
     table: &'t SchemaTable,
     class: ClassId,
     input: &[u8],
-    pools: &Pools,
+    pools: &'t Pools,
     opts: &DecodeOptions,
 ) -> Result<Message<'t>, DecodeError> {
     run(table, class, input, &[], pools, opts, true)
@@ -222,7 +222,7 @@ pub fn decode_general<'t>(
     table: &'t SchemaTable,
     class: ClassId,
     input: &[u8],
-    pools: &Pools,
+    pools: &'t Pools,
     opts: &DecodeOptions,
 ) -> Result<Message<'t>, DecodeError> {
     run(table, class, input, &[], pools, opts, false)
@@ -236,7 +236,7 @@ pub fn decode_alias<'t>(
     table: &'t SchemaTable,
     class: ClassId,
     input: &'t [u8],
-    pools: &Pools,
+    pools: &'t Pools,
     opts: &DecodeOptions,
 ) -> Result<Message<'t>, DecodeError> {
     run(table, class, input, input, pools, opts, true)
@@ -248,7 +248,7 @@ fn run<'t>(
     class: ClassId,
     input: &[u8],
     kept: &'t [u8],
-    pools: &Pools,
+    pools: &'t Pools,
     opts: &DecodeOptions,
     fast: bool,
 ) -> Result<Message<'t>, DecodeError> {
@@ -266,8 +266,8 @@ fn run<'t>(
         nodes: spare.nodes,
         slots: spare.slots,
         elems: spare.elems,
-        host: Arena::new(pools.host.clone()),
-        device: Arena::new(pools.device.clone()),
+        host: Arena::new(&pools.host),
+        device: Arena::new(&pools.device),
         stats: DecodeStats::default(),
     };
     let alias = !kept.is_empty();

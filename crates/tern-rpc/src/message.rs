@@ -87,8 +87,8 @@ pub struct Message<'t> {
     pub(crate) nodes: Vec<Node>,
     pub(crate) slots: Vec<Slot>,
     pub(crate) elems: Vec<Elem>,
-    pub(crate) host: Arena,
-    pub(crate) device: Arena,
+    pub(crate) host: Arena<'t>,
+    pub(crate) device: Arena<'t>,
     pub(crate) stats: DecodeStats,
 }
 

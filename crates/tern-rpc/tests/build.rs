@@ -20,7 +20,7 @@ fn all3() -> SchemaTable {
 }
 
 /// `all3_full.json`'s values, set one by one.
-fn build_all3_full<'t>(t: &'t SchemaTable, pools: &Pools) -> Result<Message<'t>, BuildError> {
+fn build_all3_full<'t>(t: &'t SchemaTable, pools: &'t Pools) -> Result<Message<'t>, BuildError> {
     let mut m = Message::new(t, t.class_by_name("interop.All3").unwrap().id, pools);
     let mut r = m.root_mut();
     r.set("d", V::F64(2.5))?;

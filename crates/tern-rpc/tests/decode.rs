@@ -291,7 +291,8 @@ fn fields_past_the_presence_mask() {
     let class = t.class_by_name("W").unwrap().id;
     // f65 = 3, f1 = 1, f100 = 4, f64 = 2 (out of order on the wire).
     let input = [0x88, 0x04, 0x03, 0x08, 0x01, 0xa0, 0x06, 0x04, 0x80, 0x04, 0x02];
-    let m = decode(&t, class, &input, &Pools::default(), &DecodeOptions::default()).unwrap();
+    let pools = Pools::default();
+    let m = decode(&t, class, &input, &pools, &DecodeOptions::default()).unwrap();
     let got: Vec<(u32, FieldValue<'_>)> = m.root().values().map(|(f, v)| (f.number, v)).collect();
     let want = [(1, FieldValue::I32(1)), (64, FieldValue::I32(2)), (65, FieldValue::I32(3)), (100, FieldValue::I32(4))];
     assert_eq!(got, want);
