@@ -89,8 +89,19 @@ pub fn encode_into(msg: &Message<'_>, out: &mut Vec<u8>) {
 /// Encodes the contents of node `n` of `msg` (no tag, no length) into `out` (appending): what
 /// the device writes for a sub-message resident in its memory.
 pub(crate) fn encode_node_into(msg: &Message<'_>, n: u32, out: &mut Vec<u8>) {
-    let mut e = Enc { msg, sizes: vec![UNCOUNTED; msg.nodes.len()] };
+    // The sizes' vector is the thread's, reused from encode to encode.
+    let mut sizes = SIZES.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    sizes.clear();
+    sizes.resize(msg.nodes.len(), UNCOUNTED);
+    let mut e = Enc { msg, sizes };
     e.node(n, out, 0, true);
+    if e.sizes.capacity() <= 1 << 16 {
+        let _ = SIZES.try_with(|s| *s.borrow_mut() = e.sizes);
+    }
+}
+
+thread_local! {
+    static SIZES: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Encodes `msg`.

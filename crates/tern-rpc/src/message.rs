@@ -199,6 +199,7 @@ impl<'t> Message<'t> {
         self.stats
     }
 
+    #[inline]
     pub(crate) fn bytes(&self, pool: Pool, s: Span) -> &[u8] {
         match (pool, s.chunk) {
             (Pool::Host, INPUT_CHUNK) => &self.input[s.off as usize..(s.off + s.len) as usize],
