@@ -30,9 +30,9 @@
 
 use std::fmt;
 
-use crate::arena::{Arena, Pool};
+use crate::arena::Pool;
 use crate::decode::Pools;
-use crate::message::{DecodeStats, FieldValue, Message, MessageRef, Slot, Spare};
+use crate::message::{FieldValue, Message, MessageRef, Slot};
 use crate::schema::{Class, ClassId, Field, Kind, Label, Placement, SchemaTable};
 
 /// A field named by its number or its name.
@@ -119,17 +119,7 @@ impl fmt::Display for BuildErrorKind {
 impl<'t> Message<'t> {
     /// An empty message of class `class`, its values to be placed in `pools`.
     pub fn new(table: &'t SchemaTable, class: ClassId, pools: &'t Pools) -> Message<'t> {
-        let spare = Spare::take();
-        let mut m = Message {
-            table,
-            input: &[],
-            nodes: spare.nodes,
-            slots: spare.slots,
-            elems: spare.elems,
-            host: Arena::new(&pools.host),
-            device: Arena::new(&pools.device),
-            stats: DecodeStats::default(),
-        };
+        let mut m = Message::empty(table, &[], pools);
         m.add_node(class, false);
         m
     }

@@ -18,8 +18,8 @@
 
 use std::fmt;
 
-use crate::arena::{Arena, ChunkPool, Pool, Span};
-use crate::message::{DecodeStats, Elem, Message, NONE, Node, SLOT_BYTES, Slot};
+use crate::arena::{ChunkPool, Pool, Span};
+use crate::message::{Elem, Message, NONE, Node, SLOT_BYTES, Slot};
 use crate::schema::{Class, ClassId, FastOp, Kind, Label, SchemaTable, WireType};
 use crate::wire::{self, FieldRef, Reader, Value, WireErrorKind};
 
@@ -259,17 +259,7 @@ fn run<'t>(
             kind: DecodeErrorKind::TooLarge { len: input.len(), max: opts.max_message_bytes },
         });
     }
-    let spare = crate::message::Spare::take();
-    let msg = Message {
-        table,
-        input: kept,
-        nodes: spare.nodes,
-        slots: spare.slots,
-        elems: spare.elems,
-        host: Arena::new(&pools.host),
-        device: Arena::new(&pools.device),
-        stats: DecodeStats::default(),
-    };
+    let msg = Message::empty(table, kept, pools);
     let alias = !kept.is_empty();
     let slot_bytes_max = opts.max_slot_bytes_per_input_byte.saturating_mul(input.len().max(4096));
     let mut d = Dec {

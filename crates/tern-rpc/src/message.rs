@@ -217,6 +217,22 @@ impl<'t> Message<'t> {
         }
     }
 
+    /// A message with no node yet, its vectors the thread's spare ones (`input`: what alias mode
+    /// borrows, else empty).
+    pub(crate) fn empty(table: &'t SchemaTable, input: &'t [u8], pools: &'t crate::decode::Pools) -> Message<'t> {
+        let spare = Spare::take();
+        Message {
+            table,
+            input,
+            nodes: spare.nodes,
+            slots: spare.slots,
+            elems: spare.elems,
+            host: Arena::new(&pools.host),
+            device: Arena::new(&pools.device),
+            stats: DecodeStats::default(),
+        }
+    }
+
     /// A new node of `class`, its slots empty.
     pub(crate) fn add_node(&mut self, class: ClassId, device: bool) -> u32 {
         let width = self.table.class(class).fields.len();
