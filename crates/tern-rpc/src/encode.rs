@@ -9,12 +9,15 @@
 //! never again. A group needs no length and the top level none either, so a message whose
 //! nesting is all groups is written in one pass.
 
+use crate::arena::{Pool, Span};
 use crate::message::{Message, NONE, Slot};
 use crate::schema::{Class, EncOp, Field, Tag, WireType};
 use crate::wire::{put_varint, varint_len, zigzag32, zigzag64};
 
 /// Where encoded bytes go: counted, or written.
 trait Sink {
+    /// A string's or bytes' length and bytes (counted from the span's length alone).
+    fn span(&mut self, msg: &Message<'_>, pool: Pool, span: Span);
     fn tag(&mut self, t: Tag);
     fn varint(&mut self, v: u64);
     fn raw(&mut self, b: &[u8]);
@@ -24,6 +27,10 @@ trait Sink {
 struct Count(usize);
 
 impl Sink for Count {
+    #[inline]
+    fn span(&mut self, _: &Message<'_>, _: Pool, span: Span) {
+        self.0 += varint_len(u64::from(span.len)) + span.len as usize;
+    }
     #[inline]
     fn tag(&mut self, t: Tag) {
         self.0 += usize::from(t.len);
@@ -43,6 +50,12 @@ impl Sink for Count {
 }
 
 impl Sink for Vec<u8> {
+    #[inline]
+    fn span(&mut self, msg: &Message<'_>, pool: Pool, span: Span) {
+        let b = msg.bytes(pool, span);
+        put_varint(self, b.len() as u64);
+        self.extend_from_slice(b);
+    }
     #[inline]
     fn tag(&mut self, t: Tag) {
         // Tags are mostly one or two bytes: pushed, not copied.
@@ -121,11 +134,7 @@ impl Enc<'_, '_> {
             (EncOp::Sint32, Slot::Scalar(b)) => s.varint(u64::from(zigzag32(b as i32))),
             (EncOp::Sint64, Slot::Scalar(b)) => s.varint(zigzag64(b as i64)),
             (_, Slot::Scalar(b)) => s.varint(b),
-            (_, Slot::Bytes(p, sp)) => {
-                let b = self.msg.bytes(p, sp);
-                s.varint(b.len() as u64);
-                s.raw(b);
-            }
+            (_, Slot::Bytes(p, sp)) => s.span(self.msg, p, sp),
             (EncOp::Group, Slot::Msg(n)) => {
                 if write {
                     self.node(n, s, depth + 1, true);
