@@ -122,10 +122,12 @@ enum BenchCommand {
     /// paper's action set, mem ports), and OFU rule populates/s. Writes reports/flow.json and
     /// PNG/SVG plots.
     Flow(flow::bench::FlowBenchArgs),
-    /// RpcNIC's codec: Tern's table-driven decoder and encoder against prost (generated code,
-    /// Vec and Bytes fields) and prost-reflect on the staged HyperProtoBench and dataset
-    /// messages, alternating; ratios with spreads, one-shot vs field-by-field writes with their
-    /// projected PCIe cost. Writes reports/rpc.json and PNG/SVG plots.
+    /// RpcNIC's codec: Tern's table-driven decoder (copy and alias modes, and decoding then
+    /// reading every field), encoder and stage-1 pre-serializer against prost (generated code,
+    /// Vec and Bytes fields) and prost-reflect, and C++ protobuf in a build with the
+    /// `cpp-protobuf` feature, on the staged HyperProtoBench and dataset messages, alternating;
+    /// ratios with spreads, one-shot vs field-by-field writes with their projected PCIe cost.
+    /// Writes reports/rpc.json and PNG/SVG plots.
     Rpc(rpc::bench::RpcBenchArgs),
 }
 
