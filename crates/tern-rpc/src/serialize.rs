@@ -573,13 +573,18 @@ pub fn nic_only(msg: &Message<'_>, tx: &mut Vec<u8>) -> DeviceStats {
             stats.host_read_bytes += bytes as u64;
         }
     };
-    for (n, node) in msg.nodes.iter().enumerate() {
+    // The nodes the message reaches from its root (a sub-message replaced by a later one, or a
+    // oneof member by another, is not read).
+    let mut todo = vec![0u32];
+    while let Some(n) = todo.pop() {
+        let node = msg.nodes[n as usize];
         count(node.device, 16);
-        for (_, slot) in msg.present(n as u32, false) {
+        for (_, slot) in msg.present(n, false) {
             let mut visit = |slot: Slot| match slot {
                 Slot::Scalar(_) => count(node.device, 8),
                 Slot::Bytes(p, s) => count(p == Pool::Device, s.len as usize),
-                Slot::Msg(_) | Slot::List { .. } | Slot::Absent => {}
+                Slot::Msg(c) => todo.push(c),
+                Slot::List { .. } | Slot::Absent => {}
             };
             match slot {
                 Slot::List { first, .. } => msg.elems_from(first).for_each(visit),

@@ -112,3 +112,19 @@ fn stage_two_refuses_malformed_records() {
     dm.extend(0u32.to_le_bytes());
     assert_eq!(serialize_records(&m, &dm, &mut tx).unwrap_err(), RecordError::BadRef(0));
 }
+
+/// The NIC-only walk reads what the message holds: a oneof member replaced by another (its
+/// sub-message dropped from the message) is not read.
+#[test]
+fn nic_only_reads_only_what_the_message_reaches() {
+    let t = compile_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/all3.proto"), &[]).unwrap();
+    let class = t.class_by_name("All3").unwrap().id;
+    let pools = Pools::default();
+    let stats = |input: &[u8]| {
+        let m = decode(&t, class, input, &pools, &DecodeOptions::default()).unwrap();
+        nic_only(&m, &mut Vec::new())
+    };
+    // third = Leaf { name: "abcdef" }, then one = 7; and one = 7 alone.
+    let replaced = stats(&[0xfa, 0x01, 0x08, 0x0a, 0x06, b'a', b'b', b'c', b'd', b'e', b'f', 0xe0, 0x01, 0x07]);
+    assert_eq!(replaced, stats(&[0xe0, 0x01, 0x07]));
+}
