@@ -16,6 +16,8 @@ use crate::wire::{put_varint, varint_len, zigzag32, zigzag64};
 
 /// Where encoded bytes go: counted, or written.
 trait Sink {
+    /// Whether this sink writes bytes (or only counts them).
+    const WRITE: bool;
     /// A string's or bytes' length and bytes (counted from the span's length alone).
     fn span(&mut self, msg: &Message<'_>, pool: Pool, span: Span);
     fn tag(&mut self, t: Tag);
@@ -27,6 +29,7 @@ trait Sink {
 struct Count(usize);
 
 impl Sink for Count {
+    const WRITE: bool = false;
     #[inline]
     fn span(&mut self, _: &Message<'_>, _: Pool, span: Span) {
         self.0 += varint_len(u64::from(span.len)) + span.len as usize;
@@ -50,6 +53,7 @@ impl Sink for Count {
 }
 
 impl Sink for Vec<u8> {
+    const WRITE: bool = true;
     #[inline]
     fn span(&mut self, msg: &Message<'_>, pool: Pool, span: Span) {
         let b = msg.bytes(pool, span);
@@ -107,7 +111,7 @@ pub(crate) fn encode_node_into(msg: &Message<'_>, n: u32, out: &mut Vec<u8>) {
     sizes.clear();
     sizes.resize(msg.nodes.len(), UNCOUNTED);
     let mut e = Enc { msg, sizes };
-    e.node(n, out, 0, true);
+    e.node(n, out, 0);
     if e.sizes.capacity() <= 1 << 16 {
         let _ = SIZES.try_with(|s| *s.borrow_mut() = e.sizes);
     }
@@ -127,7 +131,7 @@ pub fn encode(msg: &Message<'_>) -> Vec<u8> {
 impl Enc<'_, '_> {
     /// Writes (or counts) one value of `field` without its tag.
     #[inline(always)]
-    fn value<S: Sink>(&mut self, field: &Field, slot: Slot, s: &mut S, depth: usize, write: bool) {
+    fn value<S: Sink>(&mut self, field: &Field, slot: Slot, s: &mut S, depth: usize) {
         match (field.enc, slot) {
             (EncOp::Fixed64, Slot::Scalar(b)) => s.fixed(b, 8),
             (EncOp::Fixed32, Slot::Scalar(b)) => s.fixed(b, 4),
@@ -136,8 +140,8 @@ impl Enc<'_, '_> {
             (_, Slot::Scalar(b)) => s.varint(b),
             (_, Slot::Bytes(p, sp)) => s.span(self.msg, p, sp),
             (EncOp::Group, Slot::Msg(n)) => {
-                if write {
-                    self.node(n, s, depth + 1, true);
+                if S::WRITE {
+                    self.node(n, s, depth + 1);
                 } else {
                     s.fixed(0, self.size(n, depth + 1) as usize);
                 }
@@ -145,8 +149,8 @@ impl Enc<'_, '_> {
             (_, Slot::Msg(n)) => {
                 let len = self.size(n, depth + 1);
                 s.varint(u64::from(len));
-                if write {
-                    self.node(n, s, depth + 1, true);
+                if S::WRITE {
+                    self.node(n, s, depth + 1);
                 } else {
                     s.fixed(0, len as usize);
                 }
@@ -156,9 +160,9 @@ impl Enc<'_, '_> {
     }
 
     #[inline(always)]
-    fn tagged<S: Sink>(&mut self, field: &Field, slot: Slot, s: &mut S, depth: usize, write: bool) {
+    fn tagged<S: Sink>(&mut self, field: &Field, slot: Slot, s: &mut S, depth: usize) {
         s.tag(field.tag);
-        self.value(field, slot, s, depth, write);
+        self.value(field, slot, s, depth);
         if field.enc == EncOp::Group {
             s.varint((u64::from(field.number) << 3) | WireType::EndGroup as u64);
         }
@@ -171,7 +175,7 @@ impl Enc<'_, '_> {
             return known;
         }
         let mut c = Count(0);
-        self.node(n, &mut c, depth, false);
+        self.node(n, &mut c, depth);
         // Messages are at most 2 GiB (their lengths are 32-bit on the wire too).
         let len = u32::try_from(c.0).unwrap_or(u32::MAX - 1);
         self.sizes[n as usize] = len;
@@ -179,25 +183,25 @@ impl Enc<'_, '_> {
     }
 
     /// Writes (or counts) node `n`'s fields.
-    fn node<S: Sink>(&mut self, n: u32, s: &mut S, depth: usize, write: bool) {
+    fn node<S: Sink>(&mut self, n: u32, s: &mut S, depth: usize) {
         let msg = self.msg;
         let node = msg.nodes[n as usize];
         let class = msg.table.class(node.class);
         let slots = msg.slots_of(n);
         if class.map_entry {
             for (field, &slot) in class.fields.iter().zip(slots) {
-                self.field(class, field, slot, s, depth, write);
+                self.field(class, field, slot, s, depth);
             }
         } else {
             let mut mask = node.mask;
             while mask != 0 {
                 let fi = mask.trailing_zeros() as usize;
                 mask &= mask - 1;
-                self.field(class, &class.fields[fi], slots[fi], s, depth, write);
+                self.field(class, &class.fields[fi], slots[fi], s, depth);
             }
             if let (Some(fields), Some(rest)) = (class.fields.get(64..), slots.get(64..)) {
                 for (field, &slot) in fields.iter().zip(rest) {
-                    self.field(class, field, slot, s, depth, write);
+                    self.field(class, field, slot, s, depth);
                 }
             }
         }
@@ -213,7 +217,7 @@ impl Enc<'_, '_> {
 
     /// Writes (or counts) one field of a node of `class`.
     #[inline(always)]
-    fn field<S: Sink>(&mut self, class: &Class, field: &Field, slot: Slot, s: &mut S, depth: usize, write: bool) {
+    fn field<S: Sink>(&mut self, class: &Class, field: &Field, slot: Slot, s: &mut S, depth: usize) {
         let msg = self.msg;
         match slot {
             // A map entry writes key and value even when absent.
@@ -226,16 +230,16 @@ impl Enc<'_, '_> {
                 if field.packed {
                     let mut c = Count(0);
                     for el in msg.elems_from(first) {
-                        self.value(field, el, &mut c, depth, false);
+                        self.value(field, el, &mut c, depth);
                     }
                     s.varint((u64::from(field.number) << 3) | WireType::Len as u64);
                     s.varint(c.0 as u64);
                     for el in msg.elems_from(first) {
-                        self.value(field, el, s, depth, write);
+                        self.value(field, el, s, depth);
                     }
                 } else {
                     for el in msg.elems_from(first) {
-                        self.tagged(field, el, s, depth, write);
+                        self.tagged(field, el, s, depth);
                     }
                 }
             }
@@ -243,7 +247,7 @@ impl Enc<'_, '_> {
                 if !field.presence && !class.map_entry && is_zero(msg, slot) {
                     return;
                 }
-                self.tagged(field, slot, s, depth, write);
+                self.tagged(field, slot, s, depth);
             }
         }
     }
