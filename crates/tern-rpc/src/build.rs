@@ -233,10 +233,8 @@ impl<'t> MessageMut<'_, 't> {
 
     /// Puts `slot` in singular field `fi` (clearing the other members of its oneof).
     fn put(&mut self, fi: usize, slot: Slot) {
-        self.msg.clear_oneof(self.node, fi);
-        let at = self.at(fi);
-        self.msg.slots[at] = slot;
-        self.msg.mark(self.node, fi);
+        let oneof = self.class().fields[fi].oneof.is_some();
+        self.msg.put(self.node, fi, false, oneof, slot);
     }
 
     /// Sets a singular scalar, string or bytes field.
@@ -258,9 +256,7 @@ impl<'t> MessageMut<'_, 't> {
             ));
         }
         let slot = self.slot(fi, f, id, v)?;
-        let at = self.at(fi);
-        self.msg.push_elem(at, slot);
-        self.msg.mark(self.node, fi);
+        self.msg.put(self.node, fi, true, false, slot);
         Ok(())
     }
 
@@ -294,9 +290,7 @@ impl<'t> MessageMut<'_, 't> {
     pub fn push_message(&mut self, id: impl FieldId) -> Result<MessageMut<'_, 't>, BuildError> {
         let (fi, f) = self.field(id, true)?;
         let child = self.new_child(fi, f, id)?;
-        let at = self.at(fi);
-        self.msg.push_elem(at, Slot::Msg(child));
-        self.msg.mark(self.node, fi);
+        self.msg.put(self.node, fi, true, false, Slot::Msg(child));
         Ok(MessageMut { msg: self.msg, node: child })
     }
 
@@ -334,9 +328,7 @@ impl<'t> MessageMut<'_, 't> {
                 Ok(MessageMut { msg: self.msg, node: existing })
             }
             None => {
-                let at = self.at(fi);
-                self.msg.push_elem(at, Slot::Msg(node));
-                self.msg.mark(self.node, fi);
+                self.msg.put(self.node, fi, true, false, Slot::Msg(node));
                 Ok(MessageMut { msg: self.msg, node })
             }
         }

@@ -278,6 +278,23 @@ impl<'t> Message<'t> {
         }
     }
 
+    /// Stores `slot` as field `fi` of `node`: appended to a repeated field's list, or (the last
+    /// one wins) in a singular field's slot, first clearing the other members of its oneof when
+    /// it was absent; the field is marked present.
+    #[inline(always)]
+    pub(crate) fn put(&mut self, node: u32, fi: usize, repeated: bool, oneof: bool, slot: Slot) {
+        let at = self.nodes[node as usize].base as usize + fi;
+        if repeated {
+            self.push_elem(at, slot);
+        } else {
+            if oneof && self.slots[at] == Slot::Absent {
+                self.clear_oneof(node, fi);
+            }
+            self.slots[at] = slot;
+        }
+        self.mark(node, fi);
+    }
+
     /// Appends an element to the list in slot `at`.
     #[inline]
     pub(crate) fn push_elem(&mut self, at: usize, slot: Slot) {
