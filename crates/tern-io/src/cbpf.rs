@@ -363,6 +363,16 @@ fn bytes<const N: usize>(p: &[u8], at: u64) -> Option<[u8; N]> {
     p.get(at..at.checked_add(N)?)?.try_into().ok()
 }
 
+/// The big-endian value of the `N` (1, 2 or 4) bytes of `p` at `at`, as a load puts it in A.
+#[inline(always)]
+fn load<const N: usize>(p: &[u8], at: u64) -> Option<u32> {
+    bytes::<N>(p, at).map(|b| {
+        let mut w = [0u8; 4];
+        w[4 - N..].copy_from_slice(&b);
+        u32::from_be_bytes(w)
+    })
+}
+
 /// Why a program would not attach.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProgramError {
@@ -473,28 +483,28 @@ impl Program {
         while let Some(&op) = self.ops.get(pc) {
             pc += 1;
             match op {
-                Op::LdAbs1(k) => match bytes::<1>(payload, u64::from(k)) {
-                    Some(b) => a = u32::from(b[0]),
+                Op::LdAbs1(k) => match load::<1>(payload, u64::from(k)) {
+                    Some(v) => a = v,
                     None => return 0,
                 },
-                Op::LdAbs2(k) => match bytes::<2>(payload, u64::from(k)) {
-                    Some(b) => a = u32::from(u16::from_be_bytes(b)),
+                Op::LdAbs2(k) => match load::<2>(payload, u64::from(k)) {
+                    Some(v) => a = v,
                     None => return 0,
                 },
-                Op::LdAbs4(k) => match bytes::<4>(payload, u64::from(k)) {
-                    Some(b) => a = u32::from_be_bytes(b),
+                Op::LdAbs4(k) => match load::<4>(payload, u64::from(k)) {
+                    Some(v) => a = v,
                     None => return 0,
                 },
-                Op::LdInd1(k) => match bytes::<1>(payload, ind(x, k)) {
-                    Some(b) => a = u32::from(b[0]),
+                Op::LdInd1(k) => match load::<1>(payload, ind(x, k)) {
+                    Some(v) => a = v,
                     None => return 0,
                 },
-                Op::LdInd2(k) => match bytes::<2>(payload, ind(x, k)) {
-                    Some(b) => a = u32::from(u16::from_be_bytes(b)),
+                Op::LdInd2(k) => match load::<2>(payload, ind(x, k)) {
+                    Some(v) => a = v,
                     None => return 0,
                 },
-                Op::LdInd4(k) => match bytes::<4>(payload, ind(x, k)) {
-                    Some(b) => a = u32::from_be_bytes(b),
+                Op::LdInd4(k) => match load::<4>(payload, ind(x, k)) {
+                    Some(v) => a = v,
                     None => return 0,
                 },
                 Op::LdLen => a = payload.len() as u32,
@@ -519,44 +529,44 @@ impl Program {
                 Op::JgeX(t, f) => pc = pick(a >= x, t, f),
                 Op::RetK(k) => return k,
                 Op::RetA => return a,
-                Op::LdAbs1Jeq(k, c, t, f) => match bytes::<1>(payload, u64::from(k)) {
-                    Some(b) => {
-                        a = u32::from(b[0]);
+                Op::LdAbs1Jeq(k, c, t, f) => match load::<1>(payload, u64::from(k)) {
+                    Some(v) => {
+                        a = v;
                         pc = pick(a == c, t, f);
                     }
                     None => return 0,
                 },
-                Op::LdAbs2Jeq(k, c, t, f) => match bytes::<2>(payload, u64::from(k)) {
-                    Some(b) => {
-                        a = u32::from(u16::from_be_bytes(b));
+                Op::LdAbs2Jeq(k, c, t, f) => match load::<2>(payload, u64::from(k)) {
+                    Some(v) => {
+                        a = v;
                         pc = pick(a == c, t, f);
                     }
                     None => return 0,
                 },
-                Op::LdAbs4Jeq(k, c, t, f) => match bytes::<4>(payload, u64::from(k)) {
-                    Some(b) => {
-                        a = u32::from_be_bytes(b);
+                Op::LdAbs4Jeq(k, c, t, f) => match load::<4>(payload, u64::from(k)) {
+                    Some(v) => {
+                        a = v;
                         pc = pick(a == c, t, f);
                     }
                     None => return 0,
                 },
-                Op::LdInd1Jeq(k, c, t, f) => match bytes::<1>(payload, ind(x, k)) {
-                    Some(b) => {
-                        a = u32::from(b[0]);
+                Op::LdInd1Jeq(k, c, t, f) => match load::<1>(payload, ind(x, k)) {
+                    Some(v) => {
+                        a = v;
                         pc = pick(a == c, t, f);
                     }
                     None => return 0,
                 },
-                Op::LdInd2Jeq(k, c, t, f) => match bytes::<2>(payload, ind(x, k)) {
-                    Some(b) => {
-                        a = u32::from(u16::from_be_bytes(b));
+                Op::LdInd2Jeq(k, c, t, f) => match load::<2>(payload, ind(x, k)) {
+                    Some(v) => {
+                        a = v;
                         pc = pick(a == c, t, f);
                     }
                     None => return 0,
                 },
-                Op::LdInd4Jeq(k, c, t, f) => match bytes::<4>(payload, ind(x, k)) {
-                    Some(b) => {
-                        a = u32::from_be_bytes(b);
+                Op::LdInd4Jeq(k, c, t, f) => match load::<4>(payload, ind(x, k)) {
+                    Some(v) => {
+                        a = v;
                         pc = pick(a == c, t, f);
                     }
                     None => return 0,
