@@ -3,8 +3,12 @@
 //! arena that bump-allocates values in its chunks and gives them back when dropped.
 //!
 //! A value longer than a chunk gets a run of its own, as many chunks long as it needs (counted
-//! as that many chunks); runs are freed, not kept on the free list.
+//! as that many chunks); runs are freed, not kept on the free list. An arena keeps one free
+//! chunk when its message is dropped (the memory, not the count: it is no longer out), and a
+//! message body is kept per thread for the next message, so a thread decoding small messages
+//! reuses the same chunk without taking the free list's lock.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Which memory.
@@ -17,16 +21,22 @@ pub enum Pool {
 }
 
 #[derive(Debug, Default)]
-struct PoolInner {
-    free: Vec<Vec<u8>>,
+struct Shared {
+    /// Free chunks.
+    free: Mutex<Vec<Vec<u8>>>,
     /// Chunks handed out and not returned.
-    out: usize,
+    out: AtomicUsize,
 }
 
 /// A free-list pool of equal chunks, bounded in how many may be out at once.
+///
+/// How many are out is one atomic counter (taken and given back once per arena fill and once
+/// per message); the free list is behind a lock, and each arena keeps one free chunk of its own
+/// (see [`Arena`]), so that a thread decoding small messages one after another takes the lock
+/// only when a message needs more than one chunk.
 #[derive(Debug, Clone)]
 pub struct ChunkPool {
-    inner: Arc<Mutex<PoolInner>>,
+    inner: Arc<Shared>,
     chunk: usize,
     limit: usize,
 }
@@ -34,7 +44,7 @@ pub struct ChunkPool {
 impl ChunkPool {
     /// A pool of `chunk`-byte chunks (at least 64), at most `limit` out at once.
     pub fn new(chunk: usize, limit: usize) -> ChunkPool {
-        ChunkPool { inner: Arc::new(Mutex::new(PoolInner::default())), chunk: chunk.max(64), limit }
+        ChunkPool { inner: Arc::new(Shared::default()), chunk: chunk.max(64), limit }
     }
 
     /// Bytes per chunk.
@@ -44,44 +54,65 @@ impl ChunkPool {
 
     /// Chunks out now.
     pub fn outstanding(&self) -> usize {
-        self.lock().out
+        self.inner.out.load(Ordering::Relaxed)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, PoolInner> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.inner.free.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Counts `n` chunks out, unless that would pass the limit.
+    #[inline]
+    fn reserve(&self, n: usize) -> bool {
+        let limit = self.limit;
+        self.inner
+            .out
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |o| o.checked_add(n).filter(|&m| m <= limit))
+            .is_ok()
     }
 
     /// Takes `n` chunks' worth, empty (capacity, no length: values are appended, never
-    /// zeroed first): one chunk from the free list (`n == 1`), or a fresh run.
-    fn take(&self, n: usize) -> Option<Vec<u8>> {
-        let reused = {
-            let mut p = self.lock();
-            if p.out + n > self.limit {
-                return None;
+    /// zeroed first): for one chunk, `spare` if it is one of this pool's size, else one from
+    /// the free list; else (and for a run) fresh memory.
+    fn take(&self, n: usize, spare: &mut Option<Vec<u8>>) -> Option<Vec<u8>> {
+        if !self.reserve(n) {
+            return None;
+        }
+        if n == 1 {
+            if let Some(c) = spare.take_if(|c| c.capacity() == self.chunk) {
+                return Some(c);
             }
-            p.out += n;
-            if n == 1 { p.free.pop() } else { None }
-        };
-        Some(reused.unwrap_or_else(|| Vec::with_capacity(n * self.chunk)))
+            if let Some(c) = self.lock().pop() {
+                return Some(c);
+            }
+        }
+        Some(Vec::with_capacity(n * self.chunk))
     }
 
-    /// Gives chunks back (a run freed, a chunk kept on the free list).
-    fn give(&self, chunks: &mut Vec<Vec<u8>>) {
+    /// Gives chunks back: a run freed, a chunk kept as `spare` (when that is empty) or on the
+    /// free list.
+    pub(crate) fn give(&self, chunks: &mut Vec<Vec<u8>>, spare: &mut Option<Vec<u8>>) {
         if chunks.is_empty() {
             return;
         }
-        let mut p = self.lock();
-        chunks.retain_mut(|c| {
-            let n = c.capacity().div_ceil(self.chunk).max(1);
-            p.out -= n;
-            if n == 1 && p.free.len() < 4096 {
-                c.clear();
-                p.free.push(std::mem::take(c));
-                return false;
+        let n: usize = chunks.iter().map(|c| c.capacity().div_ceil(self.chunk).max(1)).sum();
+        self.inner.out.fetch_sub(n, Ordering::Relaxed);
+        if spare.is_none()
+            && let Some(i) = chunks.iter().position(|c| c.capacity() == self.chunk)
+        {
+            let mut c = chunks.swap_remove(i);
+            c.clear();
+            *spare = Some(c);
+        }
+        if chunks.iter().any(|c| c.capacity() == self.chunk) {
+            let mut free = self.lock();
+            for c in chunks.iter_mut().filter(|c| c.capacity() == self.chunk) {
+                if free.len() < 4096 {
+                    c.clear();
+                    free.push(std::mem::take(c));
+                }
             }
-            true
-        });
-        drop(p);
+        }
         // Runs (and chunks past the free list's bound) are freed outside the lock.
         chunks.clear();
     }
@@ -98,31 +129,27 @@ pub struct Span {
     pub len: u32,
 }
 
-/// Chunks of one pool owned by one message (which borrows the pool).
-#[derive(Debug)]
-pub struct Arena<'p> {
-    pool: &'p ChunkPool,
-    chunks: Vec<Vec<u8>>,
+/// Chunks of one pool owned by one message (which gives them back to their pool when dropped).
+#[derive(Debug, Default)]
+pub struct Arena {
+    pub(crate) chunks: Vec<Vec<u8>>,
     /// The chunk being filled, and the bytes used in it.
     cur: Option<usize>,
     used: usize,
     /// Chunks taken (runs count as their length in chunks).
     pub(crate) chunks_taken: u64,
+    /// One free chunk kept from the last message (memory only: it is not counted out).
+    spare: Option<Vec<u8>>,
 }
 
-impl<'p> Arena<'p> {
-    /// An empty arena over `pool`.
-    pub fn new(pool: &'p ChunkPool) -> Arena<'p> {
-        Arena { pool, chunks: Vec::new(), cur: None, used: 0, chunks_taken: 0 }
-    }
-
-    /// Copies `bytes` in; `None` when the pool is exhausted.
+impl Arena {
+    /// Copies `bytes` in, taking chunks from `pool`; `None` when the pool is exhausted.
     #[inline]
-    pub fn push(&mut self, bytes: &[u8]) -> Option<Span> {
-        let size = self.pool.chunk;
+    pub fn push(&mut self, pool: &ChunkPool, bytes: &[u8]) -> Option<Span> {
+        let size = pool.chunk;
         if bytes.len() > size {
             let n = bytes.len().div_ceil(size);
-            let mut run = self.pool.take(n)?;
+            let mut run = pool.take(n, &mut self.spare)?;
             run.extend_from_slice(bytes);
             self.chunks_taken += n as u64;
             // The chunk being filled stays the one being filled.
@@ -132,7 +159,7 @@ impl<'p> Arena<'p> {
         let chunk = match self.cur {
             Some(c) if self.used + bytes.len() <= size => c,
             _ => {
-                let c = self.pool.take(1)?;
+                let c = pool.take(1, &mut self.spare)?;
                 self.chunks.push(c);
                 self.chunks_taken += 1;
                 self.used = 0;
@@ -159,11 +186,19 @@ impl<'p> Arena<'p> {
         let c = &self.chunks[s.chunk as usize];
         &c[s.off as usize..(s.off + s.len) as usize]
     }
-}
 
-impl Drop for Arena<'_> {
-    fn drop(&mut self) {
-        self.pool.give(&mut self.chunks);
+    /// Gives every chunk back to `pool`; the arena is empty again.
+    pub fn release(&mut self, pool: &ChunkPool) {
+        pool.give(&mut self.chunks, &mut self.spare);
+        self.reset();
+    }
+
+    /// Forgets the chunks (already given back).
+    pub(crate) fn reset(&mut self) {
+        self.chunks.clear();
+        self.cur = None;
+        self.used = 0;
+        self.chunks_taken = 0;
     }
 }
 
@@ -175,22 +210,53 @@ mod tests {
     fn values_land_in_chunks_and_go_back_to_the_pool() {
         let pool = ChunkPool::new(64, 5);
         {
-            let mut a = Arena::new(&pool);
-            let x = a.push(b"hello").unwrap();
-            let y = a.push(&[7u8; 60]).unwrap(); // does not fit the first chunk: a second
-            let big = a.push(&[9u8; 130]).unwrap(); // a run of 3 chunks
+            let mut a = Arena::default();
+            let x = a.push(&pool, b"hello").unwrap();
+            let y = a.push(&pool, &[7u8; 60]).unwrap(); // does not fit the first chunk: a second
+            let big = a.push(&pool, &[9u8; 130]).unwrap(); // a run of 3 chunks
             assert_eq!(a.get(x), b"hello");
             assert_eq!(a.get(y), &[7u8; 60][..]);
             assert_eq!(a.get(big), &[9u8; 130][..]);
             // The chunk being filled keeps filling after the run.
-            let z = a.push(b"!").unwrap();
+            let z = a.push(&pool, b"!").unwrap();
             assert_eq!((a.get(z), z.chunk, z.off), (&b"!"[..], y.chunk, 60));
             assert_eq!((a.get(x), a.get(y)), (&b"hello"[..], &[7u8; 60][..]));
             assert_eq!(a.chunks_taken, 5);
             assert_eq!(pool.outstanding(), 5);
             // The pool's limit (5 chunks out) is reached: a value needing a new chunk is refused.
-            assert!(a.push(&[1u8; 64]).is_none());
+            assert!(a.push(&pool, &[1u8; 64]).is_none());
+            a.release(&pool);
+            assert_eq!(pool.outstanding(), 0);
+            // One chunk stayed with the arena as its spare, the other went to the free list.
+            assert_eq!((a.spare.as_ref().map(Vec::capacity), pool.lock().len()), (Some(64), 1));
+            let w = a.push(&pool, b"again").unwrap();
+            assert_eq!((a.get(w), a.chunks_taken, pool.outstanding()), (&b"again"[..], 1, 1));
+            assert!(a.spare.is_none(), "the spare was taken first");
+            a.release(&pool);
         }
+        assert_eq!(pool.outstanding(), 0);
+    }
+
+    #[test]
+    fn threads_sharing_a_pool_never_pass_its_limit() {
+        let pool = ChunkPool::new(64, 3);
+        std::thread::scope(|s| {
+            for t in 0..4u8 {
+                let pool = &pool;
+                s.spawn(move || {
+                    let mut a = Arena::default();
+                    for i in 0..2000 {
+                        // One or two chunks each round; refused whenever the others hold the rest.
+                        let _ = a.push(pool, &[t; 40]);
+                        if i % 2 == 0 {
+                            let _ = a.push(pool, &[t; 40]);
+                        }
+                        assert!(pool.outstanding() <= 3);
+                        a.release(pool);
+                    }
+                });
+            }
+        });
         assert_eq!(pool.outstanding(), 0);
     }
 }

@@ -219,9 +219,13 @@ impl<'t> MessageMut<'_, 't> {
     }
 
     fn store(&mut self, fi: usize, f: &Field, id: impl FieldId, bytes: &[u8]) -> Result<Slot, BuildError> {
-        let (pool, arena) =
-            if self.device(f) { (Pool::Device, &mut self.msg.device) } else { (Pool::Host, &mut self.msg.host) };
-        match arena.push(bytes) {
+        let pools = self.msg.pools;
+        let (pool, from, arena) = if self.device(f) {
+            (Pool::Device, &pools.device, &mut self.msg.device)
+        } else {
+            (Pool::Host, &pools.host, &mut self.msg.host)
+        };
+        match arena.push(from, bytes) {
             Some(span) => Ok(Slot::Bytes(pool, span)),
             None => Err(self.error(Some(fi), id, BuildErrorKind::PoolExhausted(pool))),
         }

@@ -192,8 +192,6 @@ struct Dec<'t, 'i> {
     msg: Message<'t>,
     /// Host values borrow the input instead of being copied.
     alias: bool,
-    /// (class, field index) of each sub-message being decoded, for error paths.
-    path: Vec<(ClassId, u16)>,
     temp_used: usize,
     /// Slots that may still be made, and the bound they come from (bytes).
     slots_left: usize,
@@ -268,7 +266,6 @@ fn run<'t>(
         opts: *opts,
         msg,
         alias,
-        path: Vec::new(),
         temp_used: 0,
         slots_left: slot_bytes_max / SLOT_BYTES,
         slot_bytes_max,
@@ -291,7 +288,7 @@ impl<'t> Dec<'t, '_> {
         let root = self.msg.nodes.first().map_or(0, |n| n.class);
         let mut path = self.table.class(root).short_name().to_string();
         let leaf = leaf.map(|(c, f)| (c, f as u16));
-        for &(c, f) in self.path.iter().chain(leaf.iter()) {
+        for &(c, f) in self.msg.path.iter().chain(leaf.iter()) {
             path.push('.');
             path.push_str(&self.table.class(c).fields[usize::from(f)].name);
         }
@@ -355,9 +352,13 @@ impl<'t> Dec<'t, '_> {
                 return Ok(Slot::Bytes(Pool::Host, span));
             }
         }
-        let (pool, arena) =
-            if device { (Pool::Device, &mut self.msg.device) } else { (Pool::Host, &mut self.msg.host) };
-        let span: Option<Span> = arena.push(bytes);
+        let pools = self.msg.pools;
+        let (pool, from, arena) = if device {
+            (Pool::Device, &pools.device, &mut self.msg.device)
+        } else {
+            (Pool::Host, &pools.host, &mut self.msg.host)
+        };
+        let span: Option<Span> = arena.push(from, bytes);
         match span {
             Some(s) => {
                 self.count(device, bytes.len());
@@ -456,9 +457,9 @@ impl<'t> Dec<'t, '_> {
                         }
                         // `descend`, written out for the same reason.
                         let mut sub_r = Reader::at(body, base + q);
-                        self.path.push((n.class, fi as u16));
+                        self.msg.path.push((n.class, fi as u16));
                         self.fields(child, &mut sub_r, depth + 1, None)?;
-                        self.path.pop();
+                        self.msg.path.pop();
                         r.set_pos(end);
                         Slot::Msg(child)
                     }
@@ -554,9 +555,9 @@ impl<'t> Dec<'t, '_> {
         depth: u32,
         group: Option<u32>,
     ) -> Result<(), DecodeError> {
-        self.path.push((leaf.0, leaf.1 as u16));
+        self.msg.path.push((leaf.0, leaf.1 as u16));
         self.fields(child, r, depth + 1, group)?;
-        self.path.pop();
+        self.msg.path.pop();
         Ok(())
     }
 

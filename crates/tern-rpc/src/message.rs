@@ -84,44 +84,71 @@ pub struct Message<'t> {
     pub(crate) table: &'t SchemaTable,
     /// The input, where host values borrow it (alias mode); empty otherwise.
     pub(crate) input: &'t [u8],
+    pub(crate) pools: &'t crate::decode::Pools,
+    /// Everything else, behind one pointer: a message is cheap to move, and its vectors (with
+    /// their capacity) are kept for the thread's next message when it is dropped.
+    /// (`None` only while being dropped.)
+    body: Option<Box<Body>>,
+}
+
+/// A message's vectors and arenas (crate-private fields: read a message through its accessors).
+#[doc(hidden)]
+#[derive(Debug, Default)]
+pub struct Body {
     pub(crate) nodes: Vec<Node>,
     pub(crate) slots: Vec<Slot>,
     pub(crate) elems: Vec<Elem>,
-    pub(crate) host: Arena<'t>,
-    pub(crate) device: Arena<'t>,
+    pub(crate) host: Arena,
+    pub(crate) device: Arena,
     pub(crate) stats: DecodeStats,
+    /// (class, field index) of each sub-message being decoded, for error paths.
+    pub(crate) path: Vec<(ClassId, u16)>,
 }
 
-/// The vectors of a dropped message, kept (per thread, a few, of bounded size) for the next
-/// decode on the thread, so that a decode of a small message allocates nothing in steady state.
-#[derive(Debug, Default)]
-pub(crate) struct Spare {
-    pub nodes: Vec<Node>,
-    pub slots: Vec<Slot>,
-    pub elems: Vec<Elem>,
+impl std::ops::Deref for Message<'_> {
+    type Target = Body;
+    #[inline(always)]
+    fn deref(&self) -> &Body {
+        self.body.as_deref().expect("a message has its body until dropped")
+    }
 }
 
-/// Spares kept per thread, and the most entries a kept vector may hold.
+impl std::ops::DerefMut for Message<'_> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut Body {
+        self.body.as_deref_mut().expect("a message has its body until dropped")
+    }
+}
+
+/// Bodies kept per thread, and the most entries a kept vector may hold.
 const SPARES: usize = 4;
 const SPARE_MAX: usize = 1 << 16;
 
 thread_local! {
-    static SPARE: std::cell::RefCell<Vec<Spare>> = const { std::cell::RefCell::new(Vec::new()) };
+    // Boxed: a body moves in and out as one pointer.
+    #[allow(clippy::vec_box)]
+    static SPARE: std::cell::RefCell<Vec<Box<Body>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-impl Spare {
-    /// Empty vectors, reused where the thread has some.
-    pub(crate) fn take() -> Spare {
+impl Body {
+    /// An empty body, the thread's kept one where it has one.
+    fn take() -> Box<Body> {
         SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default()
     }
 
-    fn keep(mut self) {
+    /// Keeps an emptied body (its chunks already given back) for the thread's next message,
+    /// unless it grew large.
+    fn keep(mut self: Box<Body>) {
         if self.nodes.capacity() > SPARE_MAX || self.slots.capacity() > SPARE_MAX || self.elems.capacity() > SPARE_MAX {
             return;
         }
         self.nodes.clear();
         self.slots.clear();
         self.elems.clear();
+        self.path.clear();
+        self.host.reset();
+        self.device.reset();
+        self.stats = DecodeStats::default();
         // A thread being torn down keeps nothing.
         let _ = SPARE.try_with(|s| {
             let mut s = s.borrow_mut();
@@ -134,12 +161,10 @@ impl Spare {
 
 impl Drop for Message<'_> {
     fn drop(&mut self) {
-        Spare {
-            nodes: std::mem::take(&mut self.nodes),
-            slots: std::mem::take(&mut self.slots),
-            elems: std::mem::take(&mut self.elems),
-        }
-        .keep();
+        let Some(mut body) = self.body.take() else { return };
+        body.host.release(&self.pools.host);
+        body.device.release(&self.pools.device);
+        body.keep();
     }
 }
 
@@ -220,17 +245,7 @@ impl<'t> Message<'t> {
     /// A message with no node yet, its vectors the thread's spare ones (`input`: what alias mode
     /// borrows, else empty).
     pub(crate) fn empty(table: &'t SchemaTable, input: &'t [u8], pools: &'t crate::decode::Pools) -> Message<'t> {
-        let spare = Spare::take();
-        Message {
-            table,
-            input,
-            nodes: spare.nodes,
-            slots: spare.slots,
-            elems: spare.elems,
-            host: Arena::new(&pools.host),
-            device: Arena::new(&pools.device),
-            stats: DecodeStats::default(),
-        }
+        Message { table, input, pools, body: Some(Body::take()) }
     }
 
     /// A new node of `class`, its slots empty.
@@ -260,11 +275,12 @@ impl<'t> Message<'t> {
 
     /// Empties field index `fi` of `node`.
     pub(crate) fn unset(&mut self, node: u32, fi: usize) {
-        let n = &mut self.nodes[node as usize];
+        let body = &mut **self;
+        let n = &mut body.nodes[node as usize];
         if fi < 64 {
             n.mask &= !(1 << fi);
         }
-        self.slots[n.base as usize + fi] = Slot::Absent;
+        body.slots[n.base as usize + fi] = Slot::Absent;
     }
 
     /// Empties the slots of the other members of field `fi`'s oneof.
