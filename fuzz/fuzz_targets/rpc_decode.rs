@@ -33,7 +33,10 @@ fuzz_target!(|data: &[u8]| {
     let (t, class) = &tables[usize::from(pick % 2)];
     // Small pools and limits, so exhaustion and depth are reached too.
     let pools = Pools::new(256, 64);
-    let opts = DecodeOptions { max_depth: 16, ..DecodeOptions::default() };
+    // The first byte's high bits pick the temp buffer: the default, or a small one that fills
+    // often (the fast path counts a run of scalars in one step; the general path one by one).
+    let temp = if pick >= 0x80 { 4096 } else { 1 + usize::from(pick >> 1) };
+    let opts = DecodeOptions { max_depth: 16, temp_buffer_bytes: temp, ..DecodeOptions::default() };
     let fbf = DecodeOptions { mode: WriteMode::FieldByField, ..opts };
     // One decode at a time: each gives its chunks back before the next takes any.
     let fast = decode(t, *class, input, &pools, &opts).map(|m| (encode(&m), m.stats()));

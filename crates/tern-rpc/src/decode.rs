@@ -19,7 +19,7 @@
 use std::fmt;
 
 use crate::arena::{ChunkPool, Pool, Span};
-use crate::message::{Elem, Message, NONE, Node, SLOT_BYTES, Slot};
+use crate::message::{Elem, Message, NONE, SLOT_BYTES, Slot};
 use crate::schema::{Class, ClassId, FastOp, Kind, Label, SchemaTable, WireType};
 use crate::wire::{self, FieldRef, Reader, Value, WireErrorKind};
 
@@ -163,14 +163,12 @@ pub struct DecodeError {
     pub kind: DecodeErrorKind,
 }
 
-/// What the fast path did with the next field.
+/// Why the fast path stopped.
 enum Step {
-    /// Read and stored it.
-    Read,
     /// Read an end-group tag (its field number and offset): the caller checks it closes the
     /// group being read.
     End(u32, usize),
-    /// Left it, the reader where it was, to the general path.
+    /// Left the next field, the reader at its start, to the general path.
     Slow,
 }
 
@@ -333,6 +331,40 @@ impl<'t> Dec<'t, '_> {
         }
     }
 
+    /// Counts `k` host scalars (8 bytes each) as `k` calls of [`count`](Self::count) would,
+    /// in one step.
+    #[inline]
+    fn count_scalars(&mut self, k: u64) {
+        if k == 0 {
+            return;
+        }
+        let s = &mut self.msg.stats;
+        s.host_bytes += 8 * k;
+        match self.opts.mode {
+            WriteMode::FieldByField => s.host_writes += k,
+            WriteMode::OneShot => {
+                let t = self.opts.temp_buffer_bytes.max(1);
+                if t <= 8 {
+                    // Each is written on its own, the first after what was gathered.
+                    s.host_writes += k + u64::from(self.temp_used > 0);
+                    self.temp_used = 0;
+                    return;
+                }
+                // Scalars that still fit the fill under way; the next one starts a new fill
+                // (a write), and each fill holds `per` of them.
+                let room = ((t - self.temp_used) / 8) as u64;
+                if k <= room {
+                    self.temp_used += 8 * k as usize;
+                    return;
+                }
+                let per = (t / 8) as u64;
+                let rest = k - room - 1;
+                s.host_writes += 1 + rest / per;
+                self.temp_used = 8 + 8 * (rest % per) as usize;
+            }
+        }
+    }
+
     #[inline(always)]
     fn store(
         &mut self,
@@ -370,18 +402,18 @@ impl<'t> Dec<'t, '_> {
 
     /// Decodes fields into `node` until the reader ends (or, for a group, its end-group tag).
     fn fields(&mut self, node: u32, r: &mut Reader<'_>, depth: u32, group: Option<u32>) -> Result<(), DecodeError> {
-        let n = self.msg.nodes[node as usize];
-        let class = self.table.class(n.class);
+        let class = self.table.class(self.msg.nodes[node as usize].class);
         loop {
-            match self.fast_field(node, n, class, r, depth)? {
-                Step::Read => continue,
-                Step::End(number, at) => {
-                    if group == Some(number) {
-                        return Ok(());
+            if self.fast {
+                match self.fast_run(node, class, r, depth)? {
+                    Step::End(number, at) => {
+                        if group == Some(number) {
+                            return Ok(());
+                        }
+                        return Err(self.fail(DecodeErrorKind::Wire(WireErrorKind::UnmatchedEndGroup), at));
                     }
-                    return Err(self.fail(DecodeErrorKind::Wire(WireErrorKind::UnmatchedEndGroup), at));
+                    Step::Slow => {}
                 }
-                Step::Slow => {}
             }
             let f = match r.next_field() {
                 Ok(Some(f)) => f,
@@ -411,122 +443,153 @@ impl<'t> Dec<'t, '_> {
         }
     }
 
-    /// The common case in one step: a field the class declares, in the wire type its type is
-    /// written in (not a packed run), read and stored as the class's schema-table entry says.
-    /// Returns [`Step::Slow`], the reader where it was, for anything else and for anything wrong
-    /// (the general path then reads the field again, and names what is wrong).
-    #[inline(always)]
-    fn fast_field(
-        &mut self,
-        node: u32,
-        n: Node,
-        class: &Class,
-        r: &mut Reader<'_>,
-        depth: u32,
-    ) -> Result<Step, DecodeError> {
-        if !self.fast {
-            return Ok(Step::Slow);
-        }
-        let (buf, start, base) = r.parts();
-        let Some((tag, mut pos)) = varint(buf, start) else { return Ok(Step::Slow) };
-        let Some(&fast) = class.fast(tag >> 3) else { return Ok(Step::Slow) };
-        if (tag & 7) as u8 != fast.wire || fast.op == FastOp::None {
-            if tag & 7 == WireType::EndGroup as u64 && (1..=u64::from(wire::MAX_FIELD_NUMBER)).contains(&(tag >> 3)) {
-                r.set_pos(pos);
-                return Ok(Step::End((tag >> 3) as u32, base + start));
+    /// The common case, field after field: a field the class declares, in the wire type its
+    /// type is written in (not a packed run), read and stored as the class's schema-table entry
+    /// says. The node's presence mask and the count of its scalars are kept in registers for
+    /// the run. Returns at an end-group tag, or with [`Step::Slow`], the reader at the field it
+    /// left, for anything else, anything wrong and the input's end (the general path then reads
+    /// that field again, and names what is wrong).
+    fn fast_run(&mut self, node: u32, class: &Class, r: &mut Reader<'_>, depth: u32) -> Result<Step, DecodeError> {
+        let n = self.msg.nodes[node as usize];
+        let (buf, mut pos, base) = r.parts();
+        let mut mask = n.mask;
+        // Host scalars read and not yet counted (they count 8 bytes each, in order: counted
+        // before anything else is).
+        let mut scalars = 0u64;
+        let step = loop {
+            let start = pos;
+            let Some((tag, p)) = varint(buf, pos) else { break Step::Slow };
+            let Some(&fast) = class.fast(tag >> 3) else { break Step::Slow };
+            if (tag & 7) as u8 != fast.wire || fast.op == FastOp::None {
+                if tag & 7 == WireType::EndGroup as u64 && (1..=u64::from(wire::MAX_FIELD_NUMBER)).contains(&(tag >> 3))
+                {
+                    pos = p;
+                    break Step::End((tag >> 3) as u32, base + start);
+                }
+                break Step::Slow;
             }
-            return Ok(Step::Slow);
-        }
-        let fi = usize::from(fast.fi);
-        let at = n.base as usize + fi;
-        let device = n.device || fast.device;
-        let leaf = (n.class, fi);
-        let slot = match fast.op {
-            FastOp::Message | FastOp::Bytes | FastOp::Utf8 => {
-                let Some((len, q)) = varint(buf, pos) else { return Ok(Step::Slow) };
-                let Some(end) = usize::try_from(len).ok().and_then(|l| q.checked_add(l)).filter(|&e| e <= buf.len())
-                else {
-                    return Ok(Step::Slow);
-                };
-                let body = &buf[q..end];
-                match fast.op {
-                    FastOp::Message => {
-                        let child = self.child(fast.sub, at, base + start, depth, fast.repeated, device, leaf)?;
-                        if !device {
-                            self.count(false, 8);
+            pos = p;
+            let fi = usize::from(fast.fi);
+            let at = n.base as usize + fi;
+            let device = n.device || fast.device;
+            let leaf = (n.class, fi);
+            let slot = match fast.op {
+                FastOp::Message | FastOp::Bytes | FastOp::Utf8 => {
+                    let Some((len, q)) = varint(buf, pos) else {
+                        pos = start;
+                        break Step::Slow;
+                    };
+                    let Some(end) =
+                        usize::try_from(len).ok().and_then(|l| q.checked_add(l)).filter(|&e| e <= buf.len())
+                    else {
+                        pos = start;
+                        break Step::Slow;
+                    };
+                    let body = &buf[q..end];
+                    match fast.op {
+                        FastOp::Message => {
+                            self.count_scalars(std::mem::take(&mut scalars));
+                            let child = self.child(fast.sub, at, base + start, depth, fast.repeated, device, leaf)?;
+                            if !device {
+                                self.count(false, 8);
+                            }
+                            // `descend`, written out for the same reason.
+                            let mut sub_r = Reader::at(body, base + q);
+                            self.msg.path.push((n.class, fi as u16));
+                            self.fields(child, &mut sub_r, depth + 1, None)?;
+                            self.msg.path.pop();
+                            pos = end;
+                            Slot::Msg(child)
                         }
-                        // `descend`, written out for the same reason.
-                        let mut sub_r = Reader::at(body, base + q);
-                        self.msg.path.push((n.class, fi as u16));
-                        self.fields(child, &mut sub_r, depth + 1, None)?;
-                        self.msg.path.pop();
-                        r.set_pos(end);
-                        Slot::Msg(child)
-                    }
-                    FastOp::Utf8 if std::str::from_utf8(body).is_err() => return Ok(Step::Slow),
-                    _ => {
-                        let slot = self.store(device, body, base + start, Some(leaf))?;
-                        r.set_pos(end);
-                        slot
-                    }
-                }
-            }
-            FastOp::Group => {
-                let child = self.child(fast.sub, at, base + start, depth, fast.repeated, device, leaf)?;
-                r.set_pos(pos);
-                self.descend(leaf, child, r, depth, Some((tag >> 3) as u32))?;
-                Slot::Msg(child)
-            }
-            op => {
-                // One step per type: read the value, store its bits.
-                macro_rules! var {
-                    (|$v:ident| $bits:expr) => {{
-                        let Some(($v, q)) = varint(buf, pos) else { return Ok(Step::Slow) };
-                        pos = q;
-                        $bits
-                    }};
-                }
-                macro_rules! fixed {
-                    ($n:literal, |$b:ident| $bits:expr) => {{
-                        let Some(b) = buf.get(pos..pos + $n) else { return Ok(Step::Slow) };
-                        let $b: [u8; $n] = b.try_into().expect("the width");
-                        pos += $n;
-                        $bits
-                    }};
-                }
-                let bits = match op {
-                    FastOp::VarRaw => var!(|v| v),
-                    FastOp::VarInt32 => var!(|v| v as i32 as i64 as u64),
-                    FastOp::VarUint32 => var!(|v| u64::from(v as u32)),
-                    FastOp::VarBool => var!(|v| u64::from(v != 0)),
-                    FastOp::VarSint32 => var!(|v| wire::unzigzag32(v as u32) as i64 as u64),
-                    FastOp::VarSint64 => var!(|v| wire::unzigzag64(v) as u64),
-                    FastOp::VarClosedEnum => var!(|v| {
-                        if !self.table.enum_type(fast.sub).declares(v as i32) {
-                            return Ok(Step::Slow);
+                        FastOp::Utf8 if std::str::from_utf8(body).is_err() => {
+                            pos = start;
+                            break Step::Slow;
                         }
-                        v as i32 as i64 as u64
-                    }),
-                    FastOp::Fixed64 => fixed!(8, |b| u64::from_le_bytes(b)),
-                    FastOp::Fixed32 => fixed!(4, |b| u64::from(u32::from_le_bytes(b))),
-                    _ => fixed!(4, |b| i32::from_le_bytes(b) as i64 as u64),
-                };
-                self.count(device, 8);
-                r.set_pos(pos);
-                Slot::Scalar(bits)
+                        _ => {
+                            if !device {
+                                self.count_scalars(std::mem::take(&mut scalars));
+                            }
+                            pos = end;
+                            self.store(device, body, base + start, Some(leaf))?
+                        }
+                    }
+                }
+                FastOp::Group => {
+                    self.count_scalars(std::mem::take(&mut scalars));
+                    let child = self.child(fast.sub, at, base + start, depth, fast.repeated, device, leaf)?;
+                    r.set_pos(pos);
+                    self.descend(leaf, child, r, depth, Some((tag >> 3) as u32))?;
+                    pos = r.parts().1;
+                    Slot::Msg(child)
+                }
+                op => {
+                    // One step per type: read the value, store its bits.
+                    macro_rules! var {
+                        (|$v:ident| $bits:expr) => {{
+                            let Some(($v, q)) = varint(buf, pos) else {
+                                pos = start;
+                                break Step::Slow;
+                            };
+                            pos = q;
+                            $bits
+                        }};
+                    }
+                    macro_rules! fixed {
+                        ($n:literal, |$b:ident| $bits:expr) => {{
+                            let Some(b) = buf.get(pos..pos + $n) else {
+                                pos = start;
+                                break Step::Slow;
+                            };
+                            let $b: [u8; $n] = b.try_into().expect("the width");
+                            pos += $n;
+                            $bits
+                        }};
+                    }
+                    let bits = match op {
+                        FastOp::VarRaw => var!(|v| v),
+                        FastOp::VarInt32 => var!(|v| v as i32 as i64 as u64),
+                        FastOp::VarUint32 => var!(|v| u64::from(v as u32)),
+                        FastOp::VarBool => var!(|v| u64::from(v != 0)),
+                        FastOp::VarSint32 => var!(|v| wire::unzigzag32(v as u32) as i64 as u64),
+                        FastOp::VarSint64 => var!(|v| wire::unzigzag64(v) as u64),
+                        FastOp::VarClosedEnum => var!(|v| {
+                            if !self.table.enum_type(fast.sub).declares(v as i32) {
+                                pos = start;
+                                break Step::Slow;
+                            }
+                            v as i32 as i64 as u64
+                        }),
+                        FastOp::Fixed64 => fixed!(8, |b| u64::from_le_bytes(b)),
+                        FastOp::Fixed32 => fixed!(4, |b| u64::from(u32::from_le_bytes(b))),
+                        _ => fixed!(4, |b| i32::from_le_bytes(b) as i64 as u64),
+                    };
+                    if device {
+                        self.count(true, 8);
+                    } else {
+                        scalars += 1;
+                    }
+                    Slot::Scalar(bits)
+                }
+            };
+            // `Message::put`, written out (the mask in a register).
+            if fast.repeated {
+                self.msg.push_elem(at, slot);
+            } else {
+                if fast.oneof && self.msg.slots[at] == Slot::Absent {
+                    self.msg.nodes[node as usize].mask = mask;
+                    self.msg.clear_oneof(node, fi);
+                    mask = self.msg.nodes[node as usize].mask;
+                }
+                self.msg.slots[at] = slot;
+            }
+            if fi < 64 {
+                mask |= 1 << fi;
             }
         };
-        // `Message::put`, written out: calling it here measured 2–4% slower decodes.
-        if fast.repeated {
-            self.msg.push_elem(at, slot);
-        } else {
-            if fast.oneof && self.msg.slots[at] == Slot::Absent {
-                self.msg.clear_oneof(node, fi);
-            }
-            self.msg.slots[at] = slot;
-        }
-        self.msg.mark(node, fi);
-        Ok(Step::Read)
+        self.count_scalars(scalars);
+        self.msg.nodes[node as usize].mask = mask;
+        r.set_pos(pos);
+        Ok(step)
     }
 
     fn unknown(&mut self, node: u32, raw: &[u8], at: usize) -> Result<(), DecodeError> {
