@@ -244,7 +244,7 @@ impl Enc<'_, '_> {
                 }
             }
             slot => {
-                if !field.presence && !class.map_entry && is_zero(msg, slot) {
+                if !field.presence && !class.map_entry && is_zero(slot) {
                     return;
                 }
                 self.tagged(field, slot, s, depth);
@@ -265,10 +265,10 @@ impl Enc<'_, '_> {
 }
 
 /// Whether a stored value is its type's zero (left out for proto3 fields without presence).
-pub(crate) fn is_zero(msg: &Message<'_>, slot: Slot) -> bool {
+pub(crate) fn is_zero(slot: Slot) -> bool {
     match slot {
         Slot::Scalar(b) => b == 0,
-        Slot::Bytes(p, s) => msg.bytes(p, s).is_empty(),
+        Slot::Bytes(_, s) => s.len == 0,
         Slot::Absent => true,
         Slot::Msg(_) | Slot::List { .. } => false,
     }

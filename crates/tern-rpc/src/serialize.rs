@@ -257,7 +257,7 @@ impl Stage1<'_, '_> {
                 }
             }
             slot => {
-                if !field.presence && !class.map_entry && is_zero(msg, slot) {
+                if !field.presence && !class.map_entry && is_zero(slot) {
                     return;
                 }
                 self.value(field, slot, depth, false);
