@@ -193,11 +193,46 @@ impl Enc<'_, '_> {
                 self.field(class, field, slot, s, depth);
             }
         } else {
+            // The common case written out over the class's packed encoder table: one dispatch
+            // on what the slot holds, then on how the type is written.
             let mut mask = node.mask;
             while mask != 0 {
                 let fi = mask.trailing_zeros() as usize;
                 mask &= mask - 1;
-                self.field(class, &class.fields[fi], slots[fi], s, depth);
+                let (Some(e), Some(&slot)) = (class.enc.get(fi), slots.get(fi)) else { continue };
+                match slot {
+                    Slot::Scalar(b) => {
+                        if e.skip_zero && b == 0 {
+                            continue;
+                        }
+                        s.tag(Tag { bytes: e.tag, len: e.tag_len });
+                        match e.op {
+                            EncOp::Fixed64 => s.fixed(b, 8),
+                            EncOp::Fixed32 => s.fixed(b, 4),
+                            EncOp::Sint32 => s.varint(u64::from(zigzag32(b as i32))),
+                            EncOp::Sint64 => s.varint(zigzag64(b as i64)),
+                            _ => s.varint(b),
+                        }
+                    }
+                    Slot::Bytes(p, sp) => {
+                        if e.skip_zero && sp.len == 0 {
+                            continue;
+                        }
+                        s.tag(Tag { bytes: e.tag, len: e.tag_len });
+                        s.span(msg, p, sp);
+                    }
+                    Slot::Msg(n) if e.op == EncOp::Message => {
+                        s.tag(Tag { bytes: e.tag, len: e.tag_len });
+                        let len = self.size(n, depth + 1);
+                        s.varint(u64::from(len));
+                        if S::WRITE {
+                            self.node(n, s, depth + 1);
+                        } else {
+                            s.fixed(0, len as usize);
+                        }
+                    }
+                    _ => self.field(class, &class.fields[fi], slot, s, depth),
+                }
             }
             if let (Some(fields), Some(rest)) = (class.fields.get(64..), slots.get(64..)) {
                 for (field, &slot) in fields.iter().zip(rest) {

@@ -260,6 +260,17 @@ impl EncOp {
     }
 }
 
+/// How an encoder writes one field, packed small: its tag's varint bytes and how it writes a
+/// value (what [`Field::tag`] and [`Field::enc`] hold, one cache line per four fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EncField {
+    pub tag: u64,
+    pub tag_len: u8,
+    pub op: EncOp,
+    /// A proto3 field without presence: left out when zero or empty.
+    pub skip_zero: bool,
+}
+
 /// One message class.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Class {
@@ -280,6 +291,8 @@ pub struct Class {
     /// By field number, for numbers below its length: the decoder's entry for the field
     /// ([`FastOp::None`] where none is declared).
     dense: Vec<Fast>,
+    /// By field index: the encoder's entry for the field.
+    pub(crate) enc: Vec<EncField>,
 }
 
 /// How the decoder's fast path reads and stores a field: its type and the wire type it arrives
@@ -654,9 +667,13 @@ impl Builder {
             file,
             proto3,
             map_entry: m.is_map_entry(),
-            fields,
             oneofs: oneofs.iter().filter(|o| !o.is_synthetic()).map(|o| o.name().to_string()).collect(),
             dense,
+            enc: fields
+                .iter()
+                .map(|f| EncField { tag: f.tag.bytes, tag_len: f.tag.len, op: f.enc, skip_zero: !f.presence })
+                .collect(),
+            fields,
         })
     }
 
