@@ -501,7 +501,7 @@ impl<'t> Dec<'t, '_> {
                             pos = end;
                             Slot::Msg(child)
                         }
-                        FastOp::Utf8 if std::str::from_utf8(body).is_err() => {
+                        FastOp::Utf8 if !body.is_ascii() && std::str::from_utf8(body).is_err() => {
                             pos = start;
                             break Step::Slow;
                         }
