@@ -170,15 +170,17 @@ enum Step {
     End(u32, usize),
     /// Left the next field, the reader at its start, to the general path.
     Slow,
+    /// Reached the end of the input.
+    Done,
 }
 
 /// A varint, its one- and two-byte forms inline (`None` for anything [`wire::read_varint`]
 /// refuses).
 #[inline(always)]
 fn varint(buf: &[u8], pos: usize) -> Option<(u64, usize)> {
-    match buf.get(pos..pos + 2) {
-        Some(&[a, _]) if a < 0x80 => Some((u64::from(a), pos + 1)),
-        Some(&[a, b]) if b < 0x80 => Some((u64::from(a & 0x7f) | (u64::from(b) << 7), pos + 2)),
+    match buf.get(pos..).unwrap_or_default() {
+        &[a, ..] if a < 0x80 => Some((u64::from(a), pos + 1)),
+        &[a, b, ..] if b < 0x80 => Some((u64::from(a & 0x7f) | (u64::from(b) << 7), pos + 2)),
         _ => wire::read_varint(buf, pos).ok(),
     }
 }
@@ -412,7 +414,8 @@ impl<'t> Dec<'t, '_> {
                         }
                         return Err(self.fail(DecodeErrorKind::Wire(WireErrorKind::UnmatchedEndGroup), at));
                     }
-                    Step::Slow => {}
+                    Step::Done if group.is_none() => return Ok(()),
+                    Step::Slow | Step::Done => {}
                 }
             }
             let f = match r.next_field() {
@@ -458,6 +461,9 @@ impl<'t> Dec<'t, '_> {
         let mut scalars = 0u64;
         let step = loop {
             let start = pos;
+            if pos >= buf.len() {
+                break Step::Done;
+            }
             let Some((tag, p)) = varint(buf, pos) else { break Step::Slow };
             let Some(&fast) = class.fast(tag >> 3) else { break Step::Slow };
             if (tag & 7) as u8 != fast.wire || fast.op == FastOp::None {
