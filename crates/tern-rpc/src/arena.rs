@@ -146,6 +146,23 @@ impl Arena {
     /// Copies `bytes` in, taking chunks from `pool`; `None` when the pool is exhausted.
     #[inline]
     pub fn push(&mut self, pool: &ChunkPool, bytes: &[u8]) -> Option<Span> {
+        // The common case: the value fits the chunk being filled.
+        if let Some(c) = self.cur
+            && self.used + bytes.len() <= pool.chunk
+            && let Some(chunk) = self.chunks.get_mut(c)
+        {
+            let off = self.used;
+            chunk.extend_from_slice(bytes);
+            self.used += bytes.len();
+            return Some(Span { chunk: c as u32, off: off as u32, len: bytes.len() as u32 });
+        }
+        self.push_new(pool, bytes)
+    }
+
+    /// [`push`](Self::push) into a new chunk, or a run of its own for a value longer than one.
+    #[cold]
+    #[inline(never)]
+    fn push_new(&mut self, pool: &ChunkPool, bytes: &[u8]) -> Option<Span> {
         let size = pool.chunk;
         if bytes.len() > size {
             let n = bytes.len().div_ceil(size);
@@ -156,21 +173,13 @@ impl Arena {
             self.chunks.push(run);
             return Some(Span { chunk: (self.chunks.len() - 1) as u32, off: 0, len: bytes.len() as u32 });
         }
-        let chunk = match self.cur {
-            Some(c) if self.used + bytes.len() <= size => c,
-            _ => {
-                let c = pool.take(1, &mut self.spare)?;
-                self.chunks.push(c);
-                self.chunks_taken += 1;
-                self.used = 0;
-                self.cur = Some(self.chunks.len() - 1);
-                self.chunks.len() - 1
-            }
-        };
-        let off = self.used;
-        self.chunks[chunk].extend_from_slice(bytes);
-        self.used += bytes.len();
-        Some(Span { chunk: chunk as u32, off: off as u32, len: bytes.len() as u32 })
+        let mut c = pool.take(1, &mut self.spare)?;
+        c.extend_from_slice(bytes);
+        self.chunks.push(c);
+        self.chunks_taken += 1;
+        self.used = bytes.len();
+        self.cur = Some(self.chunks.len() - 1);
+        Some(Span { chunk: (self.chunks.len() - 1) as u32, off: 0, len: bytes.len() as u32 })
     }
 
     /// The bytes of `s`, if the arena has them.
