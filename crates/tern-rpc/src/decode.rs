@@ -178,9 +178,9 @@ enum Step {
 /// refuses).
 #[inline(always)]
 fn varint(buf: &[u8], pos: usize) -> Option<(u64, usize)> {
-    match buf.get(pos..).unwrap_or_default() {
-        &[a, ..] if a < 0x80 => Some((u64::from(a), pos + 1)),
-        &[a, b, ..] if b < 0x80 => Some((u64::from(a & 0x7f) | (u64::from(b) << 7), pos + 2)),
+    match *buf.get(pos..).unwrap_or_default() {
+        [a, ..] if a < 0x80 => Some((u64::from(a), pos + 1)),
+        [a, b, ..] if b < 0x80 => Some((u64::from(a & 0x7f) | (u64::from(b) << 7), pos + 2)),
         _ => wire::read_varint(buf, pos).ok(),
     }
 }
