@@ -146,16 +146,20 @@ impl Enc<'_, '_> {
                     s.fixed(0, self.size(n, depth + 1) as usize);
                 }
             }
-            (_, Slot::Msg(n)) => {
-                let len = self.size(n, depth + 1);
-                s.varint(u64::from(len));
-                if S::WRITE {
-                    self.node(n, s, depth + 1);
-                } else {
-                    s.fixed(0, len as usize);
-                }
-            }
+            (_, Slot::Msg(n)) => self.length_and_body(n, s, depth),
             (_, Slot::List { .. } | Slot::Absent) => {}
+        }
+    }
+
+    /// A sub-message's length, then its fields (or, counting, their size).
+    #[inline(always)]
+    fn length_and_body<S: Sink>(&mut self, n: u32, s: &mut S, depth: usize) {
+        let len = self.size(n, depth + 1);
+        s.varint(u64::from(len));
+        if S::WRITE {
+            self.node(n, s, depth + 1);
+        } else {
+            s.fixed(0, len as usize);
         }
     }
 
@@ -223,13 +227,7 @@ impl Enc<'_, '_> {
                     }
                     Slot::Msg(n) if e.op == EncOp::Message => {
                         s.tag(Tag { bytes: e.tag, len: e.tag_len });
-                        let len = self.size(n, depth + 1);
-                        s.varint(u64::from(len));
-                        if S::WRITE {
-                            self.node(n, s, depth + 1);
-                        } else {
-                            s.fixed(0, len as usize);
-                        }
+                        self.length_and_body(n, s, depth);
                     }
                     _ => self.field(class, &class.fields[fi], slot, s, depth),
                 }
