@@ -107,18 +107,18 @@ pub fn encode_into(msg: &Message<'_>, out: &mut Vec<u8>) {
 /// the device writes for a sub-message resident in its memory.
 pub(crate) fn encode_node_into(msg: &Message<'_>, n: u32, out: &mut Vec<u8>) {
     // The sizes' vector is the thread's, reused from encode to encode.
-    let mut sizes = SIZES.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    let mut sizes = SIZES.try_with(std::cell::Cell::take).unwrap_or_default();
     sizes.clear();
     sizes.resize(msg.nodes.len(), UNCOUNTED);
     let mut e = Enc { msg, sizes };
     e.node(n, out, 0);
     if e.sizes.capacity() <= 1 << 16 {
-        let _ = SIZES.try_with(|s| *s.borrow_mut() = e.sizes);
+        let _ = SIZES.try_with(|s| s.set(e.sizes));
     }
 }
 
 thread_local! {
-    static SIZES: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SIZES: std::cell::Cell<Vec<u32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Encodes `msg`.
