@@ -573,6 +573,7 @@ fn bench_rpc_json_has_the_promised_keys() {
         assert!(w["host_writes_one_shot"].as_u64().unwrap() <= w["host_writes_field_by_field"].as_u64().unwrap());
         assert!(w["decode_copy_over_prost"]["median"].as_f64().unwrap() > 0.0);
         assert!(w["decode_field_by_field_over_one_shot"]["median"].as_f64().unwrap() > 0.0);
+        assert!(w["memcpy_floor_over_decode_copy"]["median"].as_f64().unwrap() > 0.0);
         let per = w["host_writes_one_shot"].as_f64().unwrap() / w["messages"].as_f64().unwrap();
         assert_eq!(w["host_writes_per_message_one_shot"].as_f64(), Some(per));
     }

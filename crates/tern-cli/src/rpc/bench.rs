@@ -103,7 +103,7 @@ fn spread_json(s: Spread) -> Value {
 }
 
 /// The implementations timed, by index (C++ protobuf's two only with `--features cpp-protobuf`).
-const IMPLS: [&str; 13] = [
+const IMPLS: [&str; 14] = [
     "tern_decode",
     "prost_decode",
     "prost_bytes_decode",
@@ -115,12 +115,13 @@ const IMPLS: [&str; 13] = [
     "tern_decode_read_all",
     "prost_decode_read_all",
     "tern_decode_field_by_field",
+    "memcpy_floor",
     "cpp_arena_decode",
     "cpp_encode",
 ];
 
 /// How many of [`IMPLS`] this build has.
-const IMPLS_BUILT: usize = if cfg!(feature = "cpp-protobuf") { 13 } else { 11 };
+const IMPLS_BUILT: usize = if cfg!(feature = "cpp-protobuf") { 14 } else { 12 };
 
 /// Reads every field of a decoded message through the accessor API ([`MessageRef::values`]:
 /// the present values in field order), as `tern_rpc_peers::ReadAll` reads prost's structs:
@@ -232,6 +233,7 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
         #[cfg(feature = "cpp-protobuf")]
         let cpp = cpp_peer(w, &decoded)?;
         let fbf = DecodeOptions { mode: WriteMode::FieldByField, ..opts };
+        let mut floor: Vec<Vec<u8>> = w.messages.iter().map(|m| Vec::with_capacity(m.2.len())).collect();
         let mut ns: Vec<Vec<f64>> = vec![Vec::new(); IMPLS_BUILT];
         let mut out = Vec::new();
         let mut records = Vec::new();
@@ -301,14 +303,22 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
                             std::hint::black_box(decode(&w.table, *c, b, &pools, &fbf).ok());
                         }
                     }),
-                    #[cfg(feature = "cpp-protobuf")]
+                    // The copy floor: each whole message copied, as one memcpy, into a reused buffer.
                     11 => time(phase, || {
+                        for ((_, _, b), f) in w.messages.iter().zip(&mut floor) {
+                            f.clear();
+                            f.extend_from_slice(std::hint::black_box(b));
+                            std::hint::black_box(&f);
+                        }
+                    }),
+                    #[cfg(feature = "cpp-protobuf")]
+                    12 => time(phase, || {
                         for ((_, _, b), (t, _)) in w.messages.iter().zip(&cpp) {
                             std::hint::black_box(t.decode_arena(b));
                         }
                     }),
                     #[cfg(feature = "cpp-protobuf")]
-                    12 => time(phase, || {
+                    13 => time(phase, || {
                         for (_, m) in &cpp {
                             out.clear();
                             m.encode_into(&mut out);
@@ -348,8 +358,9 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
             "encode_over_prost": spread_json(ratio(5, 4)),
             "preser_host_over_cpu_encode": spread_json(ratio(6, 4)),
             "decode_read_all_over_prost": spread_json(ratio(9, 8)),
-            "decode_copy_over_cpp_arena": if IMPLS_BUILT > 11 { spread_json(ratio(11, 0)) } else { Value::Null },
-            "encode_over_cpp": if IMPLS_BUILT > 12 { spread_json(ratio(12, 4)) } else { Value::Null },
+            "decode_copy_over_cpp_arena": if IMPLS_BUILT > 12 { spread_json(ratio(12, 0)) } else { Value::Null },
+            "encode_over_cpp": if IMPLS_BUILT > 13 { spread_json(ratio(13, 4)) } else { Value::Null },
+            "memcpy_floor_over_decode_copy": spread_json(ratio(11, 0)),
             "decode_field_by_field_over_one_shot": spread_json(ratio(10, 0)),
             "host_writes_one_shot": one_w,
             "host_writes_field_by_field": each_w,
@@ -379,8 +390,8 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
         "decode_over_prost_reflect": geo("decode_over_prost_reflect"),
         "preser_host_over_cpu_encode": geo("preser_host_over_cpu_encode"),
         "decode_read_all_over_prost": geo("decode_read_all_over_prost"),
-        "decode_copy_over_cpp_arena": if IMPLS_BUILT > 11 { json!(geo("decode_copy_over_cpp_arena")) } else { Value::Null },
-        "encode_over_cpp": if IMPLS_BUILT > 12 { json!(geo("encode_over_cpp")) } else { Value::Null },
+        "decode_copy_over_cpp_arena": if IMPLS_BUILT > 12 { json!(geo("decode_copy_over_cpp_arena")) } else { Value::Null },
+        "encode_over_cpp": if IMPLS_BUILT > 13 { json!(geo("encode_over_cpp")) } else { Value::Null },
         "workloads": rows,
     });
     std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
@@ -459,7 +470,17 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
             .join(", ")
     );
     println!("geometric mean: {:.2}", summary["decode_read_all_over_prost"].as_f64().unwrap_or(0.0));
-    if IMPLS_BUILT > 11 {
+    println!(
+        "copy floor (one memcpy of each whole message into a reused buffer) over Tern's copy-mode decode time: {}",
+        summary["workloads"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| format!("{} {}", r["workload"].as_str().unwrap_or(""), f(&r["memcpy_floor_over_decode_copy"])))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if IMPLS_BUILT > 12 {
         println!("against C++ protobuf (generated code; decode on an arena), per-round ratios, median [min-max]:");
         for r in summary["workloads"].as_array().into_iter().flatten() {
             println!(
