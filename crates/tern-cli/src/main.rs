@@ -126,8 +126,9 @@ enum BenchCommand {
     /// reading every field), encoder and stage-1 pre-serializer against prost (generated code,
     /// Vec and Bytes fields) and prost-reflect, and C++ protobuf in a build with the
     /// `cpp-protobuf` feature, on the staged HyperProtoBench and dataset messages, alternating;
-    /// ratios with spreads, one-shot vs field-by-field writes with their projected PCIe cost.
-    /// Writes reports/rpc.json and PNG/SVG plots.
+    /// ratios with spreads, one-shot vs field-by-field writes (and decode time) with their
+    /// projected PCIe cost, and a copy floor (one memcpy of each message). Calls are timed in
+    /// batches of at least 20 µs. Writes reports/rpc.json and PNG/SVG plots.
     Rpc(rpc::bench::RpcBenchArgs),
 }
 
