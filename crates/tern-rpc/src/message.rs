@@ -224,7 +224,7 @@ impl<'t> Message<'t> {
         self.stats
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn bytes(&self, pool: Pool, s: Span) -> &[u8] {
         match (pool, s.chunk) {
             (Pool::Host, INPUT_CHUNK) => &self.input[s.off as usize..(s.off + s.len) as usize],
@@ -374,7 +374,7 @@ impl<'t> Message<'t> {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn value(&self, field: &Field, slot: Slot) -> FieldValue<'_> {
         match (field.kind, slot) {
             (_, Slot::Msg(n)) => FieldValue::Message(MessageRef { msg: self, node: n }),
