@@ -841,7 +841,7 @@ mod tests {
     #[test]
     fn ascii_agrees_with_std() {
         for len in 0..40usize {
-            let mut b: Vec<u8> = (0..len).map(|i| (i as u8 * 7) & 0x7f).collect();
+            let mut b: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7) & 0x7f).collect();
             assert!(ascii(&b) && b.is_ascii());
             for at in 0..len {
                 for high in [0x80u8, 0xc3, 0xff] {
