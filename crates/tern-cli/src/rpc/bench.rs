@@ -459,26 +459,21 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
         summary["encode_over_prost"].as_f64().unwrap_or(0.0),
         summary["preser_host_over_cpu_encode"].as_f64().unwrap_or(0.0)
     );
-    println!(
-        "decode, then read every field (both sides), Tern over prost: {}",
+    // One key's per-workload spreads on one line.
+    let each = |key: &str| {
         summary["workloads"]
             .as_array()
             .into_iter()
             .flatten()
-            .map(|r| format!("{} {}", r["workload"].as_str().unwrap_or(""), f(&r["decode_read_all_over_prost"])))
+            .map(|r| format!("{} {}", r["workload"].as_str().unwrap_or(""), f(&r[key])))
             .collect::<Vec<_>>()
             .join(", ")
-    );
+    };
+    println!("decode, then read every field (both sides), Tern over prost: {}", each("decode_read_all_over_prost"));
     println!("geometric mean: {:.2}", summary["decode_read_all_over_prost"].as_f64().unwrap_or(0.0));
     println!(
         "copy floor (one memcpy of each whole message into a reused buffer) over Tern's copy-mode decode time: {}",
-        summary["workloads"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|r| format!("{} {}", r["workload"].as_str().unwrap_or(""), f(&r["memcpy_floor_over_decode_copy"])))
-            .collect::<Vec<_>>()
-            .join(", ")
+        each("memcpy_floor_over_decode_copy")
     );
     if IMPLS_BUILT > 12 {
         println!("against C++ protobuf (generated code; decode on an arena), per-round ratios, median [min-max]:");
