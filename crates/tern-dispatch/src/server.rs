@@ -1119,6 +1119,7 @@ impl WorkerCtx {
             server.declare_request_type(*app, *ty, fields);
         }
         let mut reqs: Vec<Request<Get>> = Vec::with_capacity(DEFAULT_BATCH);
+        let mut answers = Vec::with_capacity(DEFAULT_BATCH);
         let me = &self.shared.workers[self.index];
         let mut last_publish = Instant::now();
         loop {
@@ -1131,19 +1132,23 @@ impl WorkerCtx {
             let quiet = stopping && self.shared.receiving.load(Ordering::Acquire) == 0;
             let got = server.recv_req(&mut reqs, Duration::from_millis(2))?;
             let t0 = Instant::now();
-            let (mut n, mut found, mut errors) = (0, 0, 0);
+            let (mut found, mut errors) = (0, 0);
             for r in reqs.drain(..) {
                 let (v, ok) = self.store.handle(&r.req);
-                n += 1;
                 found += u64::from(v.found);
                 errors += u64::from(!ok);
-                // A response always fits: a 64-byte value.
-                let _ = server.send_resp(r.handle, &v);
+                answers.push((r.handle, v));
             }
-            if n > 0 {
-                me.requests.fetch_add(n, Ordering::Relaxed);
+            if !answers.is_empty() {
+                // Counted before any answer leaves (a full batch of packets is sent at once):
+                // whoever holds a response finds its request counted.
+                me.requests.fetch_add(answers.len() as u64, Ordering::Relaxed);
                 me.found.fetch_add(found, Ordering::Relaxed);
                 me.store_errors.fetch_add(errors, Ordering::Relaxed);
+                for (handle, v) in answers.drain(..) {
+                    // A response always fits: a 64-byte value.
+                    let _ = server.send_resp(handle, &v);
+                }
                 server.flush()?;
                 me.serve_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
