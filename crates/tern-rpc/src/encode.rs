@@ -133,11 +133,7 @@ impl Enc<'_, '_> {
     #[inline(always)]
     fn value<S: Sink>(&mut self, field: &Field, slot: Slot, s: &mut S, depth: usize) {
         match (field.enc, slot) {
-            (EncOp::Fixed64, Slot::Scalar(b)) => s.fixed(b, 8),
-            (EncOp::Fixed32, Slot::Scalar(b)) => s.fixed(b, 4),
-            (EncOp::Sint32, Slot::Scalar(b)) => s.varint(u64::from(zigzag32(b as i32))),
-            (EncOp::Sint64, Slot::Scalar(b)) => s.varint(zigzag64(b as i64)),
-            (_, Slot::Scalar(b)) => s.varint(b),
+            (op, Slot::Scalar(b)) => scalar(op, b, s),
             (_, Slot::Bytes(p, sp)) => s.span(self.msg, p, sp),
             (EncOp::Group, Slot::Msg(n)) => {
                 if S::WRITE {
@@ -210,13 +206,7 @@ impl Enc<'_, '_> {
                             continue;
                         }
                         s.tag(Tag { bytes: e.tag, len: e.tag_len });
-                        match e.op {
-                            EncOp::Fixed64 => s.fixed(b, 8),
-                            EncOp::Fixed32 => s.fixed(b, 4),
-                            EncOp::Sint32 => s.varint(u64::from(zigzag32(b as i32))),
-                            EncOp::Sint64 => s.varint(zigzag64(b as i64)),
-                            _ => s.varint(b),
-                        }
+                        scalar(e.op, b, s);
                     }
                     Slot::Bytes(p, sp) => {
                         if e.skip_zero && sp.len == 0 {
@@ -294,6 +284,18 @@ impl Enc<'_, '_> {
             WireType::Len => s.varint(0),
             _ => s.varint(0),
         }
+    }
+}
+
+/// Writes (or counts) a scalar's stored bits as its type is written.
+#[inline(always)]
+fn scalar<S: Sink>(op: EncOp, b: u64, s: &mut S) {
+    match op {
+        EncOp::Fixed64 => s.fixed(b, 8),
+        EncOp::Fixed32 => s.fixed(b, 4),
+        EncOp::Sint32 => s.varint(u64::from(zigzag32(b as i32))),
+        EncOp::Sint64 => s.varint(zigzag64(b as i64)),
+        _ => s.varint(b),
     }
 }
 
