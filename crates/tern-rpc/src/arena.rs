@@ -97,22 +97,21 @@ impl ChunkPool {
         }
         let n: usize = chunks.iter().map(|c| c.capacity().div_ceil(self.chunk).max(1)).sum();
         self.inner.out.fetch_sub(n, Ordering::Relaxed);
-        if spare.is_none()
-            && let Some(i) = chunks.iter().position(|c| c.capacity() == self.chunk)
-        {
-            let mut c = chunks.swap_remove(i);
+        // Chunks (not runs) are kept: the first as `spare` when that is empty, the others on
+        // the free list, whose lock is taken only if there are others.
+        let mut free = None;
+        for c in chunks.iter_mut().filter(|c| c.capacity() == self.chunk) {
             c.clear();
-            *spare = Some(c);
-        }
-        if chunks.iter().any(|c| c.capacity() == self.chunk) {
-            let mut free = self.lock();
-            for c in chunks.iter_mut().filter(|c| c.capacity() == self.chunk) {
-                if free.len() < 4096 {
-                    c.clear();
-                    free.push(std::mem::take(c));
-                }
+            if spare.is_none() {
+                *spare = Some(std::mem::take(c));
+                continue;
+            }
+            let free = free.get_or_insert_with(|| self.lock());
+            if free.len() < 4096 {
+                free.push(std::mem::take(c));
             }
         }
+        drop(free);
         // Runs (and chunks past the free list's bound) are freed outside the lock.
         chunks.clear();
     }
@@ -203,7 +202,7 @@ impl Arena {
     }
 
     /// Forgets the chunks (already given back).
-    pub(crate) fn reset(&mut self) {
+    fn reset(&mut self) {
         self.chunks.clear();
         self.cur = None;
         self.used = 0;

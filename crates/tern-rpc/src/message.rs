@@ -136,7 +136,7 @@ impl Body {
         SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default()
     }
 
-    /// Keeps an emptied body (its chunks already given back) for the thread's next message,
+    /// Keeps an emptied body (its arenas already released) for the thread's next message,
     /// unless it grew large.
     fn keep(mut self: Box<Body>) {
         if self.nodes.capacity() > SPARE_MAX || self.slots.capacity() > SPARE_MAX || self.elems.capacity() > SPARE_MAX {
@@ -146,8 +146,6 @@ impl Body {
         self.slots.clear();
         self.elems.clear();
         self.path.clear();
-        self.host.reset();
-        self.device.reset();
         self.stats = DecodeStats::default();
         // A thread being torn down keeps nothing.
         let _ = SPARE.try_with(|s| {
