@@ -120,8 +120,14 @@ const IMPLS: [&str; 14] = [
     "cpp_encode",
 ];
 
+/// Indices in [`IMPLS`] named where more than one place uses them.
+const TERN_FIELD_BY_FIELD: usize = 10;
+const MEMCPY_FLOOR: usize = 11;
+const CPP_ARENA_DECODE: usize = 12;
+const CPP_ENCODE: usize = 13;
+
 /// How many of [`IMPLS`] this build has.
-const IMPLS_BUILT: usize = if cfg!(feature = "cpp-protobuf") { 14 } else { 12 };
+const IMPLS_BUILT: usize = if cfg!(feature = "cpp-protobuf") { CPP_ENCODE + 1 } else { CPP_ARENA_DECODE };
 
 /// Reads every field of a decoded message through the accessor API ([`MessageRef::values`]:
 /// the present values in field order), as `tern_rpc_peers::ReadAll` reads prost's structs:
@@ -298,13 +304,13 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
                             std::hint::black_box(tern_rpc_peers::decode_read_all(&w.name, ty, b));
                         }
                     }),
-                    10 => time(phase, || {
+                    TERN_FIELD_BY_FIELD => time(phase, || {
                         for (c, _, b) in &w.messages {
                             std::hint::black_box(decode(&w.table, *c, b, &pools, &fbf).ok());
                         }
                     }),
                     // The copy floor: each whole message copied, as one memcpy, into a reused buffer.
-                    11 => time(phase, || {
+                    MEMCPY_FLOOR => time(phase, || {
                         for ((_, _, b), f) in w.messages.iter().zip(&mut floor) {
                             f.clear();
                             f.extend_from_slice(std::hint::black_box(b));
@@ -312,13 +318,13 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
                         }
                     }),
                     #[cfg(feature = "cpp-protobuf")]
-                    12 => time(phase, || {
+                    CPP_ARENA_DECODE => time(phase, || {
                         for ((_, _, b), (t, _)) in w.messages.iter().zip(&cpp) {
                             std::hint::black_box(t.decode_arena(b));
                         }
                     }),
                     #[cfg(feature = "cpp-protobuf")]
-                    13 => time(phase, || {
+                    CPP_ENCODE => time(phase, || {
                         for (_, m) in &cpp {
                             out.clear();
                             m.encode_into(&mut out);
@@ -358,10 +364,10 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
             "encode_over_prost": spread_json(ratio(5, 4)),
             "preser_host_over_cpu_encode": spread_json(ratio(6, 4)),
             "decode_read_all_over_prost": spread_json(ratio(9, 8)),
-            "decode_copy_over_cpp_arena": if IMPLS_BUILT > 12 { spread_json(ratio(12, 0)) } else { Value::Null },
-            "encode_over_cpp": if IMPLS_BUILT > 13 { spread_json(ratio(13, 4)) } else { Value::Null },
-            "memcpy_floor_over_decode_copy": spread_json(ratio(11, 0)),
-            "decode_field_by_field_over_one_shot": spread_json(ratio(10, 0)),
+            "decode_copy_over_cpp_arena": if IMPLS_BUILT > CPP_ARENA_DECODE { spread_json(ratio(CPP_ARENA_DECODE, 0)) } else { Value::Null },
+            "encode_over_cpp": if IMPLS_BUILT > CPP_ENCODE { spread_json(ratio(CPP_ENCODE, 4)) } else { Value::Null },
+            "memcpy_floor_over_decode_copy": spread_json(ratio(MEMCPY_FLOOR, 0)),
+            "decode_field_by_field_over_one_shot": spread_json(ratio(TERN_FIELD_BY_FIELD, 0)),
             "host_writes_one_shot": one_w,
             "host_writes_field_by_field": each_w,
             "host_writes_per_message_one_shot": one_w as f64 / w.messages.len().max(1) as f64,
@@ -390,8 +396,8 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
         "decode_over_prost_reflect": geo("decode_over_prost_reflect"),
         "preser_host_over_cpu_encode": geo("preser_host_over_cpu_encode"),
         "decode_read_all_over_prost": geo("decode_read_all_over_prost"),
-        "decode_copy_over_cpp_arena": if IMPLS_BUILT > 12 { json!(geo("decode_copy_over_cpp_arena")) } else { Value::Null },
-        "encode_over_cpp": if IMPLS_BUILT > 13 { json!(geo("encode_over_cpp")) } else { Value::Null },
+        "decode_copy_over_cpp_arena": if IMPLS_BUILT > CPP_ARENA_DECODE { json!(geo("decode_copy_over_cpp_arena")) } else { Value::Null },
+        "encode_over_cpp": if IMPLS_BUILT > CPP_ENCODE { json!(geo("encode_over_cpp")) } else { Value::Null },
         "workloads": rows,
     });
     std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
@@ -475,7 +481,7 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
         "copy floor (one memcpy of each whole message into a reused buffer) over Tern's copy-mode decode time: {}",
         each("memcpy_floor_over_decode_copy")
     );
-    if IMPLS_BUILT > 12 {
+    if IMPLS_BUILT > CPP_ARENA_DECODE {
         println!("against C++ protobuf (generated code; decode on an arena), per-round ratios, median [min-max]:");
         for r in summary["workloads"].as_array().into_iter().flatten() {
             println!(
