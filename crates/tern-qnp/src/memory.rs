@@ -13,7 +13,6 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -63,8 +62,6 @@ pub struct ExactlyOnce {
     bytes: usize,
     ttl: Duration,
     window: u32,
-    /// Remembered requests and floors, all shards together (for `poll_timeout`).
-    len: AtomicUsize,
 }
 
 impl ExactlyOnce {
@@ -79,18 +76,12 @@ impl ExactlyOnce {
             bytes: cfg.max_cached_response_bytes / n,
             ttl: cfg.dedup_ttl,
             window: cfg.max_outstanding as u32,
-            len: AtomicUsize::new(0),
         }
     }
 
     /// Requests remembered now.
     pub fn remembered(&self) -> usize {
         self.shards.iter().map(|s| lock(s).fifo.len()).sum()
-    }
-
-    /// Whether nothing is remembered (no requests, no floors).
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len.load(Ordering::Relaxed) == 0
     }
 
     fn shard(&self, peer: &SocketAddr, app: u8) -> MutexGuard<'_, Shard> {
@@ -125,7 +116,6 @@ impl ExactlyOnce {
             }
             None => {
                 s.floors.insert((peer, app), (acked, now));
-                self.len.fetch_add(1, Ordering::Relaxed);
                 acked
             }
         };
@@ -157,7 +147,6 @@ impl ExactlyOnce {
         };
         if first {
             s.fifo.push_back((key, now));
-            self.len.fetch_add(1, Ordering::Relaxed);
         }
         (first, self.evict(&mut s, now, spare))
     }
@@ -182,21 +171,26 @@ impl ExactlyOnce {
     }
 
     /// Forgets floors not heard from for a TTL and requests past their floor or TTL. Returns the
-    /// `dedup_evicted` count, as [`begin`](Self::begin).
-    pub(crate) fn sweep(&self, now: Instant, spare: &mut Vec<Segmented>) -> u64 {
+    /// `dedup_evicted` count, as [`begin`](Self::begin), and whether anything (a request or a
+    /// floor) is still remembered.
+    ///
+    /// No count of what is remembered is kept outside the shards: one shared counter, touched by
+    /// every worker on every request, cost more than the rest of this memory together (its cache
+    /// line moved between cores each time). A server asks here instead, once a sweep.
+    pub(crate) fn sweep(&self, now: Instant, spare: &mut Vec<Segmented>) -> (u64, bool) {
         let mut evicted = 0;
+        let mut remembering = false;
         for shard in self.shards.iter() {
             let mut s = lock(shard);
-            let before = s.floors.len();
             let ttl = self.ttl;
             s.floors.retain(|_, (_, seen)| now < *seen + ttl);
             if s.floors.len() > self.entries {
                 s.floors.clear();
             }
-            self.len.fetch_sub(before - s.floors.len(), Ordering::Relaxed);
             evicted += self.evict(&mut s, now, spare);
+            remembering |= !s.floors.is_empty() || !s.fifo.is_empty();
         }
-        evicted
+        (evicted, remembering)
     }
 
     fn evict(&self, s: &mut Shard, now: Instant, spare: &mut Vec<Segmented>) -> u64 {
@@ -212,7 +206,6 @@ impl ExactlyOnce {
                 evicted += 1;
             }
             s.fifo.pop_front();
-            self.len.fetch_sub(1, Ordering::Relaxed);
             if let Some(DedupState::Done(seg)) = s.dedup.remove(&key) {
                 s.cached_bytes -= seg.bytes.capacity();
                 recycle(spare, seg);

@@ -79,6 +79,10 @@ pub struct Server {
     scratch: Vec<u8>,
     spare: Vec<Segmented>,
     next_sweep: Instant,
+    /// Whether the memory may hold something to sweep: set when this server hands it a request
+    /// packet, cleared when a sweep finds it empty (whichever server put it there, one that
+    /// did keeps sweeping while anything is left).
+    remembering: bool,
     /// The latest `now` passed in, for eviction by age.
     now: Instant,
 }
@@ -111,6 +115,7 @@ impl Server {
             scratch: Vec::new(),
             spare: Vec::new(),
             next_sweep: now,
+            remembering: false,
             now,
         }
     }
@@ -180,6 +185,7 @@ impl Server {
         // The client says every request before `req_acked_id` is finished with.
         let key = (peer, repr.app_id, repr.req_id);
         let first = repr.pkt_seq_num_in_req == 0;
+        self.remembering = true;
         match self.memory.admit(now, key, repr.req_acked_id, first, &mut self.spare) {
             Admit::New => {}
             Admit::Stale => {
@@ -282,13 +288,15 @@ impl Server {
         self.stats.drops[DropReason::RequestExpired as usize] += expired as u64;
         if now >= self.next_sweep {
             self.next_sweep = now + Duration::from_millis(100);
-            self.stats.dedup_evicted += self.memory.sweep(now, &mut self.spare);
+            let (evicted, remembering) = self.memory.sweep(now, &mut self.spare);
+            self.stats.dedup_evicted += evicted;
+            self.remembering = remembering;
         }
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) next has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let housekeeping = (!self.memory.is_empty()).then_some(self.next_sweep);
+        let housekeeping = self.remembering.then_some(self.next_sweep);
         [self.table.poll_timeout(), housekeeping].into_iter().flatten().min()
     }
 }

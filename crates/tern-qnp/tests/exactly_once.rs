@@ -173,3 +173,44 @@ fn spurious_retransmissions_are_told_from_real_ones() {
     assert_eq!(deliver(&mut client, t2 + late * 4, &resend), 1);
     assert_eq!((client.stats().retransmissions, client.stats().spurious_retransmissions), (3, 1));
 }
+
+/// A server wakes for housekeeping only while the shared memory holds something: an idle one
+/// asks for no timer, one that was handed a request does until a sweep finds the memory empty,
+/// and whichever worker put a request there keeps sweeping while it is remembered — even when
+/// the other worker's sweep came first and found it still there.
+#[test]
+fn the_sweep_timer_runs_while_the_shared_memory_remembers_and_stops_after() {
+    let cfg = QnpConfig { dedup_ttl: Duration::from_millis(50), ..QnpConfig::default() };
+    let memory = Arc::new(ExactlyOnce::new(&cfg, 8));
+    let now = Instant::now();
+    let mut w0 = Server::with_memory(cfg.clone(), &[1], now, memory.clone());
+    let mut w1 = Server::with_memory(cfg, &[1], now, memory.clone());
+    let pool = Pool::new(64, 2048);
+    let peer: SocketAddr = "127.0.0.1:4000".parse().unwrap();
+    assert_eq!(w0.poll_timeout(), None, "an idle server sets no timer");
+    assert_eq!(w1.poll_timeout(), None);
+    let (ran, out) = serve(&mut w0, &pool, now, peer, &request(5, 5, 1));
+    assert!(ran && out.len() == 1);
+    assert_eq!(memory.remembered(), 1);
+    let t = w0.poll_timeout().expect("w0 remembers a request: it must sweep");
+    assert!(t <= now + Duration::from_millis(100));
+    assert_eq!(w1.poll_timeout(), None, "w1 was handed nothing");
+    // Before the TTL: w0's sweep keeps the request and its timer.
+    let soon = now + Duration::from_millis(10);
+    w0.handle_timeout(soon);
+    assert_eq!(memory.remembered(), 1);
+    assert!(w0.poll_timeout().is_some(), "the memory still remembers: keep sweeping");
+    // w1 gets a request of another client (remembered too), then both sweep after the TTL.
+    let other: SocketAddr = "127.0.0.1:4001".parse().unwrap();
+    let (ran, _) = serve(&mut w1, &pool, soon, other, &request(9, 9, 2));
+    assert!(ran);
+    assert_eq!(memory.remembered(), 2);
+    let later = now + Duration::from_millis(500);
+    w1.handle_timeout(later);
+    assert_eq!(memory.remembered(), 0, "both requests are past the TTL");
+    assert_eq!(w1.poll_timeout(), None, "w1's sweep emptied the memory");
+    // w0 has not swept since: it sweeps once more, finds nothing, and stops.
+    assert!(w0.poll_timeout().is_some());
+    w0.handle_timeout(later + Duration::from_millis(200));
+    assert_eq!(w0.poll_timeout(), None, "nothing left: no more wake-ups");
+}
