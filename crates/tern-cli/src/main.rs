@@ -127,8 +127,9 @@ enum BenchCommand {
     /// Vec and Bytes fields) and prost-reflect, and C++ protobuf in a build with the
     /// `cpp-protobuf` feature, on the staged HyperProtoBench and dataset messages, alternating;
     /// ratios with spreads, one-shot vs field-by-field writes (and decode time) with their
-    /// projected PCIe cost, and a copy floor (one memcpy of each message). Calls are timed in
-    /// batches of at least 20 µs. Writes reports/rpc.json and PNG/SVG plots.
+    /// projected PCIe cost, and copy floors (one memcpy of each message, for decoding and for
+    /// encoding: what no codec that copies can beat). Calls are timed in batches of at least
+    /// 20 µs. Writes reports/rpc.json and PNG/SVG plots.
     Rpc(rpc::bench::RpcBenchArgs),
 }
 

@@ -103,7 +103,7 @@ fn spread_json(s: Spread) -> Value {
 }
 
 /// The implementations timed, by index (C++ protobuf's two only with `--features cpp-protobuf`).
-const IMPLS: [&str; 14] = [
+const IMPLS: [&str; 15] = [
     "tern_decode",
     "prost_decode",
     "prost_bytes_decode",
@@ -116,6 +116,7 @@ const IMPLS: [&str; 14] = [
     "prost_decode_read_all",
     "tern_decode_field_by_field",
     "memcpy_floor",
+    "encode_floor",
     "cpp_arena_decode",
     "cpp_encode",
 ];
@@ -123,8 +124,9 @@ const IMPLS: [&str; 14] = [
 /// Indices in [`IMPLS`] named where more than one place uses them.
 const TERN_FIELD_BY_FIELD: usize = 10;
 const MEMCPY_FLOOR: usize = 11;
-const CPP_ARENA_DECODE: usize = 12;
-const CPP_ENCODE: usize = 13;
+const ENCODE_FLOOR: usize = 12;
+const CPP_ARENA_DECODE: usize = 13;
+const CPP_ENCODE: usize = 14;
 
 /// How many of [`IMPLS`] this build has.
 const IMPLS_BUILT: usize = if cfg!(feature = "cpp-protobuf") { CPP_ENCODE + 1 } else { CPP_ARENA_DECODE };
@@ -221,7 +223,9 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
             .iter()
             .map(|(_, ty, b)| tern_rpc_peers::encoder(&w.name, ty, b).ok_or_else(|| format!("no prost peer for {ty}")))
             .collect::<Result<_, _>>()?;
-        // Same bytes from both encoders, checked before timing anything.
+        // Same bytes from both encoders, checked before timing anything (and kept for the
+        // encode floor).
+        let mut encoded = Vec::with_capacity(decoded.len());
         for (m, enc) in decoded.iter().zip(&encoders) {
             let (mut x, mut y) = (Vec::new(), Vec::new());
             encode_into(m, &mut x);
@@ -229,6 +233,7 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
             if x != y {
                 return Err(format!("{}: Tern and prost encode differently", w.name).into());
             }
+            encoded.push(x);
         }
         // Both sides read the same values in the read-every-field variant.
         for ((_, ty, b), m) in w.messages.iter().zip(&decoded) {
@@ -317,6 +322,15 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
                             std::hint::black_box(&f);
                         }
                     }),
+                    // The encoders' floor: the bytes both encoders write (checked equal above),
+                    // copied as one memcpy per message into the one reused buffer they write into.
+                    ENCODE_FLOOR => time(phase, || {
+                        for b in &encoded {
+                            out.clear();
+                            out.extend_from_slice(std::hint::black_box(b));
+                            std::hint::black_box(&out);
+                        }
+                    }),
                     #[cfg(feature = "cpp-protobuf")]
                     CPP_ARENA_DECODE => time(phase, || {
                         for ((_, _, b), (t, _)) in w.messages.iter().zip(&cpp) {
@@ -367,6 +381,8 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
             "decode_copy_over_cpp_arena": if IMPLS_BUILT > CPP_ARENA_DECODE { spread_json(ratio(CPP_ARENA_DECODE, 0)) } else { Value::Null },
             "encode_over_cpp": if IMPLS_BUILT > CPP_ENCODE { spread_json(ratio(CPP_ENCODE, 4)) } else { Value::Null },
             "memcpy_floor_over_decode_copy": spread_json(ratio(MEMCPY_FLOOR, 0)),
+            "encode_floor_over_encode": spread_json(ratio(ENCODE_FLOOR, 4)),
+            "encode_over_prost_at_copy_floor": spread_json(ratio(5, ENCODE_FLOOR)),
             "decode_field_by_field_over_one_shot": spread_json(ratio(TERN_FIELD_BY_FIELD, 0)),
             "host_writes_one_shot": one_w,
             "host_writes_field_by_field": each_w,
@@ -393,6 +409,7 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
         "decode_copy_over_prost_bytes": geo("decode_copy_over_prost_bytes"),
         "encode_over_prost": geo("encode_over_prost"),
         "encode_over_prost_lowest": lowest("encode_over_prost"),
+        "encode_over_prost_at_copy_floor": geo("encode_over_prost_at_copy_floor"),
         "decode_over_prost_reflect": geo("decode_over_prost_reflect"),
         "preser_host_over_cpu_encode": geo("preser_host_over_cpu_encode"),
         "decode_read_all_over_prost": geo("decode_read_all_over_prost"),
@@ -480,6 +497,15 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
     println!(
         "copy floor (one memcpy of each whole message into a reused buffer) over Tern's copy-mode decode time: {}",
         each("memcpy_floor_over_decode_copy")
+    );
+    println!(
+        "encode floor (each message's bytes copied, as one memcpy, into the encoders' reused buffer) over Tern's encode time: {}",
+        each("encode_floor_over_encode")
+    );
+    println!(
+        "encode / prost that an encoder doing nothing but that copy would reach: {} (geometric mean {:.2})",
+        each("encode_over_prost_at_copy_floor"),
+        summary["encode_over_prost_at_copy_floor"].as_f64().unwrap_or(0.0)
     );
     if IMPLS_BUILT > CPP_ARENA_DECODE {
         println!("against C++ protobuf (generated code; decode on an arena), per-round ratios, median [min-max]:");
