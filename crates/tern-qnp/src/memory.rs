@@ -52,6 +52,20 @@ struct Shard {
     cached_bytes: usize,
 }
 
+/// What the memory says of a single-packet request ([`ExactlyOnce::admit_single`]).
+#[derive(Debug)]
+pub(crate) enum Single {
+    /// Below its client's ack floor.
+    Stale,
+    /// Already delivered (with a copy of its response to resend, if answered).
+    Duplicate(Option<Segmented>),
+    /// New, but its own checks refused it; nothing was recorded.
+    Refused(crate::DropReason),
+    /// New, and now recorded as delivered; how many remembered requests the bounds pushed out
+    /// before their floor (`dedup_evicted`).
+    Delivered { evicted: u64 },
+}
+
 /// The exactly-once memory shared by a server's workers. See the module docs.
 #[derive(Debug)]
 pub struct ExactlyOnce {
@@ -100,8 +114,45 @@ impl ExactlyOnce {
         first_packet: bool,
         spare: &mut Vec<Segmented>,
     ) -> Admit {
+        let mut s = self.shard(&key.0, key.1);
+        self.admit_locked(&mut s, now, key, acked, first_packet, spare)
+    }
+
+    /// [`admit`](Self::admit), then, for a request this one packet completes, `check` (the
+    /// packet's own checks, which drop it with a reason) and [`begin`](Self::begin), under one
+    /// lock: a single-packet request takes its client's shard once on the way in, not twice (on
+    /// a multi-worker server that shard's cache line moves between the workers' cores).
+    pub(crate) fn admit_single(
+        &self,
+        now: Instant,
+        key: DedupKey,
+        acked: u32,
+        first_packet: bool,
+        spare: &mut Vec<Segmented>,
+        check: impl FnOnce() -> Result<(), crate::DropReason>,
+    ) -> Single {
+        let mut s = self.shard(&key.0, key.1);
+        match self.admit_locked(&mut s, now, key, acked, first_packet, spare) {
+            Admit::Stale => Single::Stale,
+            Admit::Duplicate(resend) => Single::Duplicate(resend),
+            Admit::New => match check() {
+                Err(reason) => Single::Refused(reason),
+                // Not remembered a moment ago, under the same lock: this is its first delivery.
+                Ok(()) => Single::Delivered { evicted: self.begin_locked(&mut s, now, key, spare).1 },
+            },
+        }
+    }
+
+    fn admit_locked(
+        &self,
+        s: &mut Shard,
+        now: Instant,
+        key: DedupKey,
+        acked: u32,
+        first_packet: bool,
+        spare: &mut Vec<Segmented>,
+    ) -> Admit {
         let (peer, app, req_id) = key;
-        let mut s = self.shard(&peer, app);
         let floor = match s.floors.get_mut(&(peer, app)) {
             Some(f) => {
                 // A floor can only move forward. One that lies more than a client's whole window
@@ -138,6 +189,10 @@ impl ExactlyOnce {
     /// requests the bounds pushed out before their floor (`dedup_evicted`).
     pub(crate) fn begin(&self, now: Instant, key: DedupKey, spare: &mut Vec<Segmented>) -> (bool, u64) {
         let mut s = self.shard(&key.0, key.1);
+        self.begin_locked(&mut s, now, key, spare)
+    }
+
+    fn begin_locked(&self, s: &mut Shard, now: Instant, key: DedupKey, spare: &mut Vec<Segmented>) -> (bool, u64) {
         let first = match s.dedup.entry(key) {
             hashbrown::hash_map::Entry::Occupied(_) => false,
             hashbrown::hash_map::Entry::Vacant(v) => {
@@ -148,7 +203,7 @@ impl ExactlyOnce {
         if first {
             s.fifo.push_back((key, now));
         }
-        (first, self.evict(&mut s, now, spare))
+        (first, self.evict(s, now, spare))
     }
 
     /// Keeps a sent response to resend for duplicates. A request forgotten meanwhile gets its

@@ -11,7 +11,7 @@ use tern_io::{Batch, Pool};
 use tern_wire::qnp::{Flags, Packet, Repr};
 use tern_wire::tlv::Message;
 
-use crate::memory::{Admit, ExactlyOnce, recycle};
+use crate::memory::{Admit, ExactlyOnce, Single, recycle};
 use crate::segment::{SegmentError, Segmented, segment_into};
 use crate::table::{Accept, Parts, RequestTable};
 use crate::{DropReason, QnpConfig, Stats, check_first_packet, dispatch_field_repeated, parse_header};
@@ -186,6 +186,44 @@ impl Server {
         let key = (peer, repr.app_id, repr.req_id);
         let first = repr.pkt_seq_num_in_req == 0;
         self.remembering = true;
+        let payload = &data[tern_wire::qnp::HEADER_LEN..];
+        if repr.req_len_in_pkts == 1 {
+            // A request of one packet: the same checks, in the same order, as a longer one
+            // takes below, with the memory's admission and its record of the delivery under
+            // one lock (the request table keeps nothing of it).
+            let check = || match fields {
+                Some(f) => {
+                    if first {
+                        check_first_packet(payload, repr.seg_cnt, f)?;
+                    }
+                    if dispatch_field_repeated(std::iter::once(payload), f) {
+                        return Err(DropReason::SplitDispatchField);
+                    }
+                    Ok(())
+                }
+                None => Ok(()),
+            };
+            match self.memory.admit_single(now, key, repr.req_acked_id, first, &mut self.spare, check) {
+                Single::Stale => self.stats.drop(DropReason::StaleRequest),
+                Single::Duplicate(resend) => duplicate(&mut self.tx, &mut self.stats, peer, &repr, data, resend),
+                Single::Refused(reason) => {
+                    // As below: a repeated dispatch field is found once the request is whole,
+                    // after its packet was counted received.
+                    if reason == DropReason::SplitDispatchField {
+                        self.stats.rx_packets += 1;
+                    }
+                    self.stats.drop(reason);
+                }
+                Single::Delivered { evicted } => {
+                    self.stats.rx_packets += 1;
+                    self.stats.dedup_evicted += evicted;
+                    self.stats.requests += 1;
+                    let handle = ReqHandle::answering(peer, &repr, data);
+                    return Some(Incoming { handle, parts: Parts::Single(payload) });
+                }
+            }
+            return None;
+        }
         match self.memory.admit(now, key, repr.req_acked_id, first, &mut self.spare) {
             Admit::New => {}
             Admit::Stale => {
@@ -193,16 +231,10 @@ impl Server {
                 return None;
             }
             Admit::Duplicate(resend) => {
-                if let Some(seg) = resend {
-                    let handle = ReqHandle::answering(peer, &repr, data);
-                    self.tx.push_back(TxItem { handle, seg, next: 0, new: false });
-                    self.stats.retransmissions += 1;
-                }
-                self.stats.drop(DropReason::DuplicateRequest);
+                duplicate(&mut self.tx, &mut self.stats, peer, &repr, data, resend);
                 return None;
             }
         }
-        let payload = &data[tern_wire::qnp::HEADER_LEN..];
         if let Some(f) = fields
             && repr.pkt_seq_num_in_req == 0
             && let Err(reason) = check_first_packet(payload, repr.seg_cnt, f)
@@ -299,6 +331,24 @@ impl Server {
         let housekeeping = self.remembering.then_some(self.next_sweep);
         [self.table.poll_timeout(), housekeeping].into_iter().flatten().min()
     }
+}
+
+/// A request already delivered: queues its response again (if `resend` has it) and counts the
+/// drop.
+fn duplicate(
+    tx: &mut VecDeque<TxItem>,
+    stats: &mut Stats,
+    peer: SocketAddr,
+    repr: &Repr,
+    data: &[u8],
+    resend: Option<Segmented>,
+) {
+    if let Some(seg) = resend {
+        let handle = ReqHandle::answering(peer, repr, data);
+        tx.push_back(TxItem { handle, seg, next: 0, new: false });
+        stats.retransmissions += 1;
+    }
+    stats.drop(DropReason::DuplicateRequest);
 }
 
 /// Builds packet `i` of a segmented response.
