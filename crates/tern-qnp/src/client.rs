@@ -1,8 +1,7 @@
 //! The sending end of requests: ids, segmentation, retransmission with backoff and an
 //! adaptive timeout (RFC 6298 style), response reassembly, exactly-once completion.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -13,6 +12,7 @@ use tern_wire::tlv::Message;
 use crate::segment::{SegmentError, Segmented, segment_into};
 use crate::server::{Ids, emit_packet};
 use crate::table::{Accept, Parts, RequestTable};
+use crate::timers::Timers;
 use crate::{DropReason, QnpConfig, Stats, parse_header};
 
 /// Why a request could not be sent or completed.
@@ -85,7 +85,7 @@ pub struct Client {
     next_id: u32,
     floor: u32,
     window: VecDeque<Option<Outstanding>>,
-    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    timers: Timers,
     tx: VecDeque<(u32, usize)>,
     table: RequestTable,
     srtt: Option<Duration>,
@@ -110,7 +110,7 @@ impl Client {
             next_id: first_id,
             floor: first_id,
             window: VecDeque::new(),
-            timers: BinaryHeap::new(),
+            timers: Timers::default(),
             tx: VecDeque::new(),
             srtt: None,
             rttvar: Duration::ZERO,
@@ -164,7 +164,7 @@ impl Client {
             queued: true,
         }));
         self.tx.push_back((id, 0));
-        self.timers.push(Reverse((now + self.rto, id, 0)));
+        self.timers.push((now + self.rto, id, 0));
         self.stats.requests += 1;
         Ok(id)
     }
@@ -311,7 +311,7 @@ impl Client {
     pub fn handle_timeout(&mut self, now: Instant) {
         let expired = self.table.handle_timeout(now);
         self.stats.drops[DropReason::RequestExpired as usize] += expired as u64;
-        while let Some(&Reverse((deadline, id, attempt))) = self.timers.peek() {
+        while let Some((deadline, id, attempt)) = self.timers.peek() {
             if deadline > now {
                 break;
             }
@@ -339,14 +339,14 @@ impl Client {
             if queue {
                 self.tx.push_back((id, 0));
             }
-            self.timers.push(Reverse((now + backoff, id, next_attempt)));
+            self.timers.push_anywhere((now + backoff, id, next_attempt));
             self.stats.retransmissions += 1;
         }
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) next has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let timer = self.timers.peek().map(|Reverse((t, _, _))| *t);
+        let timer = self.timers.peek().map(|(t, _, _)| t);
         [timer, self.table.poll_timeout()].into_iter().flatten().min()
     }
 
