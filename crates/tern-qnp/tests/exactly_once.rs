@@ -214,3 +214,68 @@ fn the_sweep_timer_runs_while_the_shared_memory_remembers_and_stops_after() {
     w0.handle_timeout(later + Duration::from_millis(200));
     assert_eq!(w0.poll_timeout(), None, "nothing left: no more wake-ups");
 }
+
+/// A request of one packet of a declared type is admitted, checked and recorded in one step;
+/// the outcome and the counters are those of the step-by-step path: a first packet without its
+/// dispatch field is dropped before it counts as received, one that repeats it is dropped after,
+/// neither is remembered (so a corrected retransmission runs), and a packet both stale and
+/// malformed is counted stale.
+#[test]
+fn a_single_packet_request_is_checked_and_remembered_as_before() {
+    use tern_wire::tlv::Writer;
+    let pool = Pool::new(64, 2048);
+    let now = Instant::now();
+    let mut server = Server::new(QnpConfig::default(), &[1], now);
+    server.declare_request_type(1, 1, &[1]);
+    let packet = |req_id: u32, acked: u32, records: &[(u8, &[u8])]| {
+        let mut payload = Vec::new();
+        let mut w = Writer::new(&mut payload);
+        for (f, v) in records {
+            w.put_bytes(*f, v);
+        }
+        let repr = Repr {
+            app_id: 1,
+            req_type: 1,
+            req_id,
+            req_acked_id: acked,
+            req_len_in_bytes: payload.len() as u32,
+            req_len_in_pkts: 1,
+            pkt_seq_num_in_req: 0,
+            flags: Flags::DATA,
+            seg_cnt: tern_wire::qnp::seg_cnt_for(8),
+        };
+        let mut pkt = vec![0u8; HEADER_LEN];
+        repr.emit(&mut Packet::new_unchecked(&mut pkt[..]));
+        pkt.extend_from_slice(&payload);
+        pkt
+    };
+    let deliver = |server: &mut Server, pkt: &[u8]| {
+        let delivered = server.handle_packet(now, peer(), pkt).map(|inc| inc.handle);
+        if let Some(h) = delivered {
+            server.respond(h, &Pong { seq: 0u32.into(), payload: Vec::new() }).unwrap();
+            let mut batch = Batch::new(8);
+            server.poll_transmit(&pool, &mut batch);
+            batch.recycle(&pool);
+        }
+        delivered.is_some()
+    };
+    let drops = |s: &Server, r: DropReason| s.stats().drops[r as usize];
+    // No dispatch field: dropped before it counts as received.
+    assert!(!deliver(&mut server, &packet(10, 10, &[(2, b"x")])));
+    assert_eq!((drops(&server, DropReason::MissingDispatchField), server.stats().rx_packets), (1, 0));
+    // The dispatch field again later: dropped after it counted as received.
+    assert!(!deliver(&mut server, &packet(11, 10, &[(1, b"k"), (2, b"x"), (1, b"k2")])));
+    assert_eq!((drops(&server, DropReason::SplitDispatchField), server.stats().rx_packets), (1, 1));
+    assert_eq!(server.dedup_len(), 0, "a refused request is not remembered");
+    // Corrected retransmissions of both run, once.
+    assert!(deliver(&mut server, &packet(10, 10, &[(1, b"k")])));
+    assert!(deliver(&mut server, &packet(11, 10, &[(1, b"k")])));
+    assert!(!deliver(&mut server, &packet(11, 10, &[(1, b"k")])));
+    assert_eq!(drops(&server, DropReason::DuplicateRequest), 1);
+    assert_eq!((server.stats().requests, server.stats().rx_packets, server.dedup_len()), (2, 3, 2));
+    // The floor moves to 12: a malformed request 10 is stale first.
+    assert!(deliver(&mut server, &packet(12, 12, &[(1, b"k")])));
+    assert!(!deliver(&mut server, &packet(10, 12, &[(2, b"x")])));
+    assert_eq!(drops(&server, DropReason::StaleRequest), 1);
+    assert_eq!(drops(&server, DropReason::MissingDispatchField), 1);
+}
