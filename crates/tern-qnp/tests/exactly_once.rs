@@ -15,20 +15,26 @@ use tern_wire::tlv::Message;
 fn request(req_id: u32, acked: u32, seq: u32) -> Vec<u8> {
     let mut payload = Vec::new();
     Ping { seq: seq.into(), payload: vec![7; 16] }.encode(&mut payload);
+    single_packet(0, req_id, acked, 0, &payload)
+}
+
+/// A request of one packet of app 1 whose dispatch records end `dispatch_end` bytes into the
+/// payload (what its `seg_cnt` covers).
+fn single_packet(req_type: u8, req_id: u32, acked: u32, dispatch_end: usize, payload: &[u8]) -> Vec<u8> {
     let repr = Repr {
         app_id: 1,
-        req_type: 0,
+        req_type,
         req_id,
         req_acked_id: acked,
         req_len_in_bytes: payload.len() as u32,
         req_len_in_pkts: 1,
         pkt_seq_num_in_req: 0,
         flags: Flags::DATA,
-        seg_cnt: tern_wire::qnp::seg_cnt_for(0),
+        seg_cnt: tern_wire::qnp::seg_cnt_for(dispatch_end),
     };
     let mut pkt = vec![0u8; HEADER_LEN];
     repr.emit(&mut Packet::new_unchecked(&mut pkt[..]));
-    pkt.extend_from_slice(&payload);
+    pkt.extend_from_slice(payload);
     pkt
 }
 
@@ -233,21 +239,7 @@ fn a_single_packet_request_is_checked_and_remembered_as_before() {
         for (f, v) in records {
             w.put_bytes(*f, v);
         }
-        let repr = Repr {
-            app_id: 1,
-            req_type: 1,
-            req_id,
-            req_acked_id: acked,
-            req_len_in_bytes: payload.len() as u32,
-            req_len_in_pkts: 1,
-            pkt_seq_num_in_req: 0,
-            flags: Flags::DATA,
-            seg_cnt: tern_wire::qnp::seg_cnt_for(8),
-        };
-        let mut pkt = vec![0u8; HEADER_LEN];
-        repr.emit(&mut Packet::new_unchecked(&mut pkt[..]));
-        pkt.extend_from_slice(&payload);
-        pkt
+        single_packet(1, req_id, acked, 8, &payload)
     };
     let deliver = |server: &mut Server, pkt: &[u8]| {
         let delivered = server.handle_packet(now, peer(), pkt).map(|inc| inc.handle);
