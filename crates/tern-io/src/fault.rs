@@ -218,9 +218,6 @@ impl Impairment {
 pub struct FaultInjector<P> {
     inner: P,
     cfg: FaultConfig,
-    /// The configuration does nothing ([`FaultConfig::is_noop`]): packets go straight through,
-    /// counted, with no random draws and no queue between.
-    noop: bool,
     pool: Pool,
     tx: Impairment,
     rx: Impairment,
@@ -241,7 +238,6 @@ impl<P: Port> FaultInjector<P> {
             tx: Impairment::new(tx_on, cfg.seed),
             rx: Impairment::new(rx_on, cfg.seed ^ 0x9e37_79b9_7f4a_7c15),
             inner,
-            noop: cfg.is_noop(),
             cfg,
             pool: pool.clone(),
             tx_ready: VecDeque::new(),
@@ -266,7 +262,9 @@ impl<P: Port> FaultInjector<P> {
 
 impl<P: Port> Port for FaultInjector<P> {
     fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
-        if self.noop {
+        // A configuration that does nothing: packets go straight through, counted, with no
+        // random draws and no queue between.
+        if self.cfg.is_noop() {
             let n = self.inner.recv(now, batch)?;
             self.rx.pass(n);
             return Ok(n);
@@ -286,7 +284,7 @@ impl<P: Port> Port for FaultInjector<P> {
     }
 
     fn send(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
-        if self.noop {
+        if self.cfg.is_noop() {
             self.tx.pass(batch.len());
             return self.inner.send(now, batch);
         }
