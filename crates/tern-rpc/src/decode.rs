@@ -514,6 +514,7 @@ impl<'t> Dec<'t, '_> {
                             if !device {
                                 self.count(false, 8);
                             }
+                            self.msg.hint_len(child, body.len());
                             // `descend`, written out: calling it here measured slower.
                             let mut sub_r = Reader::at(body, base + q);
                             self.msg.path.push((n.class, fi as u16));
@@ -739,6 +740,7 @@ impl<'t> Dec<'t, '_> {
                 if !device {
                     self.count(false, 8);
                 }
+                self.msg.hint_len(child, body.len());
                 self.descend(leaf, child, &mut Reader::at(body, r.offset() - body.len()), depth, None)?;
                 Slot::Msg(child)
             }

@@ -4,10 +4,12 @@
 //! value, negative `int32` and enum values as 10-byte varints, and the unknown fields (a closed
 //! enum's undeclared values among them) last, in the order they came.
 //!
-//! A sub-message's length is written before it: it is counted the first time it is needed (a
-//! pass that writes nothing, the sizes of the sub-messages inside kept as they are counted), and
-//! never again. A group needs no length and the top level none either, so a message whose
-//! nesting is all groups is written in one pass.
+//! A sub-message's length comes before it. For one decoded from under 16 KiB of input, the body
+//! is written first, after room for a length as wide as its input length's varint, and the
+//! length put in after it (the body moves only if the length came out another width). Any other
+//! is counted the first time it is needed (a pass that writes nothing, the sizes of the
+//! sub-messages inside kept as they are counted), and never again. A group needs no length and
+//! the top level none either, so a message whose nesting is all groups is written in one pass.
 
 use crate::arena::{Pool, Span};
 use crate::message::{Message, NONE, Slot};
@@ -24,6 +26,12 @@ trait Sink {
     fn varint(&mut self, v: u64);
     fn raw(&mut self, b: &[u8]);
     fn fixed(&mut self, v: u64, width: usize);
+    /// Leaves room for a length prefix of `reserved` bytes (1 or 2) and returns where the body
+    /// starts (writing sinks only).
+    fn open(&mut self, reserved: usize) -> usize;
+    /// Writes the length of the body written since [`open`](Self::open) into the room left,
+    /// moving the body where the varint is shorter or longer than the room; returns the length.
+    fn close(&mut self, at: usize, reserved: usize) -> u32;
 }
 
 struct Count(usize);
@@ -49,6 +57,12 @@ impl Sink for Count {
     #[inline]
     fn fixed(&mut self, _: u64, width: usize) {
         self.0 += width;
+    }
+    fn open(&mut self, _: usize) -> usize {
+        unreachable!("only writing sinks leave room for a length")
+    }
+    fn close(&mut self, _: usize, _: usize) -> u32 {
+        unreachable!("only writing sinks leave room for a length")
     }
 }
 
@@ -87,6 +101,32 @@ impl Sink for Vec<u8> {
             4 => self.extend_from_slice(&(v as u32).to_le_bytes()),
             _ => self.extend_from_slice(&v.to_le_bytes()[..width]),
         }
+    }
+    #[inline]
+    fn open(&mut self, reserved: usize) -> usize {
+        self.extend_from_slice(&[0, 0][..reserved]);
+        self.len()
+    }
+    fn close(&mut self, at: usize, reserved: usize) -> u32 {
+        let end = self.len();
+        // Messages are at most 2 GiB (as `Enc::size` counts them).
+        let len = u32::try_from(end - at).unwrap_or(u32::MAX - 1);
+        let need = varint_len(u64::from(len));
+        let start = at - reserved;
+        if need < reserved {
+            self.copy_within(at..end, start + need);
+            self.truncate(end - (reserved - need));
+        } else if need > reserved {
+            self.resize(end + (need - reserved), 0);
+            self.copy_within(at..end, start + need);
+        }
+        let mut v = u64::from(len);
+        for b in &mut self[start..start + need] {
+            *b = (v as u8 & 0x7f) | 0x80;
+            v >>= 7;
+        }
+        self[start + need - 1] &= 0x7f;
+        len
     }
 }
 
@@ -148,8 +188,24 @@ impl Enc<'_, '_> {
     }
 
     /// A sub-message's length, then its fields (or, counting, their size).
+    ///
+    /// Writing a node whose size is not known yet and whose decoded input was under 16 KiB, the
+    /// body is written first, after room for a one-byte (under 128 input bytes) or two-byte
+    /// length, and the length put in after it; the body moves only if its length needs another
+    /// width than the input's had (fields left out, merged, or set since). Larger nodes are
+    /// counted first, so their bodies never move.
     #[inline(always)]
     fn length_and_body<S: Sink>(&mut self, n: u32, s: &mut S, depth: usize) {
+        if S::WRITE && self.sizes[n as usize] == UNCOUNTED {
+            let hint = self.msg.nodes[n as usize].wire_len;
+            if hint < 1 << 14 {
+                let reserved = if hint < 1 << 7 { 1 } else { 2 };
+                let at = s.open(reserved);
+                self.node(n, s, depth + 1);
+                self.sizes[n as usize] = s.close(at, reserved);
+                return;
+            }
+        }
         let len = self.size(n, depth + 1);
         s.varint(u64::from(len));
         if S::WRITE {

@@ -44,6 +44,9 @@ pub(crate) struct Elem {
     pub next: u32,
 }
 
+/// [`Node::wire_len`] of a node not decoded from a length-delimited field.
+pub(crate) const NO_HINT: u32 = u32::MAX;
+
 /// One message instance.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Node {
@@ -51,6 +54,10 @@ pub(crate) struct Node {
     /// Its slots: `slots[base..base + width]`, by field index.
     pub base: u32,
     pub width: u32,
+    /// The length its bytes had in the decoded input (a sub-message's, or [`NO_HINT`]): a hint
+    /// for the encoder of how long the length prefix it writes before them will be
+    /// ([`crate::encode`]), never trusted for the length itself.
+    pub wire_len: u32,
     /// Bit `i` set: field index `i` (< 64) is present; wider fields are found by their slots.
     pub mask: u64,
     /// Unknown fields: first and last element (each a host-arena span of raw wire bytes).
@@ -260,12 +267,22 @@ impl<'t> Message<'t> {
             class,
             base: base as u32,
             width: width as u32,
+            wire_len: NO_HINT,
             mask: 0,
             unknown: NONE,
             unknown_last: NONE,
             device,
         });
         (self.nodes.len() - 1) as u32
+    }
+
+    /// Notes that `len` more input bytes were decoded into `node` (a sub-message's body; a
+    /// singular one given twice merges, so its hint is the sum).
+    #[inline]
+    pub(crate) fn hint_len(&mut self, node: u32, len: usize) {
+        let n = &mut self.nodes[node as usize];
+        let len = u32::try_from(len).unwrap_or(NO_HINT);
+        n.wire_len = if n.wire_len == NO_HINT { len } else { n.wire_len.saturating_add(len) };
     }
 
     /// Marks field index `fi` of `node` present.

@@ -159,3 +159,42 @@ fn maps_replace_a_key_and_closed_enums_refuse_undeclared_values() {
     let e = m2.root_mut().set(field.number, V::Enum(77)).unwrap_err();
     assert_eq!(e.kind, BuildErrorKind::UndeclaredEnumValue(77));
 }
+
+/// A decoded sub-message's length is written after its body, in room as wide as its length in
+/// the input was (`tern_rpc::encode`): changed so that its length needs a narrower or a wider
+/// varint (1, 2 or 3 bytes, at two levels of nesting), it encodes as the same message built
+/// anew, whose lengths are all counted before they are written.
+#[test]
+fn a_changed_decoded_message_encodes_as_the_same_message_built_anew() {
+    let t = all3();
+    let pools = Pools::default();
+    let class = t.class_by_name("interop.All3").unwrap().id;
+    let build = |outer: usize, inner: usize| {
+        let mut m = Message::new(&t, class, &pools);
+        let mut r = m.root_mut();
+        let mut c = r.message("child").unwrap();
+        c.set("s", V::Str(&"o".repeat(outer))).unwrap();
+        c.message("child").unwrap().set("s", V::Str(&"i".repeat(inner))).unwrap();
+        r.set("i32", V::I32(7)).unwrap();
+        m
+    };
+    let sizes = [0, 3, 120, 124, 128, 200, 16_000, 16_376, 16_384, 20_000];
+    for (i, &from) in sizes.iter().enumerate() {
+        for (j, &to) in sizes.iter().enumerate() {
+            // The outer length moves one way, the inner another.
+            let (from_in, to_in) = (sizes[(i + 3) % sizes.len()], sizes[(j + 7) % sizes.len()]);
+            let wire = encode(&build(from, from_in));
+            let mut d = decode(&t, class, &wire, &pools, &DecodeOptions::default()).unwrap();
+            {
+                let mut r = d.root_mut();
+                let mut c = r.message("child").unwrap();
+                c.set("s", V::Str(&"o".repeat(to))).unwrap();
+                c.message("child").unwrap().set("s", V::Str(&"i".repeat(to_in))).unwrap();
+            }
+            let want = encode(&build(to, to_in));
+            assert_eq!(encode(&d), want, "outer {from} -> {to} bytes, inner {from_in} -> {to_in}");
+            let again = decode(&t, class, &want, &pools, &DecodeOptions::default()).unwrap();
+            assert_eq!(tern_rpc::json::to_json(&again, false), tern_rpc::json::to_json(&d, false));
+        }
+    }
+}
