@@ -30,8 +30,8 @@ trait Sink {
     /// starts (writing sinks only).
     fn open(&mut self, reserved: usize) -> usize;
     /// Writes the length of the body written since [`open`](Self::open) into the room left,
-    /// moving the body where the varint is shorter or longer than the room; returns the length.
-    fn close(&mut self, at: usize, reserved: usize) -> u32;
+    /// moving the body where the varint is shorter or longer than the room.
+    fn close(&mut self, at: usize, reserved: usize);
 }
 
 struct Count(usize);
@@ -61,7 +61,7 @@ impl Sink for Count {
     fn open(&mut self, _: usize) -> usize {
         unreachable!("only writing sinks leave room for a length")
     }
-    fn close(&mut self, _: usize, _: usize) -> u32 {
+    fn close(&mut self, _: usize, _: usize) {
         unreachable!("only writing sinks leave room for a length")
     }
 }
@@ -107,7 +107,7 @@ impl Sink for Vec<u8> {
         self.extend_from_slice(&[0, 0][..reserved]);
         self.len()
     }
-    fn close(&mut self, at: usize, reserved: usize) -> u32 {
+    fn close(&mut self, at: usize, reserved: usize) {
         let end = self.len();
         // Messages are at most 2 GiB (as `Enc::size` counts them).
         let len = u32::try_from(end - at).unwrap_or(u32::MAX - 1);
@@ -126,7 +126,6 @@ impl Sink for Vec<u8> {
             v >>= 7;
         }
         self[start + need - 1] &= 0x7f;
-        len
     }
 }
 
@@ -146,13 +145,12 @@ pub fn encode_into(msg: &Message<'_>, out: &mut Vec<u8>) {
 /// Encodes the contents of node `n` of `msg` (no tag, no length) into `out` (appending): what
 /// the device writes for a sub-message resident in its memory.
 pub(crate) fn encode_node_into(msg: &Message<'_>, n: u32, out: &mut Vec<u8>) {
-    // The sizes' vector is the thread's, reused from encode to encode.
-    let mut sizes = SIZES.try_with(std::cell::Cell::take).unwrap_or_default();
-    sizes.clear();
-    sizes.resize(msg.nodes.len(), UNCOUNTED);
-    let mut e = Enc { msg, sizes };
+    // The sizes' vector is made when a first size is counted (none is, for a message whose
+    // sub-messages were all decoded from under 16 KiB), from the thread's, reused from encode to
+    // encode.
+    let mut e = Enc { msg, sizes: Vec::new() };
     e.node(n, out, 0);
-    if e.sizes.capacity() <= 1 << 16 {
+    if e.sizes.capacity() != 0 && e.sizes.capacity() <= 1 << 16 {
         let _ = SIZES.try_with(|s| s.set(e.sizes));
     }
 }
@@ -196,13 +194,14 @@ impl Enc<'_, '_> {
     /// counted first, so their bodies never move.
     #[inline(always)]
     fn length_and_body<S: Sink>(&mut self, n: u32, s: &mut S, depth: usize) {
-        if S::WRITE && self.sizes[n as usize] == UNCOUNTED {
+        if S::WRITE && self.sizes.get(n as usize).is_none_or(|&k| k == UNCOUNTED) {
             let hint = self.msg.nodes[n as usize].wire_len;
             if hint < 1 << 14 {
                 let reserved = if hint < 1 << 7 { 1 } else { 2 };
                 let at = s.open(reserved);
                 self.node(n, s, depth + 1);
-                self.sizes[n as usize] = s.close(at, reserved);
+                // Each node is written once: its length is not needed again.
+                s.close(at, reserved);
                 return;
             }
         }
@@ -226,6 +225,11 @@ impl Enc<'_, '_> {
 
     /// The encoded length of node `n`'s fields, counted once.
     fn size(&mut self, n: u32, depth: usize) -> u32 {
+        if self.sizes.is_empty() {
+            self.sizes = SIZES.try_with(std::cell::Cell::take).unwrap_or_default();
+            self.sizes.clear();
+            self.sizes.resize(self.msg.nodes.len(), UNCOUNTED);
+        }
         let known = self.sizes[n as usize];
         if known != UNCOUNTED {
             return known;
