@@ -151,7 +151,7 @@ impl Arena {
             && let Some(chunk) = self.chunks.get_mut(c)
         {
             let off = self.used;
-            chunk.extend_from_slice(bytes);
+            crate::wire::extend_in_pieces(chunk, bytes);
             self.used += bytes.len();
             return Some(Span { chunk: c as u32, off: off as u32, len: bytes.len() as u32 });
         }
@@ -166,14 +166,14 @@ impl Arena {
         if bytes.len() > size {
             let n = bytes.len().div_ceil(size);
             let mut run = pool.take(n, &mut self.spare)?;
-            run.extend_from_slice(bytes);
+            crate::wire::extend_in_pieces(&mut run, bytes);
             self.chunks_taken += n as u64;
             // The chunk being filled stays the one being filled.
             self.chunks.push(run);
             return Some(Span { chunk: (self.chunks.len() - 1) as u32, off: 0, len: bytes.len() as u32 });
         }
         let mut c = pool.take(1, &mut self.spare)?;
-        c.extend_from_slice(bytes);
+        crate::wire::extend_in_pieces(&mut c, bytes);
         self.chunks.push(c);
         self.chunks_taken += 1;
         self.used = bytes.len();

@@ -72,7 +72,7 @@ impl Sink for Vec<u8> {
     fn span(&mut self, msg: &Message<'_>, pool: Pool, span: Span) {
         let b = msg.bytes(pool, span);
         put_varint(self, b.len() as u64);
-        self.extend_from_slice(b);
+        crate::wire::extend_in_pieces(self, b);
     }
     #[inline]
     fn tag(&mut self, t: Tag) {
@@ -92,7 +92,7 @@ impl Sink for Vec<u8> {
     }
     #[inline]
     fn raw(&mut self, b: &[u8]) {
-        self.extend_from_slice(b);
+        crate::wire::extend_in_pieces(self, b);
     }
     #[inline]
     fn fixed(&mut self, v: u64, width: usize) {

@@ -514,7 +514,7 @@ pub fn serialize_records(msg: &Message<'_>, records: &[u8], tx: &mut Vec<u8>) ->
                 let b = deref(msg, p, s, at)?;
                 put_varint(tx, u64::from(t));
                 put_varint(tx, b.len() as u64);
-                tx.extend_from_slice(b);
+                crate::wire::extend_in_pieces(tx, b);
                 count_ref(&mut stats, p, b.len());
             }
             Rec::Begin(t) => {
@@ -530,7 +530,7 @@ pub fn serialize_records(msg: &Message<'_>, records: &[u8], tx: &mut Vec<u8>) ->
             Rec::RawCopy(b) => tx.extend_from_slice(b),
             Rec::RawRef(p, s) => {
                 let b = deref(msg, p, s, at)?;
-                tx.extend_from_slice(b);
+                crate::wire::extend_in_pieces(tx, b);
                 count_ref(&mut stats, p, b.len());
             }
             Rec::DeviceMsg(t, _) => {
