@@ -493,6 +493,7 @@ impl<'t> Dec<'t, '_> {
             let fi = usize::from(fast.fi);
             let at = n.base as usize + fi;
             let device = n.device || fast.device;
+            let plain_host = fast.plain && !n.device;
             let leaf = (n.class, fi);
             let slot = match fast.op {
                 FastOp::Message | FastOp::Bytes | FastOp::Utf8 => {
@@ -585,6 +586,15 @@ impl<'t> Dec<'t, '_> {
                         FastOp::Fixed32 => fixed!(4, |b| u64::from(u32::from_le_bytes(b))),
                         _ => fixed!(4, |b| i32::from_le_bytes(b) as i64 as u64),
                     };
+                    if plain_host {
+                        // The common case: a singular host scalar, stored and nothing else.
+                        scalars += 1;
+                        self.msg.slots[at] = Slot::Scalar(bits);
+                        if fi < 64 {
+                            mask |= 1 << fi;
+                        }
+                        continue;
+                    }
                     if device {
                         self.count(true, 8);
                     } else {

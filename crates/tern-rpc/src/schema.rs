@@ -343,6 +343,9 @@ pub(crate) struct Fast {
     pub repeated: bool,
     pub device: bool,
     pub oneof: bool,
+    /// Neither repeated nor in a oneof nor device-placed: a value is stored into its slot and
+    /// nothing else.
+    pub plain: bool,
     /// Index into [`Class::fields`].
     pub fi: u16,
     /// The sub-message class (`Message`, `Group`) or the enum (`ClosedEnum`).
@@ -350,7 +353,8 @@ pub(crate) struct Fast {
 }
 
 impl Fast {
-    const NONE: Fast = Fast { op: FastOp::None, wire: 0, repeated: false, device: false, oneof: false, fi: 0, sub: 0 };
+    const NONE: Fast =
+        Fast { op: FastOp::None, wire: 0, repeated: false, device: false, oneof: false, plain: false, fi: 0, sub: 0 };
 
     fn of(fi: usize, f: &Field, enums: &[EnumType]) -> Fast {
         let (op, sub) = match f.kind {
@@ -376,6 +380,7 @@ impl Fast {
             repeated: f.label == Label::Repeated,
             device: f.placement == Placement::Device,
             oneof: f.oneof.is_some(),
+            plain: f.label != Label::Repeated && f.oneof.is_none() && f.placement != Placement::Device,
             fi: fi as u16,
             sub,
         }
