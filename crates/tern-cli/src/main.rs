@@ -129,7 +129,9 @@ enum BenchCommand {
     /// ratios with spreads, one-shot vs field-by-field writes (and decode time) with their
     /// projected PCIe cost, and copy floors (one memcpy of each message, for decoding and for
     /// encoding: what no codec that copies can beat). Calls are timed in batches of at least
-    /// 20 µs. Writes reports/rpc.json and PNG/SVG plots.
+    /// 20 µs. On x86-64 glibc it runs itself again with `GLIBC_TUNABLES` raising the `rep movsb`
+    /// threshold, so that every implementation copies with the same vector loop in every run
+    /// (unless GLIBC_TUNABLES already sets it). Writes reports/rpc.json and PNG/SVG plots.
     Rpc(rpc::bench::RpcBenchArgs),
 }
 

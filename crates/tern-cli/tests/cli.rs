@@ -567,6 +567,12 @@ fn bench_rpc_json_has_the_promised_keys() {
     {
         assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {}", v[key]);
     }
+    // Every implementation copies with glibc's vector loop (the benchmark runs itself again
+    // with the rep movsb threshold raised).
+    if cfg!(all(target_os = "linux", target_arch = "x86_64", target_env = "gnu")) {
+        let t = v["config"]["glibc_tunables"].as_str().unwrap_or_default();
+        assert!(t.contains("x86_rep_movsb_threshold"), "{}", v["config"]);
+    }
     let ws = v["workloads"].as_array().unwrap();
     assert_eq!(ws.len(), 7);
     for w in ws {
