@@ -180,7 +180,6 @@ fn cpp_peer(
     Ok(out)
 }
 
-/// `tern bench rpc`.
 /// What `GLIBC_TUNABLES` the benchmark runs under: glibc's `rep movsb` threshold raised past
 /// every staged message's size.
 const NO_REP_MOVSB: &str = "glibc.cpu.x86_rep_movsb_threshold=0x10000000";
@@ -221,6 +220,7 @@ fn rerun_without_rep_movsb() -> Option<ExitCode> {
     })
 }
 
+/// `tern bench rpc`.
 pub fn run(a: &RpcBenchArgs) -> CmdResult {
     if !tern_rpc_peers::AVAILABLE {
         return Err("this build has no prost peers: the workloads were missing when tern-rpc-peers was built".into());
@@ -234,6 +234,8 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
     if let Some(code) = rerun_without_rep_movsb() {
         return Ok(code);
     }
+    // What this process runs under (set by the rerun above, or by the user).
+    let tunables = std::env::var("GLIBC_TUNABLES").ok();
     let env = Environment::current();
     let ws = workloads()?;
     if !a.json {
@@ -246,7 +248,7 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
             phase.as_millis()
         );
         println!("{}", env.describe());
-        if let Ok(t) = std::env::var("GLIBC_TUNABLES") {
+        if let Some(t) = &tunables {
             println!("GLIBC_TUNABLES={t} (every implementation copies with glibc's vector loop, not rep movsb)");
         }
     }
@@ -452,7 +454,7 @@ pub fn run(a: &RpcBenchArgs) -> CmdResult {
             "rounds": rounds,
             "phase_ms": phase.as_millis() as u64,
             "quick": a.quick,
-            "glibc_tunables": std::env::var("GLIBC_TUNABLES").ok(),
+            "glibc_tunables": tunables,
         },
         "decode_copy_over_prost": geo("decode_copy_over_prost"),
         "decode_copy_over_prost_lowest": lowest("decode_copy_over_prost"),
