@@ -1,6 +1,6 @@
 //! RpcNIC's deserializer on arbitrary bytes, against the interop schemas (every type and label of
-//! proto2 and proto3): a `DecodeError` or a message, never a panic, and every chunk back in its
-//! pool afterwards. A message decoded in either write mode encodes to the same bytes, and those
+//! proto2 and proto3) and groups and messages nested in each other (`tests/nested.proto`): a
+//! `DecodeError` or a message, never a panic, and every chunk back in its pool afterwards. A message decoded in either write mode encodes to the same bytes, and those
 //! bytes decode and encode to themselves (decode -> encode -> decode equal); alias mode builds
 //! what copy mode builds; the fast path and the general path alone (`decode_general`) build the
 //! same message with the same counts, or fail with the same error.
@@ -20,6 +20,7 @@ fuzz_target!(|data: &[u8]| {
         [
             ("all2.proto", include_str!("../../crates/tern-rpc/tests/interop/all2.proto"), "All2"),
             ("all3.proto", include_str!("../../crates/tern-rpc/tests/interop/all3.proto"), "All3"),
+            ("nested.proto", include_str!("../../crates/tern-rpc/tests/nested.proto"), "G"),
         ]
         .into_iter()
         .map(|(name, src, ty)| {
@@ -30,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
         .collect()
     });
     let Some((&pick, input)) = data.split_first() else { return };
-    let (t, class) = &tables[usize::from(pick % 2)];
+    let (t, class) = &tables[usize::from(pick % 3)];
     // Small pools and limits, so exhaustion and depth are reached too.
     let pools = Pools::new(256, 64);
     // The first byte's high bits pick the temp buffer: the default, or a small one that fills

@@ -19,8 +19,8 @@
 use std::fmt;
 
 use crate::arena::{ChunkPool, Pool, Span};
-use crate::message::{Elem, Message, NONE, SLOT_BYTES, Slot};
-use crate::schema::{Class, ClassId, FastOp, Kind, Label, SchemaTable, WireType};
+use crate::message::{Elem, Frame, Message, NONE, SLOT_BYTES, Slot};
+use crate::schema::{Class, ClassId, Fast, FastOp, Kind, Label, SchemaTable, WireType};
 use crate::wire::{self, FieldRef, Reader, Value, WireErrorKind};
 
 /// How host writes are counted.
@@ -163,15 +163,15 @@ pub struct DecodeError {
     pub kind: DecodeErrorKind,
 }
 
-/// Why the fast path stopped.
-enum Step {
-    /// Read an end-group tag (its field number and offset): the caller checks it closes the
-    /// group being read.
-    End(u32, usize),
-    /// Left the next field, the reader at its start, to the general path.
+/// What the fast path reads next in the message (or group) it is in.
+enum Next {
+    /// A field whose tag it read: where the field starts, the tag, where its value starts, and
+    /// the class's entry for it.
+    Field(usize, u64, usize, Fast),
+    /// The end of the message's bytes.
+    End,
+    /// A field it leaves to the general path (the position at its start).
     Slow,
-    /// Reached the end of the input.
-    Done,
 }
 
 /// A varint, its one- and two-byte forms inline (`None` for anything [`wire::read_varint`]
@@ -198,6 +198,93 @@ fn ascii(b: &[u8]) -> bool {
         acc |= u64::from(x);
     }
     acc & 0x8080_8080_8080_8080 == 0
+}
+
+/// Where a run of plain scalars stopped.
+enum Run {
+    /// At the input's end.
+    Done,
+    /// At something the general path reads (the position at its start).
+    Slow,
+    /// At a field that is not a plain scalar, its tag read: where it starts, the tag, where its
+    /// value starts, and its entry.
+    Field { start: usize, tag: u64, p: usize, fast: Fast },
+}
+
+/// A scalar's value at `pos` as its [`FastOp`] reads it, the bits stored and where the next
+/// field starts (`None`: truncated, over-long, or a closed enum's undeclared number, all left
+/// to the general path).
+#[inline(always)]
+fn scalar(table: &SchemaTable, fast: &Fast, buf: &[u8], pos: usize) -> Option<(u64, usize)> {
+    macro_rules! fixed {
+        ($n:literal, |$b:ident| $bits:expr) => {{
+            let $b: [u8; $n] = *buf.get(pos..)?.first_chunk::<$n>()?;
+            Some(($bits, pos + $n))
+        }};
+    }
+    match fast.op {
+        FastOp::Fixed64 => return fixed!(8, |b| u64::from_le_bytes(b)),
+        FastOp::Fixed32 => return fixed!(4, |b| u64::from(u32::from_le_bytes(b))),
+        FastOp::Sfixed32 => return fixed!(4, |b| i32::from_le_bytes(b) as i64 as u64),
+        _ => {}
+    }
+    let (v, q) = varint(buf, pos)?;
+    let bits = match fast.op {
+        FastOp::VarInt32 => v as i32 as i64 as u64,
+        FastOp::VarUint32 => u64::from(v as u32),
+        FastOp::VarBool => u64::from(v != 0),
+        FastOp::VarSint32 => wire::unzigzag32(v as u32) as i64 as u64,
+        FastOp::VarSint64 => wire::unzigzag64(v) as u64,
+        FastOp::VarClosedEnum if !table.enum_type(fast.sub).declares(v as i32) => return None,
+        FastOp::VarClosedEnum => v as i32 as i64 as u64,
+        _ => v,
+    };
+    Some((bits, q))
+}
+
+/// The decoder's innermost loop: fields that are plain scalars ([`Fast::plain`]: singular, not
+/// in a oneof, host-placed), each read and stored into its slot of `slots` (the node's), marked
+/// in `mask` and counted in `scalars`, until a field that is something else.
+#[inline(always)]
+fn plain_scalars(
+    table: &SchemaTable,
+    class: &Class,
+    buf: &[u8],
+    pos: &mut usize,
+    slots: &mut [Slot],
+    mask: &mut u64,
+    scalars: &mut u64,
+) -> Run {
+    loop {
+        let start = *pos;
+        if start >= buf.len() {
+            return Run::Done;
+        }
+        let Some((tag, p)) = varint(buf, start) else { return Run::Slow };
+        let Some(&fast) = class.fast(tag >> 3) else { return Run::Slow };
+        if !fast.plain || (tag & 7) as u8 != fast.wire {
+            return Run::Field { start, tag, p, fast };
+        }
+        let Some((bits, q)) = scalar(table, &fast, buf, p) else { return Run::Slow };
+        let fi = usize::from(fast.fi);
+        // `fi` is below the class's field count, the node's width (the schema table's own
+        // entry).
+        slots[fi] = Slot::Scalar(bits);
+        if fi < 64 {
+            *mask |= 1 << fi;
+        }
+        *scalars += 1;
+        *pos = q;
+    }
+}
+
+/// A length-delimited value's length at `p`: where its bytes start and end (`None`: the length
+/// is malformed or runs past `buf`).
+#[inline(always)]
+fn len_prefixed(buf: &[u8], p: usize) -> Option<(usize, usize)> {
+    let (len, q) = varint(buf, p)?;
+    let end = usize::try_from(len).ok().and_then(|l| q.checked_add(l)).filter(|&e| e <= buf.len())?;
+    Some((q, end))
 }
 
 struct Dec<'t, 'i> {
@@ -419,209 +506,231 @@ impl<'t> Dec<'t, '_> {
 
     /// Decodes fields into `node` until the reader ends (or, for a group, its end-group tag).
     fn fields(&mut self, node: u32, r: &mut Reader<'_>, depth: u32, group: Option<u32>) -> Result<(), DecodeError> {
-        let class = self.table.class(self.msg.nodes[node as usize].class);
-        loop {
-            if self.fast {
-                match self.fast_run(node, class, r, depth)? {
-                    Step::End(number, at) => {
-                        if group == Some(number) {
-                            return Ok(());
-                        }
-                        return Err(self.fail(DecodeErrorKind::Wire(WireErrorKind::UnmatchedEndGroup), at));
-                    }
-                    Step::Done if group.is_none() => return Ok(()),
-                    Step::Slow | Step::Done => {}
-                }
-            }
-            let f = match r.next_field() {
-                Ok(Some(f)) => f,
-                Ok(None) => {
-                    if group.is_some() {
-                        return Err(self.fail(DecodeErrorKind::Wire(WireErrorKind::UnclosedGroup), r.offset()));
-                    }
-                    return Ok(());
-                }
-                Err(e) => return Err(self.wire_err(e)),
-            };
-            if f.value == Value::EndGroup {
-                if group == Some(f.number) {
-                    return Ok(());
-                }
-                return Err(self.fail(DecodeErrorKind::Wire(WireErrorKind::UnmatchedEndGroup), f.start));
-            }
-            let Some(fi) = class.index_of(f.number) else {
-                if f.value == Value::StartGroup {
-                    r.skip_group(f.number, self.opts.max_depth.saturating_sub(depth)).map_err(|e| self.wire_err(e))?;
-                }
-                let raw = &self.input[f.start..r.offset()];
-                self.unknown(node, raw, f.start)?;
-                continue;
-            };
-            self.field(node, fi, f, r, depth)?;
+        if self.fast {
+            return self.fast_run(node, r, depth, group);
         }
+        let class = self.table.class(self.msg.nodes[node as usize].class);
+        while self.general(node, class, r, depth, group)? {}
+        Ok(())
     }
 
-    /// The common case, field after field: a field the class declares, in the wire type its
-    /// type is written in (not a packed run), read and stored as the class's schema-table entry
-    /// says. The node's presence mask and the count of its scalars are kept in registers for
-    /// the run. Returns at an end-group tag ([`Step::End`]), at the input's end ([`Step::Done`]),
-    /// or with [`Step::Slow`], the reader at the field it left, for anything else and anything
-    /// wrong (the general path then reads that field again, and names what is wrong).
-    fn fast_run(&mut self, node: u32, class: &Class, r: &mut Reader<'_>, depth: u32) -> Result<Step, DecodeError> {
-        let n = self.msg.nodes[node as usize];
-        let (buf, mut pos, base) = r.parts();
+    /// The general path: reads one field and stores it in `node` (a wire value matched to its
+    /// declaration). `false` when the node's bytes ended (or its group's end-group tag was read).
+    fn general(
+        &mut self,
+        node: u32,
+        class: &Class,
+        r: &mut Reader<'_>,
+        depth: u32,
+        group: Option<u32>,
+    ) -> Result<bool, DecodeError> {
+        let f = match r.next_field() {
+            Ok(Some(f)) => f,
+            Ok(None) => {
+                if group.is_some() {
+                    return Err(self.fail(DecodeErrorKind::Wire(WireErrorKind::UnclosedGroup), r.offset()));
+                }
+                return Ok(false);
+            }
+            Err(e) => return Err(self.wire_err(e)),
+        };
+        if f.value == Value::EndGroup {
+            if group == Some(f.number) {
+                return Ok(false);
+            }
+            return Err(self.fail(DecodeErrorKind::Wire(WireErrorKind::UnmatchedEndGroup), f.start));
+        }
+        let Some(fi) = class.index_of(f.number) else {
+            if f.value == Value::StartGroup {
+                r.skip_group(f.number, self.opts.max_depth.saturating_sub(depth)).map_err(|e| self.wire_err(e))?;
+            }
+            let raw = &self.input[f.start..r.offset()];
+            self.unknown(node, raw, f.start)?;
+            return Ok(true);
+        };
+        self.field(node, fi, f, r, depth)?;
+        Ok(true)
+    }
+
+    /// The fast path: decodes `node` (ended by the reader's end, or by `group`'s end-group tag)
+    /// and every sub-message and group in it, the nested ones on an explicit stack of
+    /// [`Frame`]s rather than by recursion. A field the class declares, in the wire type its
+    /// type is written in (not a packed run), is read and stored as the class's schema-table
+    /// entry says, plain scalars in a run of their own ([`plain_scalars`]); the presence mask
+    /// and the count of scalars of the node being read are kept in registers. Anything else,
+    /// and anything wrong, is left to the general path one field at a time
+    /// ([`general`](Self::general)), which names what is wrong.
+    fn fast_run(&mut self, node: u32, r: &mut Reader<'_>, depth: u32, group: Option<u32>) -> Result<(), DecodeError> {
+        let table = self.table;
+        let (whole, mut pos, base) = r.parts();
+        // Frames below this one are a caller's.
+        let top = self.msg.frames.len();
+        // The message (or group) being read: its node, class, presence mask, its bytes (a
+        // group's are its parent's), its group number (0: a message) and its depth.
+        let mut node = node;
+        let mut n = self.msg.nodes[node as usize];
+        let mut class = table.class(n.class);
         let mut mask = n.mask;
+        let mut buf = whole;
+        let mut group = group.unwrap_or(0);
+        let mut depth = depth;
         // Host scalars read and not yet counted (they count 8 bytes each, in order: counted
         // before anything else is).
         let mut scalars = 0u64;
-        let step = loop {
-            let start = pos;
-            if pos >= buf.len() {
-                break Step::Done;
+        'read: loop {
+            // Leaves the message (or group) being read for the one it is in, or returns when
+            // that is the one this was called for.
+            macro_rules! leave {
+                () => {{
+                    self.count_scalars(std::mem::take(&mut scalars));
+                    self.msg.nodes[node as usize].mask = mask;
+                    let f = if self.msg.frames.len() > top { self.msg.frames.pop() } else { None };
+                    let Some(f) = f else {
+                        r.set_pos(pos);
+                        return Ok(());
+                    };
+                    self.msg.path.pop();
+                    node = f.node;
+                    n = self.msg.nodes[node as usize];
+                    class = table.class(n.class);
+                    mask = f.mask;
+                    buf = &whole[..f.limit];
+                    group = f.group;
+                    depth -= 1;
+                    continue 'read;
+                }};
             }
-            let Some((tag, p)) = varint(buf, pos) else { break Step::Slow };
-            let Some(&fast) = class.fast(tag >> 3) else { break Step::Slow };
-            if (tag & 7) as u8 != fast.wire || fast.op == FastOp::None {
-                if tag & 7 == WireType::EndGroup as u64 && (1..=u64::from(wire::MAX_FIELD_NUMBER)).contains(&(tag >> 3))
-                {
-                    pos = p;
-                    break Step::End((tag >> 3) as u32, base + start);
+            let next = if n.device {
+                match varint(buf, pos) {
+                    _ if pos >= buf.len() => Next::End,
+                    Some((tag, p)) => match class.fast(tag >> 3) {
+                        Some(&fast) => Next::Field(pos, tag, p, fast),
+                        None => Next::Slow,
+                    },
+                    None => Next::Slow,
                 }
-                break Step::Slow;
-            }
-            pos = p;
-            let fi = usize::from(fast.fi);
-            let at = n.base as usize + fi;
-            let device = n.device || fast.device;
-            let plain_host = fast.plain && !n.device;
-            let leaf = (n.class, fi);
-            let slot = match fast.op {
-                FastOp::Message | FastOp::Bytes | FastOp::Utf8 => {
-                    let Some((len, q)) = varint(buf, pos) else {
-                        pos = start;
-                        break Step::Slow;
-                    };
-                    let Some(end) =
-                        usize::try_from(len).ok().and_then(|l| q.checked_add(l)).filter(|&e| e <= buf.len())
-                    else {
-                        pos = start;
-                        break Step::Slow;
-                    };
-                    let body = &buf[q..end];
-                    match fast.op {
-                        FastOp::Message => {
-                            self.count_scalars(std::mem::take(&mut scalars));
-                            let child = self.child(fast.sub, at, base + start, depth, fast.repeated, device, leaf)?;
+            } else {
+                // The common case first: a run of plain scalars, the node's slots borrowed once
+                // for all of it.
+                let slots = &mut self.msg.slots[n.base as usize..(n.base + n.width) as usize];
+                match plain_scalars(table, class, buf, &mut pos, slots, &mut mask, &mut scalars) {
+                    Run::Done => Next::End,
+                    Run::Slow => Next::Slow,
+                    Run::Field { start, tag, p, fast } => Next::Field(start, tag, p, fast),
+                }
+            };
+            // Where the field the general path is to read starts, if the fast path leaves it.
+            let slow: usize = 'fast: {
+                let (start, tag, p, fast) = match next {
+                    Next::Field(start, tag, p, fast) => (start, tag, p, fast),
+                    // A group's bytes do not end before its end-group tag (the general path
+                    // says so).
+                    Next::End if group == 0 => leave!(),
+                    Next::End | Next::Slow => break 'fast pos,
+                };
+                if (tag & 7) as u8 != fast.wire || fast.op == FastOp::None {
+                    if tag & 7 == WireType::EndGroup as u64 && group != 0 && tag >> 3 == u64::from(group) {
+                        pos = p;
+                        leave!();
+                    }
+                    // Unknown fields, packed runs, end-group tags that close no group and wrong
+                    // wire types.
+                    break 'fast start;
+                }
+                let fi = usize::from(fast.fi);
+                let at = n.base as usize + fi;
+                let device = n.device || fast.device;
+                let leaf = (n.class, fi);
+                let slot = match fast.op {
+                    FastOp::Message | FastOp::Group => {
+                        let (q, end) = match fast.op {
+                            FastOp::Message => match len_prefixed(buf, p) {
+                                Some(x) => x,
+                                None => break 'fast start,
+                            },
+                            _ => (p, buf.len()),
+                        };
+                        self.count_scalars(std::mem::take(&mut scalars));
+                        let child = self.child(fast.sub, at, base + start, depth, fast.repeated, device, leaf)?;
+                        if fast.op == FastOp::Message {
                             if !device {
                                 self.count(false, 8);
                             }
-                            self.msg.hint_len(child, body.len());
-                            // `descend`, written out: calling it here measured slower.
-                            let mut sub_r = Reader::at(body, base + q);
-                            self.msg.path.push((n.class, fi as u16));
-                            self.fields(child, &mut sub_r, depth + 1, None)?;
-                            self.msg.path.pop();
-                            pos = end;
-                            Slot::Msg(child)
+                            self.msg.hint_len(child, end - q);
                         }
-                        FastOp::Utf8 if !ascii(body) && std::str::from_utf8(body).is_err() => {
-                            pos = start;
-                            break Step::Slow;
+                        // The parent's slot is set on the way in (the child's bytes touch only
+                        // the child's node), then the child is read in its place.
+                        self.put_fast(node, at, fi, &fast, &mut mask, Slot::Msg(child));
+                        self.msg.frames.push(Frame { node, mask, limit: buf.len(), group });
+                        self.msg.path.push((n.class, fi as u16));
+                        node = child;
+                        n = self.msg.nodes[node as usize];
+                        class = table.class(n.class);
+                        mask = n.mask;
+                        buf = &whole[..end];
+                        group = if fast.op == FastOp::Group { (tag >> 3) as u32 } else { 0 };
+                        depth += 1;
+                        pos = q;
+                        continue 'read;
+                    }
+                    FastOp::Bytes | FastOp::Utf8 => {
+                        let Some((q, end)) = len_prefixed(buf, p) else { break 'fast start };
+                        let body = &buf[q..end];
+                        if fast.op == FastOp::Utf8 && !ascii(body) && std::str::from_utf8(body).is_err() {
+                            break 'fast start;
                         }
-                        _ => {
-                            if !device {
-                                self.count_scalars(std::mem::take(&mut scalars));
-                            }
-                            pos = end;
-                            self.store(device, body, base + start, Some(leaf))?
+                        if !device {
+                            self.count_scalars(std::mem::take(&mut scalars));
                         }
+                        pos = end;
+                        self.store(device, body, base + start, Some(leaf))?
                     }
-                }
-                FastOp::Group => {
-                    self.count_scalars(std::mem::take(&mut scalars));
-                    let child = self.child(fast.sub, at, base + start, depth, fast.repeated, device, leaf)?;
-                    r.set_pos(pos);
-                    self.descend(leaf, child, r, depth, Some((tag >> 3) as u32))?;
-                    pos = r.parts().1;
-                    Slot::Msg(child)
-                }
-                op => {
-                    // One step per type: read the value, store its bits.
-                    macro_rules! var {
-                        (|$v:ident| $bits:expr) => {{
-                            let Some(($v, q)) = varint(buf, pos) else {
-                                pos = start;
-                                break Step::Slow;
-                            };
-                            pos = q;
-                            $bits
-                        }};
-                    }
-                    macro_rules! fixed {
-                        ($n:literal, |$b:ident| $bits:expr) => {{
-                            let Some(b) = buf.get(pos..pos + $n) else {
-                                pos = start;
-                                break Step::Slow;
-                            };
-                            let $b: [u8; $n] = b.try_into().expect("the width");
-                            pos += $n;
-                            $bits
-                        }};
-                    }
-                    let bits = match op {
-                        FastOp::VarRaw => var!(|v| v),
-                        FastOp::VarInt32 => var!(|v| v as i32 as i64 as u64),
-                        FastOp::VarUint32 => var!(|v| u64::from(v as u32)),
-                        FastOp::VarBool => var!(|v| u64::from(v != 0)),
-                        FastOp::VarSint32 => var!(|v| wire::unzigzag32(v as u32) as i64 as u64),
-                        FastOp::VarSint64 => var!(|v| wire::unzigzag64(v) as u64),
-                        FastOp::VarClosedEnum => var!(|v| {
-                            if !self.table.enum_type(fast.sub).declares(v as i32) {
-                                pos = start;
-                                break Step::Slow;
-                            }
-                            v as i32 as i64 as u64
-                        }),
-                        FastOp::Fixed64 => fixed!(8, |b| u64::from_le_bytes(b)),
-                        FastOp::Fixed32 => fixed!(4, |b| u64::from(u32::from_le_bytes(b))),
-                        _ => fixed!(4, |b| i32::from_le_bytes(b) as i64 as u64),
-                    };
-                    if plain_host {
-                        // The common case: a singular host scalar, stored and nothing else.
-                        scalars += 1;
-                        self.msg.slots[at] = Slot::Scalar(bits);
-                        if fi < 64 {
-                            mask |= 1 << fi;
+                    _ => {
+                        let Some((bits, q)) = scalar(table, &fast, buf, p) else { break 'fast start };
+                        pos = q;
+                        if device {
+                            self.count(true, 8);
+                        } else {
+                            scalars += 1;
                         }
-                        continue;
+                        Slot::Scalar(bits)
                     }
-                    if device {
-                        self.count(true, 8);
-                    } else {
-                        scalars += 1;
-                    }
-                    Slot::Scalar(bits)
-                }
+                };
+                self.put_fast(node, at, fi, &fast, &mut mask, slot);
+                continue 'read;
             };
-            // `Message::put`, written out (the mask in a register).
-            if fast.repeated {
-                self.msg.push_elem(at, slot);
-            } else {
-                if fast.oneof && self.msg.slots[at] == Slot::Absent {
-                    self.msg.nodes[node as usize].mask = mask;
-                    self.msg.clear_oneof(node, fi);
-                    mask = self.msg.nodes[node as usize].mask;
-                }
-                self.msg.slots[at] = slot;
+            // One field by the general path, counted in order.
+            self.count_scalars(std::mem::take(&mut scalars));
+            self.msg.nodes[node as usize].mask = mask;
+            let mut sr = Reader::at(buf, base);
+            sr.set_pos(slow);
+            let more = self.general(node, class, &mut sr, depth, (group != 0).then_some(group))?;
+            pos = sr.parts().1;
+            mask = self.msg.nodes[node as usize].mask;
+            if !more {
+                leave!();
             }
-            if fi < 64 {
-                mask |= 1 << fi;
+        }
+    }
+
+    /// `Message::put` for the fast path (the mask in a register): `slot` appended to a repeated
+    /// field, or stored in a singular one's slot (first clearing the other members of its
+    /// oneof when it was absent); the field marked present.
+    #[inline(always)]
+    fn put_fast(&mut self, node: u32, at: usize, fi: usize, fast: &Fast, mask: &mut u64, slot: Slot) {
+        if fast.repeated {
+            self.msg.push_elem(at, slot);
+        } else {
+            if fast.oneof && self.msg.slots[at] == Slot::Absent {
+                self.msg.nodes[node as usize].mask = *mask;
+                self.msg.clear_oneof(node, fi);
+                *mask = self.msg.nodes[node as usize].mask;
             }
-        };
-        self.count_scalars(scalars);
-        self.msg.nodes[node as usize].mask = mask;
-        r.set_pos(pos);
-        Ok(step)
+            self.msg.slots[at] = slot;
+        }
+        if fi < 64 {
+            *mask |= 1 << fi;
+        }
     }
 
     fn unknown(&mut self, node: u32, raw: &[u8], at: usize) -> Result<(), DecodeError> {

@@ -110,6 +110,22 @@ pub struct Body {
     pub(crate) stats: DecodeStats,
     /// (class, field index) of each sub-message being decoded, for error paths.
     pub(crate) path: Vec<(ClassId, u16)>,
+    /// The decoder's stack of messages it is inside (kept here for its capacity).
+    pub(crate) frames: Vec<Frame>,
+}
+
+/// A message (or group) the decoder's fast path is inside while it reads one nested in it:
+/// what it resumes with when that one ends.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Frame {
+    /// Its node.
+    pub node: u32,
+    /// Its presence mask.
+    pub mask: u64,
+    /// Where its bytes end in the reader's buffer.
+    pub limit: usize,
+    /// Its group's field number (0: a message).
+    pub group: u32,
 }
 
 impl std::ops::Deref for Message<'_> {
@@ -153,6 +169,7 @@ impl Body {
         self.slots.clear();
         self.elems.clear();
         self.path.clear();
+        self.frames.clear();
         self.stats = DecodeStats::default();
         // A thread being torn down keeps nothing.
         let _ = SPARE.try_with(|s| {

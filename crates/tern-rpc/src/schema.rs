@@ -343,8 +343,8 @@ pub(crate) struct Fast {
     pub repeated: bool,
     pub device: bool,
     pub oneof: bool,
-    /// Neither repeated nor in a oneof nor device-placed: a value is stored into its slot and
-    /// nothing else.
+    /// A scalar neither repeated nor in a oneof nor device-placed: its value is stored into its
+    /// slot and nothing else (the decoder's run of plain scalars takes it).
     pub plain: bool,
     /// Index into [`Class::fields`].
     pub fi: u16,
@@ -380,7 +380,10 @@ impl Fast {
             repeated: f.label == Label::Repeated,
             device: f.placement == Placement::Device,
             oneof: f.oneof.is_some(),
-            plain: f.label != Label::Repeated && f.oneof.is_none() && f.placement != Placement::Device,
+            plain: f.label != Label::Repeated
+                && f.oneof.is_none()
+                && f.placement != Placement::Device
+                && !matches!(op, FastOp::Bytes | FastOp::Utf8 | FastOp::Message | FastOp::Group),
             fi: fi as u16,
             sub,
         }

@@ -171,8 +171,108 @@ mod fast_path_twin {
         }
     }
 
+    /// Groups and messages nested in each other, several deep: the fast path reads them on a
+    /// stack of its own, and must come back to each enclosing group or message as it was.
+    const NESTED: &str = include_str!("nested.proto");
+
+    /// `G { Outer { a: 1, m { x: 2, m { x: 3 }, H { y: 4, m { H { y: 5 } } } }, Inner { m { x: 6 }, s: "q" },
+    /// Inner { s: "r" }, b: 7 }, after { x: 8 }, z: 9 }`, fields in number order.
+    fn nested_input() -> Vec<u8> {
+        use tern_rpc::schema::WireType;
+        use tern_rpc::wire::{put_tag, put_varint};
+        fn int(out: &mut Vec<u8>, n: u32, v: u64) {
+            put_tag(out, n, WireType::Varint);
+            put_varint(out, v);
+        }
+        fn len(out: &mut Vec<u8>, n: u32, body: &[u8]) {
+            put_tag(out, n, WireType::Len);
+            put_varint(out, body.len() as u64);
+            out.extend_from_slice(body);
+        }
+        fn group(out: &mut Vec<u8>, n: u32, body: &[u8]) {
+            put_tag(out, n, WireType::StartGroup);
+            out.extend_from_slice(body);
+            put_tag(out, n, WireType::EndGroup);
+        }
+        let m = |x: u64| {
+            let mut b = Vec::new();
+            int(&mut b, 1, x);
+            b
+        };
+        let mut h_inner = Vec::new();
+        group(&mut h_inner, 3, &{
+            let mut b = Vec::new();
+            int(&mut b, 1, 5);
+            b
+        });
+        let mut h = Vec::new();
+        int(&mut h, 1, 4);
+        len(&mut h, 2, &h_inner);
+        let mut outer_m = m(2);
+        len(&mut outer_m, 2, &m(3));
+        group(&mut outer_m, 3, &h);
+        let mut outer = Vec::new();
+        int(&mut outer, 1, 1);
+        len(&mut outer, 2, &outer_m);
+        let mut inner1 = Vec::new();
+        len(&mut inner1, 1, &m(6));
+        len(&mut inner1, 2, b"q");
+        group(&mut outer, 3, &inner1);
+        let mut inner2 = Vec::new();
+        len(&mut inner2, 2, b"r");
+        group(&mut outer, 3, &inner2);
+        int(&mut outer, 4, 7);
+        let mut g = Vec::new();
+        group(&mut g, 1, &outer);
+        len(&mut g, 2, &m(8));
+        int(&mut g, 3, 9);
+        g
+    }
+
+    #[test]
+    fn nested_groups_and_messages_come_back_to_their_parents() {
+        let t = tern_rpc::schema::compile_str("nested.proto", NESTED).unwrap();
+        let input = nested_input();
+        let class = t.class_by_name("G").unwrap().id;
+        let (p, o) = (Pools::default(), DecodeOptions::default());
+        for m in [decode(&t, class, &input, &p, &o).unwrap(), decode_general(&t, class, &input, &p, &o).unwrap()] {
+            assert_eq!(tern_rpc::encode::encode(&m), input);
+            let Some(FieldValue::Message(outer)) = m.root().get(1) else { panic!("no Outer") };
+            // Read after the nested message and groups it holds.
+            assert_eq!((outer.get(1), outer.get(4)), (Some(FieldValue::I32(1)), Some(FieldValue::I32(7))));
+            assert_eq!(m.root().get(3), Some(FieldValue::I32(9)));
+        }
+        agree(&t, "G", &input, o).unwrap();
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        /// The nested groups and messages with bytes changed, cut short, or a part repeated.
+        #[test]
+        fn on_changed_nesting(
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+            cut in prop::option::of(any::<prop::sample::Index>()),
+            repeat in prop::option::of((any::<prop::sample::Index>(), any::<prop::sample::Index>())),
+            temp in 1usize..64,
+        ) {
+            static T: std::sync::OnceLock<SchemaTable> = std::sync::OnceLock::new();
+            let t = T.get_or_init(|| tern_rpc::schema::compile_str("nested.proto", NESTED).unwrap());
+            let mut b = nested_input();
+            if let Some((from, len)) = repeat {
+                let from = from.index(b.len());
+                let part = b[from..from + len.index(b.len() - from + 1)].to_vec();
+                b.splice(from..from, part);
+            }
+            for (at, v) in edits {
+                let i = at.index(b.len());
+                b[i] = v;
+            }
+            if let Some(cut) = cut {
+                b.truncate(cut.index(b.len() + 1));
+            }
+            agree(t, "G", &b, DecodeOptions { temp_buffer_bytes: temp, ..DecodeOptions::default() })?;
+        }
 
         #[test]
         fn on_changed_fixtures(
