@@ -89,6 +89,26 @@ impl ChunkPool {
         Some(Vec::with_capacity(n * self.chunk))
     }
 
+    /// Takes `n` chunks' worth as one empty buffer (a chunk from the free list for one, fresh
+    /// memory for a run), counted out; `None` past the limit. Given back with
+    /// [`give_run`](Self::give_run).
+    pub(crate) fn take_run(&self, n: usize) -> Option<Vec<u8>> {
+        self.take(n, &mut None)
+    }
+
+    /// Gives back a buffer [`take_run`](Self::take_run) counted as `n` chunks: a single chunk of
+    /// this pool's size kept on the free list, anything else freed.
+    pub(crate) fn give_run(&self, mut buf: Vec<u8>, n: usize) {
+        self.inner.out.fetch_sub(n, Ordering::Relaxed);
+        if n == 1 && buf.capacity() == self.chunk {
+            buf.clear();
+            let mut free = self.lock();
+            if free.len() < 4096 {
+                free.push(buf);
+            }
+        }
+    }
+
     /// Gives chunks back: a run freed, a chunk kept as `spare` (when that is empty) or on the
     /// free list.
     pub(crate) fn give(&self, chunks: &mut Vec<Vec<u8>>, spare: &mut Option<Vec<u8>>) {

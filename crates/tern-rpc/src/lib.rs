@@ -29,6 +29,9 @@
 //! [`decode`] reads wire bytes into a [`message::Message`] placed by the table, [`build`] makes
 //! and changes messages, [`encode`] and [`serialize`] write them back.
 //!
+//! [`cu`] runs RPC kernels ([`kernel`]: LZ4 and zstd compression, AES-256-GCM) on compute units
+//! that read and write device memory only.
+//!
 //! [`check`] says what of a schema table exceeds a hardware profile's table (classes, field
 //! slots, nesting depth).
 #![forbid(unsafe_code)]
@@ -36,9 +39,11 @@
 pub mod arena;
 pub mod build;
 pub mod check;
+pub mod cu;
 pub mod decode;
 pub mod encode;
 pub mod json;
+pub mod kernel;
 pub mod message;
 pub mod schema;
 pub mod serialize;
