@@ -32,7 +32,8 @@ use std::fmt;
 
 use crate::arena::Pool;
 use crate::decode::Pools;
-use crate::message::{FieldValue, Message, MessageRef, Slot};
+use crate::message::{FieldValue, Message, MessageRef, NONE, Slot};
+use crate::placement::LiveSchema;
 use crate::schema::{Class, ClassId, Field, Kind, Label, Placement, SchemaTable};
 
 /// A field named by its number or its name.
@@ -66,6 +67,9 @@ impl FieldId for &str {
 pub enum BuildErrorKind {
     /// The class declares no such field.
     NoField,
+    /// Not a reference field (a string, bytes or message field, singular or repeated): it has
+    /// no data of its own in a pool to move.
+    NotReference,
     /// A value of another type than the field's.
     WrongType {
         /// The field's type.
@@ -103,6 +107,9 @@ impl fmt::Display for BuildErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BuildErrorKind::NoField => f.write_str("no such field"),
+            BuildErrorKind::NotReference => {
+                f.write_str("not a string, bytes or message field (the only fields whose data can move)")
+            }
             BuildErrorKind::WrongType { expected, given } => write!(f, "a {expected} field given a {given} value"),
             BuildErrorKind::Repeated => f.write_str("a repeated field (push, push_message or insert)"),
             BuildErrorKind::NotRepeated => f.write_str("not a repeated field (set or message)"),
@@ -128,6 +135,18 @@ impl<'t> Message<'t> {
     pub fn root_mut(&mut self) -> MessageMut<'_, 't> {
         MessageMut { msg: self, node: 0 }
     }
+}
+
+/// What a move of a field copied between host and device memory (the modelled PCIe transfer).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Moved {
+    /// String and bytes values copied.
+    pub values: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Whether the schema table's placement of the field changed with it (automatic field
+    /// updating).
+    pub schema_updated: bool,
 }
 
 /// A message node being changed (the top level, or a sub-message reached from it).
@@ -350,6 +369,150 @@ impl<'t> MessageMut<'_, 't> {
         let mut e = self.entry(id, key)?;
         let node = e.message(2u32)?.node;
         Ok(MessageMut { msg: e.msg, node })
+    }
+
+    /// The field's index, declaration and stored slot, for a reference field.
+    fn reference(&self, id: impl FieldId) -> Result<(usize, &'t Field, Slot), BuildError> {
+        let class = self.class();
+        let fi = id.index_in(class).ok_or_else(|| self.error(None, id, BuildErrorKind::NoField))?;
+        let f = &class.fields[fi];
+        if !matches!(f.kind, Kind::String | Kind::Bytes | Kind::Message(_) | Kind::Group(_)) {
+            return Err(self.error(Some(fi), id, BuildErrorKind::NotReference));
+        }
+        Ok((fi, f, self.msg.slots[self.at(fi)]))
+    }
+
+    /// Whether field `id`'s data is in device memory (Table III's `isInNIC`): a string's or
+    /// bytes' value, a sub-message (its node), a repeated field's elements (all of them). A
+    /// field without data reads as where the schema table placed it.
+    pub fn is_in_nic(&self, id: impl FieldId) -> Result<bool, BuildError> {
+        let (_, f, slot) = self.reference(id)?;
+        let placed = self.device(f);
+        let in_nic = |s: Slot| match s {
+            Slot::Bytes(p, _) => p == Pool::Device,
+            Slot::Msg(n) => self.msg.nodes[n as usize].device,
+            _ => placed,
+        };
+        Ok(match slot {
+            Slot::List { first, .. } => self.msg.elems_from(first).all(in_nic),
+            s => in_nic(s),
+        })
+    }
+
+    /// Moves field `id`'s data to device memory (Table III's `moveToNIC`): each string and bytes
+    /// value copied into the device arena and its reference updated; a sub-message with
+    /// everything in it. With `schema` updating, the field's placement in the schema table
+    /// follows (the next message is deserialized there).
+    pub fn move_to_nic(&mut self, id: impl FieldId, schema: Option<&LiveSchema>) -> Result<Moved, BuildError> {
+        self.move_field(id, Placement::Device, schema)
+    }
+
+    /// Moves field `id`'s data to host memory (Table III's `moveToCPU`); see
+    /// [`move_to_nic`](Self::move_to_nic).
+    pub fn move_to_cpu(&mut self, id: impl FieldId, schema: Option<&LiveSchema>) -> Result<Moved, BuildError> {
+        self.move_field(id, Placement::Host, schema)
+    }
+
+    fn move_field(
+        &mut self,
+        id: impl FieldId,
+        to: Placement,
+        schema: Option<&LiveSchema>,
+    ) -> Result<Moved, BuildError> {
+        let (fi, _, slot) = self.reference(id)?;
+        let device = to == Placement::Device;
+        let mut moved = Moved::default();
+        // Slots to move (and where each is stored: a node's slot or a list element), then
+        // sub-messages' contents, without recursion.
+        let mut todo: Vec<Slot> = match slot {
+            Slot::List { first, .. } => self.msg.elems_from(first).collect(),
+            s => vec![s],
+        };
+        let at = self.at(fi);
+        let mut list = match slot {
+            Slot::List { first, .. } => first,
+            _ => NONE,
+        };
+        // The field's own values first, in place.
+        for (k, s) in todo.clone().into_iter().enumerate() {
+            let new = self
+                .move_slot(s, device, &mut moved)
+                .map_err(|p| self.error(Some(fi), id, BuildErrorKind::PoolExhausted(p)))?;
+            if list == NONE {
+                self.msg.slots[at] = new;
+            } else {
+                let e = &mut self.msg.elems[list as usize];
+                e.slot = new;
+                list = e.next;
+            }
+            todo[k] = new;
+        }
+        // Then everything inside the sub-messages moved.
+        let mut nodes: Vec<u32> =
+            todo.iter().filter_map(|s| if let Slot::Msg(n) = s { Some(*n) } else { None }).collect();
+        while let Some(n) = nodes.pop() {
+            self.msg.nodes[n as usize].device = device;
+            let node = self.msg.nodes[n as usize];
+            for i in node.base..node.base + node.width {
+                let s = self.msg.slots[i as usize];
+                if let Slot::List { first, .. } = s {
+                    let mut e = first;
+                    while e != NONE {
+                        let el = self.msg.elems[e as usize];
+                        let new = self
+                            .move_slot(el.slot, device, &mut moved)
+                            .map_err(|p| self.error(Some(fi), id, BuildErrorKind::PoolExhausted(p)))?;
+                        self.msg.elems[e as usize].slot = new;
+                        if let Slot::Msg(c) = new {
+                            nodes.push(c);
+                        }
+                        e = el.next;
+                    }
+                } else {
+                    let new = self
+                        .move_slot(s, device, &mut moved)
+                        .map_err(|p| self.error(Some(fi), id, BuildErrorKind::PoolExhausted(p)))?;
+                    self.msg.slots[i as usize] = new;
+                    if let Slot::Msg(c) = new {
+                        nodes.push(c);
+                    }
+                }
+            }
+        }
+        if let Some(live) = schema {
+            let class = self.msg.nodes[self.node as usize].class;
+            moved.schema_updated = live.moved(class, fi, to);
+        }
+        Ok(moved)
+    }
+
+    /// One stored value moved to device (or host) memory: a string's or bytes' value copied
+    /// into the other arena (unless it is there already), its new reference returned; anything
+    /// else as it is.
+    fn move_slot(&mut self, s: Slot, device: bool, moved: &mut Moved) -> Result<Slot, Pool> {
+        let Slot::Bytes(pool, span) = s else { return Ok(s) };
+        let to = if device { Pool::Device } else { Pool::Host };
+        if pool == to {
+            return Ok(s);
+        }
+        let pools = self.msg.pools;
+        // The bytes are read from one arena (or the input, in alias mode) and pushed into the
+        // other: disjoint parts of the message.
+        let msg = &mut *self.msg;
+        let input = msg.input;
+        let body = &mut **msg;
+        let (from, into, into_pool) = match to {
+            Pool::Device => (&body.host, &mut body.device, &pools.device),
+            Pool::Host => (&body.device, &mut body.host, &pools.host),
+        };
+        let bytes = match (pool, span.chunk) {
+            (Pool::Host, crate::message::INPUT_CHUNK) => &input[span.off as usize..(span.off + span.len) as usize],
+            _ => from.get(span),
+        };
+        let new = into.push(into_pool, bytes).ok_or(to)?;
+        moved.values += 1;
+        moved.bytes += u64::from(span.len);
+        Ok(Slot::Bytes(to, new))
     }
 
     /// Clears a field (a repeated one: all its elements).

@@ -45,6 +45,7 @@ pub mod encode;
 pub mod json;
 pub mod kernel;
 pub mod message;
+pub mod placement;
 pub mod schema;
 pub mod serialize;
 pub mod wire;

@@ -460,6 +460,21 @@ impl SchemaTable {
         &self.classes[id as usize]
     }
 
+    /// This table with field index `fi` of class `class` placed at `placement` (the schema
+    /// table's entry updated as RpcNIC's automatic field updating does, §III-F); `None` for a
+    /// class or field it does not have.
+    pub fn with_placement(&self, class: ClassId, fi: usize, placement: Placement) -> Option<SchemaTable> {
+        let mut t = self.clone();
+        let c = t.classes.get_mut(class as usize)?;
+        let f = c.fields.get_mut(fi)?;
+        f.placement = placement;
+        let (number, fast) = (f.number as usize, Fast::of(fi, f, &self.enums));
+        if let Some(e) = c.dense.get_mut(number) {
+            *e = fast;
+        }
+        Some(t)
+    }
+
     /// The class named `name`: its full name, or a name unique without its package.
     pub fn class_by_name(&self, name: &str) -> Option<&Class> {
         if let Some(&id) = self.by_name.get(name) {
