@@ -131,9 +131,13 @@ pub mod latency {
     pub const PCIE_ROUND_TRIP: &str = "pcie.round_trip";
     /// A host DRAM access.
     pub const HOST_DRAM: &str = "host.dram";
+    /// Link time of one DMA write across PCIe besides its bytes (descriptor and transaction
+    /// overhead).
+    pub const PCIE_WRITE: &str = "pcie.write";
 }
 
 pub mod flow;
+pub mod rpc;
 pub mod rsd;
 
 /// Names of the built-in profiles.
@@ -195,6 +199,10 @@ pub struct Profile {
     /// QNP parameters (the paper's defaults where the profile gives none).
     #[serde(default)]
     pub qnp: QnpParams,
+    /// FPGA area, where the paper gives it: the device's totals (`device.luts`,
+    /// `device.registers`, `device.bram36`) and what its blocks use (`BLOCK.luts`, ...).
+    #[serde(default)]
+    pub area: BTreeMap<String, f64>,
 }
 
 /// Errors loading a profile.
@@ -284,7 +292,7 @@ impl Profile {
         {
             return Err(invalid(format!("clock_mhz {mhz} must be a positive number")));
         }
-        for (name, v) in self.rates.iter().chain(self.latency_ns.iter()) {
+        for (name, v) in self.rates.iter().chain(self.latency_ns.iter()).chain(self.area.iter()) {
             if !(*v >= 0.0 && v.is_finite()) {
                 return Err(invalid(format!("{name} = {v} must be a non-negative number")));
             }
@@ -315,6 +323,14 @@ impl Profile {
     /// A rate, where the profile models it.
     pub fn rate(&self, name: &str) -> Option<f64> {
         self.rates.get(name).copied()
+    }
+
+    /// The share of the device's `resource` (`luts`, `registers`, `bram36`) that `block` uses,
+    /// in per cent, where the profile gives both.
+    pub fn area_percent(&self, block: &str, resource: &str) -> Option<f64> {
+        let used = self.area.get(&format!("{block}.{resource}"))?;
+        let total = self.area.get(&format!("device.{resource}")).filter(|&&t| t > 0.0)?;
+        Some(100.0 * used / total)
     }
 
     /// The profile as TOML.
@@ -485,6 +501,77 @@ mod tests {
         assert_eq!(p.rate(rate::SERIALIZER_BYTES_PER_S), Some(64.0 * 250e6));
         assert_eq!(p.latency_ns.get(latency::PCIE_ROUND_TRIP), Some(&1250.0));
         assert_eq!(p.latency_ns.get(latency::HOST_DRAM), Some(&70.0));
+    }
+
+    /// Table IV's percentages follow from the U280's totals and each design's use (within the
+    /// rounding of both: the paper prints thousands and a percentage rounded to its last digit;
+    /// the serializer's 30 K LUTs are 2.30% of 1,304 K, printed 2.2%, the one entry 0.1 off).
+    #[test]
+    fn rpcnic_table_iv_percentages_follow_from_the_u280() {
+        let p = Profile::builtin("rpcnic-u280").unwrap();
+        // As the paper prints them.
+        let paper = [
+            ("protoacc_pcie", ["17", "9", "29"]),
+            ("rpcnic", ["13", "8", "27"]),
+            ("serializer", ["2.2", "0.41", "2.7"]),
+            ("deserializer", ["1.1", "0.3", "0.3"]),
+        ];
+        for (block, pct) in paper {
+            for (r, printed) in ["luts", "registers", "bram36"].into_iter().zip(pct) {
+                let got = p.area_percent(block, r).unwrap();
+                let want: f64 = printed.parse().unwrap();
+                // Half a unit of the paper's last digit, and of the thousands it prints.
+                let decimals = printed.split('.').nth(1).map_or(0, str::len) as i32;
+                let digit = 0.5 * 10f64.powi(-decimals);
+                let tol = if (block, r) == ("serializer", "luts") { 0.11 } else { digit + 0.04 };
+                assert!((got - want).abs() <= tol, "{block} {r}: {got:.3}% against the paper's {want}%");
+            }
+        }
+        assert_eq!(p.area_percent("rpcnic", "dsp"), None);
+    }
+
+    #[test]
+    fn rpcnic_pcie_is_17_9_times_host_dram() {
+        let m = rpc::RpcModel::from_profile(&Profile::builtin("rpcnic-u280").unwrap()).unwrap();
+        assert_eq!(format!("{:.1}", m.pcie_over_dram()), "17.9");
+    }
+
+    /// Projections move with the profile: a faster link, fewer lanes.
+    #[test]
+    fn rpcnic_projections_follow_the_profile() {
+        let p = Profile::builtin("rpcnic-u280").unwrap();
+        let c = rpc::Counts {
+            bytes: 20_000,
+            fields: 200,
+            host_writes_one_shot: 5,
+            host_writes_field_by_field: 200,
+            host_bytes: 20_000,
+        };
+        let before = rpc::RpcModel::from_profile(&p).unwrap();
+        let mut edited = p.clone();
+        edited.rates.insert(rate::PCIE_BYTES_PER_S.into(), 25.6e9);
+        edited.latency_ns.insert(latency::PCIE_WRITE.into(), 10.0);
+        edited.capacity.insert(resource::RPC_DESERIALIZER_LANES.into(), 1);
+        let after = rpc::RpcModel::from_profile(&edited).unwrap();
+        for mode in [rpc::WriteMode::OneShot, rpc::WriteMode::FieldByField] {
+            let (b, a) = (before.deserialize(&c, mode), after.deserialize(&c, mode));
+            assert!(a.pcie_ns < b.pcie_ns, "{mode:?}: a faster link writes sooner");
+            assert_eq!(a.parse_ns, b.parse_ns);
+        }
+        // A message mostly in device memory is parse-bound: one lane parses a quarter as many.
+        let device = rpc::Counts { host_bytes: 100, host_writes_one_shot: 1, ..c };
+        let (b, a) =
+            (before.deserialize(&device, rpc::WriteMode::OneShot), after.deserialize(&device, rpc::WriteMode::OneShot));
+        assert_eq!((b.bottleneck, a.bottleneck), (rpc::Bottleneck::Parse, rpc::Bottleneck::Parse));
+        assert!((b.aggregate_per_s / a.aggregate_per_s - 4.0).abs() < 1e-9);
+        // The host-heavy message is the link's: more link, more messages.
+        let (b, a) = (before.deserialize(&c, rpc::WriteMode::OneShot), after.deserialize(&c, rpc::WriteMode::OneShot));
+        assert_eq!(b.bottleneck, rpc::Bottleneck::Pcie);
+        assert!(a.aggregate_per_s > b.aggregate_per_s);
+        // A profile without the link's numbers cannot be projected: the error names what is missing.
+        let mut bare = p.clone();
+        bare.latency_ns.remove(latency::PCIE_WRITE);
+        assert!(rpc::RpcModel::from_profile(&bare).unwrap_err().contains("pcie.write"));
     }
 
     #[test]
