@@ -52,6 +52,11 @@ impl ChunkPool {
         self.chunk
     }
 
+    /// Whether `other` is this pool (a clone of it).
+    pub fn same_as(&self, other: &ChunkPool) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// Chunks out now.
     pub fn outstanding(&self) -> usize {
         self.inner.out.load(Ordering::Relaxed)
@@ -115,7 +120,8 @@ impl ChunkPool {
         if chunks.is_empty() {
             return;
         }
-        let n: usize = chunks.iter().map(|c| c.capacity().div_ceil(self.chunk).max(1)).sum();
+        // (An entry whose memory was taken out of its arena has none, and counts none.)
+        let n: usize = chunks.iter().map(|c| c.capacity().div_ceil(self.chunk)).sum();
         self.inner.out.fetch_sub(n, Ordering::Relaxed);
         // Chunks (not runs) are kept: the first as `spare` when that is empty, the others on
         // the free list, whose lock is taken only if there are others.
@@ -199,6 +205,30 @@ impl Arena {
         self.used = bytes.len();
         self.cur = Some(self.chunks.len() - 1);
         Some(Span { chunk: (self.chunks.len() - 1) as u32, off: 0, len: bytes.len() as u32 })
+    }
+
+    /// Takes over `buf`, `chunks` chunks already counted out of this arena's pool (a
+    /// [`crate::cu::DeviceBuf`]'s memory), as a run of its own: the span of its bytes. Given
+    /// back with the arena's other chunks.
+    pub(crate) fn adopt(&mut self, buf: Vec<u8>, chunks: usize) -> Span {
+        let len = buf.len() as u32;
+        self.chunks_taken += chunks as u64;
+        self.chunks.push(buf);
+        Span { chunk: (self.chunks.len() - 1) as u32, off: 0, len }
+    }
+
+    /// Takes the memory of `s` out of the arena, if `s` has a chunk (or run) to itself and it is
+    /// not the chunk being filled: the buffer and the chunks it counted, no longer the arena's.
+    pub(crate) fn take_whole(&mut self, s: Span, pool: &ChunkPool) -> Option<(Vec<u8>, usize)> {
+        let i = s.chunk as usize;
+        let c = self.chunks.get(i)?;
+        if self.cur == Some(i) || s.off != 0 || c.len() != s.len as usize || c.capacity() == 0 {
+            return None;
+        }
+        let buf = std::mem::take(&mut self.chunks[i]);
+        let n = buf.capacity().div_ceil(pool.chunk);
+        self.chunks_taken = self.chunks_taken.saturating_sub(n as u64);
+        Some((buf, n))
     }
 
     /// The bytes of `s`, if the arena has them.

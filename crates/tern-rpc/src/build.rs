@@ -90,6 +90,10 @@ pub enum BuildErrorKind {
     UndeclaredEnumValue(i32),
     /// The pool the value goes to has no chunk left.
     PoolExhausted(Pool),
+    /// A device buffer taken from another pool than the message's device pool.
+    ForeignBuffer,
+    /// A value not in device memory (move it there first).
+    NotInDevice,
 }
 
 /// A refused change: which field (`Class.field`, the field as given when the class has none by
@@ -116,6 +120,8 @@ impl fmt::Display for BuildErrorKind {
             BuildErrorKind::NotMessage => f.write_str("not a message or group field"),
             BuildErrorKind::NotMap => f.write_str("not a map field"),
             BuildErrorKind::UndeclaredEnumValue(n) => write!(f, "the closed enum declares no value {n}"),
+            BuildErrorKind::ForeignBuffer => f.write_str("a device buffer from another pool than the message's"),
+            BuildErrorKind::NotInDevice => f.write_str("a value not in device memory"),
             BuildErrorKind::PoolExhausted(p) => {
                 write!(f, "the {} chunk pool is exhausted", if *p == Pool::Host { "host" } else { "device" })
             }
@@ -266,6 +272,49 @@ impl<'t> MessageMut<'_, 't> {
         let slot = self.slot(fi, f, id, v)?;
         self.put(fi, slot);
         Ok(())
+    }
+
+    /// Sets a singular bytes (or proto2 string) field to the bytes of `buf`, which stays in
+    /// device memory: the message's device arena takes the buffer over, nothing is copied (a
+    /// compute unit's output becomes a response field as the NIC would leave it). The buffer must
+    /// come from the message's device pool.
+    pub fn set_device(&mut self, id: impl FieldId, buf: crate::cu::DeviceBuf) -> Result<(), BuildError> {
+        let (fi, f) = self.field(id, false)?;
+        if !(f.kind == Kind::Bytes || (f.kind == Kind::String && !f.check_utf8)) {
+            return Err(self.error(
+                Some(fi),
+                id,
+                BuildErrorKind::WrongType { expected: f.kind.name(), given: "device buffer" },
+            ));
+        }
+        let (pool, bytes, chunks) = buf.into_parts();
+        if !pool.same_as(&self.msg.pools.device) {
+            // Given back to the pool it came from.
+            pool.give_run(bytes, chunks);
+            return Err(self.error(Some(fi), id, BuildErrorKind::ForeignBuffer));
+        }
+        let span = self.msg.device.adopt(bytes, chunks);
+        self.put(fi, Slot::Bytes(Pool::Device, span));
+        Ok(())
+    }
+
+    /// Takes a singular bytes (or string) field's value out of the message, in device memory, as
+    /// a buffer for a compute unit (the field is then absent). A value with device chunks to
+    /// itself (one longer than a chunk has a run of its own) is handed over as it is, nothing
+    /// copied; a smaller one is copied into a new buffer (device memory to device memory).
+    pub fn take_device(&mut self, id: impl FieldId) -> Result<crate::cu::DeviceBuf, BuildError> {
+        let (fi, _) = self.field(id, false)?;
+        let Slot::Bytes(Pool::Device, span) = self.msg.slots[self.at(fi)] else {
+            return Err(self.error(Some(fi), id, BuildErrorKind::NotInDevice));
+        };
+        let pools = self.msg.pools;
+        let buf = match self.msg.device.take_whole(span, &pools.device) {
+            Some((bytes, chunks)) => crate::cu::DeviceBuf::from_parts(&pools.device, bytes, chunks),
+            None => crate::cu::DeviceBuf::from_slice(pools, self.msg.device.get(span))
+                .ok_or_else(|| self.error(Some(fi), id, BuildErrorKind::PoolExhausted(Pool::Device)))?,
+        };
+        self.msg.unset(self.node, fi);
+        Ok(buf)
     }
 
     /// Appends a value to a repeated scalar, string or bytes field.

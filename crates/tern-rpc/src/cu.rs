@@ -57,6 +57,11 @@ impl DeviceBuf {
         Some(d)
     }
 
+    /// A buffer over memory already counted out of `pool` (`chunks` of its chunks).
+    pub(crate) fn from_parts(pool: &ChunkPool, bytes: Vec<u8>, chunks: usize) -> DeviceBuf {
+        DeviceBuf { pool: pool.clone(), capacity: bytes.capacity(), bytes, chunks }
+    }
+
     /// The bytes it holds.
     pub fn as_slice(&self) -> &[u8] {
         &self.bytes
@@ -82,6 +87,14 @@ impl DeviceBuf {
         self.chunks
     }
 
+    /// Its memory and the chunks counted for it, no longer given back when dropped (a message's
+    /// device arena takes it over).
+    pub(crate) fn into_parts(mut self) -> (ChunkPool, Vec<u8>, usize) {
+        let bytes = std::mem::take(&mut self.bytes);
+        let chunks = std::mem::replace(&mut self.chunks, 0);
+        (self.pool.clone(), bytes, chunks)
+    }
+
     /// Empties it and runs `kernel` into it, writing at most its capacity.
     fn run(&mut self, kernel: &mut Kernel, input: &[u8]) -> Status {
         kernel.run(input, &mut self.bytes, self.capacity)
@@ -90,7 +103,9 @@ impl DeviceBuf {
 
 impl Drop for DeviceBuf {
     fn drop(&mut self) {
-        self.pool.give_run(std::mem::take(&mut self.bytes), self.chunks);
+        if self.chunks > 0 {
+            self.pool.give_run(std::mem::take(&mut self.bytes), self.chunks);
+        }
     }
 }
 

@@ -42,6 +42,7 @@ pub mod check;
 pub mod cu;
 pub mod decode;
 pub mod encode;
+pub mod image;
 pub mod json;
 pub mod kernel;
 pub mod message;

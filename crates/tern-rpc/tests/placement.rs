@@ -1,13 +1,15 @@
 //! Field movement (Table III) and automatic field updating (§III-F): moves copy a field's data
 //! between host and device memory and leave the message as it was; with updating on, the schema
-//! table follows the move, so Algorithm 1's image service moves the image once after its compute
-//! unit goes away (Figure 11a) or comes back (Figure 11b), and on every request without it.
+//! table follows the move, so Algorithm 1's image service (`tern_rpc::image`) moves the image once
+//! after its compute unit goes away (Figure 11a) or comes back (Figure 11b), and on every request
+//! without it.
 
 use tern_rpc::build::BuildErrorKind;
-use tern_rpc::cu::{ComputeUnit, DeviceBuf, UnitConfig};
+use tern_rpc::cu::{ComputeUnit, UnitConfig};
 use tern_rpc::decode::{DecodeOptions, Pools, decode};
 use tern_rpc::encode::encode;
-use tern_rpc::kernel::{Codec, Kernel, KernelKind, Status, compress};
+use tern_rpc::image;
+use tern_rpc::kernel::Kernel;
 use tern_rpc::message::{FieldValue, Message};
 use tern_rpc::placement::LiveSchema;
 use tern_rpc::schema::{Placement, SchemaTable, compile_str};
@@ -89,49 +91,23 @@ fn an_aliased_value_moves_too() {
     assert_eq!(encode(&m), bytes);
 }
 
-const COMPRESS: KernelKind = KernelKind::Compress(Codec::Lz4);
-
-/// Algorithm 1 for one request: authorize (omitted, as in the paper), then compress the
-/// avatar's image on the compute unit if it computes compression (moving the image to device
-/// memory first if it is not there), else on the host (moving it to host memory first if it is
-/// not there). The compressed size, and the values moved.
-fn serve(req: &mut Message<'_>, cu: &ComputeUnit, pools: &Pools, live: &LiveSchema) -> (usize, u64) {
-    let mut root = req.root_mut();
-    let mut avatar = root.message(2u32).unwrap();
-    let mut moves = 0;
-    let size = if cu.kind() == Some(COMPRESS) {
-        if !avatar.is_in_nic(2u32).unwrap() {
-            moves += avatar.move_to_nic(2u32, Some(live)).unwrap().values;
-        }
-        let Some(FieldValue::Bytes(img)) = avatar.as_ref().get(2) else { panic!("no image") };
-        // Device memory to device memory: the unit's input buffer.
-        let input = DeviceBuf::from_slice(pools, img).unwrap();
-        let output = DeviceBuf::alloc(pools, COMPRESS.max_output(img.len())).unwrap();
-        let done = cu.poll(cu.submit_task(input, img.len(), output).unwrap());
-        assert_eq!(done.status, Status::Ok);
-        done.length
-    } else {
-        if avatar.is_in_nic(2u32).unwrap() {
-            moves += avatar.move_to_cpu(2u32, Some(live)).unwrap().values;
-        }
-        let Some(FieldValue::Bytes(img)) = avatar.as_ref().get(2) else { panic!("no image") };
-        let mut out = Vec::new();
-        assert_eq!(compress(Codec::Lz4, img, &mut out, COMPRESS.max_output(img.len())), Status::Ok);
-        out.len()
-    };
-    (size, moves)
-}
-
-/// Eight requests; before the fourth the unit is taken away (`lose`: Figure 11a, the image
-/// starting in device memory) or given back (Figure 11b, the image starting in host memory).
-/// The values moved per request.
+/// Eight requests to Algorithm 1's image service (`tern_rpc::image`); before the fourth its
+/// compute unit is taken away (`lose`: Figure 11a, the image "Acc"-labelled as in
+/// `examples/rpc/image.proto`) or given back (Figure 11b, the image placed in host memory). The
+/// values moved per request.
 fn figure_11(lose: bool, auto_update: bool) -> Vec<u64> {
-    let live = LiveSchema::new(schema(lose), auto_update);
-    let bytes = request(&live.snapshot().0, 42);
+    let mut table = image::schema();
+    if !lose {
+        let avatar = table.class_by_name("image.Avatar").unwrap().id;
+        table = table.with_placement(avatar, 2, Placement::Host).unwrap();
+    }
+    let live = LiveSchema::new(table, auto_update);
+    let bytes = image::request(&live.snapshot().0, 42, 128, 128);
     let pools = Pools::default();
     let cu = ComputeUnit::new(UnitConfig::default()).unwrap();
-    let kernel = || Some(Kernel::new(COMPRESS, None).unwrap());
+    let kernel = || Some(Kernel::new(image::KERNEL, Some(&[3; 32])).unwrap());
     cu.program(if lose { kernel() } else { None });
+    let mut service = image::ImageService::new(&live, &pools, Some(&cu), &[3; 32], [42]);
     let mut moves = Vec::new();
     let mut sizes = std::collections::HashSet::new();
     for i in 1..=8 {
@@ -140,15 +116,19 @@ fn figure_11(lose: bool, auto_update: bool) -> Vec<u64> {
         }
         // Each request read with the table as it is when it arrives.
         let (table, generation) = live.snapshot();
-        let user = table.class_by_name("User").unwrap().id;
+        let user = table.class_by_name("image.User").unwrap().id;
+        let photo = table.class_by_name("image.Photo").unwrap().id;
         let mut req = decode(&table, user, &bytes, &pools, &DecodeOptions::default()).unwrap();
-        let (size, moved) = serve(&mut req, &cu, &pools, &live);
-        sizes.insert(size);
-        moves.push(moved);
+        let mut resp = Message::new(&table, photo, &pools);
+        let served = service.serve(&mut req, &mut resp);
+        assert_eq!(served.status, 0);
+        assert_eq!(served.on_unit, (i < 4) == lose, "request {i}: on the unit while it computes");
+        sizes.insert(served.size);
+        moves.push(served.moved.values);
         // Updating changes the table once, between requests (never under one).
         assert_eq!(generation, u64::from(auto_update && i > 4));
     }
-    assert_eq!(sizes.len(), 1, "host and unit compress to the same bytes");
+    assert_eq!(sizes.len(), 1, "host and unit store photos of one size");
     assert_eq!(live.updates(), u64::from(auto_update));
     drop(cu);
     assert_eq!((pools.host.outstanding(), pools.device.outstanding()), (0, 0));
