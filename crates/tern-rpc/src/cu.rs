@@ -356,13 +356,15 @@ impl ComputeUnit {
         Ok(TaskHandle { unit: self.shared.id, entry })
     }
 
-    /// Waits for a task to finish (spinning briefly, then parked until the unit wakes it) and
+    /// Waits for a task to finish (spinning a few times, then parked until the unit wakes it) and
     /// frees its notification entry. Panics if the handle is another unit's.
     pub fn poll(&self, task: TaskHandle) -> Completion {
         assert_eq!(task.unit, self.shared.id, "a task polled on another unit than the one that took it");
         let e = &self.shared.entries[task.entry];
+        // A short spin for a task that is nearly done; a kernel's work takes microseconds, and
+        // spinning through it would be host CPU spent waiting.
         let mut spins = 0;
-        while !e.done.load(Ordering::Acquire) && spins < 256 {
+        while !e.done.load(Ordering::Acquire) && spins < 32 {
             std::hint::spin_loop();
             spins += 1;
         }
@@ -454,10 +456,14 @@ fn work(s: &Shared) {
         c.bytes_in.fetch_add(d.len as u64, Ordering::Relaxed);
         c.bytes_out.fetch_add(length as u64, Ordering::Relaxed);
         let e = &s.entries[d.entry];
-        let mut slot = lock(&e.slot);
-        slot.0 = Some(Completion { status, length, input: d.input, output: d.output });
-        e.done.store(true, Ordering::Release);
-        if let Some(t) = slot.1.take() {
+        let waiter = {
+            let mut slot = lock(&e.slot);
+            slot.0 = Some(Completion { status, length, input: d.input, output: d.output });
+            e.done.store(true, Ordering::Release);
+            slot.1.take()
+        };
+        // Woken after the lock is let go, so the poller does not wake into a held lock.
+        if let Some(t) = waiter {
             t.unpark();
         }
     }
