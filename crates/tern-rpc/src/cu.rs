@@ -416,6 +416,13 @@ impl Drop for ComputeUnit {
     }
 }
 
+/// The compute units a hardware profile has (`rpc.compute_units`; 4 in `rpcnic-u280`), each
+/// unprogrammed with `config`; one where the profile does not bound them (`cpu`).
+pub fn units_for(profile: &tern_hw::Profile, config: UnitConfig) -> std::io::Result<Vec<ComputeUnit>> {
+    let n = profile.capacity(tern_hw::resource::RPC_COMPUTE_UNITS).unwrap_or(1).max(1);
+    (0..n).map(|_| ComputeUnit::new(config)).collect()
+}
+
 /// The unit's thread: takes descriptors in order, runs each on the kernel it was submitted to,
 /// and fills its notification entry.
 fn work(s: &Shared) {

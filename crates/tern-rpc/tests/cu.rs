@@ -350,3 +350,14 @@ fn concurrent_submitters_get_their_own_results() {
     }
     assert_eq!(pools.device.outstanding(), 0);
 }
+
+/// The profile's units: 4 on the U280, each its own thread and ring, unprogrammed.
+#[test]
+fn a_profile_has_its_units() {
+    let u280 = tern_hw::Profile::builtin("rpcnic-u280").unwrap();
+    let units = tern_rpc::cu::units_for(&u280, UnitConfig::default()).unwrap();
+    assert_eq!(units.len(), 4);
+    assert!(units.iter().all(|u| u.kind().is_none()));
+    let cpu = tern_hw::Profile::builtin("cpu").unwrap();
+    assert_eq!(tern_rpc::cu::units_for(&cpu, UnitConfig::default()).unwrap().len(), 1);
+}
