@@ -157,7 +157,9 @@ impl<'a> ImageService<'a> {
             return out;
         }
         let mut root = req.root_mut();
-        let Ok(mut avatar) = root.message(3u32) else { return fail(resp, out, 2) };
+        // An avatar with an image, or nothing to store.
+        let has_image = matches!(root.as_ref().get(3), Some(FieldValue::Message(a)) if a.get(3).is_some());
+        let (true, Ok(mut avatar)) = (has_image, root.message(3u32)) else { return fail(resp, out, 2) };
         let on_unit = self.unit.filter(|u| u.kind() == Some(KERNEL));
         let in_nic = avatar.is_in_nic(3u32).unwrap_or(false);
         // Lines 4-7 and 12-15: the image where its kernel runs.
@@ -166,7 +168,9 @@ impl<'a> ImageService<'a> {
             (false, true) => avatar.move_to_cpu(3u32, Some(self.live)),
             _ => Ok(Moved::default()),
         };
-        out.moved = moved.unwrap_or_default();
+        // A move the device pool has no room for: the kernel cannot run.
+        let Ok(moved) = moved else { return fail(resp, out, 3) };
+        out.moved = moved;
         let stored = match on_unit {
             // Lines 8-10: the unit reads the image where it is, in device memory (handed over,
             // not copied), and writes the photo there.

@@ -122,3 +122,30 @@ fn take_device_hands_over_a_run_and_copies_a_shared_chunk() {
     drop((small, m));
     assert_eq!(pools.device.outstanding(), 0);
 }
+
+/// A request without an avatar, or with one but no image, has nothing to store (status 2),
+/// and nothing runs.
+#[test]
+fn a_request_without_an_image_stores_nothing() {
+    let live = LiveSchema::new(image::schema(), true);
+    let (t, _) = live.snapshot();
+    let pools = Pools::default();
+    let cu = ComputeUnit::new(UnitConfig::default()).unwrap();
+    cu.program(Some(Kernel::new(KERNEL, Some(&KEY)).unwrap()));
+    let mut service = ImageService::new(&live, &pools, Some(&cu), &KEY, [7]);
+    let (user, photo) = (t.class_by_name("image.User").unwrap().id, t.class_by_name("image.Photo").unwrap().id);
+    for with_avatar in [false, true] {
+        let mut m = Message::new(&t, user, &pools);
+        m.root_mut().set(1u32, FieldValue::U64(7)).unwrap();
+        if with_avatar {
+            m.root_mut().message(3u32).unwrap().set(1u32, FieldValue::U32(8)).unwrap();
+        }
+        let bytes = tern_rpc::encode::encode(&m);
+        let mut req = decode(&t, user, &bytes, &pools, &DecodeOptions::default()).unwrap();
+        let mut resp = Message::new(&t, photo, &pools);
+        let s = service.serve(&mut req, &mut resp);
+        assert_eq!((s.status, s.on_unit, s.moved.values), (2, false, 0), "avatar: {with_avatar}");
+        assert_eq!(resp.root().get(4), Some(FieldValue::U32(2)));
+    }
+    assert_eq!(cu.stats().submitted, 0);
+}
