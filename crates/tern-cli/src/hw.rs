@@ -9,10 +9,12 @@ use crate::CmdResult;
 /// `tern hw report`.
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// A dispatch rule file (QingNiao) or a flow switch config (AccelSDP), told apart by content.
+    /// A dispatch rule file (QingNiao), a flow switch config (AccelSDP) or an RPC service
+    /// config (RpcNIC, `examples/rpc/image.toml`), told apart by content.
     pub config: PathBuf,
     /// Hardware profile (built-in name or TOML file). Default: qingniao-u250 for a dispatch
-    /// rule file; for a flow config, its own profile, or accelsdp-n3000 if that is `cpu`.
+    /// rule file; for a flow config, its own profile, or accelsdp-n3000 if that is `cpu`; for an
+    /// RPC service config, its own profile.
     #[arg(long)]
     pub profile: Option<String>,
     /// Packets per request in the projection (dispatch).
@@ -31,6 +33,9 @@ pub struct ReportArgs {
 pub fn report(a: &ReportArgs) -> CmdResult {
     if crate::flow::is_flow_config(&a.config) {
         return crate::flow::report(a);
+    }
+    if crate::rpc::report::is_service_config(&a.config) {
+        return crate::rpc::report::report(a);
     }
     crate::dispatch::rules::report(a)
 }

@@ -654,3 +654,34 @@ fn rpc_conformance_answers_the_runners_protocol() {
     assert_eq!(responses[3][0], 0x2a, "skipped: JSON output");
     assert_eq!(responses[4][0], 0x2a, "skipped: an undeclared type");
 }
+
+/// `tern hw report` of an RPC service config: what fits the U280 and each sample message's
+/// projection; a config asking for more lanes than the card has does not fit (exit 1).
+#[test]
+fn hw_report_projects_an_rpc_service() {
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/rpc/image.toml");
+    let (ok, out, err) = tern(&["hw", "report", cfg]);
+    assert!(ok, "{err}");
+    assert!(out.contains("compute units: 4 of 4") && out.contains("deserialize:") && out.contains("fits."), "{out}");
+    let (ok, out, err) = tern(&["hw", "report", cfg, "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["fits"].as_bool(), v["profile"].as_str()), (Some(true), Some("rpcnic-u280")));
+    let m = v["messages"].as_array().unwrap();
+    assert_eq!(m.len(), 2);
+    for x in m {
+        assert!(x["deserialize_one_shot"]["ns"].as_f64().unwrap() > 0.0, "{x}");
+        assert!(x["serialize"]["ns"].as_f64().unwrap() > 0.0, "{x}");
+    }
+    // Eight lanes on a four-lane card: the problem is named, exit 1.
+    let dir = std::env::temp_dir().join(format!("tern-hw-rpc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let proto = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/rpc/image.proto");
+    std::fs::copy(proto, dir.join("image.proto")).unwrap();
+    let text = std::fs::read_to_string(cfg).unwrap().replace("lanes = 4", "lanes = 8");
+    std::fs::write(dir.join("wide.toml"), text).unwrap();
+    let (ok, out, _) = tern(&["hw", "report", dir.join("wide.toml").to_str().unwrap()]);
+    assert!(!ok);
+    assert!(out.contains("deserializer lanes: 8 asked, 4 available"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -73,6 +73,8 @@ pub mod resource {
     pub const RPC_PRESER_REF_THRESHOLD_BYTES: &str = "rpc.preser_ref_threshold_bytes";
     /// Compute units.
     pub const RPC_COMPUTE_UNITS: &str = "rpc.compute_units";
+    /// Bytes of the NIC's device memory.
+    pub const RPC_DEVICE_MEMORY_BYTES: &str = "rpc.device_memory_bytes";
 }
 
 /// Names of the per-operation cycle costs profiles give (`[cycles]`).
@@ -534,6 +536,19 @@ mod tests {
     fn rpcnic_pcie_is_17_9_times_host_dram() {
         let m = rpc::RpcModel::from_profile(&Profile::builtin("rpcnic-u280").unwrap()).unwrap();
         assert_eq!(format!("{:.1}", m.pcie_over_dram()), "17.9");
+    }
+
+    /// The device-side serializer: a PCIe round trip a host read, overlapped with encoding at
+    /// 512 bits a cycle.
+    #[test]
+    fn rpcnic_serialization_is_reads_or_encoding() {
+        let m = rpc::RpcModel::from_profile(&Profile::builtin("rpcnic-u280").unwrap()).unwrap();
+        let reads = m.serialize(&rpc::SerCounts { host_reads: 4, host_read_bytes: 1280, tx_bytes: 1600 });
+        assert!((reads.reads_ns - (4.0 * 1250.0 + 100.0)).abs() < 1e-6 && (reads.encode_ns - 100.0).abs() < 1e-6);
+        assert_eq!(reads.ns, reads.reads_ns);
+        let big = m.serialize(&rpc::SerCounts { host_reads: 1, host_read_bytes: 0, tx_bytes: 1_600_000 });
+        assert_eq!(big.ns, big.encode_ns);
+        assert!((big.ns - 100_000.0).abs() < 1e-6);
     }
 
     /// Projections move with the profile: a faster link, fewer lanes.

@@ -111,6 +111,31 @@ pub struct RpcModel {
     pub pcie_round_trip_ns: f64,
     /// A host DRAM access, ns.
     pub host_dram_ns: f64,
+    /// Bytes per second the serializer encodes.
+    pub serializer_bytes_per_s: f64,
+}
+
+/// What serializing one message counts on the device side (as `tern_rpc::serialize` counts it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct SerCounts {
+    /// Reads of host memory across PCIe (the pre-serialized records, and each referenced host
+    /// value; every field for the NIC-only serializer).
+    pub host_reads: u64,
+    /// Bytes read from host memory.
+    pub host_read_bytes: u64,
+    /// Bytes written out.
+    pub tx_bytes: u64,
+}
+
+/// A serialization projection for one message.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SerProjection {
+    /// Nanoseconds (host reads and encoding overlapped).
+    pub ns: f64,
+    /// Reading host memory alone: a round trip a read, plus the bytes.
+    pub reads_ns: f64,
+    /// Encoding alone.
+    pub encode_ns: f64,
 }
 
 impl RpcModel {
@@ -128,7 +153,17 @@ impl RpcModel {
             pcie_write_ns: need(latency::PCIE_WRITE, lat(latency::PCIE_WRITE))?,
             pcie_round_trip_ns: need(latency::PCIE_ROUND_TRIP, lat(latency::PCIE_ROUND_TRIP))?,
             host_dram_ns: need(latency::HOST_DRAM, lat(latency::HOST_DRAM))?,
+            serializer_bytes_per_s: need(rate::SERIALIZER_BYTES_PER_S, p.rate(rate::SERIALIZER_BYTES_PER_S))?,
         })
+    }
+
+    /// Serializing a message on the device: each read of host memory a PCIe round trip plus
+    /// its bytes, overlapped with encoding at the serializer's rate.
+    pub fn serialize(&self, c: &SerCounts) -> SerProjection {
+        let reads_ns =
+            c.host_reads as f64 * self.pcie_round_trip_ns + c.host_read_bytes as f64 * 1e9 / self.pcie_bytes_per_s;
+        let encode_ns = c.tx_bytes as f64 * 1e9 / self.serializer_bytes_per_s;
+        SerProjection { ns: reads_ns.max(encode_ns), reads_ns, encode_ns }
     }
 
     /// How many times a host DRAM access a PCIe round trip takes (the paper: 17.9×).

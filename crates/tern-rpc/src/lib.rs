@@ -49,5 +49,6 @@ pub mod message;
 pub mod placement;
 pub mod schema;
 pub mod serialize;
+pub mod service;
 pub mod wire;
 pub mod workloads;

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod conformance;
 mod plot;
+pub mod report;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

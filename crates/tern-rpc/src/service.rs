@@ -1,0 +1,283 @@
+//! An RPC service's configuration (TOML; `examples/rpc/image.toml`): the application, its
+//! `.proto`, the hardware profile it is checked against, deserializer lanes, handler threads,
+//! chunk pools, compute units and their kernels, and sample messages to project. `tern hw
+//! report` reads it; every error names the item (and the file).
+//!
+//! ```toml
+//! app = "image"                 # the built-in application (Algorithm 1's image service)
+//! proto = "image.proto"         # relative to this file
+//! profile = "rpcnic-u280"
+//! lanes = 4
+//! handlers = 2
+//! auto_update = true
+//! [pools]
+//! chunk_bytes = 4096
+//! host_chunks = 16384
+//! device_chunks = 65536
+//! [[units]]
+//! kernel = "lz4+aes-gcm"
+//! count = 4
+//! key = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+//! [[messages]]
+//! type = "image.User"
+//! avatar = [128, 128]           # the image app's own sample: a user with a 128 x 128 avatar
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::kernel::KernelKind;
+use crate::schema::{SchemaTable, compile_file};
+
+/// The applications a service may run.
+pub const APPS: [&str; 1] = ["image"];
+
+/// Chunk pools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolsConfig {
+    /// Bytes of a chunk (host and device). Default 4096.
+    #[serde(default = "chunk")]
+    pub chunk_bytes: u64,
+    /// Host chunks. Default 16384 (64 MiB of 4 KB chunks: the U280 TLB's host region).
+    #[serde(default = "host_chunks")]
+    pub host_chunks: u64,
+    /// Device chunks. Default 65536 (256 MiB).
+    #[serde(default = "device_chunks")]
+    pub device_chunks: u64,
+}
+
+fn chunk() -> u64 {
+    4096
+}
+fn host_chunks() -> u64 {
+    16384
+}
+fn device_chunks() -> u64 {
+    65536
+}
+fn one() -> u64 {
+    1
+}
+fn yes() -> bool {
+    true
+}
+fn cpu() -> String {
+    "cpu".into()
+}
+
+impl Default for PoolsConfig {
+    fn default() -> Self {
+        PoolsConfig { chunk_bytes: chunk(), host_chunks: host_chunks(), device_chunks: device_chunks() }
+    }
+}
+
+/// Compute units programmed alike.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnitsConfig {
+    /// The kernel's name (`lz4`, `zstd`, `aes-gcm-seal`, `aes-gcm-open`, `lz4+aes-gcm`,
+    /// `zstd+aes-gcm`).
+    pub kernel: String,
+    /// How many. Default 1.
+    #[serde(default = "one")]
+    pub count: u64,
+    /// The 32-byte key of a keyed kernel, in hex (64 digits).
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Milliseconds a reconfiguration keeps a unit out of service. Default 0.
+    #[serde(default)]
+    pub reconfigure_ms: u64,
+}
+
+/// A sample message to project.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SampleConfig {
+    /// Its message type (full name, or unique without its package).
+    #[serde(rename = "type")]
+    pub ty: String,
+    /// A file of its wire bytes (relative to the configuration).
+    #[serde(default)]
+    pub file: Option<PathBuf>,
+    /// The image app's own sample: a request with an avatar this wide and high.
+    #[serde(default)]
+    pub avatar: Option<[u32; 2]>,
+}
+
+/// A service's configuration as written.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// The application ([`APPS`]).
+    pub app: String,
+    /// Its `.proto` (relative to the configuration).
+    pub proto: PathBuf,
+    /// The hardware profile (built-in name or TOML file). Default `cpu`.
+    #[serde(default = "cpu")]
+    pub profile: String,
+    /// Deserializer lanes. Default 1.
+    #[serde(default = "one")]
+    pub lanes: u64,
+    /// Host handler threads. Default 1.
+    #[serde(default = "one")]
+    pub handlers: u64,
+    /// Automatic field updating. Default on.
+    #[serde(default = "yes")]
+    pub auto_update: bool,
+    /// Chunk pools.
+    #[serde(default)]
+    pub pools: PoolsConfig,
+    /// Compute units.
+    #[serde(default)]
+    pub units: Vec<UnitsConfig>,
+    /// Sample messages.
+    #[serde(default)]
+    pub messages: Vec<SampleConfig>,
+}
+
+/// A configuration that cannot be used: the file and what is wrong, naming the item.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct ConfigError {
+    /// The configuration file.
+    pub file: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// A kernel programmed on units: its kind, key and how many units.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Units {
+    /// The kernel.
+    pub kernel: KernelKind,
+    /// Its key (keyed kernels).
+    pub key: Option<[u8; 32]>,
+    /// Units programmed with it.
+    pub count: u64,
+    /// Reconfiguration time, ms.
+    pub reconfigure_ms: u64,
+}
+
+/// A sample message: its type and wire bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    /// Full type name.
+    pub ty: String,
+    /// What it is (a file's path, or the generated sample's description).
+    pub source: String,
+    /// Wire bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// A checked configuration: the schema table compiled, kernels parsed, samples read.
+#[derive(Debug)]
+pub struct Service {
+    /// As written.
+    pub config: ServiceConfig,
+    /// The file it came from.
+    pub file: PathBuf,
+    /// The `.proto`'s schema table.
+    pub table: SchemaTable,
+    /// Compute units by kernel.
+    pub units: Vec<Units>,
+    /// Sample messages.
+    pub samples: Vec<Sample>,
+}
+
+/// Whether a TOML text looks like a service configuration (it has `app` and `proto`).
+pub fn is_service_config(text: &str) -> bool {
+    toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("app") && t.contains_key("proto"))
+}
+
+fn hex_key(s: &str) -> Option<[u8; 32]> {
+    let s = s.strip_prefix("0x").unwrap_or(s);
+    if s.len() != 64 || !s.is_ascii() {
+        return None;
+    }
+    let mut k = [0u8; 32];
+    for (i, b) in k.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(k)
+}
+
+impl Service {
+    /// Reads and checks the configuration at `path`.
+    pub fn load(path: &Path) -> Result<Service, ConfigError> {
+        let file = path.display().to_string();
+        let err = |message: String| ConfigError { file: file.clone(), message };
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let config: ServiceConfig = toml::from_str(&text).map_err(|e| err(e.to_string().trim_end().to_string()))?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        if !APPS.contains(&config.app.as_str()) {
+            return Err(err(format!("app `{}` is not one Tern runs (apps: {})", config.app, APPS.join(", "))));
+        }
+        for (what, v) in [("lanes", config.lanes), ("handlers", config.handlers)] {
+            if !(1..=1024).contains(&v) {
+                return Err(err(format!("{what} = {v}: must be 1 to 1024")));
+            }
+        }
+        let p = config.pools;
+        if !(64..=1 << 30).contains(&p.chunk_bytes) {
+            return Err(err(format!("pools.chunk_bytes = {}: must be 64 to 2^30", p.chunk_bytes)));
+        }
+        for (what, v) in [("pools.host_chunks", p.host_chunks), ("pools.device_chunks", p.device_chunks)] {
+            if v == 0 || v > 1 << 32 {
+                return Err(err(format!("{what} = {v}: must be 1 to 2^32")));
+            }
+        }
+        let proto = dir.join(&config.proto);
+        let table = compile_file(&proto, &[]).map_err(|e| err(format!("proto: {e}")))?;
+        let mut units = Vec::new();
+        for (i, u) in config.units.iter().enumerate() {
+            let at = format!("units[{i}]");
+            let kernel: KernelKind = u.kernel.parse().map_err(|e| err(format!("{at}.kernel: {e}")))?;
+            let key = match (&u.key, kernel.keyed()) {
+                (Some(k), true) => {
+                    Some(hex_key(k).ok_or_else(|| err(format!("{at}.key: not 64 hex digits (a 32-byte key)")))?)
+                }
+                (None, true) => return Err(err(format!("{at}: kernel `{kernel}` needs a key (64 hex digits)"))),
+                (Some(_), false) => return Err(err(format!("{at}.key: kernel `{kernel}` takes no key"))),
+                (None, false) => None,
+            };
+            if !(1..=1024).contains(&u.count) {
+                return Err(err(format!("{at}.count = {}: must be 1 to 1024", u.count)));
+            }
+            units.push(Units { kernel, key, count: u.count, reconfigure_ms: u.reconfigure_ms });
+        }
+        let mut samples = Vec::new();
+        for (i, m) in config.messages.iter().enumerate() {
+            let at = format!("messages[{i}]");
+            let class = table
+                .class_by_name(&m.ty)
+                .ok_or_else(|| err(format!("{at}.type: `{}` is not a message of {}", m.ty, proto.display())))?;
+            let (source, bytes) = match (&m.file, m.avatar) {
+                (Some(f), None) => {
+                    let f = dir.join(f);
+                    let b =
+                        std::fs::read(&f).map_err(|e| err(format!("{at}.file: cannot read {}: {e}", f.display())))?;
+                    (f.display().to_string(), b)
+                }
+                (None, Some([w, h])) if config.app == "image" && class.name == "image.User" => {
+                    if !(1..=4096).contains(&w) || !(1..=4096).contains(&h) {
+                        return Err(err(format!("{at}.avatar: {w} x {h}: each side must be 1 to 4096")));
+                    }
+                    (format!("a user with a {w} x {h} avatar"), crate::image::request(&table, 1, w, h))
+                }
+                (None, Some(_)) => {
+                    return Err(err(format!("{at}.avatar: only the image app's image.User has a generated sample")));
+                }
+                _ => return Err(err(format!("{at}: give `file` or `avatar`, one of them"))),
+            };
+            samples.push(Sample { ty: class.name.clone(), source, bytes });
+        }
+        Ok(Service { config, file: path.to_path_buf(), table, units, samples })
+    }
+
+    /// Compute units configured.
+    pub fn unit_count(&self) -> u64 {
+        self.units.iter().map(|u| u.count).sum()
+    }
+}

@@ -1,0 +1,54 @@
+//! RPC service configurations: the example loads; every mistake is an error naming the item.
+
+use std::path::{Path, PathBuf};
+
+use tern_rpc::service::Service;
+
+fn example() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rpc/image.toml")
+}
+
+#[test]
+fn the_example_loads() {
+    let s = Service::load(&example()).unwrap();
+    assert_eq!((s.config.app.as_str(), s.config.lanes, s.unit_count()), ("image", 4, 4));
+    assert_eq!(s.samples.len(), 2);
+    assert!(s.units[0].key.is_some());
+}
+
+/// The example with `from` replaced by `to`, loaded from a directory holding its .proto.
+fn load_changed(from: &str, to: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("tern-service-{}-{}", std::process::id(), to.len() * 31 + from.len()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(example().with_file_name("image.proto"), dir.join("image.proto")).unwrap();
+    let text = std::fs::read_to_string(example()).unwrap();
+    assert!(text.contains(from), "{from}");
+    let path = dir.join("svc.toml");
+    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    let e = Service::load(&path).unwrap_err().to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(e.contains("svc.toml"), "the file is named: {e}");
+    e
+}
+
+#[test]
+fn mistakes_name_the_item() {
+    for (from, to, says) in [
+        ("app = \"image\"", "app = \"video\"", "app `video`"),
+        ("lanes = 4", "lanes = 0", "lanes = 0"),
+        ("lanes = 4", "lanse = 4", "lanse"),
+        ("proto = \"image.proto\"", "proto = \"none.proto\"", "none.proto"),
+        ("kernel = \"lz4+aes-gcm\"", "kernel = \"gzip\"", "units[0].kernel: unknown kernel `gzip`"),
+        ("kernel = \"lz4+aes-gcm\"", "kernel = \"lz4\"", "units[0].key: kernel `lz4` takes no key"),
+        ("key = \"000102", "key = \"zz0102", "units[0].key: not 64 hex digits"),
+        ("count = 4", "count = 0", "units[0].count = 0"),
+        ("type = \"image.User\"", "type = \"image.Nobody\"", "messages[0].type: `image.Nobody`"),
+        ("type = \"image.User\"", "type = \"image.Photo\"", "messages[0].avatar: only the image app's image.User"),
+        ("avatar = [64, 64]", "avatar = [0, 64]", "messages[0].avatar: 0 x 64"),
+        ("avatar = [64, 64]", "file = \"missing.bin\"", "messages[0].file: cannot read"),
+        ("chunk_bytes = 4096", "chunk_bytes = 1", "pools.chunk_bytes = 1"),
+    ] {
+        let e = load_changed(from, to);
+        assert!(e.contains(says), "{from} -> {to}: {e}");
+    }
+}
