@@ -55,7 +55,7 @@ enum Command {
     /// RpcNIC: protobuf RPC with fields placed in host or NIC memory. `rpc check` compiles a
     /// .proto file to the schema table and checks it against a profile; `rpc decode` and `rpc
     /// encode` convert between wire bytes and JSON; `rpc conformance` is a testee for protobuf's
-    /// conformance runner.
+    /// conformance runner; `rpc serve` and `rpc load` run a service and call it.
     Rpc {
         #[command(subcommand)]
         command: RpcCommand,
@@ -155,6 +155,15 @@ enum RpcCommand {
     /// `conformance_test_runner tern-conformance.sh` (a script calling `tern rpc conformance
     /// --proto ...`); docs/rpc.md says how to build the runner.
     Conformance(rpc::conformance::ConformanceArgs),
+    /// Serve an RPC service configuration (examples/rpc/image.toml) over QNP on UDP: its lanes,
+    /// compute units and pools; calls checked, decoded with the live schema table (a body that
+    /// does not decode is answered bad_request, naming the field and byte offset), served and
+    /// answered exactly once. --metrics serves Prometheus `tern_rpc_*`; SIGINT/SIGTERM stop it
+    /// with a summary.
+    Serve(rpc::serve::ServeArgs),
+    /// Call a `tern rpc serve` server with the configuration's sample messages, closed loop:
+    /// calls per second, latency percentiles, answers by status.
+    Load(rpc::load::LoadArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -230,6 +239,8 @@ fn main() -> ExitCode {
         Command::Rpc { command: RpcCommand::Decode(a) } => rpc::decode(&a),
         Command::Rpc { command: RpcCommand::Encode(a) } => rpc::encode(&a),
         Command::Rpc { command: RpcCommand::Conformance(a) } => rpc::conformance::run(&a),
+        Command::Rpc { command: RpcCommand::Serve(a) } => rpc::serve::run(&a),
+        Command::Rpc { command: RpcCommand::Load(a) } => rpc::load::run(&a),
         Command::Idl { command } => idl(command),
         Command::Hw { command } => hw(command),
     };

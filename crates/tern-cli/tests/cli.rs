@@ -685,3 +685,57 @@ fn hw_report_projects_an_rpc_service() {
     assert!(out.contains("deserializer lanes: 8 asked, 4 available"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `tern rpc serve` answers `tern rpc load`'s calls, refuses a body that does not decode
+/// (naming the field and byte offset) and a method it does not have, counts each by status,
+/// and stops on SIGTERM with a summary, exit 0; a held address is an error naming it.
+#[test]
+fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
+    use std::time::Duration;
+    use tern_endpoint::{Header, RpcClient, Status};
+    use tern_io::udp::{UdpConfig, UdpPort};
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/rpc/image.toml");
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = socket.local_addr().unwrap();
+    drop(socket);
+    let a = addr.to_string();
+    let server = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["rpc", "serve", cfg, "--listen", &a, "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let (ok, _, err) = tern(&["rpc", "serve", cfg, "--listen", &a, "--duration", "1"]);
+    assert!(!ok && err.contains(&format!("cannot listen on {a}")), "{err}");
+    let (ok, out, err) = tern(&["rpc", "load", cfg, "--server", &a, "--requests", "200", "--json"]);
+    assert!(ok, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["answered"].as_u64(), v["statuses"]["ok"].as_u64()), (Some(200), Some(200)), "{v}");
+    // A body that is not a User, and a method the service does not have.
+    let pool = tern_io::Pool::new(256, 2048);
+    let port = UdpPort::bind("127.0.0.1:0".parse().unwrap(), &pool, &UdpConfig::default()).unwrap();
+    let mut client = RpcClient::new(port, &pool, tern_qnp::QnpConfig::default(), addr);
+    client.call(Header { method: 1, class_id: 0, request_id: 1, flags: 0 }, &[0x0a, 0x05, b'x']).unwrap();
+    client.call(Header { method: 9, class_id: 0, request_id: 2, flags: 0 }, &[]).unwrap();
+    client.flush().unwrap();
+    let mut answers = Vec::new();
+    let t0 = std::time::Instant::now();
+    while answers.len() < 2 && t0.elapsed() < Duration::from_secs(10) {
+        client.recv(&mut answers, Duration::from_millis(50)).unwrap();
+    }
+    let mut answers: Vec<_> = answers.into_iter().map(Result::unwrap).collect();
+    answers.sort_by_key(|x| x.request_id);
+    assert_eq!(answers[0].status, Status::BadRequest);
+    assert!(answers[0].error.contains("User") && answers[0].error.contains("at byte 1"), "{}", answers[0].error);
+    assert_eq!(answers[1].status, Status::UnknownMethod);
+    let pid = server.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let out = server.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{:?}\n{stdout}\n{stderr}", out.status);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["calls"]["ok"].as_u64(), Some(200), "{v}");
+    assert_eq!((v["calls"]["bad_request"].as_u64(), v["calls"]["unknown_method"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(v["on_unit"].as_u64(), Some(200));
+}

@@ -190,7 +190,19 @@ impl<P: Port> RpcServer<P> {
     /// A server over `port`, taking calls (QNP application [`APP_ID`], request type [`CALL`],
     /// whose dispatch field is the method) and dropping any other request type.
     pub fn new(port: P, pool: &Pool, cfg: QnpConfig) -> RpcServer<P> {
-        let mut qnp = QnpServer::new(port, pool, cfg, &[APP_ID]);
+        let memory = std::sync::Arc::new(tern_qnp::ExactlyOnce::new(&cfg, 1));
+        RpcServer::with_memory(port, pool, cfg, memory)
+    }
+
+    /// A server that shares its exactly-once memory with the other threads of one service (so a
+    /// retransmission that reaches another thread is answered from memory, not run again).
+    pub fn with_memory(
+        port: P,
+        pool: &Pool,
+        cfg: QnpConfig,
+        memory: std::sync::Arc<tern_qnp::ExactlyOnce>,
+    ) -> RpcServer<P> {
+        let mut qnp = QnpServer::with_memory(port, pool, cfg, &[APP_ID], memory);
         qnp.declare_request_type(APP_ID, CALL, &[1]);
         RpcServer { qnp, rx: Vec::new() }
     }

@@ -135,6 +135,13 @@ pub struct ServiceConfig {
     /// Sample messages.
     #[serde(default)]
     pub messages: Vec<SampleConfig>,
+    /// The users the image app authorizes. Default `[1]` (the generated samples' user).
+    #[serde(default = "users")]
+    pub authorized: Vec<u64>,
+}
+
+fn users() -> Vec<u64> {
+    vec![1]
 }
 
 /// A configuration that cannot be used: the file and what is wrong, naming the item.

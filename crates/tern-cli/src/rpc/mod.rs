@@ -3,8 +3,11 @@
 
 pub mod bench;
 pub mod conformance;
+pub mod load;
+mod metrics;
 mod plot;
 pub mod report;
+pub mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
