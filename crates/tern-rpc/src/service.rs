@@ -120,7 +120,8 @@ pub struct ServiceConfig {
     /// Deserializer lanes. Default 1.
     #[serde(default = "one")]
     pub lanes: u64,
-    /// Host handler threads. Default 1.
+    /// Host handler threads. Default 1. (`tern rpc serve` runs each call's handler on its
+    /// lane's thread for now.)
     #[serde(default = "one")]
     pub handlers: u64,
     /// Automatic field updating. Default on.
