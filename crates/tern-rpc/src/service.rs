@@ -284,6 +284,14 @@ impl Service {
         Ok(Service { config, file: path.to_path_buf(), table, units, samples })
     }
 
+    /// The configured chunk pools: host and device, each bounded by its own count.
+    pub fn pools(&self) -> crate::decode::Pools {
+        let p = self.config.pools;
+        let pool =
+            |n: u64| crate::arena::ChunkPool::new(p.chunk_bytes as usize, usize::try_from(n).unwrap_or(usize::MAX));
+        crate::decode::Pools { host: pool(p.host_chunks), device: pool(p.device_chunks) }
+    }
+
     /// Compute units configured.
     pub fn unit_count(&self) -> u64 {
         self.units.iter().map(|u| u.count).sum()

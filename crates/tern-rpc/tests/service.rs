@@ -14,6 +14,12 @@ fn the_example_loads() {
     assert_eq!((s.config.app.as_str(), s.config.lanes, s.unit_count()), ("image", 4, 4));
     assert_eq!(s.samples.len(), 2);
     assert!(s.units[0].key.is_some());
+    // Each pool bounded by its own count.
+    let pools = s.pools();
+    assert_eq!(pools.host.chunk_size(), 4096);
+    let a = tern_rpc::cu::DeviceBuf::alloc(&pools, 65536 * 4096).unwrap();
+    assert!(tern_rpc::cu::DeviceBuf::alloc(&pools, 1).is_none(), "the device pool's 65536 chunks are out");
+    drop(a);
 }
 
 /// The example with `from` replaced by `to`, loaded from a directory holding its .proto.

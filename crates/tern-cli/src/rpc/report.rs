@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use serde_json::json;
 use tern_hw::rpc::{Counts, RpcModel, SerCounts, WriteMode};
 use tern_hw::{Profile, resource};
-use tern_rpc::decode::{DecodeOptions, Pools, decode};
+use tern_rpc::decode::{DecodeOptions, decode};
 use tern_rpc::serialize::{PreserOptions, preserialize, serialize_records};
 use tern_rpc::service::Service;
 
@@ -73,7 +73,7 @@ pub fn report(a: &crate::hw::ReportArgs) -> CmdResult {
         problems.push(format!("pools.chunk_bytes: {} asked, the NIC's chunks are {c}", p.chunk_bytes));
     }
     // Each sample decoded both ways and serialized by the memory-affinity serializer.
-    let pools = Pools::new(p.chunk_bytes as usize, (p.host_chunks.max(p.device_chunks)).min(1 << 24) as usize);
+    let pools = svc.pools();
     let mut rows = Vec::new();
     for s in &svc.samples {
         let class = svc.table.class_by_name(&s.ty).ok_or("sample type")?.id;

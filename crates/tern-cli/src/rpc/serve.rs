@@ -92,8 +92,7 @@ pub fn run(a: &ServeArgs) -> CmdResult {
             format!("{}: the image app needs a `{KERNEL}` unit entry for its key", svc.file.display())
         })?;
     let stop = crate::signals::stop_flag()?;
-    let p = svc.config.pools;
-    let pools = Pools::new(p.chunk_bytes as usize, p.host_chunks.max(p.device_chunks).min(1 << 24) as usize);
+    let pools = svc.pools();
     let live = LiveSchema::new(svc.table.clone(), svc.config.auto_update);
     let units: Vec<ComputeUnit> = match a.mode {
         Mode::CpuOnly => Vec::new(),
