@@ -217,3 +217,84 @@ fn fail(resp: &mut Message<'_>, mut out: Served, status: u32) -> Served {
     let _ = resp.root_mut().set(4u32, FieldValue::U32(status));
     out
 }
+
+/// The image service's one method, `store` (a `User` in, a `Photo` out).
+pub const STORE: u32 = 1;
+
+/// How a call ended (the RPC endpoint's statuses, `docs/rpc.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallStatus {
+    /// Answered: the body is the `Photo`.
+    Ok,
+    /// The body did not decode as a `User` (the error names the field path and byte offset).
+    BadRequest,
+    /// Not `store`.
+    UnknownMethod,
+    /// Not `image.User`'s class id.
+    UnknownClass,
+    /// The service failed (the response did not serialize).
+    Internal,
+}
+
+/// How the response is serialized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serializer {
+    /// The memory-affinity serializer: stage 1 (host records), then stage 2 (device encoding).
+    MemoryAffinity,
+    /// The plain encoder, on the host.
+    Cpu,
+}
+
+/// One answered call: its status, error text, response bytes, and what serving it did (for a
+/// call that reached the service).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answered {
+    /// How it ended.
+    pub status: CallStatus,
+    /// What was wrong (empty when it went well).
+    pub error: String,
+    /// The `Photo`'s wire bytes.
+    pub body: Vec<u8>,
+    /// What serving did.
+    pub served: Option<Served>,
+}
+
+impl ImageService<'_> {
+    /// One call as a server takes it, without I/O: checked (method, class id), its body decoded
+    /// with the live table as it is now, served, and the `Photo` serialized. Never panics on
+    /// any method, class or body.
+    pub fn call(&mut self, method: u32, class_id: u32, body: &[u8], serializer: Serializer) -> Answered {
+        let fail = |status, error: String| Answered { status, error, body: Vec::new(), served: None };
+        let (table, _) = self.live.snapshot();
+        let (Some(user), Some(photo)) = (table.class_by_name("image.User"), table.class_by_name("image.Photo")) else {
+            return fail(CallStatus::Internal, "the schema has no image.User or image.Photo".into());
+        };
+        if method != STORE {
+            return fail(CallStatus::UnknownMethod, format!("method {method} (the image service has {STORE}, store)"));
+        }
+        if class_id != user.id {
+            return fail(
+                CallStatus::UnknownClass,
+                format!("class {class_id} (store takes image.User, class {})", user.id),
+            );
+        }
+        let mut req = match crate::decode::decode(&table, user.id, body, self.pools, &Default::default()) {
+            Ok(m) => m,
+            Err(e) => return fail(CallStatus::BadRequest, e.to_string()),
+        };
+        let mut resp = Message::new(&table, photo.id, self.pools);
+        let served = self.serve(&mut req, &mut resp);
+        let mut out = Vec::new();
+        match serializer {
+            Serializer::Cpu => crate::encode::encode_into(&resp, &mut out),
+            Serializer::MemoryAffinity => {
+                let mut records = Vec::new();
+                crate::serialize::preserialize(&resp, Default::default(), &mut records);
+                if let Err(e) = crate::serialize::serialize_records(&resp, &records, &mut out) {
+                    return fail(CallStatus::Internal, e.to_string());
+                }
+            }
+        }
+        Answered { status: CallStatus::Ok, error: String::new(), body: out, served: Some(served) }
+    }
+}

@@ -149,3 +149,32 @@ fn a_request_without_an_image_stores_nothing() {
     }
     assert_eq!(cu.stats().submitted, 0);
 }
+
+/// A call as a server takes it: the wrong method or class, a body that is not a User, and a
+/// good one, with both serializers giving the same Photo bytes.
+#[test]
+fn a_call_is_checked_decoded_served_and_serialized() {
+    use tern_rpc::image::{CallStatus, STORE, Serializer};
+    let live = LiveSchema::new(image::schema(), true);
+    let (t, _) = live.snapshot();
+    let user = t.class_by_name("image.User").unwrap().id;
+    let pools = Pools::default();
+    let mut service = ImageService::new(&live, &pools, None, &KEY, [1]);
+    let good = image::request(&t, 1, 32, 32);
+    assert_eq!(service.call(STORE + 1, user, &good, Serializer::Cpu).status, CallStatus::UnknownMethod);
+    assert_eq!(service.call(STORE, user + 1, &good, Serializer::Cpu).status, CallStatus::UnknownClass);
+    let bad = service.call(STORE, user, &[0x0a, 0x05, b'x'], Serializer::Cpu);
+    assert_eq!(bad.status, CallStatus::BadRequest);
+    assert!(bad.error.contains("User") && bad.error.contains("at byte 1"), "{}", bad.error);
+    let cpu = service.call(STORE, user, &good, Serializer::Cpu);
+    let affinity = service.call(STORE, user, &good, Serializer::MemoryAffinity);
+    assert_eq!((cpu.status, affinity.status), (CallStatus::Ok, CallStatus::Ok));
+    assert_eq!(cpu.served.unwrap().status, 0);
+    // Sealed with fresh nonces, so the bytes differ; the lengths and the opened photos match.
+    let photo = t.class_by_name("image.Photo").unwrap().id;
+    for b in [&cpu.body, &affinity.body] {
+        let m = decode(&t, photo, b, &pools, &DecodeOptions::default()).unwrap();
+        assert_eq!(pixels_of(&m), image::avatar_pixels(32, 32, 1));
+    }
+    assert_eq!((pools.host.outstanding(), pools.device.outstanding()), (0, 0));
+}

@@ -20,17 +20,15 @@ use tern_io::udp::{UdpConfig, UdpPort};
 use tern_io::{Pool, Port};
 use tern_qnp::{DropReason, QnpConfig};
 use tern_rpc::cu::{ComputeUnit, UnitConfig};
-use tern_rpc::decode::{DecodeOptions, Pools, decode};
-use tern_rpc::image::{ImageService, KERNEL};
+use tern_rpc::image::{CallStatus, ImageService, KERNEL, Serializer};
 use tern_rpc::kernel::Kernel;
-use tern_rpc::message::Message;
 use tern_rpc::placement::LiveSchema;
 use tern_rpc::service::Service;
 
 use crate::CmdResult;
 
 /// The image app's one method.
-pub const STORE: u32 = 1;
+pub const STORE: u32 = tern_rpc::image::STORE;
 
 /// Where the work runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -161,7 +159,7 @@ pub fn run(a: &ServeArgs) -> CmdResult {
                     calls.clear();
                     server.recv(&mut calls, Duration::from_millis(50)).map_err(|e| e.to_string())?;
                     for c in calls.drain(..) {
-                        let (status, error, body) = handle(&c, live, pools, &mut app, mode, counters);
+                        let (status, error, body) = handle(&c, &mut app, mode, counters);
                         counters.calls[status_index(status)].fetch_add(1, Ordering::Relaxed);
                         // A reply too large for QNP is the service's failure, answered as such.
                         if server.reply(c.handle, c.header.request_id, status, &error, &body).is_err() {
@@ -222,55 +220,27 @@ pub fn run(a: &ServeArgs) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One call: checked, decoded with the live table, served, its response serialized.
-fn handle(
-    c: &Incoming,
-    live: &LiveSchema,
-    pools: &Pools,
-    app: &mut ImageService<'_>,
-    mode: Mode,
-    counters: &Counters,
-) -> (Status, String, Vec<u8>) {
-    let (table, _) = live.snapshot();
-    let (Some(user), Some(photo)) = (table.class_by_name("image.User"), table.class_by_name("image.Photo")) else {
-        return (Status::Internal, "the schema has no image.User or image.Photo".into(), Vec::new());
+/// One call, by the service's own sans-IO handler; counted.
+fn handle(c: &Incoming, app: &mut ImageService<'_>, mode: Mode, counters: &Counters) -> (Status, String, Vec<u8>) {
+    let serializer = match mode {
+        Mode::Rpcnic => Serializer::MemoryAffinity,
+        Mode::CpuOnly => Serializer::Cpu,
     };
-    if c.header.method != STORE {
-        return (
-            Status::UnknownMethod,
-            format!("method {} (the image service has 1, store)", c.header.method),
-            Vec::new(),
-        );
-    }
-    if c.header.class_id != user.id {
-        return (
-            Status::UnknownClass,
-            format!("class {} (store takes image.User, class {})", c.header.class_id, user.id),
-            Vec::new(),
-        );
-    }
-    let mut req = match decode(&table, user.id, &c.body, pools, &DecodeOptions::default()) {
-        Ok(m) => m,
-        Err(e) => return (Status::BadRequest, e.to_string(), Vec::new()),
-    };
-    let mut resp = Message::new(&table, photo.id, pools);
-    let served = app.serve(&mut req, &mut resp);
-    counters.moved_values.fetch_add(served.moved.values, Ordering::Relaxed);
-    counters.moved_bytes.fetch_add(served.moved.bytes, Ordering::Relaxed);
-    if served.status == 0 {
-        let n = if served.on_unit { &counters.on_unit } else { &counters.on_host };
-        n.fetch_add(1, Ordering::Relaxed);
-    }
-    let mut body = Vec::new();
-    match mode {
-        Mode::CpuOnly => tern_rpc::encode::encode_into(&resp, &mut body),
-        Mode::Rpcnic => {
-            let mut records = Vec::new();
-            tern_rpc::serialize::preserialize(&resp, tern_rpc::serialize::PreserOptions::default(), &mut records);
-            if let Err(e) = tern_rpc::serialize::serialize_records(&resp, &records, &mut body) {
-                return (Status::Internal, e.to_string(), Vec::new());
-            }
+    let a = app.call(c.header.method, c.header.class_id, &c.body, serializer);
+    if let Some(served) = a.served {
+        counters.moved_values.fetch_add(served.moved.values, Ordering::Relaxed);
+        counters.moved_bytes.fetch_add(served.moved.bytes, Ordering::Relaxed);
+        if served.status == 0 {
+            let n = if served.on_unit { &counters.on_unit } else { &counters.on_host };
+            n.fetch_add(1, Ordering::Relaxed);
         }
     }
-    (Status::Ok, String::new(), body)
+    let status = match a.status {
+        CallStatus::Ok => Status::Ok,
+        CallStatus::BadRequest => Status::BadRequest,
+        CallStatus::UnknownMethod => Status::UnknownMethod,
+        CallStatus::UnknownClass => Status::UnknownClass,
+        CallStatus::Internal => Status::Internal,
+    };
+    (status, a.error, a.body)
 }
