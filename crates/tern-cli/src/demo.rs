@@ -374,13 +374,7 @@ fn image_part() -> Result<bool, Box<dyn std::error::Error>> {
     let os = decode(&t, user, &bytes, &pools, &DecodeOptions::default())?.stats();
     let fbf = DecodeOptions { mode: tern_rpc::decode::WriteMode::FieldByField, ..DecodeOptions::default() };
     let ff = decode(&t, user, &bytes, &pools, &fbf)?.stats();
-    let counts = tern_hw::rpc::Counts {
-        bytes: bytes.len() as u64,
-        fields: ff.host_writes + ff.device_writes,
-        host_writes_one_shot: os.host_writes,
-        host_writes_field_by_field: ff.host_writes,
-        host_bytes: os.host_bytes,
-    };
+    let counts = os.model_counts(&ff, bytes.len());
     let p = model.deserialize(&counts, tern_hw::rpc::WriteMode::OneShot);
     println!(
         "   Projected on the U280 (a model, not a measurement): deserializing the request takes {:.2} us on a",

@@ -113,6 +113,9 @@ pub struct ImageService<'a> {
     unit: Option<&'a ComputeUnit>,
     host: Kernel,
     authorized: HashSet<u64>,
+    /// The class ids of `image.User` and `image.Photo` (a change of placement keeps them),
+    /// looked up once rather than by name on every call.
+    classes: Option<(crate::schema::ClassId, crate::schema::ClassId)>,
 }
 
 impl std::fmt::Debug for ImageService<'_> {
@@ -137,6 +140,10 @@ impl<'a> ImageService<'a> {
             unit,
             host: Kernel::new(KERNEL, Some(key)).expect("a keyed kernel given its key"),
             authorized: authorized.into_iter().collect(),
+            classes: {
+                let (t, _) = live.snapshot();
+                t.class_by_name("image.User").zip(t.class_by_name("image.Photo")).map(|(u, p)| (u.id, p.id))
+            },
         }
     }
 
@@ -265,24 +272,24 @@ impl ImageService<'_> {
     /// any method, class or body.
     pub fn call(&mut self, method: u32, class_id: u32, body: &[u8], serializer: Serializer) -> Answered {
         let fail = |status, error: String| Answered { status, error, body: Vec::new(), served: None };
-        let (table, _) = self.live.snapshot();
-        let (Some(user), Some(photo)) = (table.class_by_name("image.User"), table.class_by_name("image.Photo")) else {
+        let Some((user, photo)) = self.classes else {
             return fail(CallStatus::Internal, "the schema has no image.User or image.Photo".into());
         };
+        let (table, _) = self.live.snapshot();
         if method != STORE {
             return fail(CallStatus::UnknownMethod, format!("method {method} (the image service has {STORE}, store)"));
         }
-        if class_id != user.id {
+        if class_id != user {
             return fail(
                 CallStatus::UnknownClass,
-                format!("class {class_id} (store takes image.User, class {})", user.id),
+                format!("class {class_id} (store takes image.User, class {})", user),
             );
         }
-        let mut req = match crate::decode::decode(&table, user.id, body, self.pools, &Default::default()) {
+        let mut req = match crate::decode::decode(&table, user, body, self.pools, &Default::default()) {
             Ok(m) => m,
             Err(e) => return fail(CallStatus::BadRequest, e.to_string()),
         };
-        let mut resp = Message::new(&table, photo.id, self.pools);
+        let mut resp = Message::new(&table, photo, self.pools);
         let served = self.serve(&mut req, &mut resp);
         let mut out = Vec::new();
         match serializer {

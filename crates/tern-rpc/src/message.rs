@@ -85,6 +85,21 @@ pub struct DecodeStats {
     pub device_chunks: u64,
 }
 
+impl DecodeStats {
+    /// What RpcNIC's hardware model ([`tern_hw::rpc`]) projects a message's deserialization
+    /// from: these one-shot counts beside `field_by_field`'s (a field-by-field decode of the same
+    /// `wire_bytes` bytes), whose host writes are one per host value.
+    pub fn model_counts(&self, field_by_field: &DecodeStats, wire_bytes: usize) -> tern_hw::rpc::Counts {
+        tern_hw::rpc::Counts {
+            bytes: wire_bytes as u64,
+            fields: field_by_field.host_writes + field_by_field.device_writes,
+            host_writes_one_shot: self.host_writes,
+            host_writes_field_by_field: field_by_field.host_writes,
+            host_bytes: self.host_bytes,
+        }
+    }
+}
+
 /// A decoded message. Its chunks go back to their pools when it is dropped.
 #[derive(Debug)]
 pub struct Message<'t> {

@@ -16,16 +16,7 @@ fn counts() -> Vec<(String, Counts)> {
             let os = decode(&w.table, *class, bytes, &pools, &DecodeOptions::default()).unwrap().stats();
             let fbf = DecodeOptions { mode: WriteMode::FieldByField, ..DecodeOptions::default() };
             let ff = decode(&w.table, *class, bytes, &pools, &fbf).unwrap().stats();
-            out.push((
-                format!("{}/{ty}", w.name),
-                Counts {
-                    bytes: bytes.len() as u64,
-                    fields: ff.host_writes + ff.device_writes,
-                    host_writes_one_shot: os.host_writes,
-                    host_writes_field_by_field: ff.host_writes,
-                    host_bytes: os.host_bytes,
-                },
-            ));
+            out.push((format!("{}/{ty}", w.name), os.model_counts(&ff, bytes.len())));
         }
     }
     out

@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 
 use serde_json::json;
-use tern_hw::rpc::{Counts, RpcModel, SerCounts, WriteMode};
+use tern_hw::rpc::{RpcModel, SerCounts, WriteMode};
 use tern_hw::{Profile, resource};
 use tern_rpc::decode::{DecodeOptions, decode};
 use tern_rpc::serialize::{PreserOptions, preserialize, serialize_records};
@@ -84,14 +84,7 @@ pub fn report(a: &crate::hw::ReportArgs) -> CmdResult {
         let fbf = DecodeOptions { mode: tern_rpc::decode::WriteMode::FieldByField, ..one };
         let m = decode(&svc.table, class, &s.bytes, &pools, &one).map_err(|e| format!("{}: {e}", s.source))?;
         let ff = decode(&svc.table, class, &s.bytes, &pools, &fbf).map_err(|e| format!("{}: {e}", s.source))?.stats();
-        let os = m.stats();
-        let counts = Counts {
-            bytes: s.bytes.len() as u64,
-            fields: ff.host_writes + ff.device_writes,
-            host_writes_one_shot: os.host_writes,
-            host_writes_field_by_field: ff.host_writes,
-            host_bytes: os.host_bytes,
-        };
+        let counts = m.stats().model_counts(&ff, s.bytes.len());
         let threshold = cap(resource::RPC_PRESER_REF_THRESHOLD_BYTES).unwrap_or(1024) as usize;
         let mut records = Vec::new();
         preserialize(&m, PreserOptions { ref_threshold: threshold }, &mut records);
