@@ -422,7 +422,8 @@ pub fn run(a: &DemoArgs) -> CmdResult {
     println!("Tern runs SmartNIC offloads from five papers in software, and checks each configuration");
     println!("against the paper's hardware. This tour shows three: QingNiao (its request protocol QNP and");
     println!("its receive-side L7 dispatcher, RSD), AccelSDP (cached rules of a software switch in OFUs)");
-    println!("and RpcNIC (protobuf deserialized into host or NIC memory by a schema table).\n");
+    println!("and RpcNIC (protobuf deserialized into host or NIC memory by a schema table, and RPC kernels");
+    println!("on compute units).\n");
 
     let profile = tern_hw::Profile::builtin("qingniao-u250")?;
     println!("1. The hardware profile `{}`: {}", profile.name, profile.description);
