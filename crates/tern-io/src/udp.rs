@@ -599,3 +599,35 @@ mod tests {
         assert_eq!((echoed, m.stats().rx_packets), (100, 100));
     }
 }
+
+/// The path MTU the kernel knows towards `peer` (the outgoing interface's MTU until it learns a
+/// smaller one): a UDP socket connected to `peer` asked for `IP_MTU` (`IPV6_MTU`). `None` when
+/// there is no route or the kernel does not say.
+pub fn path_mtu(peer: SocketAddr) -> Option<usize> {
+    let local: SocketAddr =
+        if peer.is_ipv4() { (Ipv4Addr::UNSPECIFIED, 0).into() } else { (Ipv6Addr::UNSPECIFIED, 0).into() };
+    let sock = UdpSocket::bind(local).ok()?;
+    sock.connect(peer).ok()?;
+    let (level, name) =
+        if peer.is_ipv4() { (libc::IPPROTO_IP, libc::IP_MTU) } else { (libc::IPPROTO_IPV6, libc::IPV6_MTU) };
+    let mut mtu: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the socket is open for the call; `mtu` and `len` are valid, writable, and `len`
+    // holds `mtu`'s size, which the kernel does not write past.
+    let r = unsafe { libc::getsockopt(sock.as_raw_fd(), level, name, (&raw mut mtu).cast(), &mut len) };
+    (r == 0 && mtu > 0).then_some(mtu as usize)
+}
+
+#[cfg(test)]
+mod path_mtu_tests {
+    #[test]
+    fn loopback_has_the_interface_mtu() {
+        // Linux's loopback MTU is 65536 by default; the path MTU is the interface's, capped at
+        // the largest IPv4 packet (65535).
+        let mtu = super::path_mtu("127.0.0.1:9".parse().unwrap()).expect("a route to loopback");
+        assert!(mtu >= 576, "{mtu}");
+        if let Ok(s) = std::fs::read_to_string("/sys/class/net/lo/mtu") {
+            assert_eq!(mtu, s.trim().parse::<usize>().unwrap().min(65_535));
+        }
+    }
+}
