@@ -123,6 +123,8 @@ pub mod rate {
     pub const PCIE_BYTES_PER_S: &str = "pcie.bytes_per_s";
     /// Bytes per second the NIC's serializer encodes.
     pub const SERIALIZER_BYTES_PER_S: &str = "serializer.bytes_per_s";
+    /// Bytes per second one compute unit's kernel takes in.
+    pub const KERNEL_BYTES_PER_S: &str = "kernel.bytes_per_s";
 }
 
 /// Names of the fixed latencies profiles give (`[latency_ns]`).
