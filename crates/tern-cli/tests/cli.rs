@@ -739,3 +739,85 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
     assert_eq!((v["calls"]["bad_request"].as_u64(), v["calls"]["unknown_method"].as_u64()), (Some(1), Some(1)));
     assert_eq!(v["on_unit"].as_u64(), Some(200));
 }
+
+/// `tern rpc serve` runs the social network services in each mode and `tern rpc load` calls
+/// every one of them (the configuration's samples, one per method); `--mtu` out of range is an
+/// error naming it.
+#[test]
+fn rpc_serve_runs_the_social_services_in_every_mode() {
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/rpc/social.toml");
+    std::thread::scope(|s| {
+        for mode in ["cpu-only", "protoacc-pcie", "rpcnic"] {
+            s.spawn(move || {
+                let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                let a = socket.local_addr().unwrap().to_string();
+                drop(socket);
+                let server = Command::new(env!("CARGO_BIN_EXE_tern"))
+                    .args(["rpc", "serve", cfg, "--listen", &a, "--mode", mode, "--duration", "4", "--json"])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(1000));
+                let (ok, out, err) = tern(&["rpc", "load", cfg, "--server", &a, "--requests", "250", "--json"]);
+                assert!(ok, "{mode}: {out}{err}");
+                let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+                assert_eq!(v["statuses"]["ok"].as_u64(), Some(250), "{mode}: {v}");
+                let out = server.wait_with_output().unwrap();
+                assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                assert_eq!((v["mode"].as_str(), v["calls"]["ok"].as_u64()), (Some(mode), Some(250)), "{v}");
+                assert!(v["host_cpu_us_per_call"].as_f64().unwrap() > 0.0, "{v}");
+                assert_eq!(v["device_cpu_us_per_call"].as_f64().unwrap() > 0.0, mode != "cpu-only", "{v}");
+            });
+        }
+    });
+    let (ok, _, err) = tern(&["rpc", "serve", cfg, "--listen", "127.0.0.1:0", "--mtu", "100", "--duration", "1"]);
+    assert!(!ok && err.contains("--mtu 100: must be 576 to 65535"), "{err}");
+}
+
+/// `tern bench rpc --apps --json`: every service in every mode, measured and projected, and
+/// `cpu_only_over_rpcnic_host_cpu` at top level; the JSON and plots written.
+#[test]
+fn bench_rpc_apps_measures_every_service_in_every_mode() {
+    let out_dir = std::env::temp_dir().join(format!("tern-apps-{}", std::process::id()));
+    let (ok, out, err) = tern(&[
+        "bench",
+        "rpc",
+        "--apps",
+        "--rounds",
+        "1",
+        "--phase-ms",
+        "60",
+        "--json",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["cpu_only_over_rpcnic_host_cpu"].as_f64().unwrap() > 0.0, "{v}");
+    let services: Vec<&str> =
+        v["services"].as_array().unwrap().iter().map(|s| s["service"].as_str().unwrap()).collect();
+    assert_eq!(
+        services,
+        [
+            "image",
+            "UniqueId.ComposeUniqueId",
+            "User.Login",
+            "UrlShorten.ComposeUrls",
+            "SocialGraph.GetFollowers",
+            "ComposePost.ComposePost"
+        ]
+    );
+    for s in v["services"].as_array().unwrap() {
+        for mode in ["cpu-only", "protoacc-pcie", "rpcnic"] {
+            let m = &s["modes"][mode];
+            assert!(m["calls_per_s"]["median"].as_f64().unwrap() > 0.0, "{mode}: {m}");
+            assert!(m["u280_projected"]["per_host_core_calls_per_s"].as_f64().unwrap() > 0.0, "{mode}: {m}");
+        }
+    }
+    for f in ["rpc-apps.json", "rpc-apps.png", "rpc-apps.svg"] {
+        assert!(out_dir.join(f).exists(), "{f}");
+    }
+    std::fs::remove_dir_all(&out_dir).unwrap();
+}

@@ -9,6 +9,7 @@
 
 use std::collections::HashSet;
 
+use crate::app::{App, Method, Mode, Served};
 use crate::build::Moved;
 use crate::cu::{ComputeUnit, DeviceBuf};
 use crate::decode::Pools;
@@ -92,20 +93,6 @@ pub fn request(table: &SchemaTable, id: u64, width: u32, height: u32) -> Vec<u8>
     crate::encode::encode(&m)
 }
 
-/// What serving one request did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Served {
-    /// The photo's status (0 stored, 1 not authorized, 2 no image, 3 compressing or sealing
-    /// failed).
-    pub status: u32,
-    /// Whether the compute unit compressed and sealed the image (else the host did).
-    pub on_unit: bool,
-    /// What moved between host and device memory.
-    pub moved: Moved,
-    /// Bytes of the stored photo.
-    pub size: u64,
-}
-
 /// The service: its schema, pools, compute unit (if any) and the host's copy of the kernel.
 pub struct ImageService<'a> {
     live: &'a LiveSchema,
@@ -113,9 +100,9 @@ pub struct ImageService<'a> {
     unit: Option<&'a ComputeUnit>,
     host: Kernel,
     authorized: HashSet<u64>,
-    /// The class ids of `image.User` and `image.Photo` (a change of placement keeps them),
-    /// looked up once rather than by name on every call.
-    classes: Option<(crate::schema::ClassId, crate::schema::ClassId)>,
+    /// `store`, when the schema has `image.User` and `image.Photo` (a change of placement
+    /// keeps their class ids).
+    methods: Vec<Method>,
 }
 
 impl std::fmt::Debug for ImageService<'_> {
@@ -140,16 +127,28 @@ impl<'a> ImageService<'a> {
             unit,
             host: Kernel::new(KERNEL, Some(key)).expect("a keyed kernel given its key"),
             authorized: authorized.into_iter().collect(),
-            classes: {
+            methods: {
                 let (t, _) = live.snapshot();
-                t.class_by_name("image.User").zip(t.class_by_name("image.Photo")).map(|(u, p)| (u.id, p.id))
+                let store = t.class_by_name("image.User").zip(t.class_by_name("image.Photo"));
+                store
+                    .map(|(u, p)| Method { number: STORE, name: "store", request: u.id, response: p.id })
+                    .into_iter()
+                    .collect()
             },
         }
     }
 
-    /// Algorithm 1 on a decoded `User` request: builds the `Photo` answer in `resp` (a message
-    /// of class `image.Photo`, from the same pools).
+    /// Algorithm 1 on a decoded `User` request as RpcNIC runs it: builds the `Photo` answer in
+    /// `resp` (a message of class `image.Photo`, from the same pools).
     pub fn serve(&mut self, req: &mut Message<'_>, resp: &mut Message<'_>) -> Served {
+        self.serve_in(Mode::Rpcnic, req, resp)
+    }
+
+    /// Algorithm 1 as `mode` runs it: in `cpu-only` on the host; in `protoacc-pcie` on the
+    /// unit, the image moved to the card and the sealed photo back to host memory (where that
+    /// design keeps every field), the schema table left as it is; in `rpcnic` on the unit when
+    /// it computes the kernel, moves updating the table.
+    pub fn serve_in(&mut self, mode: Mode, req: &mut Message<'_>, resp: &mut Message<'_>) -> Served {
         let mut out = Served::default();
         let user = match req.root().get(1) {
             Some(FieldValue::U64(id)) => id,
@@ -167,12 +166,13 @@ impl<'a> ImageService<'a> {
         // An avatar with an image, or nothing to store.
         let has_image = matches!(root.as_ref().get(3), Some(FieldValue::Message(a)) if a.get(3).is_some());
         let (true, Ok(mut avatar)) = (has_image, root.message(3u32)) else { return fail(resp, out, 2) };
-        let on_unit = self.unit.filter(|u| u.kind() == Some(KERNEL));
+        let on_unit = self.unit.filter(|u| mode.units() && u.kind() == Some(KERNEL));
+        let live = mode.placed().then_some(self.live);
         let in_nic = avatar.is_in_nic(3u32).unwrap_or(false);
         // Lines 4-7 and 12-15: the image where its kernel runs.
         let moved = match (on_unit.is_some(), in_nic) {
-            (true, false) => avatar.move_to_nic(3u32, Some(self.live)),
-            (false, true) => avatar.move_to_cpu(3u32, Some(self.live)),
+            (true, false) => avatar.move_to_nic(3u32, live),
+            (false, true) => avatar.move_to_cpu(3u32, live),
             _ => Ok(Moved::default()),
         };
         // A move the device pool has no room for: the kernel cannot run.
@@ -191,7 +191,17 @@ impl<'a> ImageService<'a> {
                             out.on_unit = true;
                             (done.status == Status::Ok).then(|| {
                                 let size = done.length as u64;
-                                (size, resp.root_mut().set_device(3u32, done.output).is_ok())
+                                let mut photo = resp.root_mut();
+                                let mut stored = photo.set_device(3u32, done.output).is_ok();
+                                if mode == Mode::ProtoaccPcie && stored {
+                                    // ProtoACC keeps the response in host memory: the photo
+                                    // comes back across PCIe.
+                                    match photo.move_to_cpu(3u32, None) {
+                                        Ok(m) => out.moved = sum(out.moved, m),
+                                        Err(_) => stored = false,
+                                    }
+                                }
+                                (size, stored)
                             })
                         }
                         Err(_) => None,
@@ -203,18 +213,27 @@ impl<'a> ImageService<'a> {
             None => {
                 let Some(FieldValue::Bytes(img)) = avatar.as_ref().get(3) else { return fail(resp, out, 2) };
                 let mut sealed = Vec::new();
+                out.on_host = true;
                 (self.host.run(img, &mut sealed, KERNEL.max_output(img.len())) == Status::Ok)
                     .then(|| (sealed.len() as u64, resp.root_mut().set(3u32, FieldValue::Bytes(&sealed)).is_ok()))
             }
         };
         match stored {
             Some((size, true)) => {
-                out.size = size;
                 let _ = resp.root_mut().set(2u32, FieldValue::U64(size));
             }
             _ => return fail(resp, out, 3),
         }
         out
+    }
+}
+
+/// Two moves' counts together.
+fn sum(a: Moved, b: Moved) -> Moved {
+    Moved {
+        values: a.values + b.values,
+        bytes: a.bytes + b.bytes,
+        schema_updated: a.schema_updated || b.schema_updated,
     }
 }
 
@@ -228,80 +247,16 @@ fn fail(resp: &mut Message<'_>, mut out: Served, status: u32) -> Served {
 /// The image service's one method, `store` (a `User` in, a `Photo` out).
 pub const STORE: u32 = 1;
 
-/// How a call ended (the RPC endpoint's statuses, `docs/rpc.md`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallStatus {
-    /// Answered: the body is the `Photo`.
-    Ok,
-    /// The body did not decode as a `User` (the error names the field path and byte offset).
-    BadRequest,
-    /// Not `store`.
-    UnknownMethod,
-    /// Not `image.User`'s class id.
-    UnknownClass,
-    /// The service failed (the response did not serialize).
-    Internal,
-}
+impl App for ImageService<'_> {
+    fn name(&self) -> &'static str {
+        "image"
+    }
 
-/// How the response is serialized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Serializer {
-    /// The memory-affinity serializer: stage 1 (host records), then stage 2 (device encoding).
-    MemoryAffinity,
-    /// The plain encoder, on the host.
-    Cpu,
-}
+    fn methods(&self) -> &[Method] {
+        &self.methods
+    }
 
-/// One answered call: its status, error text, response bytes, and what serving it did (for a
-/// call that reached the service).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answered {
-    /// How it ended.
-    pub status: CallStatus,
-    /// What was wrong (empty when it went well).
-    pub error: String,
-    /// The `Photo`'s wire bytes.
-    pub body: Vec<u8>,
-    /// What serving did.
-    pub served: Option<Served>,
-}
-
-impl ImageService<'_> {
-    /// One call as a server takes it, without I/O: checked (method, class id), its body decoded
-    /// with the live table as it is now, served, and the `Photo` serialized. Never panics on
-    /// any method, class or body.
-    pub fn call(&mut self, method: u32, class_id: u32, body: &[u8], serializer: Serializer) -> Answered {
-        let fail = |status, error: String| Answered { status, error, body: Vec::new(), served: None };
-        let Some((user, photo)) = self.classes else {
-            return fail(CallStatus::Internal, "the schema has no image.User or image.Photo".into());
-        };
-        let (table, _) = self.live.snapshot();
-        if method != STORE {
-            return fail(CallStatus::UnknownMethod, format!("method {method} (the image service has {STORE}, store)"));
-        }
-        if class_id != user {
-            return fail(
-                CallStatus::UnknownClass,
-                format!("class {class_id} (store takes image.User, class {})", user),
-            );
-        }
-        let mut req = match crate::decode::decode(&table, user, body, self.pools, &Default::default()) {
-            Ok(m) => m,
-            Err(e) => return fail(CallStatus::BadRequest, e.to_string()),
-        };
-        let mut resp = Message::new(&table, photo, self.pools);
-        let served = self.serve(&mut req, &mut resp);
-        let mut out = Vec::new();
-        match serializer {
-            Serializer::Cpu => crate::encode::encode_into(&resp, &mut out),
-            Serializer::MemoryAffinity => {
-                let mut records = Vec::new();
-                crate::serialize::preserialize(&resp, Default::default(), &mut records);
-                if let Err(e) = crate::serialize::serialize_records(&resp, &records, &mut out) {
-                    return fail(CallStatus::Internal, e.to_string());
-                }
-            }
-        }
-        Answered { status: CallStatus::Ok, error: String::new(), body: out, served: Some(served) }
+    fn serve(&mut self, mode: Mode, _method: u32, req: &mut Message<'_>, resp: &mut Message<'_>) -> Served {
+        ImageService::serve_in(self, mode, req, resp)
     }
 }

@@ -36,6 +36,7 @@
 //! slots, nesting depth).
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod arena;
 pub mod build;
 pub mod check;
@@ -50,5 +51,6 @@ pub mod placement;
 pub mod schema;
 pub mod serialize;
 pub mod service;
+pub mod social;
 pub mod wire;
 pub mod workloads;

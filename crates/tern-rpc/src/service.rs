@@ -1,10 +1,10 @@
-//! An RPC service's configuration (TOML; `examples/rpc/image.toml`): the application, its
+//! An RPC service's configuration (TOML; `examples/rpc/image.toml`, `social.toml`): the application, its
 //! `.proto`, the hardware profile it is checked against, deserializer lanes, handler threads,
 //! chunk pools, compute units and their kernels, and sample messages to project. `tern hw
 //! report` reads it; every error names the item (and the file).
 //!
 //! ```toml
-//! app = "image"                 # the built-in application (Algorithm 1's image service)
+//! app = "image"                 # a built-in application: "image" (Algorithm 1) or "social"
 //! proto = "image.proto"         # relative to this file
 //! profile = "rpcnic-u280"
 //! lanes = 4
@@ -30,8 +30,18 @@ use serde::Deserialize;
 use crate::kernel::KernelKind;
 use crate::schema::{SchemaTable, compile_file};
 
-/// The applications a service may run.
-pub const APPS: [&str; 1] = ["image"];
+/// The applications a service may run: Algorithm 1's image service, and the five
+/// DeathStarBench-like social network services.
+pub const APPS: [&str; 2] = ["image", "social"];
+
+/// An application's methods: number, name and request message (full name).
+pub fn app_methods(app: &str) -> Vec<(u32, &'static str, String)> {
+    match app {
+        "image" => vec![(crate::image::STORE, "store", "image.User".to_string())],
+        "social" => crate::social::METHODS.iter().map(|m| (m.0, m.1, format!("social.{}", m.2))).collect(),
+        _ => Vec::new(),
+    }
+}
 
 /// Chunk pools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -104,6 +114,12 @@ pub struct SampleConfig {
     /// The image app's own sample: a request with an avatar this wide and high.
     #[serde(default)]
     pub avatar: Option<[u32; 2]>,
+    /// The social app's own sample request of this type (`generate = true`).
+    #[serde(default)]
+    pub generate: bool,
+    /// The method it is a request of (its name). Default: the app's method taking `type`.
+    #[serde(default)]
+    pub method: Option<String>,
 }
 
 /// A service's configuration as written.
@@ -120,8 +136,7 @@ pub struct ServiceConfig {
     /// Deserializer lanes. Default 1.
     #[serde(default = "one")]
     pub lanes: u64,
-    /// Host handler threads. Default 1. (`tern rpc serve` runs each call's handler on its
-    /// lane's thread for now.)
+    /// Host handler threads. Default 1.
     #[serde(default = "one")]
     pub handlers: u64,
     /// Automatic field updating. Default on.
@@ -168,11 +183,14 @@ pub struct Units {
     pub reconfigure_ms: u64,
 }
 
-/// A sample message: its type and wire bytes.
+/// A sample message: its type, method and wire bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sample {
     /// Full type name.
     pub ty: String,
+    /// The method it is a request of (its number; 0 when it is no method's request: projected
+    /// by `tern hw report`, not called by `tern rpc load`).
+    pub method: u32,
     /// What it is (a file's path, or the generated sample's description).
     pub source: String,
     /// Wire bytes.
@@ -261,25 +279,54 @@ impl Service {
             let class = table
                 .class_by_name(&m.ty)
                 .ok_or_else(|| err(format!("{at}.type: `{}` is not a message of {}", m.ty, proto.display())))?;
-            let (source, bytes) = match (&m.file, m.avatar) {
-                (Some(f), None) => {
+            let methods = app_methods(&config.app);
+            let method = match &m.method {
+                Some(name) => {
+                    let Some(&(n, _, ref req)) = methods.iter().find(|x| x.1 == name) else {
+                        let names: Vec<&str> = methods.iter().map(|x| x.1).collect();
+                        return Err(err(format!(
+                            "{at}.method: `{name}` is not a method of the {} app ({})",
+                            config.app,
+                            names.join(", ")
+                        )));
+                    };
+                    if *req != class.name {
+                        return Err(err(format!("{at}.method: {name} takes {req}, not {}", class.name)));
+                    }
+                    n
+                }
+                None => methods.iter().find(|x| x.2 == class.name).map_or(0, |x| x.0),
+            };
+            let (source, bytes) = match (&m.file, m.avatar, m.generate) {
+                (Some(f), None, false) => {
                     let f = dir.join(f);
                     let b =
                         std::fs::read(&f).map_err(|e| err(format!("{at}.file: cannot read {}: {e}", f.display())))?;
                     (f.display().to_string(), b)
                 }
-                (None, Some([w, h])) if config.app == "image" && class.name == "image.User" => {
+                (None, Some([w, h]), false) if config.app == "image" && class.name == "image.User" => {
                     if !(1..=4096).contains(&w) || !(1..=4096).contains(&h) {
                         return Err(err(format!("{at}.avatar: {w} x {h}: each side must be 1 to 4096")));
                     }
                     (format!("a user with a {w} x {h} avatar"), crate::image::request(&table, 1, w, h))
                 }
-                (None, Some(_)) => {
+                (None, Some(_), false) => {
                     return Err(err(format!("{at}.avatar: only the image app's image.User has a generated sample")));
                 }
-                _ => return Err(err(format!("{at}: give `file` or `avatar`, one of them"))),
+                (None, None, true) if config.app == "social" && method != 0 => {
+                    let bytes = crate::social::request(&table, method, i as u64 + 1).ok_or_else(|| {
+                        err(format!("{at}: {} does not have social.proto's {}", proto.display(), class.name))
+                    })?;
+                    (format!("the social app's own {} request", crate::social::service_of(method)), bytes)
+                }
+                (None, None, true) => {
+                    return Err(err(format!(
+                        "{at}.generate: only the social app's method requests have generated samples"
+                    )));
+                }
+                _ => return Err(err(format!("{at}: give `file`, `avatar` or `generate = true`, one of them"))),
             };
-            samples.push(Sample { ty: class.name.clone(), source, bytes });
+            samples.push(Sample { ty: class.name.clone(), method, source, bytes });
         }
         Ok(Service { config, file: path.to_path_buf(), table, units, samples })
     }

@@ -123,7 +123,10 @@ fn figure_11(lose: bool, auto_update: bool) -> Vec<u64> {
         let served = service.serve(&mut req, &mut resp);
         assert_eq!(served.status, 0);
         assert_eq!(served.on_unit, (i < 4) == lose, "request {i}: on the unit while it computes");
-        sizes.insert(served.size);
+        sizes.insert(match resp.root().get(2) {
+            Some(tern_rpc::message::FieldValue::U64(size)) => size,
+            other => panic!("request {i}: the photo's size is {other:?}"),
+        });
         moves.push(served.moved.values);
         // Updating changes the table once, between requests (never under one).
         assert_eq!(generation, u64::from(auto_update && i > 4));

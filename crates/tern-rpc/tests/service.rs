@@ -58,3 +58,41 @@ fn mistakes_name_the_item() {
         assert!(e.contains(says), "{from} -> {to}: {e}");
     }
 }
+
+#[test]
+fn the_social_example_loads_with_a_request_of_each_method() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rpc/social.toml");
+    let s = Service::load(&path).unwrap();
+    assert_eq!(s.config.app, "social");
+    let methods: Vec<u32> = s.samples.iter().map(|x| x.method).collect();
+    assert_eq!(methods, [1, 2, 3, 4, 5]);
+    // Each sample decodes as its type.
+    let pools = tern_rpc::decode::Pools::default();
+    for x in &s.samples {
+        let class = s.table.class_by_name(&x.ty).unwrap().id;
+        tern_rpc::decode::decode(&s.table, class, &x.bytes, &pools, &Default::default()).unwrap();
+    }
+}
+
+#[test]
+fn sample_methods_and_generated_samples_are_checked() {
+    let user = "type = \"image.User\"\navatar = [64, 64]";
+    for (to, says) in [
+        (
+            "type = \"image.User\"\navatar = [64, 64]\nmethod = \"fetch\"",
+            "messages[0].method: `fetch` is not a method of the image app (store)",
+        ),
+        (
+            "type = \"image.Avatar\"\navatar = [64, 64]\nmethod = \"store\"",
+            "messages[0].method: store takes image.User, not image.Avatar",
+        ),
+        ("type = \"image.User\"\ngenerate = true", "messages[0].generate: only the social app's"),
+        (
+            "type = \"image.User\"\navatar = [64, 64]\ngenerate = true",
+            "messages[0]: give `file`, `avatar` or `generate",
+        ),
+    ] {
+        let e = load_changed(user, to);
+        assert!(e.contains(says), "{to}: {e}");
+    }
+}

@@ -19,6 +19,12 @@ use crate::env::Environment;
 
 #[derive(Debug, Args)]
 pub struct RpcBenchArgs {
+    /// Measure the applications instead of the codec: the image service and five
+    /// DeathStarBench-like services end to end over QNP on loopback, in cpu-only, protoacc-pcie
+    /// and rpcnic mode (host and lane CPU per call, calls/s, p99), beside U280 projections;
+    /// writes rpc-apps.json and rpc-apps.png/svg.
+    #[arg(long)]
+    pub apps: bool,
     /// Fewer rounds and shorter phases: under two minutes.
     #[arg(long)]
     pub quick: bool,
@@ -26,7 +32,8 @@ pub struct RpcBenchArgs {
     /// quick 3].
     #[arg(long)]
     pub rounds: Option<usize>,
-    /// Milliseconds each implementation runs per round [default: 300, quick 100].
+    /// Milliseconds each implementation runs per round [default: 300, quick 100; with --apps,
+    /// each mode: 1500, quick 600].
     #[arg(long)]
     pub phase_ms: Option<u64>,
     /// Where the JSON report and the PNG/SVG plot go.
@@ -222,6 +229,9 @@ fn rerun_without_rep_movsb() -> Option<ExitCode> {
 
 /// `tern bench rpc`.
 pub fn run(a: &RpcBenchArgs) -> CmdResult {
+    if a.apps {
+        return super::apps::run(a.quick, a.rounds, a.phase_ms, &a.out, a.json);
+    }
     if !tern_rpc_peers::AVAILABLE {
         return Err("this build has no prost peers: the workloads were missing when tern-rpc-peers was built".into());
     }

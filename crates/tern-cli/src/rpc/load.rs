@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use hdrhistogram::Histogram;
 use tern_endpoint::{Header, RpcClient};
-use tern_io::Pool;
 use tern_io::udp::{UdpConfig, UdpPort};
-use tern_qnp::QnpConfig;
 use tern_rpc::service::Service;
 
 use crate::CmdResult;
@@ -33,6 +31,10 @@ pub struct LoadArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
+    /// IP MTU that requests are segmented by (576 to 65535) [default: the path MTU to the
+    /// server as the kernel knows it, at most 65535 (loopback's)].
+    #[arg(long)]
+    pub mtu: Option<usize>,
     /// Print JSON (no progress bar).
     #[arg(long)]
     pub json: bool,
@@ -47,15 +49,20 @@ pub fn run(a: &LoadArgs) -> CmdResult {
     if a.requests == 0 || a.concurrency == 0 || !(a.timeout > 0.0 && a.timeout.is_finite()) {
         return Err("--requests and --concurrency must be at least 1, --timeout positive".into());
     }
-    let calls: Vec<(u32, &[u8])> = svc
+    // Samples that are some method's request; the rest are for `tern hw report` only.
+    let calls: Vec<(u32, u32, &[u8])> = svc
         .samples
         .iter()
-        .map(|s| svc.table.class_by_name(&s.ty).map(|c| (c.id, s.bytes.as_slice())).ok_or("sample type"))
-        .collect::<Result<_, _>>()?;
-    let pool = Pool::new(16384, tern_io::DEFAULT_BUF_SIZE);
+        .filter(|s| s.method != 0)
+        .filter_map(|s| svc.table.class_by_name(&s.ty).map(|c| (s.method, c.id, s.bytes.as_slice())))
+        .collect();
+    if calls.is_empty() {
+        return Err(format!("{}: no [[messages]] is a request of one of the app's methods", svc.file.display()).into());
+    }
+    let (qnp, pool) = super::serve::transport(a.server, a.mtu)?;
     let local = SocketAddr::new(if a.server.is_ipv4() { [127, 0, 0, 1].into() } else { [0u16; 8].into() }, 0);
     let port = UdpPort::bind(local, &pool, &UdpConfig::default())?;
-    let mut client = RpcClient::new(port, &pool, QnpConfig::default(), a.server);
+    let mut client = RpcClient::new(port, &pool, qnp, a.server);
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
     let mut by_status = std::collections::BTreeMap::<&str, u64>::new();
     let (mut sent, mut done, mut failed) = (0u64, 0u64, 0u64);
@@ -74,8 +81,8 @@ pub fn run(a: &LoadArgs) -> CmdResult {
             .into());
         }
         while sent < a.requests && client.outstanding() < a.concurrency {
-            let (class_id, body) = calls[(sent % calls.len() as u64) as usize];
-            client.call(Header { method: super::serve::STORE, class_id, request_id: sent, flags: 0 }, body)?;
+            let (method, class_id, body) = calls[(sent % calls.len() as u64) as usize];
+            client.call(Header { method, class_id, request_id: sent, flags: 0 }, body)?;
             sent += 1;
         }
         client.flush()?;

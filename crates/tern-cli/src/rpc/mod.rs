@@ -1,6 +1,7 @@
 //! `tern rpc`: RpcNIC's schema table (the `.proto` compiler of §III-E), JSON conversion, the
 //! conformance testee, and `tern bench rpc`.
 
+pub mod apps;
 pub mod bench;
 pub mod conformance;
 pub mod load;
