@@ -1,7 +1,9 @@
 //! RpcNIC's RPC endpoint (`tern-endpoint`) fed arbitrary datagrams: the input is cut into
 //! datagrams (each a 2-byte big-endian length, then that many bytes) sent to an `RpcServer`,
 //! which receives after each one and replies to every call it delivers (as a service would, by
-//! method). Nothing may panic; every call delivered carries at most `max_body` bytes.
+//! method), a call's body echoed (a long one, over the reply's capacity, is sent in parts).
+//! Nothing may panic; every call delivered carries at most `MAX_MESSAGE` bytes and none of the
+//! endpoint's own flags; the server never holds more than `HELD_LIMIT` bytes of parts.
 //!
 //! (Not asserted: that a call is delivered once. Arbitrary datagrams from one address include
 //! ack floors that jump back and forth, which QNP takes as a new client on that address
@@ -13,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use tern_endpoint::{RpcServer, Status, max_body};
+use tern_endpoint::{ENDPOINT_FLAGS, HELD_LIMIT, MAX_MESSAGE, RpcServer, Status};
 use tern_io::{Batch, Pool, Port, mem};
 use tern_qnp::QnpConfig;
 
@@ -21,7 +23,8 @@ fuzz_target!(|data: &[u8]| {
     let pool = Pool::new(256, 2048);
     let (mut raw, port) = mem::pair(&pool, 256);
     let addr = port.local_addr();
-    let cfg = QnpConfig::default();
+    // Two packets a request: bodies of a few KB already go in parts.
+    let cfg = QnpConfig { max_pkts_per_request: 2, ..QnpConfig::default() };
     let mut server = RpcServer::new(port, &pool, cfg.clone());
     let (mut rest, mut calls) = (data, Vec::new());
     let mut batch = Batch::new(4);
@@ -37,10 +40,14 @@ fuzz_target!(|data: &[u8]| {
         calls.clear();
         server.recv(&mut calls, Duration::ZERO).unwrap();
         for c in calls.drain(..) {
-            assert!(c.body.len() <= max_body(&cfg));
+            assert!(c.body.len() <= MAX_MESSAGE);
+            assert_eq!(c.header.flags & ENDPOINT_FLAGS, 0);
             let status = if c.header.method == 1 { Status::Ok } else { Status::UnknownMethod };
-            let _ = server.reply(c.handle, c.header.request_id, status, "", &c.body);
+            // Echoed twice over: past one reply's capacity when the call was long.
+            let body = [&c.body[..], &c.body[..]].concat();
+            let _ = server.reply(c.handle, c.header.request_id, status, "", &body);
         }
+        assert!(server.held_bytes() <= HELD_LIMIT);
         let _ = server.flush();
         // What the server sent back is drained and dropped.
         let _ = raw.recv(Instant::now(), &mut batch);

@@ -5,10 +5,21 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use tern_endpoint::{Answer, Header, Incoming, RpcClient, RpcServer, Status, max_body};
+use tern_endpoint::{
+    Answer, CallError, Header, Incoming, MAX_MESSAGE, PartStats, RpcClient, RpcServer, Status, max_body,
+};
 use tern_io::fault::{FaultConfig, FaultInjector};
 use tern_io::{Pool, Port, mem};
 use tern_qnp::{DropReason, QnpConfig};
+
+/// Sets its flag when dropped: a test thread that panics stops its server thread.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
 
 /// A server thread answering each call with its body reversed, until `stop`; the handler runs
 /// of each request id.
@@ -77,6 +88,8 @@ fn every_call_is_answered_once_and_handled_once_under_loss_duplication_and_reord
     let body = |i: u64| (0..(i * 37) % 4000).map(|k| (k ^ i) as u8).collect::<Vec<u8>>();
     let (answers, runs) = std::thread::scope(|scope| {
         let h = scope.spawn(|| serve(server, &stop));
+        // A panic below stops the server too, so the scope ends.
+        let _stop = StopOnDrop(&stop);
         let answers = call_all(&mut client, n, 16, body);
         stop.store(true, Ordering::Relaxed);
         (answers, h.join().unwrap())
@@ -97,7 +110,7 @@ fn every_call_is_answered_once_and_handled_once_under_loss_duplication_and_reord
 }
 
 #[test]
-fn a_2_mb_message_crosses_and_the_limit_is_stated() {
+fn a_2_mb_message_crosses_in_one_request() {
     // Loopback-sized packets (64 KiB buffers, a 65535-byte MTU).
     let pool = Pool::new(512, 65_600);
     let (c, s) = mem::pair(&pool, 512);
@@ -109,22 +122,172 @@ fn a_2_mb_message_crosses_and_the_limit_is_stated() {
     let mut client = RpcClient::new(c, &pool, cfg.clone(), addr);
     let stop = AtomicBool::new(false);
     let big = |_| (0..2_000_000u32).map(|k| (k * 7) as u8).collect::<Vec<u8>>();
-    let answers = std::thread::scope(|scope| {
-        let h = scope.spawn(|| serve(server, &stop));
+    let (answers, parts) = std::thread::scope(|scope| {
+        let h = scope.spawn(|| serve_parts(server, &stop));
+        // A panic below stops the server too, so the scope ends.
+        let _stop = StopOnDrop(&stop);
         let a = call_all(&mut client, 1, 1, big);
         stop.store(true, Ordering::Relaxed);
-        h.join().unwrap();
-        a
+        (a, h.join().unwrap())
     });
     assert_eq!(answers[&1][0].body, big(1).into_iter().rev().collect::<Vec<u8>>());
-    // Past the limit: refused at the sender, nothing sent.
-    let too_big = vec![0u8; max + 1];
-    let e = client.call(Header { method: 1, class_id: 1, request_id: 2, flags: 0 }, &too_big).unwrap_err();
-    assert!(
-        matches!(e, tern_qnp::ReqError::Segment(tern_qnp::SegmentError::TooManyPackets { packets: 256, .. })),
-        "{e}"
-    );
+    assert_eq!(parts, PartStats::default(), "no parts");
+}
+
+/// [`serve`], returning the server's part counters.
+fn serve_parts<P: Port>(server: RpcServer<P>, stop: &AtomicBool) -> PartStats {
+    let mut runs = HashMap::new();
+    let mut server = server;
+    let mut calls: Vec<Incoming> = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        calls.clear();
+        server.recv(&mut calls, Duration::from_millis(5)).unwrap();
+        for c in calls.drain(..) {
+            *runs.entry(c.header.request_id).or_insert(0u32) += 1;
+            assert_eq!(runs[&c.header.request_id], 1, "a handler ran twice");
+            let body: Vec<u8> = c.body.iter().rev().copied().collect();
+            server.reply(c.handle, c.header.request_id, Status::Ok, "", &body).unwrap();
+        }
+        server.flush().unwrap();
+    }
+    assert_eq!(server.held_bytes(), 0, "nothing held once every call is answered");
+    server.part_stats()
+}
+
+/// A 16 MiB call and its 16 MiB reply (more than 255 packets of 64 KiB) cross in parts; a
+/// body over 16 MiB, or flags of the endpoint's own, are refused at the caller.
+#[test]
+fn a_16_mib_message_crosses_in_parts_and_the_limit_is_stated() {
+    let pool = Pool::new(1024, 65_600);
+    let (c, s) = mem::pair(&pool, 1024);
+    let addr = s.local_addr();
+    let cfg = QnpConfig { mtu: 65_535, ..QnpConfig::default() };
+    let server = RpcServer::new(s, &pool, cfg.clone());
+    let mut client = RpcClient::new(c, &pool, cfg.clone(), addr);
+    let stop = AtomicBool::new(false);
+    let big = |_| (0..MAX_MESSAGE as u32).map(|k| (k * 7 + (k >> 16)) as u8).collect::<Vec<u8>>();
+    let (answers, parts) = std::thread::scope(|scope| {
+        let h = scope.spawn(|| serve_parts(server, &stop));
+        // A panic below stops the server too, so the scope ends.
+        let _stop = StopOnDrop(&stop);
+        let a = call_all(&mut client, 1, 1, big);
+        stop.store(true, Ordering::Relaxed);
+        (a, h.join().unwrap())
+    });
+    let a = &answers[&1][0];
+    assert_eq!(a.status, Status::Ok);
+    assert!(a.body.len() == MAX_MESSAGE && a.body.iter().rev().copied().eq(big(1)), "the reply reversed");
+    assert_eq!((parts.call_parts, parts.calls_assembled), (1, 1), "{parts:?}");
+    assert_eq!((parts.replies_in_parts, parts.reply_parts), (1, 1), "{parts:?}");
+    let e = client.call(Header { method: 1, class_id: 1, request_id: 2, flags: 0 }, &vec![0; MAX_MESSAGE + 1]);
+    assert!(matches!(e, Err(CallError::TooLarge { len }) if len == MAX_MESSAGE + 1), "{e:?}");
+    let e = client.call(Header { method: 1, class_id: 1, request_id: 3, flags: tern_endpoint::NEXT }, b"x");
+    assert!(matches!(e, Err(CallError::ReservedFlags(2))), "{e:?}");
     assert_eq!(client.outstanding(), 0);
+}
+
+/// Calls of 1 MB in parts of some 369 KB (1500-byte packets) and their 1 MB replies, through
+/// 10% loss, 5% duplication and reordering: each answered once, each handler run once.
+#[test]
+fn calls_in_parts_are_answered_once_under_loss() {
+    let pool = Pool::new(8192, 2048);
+    let (c, s) = mem::pair(&pool, 4096);
+    let addr = s.local_addr();
+    let faults = FaultConfig { loss: 0.10, duplicate: 0.05, reorder: 0.10, seed: 11, ..FaultConfig::default() };
+    let c = FaultInjector::new(c, &pool, faults);
+    let cfg =
+        QnpConfig { initial_rto: Duration::from_millis(5), min_rto: Duration::from_millis(2), ..QnpConfig::default() };
+    let server = RpcServer::new(s, &pool, cfg.clone());
+    let mut client = RpcClient::new(c, &pool, cfg, addr);
+    let stop = AtomicBool::new(false);
+    let n = 6u64;
+    let body = |i: u64| (0..1_000_000 + i as u32).map(|k| (k ^ i as u32) as u8).collect::<Vec<u8>>();
+    let (answers, parts) = std::thread::scope(|scope| {
+        let h = scope.spawn(|| serve_parts(server, &stop));
+        // A panic below stops the server too, so the scope ends.
+        let _stop = StopOnDrop(&stop);
+        let mut answers: HashMap<u64, Vec<Answer>> = HashMap::new();
+        let mut got = Vec::new();
+        for i in 1..=n {
+            client.call(Header { method: 1, class_id: 3, request_id: i, flags: 0 }, &body(i)).unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while (answers.values().map(Vec::len).sum::<usize>() as u64) < n {
+            assert!(Instant::now() < deadline, "calls unanswered after 60 s");
+            client.flush().unwrap();
+            got.clear();
+            client.recv(&mut got, Duration::from_millis(5)).unwrap();
+            for r in got.drain(..) {
+                let a = r.unwrap_or_else(|f| panic!("a call failed: {f}"));
+                answers.entry(a.request_id).or_default().push(a);
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        (answers, h.join().unwrap())
+    });
+    for i in 1..=n {
+        let a = &answers[&i];
+        assert_eq!(a.len(), 1, "call {i} answered {} times", a.len());
+        assert_eq!(a[0].status, Status::Ok);
+        assert!(a[0].body.iter().rev().copied().eq(body(i)), "call {i}'s reply");
+    }
+    // Three parts a call, three a reply.
+    assert_eq!((parts.call_parts, parts.calls_assembled), (2 * n, n), "{parts:?}");
+    assert_eq!((parts.replies_in_parts, parts.reply_parts), (n, 2 * n), "{parts:?}");
+    assert!(client.qnp().port().tx_stats().dropped > 0, "faults were injected");
+}
+
+/// What a hostile client may send of parts: more than 16 MiB of them, parts that change the
+/// method, a request for a reply part nobody holds, both flags at once, and more held calls
+/// than the server has room for — each refused with its status and counted, none delivered.
+#[test]
+fn hostile_parts_are_refused_and_counted() {
+    use tern_endpoint::frames::{Call, Reply};
+    use tern_endpoint::{HELD_LIMIT, MORE, NEXT};
+    let pool = Pool::new(2048, 65_600);
+    let (c, s) = mem::pair(&pool, 2048);
+    let addr = s.local_addr();
+    let cfg = QnpConfig { mtu: 65_535, ..QnpConfig::default() };
+    let mut server = RpcServer::new(s, &pool, cfg.clone());
+    let mut raw = tern_qnp::runtime::QnpClient::new(c, &pool, cfg.clone(), tern_endpoint::APP_ID, addr);
+    let part = max_body(&cfg);
+    let mut send = |request_id: u64, method: u32, flags: u32, len: usize| -> Reply {
+        let call = Call { method, class_id: 1, request_id, flags, body: vec![7; len] };
+        raw.send_req(tern_endpoint::CALL, &call).unwrap();
+        raw.flush().unwrap();
+        let mut calls = Vec::new();
+        let mut got = Vec::new();
+        let t0 = Instant::now();
+        loop {
+            assert!(t0.elapsed() < Duration::from_secs(20), "no reply");
+            server.recv(&mut calls, Duration::from_millis(1)).unwrap();
+            assert!(calls.is_empty(), "nothing hostile is delivered: {:?}", calls.len());
+            server.flush().unwrap();
+            raw.recv_resp::<Reply>(&mut got, Duration::from_millis(1)).unwrap();
+            if let Some(tern_qnp::runtime::Completion::Response { resp, .. }) = got.pop() {
+                return resp;
+            }
+        }
+    };
+    // A part taken, then a second of another method.
+    assert_eq!((send(1, 1, MORE, 10).status, send(1, 2, MORE, 10).status), (0, Status::BadRequest.code()));
+    // Parts past 16 MiB: a full one is taken (acknowledged: send more), a second is refused.
+    assert_eq!(send(2, 1, MORE, part).flags, MORE);
+    let r = send(2, 1, 0, part);
+    assert_eq!(r.status, Status::BadRequest.code(), "{}", r.error);
+    assert!(r.error.contains("more than 16777216 bytes"), "{}", r.error);
+    // A reply part nobody holds; both flags.
+    assert_eq!(send(3, 1, NEXT, 0).status, Status::Internal.code());
+    assert_eq!(send(4, 1, MORE | NEXT, 0).status, Status::BadRequest.code());
+    // Held calls up to the limit, then overloaded.
+    let fill = HELD_LIMIT / part;
+    for k in 0..fill as u64 {
+        assert_eq!(send(10 + k, 1, MORE, part).status, Status::Ok.code(), "held call {k}");
+    }
+    assert_eq!(send(99, 1, MORE, part).status, Status::Overloaded.code());
+    assert!(server.held_bytes() <= HELD_LIMIT);
+    let p = server.part_stats();
+    assert_eq!((p.mismatched, p.too_large, p.stray_next, p.bad_flags, p.over_budget), (1, 1, 1, 1, 1), "{p:?}");
 }
 
 #[test]
@@ -170,4 +333,35 @@ fn the_documented_statuses_are_the_codes() {
         .collect();
     let code: Vec<(String, u32)> = Status::ALL.iter().map(|s| (s.name().to_string(), s.code())).collect();
     assert_eq!(table, code);
+}
+
+/// The same over real UDP on loopback (65535-byte packets, the kernel's socket buffers):
+/// a 16 MiB call and reply cross.
+#[test]
+fn a_16_mib_message_crosses_udp_loopback() {
+    use tern_io::udp::{UdpConfig, UdpPort};
+    let pool = Pool::new(1024, 65_600);
+    let udp = UdpConfig::default();
+    let s = UdpPort::bind("127.0.0.1:0".parse().unwrap(), &pool, &udp).unwrap();
+    let c = UdpPort::bind("127.0.0.1:0".parse().unwrap(), &pool, &udp).unwrap();
+    let addr = s.local_addr();
+    let cfg = QnpConfig { mtu: 65_535, ..QnpConfig::default() };
+    let server = RpcServer::new(s, &pool, cfg.clone());
+    let mut client = RpcClient::new(c, &pool, cfg, addr);
+    let stop = AtomicBool::new(false);
+    let big = |_| (0..MAX_MESSAGE as u32).map(|k| (k ^ (k >> 11)) as u8).collect::<Vec<u8>>();
+    let t0 = Instant::now();
+    let answers = std::thread::scope(|scope| {
+        let h = scope.spawn(|| serve_parts(server, &stop));
+        // A panic below stops the server too, so the scope ends.
+        let _stop = StopOnDrop(&stop);
+        let a = call_all(&mut client, 1, 1, big);
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap();
+        a
+    });
+    let a = &answers[&1][0];
+    assert_eq!(a.status, Status::Ok);
+    assert!(a.body.iter().rev().copied().eq(big(1)), "the reply reversed");
+    eprintln!("16 MiB each way over UDP loopback in {:?}", t0.elapsed());
 }

@@ -44,6 +44,13 @@ impl Collector for RpcCollector {
             .enumerate()
             .map(|(j, r)| (label("reason", r.as_str()), c.drops.iter().map(|l| get(&l[j])).sum()))
             .collect();
-        counter_family(&mut enc, "tern_rpc_qnp_drops", "Packets (or requests) QNP dropped, by reason.", &rows)
+        counter_family(&mut enc, "tern_rpc_qnp_drops", "Packets (or requests) QNP dropped, by reason.", &rows)?;
+        let rows: Vec<_> = c.parts().into_iter().map(|(n, v)| (label("what", n), v)).collect();
+        counter_family(
+            &mut enc,
+            "tern_rpc_parts",
+            "Calls and replies in parts: parts taken and sent, calls put together, and those refused or expired, by what.",
+            &rows,
+        )
     }
 }

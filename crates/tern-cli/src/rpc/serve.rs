@@ -29,7 +29,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use tern_endpoint::{Incoming, RpcServer, Status};
+use tern_endpoint::{Incoming, PartStats, RpcServer, Status};
 use tern_io::udp::{UdpConfig, UdpPort};
 use tern_io::{Pool, Port};
 use tern_qnp::ReqHandle;
@@ -134,6 +134,8 @@ pub struct Counters {
     pub table_changes: AtomicU64,
     /// QNP drops, summed over the lanes (in `DropReason::ALL`'s order), as last published.
     pub drops: Vec<Vec<AtomicU64>>,
+    /// Calls and replies in parts, per lane (in `PartStats::named`'s order), as last published.
+    pub parts: Vec<Vec<AtomicU64>>,
 }
 
 impl Counters {
@@ -141,8 +143,21 @@ impl Counters {
     pub fn new(lanes: usize) -> Counters {
         Counters {
             drops: (0..lanes).map(|_| DropReason::ALL.iter().map(|_| AtomicU64::new(0)).collect()).collect(),
+            parts: (0..lanes)
+                .map(|_| PartStats::default().named().iter().map(|_| AtomicU64::new(0)).collect())
+                .collect(),
             ..Counters::default()
         }
+    }
+
+    /// The lanes' part counters summed, by name.
+    pub fn parts(&self) -> Vec<(&'static str, u64)> {
+        PartStats::default()
+            .named()
+            .iter()
+            .enumerate()
+            .map(|(j, (n, _))| (*n, self.parts.iter().map(|l| l[j].load(Ordering::Relaxed)).sum()))
+            .collect()
     }
 
     /// Calls answered with status `s`.
@@ -238,6 +253,7 @@ pub fn run(a: &ServeArgs) -> CmdResult {
             "lane_cpu_us_per_call": per_call(get(&counters.lane_cpu_ns)),
             "schema_generation": generation, "table_changes": get(&counters.table_changes),
             "qnp_drops": drops.iter().map(|(n, c)| (n.to_string(), serde_json::json!(c))).collect::<serde_json::Map<_, _>>(),
+            "parts": counters.parts().iter().map(|(n, c)| (n.to_string(), serde_json::json!(c))).collect::<serde_json::Map<_, _>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
@@ -261,6 +277,9 @@ pub fn run(a: &ServeArgs) -> CmdResult {
         );
         for (n, c) in drops.iter().filter(|(_, c)| *c > 0) {
             println!("  qnp dropped {n}: {c}");
+        }
+        for (n, c) in counters.parts().iter().filter(|(_, c)| *c > 0) {
+            println!("  parts {n}: {c}");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -332,6 +351,10 @@ fn apps<'a>(
     }
     Ok(out)
 }
+
+/// Calls a lane has handed to handlers and not yet answered, at most; a call beyond is answered
+/// `overloaded` (so that no client grows the server's queues).
+pub const LANE_IN_FLIGHT: usize = 4096;
 
 /// A call handed from a lane to a handler.
 struct Job<'t> {
@@ -477,6 +500,11 @@ fn lane<'t>(
             let wait = if in_flight > 0 { Duration::ZERO } else { Duration::from_millis(20) };
             server.recv(&mut calls, wait).map_err(|e| e.to_string())?;
             for c in calls.drain(..) {
+                if in_flight >= LANE_IN_FLIGHT {
+                    let e = format!("the lane has {LANE_IN_FLIGHT} calls in flight");
+                    answer(server, c.handle, c.header.request_id, Status::Overloaded, &e, &[], counters);
+                    continue;
+                }
                 let method = match app::check(name, methods, c.header.method, c.header.class_id) {
                     Ok(m) => m.clone(),
                     Err((s, e)) => {
@@ -511,6 +539,9 @@ fn lane<'t>(
             let stats = server.qnp().core().stats();
             for (j, r) in DropReason::ALL.iter().enumerate() {
                 counters.drops[i][j].store(stats.drops_of(*r), Ordering::Relaxed);
+            }
+            for (j, (_, v)) in server.part_stats().named().iter().enumerate() {
+                counters.parts[i][j].store(*v, Ordering::Relaxed);
             }
         }
     })();
