@@ -70,18 +70,22 @@ fn call_all<P: Port>(
     answers
 }
 
+/// A server and a client whose port, both ways, loses 10% of packets, duplicates 5% and
+/// reorders 10% (fault seed `seed`), with short retransmission timers.
+fn lossy(pool: &Pool, seed: u64) -> (RpcServer<mem::MemPort>, RpcClient<FaultInjector<mem::MemPort>>) {
+    let (c, s) = mem::pair(pool, 4096);
+    let addr = s.local_addr();
+    let faults = FaultConfig { loss: 0.10, duplicate: 0.05, reorder: 0.10, seed, ..FaultConfig::default() };
+    let c = FaultInjector::new(c, pool, faults);
+    let cfg =
+        QnpConfig { initial_rto: Duration::from_millis(5), min_rto: Duration::from_millis(2), ..QnpConfig::default() };
+    (RpcServer::new(s, pool, cfg.clone()), RpcClient::new(c, pool, cfg, addr))
+}
+
 #[test]
 fn every_call_is_answered_once_and_handled_once_under_loss_duplication_and_reordering() {
     let pool = Pool::new(8192, 2048);
-    let (c, s) = mem::pair(&pool, 4096);
-    let addr = s.local_addr();
-    // Both directions of the client's port: 10% lost, 5% duplicated, 10% reordered.
-    let faults = FaultConfig { loss: 0.10, duplicate: 0.05, reorder: 0.10, seed: 7, ..FaultConfig::default() };
-    let c = FaultInjector::new(c, &pool, faults);
-    let cfg =
-        QnpConfig { initial_rto: Duration::from_millis(5), min_rto: Duration::from_millis(2), ..QnpConfig::default() };
-    let server = RpcServer::new(s, &pool, cfg.clone());
-    let mut client = RpcClient::new(c, &pool, cfg, addr);
+    let (server, mut client) = lossy(&pool, 7);
     let stop = AtomicBool::new(false);
     let n = 400u64;
     // Bodies of 1 to 3 packets.
@@ -191,14 +195,7 @@ fn a_16_mib_message_crosses_in_parts_and_the_limit_is_stated() {
 #[test]
 fn calls_in_parts_are_answered_once_under_loss() {
     let pool = Pool::new(8192, 2048);
-    let (c, s) = mem::pair(&pool, 4096);
-    let addr = s.local_addr();
-    let faults = FaultConfig { loss: 0.10, duplicate: 0.05, reorder: 0.10, seed: 11, ..FaultConfig::default() };
-    let c = FaultInjector::new(c, &pool, faults);
-    let cfg =
-        QnpConfig { initial_rto: Duration::from_millis(5), min_rto: Duration::from_millis(2), ..QnpConfig::default() };
-    let server = RpcServer::new(s, &pool, cfg.clone());
-    let mut client = RpcClient::new(c, &pool, cfg, addr);
+    let (server, mut client) = lossy(&pool, 11);
     let stop = AtomicBool::new(false);
     let n = 6u64;
     let body = |i: u64| (0..1_000_000 + i as u32).map(|k| (k ^ i as u32) as u8).collect::<Vec<u8>>();

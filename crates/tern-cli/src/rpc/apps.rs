@@ -33,6 +33,7 @@ use tern_rpc::placement::LiveSchema;
 use tern_rpc::service::{Service, ServiceConfig, Units};
 use tern_rpc::social::{self, SocialNetwork};
 
+use super::bench::{spread, spread_json as sj};
 use super::serve::{Counters, serve_ports, transport};
 use crate::CmdResult;
 use crate::env::Environment;
@@ -224,27 +225,6 @@ fn counts(w: &Workload, mode: Mode) -> Result<tern_hw::rpc::CallCounts, String> 
     })
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Spread {
-    min: f64,
-    median: f64,
-    max: f64,
-}
-
-fn spread(v: &[f64]) -> Spread {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        return Spread { min: 0.0, median: 0.0, max: 0.0 };
-    }
-    let median = if s.len() % 2 == 1 { s[s.len() / 2] } else { (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0 };
-    Spread { min: s[0], median, max: s[s.len() - 1] }
-}
-
-fn sj(s: Spread) -> Value {
-    json!({ "median": s.median, "min": s.min, "max": s.max })
-}
-
 fn geomean(v: &[f64]) -> f64 {
     if v.is_empty() { 0.0 } else { (v.iter().map(|x| x.max(1e-12).ln()).sum::<f64>() / v.len() as f64).exp() }
 }
@@ -333,35 +313,15 @@ pub fn run(
             m["u280_projected"] = u280;
             modes.insert(mode.name().to_string(), m);
         }
-        // Per-round ratios of host CPU per call.
-        let ratio = |a: usize, b: usize| {
-            spread(
-                &runs[wi][a]
-                    .iter()
-                    .zip(&runs[wi][b])
-                    .map(|(x, y)| x.host_cpu_us / y.host_cpu_us.max(1e-9))
-                    .collect::<Vec<_>>(),
-            )
+        // Per-round ratios: mode a's figure over mode b's.
+        let ratio = |a: usize, b: usize, f: fn(&Run) -> f64| {
+            spread(&runs[wi][a].iter().zip(&runs[wi][b]).map(|(x, y)| f(x) / f(y).max(1e-9)).collect::<Vec<_>>())
         };
-        let cpu_over_rpcnic = ratio(0, 2);
-        let pa_over_rpcnic = ratio(1, 2);
-        let tput = |a: usize, b: usize| {
-            spread(
-                &runs[wi][a]
-                    .iter()
-                    .zip(&runs[wi][b])
-                    .map(|(x, y)| x.calls_per_s / y.calls_per_s.max(1e-9))
-                    .collect::<Vec<_>>(),
-            )
-        };
-        let rpcnic_over_cpu_tput = tput(2, 0);
-        let rpcnic_over_pa_tput = tput(2, 1);
-        let p50 = |a: usize, b: usize| {
-            spread(
-                &runs[wi][a].iter().zip(&runs[wi][b]).map(|(x, y)| x.p50_us / y.p50_us.max(1e-9)).collect::<Vec<_>>(),
-            )
-        };
-        let (cpu_over_rpcnic_p50, pa_over_rpcnic_p50) = (p50(0, 2), p50(1, 2));
+        let cpu_over_rpcnic = ratio(0, 2, |r| r.host_cpu_us);
+        let pa_over_rpcnic = ratio(1, 2, |r| r.host_cpu_us);
+        let rpcnic_over_cpu_tput = ratio(2, 0, |r| r.calls_per_s);
+        let rpcnic_over_pa_tput = ratio(2, 1, |r| r.calls_per_s);
+        let (cpu_over_rpcnic_p50, pa_over_rpcnic_p50) = (ratio(0, 2, |r| r.p50_us), ratio(1, 2, |r| r.p50_us));
         if w.svc.config.app == "image" {
             image_ratio = Some(cpu_over_rpcnic);
         } else {

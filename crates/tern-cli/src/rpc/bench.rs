@@ -91,21 +91,23 @@ fn time(phase: Duration, mut f: impl FnMut()) -> f64 {
     start.elapsed().as_nanos() as f64 / n as f64
 }
 
+/// The median, min and max of per-round values.
 #[derive(Debug, Clone, Copy)]
-struct Spread {
-    min: f64,
-    median: f64,
-    max: f64,
+pub(super) struct Spread {
+    pub(super) min: f64,
+    pub(super) median: f64,
+    pub(super) max: f64,
 }
 
-fn spread(v: &[f64]) -> Spread {
+/// The spread of `v` (not empty).
+pub(super) fn spread(v: &[f64]) -> Spread {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     let median = if s.len() % 2 == 1 { s[s.len() / 2] } else { (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0 };
     Spread { min: s[0], median, max: s[s.len() - 1] }
 }
 
-fn spread_json(s: Spread) -> Value {
+pub(super) fn spread_json(s: Spread) -> Value {
     json!({ "median": s.median, "min": s.min, "max": s.max })
 }
 
