@@ -157,14 +157,16 @@ enum RpcCommand {
     /// `conformance_test_runner tern-conformance.sh` (a script calling `tern rpc conformance
     /// --proto ...`); docs/rpc.md says how to build the runner.
     Conformance(rpc::conformance::ConformanceArgs),
-    /// Serve an RPC service configuration (examples/rpc/image.toml) over QNP on UDP: its lanes,
-    /// compute units and pools; calls checked, decoded with the live schema table (a body that
-    /// does not decode is answered bad_request, naming the field and byte offset), served and
-    /// answered exactly once. --metrics serves Prometheus `tern_rpc_*`; SIGINT/SIGTERM stop it
-    /// with a summary.
+    /// Serve an RPC service configuration (examples/rpc/image.toml, social.toml) over QNP on
+    /// UDP: NIC lane threads (transport, checks, deserialization, the NIC's part of
+    /// serialization) beside host handler threads, compute units and pools, the work placed by
+    /// --mode (cpu-only, protoacc-pcie, rpcnic). A body that does not decode is answered
+    /// bad_request, naming the field and byte offset; every call is answered exactly once,
+    /// bodies up to 16 MiB. --metrics serves Prometheus `tern_rpc_*`; SIGINT/SIGTERM stop it
+    /// with a summary (calls by status, moves, host and card CPU per call).
     Serve(rpc::serve::ServeArgs),
-    /// Call a `tern rpc serve` server with the configuration's sample messages, closed loop:
-    /// calls per second, latency percentiles, answers by status.
+    /// Call a `tern rpc serve` server with the configuration's sample requests (each to its
+    /// method), closed loop: calls per second, latency percentiles, answers by status.
     Load(rpc::load::LoadArgs),
 }
 
