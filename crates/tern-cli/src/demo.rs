@@ -474,7 +474,8 @@ pub fn run(a: &DemoArgs) -> CmdResult {
             "Next: `tern dispatch serve --help`, `tern bench dispatch --quick`, `tern hw report examples/dispatch/kv.toml`,"
         );
         println!("`tern flow trace examples/flow/replay.toml udp,nw_dst=10.2.0.7`, `tern bench flow --quick`,");
-        println!("`tern rpc check ../shared/hyperprotobench/bench0/benchmark.proto`, `tern bench rpc --quick`.");
+        println!("`tern rpc check ../shared/hyperprotobench/bench0/benchmark.proto`, `tern bench rpc --quick`,");
+        println!("`tern rpc serve examples/rpc/social.toml`, `tern bench rpc --apps --quick`.");
         Ok(ExitCode::SUCCESS)
     } else {
         println!(
