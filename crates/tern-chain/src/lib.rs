@@ -1,0 +1,9 @@
+//! SuperNIC (seed 003) in software: tenants offload DAGs of network tasks (NTs) to one NIC,
+//! which cuts them into chains placed in reconfigurable regions (docs/chain.md).
+//!
+//! So far this crate has the language tenants write their DAGs in ([`dag`]): Click-like arrow
+//! statements such as `nat -> fw -> {aes, lb} -> kv`, parsed and checked with errors that name
+//! the item (a cycle is printed as one).
+#![forbid(unsafe_code)]
+
+pub mod dag;
