@@ -75,10 +75,20 @@ pub mod resource {
     pub const RPC_COMPUTE_UNITS: &str = "rpc.compute_units";
     /// Bytes of the NIC's device memory.
     pub const RPC_DEVICE_MEMORY_BYTES: &str = "rpc.device_memory_bytes";
+    /// Credits a physical chain starts with (SuperNIC's scheduler).
+    pub const CHAIN_CREDITS: &str = "chain.credits";
+    /// Network-task regions on the board.
+    pub const CHAIN_REGIONS: &str = "chain.regions";
+    /// LUTs of one region.
+    pub const CHAIN_REGION_LUTS: &str = "chain.region_luts";
+    /// On-board memory, bytes.
+    pub const CHAIN_BOARD_MEMORY_BYTES: &str = "chain.board_memory_bytes";
 }
 
 /// Names of the per-operation cycle costs profiles give (`[cycles]`).
 pub mod cost {
+    /// Cycles of one scheduling decision (SuperNIC's central scheduler).
+    pub const CHAIN_SCHEDULE: &str = "chain.schedule";
     /// Cycles the RSD spends on a request's first packet before any skip-and-check.
     pub const RSD_FIRST_PACKET: &str = "rsd.first_packet";
     /// Cycles per skip-and-check the Matcher runs (a RAM read, a ByteStream read, a CAM lookup).
@@ -125,6 +135,8 @@ pub mod rate {
     pub const SERIALIZER_BYTES_PER_S: &str = "serializer.bytes_per_s";
     /// Bytes per second one compute unit's kernel takes in.
     pub const KERNEL_BYTES_PER_S: &str = "kernel.bytes_per_s";
+    /// The most one instance of network task `KIND` carries, Gbit/s: `nt.KIND.gbps`.
+    pub const NT_GBPS_PREFIX: &str = "nt.";
 }
 
 /// Names of the fixed latencies profiles give (`[latency_ns]`).
@@ -138,19 +150,29 @@ pub mod latency {
     /// Link time of one DMA write across PCIe besides its bytes (descriptor and transaction
     /// overhead).
     pub const PCIE_WRITE: &str = "pcie.write";
+    /// SuperNIC's core, ingress to egress without PHY and MAC.
+    pub const CHAIN_CORE: &str = "chain.core";
+    /// SuperNIC's whole board path, port to port.
+    pub const CHAIN_BOARD: &str = "chain.board";
+    /// Partial reconfiguration of a region.
+    pub const CHAIN_PR: &str = "chain.pr";
+    /// The fairness epoch.
+    pub const CHAIN_EPOCH: &str = "chain.epoch";
 }
 
+pub mod chain;
 pub mod flow;
 pub mod rpc;
 pub mod rsd;
 
 /// Names of the built-in profiles.
-pub const BUILTIN: &[&str] = &["cpu", "qingniao-u250", "accelsdp-n3000", "rpcnic-u280"];
+pub const BUILTIN: &[&str] = &["cpu", "qingniao-u250", "accelsdp-n3000", "rpcnic-u280", "supernic-htg9200"];
 
 const CPU_TOML: &str = include_str!("../../../examples/profiles/cpu.toml");
 const QINGNIAO_U250_TOML: &str = include_str!("../../../examples/profiles/qingniao-u250.toml");
 const ACCELSDP_N3000_TOML: &str = include_str!("../../../examples/profiles/accelsdp-n3000.toml");
 const RPCNIC_U280_TOML: &str = include_str!("../../../examples/profiles/rpcnic-u280.toml");
+const SUPERNIC_HTG9200_TOML: &str = include_str!("../../../examples/profiles/supernic-htg9200.toml");
 
 /// QNP parameters of a profile. A profile that does not model QNP gets the paper's defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -244,6 +266,7 @@ impl Profile {
             "qingniao-u250" => QINGNIAO_U250_TOML,
             "accelsdp-n3000" => ACCELSDP_N3000_TOML,
             "rpcnic-u280" => RPCNIC_U280_TOML,
+            "supernic-htg9200" => SUPERNIC_HTG9200_TOML,
             _ => return Err(ProfileError::Unknown { name: name.to_string() }),
         };
         Profile::from_toml(text, name)
