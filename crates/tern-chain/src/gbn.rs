@@ -1,0 +1,326 @@
+//! The go-back-N transport network task's protocol (docs/chain.md, "Go-back-N transport"),
+//! sans-IO: a [`Sender`] and a [`Receiver`] that take and make packets and never touch a
+//! socket or a clock of their own (the caller passes `now`).
+//!
+//! The sender numbers each payload, keeps at most `window` unacknowledged, and when the oldest
+//! has gone unacknowledged for the retransmission timeout sends every unacknowledged packet
+//! again, from the oldest (go back N). The receiver delivers only the next payload in order,
+//! drops everything else, and answers every data packet with a cumulative acknowledgement: the
+//! next sequence number it expects. So each payload is delivered exactly once and in order
+//! whatever the network loses, duplicates or reorders.
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use tern_chain::gbn::{Config, Receiver, Sender};
+//! let now = Instant::now();
+//! let (mut tx, mut rx) = (Sender::new(7, Config::default()), Receiver::new(7));
+//! tx.push(b"hello".to_vec()).unwrap();
+//! let mut wire = Vec::new();
+//! tx.poll(now, &mut wire);
+//! let (delivered, ack) = rx.on_packet(&wire[0]);
+//! assert_eq!(delivered.as_deref(), Some(&b"hello"[..]));
+//! tx.on_packet(&ack.unwrap(), now);
+//! assert!(tx.is_idle());
+//! ```
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// The header's length.
+pub const HEADER_LEN: usize = 12;
+/// The version this implements.
+pub const VERSION: u8 = 1;
+/// A data packet.
+pub const DATA: u8 = 1;
+/// An acknowledgement.
+pub const ACK: u8 = 2;
+/// The largest payload one packet carries.
+pub const MAX_PAYLOAD: usize = 9000;
+
+/// A parsed header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// [`DATA`] or [`ACK`].
+    pub kind: u8,
+    /// The payload's length (0 for an acknowledgement).
+    pub len: u16,
+    /// The connection.
+    pub conn: u32,
+    /// Data: this payload's sequence number; acknowledgement: the next one expected.
+    pub seq: u32,
+}
+
+/// Bytes that are not a go-back-N packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PacketError {
+    /// Shorter than the header.
+    #[error("{0} bytes, shorter than the 12-byte header")]
+    Short(usize),
+    /// Another version.
+    #[error("version {0}, not 1")]
+    Version(u8),
+    /// Neither data nor an acknowledgement.
+    #[error("kind {0}, neither data (1) nor an acknowledgement (2)")]
+    Kind(u8),
+    /// The length field disagrees with the bytes, or an acknowledgement carries a payload, or
+    /// a payload is over [`MAX_PAYLOAD`].
+    #[error("length {len} with {have} bytes after the header")]
+    Length {
+        /// The header's length field.
+        len: u16,
+        /// Bytes after the header.
+        have: usize,
+    },
+}
+
+impl Header {
+    /// The header and payload of `b`. Never panics.
+    pub fn parse(b: &[u8]) -> Result<(Header, &[u8]), PacketError> {
+        let Some((h, payload)) = b.split_first_chunk::<HEADER_LEN>() else { return Err(PacketError::Short(b.len())) };
+        if h[0] != VERSION {
+            return Err(PacketError::Version(h[0]));
+        }
+        let kind = h[1];
+        if kind != DATA && kind != ACK {
+            return Err(PacketError::Kind(kind));
+        }
+        let len = u16::from_be_bytes([h[2], h[3]]);
+        let bad_len = usize::from(len) != payload.len() || (kind == ACK && len != 0) || usize::from(len) > MAX_PAYLOAD;
+        if bad_len {
+            return Err(PacketError::Length { len, have: payload.len() });
+        }
+        let conn = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+        let seq = u32::from_be_bytes([h[8], h[9], h[10], h[11]]);
+        Ok((Header { kind, len, conn, seq }, payload))
+    }
+
+    /// Appends the header and `payload` to `out`.
+    pub fn write(&self, payload: &[u8], out: &mut Vec<u8>) {
+        out.push(VERSION);
+        out.push(self.kind);
+        out.extend_from_slice(&self.len.to_be_bytes());
+        out.extend_from_slice(&self.conn.to_be_bytes());
+        out.extend_from_slice(&self.seq.to_be_bytes());
+        out.extend_from_slice(payload);
+    }
+}
+
+/// A sender's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Unacknowledged packets at most (1 to 32768). Default 64.
+    pub window: u32,
+    /// How long the oldest unacknowledged packet waits before everything from it is sent
+    /// again. Default 1 ms.
+    pub rto: Duration,
+    /// Payloads queued and not yet sent, at most. Default 4096.
+    pub queue: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { window: 64, rto: Duration::from_millis(1), queue: 4096 }
+    }
+}
+
+/// What a sender counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SenderStats {
+    /// Data packets sent for the first time, and again.
+    pub sent: u64,
+    pub retransmitted: u64,
+    /// Timeouts that sent the window again.
+    pub timeouts: u64,
+    /// Packets acknowledged.
+    pub acked: u64,
+    /// Packets dropped: not a packet, another connection, or not an acknowledgement.
+    pub bad_acks: u64,
+    /// Acknowledgements outside what is in flight: stale (overtaken by a later one) or for
+    /// packets never sent; ignored.
+    pub stale_acks: u64,
+}
+
+/// A full queue: the payload is given back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the sender's queue is full")]
+pub struct Full(pub Vec<u8>);
+
+/// The sending side of one connection.
+#[derive(Debug)]
+pub struct Sender {
+    conn: u32,
+    cfg: Config,
+    /// The oldest unacknowledged sequence number, and the next to assign.
+    base: u32,
+    next: u32,
+    /// Payloads from `base` on: the first `next - base` sent and unacknowledged.
+    pending: VecDeque<Vec<u8>>,
+    /// When the oldest unacknowledged packet was (last) sent.
+    timer: Option<Instant>,
+    stats: SenderStats,
+}
+
+impl Sender {
+    /// A sender for connection `conn` (its window clamped to 1..=32768, its queue to at least
+    /// one), numbering from 0.
+    pub fn new(conn: u32, cfg: Config) -> Sender {
+        Sender::starting_at(conn, cfg, 0)
+    }
+
+    /// The same, numbering from `start` (the connection's initial sequence number, which the
+    /// receiver is given too).
+    pub fn starting_at(conn: u32, cfg: Config, start: u32) -> Sender {
+        let cfg = Config { window: cfg.window.clamp(1, 1 << 15), queue: cfg.queue.max(1), ..cfg };
+        let stats = SenderStats::default();
+        Sender { conn, cfg, base: start, next: start, pending: VecDeque::new(), timer: None, stats }
+    }
+
+    /// Queues a payload (at most [`MAX_PAYLOAD`] bytes: a longer one is refused too).
+    pub fn push(&mut self, payload: Vec<u8>) -> Result<(), Full> {
+        if payload.len() > MAX_PAYLOAD || self.pending.len() >= self.cfg.queue + self.in_flight() as usize {
+            return Err(Full(payload));
+        }
+        self.pending.push_back(payload);
+        Ok(())
+    }
+
+    /// Packets sent and not yet acknowledged.
+    pub fn in_flight(&self) -> u32 {
+        self.next.wrapping_sub(self.base)
+    }
+
+    /// Nothing queued or in flight.
+    pub fn is_idle(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Appends the packets to send now: on a timeout, every unacknowledged packet again from
+    /// the oldest; then new ones while the window has room.
+    pub fn poll(&mut self, now: Instant, out: &mut Vec<Vec<u8>>) {
+        if let Some(t) = self.timer
+            && now.duration_since(t) >= self.cfg.rto
+            && self.in_flight() > 0
+        {
+            self.stats.timeouts += 1;
+            for k in 0..self.in_flight() {
+                let seq = self.base.wrapping_add(k);
+                out.push(self.packet(seq, &self.pending[k as usize]));
+                self.stats.retransmitted += 1;
+            }
+            self.timer = Some(now);
+        }
+        while self.in_flight() < self.cfg.window && (self.in_flight() as usize) < self.pending.len() {
+            let seq = self.next;
+            out.push(self.packet(seq, &self.pending[self.in_flight() as usize]));
+            self.next = self.next.wrapping_add(1);
+            self.stats.sent += 1;
+            if self.timer.is_none() {
+                self.timer = Some(now);
+            }
+        }
+    }
+
+    /// When [`Sender::poll`] next has a retransmission to make, if anything is in flight.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.timer.filter(|_| self.in_flight() > 0).map(|t| t + self.cfg.rto)
+    }
+
+    fn packet(&self, seq: u32, payload: &[u8]) -> Vec<u8> {
+        let mut p = Vec::with_capacity(HEADER_LEN + payload.len());
+        // `push` refused payloads over MAX_PAYLOAD (9000), so the length fits.
+        Header { kind: DATA, len: payload.len() as u16, conn: self.conn, seq }.write(payload, &mut p);
+        p
+    }
+
+    /// Takes an acknowledgement: everything before its sequence number is done.
+    pub fn on_packet(&mut self, b: &[u8], now: Instant) {
+        let Ok((h, _)) = Header::parse(b) else {
+            self.stats.bad_acks += 1;
+            return;
+        };
+        if h.kind != ACK || h.conn != self.conn {
+            self.stats.bad_acks += 1;
+            return;
+        }
+        let acked = h.seq.wrapping_sub(self.base);
+        if acked > self.in_flight() {
+            self.stats.stale_acks += 1;
+            return;
+        }
+        for _ in 0..acked {
+            self.pending.pop_front();
+        }
+        self.base = h.seq;
+        self.stats.acked += u64::from(acked);
+        if acked > 0 {
+            // The timer restarts for the new oldest packet.
+            self.timer = (self.in_flight() > 0).then_some(now);
+        }
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> SenderStats {
+        self.stats
+    }
+}
+
+/// What a receiver counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReceiverStats {
+    /// Payloads delivered.
+    pub delivered: u64,
+    /// Data packets dropped for being out of order (ahead, or a copy of one delivered).
+    pub out_of_order: u64,
+    /// Packets dropped: not a packet, another connection, or not data.
+    pub malformed: u64,
+}
+
+/// The receiving side of one connection.
+#[derive(Debug)]
+pub struct Receiver {
+    conn: u32,
+    expected: u32,
+    stats: ReceiverStats,
+}
+
+impl Receiver {
+    /// A receiver for connection `conn`, expecting sequence number 0 first.
+    pub fn new(conn: u32) -> Receiver {
+        Receiver::starting_at(conn, 0)
+    }
+
+    /// The same, expecting `start` first.
+    pub fn starting_at(conn: u32, start: u32) -> Receiver {
+        Receiver { conn, expected: start, stats: ReceiverStats::default() }
+    }
+
+    /// Takes a data packet: the payload if it is the next in order, and the acknowledgement to
+    /// send (the next sequence number expected) for any data packet of this connection. Never
+    /// panics.
+    pub fn on_packet(&mut self, b: &[u8]) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+        let Ok((h, payload)) = Header::parse(b) else {
+            self.stats.malformed += 1;
+            return (None, None);
+        };
+        if h.kind != DATA || h.conn != self.conn {
+            self.stats.malformed += 1;
+            return (None, None);
+        }
+        let delivered = if h.seq == self.expected {
+            self.expected = self.expected.wrapping_add(1);
+            self.stats.delivered += 1;
+            Some(payload.to_vec())
+        } else {
+            self.stats.out_of_order += 1;
+            None
+        };
+        let mut ack = Vec::with_capacity(HEADER_LEN);
+        Header { kind: ACK, len: 0, conn: self.conn, seq: self.expected }.write(&[], &mut ack);
+        (delivered, Some(ack))
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> ReceiverStats {
+        self.stats
+    }
+}

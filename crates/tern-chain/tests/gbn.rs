@@ -1,0 +1,204 @@
+//! The go-back-N transport: its header byte for byte, a parser that refuses what is not a
+//! packet, and sender/receiver pairs over the `FaultInjector` (seeded loss, duplication and
+//! reordering) delivering every payload once and in order, across the sequence numbers' wrap.
+
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use tern_chain::gbn::{ACK, Config, DATA, HEADER_LEN, Header, MAX_PAYLOAD, PacketError, Receiver, Sender};
+use tern_io::fault::{FaultConfig, FaultInjector};
+use tern_io::{Batch, Pool, Port, mem};
+
+#[test]
+fn the_header_is_the_documented_bytes() {
+    let mut b = Vec::new();
+    Header { kind: DATA, len: 2, conn: 0x0102_0304, seq: 5 }.write(b"ab", &mut b);
+    assert_eq!(b, [1, 1, 0, 2, 1, 2, 3, 4, 0, 0, 0, 5, b'a', b'b']);
+    let mut a = Vec::new();
+    Header { kind: ACK, len: 0, conn: 9, seq: 0xdead_beef }.write(&[], &mut a);
+    assert_eq!(a, [1, 2, 0, 0, 0, 0, 0, 9, 0xde, 0xad, 0xbe, 0xef]);
+    assert_eq!(HEADER_LEN, 12);
+    let (h, p) = Header::parse(&b).unwrap();
+    assert_eq!((h, p), (Header { kind: DATA, len: 2, conn: 0x0102_0304, seq: 5 }, &b"ab"[..]));
+}
+
+#[test]
+fn what_is_not_a_packet_is_refused_by_name() {
+    let mut ok = Vec::new();
+    Header { kind: DATA, len: 1, conn: 1, seq: 1 }.write(b"x", &mut ok);
+    let with = |i: usize, v: u8| {
+        let mut b = ok.clone();
+        b[i] = v;
+        b
+    };
+    assert_eq!(Header::parse(&ok[..11]), Err(PacketError::Short(11)));
+    assert_eq!(Header::parse(&with(0, 2)), Err(PacketError::Version(2)));
+    assert_eq!(Header::parse(&with(1, 3)), Err(PacketError::Kind(3)));
+    assert_eq!(Header::parse(&with(3, 2)), Err(PacketError::Length { len: 2, have: 1 }));
+    // An acknowledgement with a payload; a payload over the limit.
+    assert_eq!(Header::parse(&with(1, ACK)), Err(PacketError::Length { len: 1, have: 1 }));
+    let mut big = Vec::new();
+    Header { kind: DATA, len: (MAX_PAYLOAD + 1) as u16, conn: 1, seq: 1 }.write(&vec![0; MAX_PAYLOAD + 1], &mut big);
+    assert!(matches!(Header::parse(&big), Err(PacketError::Length { .. })));
+    assert_eq!(PacketError::Length { len: 2, have: 1 }.to_string(), "length 2 with 1 bytes after the header");
+}
+
+#[test]
+fn a_receiver_delivers_only_the_next_in_order_and_acks_what_it_expects() {
+    let mut tx = Sender::new(3, Config { window: 4, ..Config::default() });
+    let mut rx = Receiver::new(3);
+    for i in 0..3u8 {
+        tx.push(vec![i]).unwrap();
+    }
+    let mut wire = Vec::new();
+    tx.poll(Instant::now(), &mut wire);
+    assert_eq!(wire.len(), 3);
+    // Packet 1 first: dropped, the ack still says 0.
+    let (d, ack) = rx.on_packet(&wire[1]);
+    assert_eq!((d, Header::parse(&ack.unwrap()).unwrap().0.seq), (None, 0));
+    assert_eq!(rx.on_packet(&wire[0]).0, Some(vec![0]));
+    // A copy of 0: dropped; then 1 again (go back N resends it), delivered.
+    assert_eq!(rx.on_packet(&wire[0]).0, None);
+    assert_eq!(rx.on_packet(&wire[1]).0, Some(vec![1]));
+    let s = rx.stats();
+    assert_eq!((s.delivered, s.out_of_order, s.malformed), (2, 2, 0));
+    // Another connection's packet, or an ack, is not data for it.
+    let mut other = Vec::new();
+    Header { kind: DATA, len: 0, conn: 4, seq: 2 }.write(&[], &mut other);
+    assert_eq!(rx.on_packet(&other), (None, None));
+    assert_eq!(rx.stats().malformed, 1);
+}
+
+#[test]
+fn a_sender_keeps_its_window_goes_back_on_timeout_and_bounds_its_queue() {
+    let cfg = Config { window: 2, rto: Duration::from_millis(5), queue: 3 };
+    let mut tx = Sender::new(1, cfg);
+    for i in 0..3u8 {
+        tx.push(vec![i]).unwrap();
+    }
+    assert_eq!(tx.push(vec![9]), Err(tern_chain::gbn::Full(vec![9])), "three queued, none sent");
+    // Two go (the window); two more fit the queue; then it is full again.
+    let t0 = Instant::now();
+    let mut wire = Vec::new();
+    tx.poll(t0, &mut wire);
+    assert_eq!(wire.len(), 2);
+    tx.push(vec![3]).unwrap();
+    tx.push(vec![4]).unwrap();
+    assert_eq!(tx.push(vec![9]), Err(tern_chain::gbn::Full(vec![9])));
+    // Before the timeout nothing; after it both again, from the oldest.
+    wire.clear();
+    tx.poll(t0 + Duration::from_millis(1), &mut wire);
+    assert!(wire.is_empty());
+    tx.poll(t0 + Duration::from_millis(5), &mut wire);
+    let seqs: Vec<u32> = wire.iter().map(|p| Header::parse(p).unwrap().0.seq).collect();
+    assert_eq!(seqs, [0, 1]);
+    // An ack for 1 (packet 0 done) moves the window: packet 2 goes.
+    let mut ack = Vec::new();
+    Header { kind: ACK, len: 0, conn: 1, seq: 1 }.write(&[], &mut ack);
+    tx.on_packet(&ack, t0 + Duration::from_millis(6));
+    wire.clear();
+    tx.poll(t0 + Duration::from_millis(6), &mut wire);
+    assert_eq!(wire.iter().map(|p| Header::parse(p).unwrap().0.seq).collect::<Vec<_>>(), [2]);
+    // A stale ack (0, behind the base) and one for packets never sent (9) are ignored.
+    for seq in [0, 9] {
+        let mut a = Vec::new();
+        Header { kind: ACK, len: 0, conn: 1, seq }.write(&[], &mut a);
+        tx.on_packet(&a, t0);
+    }
+    let s = tx.stats();
+    assert_eq!((s.sent, s.retransmitted, s.timeouts, s.acked, s.stale_acks), (3, 2, 1, 1, 2));
+    assert_eq!(tx.in_flight(), 2);
+}
+
+/// `n` payloads from a sender on one port to a receiver on the other, both ways through
+/// `faults`; the payloads delivered, in delivery order.
+fn transfer(n: u32, start: u32, window: u32, faults: FaultConfig) -> (Vec<Vec<u8>>, Sender, Receiver) {
+    let pool = Pool::new(4096, 2048);
+    let (a, b) = mem::pair(&pool, 4096);
+    let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
+    let mut a = FaultInjector::new(a, &pool, faults);
+    let mut b = b;
+    let cfg = Config { window, rto: Duration::from_millis(2), queue: 1 << 16 };
+    let mut tx = Sender::starting_at(11, cfg, start);
+    let mut rx = Receiver::starting_at(11, start);
+    let payload = |i: u32| {
+        let len = (i as usize * 37) % 300;
+        (0..len).map(|k| (k as u32 ^ i) as u8).collect::<Vec<u8>>()
+    };
+    for i in 0..n {
+        tx.push(payload(i)).unwrap();
+    }
+    let mut delivered = Vec::new();
+    let (mut out, mut batch) = (Vec::new(), Batch::new(64));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while delivered.len() < n as usize || !tx.is_idle() {
+        assert!(Instant::now() < deadline, "{} of {n} delivered after 60 s", delivered.len());
+        let now = Instant::now();
+        out.clear();
+        tx.poll(now, &mut out);
+        for p in out.drain(..) {
+            let mut pk = pool.packet();
+            pk.extend_from_slice(&p).unwrap();
+            pk.peer = b_addr;
+            batch.push(pk);
+        }
+        a.send(now, &mut batch).unwrap();
+        batch.recycle(&pool);
+        // The receiver's side.
+        b.recv(now, &mut batch).unwrap();
+        let mut acks = Vec::new();
+        for pk in batch.drain() {
+            let (d, ack) = rx.on_packet(pk.data());
+            delivered.extend(d);
+            acks.extend(ack);
+            pool.put(pk);
+        }
+        for ack in acks {
+            let mut pk = pool.packet();
+            pk.extend_from_slice(&ack).unwrap();
+            pk.peer = a_addr;
+            batch.push(pk);
+        }
+        b.send(now, &mut batch).unwrap();
+        batch.recycle(&pool);
+        a.recv(now, &mut batch).unwrap();
+        for pk in batch.drain() {
+            tx.on_packet(pk.data(), now);
+            pool.put(pk);
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    let want: Vec<Vec<u8>> = (0..n).map(payload).collect();
+    assert_eq!(delivered, want, "every payload once, in order");
+    (delivered, tx, rx)
+}
+
+#[test]
+fn pairs_over_the_fault_injector_deliver_once_and_in_order() {
+    for seed in [1, 2, 3] {
+        let faults = FaultConfig { loss: 0.10, duplicate: 0.05, reorder: 0.10, seed, ..FaultConfig::default() };
+        let (_, tx, rx) = transfer(500, 0, 16, faults);
+        let (s, r) = (tx.stats(), rx.stats());
+        assert!(s.retransmitted > 0 && s.timeouts > 0, "seed {seed}: {s:?}");
+        assert!(r.out_of_order > 0, "seed {seed}: {r:?}");
+    }
+}
+
+#[test]
+fn sequence_numbers_wrap() {
+    let faults = FaultConfig { loss: 0.05, reorder: 0.05, seed: 9, ..FaultConfig::default() };
+    transfer(300, u32::MAX - 100, 8, faults);
+}
+
+proptest! {
+    /// Any bytes: a packet or a named refusal, never a panic; a packet written back is the
+    /// same bytes.
+    #[test]
+    fn the_parser_takes_any_bytes(b in proptest::collection::vec(any::<u8>(), 0..40)) {
+        if let Ok((h, p)) = Header::parse(&b) {
+            let mut again = Vec::new();
+            h.write(p, &mut again);
+            prop_assert_eq!(again, b);
+        }
+    }
+}
