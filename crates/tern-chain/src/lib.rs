@@ -3,9 +3,10 @@
 //!
 //! So far this crate has the language tenants write their DAGs in ([`dag`]): Click-like arrow
 //! statements such as `nat -> fw -> {aes, lb} -> kv`, parsed and checked with errors that name
-//! the item (a cycle is printed as one); and the go-back-N transport's protocol ([`gbn`]),
-//! sans-IO.
+//! the item (a cycle is printed as one); the go-back-N transport's protocol ([`gbn`]),
+//! sans-IO; and the load balancer's backend choice, Maglev consistent hashing ([`lb`]).
 #![forbid(unsafe_code)]
 
 pub mod dag;
 pub mod gbn;
+pub mod lb;
