@@ -1,0 +1,229 @@
+//! The NAT task's translation (docs/chain.md, "NAT"), on Ethernet frames in place: outbound
+//! TCP and UDP flows get the external address and a port of their own from a range; replies to
+//! that address and port are translated back. Checksums are updated incrementally (RFC 1624),
+//! never recomputed over the payload.
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use tern_chain::nat::{Dir, Nat, NatConfig};
+//! let mut nat = Nat::new(NatConfig { external: [192, 0, 2, 1], ports: (20000, 20099), idle: Duration::from_secs(60) });
+//! let mut f = Vec::new();
+//! tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 0, 0, 7], [198, 51, 100, 9], 5353, 53, 64, b"q");
+//! nat.translate(&mut f, Dir::Outbound, Instant::now()).unwrap();
+//! assert_eq!(&f[26..30], &[192, 0, 2, 1]); // the source address
+//! assert_eq!(&f[34..36], &20000u16.to_be_bytes()); // the source port
+//! ```
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use tern_wire::frame::{FrameInfo, L3, checksum_adjust_bytes, proto};
+
+/// Which way a frame crosses the NAT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// From the inside: the source is translated.
+    Outbound,
+    /// From the outside: the destination is translated back.
+    Inbound,
+}
+
+/// Why a frame is dropped. Each is a counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum NatDrop {
+    /// Not a frame the parser takes.
+    #[error("malformed")]
+    Malformed,
+    /// Not IPv4.
+    #[error("not_ipv4")]
+    NotIpv4,
+    /// A later fragment (no ports to translate).
+    #[error("fragment")]
+    Fragment,
+    /// Neither TCP nor UDP.
+    #[error("not_tcp_udp")]
+    NotTcpUdp,
+    /// Inbound, to another address or a port no flow holds.
+    #[error("no_mapping")]
+    NoMapping,
+    /// Outbound, a new flow and no port free.
+    #[error("ports_exhausted")]
+    PortsExhausted,
+}
+
+impl NatDrop {
+    /// Every reason, in counter order.
+    pub const ALL: [NatDrop; 6] = [
+        NatDrop::Malformed,
+        NatDrop::NotIpv4,
+        NatDrop::Fragment,
+        NatDrop::NotTcpUdp,
+        NatDrop::NoMapping,
+        NatDrop::PortsExhausted,
+    ];
+}
+
+/// The NAT's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NatConfig {
+    /// The external address.
+    pub external: [u8; 4],
+    /// External ports handed out, inclusive.
+    pub ports: (u16, u16),
+    /// A mapping unused this long may be taken for a new flow.
+    pub idle: Duration,
+}
+
+/// What the NAT counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NatStats {
+    /// Frames translated each way.
+    pub outbound: u64,
+    pub inbound: u64,
+    /// Mappings made, and taken back after being idle.
+    pub mappings: u64,
+    pub expired: u64,
+    /// Drops, by [`NatDrop::ALL`]'s order.
+    pub drops: [u64; 6],
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Mapping {
+    port: u16,
+    last: Instant,
+}
+
+/// A NAT: the external address and ports, and the flows holding them.
+#[derive(Debug)]
+pub struct Nat {
+    cfg: NatConfig,
+    /// (protocol, inside address, inside port) → external port.
+    out: HashMap<(u8, u32, u16), Mapping>,
+    /// (protocol, external port) → (inside address, inside port).
+    back: HashMap<(u8, u16), (u32, u16)>,
+    cursor: u16,
+    info: FrameInfo,
+    stats: NatStats,
+}
+
+impl Nat {
+    /// A NAT with `cfg` (a reversed port range is taken in order).
+    pub fn new(cfg: NatConfig) -> Nat {
+        let (lo, hi) = (cfg.ports.0.min(cfg.ports.1), cfg.ports.0.max(cfg.ports.1));
+        let cfg = NatConfig { ports: (lo, hi), ..cfg };
+        Nat {
+            cfg,
+            out: HashMap::new(),
+            back: HashMap::new(),
+            cursor: lo,
+            info: FrameInfo::default(),
+            stats: NatStats::default(),
+        }
+    }
+
+    /// Translates `frame` in place, or says why it is dropped (and counts it). Never panics.
+    pub fn translate(&mut self, frame: &mut [u8], dir: Dir, now: Instant) -> Result<(), NatDrop> {
+        let r = self.translate_inner(frame, dir, now);
+        match r {
+            Ok(()) if dir == Dir::Outbound => self.stats.outbound += 1,
+            Ok(()) => self.stats.inbound += 1,
+            Err(d) => self.stats.drops[NatDrop::ALL.iter().position(|x| *x == d).unwrap_or(0)] += 1,
+        }
+        r
+    }
+
+    fn translate_inner(&mut self, frame: &mut [u8], dir: Dir, now: Instant) -> Result<(), NatDrop> {
+        if self.info.parse_general_into(frame).is_err() {
+            return Err(NatDrop::Malformed);
+        }
+        let i = self.info;
+        if i.l3 != L3::Ipv4 {
+            return Err(NatDrop::NotIpv4);
+        }
+        if i.fragment {
+            return Err(NatDrop::Fragment);
+        }
+        if !i.has_l4 || (i.proto != proto::TCP && i.proto != proto::UDP) {
+            return Err(NatDrop::NotTcpUdp);
+        }
+        let (l3, l4) = (usize::from(i.l3_off), usize::from(i.l4_off));
+        // Where the transport checksum is (none for UDP sent without one).
+        let l4sum = i.l4_checksum_off(frame);
+        let (addr_at, port_at, new_addr, new_port) = match dir {
+            Dir::Outbound => {
+                let port = self.port_for((i.proto, i.src_v4(), i.src_port), now)?;
+                (l3 + 12, l4, self.cfg.external, port)
+            }
+            Dir::Inbound => {
+                if i.dst_v4() != u32::from_be_bytes(self.cfg.external) {
+                    return Err(NatDrop::NoMapping);
+                }
+                let Some(&(addr, port)) = self.back.get(&(i.proto, i.dst_port)) else { return Err(NatDrop::NoMapping) };
+                if let Some(m) = self.out.get_mut(&(i.proto, addr, port)) {
+                    m.last = now;
+                }
+                (l3 + 16, l4 + 2, addr.to_be_bytes(), port)
+            }
+        };
+        let old_addr: [u8; 4] = frame[addr_at..addr_at + 4].try_into().map_err(|_| NatDrop::Malformed)?;
+        let old_port: [u8; 2] = frame[port_at..port_at + 2].try_into().map_err(|_| NatDrop::Malformed)?;
+        // The IPv4 header checksum covers the address; the transport checksum covers it (the
+        // pseudo-header) and the port.
+        checksum_adjust_bytes(frame, l3 + 10, &old_addr, &new_addr);
+        if let Some(at) = l4sum {
+            checksum_adjust_bytes(frame, at, &old_addr, &new_addr);
+            checksum_adjust_bytes(frame, at, &old_port, &new_port.to_be_bytes());
+            // UDP sends a computed 0 as 0xffff (0 means "no checksum", RFC 768).
+            if i.proto == proto::UDP && frame[at..at + 2] == [0, 0] {
+                frame[at..at + 2].copy_from_slice(&[0xff, 0xff]);
+            }
+        }
+        frame[addr_at..addr_at + 4].copy_from_slice(&new_addr);
+        frame[port_at..port_at + 2].copy_from_slice(&new_port.to_be_bytes());
+        Ok(())
+    }
+
+    /// The external port of an outbound flow: its mapping, or a new one (a free port, or one
+    /// idle for `idle`, from a cursor that goes round the range).
+    fn port_for(&mut self, key: (u8, u32, u16), now: Instant) -> Result<u16, NatDrop> {
+        if let Some(m) = self.out.get_mut(&key) {
+            m.last = now;
+            return Ok(m.port);
+        }
+        let (lo, hi) = self.cfg.ports;
+        let span = u32::from(hi - lo) + 1;
+        for _ in 0..span {
+            let port = self.cursor;
+            self.cursor = if self.cursor >= hi { lo } else { self.cursor + 1 };
+            match self.back.get(&(key.0, port)).copied() {
+                None => {}
+                Some(holder) => {
+                    let idle = self
+                        .out
+                        .get(&(key.0, holder.0, holder.1))
+                        .is_none_or(|m| now.duration_since(m.last) >= self.cfg.idle);
+                    if !idle {
+                        continue;
+                    }
+                    self.out.remove(&(key.0, holder.0, holder.1));
+                    self.stats.expired += 1;
+                }
+            }
+            self.back.insert((key.0, port), (key.1, key.2));
+            self.out.insert(key, Mapping { port, last: now });
+            self.stats.mappings += 1;
+            return Ok(port);
+        }
+        Err(NatDrop::PortsExhausted)
+    }
+
+    /// Flows holding a port.
+    pub fn mappings(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> NatStats {
+        self.stats
+    }
+}

@@ -1,0 +1,179 @@
+//! The NAT task: frames translated out and back, re-parsed with `etherparse` (an independent
+//! parser) with every checksum checked against its own computation; ports per flow, exhaustion
+//! and idle reuse; every drop named; any bytes taken without a panic.
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use etherparse::{NetHeaders, PacketHeaders, TransportHeader};
+use proptest::prelude::*;
+use tern_chain::nat::{Dir, Nat, NatConfig, NatDrop};
+use tern_wire::frame::{build_icmp4_echo, build_tcp4, build_udp4, build_udp6};
+
+const EXT: [u8; 4] = [192, 0, 2, 1];
+const INSIDE: [u8; 4] = [10, 0, 0, 7];
+const SERVER: [u8; 4] = [198, 51, 100, 9];
+
+fn nat(lo: u16, hi: u16) -> Nat {
+    Nat::new(NatConfig { external: EXT, ports: (lo, hi), idle: Duration::from_secs(30) })
+}
+
+/// (source, destination, ports, payload) as etherparse reads the frame, after checking the IPv4
+/// header checksum and the transport checksum against its own computation.
+fn seen(frame: &[u8]) -> (Ipv4Addr, Ipv4Addr, (u16, u16), Vec<u8>) {
+    let h = PacketHeaders::from_ethernet_slice(frame).expect("etherparse parses it");
+    let Some(NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not IPv4") };
+    assert_eq!(ip.header_checksum, ip.calc_header_checksum(), "IPv4 header checksum");
+    let payload = h.payload.slice().to_vec();
+    let ports = match &h.transport {
+        Some(TransportHeader::Udp(u)) => {
+            if u.checksum != 0 {
+                assert_eq!(u.checksum, u.calc_checksum_ipv4(ip, &payload).unwrap(), "UDP checksum");
+            }
+            (u.source_port, u.destination_port)
+        }
+        Some(TransportHeader::Tcp(t)) => {
+            assert_eq!(t.checksum, t.calc_checksum_ipv4(ip, &payload).unwrap(), "TCP checksum");
+            (t.source_port, t.destination_port)
+        }
+        t => panic!("unexpected transport {t:?}"),
+    };
+    (Ipv4Addr::from(ip.source), Ipv4Addr::from(ip.destination), ports, payload)
+}
+
+fn udp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    build_udp4(&mut f, [2; 6], [4; 6], src, dst, sport, dport, 64, payload);
+    f
+}
+
+fn tcp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    build_tcp4(&mut f, [2; 6], [4; 6], src, dst, sport, dport, 64, payload);
+    f
+}
+
+#[test]
+fn out_and_back_with_every_checksum_right() {
+    let mut n = nat(20000, 20099);
+    let now = Instant::now();
+    for (build, name) in [(udp as fn(_, _, _, _, &[u8]) -> Vec<u8>, "udp"), (tcp, "tcp")] {
+        let mut f = build(INSIDE, SERVER, 5353, 53, b"a question of some length");
+        n.translate(&mut f, Dir::Outbound, now).unwrap();
+        let (src, dst, (sp, dp), payload) = seen(&f);
+        assert_eq!((src, dst, dp), (Ipv4Addr::from(EXT), Ipv4Addr::from(SERVER), 53), "{name}");
+        assert!((20000..=20099).contains(&sp), "{name}: port {sp}");
+        assert_eq!(payload, b"a question of some length");
+        // The server's answer to the external address and port comes back to the inside.
+        let mut r = build(SERVER, EXT, 53, sp, b"the answer");
+        n.translate(&mut r, Dir::Inbound, now).unwrap();
+        let (src, dst, ports, _) = seen(&r);
+        assert_eq!((src, dst, ports), (Ipv4Addr::from(SERVER), Ipv4Addr::from(INSIDE), (53, 5353)), "{name}");
+    }
+    // Same flow, same port; another flow, another port; TCP and UDP apart.
+    let port = |n: &mut Nat, f: &mut Vec<u8>| {
+        n.translate(f, Dir::Outbound, now).unwrap();
+        seen(f).2.0
+    };
+    let a = port(&mut n, &mut udp(INSIDE, SERVER, 5353, 53, b"x"));
+    assert_eq!(a, port(&mut n, &mut udp(INSIDE, SERVER, 5353, 53, b"y")));
+    assert_ne!(a, port(&mut n, &mut udp(INSIDE, SERVER, 5354, 53, b"x")));
+    assert_eq!(n.mappings(), 3);
+    let s = n.stats();
+    assert_eq!((s.outbound, s.inbound, s.mappings), (5, 2, 3));
+}
+
+#[test]
+fn a_udp_frame_without_a_checksum_keeps_none() {
+    let mut n = nat(1000, 1000);
+    let mut f = udp(INSIDE, SERVER, 7, 7, b"no sum");
+    // Zero the UDP checksum (offset 14 + 20 + 6).
+    f[40] = 0;
+    f[41] = 0;
+    n.translate(&mut f, Dir::Outbound, Instant::now()).unwrap();
+    assert_eq!(&f[40..42], &[0, 0]);
+    seen(&f);
+}
+
+#[test]
+fn ports_run_out_and_idle_ones_are_taken_back() {
+    let mut n = nat(30000, 30001);
+    let t0 = Instant::now();
+    for p in [1, 2] {
+        n.translate(&mut udp(INSIDE, SERVER, p, 53, b""), Dir::Outbound, t0).unwrap();
+    }
+    assert_eq!(n.translate(&mut udp(INSIDE, SERVER, 3, 53, b""), Dir::Outbound, t0), Err(NatDrop::PortsExhausted));
+    // Flow 1 keeps its port alive at t0 + 20 s; at t0 + 40 s flow 2 has idled 40 s: its port goes to flow 3.
+    n.translate(&mut udp(INSIDE, SERVER, 1, 53, b""), Dir::Outbound, t0 + Duration::from_secs(20)).unwrap();
+    let mut f = udp(INSIDE, SERVER, 3, 53, b"");
+    n.translate(&mut f, Dir::Outbound, t0 + Duration::from_secs(40)).unwrap();
+    assert_eq!(seen(&f).2.0, 30001);
+    // Flow 2's replies now have no mapping (the port is flow 3's: they reach flow 3's host
+    // port, not flow 2's).
+    let mut r = udp(SERVER, EXT, 53, 30001, b"");
+    n.translate(&mut r, Dir::Inbound, t0 + Duration::from_secs(41)).unwrap();
+    assert_eq!(seen(&r).2.1, 3);
+    let s = n.stats();
+    assert_eq!(
+        (s.mappings, s.expired, s.drops[NatDrop::ALL.iter().position(|d| *d == NatDrop::PortsExhausted).unwrap()]),
+        (3, 1, 1)
+    );
+}
+
+#[test]
+fn what_it_does_not_translate_is_dropped_by_name() {
+    let mut n = nat(40000, 40010);
+    let now = Instant::now();
+    let mut v6 = Vec::new();
+    build_udp6(&mut v6, [2; 6], [4; 6], [1; 16], [2; 16], 1, 2, 64, b"");
+    let mut icmp = Vec::new();
+    build_icmp4_echo(&mut icmp, [2; 6], [4; 6], INSIDE, SERVER, 64, 1, 1, b"ping");
+    let mut frag = udp(INSIDE, SERVER, 1, 2, b"abcdefgh");
+    // A later fragment: offset 1 (8 bytes), IPv4 header checksum refilled.
+    frag[20] = 0;
+    frag[21] = 1;
+    tern_wire::frame::ipv4_fill_checksum(&mut frag, 14);
+    for (f, dir, why) in [
+        (vec![0u8; 10], Dir::Outbound, NatDrop::Malformed),
+        (v6, Dir::Outbound, NatDrop::NotIpv4),
+        (icmp, Dir::Outbound, NatDrop::NotTcpUdp),
+        (frag, Dir::Outbound, NatDrop::Fragment),
+        (udp(SERVER, [192, 0, 2, 2], 53, 40000, b""), Dir::Inbound, NatDrop::NoMapping),
+        (udp(SERVER, EXT, 53, 40005, b""), Dir::Inbound, NatDrop::NoMapping),
+    ] {
+        let mut f = f;
+        let before = f.clone();
+        assert_eq!(n.translate(&mut f, dir, now), Err(why));
+        assert_eq!(f, before, "{why}: a dropped frame is left as it was");
+    }
+    assert_eq!(n.stats().drops, [1, 1, 1, 1, 2, 0]);
+    assert_eq!(NatDrop::NoMapping.to_string(), "no_mapping");
+}
+
+proptest! {
+    /// Any inside address, ports and payload: out and back restores the frame exactly, and
+    /// every checksum on the way is right.
+    #[test]
+    fn out_and_back_restores_any_flow(
+        inside in any::<[u8; 4]>(), sport in any::<u16>(), dport in any::<u16>(),
+        payload in proptest::collection::vec(any::<u8>(), 0..64), tcp_frame in any::<bool>(),
+    ) {
+        let mut n = nat(1024, 65535);
+        let now = Instant::now();
+        let build = if tcp_frame { tcp } else { udp };
+        let mut f = build(inside, SERVER, sport, dport, &payload);
+        n.translate(&mut f, Dir::Outbound, now).unwrap();
+        let (_, _, (ext_port, _), _) = seen(&f);
+        let mut r = build(SERVER, EXT, dport, ext_port, &payload);
+        n.translate(&mut r, Dir::Inbound, now).unwrap();
+        prop_assert_eq!(r, build(SERVER, inside, dport, sport, &payload));
+    }
+
+    /// Any bytes, either way: translated or dropped by name, never a panic.
+    #[test]
+    fn any_bytes_are_taken(b in proptest::collection::vec(any::<u8>(), 0..80), inbound in any::<bool>()) {
+        let mut n = nat(1, 10);
+        let mut b = b;
+        let _ = n.translate(&mut b, if inbound { Dir::Inbound } else { Dir::Outbound }, Instant::now());
+    }
+}
