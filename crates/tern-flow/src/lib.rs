@@ -17,7 +17,8 @@
 
 pub mod action;
 pub mod bench;
-pub mod classifier;
+/// The classifier lives in `tern-table` (the firewall of `tern-chain` uses it too).
+pub use tern_table::classifier;
 pub mod config;
 pub mod ofu;
 pub mod pipeline;

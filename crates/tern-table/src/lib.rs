@@ -5,6 +5,9 @@
 //! - [`em`]: exact match on the 5-tuple ([`em::ExactMatch`]), as AccelSDP's BCAM flow table
 //!   (§4.3.2).
 //! - `huge`: the LPM root on transparent huge pages (the crate's one `unsafe` call, `madvise`).
+//! - [`classifier`]: a tuple-space-search classifier of prioritized masked rules over addresses,
+//!   protocol and port ranges (Open vSwitch's), with its naive twin; AccelSDP's slow path
+//!   (`tern-flow`) and SuperNIC's firewall (`tern-chain`) use it.
 //! - [`naive`]: the reference twins — plain lists scanned the way a CAM searches — that property
 //!   tests compare the fast tables with.
 //!
@@ -13,6 +16,7 @@
 //! [`tern_hw::Ledger`].
 #![deny(unsafe_code)]
 
+pub mod classifier;
 pub mod em;
 mod huge;
 pub mod lpm;

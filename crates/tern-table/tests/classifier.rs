@@ -3,7 +3,7 @@
 
 use ipnet::{IpNet, Ipv4Net};
 use proptest::prelude::*;
-use tern_flow::classifier::{Classifier, FlowKey, NaiveClassifier, Pattern, PortRange};
+use tern_table::classifier::{Classifier, FlowKey, NaiveClassifier, Pattern, PortRange};
 
 fn net() -> impl Strategy<Value = Option<IpNet>> {
     prop_oneof![
