@@ -4,11 +4,13 @@
 //! So far this crate has the language tenants write their DAGs in ([`dag`]): Click-like arrow
 //! statements such as `nat -> fw -> {aes, lb} -> kv`, parsed and checked with errors that name
 //! the item (a cycle is printed as one); the go-back-N transport's protocol ([`gbn`]),
-//! sans-IO; the load balancer's backend choice, Maglev consistent hashing ([`lb`]); and the
-//! NAT's translation of frames in place, with incremental checksum updates ([`nat`]).
+//! sans-IO; the load balancer's backend choice, Maglev consistent hashing ([`lb`]); the NAT's
+//! translation of frames in place, with incremental checksum updates ([`nat`]); and the
+//! firewall, a prioritized ACL with established-flow state ([`fw`]).
 #![forbid(unsafe_code)]
 
 pub mod dag;
+pub mod fw;
 pub mod gbn;
 pub mod lb;
 pub mod nat;

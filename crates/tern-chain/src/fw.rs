@@ -1,0 +1,213 @@
+//! The firewall task (docs/chain.md, "Firewall"): a prioritized 5-tuple ACL — `tern-table`'s
+//! tuple-space-search classifier — plus established-flow state, so replies to a flow the ACL
+//! let out come back in without a rule of their own.
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use tern_chain::fw::{Action, Firewall, FwConfig, FwDrop, Rule};
+//! use tern_table::classifier::{Pattern, PortRange};
+//! let out80 = Pattern { priority: 10, src: Some("10.0.0.0/8".parse().unwrap()), proto: Some(6), dst_port: Some(PortRange(80, 80)), ..Pattern::default() };
+//! let mut fw = Firewall::new(&[Rule { pattern: out80, action: Action::Allow }], FwConfig::default()).unwrap();
+//! let (mut req, mut reply) = (Vec::new(), Vec::new());
+//! tern_wire::frame::build_tcp4(&mut req, [2; 6], [4; 6], [10, 0, 0, 7], [198, 51, 100, 9], 40000, 80, 64, b"GET");
+//! tern_wire::frame::build_tcp4(&mut reply, [4; 6], [2; 6], [198, 51, 100, 9], [10, 0, 0, 7], 80, 40000, 64, b"200");
+//! let now = Instant::now();
+//! assert_eq!(fw.check(&reply, now), Err(FwDrop::Denied)); // no flow yet
+//! assert_eq!(fw.check(&req, now), Ok(()));
+//! assert_eq!(fw.check(&reply, now), Ok(())); // a reply of an allowed flow
+//! ```
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use tern_table::classifier::{Classifier, FlowKey, Pattern};
+use tern_wire::frame::{FrameInfo, L3};
+
+/// What a rule does with the frames it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Let through (and, with state on, remember the flow).
+    Allow,
+    /// Drop.
+    Deny,
+}
+
+/// A rule: a pattern (its priority, higher first; among equals the rule given first) and an
+/// action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// What it matches.
+    pub pattern: Pattern,
+    /// What it does.
+    pub action: Action,
+}
+
+/// Settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FwConfig {
+    /// What a frame no rule matches gets. Default `Deny`.
+    pub default: Action,
+    /// Remember flows an `Allow` rule let through and let their replies in. Default on.
+    pub established: bool,
+    /// Flows remembered at most (a new one beyond is let through by its rule, not
+    /// remembered, and counted). Default 65536.
+    pub max_flows: usize,
+    /// A flow not seen this long is forgotten. Default 60 s.
+    pub idle: Duration,
+}
+
+impl Default for FwConfig {
+    fn default() -> Self {
+        FwConfig { default: Action::Deny, established: true, max_flows: 65_536, idle: Duration::from_secs(60) }
+    }
+}
+
+/// Why a frame is dropped. Each is a counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum FwDrop {
+    /// Not a frame the parser takes.
+    #[error("malformed")]
+    Malformed,
+    /// Not IP.
+    #[error("not_ip")]
+    NotIp,
+    /// A `Deny` rule, or no rule and a `Deny` default.
+    #[error("denied")]
+    Denied,
+}
+
+impl FwDrop {
+    /// Every reason, in counter order.
+    pub const ALL: [FwDrop; 3] = [FwDrop::Malformed, FwDrop::NotIp, FwDrop::Denied];
+}
+
+/// What the firewall counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FwStats {
+    /// Frames let through by a rule (or the default), and as replies of a remembered flow.
+    pub allowed: u64,
+    pub established: u64,
+    /// Flows remembered, forgotten for idling, and not remembered for lack of room.
+    pub flows: u64,
+    pub expired: u64,
+    pub state_full: u64,
+    /// Drops, by [`FwDrop::ALL`]'s order.
+    pub drops: [u64; 3],
+}
+
+/// A flow, as a frame carries it (source first).
+type Flow = (bool, u128, u128, u8, u16, u16);
+
+/// The firewall.
+#[derive(Debug)]
+pub struct Firewall {
+    cfg: FwConfig,
+    actions: Vec<Action>,
+    classifier: Classifier,
+    flows: HashMap<Flow, Instant>,
+    info: FrameInfo,
+    last_sweep: Option<Instant>,
+    stats: FwStats,
+}
+
+impl Firewall {
+    /// A firewall of `rules`, or the classifier's error naming the rule it cannot take.
+    pub fn new(rules: &[Rule], cfg: FwConfig) -> Result<Firewall, String> {
+        let patterns: Vec<Pattern> = rules.iter().map(|r| r.pattern.clone()).collect();
+        Ok(Firewall {
+            cfg,
+            actions: rules.iter().map(|r| r.action).collect(),
+            classifier: Classifier::new(&patterns)?,
+            flows: HashMap::new(),
+            info: FrameInfo::default(),
+            last_sweep: None,
+            stats: FwStats::default(),
+        })
+    }
+
+    /// Lets `frame` through, or says why not (and counts it). Never panics.
+    pub fn check(&mut self, frame: &[u8], now: Instant) -> Result<(), FwDrop> {
+        let r = self.check_inner(frame, now);
+        if let Err(d) = r {
+            self.stats.drops[FwDrop::ALL.iter().position(|x| *x == d).unwrap_or(0)] += 1;
+        }
+        r
+    }
+
+    fn check_inner(&mut self, frame: &[u8], now: Instant) -> Result<(), FwDrop> {
+        if self.info.parse_general_into(frame).is_err() {
+            return Err(FwDrop::Malformed);
+        }
+        let i = self.info;
+        if i.l3 == L3::Other {
+            return Err(FwDrop::NotIp);
+        }
+        let v6 = i.l3 == L3::Ipv6;
+        let flow: Flow = (v6, i.src, i.dst, i.proto, i.src_port, i.dst_port);
+        if self.cfg.established {
+            self.sweep(now);
+            let reply: Flow = (v6, i.dst, i.src, i.proto, i.dst_port, i.src_port);
+            for f in [flow, reply] {
+                match self.flows.get_mut(&f) {
+                    Some(t) if now.duration_since(*t) < self.cfg.idle => {
+                        *t = now;
+                        self.stats.established += 1;
+                        return Ok(());
+                    }
+                    Some(_) => {
+                        // Idle past its time (the sweep has not come round yet): forgotten.
+                        self.flows.remove(&f);
+                        self.stats.expired += 1;
+                    }
+                    None => {}
+                }
+            }
+        }
+        let key = FlowKey {
+            in_port: 0,
+            v6,
+            src: i.src,
+            dst: i.dst,
+            proto: i.proto,
+            src_port: i.src_port,
+            dst_port: i.dst_port,
+        };
+        let action = self.classifier.lookup(&key).rule.map_or(self.cfg.default, |r| self.actions[r]);
+        if action == Action::Deny {
+            return Err(FwDrop::Denied);
+        }
+        self.stats.allowed += 1;
+        if self.cfg.established {
+            if self.flows.len() < self.cfg.max_flows {
+                self.flows.insert(flow, now);
+                self.stats.flows += 1;
+            } else {
+                self.stats.state_full += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets flows idle for `idle` (looked at no more than ten times an idle period).
+    fn sweep(&mut self, now: Instant) {
+        let every = self.cfg.idle / 10;
+        if self.last_sweep.is_some_and(|t| now.duration_since(t) < every) {
+            return;
+        }
+        self.last_sweep = Some(now);
+        let before = self.flows.len();
+        let idle = self.cfg.idle;
+        self.flows.retain(|_, t| now.duration_since(*t) < idle);
+        self.stats.expired += (before - self.flows.len()) as u64;
+    }
+
+    /// Flows remembered now.
+    pub fn flows(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> FwStats {
+        self.stats
+    }
+}

@@ -1,0 +1,209 @@
+//! The firewall task: rules by priority, the default, replies of allowed flows let in, state
+//! bounded and forgotten when idle, drops by name; and a reference twin (the rules scanned in
+//! priority order, the flows in a list) agreeing with it on random rules and frames.
+
+use std::time::{Duration, Instant};
+
+use ipnet::IpNet;
+use proptest::prelude::*;
+use tern_chain::fw::{Action, Firewall, FwConfig, FwDrop, Rule};
+use tern_table::classifier::{Pattern, PortRange};
+use tern_wire::frame::{build_tcp4, build_udp4, build_udp6};
+
+fn tcp(src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16) -> Vec<u8> {
+    let mut f = Vec::new();
+    build_tcp4(&mut f, [2; 6], [4; 6], src, dst, sp, dp, 64, b"x");
+    f
+}
+
+fn udp(src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16) -> Vec<u8> {
+    let mut f = Vec::new();
+    build_udp4(&mut f, [2; 6], [4; 6], src, dst, sp, dp, 64, b"x");
+    f
+}
+
+fn net(s: &str) -> Option<IpNet> {
+    Some(s.parse().unwrap())
+}
+
+const IN: [u8; 4] = [10, 0, 0, 7];
+const BAD: [u8; 4] = [10, 0, 0, 66];
+const WEB: [u8; 4] = [198, 51, 100, 9];
+
+fn rules() -> Vec<Rule> {
+    vec![
+        // Host .66 may not talk out at all (higher priority than the allow below).
+        Rule {
+            pattern: Pattern { priority: 20, src: net("10.0.0.66/32"), ..Pattern::default() },
+            action: Action::Deny,
+        },
+        // The inside may reach web servers on TCP 80 and 443.
+        Rule {
+            pattern: Pattern {
+                priority: 10,
+                src: net("10.0.0.0/8"),
+                proto: Some(6),
+                dst_port: Some(PortRange(80, 443)),
+                ..Pattern::default()
+            },
+            action: Action::Allow,
+        },
+        // DNS.
+        Rule {
+            pattern: Pattern { priority: 10, proto: Some(17), dst_port: Some(PortRange(53, 53)), ..Pattern::default() },
+            action: Action::Allow,
+        },
+    ]
+}
+
+#[test]
+fn rules_by_priority_then_replies_of_allowed_flows() {
+    let mut fw = Firewall::new(&rules(), FwConfig::default()).unwrap();
+    let now = Instant::now();
+    assert_eq!(fw.check(&tcp(IN, WEB, 40000, 80), now), Ok(()));
+    assert_eq!(fw.check(&tcp(IN, WEB, 40000, 22), now), Err(FwDrop::Denied), "no rule: the default");
+    assert_eq!(fw.check(&tcp(BAD, WEB, 40000, 80), now), Err(FwDrop::Denied), "the deny outranks the allow");
+    // The reply of the allowed flow comes in; the reply of the denied one does not.
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40000), now), Ok(()));
+    assert_eq!(fw.check(&tcp(WEB, BAD, 80, 40000), now), Err(FwDrop::Denied));
+    assert_eq!(fw.check(&udp(IN, WEB, 5353, 53), now), Ok(()));
+    let s = fw.stats();
+    assert_eq!((s.allowed, s.established, s.flows, s.drops), (2, 1, 2, [0, 0, 3]));
+}
+
+#[test]
+fn without_state_replies_need_rules_of_their_own() {
+    let mut fw = Firewall::new(&rules(), FwConfig { established: false, ..FwConfig::default() }).unwrap();
+    let now = Instant::now();
+    assert_eq!(fw.check(&tcp(IN, WEB, 40000, 80), now), Ok(()));
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40000), now), Err(FwDrop::Denied));
+    assert_eq!(fw.flows(), 0);
+    // An allow-by-default firewall lets anything no rule denies through.
+    let mut open = Firewall::new(&rules(), FwConfig { default: Action::Allow, ..FwConfig::default() }).unwrap();
+    assert_eq!(open.check(&tcp(IN, WEB, 1, 22), now), Ok(()));
+}
+
+#[test]
+fn state_is_bounded_and_forgotten_when_idle() {
+    let cfg = FwConfig { max_flows: 2, idle: Duration::from_secs(10), ..FwConfig::default() };
+    let mut fw = Firewall::new(&rules(), cfg).unwrap();
+    let t0 = Instant::now();
+    for port in [40000, 40001, 40002] {
+        assert_eq!(fw.check(&tcp(IN, WEB, port, 80), t0), Ok(()));
+    }
+    // The third flow was let through but not remembered: its reply is denied.
+    assert_eq!((fw.flows(), fw.stats().state_full), (2, 1));
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40002), t0), Err(FwDrop::Denied));
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40000), t0 + Duration::from_secs(5)), Ok(()));
+    // Flow 40001 idles past 10 s: forgotten; flow 40000 was refreshed at 5 s and lives to 15 s.
+    let t11 = t0 + Duration::from_secs(11);
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40001), t11), Err(FwDrop::Denied));
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40000), t11), Ok(()));
+    assert!(fw.stats().expired >= 1);
+}
+
+#[test]
+fn what_is_not_ip_is_dropped_by_name() {
+    let mut fw = Firewall::new(&rules(), FwConfig::default()).unwrap();
+    let now = Instant::now();
+    let mut arp = vec![0u8; 42];
+    arp[12] = 0x08;
+    arp[13] = 0x06;
+    assert_eq!(fw.check(&arp, now), Err(FwDrop::NotIp));
+    assert_eq!(fw.check(&[0u8; 5], now), Err(FwDrop::Malformed));
+    // IPv6 is classified too: no rule allows this UDP port.
+    let mut v6 = Vec::new();
+    build_udp6(&mut v6, [2; 6], [4; 6], [1; 16], [2; 16], 1, 9, 64, b"");
+    assert_eq!(fw.check(&v6, now), Err(FwDrop::Denied));
+    assert_eq!(fw.stats().drops, [1, 1, 1]);
+}
+
+/// A flow as the twin keeps it: source, destination, protocol, ports.
+type Flow4 = (u32, u32, u8, u16, u16);
+
+/// The twin: every rule tried in priority order (the first given among equals), flows in a
+/// list, forgotten when idle.
+struct Naive {
+    rules: Vec<Rule>,
+    default: Action,
+    flows: Vec<(Flow4, Instant)>,
+    idle: Duration,
+}
+
+impl Naive {
+    fn check(&mut self, (src, dst, proto, sp, dp): Flow4, now: Instant) -> bool {
+        self.flows.retain(|(_, t)| now.duration_since(*t) < self.idle);
+        for f in [(src, dst, proto, sp, dp), (dst, src, proto, dp, sp)] {
+            if let Some(e) = self.flows.iter_mut().find(|(k, _)| *k == f) {
+                e.1 = now;
+                return true;
+            }
+        }
+        let key = tern_table::classifier::FlowKey {
+            in_port: 0,
+            v6: false,
+            src: u128::from(src),
+            dst: u128::from(dst),
+            proto,
+            src_port: sp,
+            dst_port: dp,
+        };
+        let mut best: Option<&Rule> = None;
+        for r in &self.rules {
+            if r.pattern.matches(&key) && best.is_none_or(|b| r.pattern.priority > b.pattern.priority) {
+                best = Some(r);
+            }
+        }
+        let allow = best.map_or(self.default, |r| r.action) == Action::Allow;
+        if allow {
+            self.flows.push(((src, dst, proto, sp, dp), now));
+        }
+        allow
+    }
+}
+
+fn rule() -> impl Strategy<Value = Rule> {
+    (
+        0u32..4,
+        proptest::option::of((0u32..4, 30u8..=32)),
+        proptest::option::of(prop_oneof![Just(6u8), Just(17u8)]),
+        proptest::option::of((1u16..6, 0u16..3)),
+        any::<bool>(),
+    )
+        .prop_map(|(priority, src, proto, dport, allow)| Rule {
+            pattern: Pattern {
+                priority,
+                src: src.map(|(x, l)| format!("10.0.0.{x}/{l}").parse::<ipnet::Ipv4Net>().unwrap().trunc().into()),
+                proto,
+                dst_port: dport.map(|(lo, w)| PortRange(lo, lo + w)),
+                ..Pattern::default()
+            },
+            action: if allow { Action::Allow } else { Action::Deny },
+        })
+}
+
+proptest! {
+    /// On random rules and a random sequence of frames (both ways, some after a long idle),
+    /// the firewall and its twin agree frame by frame.
+    #[test]
+    fn the_firewall_agrees_with_its_twin(
+        rules in proptest::collection::vec(rule(), 0..6),
+        frames in proptest::collection::vec((0u32..4, 0u32..4, any::<bool>(), 1u16..8, 1u16..8, 0u64..4), 1..40),
+        default_allow in any::<bool>(),
+    ) {
+        let default = if default_allow { Action::Allow } else { Action::Deny };
+        let idle = Duration::from_secs(10);
+        let mut fw = Firewall::new(&rules, FwConfig { default, idle, ..FwConfig::default() }).unwrap();
+        let mut twin = Naive { rules: rules.clone(), default, flows: Vec::new(), idle };
+        let t0 = Instant::now();
+        let mut t = t0;
+        for (a, b, is_tcp, sp, dp, wait) in frames {
+            // Mostly close together, sometimes past the idle time.
+            t += Duration::from_secs(if wait == 3 { 11 } else { wait });
+            let (src, dst) = ([10, 0, 0, a as u8], [10, 0, 0, b as u8]);
+            let f = if is_tcp { tcp(src, dst, sp, dp) } else { udp(src, dst, sp, dp) };
+            let key = (u32::from_be_bytes(src), u32::from_be_bytes(dst), if is_tcp { 6 } else { 17 }, sp, dp);
+            prop_assert_eq!(fw.check(&f, t).is_ok(), twin.check(key, t), "frame {:?}", key);
+        }
+    }
+}
