@@ -5,10 +5,12 @@
 //! statements such as `nat -> fw -> {aes, lb} -> kv`, parsed and checked with errors that name
 //! the item (a cycle is printed as one); the go-back-N transport's protocol ([`gbn`]),
 //! sans-IO; the load balancer's backend choice, Maglev consistent hashing ([`lb`]); the NAT's
-//! translation of frames in place, with incremental checksum updates ([`nat`]); and the
-//! firewall, a prioritized ACL with established-flow state ([`fw`]).
+//! translation of frames in place, with incremental checksum updates ([`nat`]); the firewall, a
+//! prioritized ACL with established-flow state ([`fw`]); and AES-GCM sealing of UDP payloads
+//! with nonces that never repeat under a tenant's key ([`aes`]).
 #![forbid(unsafe_code)]
 
+pub mod aes;
 pub mod dag;
 pub mod fw;
 pub mod gbn;

@@ -635,8 +635,9 @@ fn pseudo_sum(src: &[u8], dst: &[u8], proto: u8, len: usize) -> u32 {
 }
 
 /// Fills the transport checksum of an IPv4 or IPv6 packet whose transport header starts at `l4`
-/// and ends at `end` (`csum_at`: offset of the field).
-fn fill_l4_checksum(
+/// and ends at `end` (`csum_at`: offset of the field); `src` and `dst` are the byte ranges of
+/// the addresses (the pseudo-header's). A UDP checksum computed as 0 is written 0xffff.
+pub fn fill_l4_checksum(
     frame: &mut [u8],
     src: (usize, usize),
     dst: (usize, usize),
