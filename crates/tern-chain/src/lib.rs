@@ -16,3 +16,4 @@ pub mod fw;
 pub mod gbn;
 pub mod lb;
 pub mod nat;
+pub mod tenant;

@@ -1,6 +1,7 @@
 //! `tern`: the command-line face of Tern. See `tern --help`.
 #![forbid(unsafe_code)]
 
+mod chain;
 mod demo;
 mod dispatch;
 mod env;
@@ -61,6 +62,12 @@ enum Command {
     Rpc {
         #[command(subcommand)]
         command: RpcCommand,
+    },
+    /// SuperNIC: tenants' DAGs of network tasks. `chain check` reads tenant files: the DAG in
+    /// order, each task's kind, and what the tenant asks of the board against what it has.
+    Chain {
+        #[command(subcommand)]
+        command: ChainCommand,
     },
     /// The QingNiao IDL: protobuf-syntax request definitions.
     Idl {
@@ -171,6 +178,16 @@ enum RpcCommand {
 }
 
 #[derive(Debug, Subcommand)]
+enum ChainCommand {
+    /// Check tenant files (TOML: a DAG in arrow syntax, ingress, bandwidth, each task's
+    /// parameters; docs/chain.md): errors naming the file and item (a cycle printed as one), the
+    /// tasks in the order packets take them, and the line rate and area asked against the
+    /// profile's (default supernic-htg9200). Exit 0 if every file is usable and fits, 1
+    /// otherwise.
+    Check(chain::CheckArgs),
+}
+
+#[derive(Debug, Subcommand)]
 enum IdlCommand {
     /// Compile a .proto file to Rust (one `<stem>.rs` in --out), as build.rs would.
     Compile {
@@ -233,6 +250,7 @@ fn main() -> ExitCode {
         Command::Dispatch { command: DispatchCommand::GenRules(a) } => dispatch::serve::gen_rules(&a),
         Command::Flow { command: FlowCommand::Serve(a) } => flow::serve(&a),
         Command::Flow { command: FlowCommand::Check(a) } => flow::check(&a),
+        Command::Chain { command: ChainCommand::Check(a) } => chain::check(&a),
         Command::Flow { command: FlowCommand::DumpFlows(a) } => flow::dump_flows(&a),
         Command::Flow { command: FlowCommand::Trace(a) } => flow::trace(&a),
         Command::Bench { command: BenchCommand::Qnp(a) } => qnp::bench::run_qnp(&a),

@@ -821,3 +821,28 @@ fn bench_rpc_apps_measures_every_service_in_every_mode() {
     }
     std::fs::remove_dir_all(&out_dir).unwrap();
 }
+
+/// `tern chain check`: the example tenant fits; a tenant with a cycle is refused naming the
+/// file and printing the cycle; one asking more than the line does not fit; exit 1 for both.
+#[test]
+fn chain_check_reads_tenants_and_names_what_is_wrong() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/chain/web.toml");
+    let (ok, out, err) = tern(&["chain", "check", example, "--json"]);
+    assert!(ok, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["tenants"][0]["dag"]["order"], serde_json::json!(["fw", "nat", "aes", "lb"]));
+    assert_eq!(v["tenants"][0]["uses"][1]["asked"].as_f64(), Some(6400.0));
+    let dir = std::env::temp_dir().join(format!("tern-chain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(example).unwrap();
+    let cyclic = dir.join("cyclic.toml");
+    std::fs::write(&cyclic, text.replace("dag = \"fw -> nat -> {aes, lb}\"", "dag = \"fw -> nat -> {aes, lb} -> fw\""))
+        .unwrap();
+    let greedy = dir.join("greedy.toml");
+    std::fs::write(&greedy, text.replace("bandwidth_gbps = 10.0", "bandwidth_gbps = 400.0")).unwrap();
+    let (ok, out, _) = tern(&["chain", "check", cyclic.to_str().unwrap(), greedy.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(out.contains("cyclic.toml: dag: a cycle: fw -> nat -> aes -> fw"), "{out}");
+    assert!(out.contains("line rate (Gbit/s): 400 asked, 100 available: does not fit"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,402 @@
+//! Tenant files (docs/chain.md, "Tenant files"): one tenant's DAG of network tasks, which
+//! packets are its own, the bandwidth it asks for, and each task's parameters, in TOML — checked
+//! whole, every error naming the file and the item, and against a hardware profile.
+//!
+//! ```toml
+//! tenant = "alice"
+//! bandwidth_gbps = 10.0
+//! dag = "fw -> nat -> {aes, lb}"
+//! [ingress]
+//! dst = "10.1.0.0/16"
+//! [nt.fw]
+//! kind = "firewall"
+//! rules = [{ action = "allow", src = "10.0.0.0/8", proto = "tcp", dst_port = "80-443", priority = 10 }]
+//! [nt.nat]
+//! kind = "nat"
+//! external = "192.0.2.1"
+//! ports = "20000-29999"
+//! [nt.aes]
+//! kind = "aes"
+//! key = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+//! [nt.lb]
+//! kind = "lb"
+//! backends = [{ name = "10.2.0.1:80" }, { name = "10.2.0.2:80", weight = 2 }]
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use tern_table::classifier::{Pattern, PortRange};
+
+use crate::dag::{self, Dag};
+use crate::fw::{Action, FwConfig, Rule};
+use crate::gbn;
+use crate::nat::NatConfig;
+
+/// The task kinds a tenant file may use.
+pub const KINDS: [&str; 5] = ["firewall", "nat", "aes", "lb", "gbn"];
+
+/// A tenant file that cannot be used: the file and what is wrong, naming the item.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct TenantError {
+    /// The file.
+    pub file: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    tenant: String,
+    #[serde(default)]
+    bandwidth_gbps: Option<f64>,
+    dag: String,
+    #[serde(default)]
+    ingress: toml::Table,
+    #[serde(default)]
+    nt: BTreeMap<String, toml::Table>,
+}
+
+/// Which packets are the tenant's.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Ingress {
+    /// The pattern (its priority unused).
+    pub pattern: Pattern,
+}
+
+/// A task's parameters, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskSpec {
+    /// The firewall's rules and settings.
+    Firewall {
+        /// Rules.
+        rules: Vec<Rule>,
+        /// Settings.
+        config: FwConfig,
+    },
+    /// The NAT's settings.
+    Nat(NatConfig),
+    /// AES-GCM: the key, and whether it seals (else opens).
+    Aes {
+        /// The tenant's key.
+        key: [u8; 32],
+        /// Seal (else open).
+        seal: bool,
+    },
+    /// The load balancer's backends and table size.
+    Lb {
+        /// (name, weight).
+        backends: Vec<(String, u32)>,
+        /// Table entries.
+        table_size: usize,
+    },
+    /// The go-back-N transport's settings.
+    Gbn(gbn::Config),
+}
+
+impl TaskSpec {
+    /// The kind's name (one of [`KINDS`]).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TaskSpec::Firewall { .. } => "firewall",
+            TaskSpec::Nat(_) => "nat",
+            TaskSpec::Aes { .. } => "aes",
+            TaskSpec::Lb { .. } => "lb",
+            TaskSpec::Gbn(_) => "gbn",
+        }
+    }
+
+    /// The profile's name for its area (`nt.NAME.luts`).
+    pub fn area_name(&self) -> &'static str {
+        match self {
+            TaskSpec::Firewall { .. } => "fw",
+            TaskSpec::Nat(_) => "nat",
+            TaskSpec::Aes { .. } => "aes",
+            TaskSpec::Lb { .. } => "lb",
+            TaskSpec::Gbn(_) => "gbn",
+        }
+    }
+}
+
+/// A checked tenant file.
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    /// The tenant's name.
+    pub name: String,
+    /// The bandwidth it asks for, Gbit/s (0: none asked).
+    pub bandwidth_gbps: f64,
+    /// Its packets.
+    pub ingress: Ingress,
+    /// Its DAG; node `i` is task `tasks[i]`.
+    pub dag: Dag,
+    /// Each node's task.
+    pub tasks: Vec<TaskSpec>,
+    /// The DAG's nodes in topological order.
+    pub order: Vec<usize>,
+}
+
+/// What a profile's limits say of a tenant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Use {
+    /// What: `line rate (Gbit/s)`, `area (LUTs)`.
+    pub what: &'static str,
+    /// Asked.
+    pub asked: f64,
+    /// Available.
+    pub available: f64,
+}
+
+impl Use {
+    /// Whether it fits.
+    pub fn fits(&self) -> bool {
+        self.asked <= self.available
+    }
+}
+
+fn str_of<'a>(t: &'a toml::Table, key: &str, at: &str) -> Result<Option<&'a str>, String> {
+    match t.get(key) {
+        None => Ok(None),
+        Some(toml::Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(format!("{at}.{key}: must be a string")),
+    }
+}
+
+fn int_of(t: &toml::Table, key: &str, at: &str, range: std::ops::RangeInclusive<i64>) -> Result<Option<i64>, String> {
+    match t.get(key) {
+        None => Ok(None),
+        Some(toml::Value::Integer(v)) if range.contains(v) => Ok(Some(*v)),
+        Some(toml::Value::Integer(v)) => Err(format!("{at}.{key} = {v}: must be {} to {}", range.start(), range.end())),
+        Some(_) => Err(format!("{at}.{key}: must be an integer")),
+    }
+}
+
+fn bool_of(t: &toml::Table, key: &str, at: &str) -> Result<Option<bool>, String> {
+    match t.get(key) {
+        None => Ok(None),
+        Some(toml::Value::Boolean(b)) => Ok(Some(*b)),
+        Some(_) => Err(format!("{at}.{key}: must be true or false")),
+    }
+}
+
+fn only(t: &toml::Table, allowed: &[&str], at: &str) -> Result<(), String> {
+    match t.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(k) => Err(format!("{at}.{k}: not a parameter of this kind ({})", allowed.join(", "))),
+        None => Ok(()),
+    }
+}
+
+fn prefix(s: &str, at: &str) -> Result<IpNet, String> {
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
+        .map(|n| n.trunc())
+        .map_err(|_| format!("{at}: `{s}` is not an address or prefix"))
+}
+
+fn protocol(v: &toml::Value, at: &str) -> Result<u8, String> {
+    match v {
+        toml::Value::String(s) if s == "tcp" => Ok(6),
+        toml::Value::String(s) if s == "udp" => Ok(17),
+        toml::Value::String(s) if s == "icmp" => Ok(1),
+        toml::Value::Integer(n) if (0..=255).contains(n) => Ok(*n as u8),
+        _ => Err(format!("{at}: `{v}` is not a protocol (tcp, udp, icmp or a number 0 to 255)")),
+    }
+}
+
+fn ports(v: &toml::Value, at: &str) -> Result<PortRange, String> {
+    match v {
+        toml::Value::String(s) => s.parse::<PortRange>().map_err(|e| format!("{at}: {e}")),
+        toml::Value::Integer(n) if (0..=65535).contains(n) => Ok(PortRange(*n as u16, *n as u16)),
+        _ => Err(format!("{at}: `{v}` is not a port or a range `LO-HI`")),
+    }
+}
+
+/// A pattern from a table's `src`, `dst`, `proto`, `src_port`, `dst_port` (and `priority`).
+fn pattern(t: &toml::Table, at: &str) -> Result<Pattern, String> {
+    let mut p = Pattern::default();
+    if let Some(s) = str_of(t, "src", at)? {
+        p.src = Some(prefix(s, &format!("{at}.src"))?);
+    }
+    if let Some(s) = str_of(t, "dst", at)? {
+        p.dst = Some(prefix(s, &format!("{at}.dst"))?);
+    }
+    if let Some(v) = t.get("proto") {
+        p.proto = Some(protocol(v, &format!("{at}.proto"))?);
+    }
+    if let Some(v) = t.get("src_port") {
+        p.src_port = Some(ports(v, &format!("{at}.src_port"))?);
+    }
+    if let Some(v) = t.get("dst_port") {
+        p.dst_port = Some(ports(v, &format!("{at}.dst_port"))?);
+    }
+    p.priority = int_of(t, "priority", at, 0..=i64::from(u32::MAX))?.unwrap_or(0) as u32;
+    if (p.src_port.is_some() || p.dst_port.is_some()) && p.proto.is_none_or(|x| x != 6 && x != 17) {
+        return Err(format!("{at}: ports need proto = \"tcp\" or \"udp\""));
+    }
+    if let (Some(a), Some(b)) = (p.src, p.dst)
+        && matches!(a, IpNet::V4(_)) != matches!(b, IpNet::V4(_))
+    {
+        return Err(format!("{at}: src and dst are of different families"));
+    }
+    Ok(p)
+}
+
+fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
+    let kind = str_of(t, "kind", at)?.ok_or_else(|| format!("{at}.kind: missing (one of {})", KINDS.join(", ")))?;
+    match kind {
+        "firewall" => {
+            only(t, &["kind", "rules", "default", "established", "max_flows", "idle_s"], at)?;
+            let mut config = FwConfig::default();
+            match str_of(t, "default", at)? {
+                None | Some("deny") => {}
+                Some("allow") => config.default = Action::Allow,
+                Some(o) => return Err(format!("{at}.default: `{o}` is neither allow nor deny")),
+            }
+            config.established = bool_of(t, "established", at)?.unwrap_or(true);
+            config.max_flows = int_of(t, "max_flows", at, 1..=1 << 24)?.unwrap_or(65_536) as usize;
+            config.idle = Duration::from_secs(int_of(t, "idle_s", at, 1..=86_400)?.unwrap_or(60) as u64);
+            let mut rules = Vec::new();
+            let list = match t.get("rules") {
+                None => Vec::new(),
+                Some(toml::Value::Array(a)) => a.clone(),
+                Some(_) => return Err(format!("{at}.rules: must be a list of tables")),
+            };
+            for (i, r) in list.iter().enumerate() {
+                let rat = format!("{at}.rules[{i}]");
+                let toml::Value::Table(r) = r else { return Err(format!("{rat}: must be a table")) };
+                only(r, &["action", "src", "dst", "proto", "src_port", "dst_port", "priority"], &rat)?;
+                let action = match str_of(r, "action", &rat)? {
+                    Some("allow") => Action::Allow,
+                    Some("deny") => Action::Deny,
+                    Some(o) => return Err(format!("{rat}.action: `{o}` is neither allow nor deny")),
+                    None => return Err(format!("{rat}.action: missing (allow or deny)")),
+                };
+                rules.push(Rule { pattern: pattern(r, &rat)?, action });
+            }
+            Ok(TaskSpec::Firewall { rules, config })
+        }
+        "nat" => {
+            only(t, &["kind", "external", "ports", "idle_s"], at)?;
+            let ext = str_of(t, "external", at)?.ok_or_else(|| format!("{at}.external: missing (an IPv4 address)"))?;
+            let external: std::net::Ipv4Addr =
+                ext.parse().map_err(|_| format!("{at}.external: `{ext}` is not an IPv4 address"))?;
+            let PortRange(lo, hi) = match t.get("ports") {
+                Some(v) => ports(v, &format!("{at}.ports"))?,
+                None => PortRange(1024, 65535),
+            };
+            if lo == 0 {
+                return Err(format!("{at}.ports: port 0 cannot be handed out"));
+            }
+            let idle = Duration::from_secs(int_of(t, "idle_s", at, 1..=86_400)?.unwrap_or(60) as u64);
+            Ok(TaskSpec::Nat(NatConfig { external: external.octets(), ports: (lo, hi), idle }))
+        }
+        "aes" => {
+            only(t, &["kind", "key", "direction"], at)?;
+            let k = str_of(t, "key", at)?.ok_or_else(|| format!("{at}.key: missing (64 hex digits)"))?;
+            let key = hex32(k).ok_or_else(|| format!("{at}.key: not 64 hex digits (a 32-byte key)"))?;
+            let seal = match str_of(t, "direction", at)? {
+                None | Some("seal") => true,
+                Some("open") => false,
+                Some(o) => return Err(format!("{at}.direction: `{o}` is neither seal nor open")),
+            };
+            Ok(TaskSpec::Aes { key, seal })
+        }
+        "lb" => {
+            only(t, &["kind", "backends", "table_size"], at)?;
+            let Some(toml::Value::Array(list)) = t.get("backends") else {
+                return Err(format!("{at}.backends: missing (a list of {{ name, weight }})"));
+            };
+            let mut backends = Vec::new();
+            for (i, b) in list.iter().enumerate() {
+                let bat = format!("{at}.backends[{i}]");
+                let toml::Value::Table(b) = b else { return Err(format!("{bat}: must be a table")) };
+                only(b, &["name", "weight"], &bat)?;
+                let name = str_of(b, "name", &bat)?.ok_or_else(|| format!("{bat}.name: missing"))?;
+                let weight = int_of(b, "weight", &bat, 0..=1000)?.unwrap_or(1) as u32;
+                backends.push((name.to_string(), weight));
+            }
+            let table_size =
+                int_of(t, "table_size", at, 2..=i64::from(crate::lb::MAX_TABLE as u32))?.unwrap_or(65_537) as usize;
+            let refs: Vec<(&str, u32)> = backends.iter().map(|(n, w)| (n.as_str(), *w)).collect();
+            crate::lb::Maglev::new(&refs, table_size).map_err(|e| format!("{at}: {e}"))?;
+            Ok(TaskSpec::Lb { backends, table_size })
+        }
+        "gbn" => {
+            only(t, &["kind", "window", "rto_ms", "queue"], at)?;
+            let d = gbn::Config::default();
+            Ok(TaskSpec::Gbn(gbn::Config {
+                window: int_of(t, "window", at, 1..=32_768)?.map_or(d.window, |v| v as u32),
+                rto: int_of(t, "rto_ms", at, 1..=60_000)?.map_or(d.rto, |v| Duration::from_millis(v as u64)),
+                queue: int_of(t, "queue", at, 1..=1 << 20)?.map_or(d.queue, |v| v as usize),
+            }))
+        }
+        other => Err(format!("{at}.kind: `{other}` is not a task kind ({})", KINDS.join(", "))),
+    }
+}
+
+fn hex32(s: &str) -> Option<[u8; 32]> {
+    let s = s.strip_prefix("0x").unwrap_or(s);
+    if s.len() != 64 || !s.is_ascii() {
+        return None;
+    }
+    let mut k = [0u8; 32];
+    for (i, b) in k.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(k)
+}
+
+impl Tenant {
+    /// Reads and checks the tenant file at `path`.
+    pub fn load(path: &Path) -> Result<Tenant, TenantError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| TenantError { file: file.clone(), message: format!("cannot read: {e}") })?;
+        Tenant::parse(&text).map_err(|message| TenantError { file, message })
+    }
+
+    /// Checks a tenant file's text; the error names the item.
+    pub fn parse(text: &str) -> Result<Tenant, String> {
+        let raw: Raw = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+        if raw.tenant.is_empty() || raw.tenant.len() > 64 {
+            return Err(format!("tenant: `{}` must be 1 to 64 bytes", raw.tenant));
+        }
+        let bandwidth_gbps = raw.bandwidth_gbps.unwrap_or(0.0);
+        if !(bandwidth_gbps >= 0.0 && bandwidth_gbps.is_finite()) {
+            return Err(format!("bandwidth_gbps = {bandwidth_gbps}: must be a number of Gbit/s, 0 or more"));
+        }
+        only(&raw.ingress, &["src", "dst", "proto", "src_port", "dst_port"], "ingress")?;
+        let pattern = pattern(&raw.ingress, "ingress")?;
+        let dag = dag::parse(&raw.dag).map_err(|e| format!("dag: {e}"))?;
+        let order = dag.topological().map_err(|c| format!("dag: {c}"))?;
+        let mut tasks = Vec::with_capacity(dag.nodes().len());
+        for (i, name) in dag.nodes().iter().enumerate() {
+            let Some(t) = raw.nt.get(name) else {
+                return Err(format!("dag: `{name}` ({}) is not declared: add [nt.{name}]", dag.position(i)));
+            };
+            tasks.push(task(t, &format!("nt.{name}"))?);
+        }
+        if let Some(unused) = raw.nt.keys().find(|k| dag.index(k).is_none()) {
+            return Err(format!("nt.{unused}: declared but not in the DAG"));
+        }
+        Ok(Tenant { name: raw.tenant, bandwidth_gbps, ingress: Ingress { pattern }, dag, tasks, order })
+    }
+
+    /// What the tenant asks of `model`'s board against what it has: the line rate, and the
+    /// area of its tasks (the profile's `nt.NAME.luts`, one instance each) against the regions'.
+    pub fn uses(&self, profile: &tern_hw::Profile, model: &tern_hw::chain::ChainModel) -> Result<Vec<Use>, String> {
+        let mut luts = 0.0;
+        for t in &self.tasks {
+            let key = format!("nt.{}.luts", t.area_name());
+            luts += profile.area.get(&key).copied().ok_or_else(|| format!("profile {} has no {key}", profile.name))?;
+        }
+        Ok(vec![
+            Use { what: "line rate (Gbit/s)", asked: self.bandwidth_gbps, available: model.line_gbps },
+            Use { what: "area (LUTs)", asked: luts, available: (model.regions * model.region_luts) as f64 },
+        ])
+    }
+}
