@@ -297,7 +297,8 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
         "aes" => {
             only(t, &["kind", "key", "direction"], at)?;
             let k = str_of(t, "key", at)?.ok_or_else(|| format!("{at}.key: missing (64 hex digits)"))?;
-            let key = hex32(k).ok_or_else(|| format!("{at}.key: not 64 hex digits (a 32-byte key)"))?;
+            let key =
+                tern_wire::hex_bytes::<32>(k).ok_or_else(|| format!("{at}.key: not 64 hex digits (a 32-byte key)"))?;
             let seal = match str_of(t, "direction", at)? {
                 None | Some("seal") => true,
                 Some("open") => false,
@@ -336,18 +337,6 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
         }
         other => Err(format!("{at}.kind: `{other}` is not a task kind ({})", KINDS.join(", "))),
     }
-}
-
-fn hex32(s: &str) -> Option<[u8; 32]> {
-    let s = s.strip_prefix("0x").unwrap_or(s);
-    if s.len() != 64 || !s.is_ascii() {
-        return None;
-    }
-    let mut k = [0u8; 32];
-    for (i, b) in k.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(k)
 }
 
 impl Tenant {

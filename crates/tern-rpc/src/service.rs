@@ -217,18 +217,6 @@ pub fn is_service_config(text: &str) -> bool {
     toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("app") && t.contains_key("proto"))
 }
 
-fn hex_key(s: &str) -> Option<[u8; 32]> {
-    let s = s.strip_prefix("0x").unwrap_or(s);
-    if s.len() != 64 || !s.is_ascii() {
-        return None;
-    }
-    let mut k = [0u8; 32];
-    for (i, b) in k.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(k)
-}
-
 impl Service {
     /// Reads and checks the configuration at `path`.
     pub fn load(path: &Path) -> Result<Service, ConfigError> {
@@ -261,9 +249,10 @@ impl Service {
             let at = format!("units[{i}]");
             let kernel: KernelKind = u.kernel.parse().map_err(|e| err(format!("{at}.kernel: {e}")))?;
             let key = match (&u.key, kernel.keyed()) {
-                (Some(k), true) => {
-                    Some(hex_key(k).ok_or_else(|| err(format!("{at}.key: not 64 hex digits (a 32-byte key)")))?)
-                }
+                (Some(k), true) => Some(
+                    tern_wire::hex_bytes::<32>(k)
+                        .ok_or_else(|| err(format!("{at}.key: not 64 hex digits (a 32-byte key)")))?,
+                ),
                 (None, true) => return Err(err(format!("{at}: kernel `{kernel}` needs a key (64 hex digits)"))),
                 (Some(_), false) => return Err(err(format!("{at}.key: kernel `{kernel}` takes no key"))),
                 (None, false) => None,

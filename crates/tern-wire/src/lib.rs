@@ -15,6 +15,25 @@ pub mod frame;
 pub mod qnp;
 pub mod tlv;
 
+/// The `N` bytes written as `2N` hex digits in `s` (an optional `0x` before them), as keys are
+/// written in configuration files; `None` for any other text.
+///
+/// ```
+/// assert_eq!(tern_wire::hex_bytes::<2>("0x0aff"), Some([0x0a, 0xff]));
+/// assert_eq!(tern_wire::hex_bytes::<2>("0aff00"), None);
+/// ```
+pub fn hex_bytes<const N: usize>(s: &str) -> Option<[u8; N]> {
+    let s = s.strip_prefix("0x").unwrap_or(s);
+    if s.len() != 2 * N || !s.is_ascii() {
+        return None;
+    }
+    let mut k = [0u8; N];
+    for (i, b) in k.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(k)
+}
+
 /// Bytes of Ethernet (14) + IPv4 without options (20) + UDP (8) in front of a QNP header.
 pub const ETH_IPV4_UDP_LEN: usize = 42;
 
