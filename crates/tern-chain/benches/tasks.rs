@@ -1,0 +1,114 @@
+//! Each network task's per-packet work, as a chain would run it (docs/chain.md): the NAT's
+//! outbound translation of an established flow, the firewall's check (a rule miss taken by the
+//! classifier, and a reply taken by the flow state), AES-GCM sealing 64- and 1458-byte UDP
+//! payloads, Maglev's lookup, a go-back-N data packet taken by the receiver and its ack by the
+//! sender, and parsing Figure 4's DAG.
+//!
+//! `cargo bench -p tern-chain --bench tasks`.
+
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
+use tern_chain::aes::{AesTask, KeySpace};
+use tern_chain::fw::{Action, Firewall, FwConfig, Rule};
+use tern_chain::gbn::{self, Receiver, Sender};
+use tern_chain::lb::Maglev;
+use tern_chain::nat::{Dir, Nat, NatConfig};
+use tern_table::classifier::{Pattern, PortRange};
+use tern_wire::frame::{build_tcp4, build_udp4};
+
+fn udp(len: usize) -> Vec<u8> {
+    let mut f = Vec::new();
+    build_udp4(&mut f, [2; 6], [4; 6], [10, 0, 0, 7], [198, 51, 100, 9], 5353, 53, 64, &vec![7u8; len]);
+    f
+}
+
+fn bench(c: &mut Criterion) {
+    let now = Instant::now();
+    let mut g = c.benchmark_group("task");
+    g.throughput(Throughput::Elements(1));
+
+    let mut nat =
+        Nat::new(NatConfig { external: [192, 0, 2, 1], ports: (20000, 29999), idle: Duration::from_secs(60) });
+    let frame = udp(64);
+    nat.translate(&mut frame.clone(), Dir::Outbound, now).unwrap();
+    let mut f = frame.clone();
+    g.bench_function("nat_outbound", |b| {
+        b.iter(|| {
+            f.copy_from_slice(&frame);
+            black_box(nat.translate(black_box(&mut f), Dir::Outbound, now)).unwrap();
+        })
+    });
+
+    let rules: Vec<Rule> = (0..32u16)
+        .map(|i| Rule {
+            pattern: Pattern {
+                priority: u32::from(i),
+                src: Some(format!("10.{i}.0.0/16").parse().unwrap()),
+                proto: Some(6),
+                dst_port: Some(PortRange(80 + i, 80 + i)),
+                ..Pattern::default()
+            },
+            action: Action::Allow,
+        })
+        .collect();
+    let mut fw = Firewall::new(&rules, FwConfig::default()).unwrap();
+    let (mut out, mut back) = (Vec::new(), Vec::new());
+    build_tcp4(&mut out, [2; 6], [4; 6], [10, 3, 0, 7], [198, 51, 100, 9], 40000, 83, 64, b"x");
+    build_tcp4(&mut back, [4; 6], [2; 6], [198, 51, 100, 9], [10, 3, 0, 7], 83, 40000, 64, b"x");
+    let miss = udp(64);
+    fw.check(&out, now).unwrap();
+    g.bench_function("fw_rules_miss", |b| b.iter(|| black_box(fw.check(black_box(&miss), now)).unwrap_err()));
+    g.bench_function("fw_established", |b| b.iter(|| black_box(fw.check(black_box(&back), now)).unwrap()));
+
+    let space = KeySpace::new([9; 32]);
+    let mut aes = AesTask::new(&space).unwrap();
+    for len in [64usize, 1458] {
+        let plain = udp(len);
+        let mut f = plain.clone();
+        g.bench_function(BenchmarkId::new("aes_seal", len), |b| {
+            b.iter(|| {
+                f.clear();
+                f.extend_from_slice(&plain);
+                aes.seal(black_box(&mut f)).unwrap();
+            })
+        });
+    }
+
+    let names: Vec<String> = (0..16).map(|i| format!("10.2.0.{i}:80")).collect();
+    let backends: Vec<(&str, u32)> = names.iter().map(|n| (n.as_str(), 1)).collect();
+    let lb = Maglev::new(&backends, 65_537).unwrap();
+    let mut h = 0x9e37_79b9_7f4a_7c15u64;
+    g.bench_function("lb_lookup", |b| {
+        b.iter(|| {
+            h = h.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            black_box(lb.lookup(h))
+        })
+    });
+
+    let cfg = gbn::Config { window: 1 << 15, queue: 1 << 20, ..gbn::Config::default() };
+    let (mut tx, mut rx) = (Sender::new(1, cfg), Receiver::new(1));
+    let mut wire = Vec::new();
+    g.bench_function("gbn_data_and_ack", |b| {
+        b.iter(|| {
+            tx.push(vec![1; 64]).unwrap();
+            wire.clear();
+            tx.poll(now, &mut wire);
+            for p in &wire {
+                let (d, ack) = rx.on_packet(p);
+                black_box(d);
+                if let Some(a) = ack {
+                    tx.on_packet(&a, now);
+                }
+            }
+        })
+    });
+
+    g.bench_function("dag_parse_figure_4a", |b| {
+        b.iter(|| black_box(tern_chain::dag::parse(black_box("nt1 -> nt2 -> nt4; nt1 -> nt3 -> nt4")).unwrap()))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
