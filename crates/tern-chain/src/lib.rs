@@ -6,14 +6,16 @@
 //! the item (a cycle is printed as one); the go-back-N transport's protocol ([`gbn`]),
 //! sans-IO; the load balancer's backend choice, Maglev consistent hashing ([`lb`]); the NAT's
 //! translation of frames in place, with incremental checksum updates ([`nat`]); the firewall, a
-//! prioritized ACL with established-flow state ([`fw`]); and AES-GCM sealing of UDP payloads
-//! with nonces that never repeat under a tenant's key ([`aes`]).
+//! prioritized ACL with established-flow state ([`fw`]); AES-GCM sealing of UDP payloads with
+//! nonces that never repeat under a tenant's key ([`aes`]); and the KV cache, answering GETs in
+//! the NIC and never with a value a SET replaced ([`kv`]).
 #![forbid(unsafe_code)]
 
 pub mod aes;
 pub mod dag;
 pub mod fw;
 pub mod gbn;
+pub mod kv;
 pub mod lb;
 pub mod nat;
 pub mod tenant;

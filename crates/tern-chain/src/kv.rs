@@ -1,0 +1,357 @@
+//! The KV cache task (docs/chain.md, "KV cache"): it sits between clients and a key-value
+//! server, answers GETs it holds the value of in the NIC, and passes everything else on.
+//!
+//! Messages are UDP payloads (the header below, then the key, then the value). A GET that
+//! misses goes on to the server; the server's VALUE answer, on its way back, is kept — unless a
+//! SET of that key has passed since the GET did, so a value the SET replaced is never kept. A
+//! SET removes the key before it goes on: after a SET has passed, no GET is answered with what
+//! it replaced. What is kept is bounded per tenant (bytes and entries), the least recently used
+//! going first.
+//!
+//! ```
+//! use tern_chain::kv::{Cache, KvConfig, Msg, Op, Verdict};
+//! let mut kv = Cache::new(KvConfig::default());
+//! let get = Msg { op: Op::Get, id: 1, key: b"k", value: b"" }.to_vec();
+//! let value = Msg { op: Op::Value, id: 1, key: b"k", value: b"v" }.to_vec();
+//! assert_eq!(kv.on_request(&get), Verdict::Forward);   // a miss: on to the server
+//! kv.on_response(&value);                              // its answer is kept
+//! let mut answer = Vec::new();
+//! assert_eq!(kv.on_request_answer(&get, &mut answer), Verdict::Answer); // a hit
+//! assert_eq!(Msg::parse(&answer).unwrap().value, b"v");
+//! ```
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// The header's length.
+pub const HEADER_LEN: usize = 8;
+/// The longest key.
+pub const MAX_KEY: usize = 250;
+/// The longest value.
+pub const MAX_VALUE: usize = 8192;
+
+/// A message's operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Client → server: the key's value, please.
+    Get = 1,
+    /// Client → server: store this value under the key.
+    Set = 2,
+    /// Server → client: the key's value.
+    Value = 3,
+    /// Server → client: no such key.
+    NotFound = 4,
+    /// Server → client: stored.
+    Stored = 5,
+}
+
+/// A message: the operation, the request id (echoed in the answer), the key and the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Msg<'a> {
+    /// What it is.
+    pub op: Op,
+    /// The client's id for the request.
+    pub id: u32,
+    /// The key (1 to [`MAX_KEY`] bytes).
+    pub key: &'a [u8],
+    /// The value (SET and VALUE; empty otherwise; at most [`MAX_VALUE`] bytes).
+    pub value: &'a [u8],
+}
+
+/// Bytes that are not a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MsgError {
+    /// Shorter than the header, or than the lengths it gives.
+    #[error("{0} bytes: shorter than the header and the lengths it gives")]
+    Short(usize),
+    /// An operation not listed.
+    #[error("operation {0}: not one of 1 to 5")]
+    Op(u8),
+    /// A key of 0 or more than [`MAX_KEY`] bytes, a value over [`MAX_VALUE`], a value on a
+    /// message that has none, or bytes after the value.
+    #[error("key of {key} bytes, value of {value}, {total} in all: not a message's lengths")]
+    Lengths {
+        /// The key's length field.
+        key: usize,
+        /// The value's length field.
+        value: usize,
+        /// The message's bytes.
+        total: usize,
+    },
+}
+
+impl<'a> Msg<'a> {
+    /// The message in `b`. Never panics.
+    pub fn parse(b: &'a [u8]) -> Result<Msg<'a>, MsgError> {
+        let Some((h, rest)) = b.split_first_chunk::<HEADER_LEN>() else { return Err(MsgError::Short(b.len())) };
+        let op = match h[0] {
+            1 => Op::Get,
+            2 => Op::Set,
+            3 => Op::Value,
+            4 => Op::NotFound,
+            5 => Op::Stored,
+            o => return Err(MsgError::Op(o)),
+        };
+        let (klen, vlen) = (usize::from(h[1]), usize::from(u16::from_be_bytes([h[2], h[3]])));
+        let id = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+        let lengths = MsgError::Lengths { key: klen, value: vlen, total: b.len() };
+        if rest.len() < klen + vlen {
+            return Err(MsgError::Short(b.len()));
+        }
+        let carries_value = matches!(op, Op::Set | Op::Value);
+        if klen == 0 || klen > MAX_KEY || vlen > MAX_VALUE || (!carries_value && vlen > 0) || rest.len() != klen + vlen
+        {
+            return Err(lengths);
+        }
+        Ok(Msg { op, id, key: &rest[..klen], value: &rest[klen..] })
+    }
+
+    /// Appends the message's bytes to `out`. A key or value over the limits is cut to them.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        let (key, value) = (&self.key[..self.key.len().min(MAX_KEY)], &self.value[..self.value.len().min(MAX_VALUE)]);
+        out.push(self.op as u8);
+        out.push(key.len() as u8);
+        out.extend_from_slice(&(value.len() as u16).to_be_bytes());
+        out.extend_from_slice(&self.id.to_be_bytes());
+        out.extend_from_slice(key);
+        out.extend_from_slice(value);
+    }
+
+    /// The message's bytes.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(HEADER_LEN + self.key.len() + self.value.len());
+        self.write(&mut v);
+        v
+    }
+}
+
+/// What to do with a client's message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// On to the server.
+    Forward,
+    /// Answered here (a GET that hit): the answer goes back to the client.
+    Answer,
+    /// Dropped: not a message (counted `malformed`).
+    Drop,
+}
+
+/// Settings: what one tenant's cache holds at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvConfig {
+    /// Bytes of keys and values. Default 1 MiB.
+    pub max_bytes: usize,
+    /// Entries. Default 16384.
+    pub max_entries: usize,
+    /// GETs forwarded and not yet answered that are remembered (so their answers may be kept);
+    /// the oldest is forgotten beyond. Default 4096.
+    pub max_pending: usize,
+}
+
+impl Default for KvConfig {
+    fn default() -> Self {
+        KvConfig { max_bytes: 1 << 20, max_entries: 16_384, max_pending: 4096 }
+    }
+}
+
+/// What the cache counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KvStats {
+    /// GETs answered here, and forwarded.
+    pub hits: u64,
+    pub misses: u64,
+    /// SETs that passed (each removing its key).
+    pub sets: u64,
+    /// Values kept, and VALUE answers not kept because a SET of the key passed after their GET.
+    pub kept: u64,
+    pub not_kept_after_set: u64,
+    /// Entries pushed out to stay within the bounds.
+    pub evicted: u64,
+    /// Messages that did not parse.
+    pub malformed: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    value: Vec<u8>,
+    /// Its place in the recency order.
+    tick: u64,
+}
+
+/// One tenant's cache.
+#[derive(Debug)]
+pub struct Cache {
+    cfg: KvConfig,
+    entries: HashMap<Vec<u8>, Entry>,
+    /// Recency: tick → key (the smallest tick is the least recently used).
+    lru: BTreeMap<u64, Vec<u8>>,
+    bytes: usize,
+    tick: u64,
+    /// The sequence number of the last SET of each key that passed (while it may matter).
+    last_set: HashMap<Vec<u8>, u64>,
+    /// GETs forwarded: request id → (key, the sequence number when it passed).
+    pending: HashMap<u32, (Vec<u8>, u64)>,
+    pending_order: VecDeque<u32>,
+    seq: u64,
+    /// GETs forwarded before this sequence number are not kept (set when `last_set` had to be
+    /// forgotten to stay bounded: as if every key had been SET then).
+    floor: u64,
+    stats: KvStats,
+}
+
+impl Cache {
+    /// An empty cache bounded by `cfg`.
+    pub fn new(cfg: KvConfig) -> Cache {
+        Cache {
+            cfg,
+            entries: HashMap::new(),
+            lru: BTreeMap::new(),
+            bytes: 0,
+            tick: 0,
+            last_set: HashMap::new(),
+            pending: HashMap::new(),
+            pending_order: VecDeque::new(),
+            seq: 0,
+            floor: 0,
+            stats: KvStats::default(),
+        }
+    }
+
+    /// A client's message, when the caller needs no answer bytes (a hit is still counted and
+    /// reported).
+    pub fn on_request(&mut self, payload: &[u8]) -> Verdict {
+        let mut sink = Vec::new();
+        self.on_request_answer(payload, &mut sink)
+    }
+
+    /// A client's message: a GET that hits is answered into `answer` (a VALUE message with the
+    /// GET's id); a GET that misses is forwarded and remembered; a SET removes its key and is
+    /// forwarded; anything else is forwarded as it is, or dropped if it does not parse.
+    pub fn on_request_answer(&mut self, payload: &[u8], answer: &mut Vec<u8>) -> Verdict {
+        let Ok(m) = Msg::parse(payload) else {
+            self.stats.malformed += 1;
+            return Verdict::Drop;
+        };
+        match m.op {
+            Op::Get => {
+                self.tick += 1;
+                if let Some(e) = self.entries.get_mut(m.key) {
+                    self.lru.remove(&e.tick);
+                    e.tick = self.tick;
+                    self.lru.insert(self.tick, m.key.to_vec());
+                    answer.clear();
+                    Msg { op: Op::Value, id: m.id, key: m.key, value: &e.value }.write(answer);
+                    self.stats.hits += 1;
+                    return Verdict::Answer;
+                }
+                self.stats.misses += 1;
+                self.seq += 1;
+                if self.pending.insert(m.id, (m.key.to_vec(), self.seq)).is_none() {
+                    self.pending_order.push_back(m.id);
+                }
+                while self.pending_order.len() > self.cfg.max_pending {
+                    if let Some(old) = self.pending_order.pop_front() {
+                        self.pending.remove(&old);
+                    }
+                }
+                Verdict::Forward
+            }
+            Op::Set => {
+                self.seq += 1;
+                self.remove(m.key);
+                // Remembered while a GET forwarded before it may still be answered; bounded: past
+                // twice the pending GETs, what no pending GET predates is forgotten, and if that
+                // is not enough, all of it, with every pending GET's answer then left unkept.
+                if !self.pending.is_empty() {
+                    self.last_set.insert(m.key.to_vec(), self.seq);
+                    let bound = 2 * self.cfg.max_pending.max(1);
+                    if self.last_set.len() > bound {
+                        let oldest = self.pending.values().map(|(_, at)| *at).min().unwrap_or(self.seq);
+                        self.last_set.retain(|_, s| *s > oldest);
+                        if self.last_set.len() > bound {
+                            self.last_set.clear();
+                            self.floor = self.seq;
+                        }
+                    }
+                }
+                self.stats.sets += 1;
+                Verdict::Forward
+            }
+            _ => Verdict::Forward,
+        }
+    }
+
+    /// A server's answer on its way back to the client: a VALUE for a GET this cache forwarded
+    /// is kept, unless a SET of the key passed after the GET did.
+    pub fn on_response(&mut self, payload: &[u8]) {
+        let Ok(m) = Msg::parse(payload) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        if m.op != Op::Value {
+            return;
+        }
+        let Some((key, at)) = self.pending.remove(&m.id) else { return };
+        self.pending_order.retain(|&id| id != m.id);
+        let replaced = at < self.floor || self.last_set.get(&key).is_some_and(|&s| s > at);
+        // With no GET left to answer, no SET can matter any more.
+        if self.pending.is_empty() {
+            self.last_set.clear();
+        }
+        if key != m.key {
+            return;
+        }
+        if replaced {
+            self.stats.not_kept_after_set += 1;
+            return;
+        }
+        let size = m.key.len() + m.value.len();
+        if size > self.cfg.max_bytes || self.cfg.max_entries == 0 {
+            return;
+        }
+        self.remove(m.key);
+        while self.bytes + size > self.cfg.max_bytes || self.entries.len() >= self.cfg.max_entries {
+            let Some((_, oldest)) = self.lru.pop_first() else { break };
+            if let Some(e) = self.entries.remove(&oldest) {
+                self.bytes -= oldest.len() + e.value.len();
+                self.stats.evicted += 1;
+            }
+        }
+        self.tick += 1;
+        self.entries.insert(m.key.to_vec(), Entry { value: m.value.to_vec(), tick: self.tick });
+        self.lru.insert(self.tick, m.key.to_vec());
+        self.bytes += size;
+        self.stats.kept += 1;
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        if let Some(e) = self.entries.remove(key) {
+            self.lru.remove(&e.tick);
+            self.bytes -= key.len() + e.value.len();
+        }
+    }
+
+    /// The value kept for `key`.
+    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        self.entries.get(key).map(|e| e.value.as_slice())
+    }
+
+    /// Entries and bytes kept.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Nothing kept.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Bytes of keys and values kept.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> KvStats {
+        self.stats
+    }
+}

@@ -1,0 +1,159 @@
+//! The KV cache task: its messages byte for byte and refused by name; hits, misses and SETs;
+//! never a value a SET replaced, even when the server's answer to an older GET comes back after
+//! the SET (a property test against a server whose answers come back in any order); bounds.
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+use tern_chain::kv::{Cache, KvConfig, MAX_KEY, Msg, MsgError, Op, Verdict};
+
+fn msg(op: Op, id: u32, key: &[u8], value: &[u8]) -> Vec<u8> {
+    Msg { op, id, key, value }.to_vec()
+}
+
+#[test]
+fn messages_are_the_documented_bytes() {
+    assert_eq!(msg(Op::Set, 0x0102_0304, b"ab", b"xyz"), [2, 2, 0, 3, 1, 2, 3, 4, b'a', b'b', b'x', b'y', b'z']);
+    assert_eq!(msg(Op::Get, 7, b"k", b""), [1, 1, 0, 0, 0, 0, 0, 7, b'k']);
+    let b = msg(Op::Value, 9, b"key", b"val");
+    assert_eq!(Msg::parse(&b), Ok(Msg { op: Op::Value, id: 9, key: b"key", value: b"val" }));
+}
+
+#[test]
+fn what_is_not_a_message_is_refused_by_name() {
+    assert_eq!(Msg::parse(&[1, 1, 0, 0, 0, 0, 0]), Err(MsgError::Short(7)));
+    assert_eq!(Msg::parse(&[9, 1, 0, 0, 0, 0, 0, 0, b'k']), Err(MsgError::Op(9)));
+    // A key longer than what follows; no key; a GET with a value; bytes after the value.
+    assert_eq!(Msg::parse(&[1, 5, 0, 0, 0, 0, 0, 0, b'k']), Err(MsgError::Short(9)));
+    assert_eq!(Msg::parse(&[1, 0, 0, 0, 0, 0, 0, 0]), Err(MsgError::Lengths { key: 0, value: 0, total: 8 }));
+    assert_eq!(
+        Msg::parse(&[1, 1, 0, 1, 0, 0, 0, 0, b'k', b'v']),
+        Err(MsgError::Lengths { key: 1, value: 1, total: 10 })
+    );
+    assert_eq!(
+        Msg::parse(&[1, 1, 0, 0, 0, 0, 0, 0, b'k', b'!']),
+        Err(MsgError::Lengths { key: 1, value: 0, total: 10 })
+    );
+    let mut c = Cache::new(KvConfig::default());
+    assert_eq!(c.on_request(&[0xff; 3]), Verdict::Drop);
+    c.on_response(&[0xff; 3]);
+    assert_eq!(c.stats().malformed, 2);
+    // The longest key is taken.
+    assert!(Msg::parse(&msg(Op::Get, 1, &[b'k'; MAX_KEY], b"")).is_ok());
+}
+
+#[test]
+fn a_set_between_a_get_and_its_answer_keeps_the_old_value_out() {
+    let mut c = Cache::new(KvConfig::default());
+    assert_eq!(c.on_request(&msg(Op::Get, 1, b"k", b"")), Verdict::Forward);
+    assert_eq!(c.on_request(&msg(Op::Set, 2, b"k", b"new")), Verdict::Forward);
+    // The answer to GET 1 (the old value) comes back after the SET passed: not kept.
+    c.on_response(&msg(Op::Value, 1, b"k", b"old"));
+    assert_eq!(c.get(b"k"), None);
+    assert_eq!(c.stats().not_kept_after_set, 1);
+    // A GET after the SET: its answer is kept, and the next GET is answered here.
+    c.on_request(&msg(Op::Get, 3, b"k", b""));
+    c.on_response(&msg(Op::Value, 3, b"k", b"new"));
+    let mut answer = Vec::new();
+    assert_eq!(c.on_request_answer(&msg(Op::Get, 4, b"k", b""), &mut answer), Verdict::Answer);
+    assert_eq!(Msg::parse(&answer).unwrap(), Msg { op: Op::Value, id: 4, key: b"k", value: b"new" });
+    // A SET removes what is kept.
+    c.on_request(&msg(Op::Set, 5, b"k", b"newer"));
+    assert_eq!(c.on_request(&msg(Op::Get, 6, b"k", b"")), Verdict::Forward);
+    let s = c.stats();
+    assert_eq!((s.hits, s.misses, s.sets, s.kept), (1, 3, 2, 1));
+    // An answer for a GET it never saw, or NOT_FOUND, is not kept.
+    c.on_response(&msg(Op::Value, 99, b"z", b"?"));
+    c.on_response(&msg(Op::NotFound, 6, b"k", b""));
+    assert_eq!(c.len(), 0);
+}
+
+#[test]
+fn what_is_kept_stays_within_its_bounds_least_recently_used_first() {
+    let mut c = Cache::new(KvConfig { max_bytes: 100, max_entries: 3, max_pending: 8 });
+    let keep = |c: &mut Cache, id: u32, key: &[u8], len: usize| {
+        c.on_request(&msg(Op::Get, id, key, b""));
+        c.on_response(&msg(Op::Value, id, key, &vec![b'v'; len]));
+    };
+    keep(&mut c, 1, b"a", 10);
+    keep(&mut c, 2, b"b", 10);
+    keep(&mut c, 3, b"c", 10);
+    // "a" is used, so "b" is the least recently used when "d" comes.
+    assert_eq!(c.on_request(&msg(Op::Get, 4, b"a", b"")), Verdict::Answer);
+    keep(&mut c, 5, b"d", 10);
+    assert_eq!((c.get(b"b"), c.len()), (None, 3));
+    // A large value pushes out as many as it needs.
+    keep(&mut c, 6, b"e", 80);
+    assert!(c.bytes() <= 100 && c.get(b"e").is_some());
+    assert!(c.stats().evicted >= 3);
+    // One too large for the cache is not kept at all.
+    keep(&mut c, 7, b"f", 200);
+    assert_eq!(c.get(b"f"), None);
+}
+
+/// A client operation: GET or SET of one of a few keys; the server's answers to earlier GETs
+/// delivered back in any order.
+#[derive(Debug, Clone)]
+enum Step {
+    Get(u8),
+    Set(u8, u8),
+    /// Deliver the pending answer at this index (modulo how many there are).
+    Deliver(usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (0u8..3).prop_map(Step::Get),
+        (0u8..3, any::<u8>()).prop_map(|(k, v)| Step::Set(k, v)),
+        (0usize..8).prop_map(Step::Deliver),
+    ]
+}
+
+proptest! {
+    /// The server applies each SET when it passes the cache and answers each GET forwarded with
+    /// its value then; the answers come back in any order. Whatever happens, a GET the cache
+    /// answers gets the server's value at that moment: never one a SET replaced.
+    #[test]
+    fn a_hit_is_never_stale(steps in proptest::collection::vec(step(), 1..80), max_pending in 1usize..6) {
+        let mut c = Cache::new(KvConfig { max_bytes: 64, max_entries: 2, max_pending });
+        let mut server: HashMap<u8, u8> = HashMap::new();
+        let mut in_flight: Vec<Vec<u8>> = Vec::new();
+        let mut id = 0u32;
+        for s in steps {
+            id += 1;
+            match s {
+                Step::Get(k) => {
+                    let mut answer = Vec::new();
+                    match c.on_request_answer(&msg(Op::Get, id, &[k], b""), &mut answer) {
+                        Verdict::Answer => {
+                            let m = Msg::parse(&answer).unwrap();
+                            prop_assert_eq!(Some(m.value[0]), server.get(&k).copied(), "a stale hit for key {}", k);
+                        }
+                        Verdict::Forward => in_flight.push(match server.get(&k) {
+                            Some(v) => msg(Op::Value, id, &[k], &[*v]),
+                            None => msg(Op::NotFound, id, &[k], b""),
+                        }),
+                        Verdict::Drop => prop_assert!(false, "a good GET dropped"),
+                    }
+                }
+                Step::Set(k, v) => {
+                    prop_assert_eq!(c.on_request(&msg(Op::Set, id, &[k], &[v])), Verdict::Forward);
+                    server.insert(k, v);
+                }
+                Step::Deliver(i) => {
+                    if !in_flight.is_empty() {
+                        let r = in_flight.remove(i % in_flight.len());
+                        c.on_response(&r);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Any bytes either way: a verdict or nothing kept, never a panic.
+    #[test]
+    fn any_bytes_are_taken(b in proptest::collection::vec(any::<u8>(), 0..40), response in any::<bool>()) {
+        let mut c = Cache::new(KvConfig::default());
+        if response { c.on_response(&b) } else { let _ = c.on_request(&b); }
+    }
+}
