@@ -2,7 +2,7 @@
 //! outbound translation of an established flow, the firewall's check (a rule miss taken by the
 //! classifier, and a reply taken by the flow state), AES-GCM sealing 64- and 1458-byte UDP
 //! payloads, Maglev's lookup, a go-back-N data packet taken by the receiver and its ack by the
-//! sender, and parsing Figure 4's DAG.
+//! sender, a KV GET answered from the cache, and parsing Figure 4's DAG.
 //!
 //! `cargo bench -p tern-chain --bench tasks`.
 
@@ -103,6 +103,15 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
+
+    let mut kv = tern_chain::kv::Cache::new(tern_chain::kv::KvConfig::default());
+    let get = tern_chain::kv::Msg { op: tern_chain::kv::Op::Get, id: 1, key: b"user:1001", value: b"" }.to_vec();
+    let value =
+        tern_chain::kv::Msg { op: tern_chain::kv::Op::Value, id: 1, key: b"user:1001", value: &[7; 64] }.to_vec();
+    kv.on_request(&get);
+    kv.on_response(&value);
+    let mut answer = Vec::new();
+    g.bench_function("kv_get_hit", |b| b.iter(|| black_box(kv.on_request_answer(black_box(&get), &mut answer))));
 
     g.bench_function("dag_parse_figure_4a", |b| {
         b.iter(|| black_box(tern_chain::dag::parse(black_box("nt1 -> nt2 -> nt4; nt1 -> nt3 -> nt4")).unwrap()))
