@@ -37,7 +37,7 @@ use crate::gbn;
 use crate::nat::NatConfig;
 
 /// The task kinds a tenant file may use.
-pub const KINDS: [&str; 5] = ["firewall", "nat", "aes", "lb", "gbn"];
+pub const KINDS: [&str; 7] = ["firewall", "nat", "aes", "lb", "gbn", "kv", "dummy"];
 
 /// A tenant file that cannot be used: the file and what is wrong, naming the item.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -97,6 +97,18 @@ pub enum TaskSpec {
     },
     /// The go-back-N transport's settings.
     Gbn(gbn::Config),
+    /// The KV cache's bounds.
+    Kv(crate::kv::KvConfig),
+    /// A dummy task (the paper's, for experiments): it passes packets on, costing what it is
+    /// configured to.
+    Dummy {
+        /// Nanoseconds a packet.
+        ns_per_packet: u64,
+        /// The most it carries, Gbit/s (0: the line).
+        gbps: f64,
+        /// Its area, LUTs.
+        luts: u64,
+    },
 }
 
 impl TaskSpec {
@@ -108,6 +120,8 @@ impl TaskSpec {
             TaskSpec::Aes { .. } => "aes",
             TaskSpec::Lb { .. } => "lb",
             TaskSpec::Gbn(_) => "gbn",
+            TaskSpec::Kv(_) => "kv",
+            TaskSpec::Dummy { .. } => "dummy",
         }
     }
 
@@ -119,6 +133,8 @@ impl TaskSpec {
             TaskSpec::Aes { .. } => "aes",
             TaskSpec::Lb { .. } => "lb",
             TaskSpec::Gbn(_) => "gbn",
+            TaskSpec::Kv(_) => "kv_cache",
+            TaskSpec::Dummy { .. } => "dummy",
         }
     }
 }
@@ -335,6 +351,29 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
                 queue: int_of(t, "queue", at, 1..=1 << 20)?.map_or(d.queue, |v| v as usize),
             }))
         }
+        "kv" => {
+            only(t, &["kind", "max_bytes", "max_entries", "max_pending"], at)?;
+            let d = crate::kv::KvConfig::default();
+            Ok(TaskSpec::Kv(crate::kv::KvConfig {
+                max_bytes: int_of(t, "max_bytes", at, 1..=1 << 34)?.map_or(d.max_bytes, |v| v as usize),
+                max_entries: int_of(t, "max_entries", at, 1..=1 << 24)?.map_or(d.max_entries, |v| v as usize),
+                max_pending: int_of(t, "max_pending", at, 1..=1 << 20)?.map_or(d.max_pending, |v| v as usize),
+            }))
+        }
+        "dummy" => {
+            only(t, &["kind", "ns_per_packet", "gbps", "luts"], at)?;
+            let gbps = match t.get("gbps") {
+                None => 0.0,
+                Some(toml::Value::Float(g)) if *g >= 0.0 && g.is_finite() => *g,
+                Some(toml::Value::Integer(g)) if *g >= 0 => *g as f64,
+                Some(v) => return Err(format!("{at}.gbps = {v}: must be a number of Gbit/s, 0 or more")),
+            };
+            Ok(TaskSpec::Dummy {
+                ns_per_packet: int_of(t, "ns_per_packet", at, 0..=1_000_000_000)?.unwrap_or(0) as u64,
+                gbps,
+                luts: int_of(t, "luts", at, 0..=10_000_000)?.unwrap_or(1000) as u64,
+            })
+        }
         other => Err(format!("{at}.kind: `{other}` is not a task kind ({})", KINDS.join(", "))),
     }
 }
@@ -380,6 +419,10 @@ impl Tenant {
     pub fn uses(&self, profile: &tern_hw::Profile, model: &tern_hw::chain::ChainModel) -> Result<Vec<Use>, String> {
         let mut luts = 0.0;
         for t in &self.tasks {
+            if let TaskSpec::Dummy { luts: own, .. } = t {
+                luts += *own as f64;
+                continue;
+            }
             let key = format!("nt.{}.luts", t.area_name());
             luts += profile.area.get(&key).copied().ok_or_else(|| format!("profile {} has no {key}", profile.name))?;
         }

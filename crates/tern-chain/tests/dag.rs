@@ -22,8 +22,7 @@ fn groups_join_every_node_to_every_node() {
     assert_eq!(edges("{a, b} -> {c, d}"), [e("a", "c"), e("a", "d"), e("b", "c"), e("b", "d")]);
     // Statements by `;` or lines, comments, a trailing comma, newlines inside braces; an edge
     // written twice is one.
-    let src =
-        "# DAG a of Figure 4\nnt1 -> nt2 -> nt4 # the top path\nnt1 -> nt3; nt3 -> nt4\nnt1 -> {\n  nt2,\n  nt3,\n}";
+    let src = "# a diamond\nnt1 -> nt2 -> nt4 # the top path\nnt1 -> nt3; nt3 -> nt4\nnt1 -> {\n  nt2,\n  nt3,\n}";
     assert_eq!(edges(src), [e("nt1", "nt2"), e("nt2", "nt4"), e("nt1", "nt3"), e("nt3", "nt4")]);
     let d = parse(src).unwrap();
     assert_eq!((d.names(&d.entries()), d.names(&d.exits())), (vec!["nt1"], vec!["nt4"]));

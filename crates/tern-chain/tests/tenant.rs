@@ -41,7 +41,11 @@ fn mistakes_name_the_item() {
             "dag: `kv` (line 1, column 27) is not declared: add [nt.kv]",
         ),
         ("dag = \"fw -> nat -> {aes, lb}\"", "dag = \"fw -> nat -> aes\"", "nt.lb: declared but not in the DAG"),
-        ("kind = \"nat\"", "kind = \"napt\"", "nt.nat.kind: `napt` is not a task kind (firewall, nat, aes, lb, gbn)"),
+        (
+            "kind = \"nat\"",
+            "kind = \"napt\"",
+            "nt.nat.kind: `napt` is not a task kind (firewall, nat, aes, lb, gbn, kv, dummy)",
+        ),
         ("external = \"192.0.2.1\"", "external = \"192.0.2\"", "nt.nat.external: `192.0.2` is not an IPv4 address"),
         ("ports = \"20000-29999\"", "ports = \"29999-20000\"", "nt.nat.ports: port range `29999-20000` is empty"),
         ("idle_s = 60", "idle_s = 0", "nt.nat.idle_s = 0: must be 1 to 86400"),
@@ -93,4 +97,24 @@ fn what_it_asks_is_set_against_the_board() {
     let mut bare = p.clone();
     bare.area.remove("nt.lb.luts");
     assert!(t.uses(&bare, &m).unwrap_err().contains("nt.lb.luts"));
+}
+
+#[test]
+fn figure_4s_dags_load_with_dummy_tasks() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/chain");
+    let a = Tenant::load(&dir.join("figure4-a.toml")).unwrap();
+    assert_eq!(a.dag.names(&a.dag.entries()), ["nt1", "nt3"]);
+    assert_eq!(a.dag.names(&a.dag.exits()), ["nt4"]);
+    let b = Tenant::load(&dir.join("figure4-b.toml")).unwrap();
+    assert_eq!(b.dag.names(&b.order), ["nt2", "nt4"]);
+    assert!(b.tasks.iter().all(|t| matches!(t, TaskSpec::Dummy { ns_per_packet: 100, luts: 1000, .. })));
+    // Their parameters are checked like any task's.
+    let text = std::fs::read_to_string(dir.join("figure4-b.toml")).unwrap();
+    let e = Tenant::parse(&text.replacen("ns_per_packet = 100", "gbps = -3", 1)).unwrap_err();
+    assert!(e.contains("nt.nt2.gbps = -3: must be a number of Gbit/s"), "{e}");
+    let e = Tenant::parse(&text.replacen("kind = \"dummy\"", "kind = \"kv\"\nmax_entries = 0", 1)).unwrap_err();
+    assert!(
+        e.contains("nt.nt2.ns_per_packet: not a parameter of this kind") || e.contains("nt.nt2.max_entries = 0"),
+        "{e}"
+    );
 }
