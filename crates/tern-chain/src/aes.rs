@@ -202,14 +202,23 @@ impl AesTask {
         if end - body < OVERHEAD {
             return Err(AesDrop::BadTag);
         }
-        let mut plain = frame[body + NONCE_LEN..end - TAG_LEN].to_vec();
-        let (nonce, tag) = (&frame[body..body + NONCE_LEN], &frame[end - TAG_LEN..end]);
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&frame[body..body + NONCE_LEN]);
+        let mut tag = [0u8; TAG_LEN];
+        tag.copy_from_slice(&frame[end - TAG_LEN..end]);
+        // Decrypted where it lies (GCM checks the tag before it decrypts: a frame whose tag
+        // does not match is left as it was), then moved over the nonce.
         self.space
             .cipher
-            .decrypt_in_place_detached(Nonce::from_slice(nonce), b"", &mut plain, Tag::from_slice(tag))
+            .decrypt_in_place_detached(
+                Nonce::from_slice(&nonce),
+                b"",
+                &mut frame[body + NONCE_LEN..end - TAG_LEN],
+                Tag::from_slice(&tag),
+            )
             .map_err(|_| AesDrop::BadTag)?;
-        frame.truncate(body);
-        frame.extend_from_slice(&plain);
+        frame.copy_within(body + NONCE_LEN..end - TAG_LEN, body);
+        frame.truncate(end - OVERHEAD);
         let end = frame.len();
         Self::refill(frame, l3, l4, end);
         Ok(())

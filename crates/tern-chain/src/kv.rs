@@ -190,7 +190,10 @@ pub struct Cache {
     last_set: HashMap<Vec<u8>, u64>,
     /// GETs forwarded: request id → (key, the sequence number when it passed).
     pending: HashMap<u32, (Vec<u8>, u64)>,
-    pending_order: VecDeque<u32>,
+    /// The same, oldest first, as (request id, sequence number); entries no longer in
+    /// `pending` (answered, or replaced by a later GET of the same id) are skipped, and swept
+    /// out when they outnumber the live ones.
+    pending_order: VecDeque<(u32, u64)>,
     seq: u64,
     /// GETs forwarded before this sequence number are not kept (set when `last_set` had to be
     /// forgotten to stay bounded: as if every key had been SET then).
@@ -245,14 +248,16 @@ impl Cache {
                 }
                 self.stats.misses += 1;
                 self.seq += 1;
-                if self.pending.insert(m.id, (m.key.to_vec(), self.seq)).is_none() {
-                    self.pending_order.push_back(m.id);
-                }
-                while self.pending_order.len() > self.cfg.max_pending {
-                    if let Some(old) = self.pending_order.pop_front() {
-                        self.pending.remove(&old);
+                self.pending.insert(m.id, (m.key.to_vec(), self.seq));
+                self.pending_order.push_back((m.id, self.seq));
+                // The oldest GETs past the bound are forgotten.
+                while self.pending.len() > self.cfg.max_pending {
+                    let Some((id, at)) = self.pending_order.pop_front() else { break };
+                    if self.pending.get(&id).is_some_and(|p| p.1 == at) {
+                        self.pending.remove(&id);
                     }
                 }
+                self.sweep_order();
                 Verdict::Forward
             }
             Op::Set => {
@@ -291,7 +296,7 @@ impl Cache {
             return;
         }
         let Some((key, at)) = self.pending.remove(&m.id) else { return };
-        self.pending_order.retain(|&id| id != m.id);
+        self.sweep_order();
         let replaced = at < self.floor || self.last_set.get(&key).is_some_and(|&s| s > at);
         // With no GET left to answer, no SET can matter any more.
         if self.pending.is_empty() {
@@ -321,6 +326,15 @@ impl Cache {
         self.lru.insert(self.tick, m.key.to_vec());
         self.bytes += size;
         self.stats.kept += 1;
+    }
+
+    /// Drops the order's stale entries once they outnumber the live ones (so the order stays
+    /// within twice the pending GETs, each entry swept once).
+    fn sweep_order(&mut self) {
+        if self.pending_order.len() > 2 * self.pending.len() + 16 {
+            let pending = &self.pending;
+            self.pending_order.retain(|(id, at)| pending.get(id).is_some_and(|p| p.1 == *at));
+        }
     }
 
     fn remove(&mut self, key: &[u8]) {

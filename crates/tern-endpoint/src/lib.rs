@@ -232,20 +232,35 @@ pub struct PartStats {
 }
 
 impl PartStats {
-    /// Each counter with its name (for metrics and JSON).
+    /// The counters' names, in [`PartStats::named`]'s order (for metrics and JSON).
+    pub const NAMES: [&'static str; 10] = [
+        "call_parts",
+        "calls_assembled",
+        "replies_in_parts",
+        "reply_parts",
+        "too_large",
+        "mismatched",
+        "over_budget",
+        "expired",
+        "stray_next",
+        "bad_flags",
+    ];
+
+    /// Each counter with its name.
     pub fn named(&self) -> [(&'static str, u64); 10] {
-        [
-            ("call_parts", self.call_parts),
-            ("calls_assembled", self.calls_assembled),
-            ("replies_in_parts", self.replies_in_parts),
-            ("reply_parts", self.reply_parts),
-            ("too_large", self.too_large),
-            ("mismatched", self.mismatched),
-            ("over_budget", self.over_budget),
-            ("expired", self.expired),
-            ("stray_next", self.stray_next),
-            ("bad_flags", self.bad_flags),
-        ]
+        let v = [
+            self.call_parts,
+            self.calls_assembled,
+            self.replies_in_parts,
+            self.reply_parts,
+            self.too_large,
+            self.mismatched,
+            self.over_budget,
+            self.expired,
+            self.stray_next,
+            self.bad_flags,
+        ];
+        std::array::from_fn(|i| (Self::NAMES[i], v[i]))
     }
 }
 
@@ -346,6 +361,7 @@ impl<P: Port> RpcServer<P> {
         }
         // A part, or the last of a call's parts: put it with those before it.
         let mut body = c.body;
+        let assembled = self.assembling.contains_key(&key);
         if let Some(mut a) = self.assembling.remove(&key) {
             self.held -= a.body.len() + HELD_ENTRY_BYTES;
             if (a.method, a.class_id) != (c.method, c.class_id) {
@@ -357,25 +373,17 @@ impl<P: Port> RpcServer<P> {
                 self.answer(handle, c.request_id, Status::BadRequest, 0, &e, &[]);
                 return None;
             }
-            if a.body.len() + body.len() > MAX_MESSAGE {
-                self.parts.too_large += 1;
-                let e = format!("call {}: its parts come to more than {MAX_MESSAGE} bytes", c.request_id);
-                self.answer(handle, c.request_id, Status::BadRequest, 0, &e, &[]);
-                return None;
-            }
             a.body.extend_from_slice(&body);
             body = a.body;
-            if c.flags & MORE == 0 {
-                self.parts.calls_assembled += 1;
-            }
+        }
+        // One check for a call and for its parts so far (one QNP request alone carries less).
+        if body.len() > MAX_MESSAGE {
+            self.parts.too_large += 1;
+            let e = format!("call {}: its parts come to more than {MAX_MESSAGE} bytes", c.request_id);
+            self.answer(handle, c.request_id, Status::BadRequest, 0, &e, &[]);
+            return None;
         }
         if c.flags & MORE != 0 {
-            if body.len() > MAX_MESSAGE {
-                self.parts.too_large += 1;
-                let e = format!("call {}: its parts come to more than {MAX_MESSAGE} bytes", c.request_id);
-                self.answer(handle, c.request_id, Status::BadRequest, 0, &e, &[]);
-                return None;
-            }
             if self.held + body.len() + HELD_ENTRY_BYTES > HELD_LIMIT {
                 self.parts.over_budget += 1;
                 let e = format!("the server holds {HELD_LIMIT} bytes of calls and replies in parts");
@@ -388,6 +396,9 @@ impl<P: Port> RpcServer<P> {
             // Acknowledged: the client sends the next part.
             self.answer(handle, c.request_id, Status::Ok, MORE, "", &[]);
             return None;
+        }
+        if assembled {
+            self.parts.calls_assembled += 1;
         }
         Some(Incoming {
             handle,
@@ -695,14 +706,12 @@ impl<P: Port> RpcClient<P> {
             if status != Status::Ok || resp.flags & MORE == 0 {
                 return Some(end(&f, status, resp.error, resp.body));
             }
-            let part = max_body(&self.cfg);
-            let to = (f.sent + part).min(f.body.len());
+            let to = (f.sent + max_body(&self.cfg)).min(f.body.len());
             let flags = if to < f.body.len() { MORE } else { 0 };
-            let body = std::mem::take(&mut f.body);
-            let sent = self.send(&f.header, flags, &body[f.sent..to]);
-            f.body = body;
+            let sent = self.send(&f.header, flags, &f.body[f.sent..to]);
             f.sent = to;
             if to == f.body.len() {
+                // All sent: what comes back next is the reply.
                 f.body = Vec::new();
                 f.sent = 0;
             }
@@ -724,8 +733,7 @@ impl<P: Port> RpcClient<P> {
         }
         f.reply.extend_from_slice(&resp.body);
         if resp.flags & MORE != 0 {
-            let next = Header { flags: f.header.flags, ..f.header };
-            return match self.send(&next, NEXT, &[]) {
+            return match self.send(&f.header, NEXT, &[]) {
                 Ok(id) => {
                     self.outstanding.insert(id, f);
                     None

@@ -115,25 +115,12 @@ fn every_call_is_answered_once_and_handled_once_under_loss_duplication_and_reord
 
 #[test]
 fn a_2_mb_message_crosses_in_one_request() {
-    // Loopback-sized packets (64 KiB buffers, a 65535-byte MTU).
-    let pool = Pool::new(512, 65_600);
-    let (c, s) = mem::pair(&pool, 512);
-    let addr = s.local_addr();
-    let cfg = QnpConfig { mtu: 65_535, ..QnpConfig::default() };
+    let pool = Pool::new(1024, 65_600);
+    let (server, mut client, cfg) = loopback_pair(&pool);
     let max = max_body(&cfg);
     assert!(max > 15 << 20 && max < 16 << 20, "255 packets of 65 KB: {max}");
-    let server = RpcServer::new(s, &pool, cfg.clone());
-    let mut client = RpcClient::new(c, &pool, cfg.clone(), addr);
-    let stop = AtomicBool::new(false);
     let big = |_| (0..2_000_000u32).map(|k| (k * 7) as u8).collect::<Vec<u8>>();
-    let (answers, parts) = std::thread::scope(|scope| {
-        let h = scope.spawn(|| serve_parts(server, &stop));
-        // A panic below stops the server too, so the scope ends.
-        let _stop = StopOnDrop(&stop);
-        let a = call_all(&mut client, 1, 1, big);
-        stop.store(true, Ordering::Relaxed);
-        (a, h.join().unwrap())
-    });
+    let (answers, parts) = call_once(server, &mut client, big);
     assert_eq!(answers[&1][0].body, big(1).into_iter().rev().collect::<Vec<u8>>());
     assert_eq!(parts, PartStats::default(), "no parts");
 }
@@ -158,26 +145,41 @@ fn serve_parts<P: Port>(server: RpcServer<P>, stop: &AtomicBool) -> PartStats {
     server.part_stats()
 }
 
+/// One call of `body(1)` from `client` to `server` (on a thread of its own, with
+/// [`serve_parts`]): its answers by request id and the server's part counters.
+fn call_once<P: Port + Send, Q: Port>(
+    server: RpcServer<P>,
+    client: &mut RpcClient<Q>,
+    body: impl Fn(u64) -> Vec<u8>,
+) -> (HashMap<u64, Vec<Answer>>, PartStats) {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let h = scope.spawn(|| serve_parts(server, &stop));
+        // A panic below stops the server too, so the scope ends.
+        let _stop = StopOnDrop(&stop);
+        let a = call_all(client, 1, 1, body);
+        stop.store(true, Ordering::Relaxed);
+        (a, h.join().unwrap())
+    })
+}
+
+/// A server and client over an in-memory pair with loopback-sized packets (64 KiB buffers, a
+/// 65535-byte MTU).
+fn loopback_pair(pool: &Pool) -> (RpcServer<mem::MemPort>, RpcClient<mem::MemPort>, QnpConfig) {
+    let (c, s) = mem::pair(pool, 1024);
+    let addr = s.local_addr();
+    let cfg = QnpConfig { mtu: 65_535, ..QnpConfig::default() };
+    (RpcServer::new(s, pool, cfg.clone()), RpcClient::new(c, pool, cfg.clone(), addr), cfg)
+}
+
 /// A 16 MiB call and its 16 MiB reply (more than 255 packets of 64 KiB) cross in parts; a
 /// body over 16 MiB, or flags of the endpoint's own, are refused at the caller.
 #[test]
 fn a_16_mib_message_crosses_in_parts_and_the_limit_is_stated() {
     let pool = Pool::new(1024, 65_600);
-    let (c, s) = mem::pair(&pool, 1024);
-    let addr = s.local_addr();
-    let cfg = QnpConfig { mtu: 65_535, ..QnpConfig::default() };
-    let server = RpcServer::new(s, &pool, cfg.clone());
-    let mut client = RpcClient::new(c, &pool, cfg.clone(), addr);
-    let stop = AtomicBool::new(false);
+    let (server, mut client, _) = loopback_pair(&pool);
     let big = |_| (0..MAX_MESSAGE as u32).map(|k| (k * 7 + (k >> 16)) as u8).collect::<Vec<u8>>();
-    let (answers, parts) = std::thread::scope(|scope| {
-        let h = scope.spawn(|| serve_parts(server, &stop));
-        // A panic below stops the server too, so the scope ends.
-        let _stop = StopOnDrop(&stop);
-        let a = call_all(&mut client, 1, 1, big);
-        stop.store(true, Ordering::Relaxed);
-        (a, h.join().unwrap())
-    });
+    let (answers, parts) = call_once(server, &mut client, big);
     let a = &answers[&1][0];
     assert_eq!(a.status, Status::Ok);
     assert!(a.body.len() == MAX_MESSAGE && a.body.iter().rev().copied().eq(big(1)), "the reply reversed");
@@ -345,18 +347,9 @@ fn a_16_mib_message_crosses_udp_loopback() {
     let cfg = QnpConfig { mtu: 65_535, ..QnpConfig::default() };
     let server = RpcServer::new(s, &pool, cfg.clone());
     let mut client = RpcClient::new(c, &pool, cfg, addr);
-    let stop = AtomicBool::new(false);
     let big = |_| (0..MAX_MESSAGE as u32).map(|k| (k ^ (k >> 11)) as u8).collect::<Vec<u8>>();
     let t0 = Instant::now();
-    let answers = std::thread::scope(|scope| {
-        let h = scope.spawn(|| serve_parts(server, &stop));
-        // A panic below stops the server too, so the scope ends.
-        let _stop = StopOnDrop(&stop);
-        let a = call_all(&mut client, 1, 1, big);
-        stop.store(true, Ordering::Relaxed);
-        h.join().unwrap();
-        a
-    });
+    let (answers, _) = call_once(server, &mut client, big);
     let a = &answers[&1][0];
     assert_eq!(a.status, Status::Ok);
     assert!(a.body.iter().rev().copied().eq(big(1)), "the reply reversed");

@@ -152,11 +152,10 @@ impl Counters {
 
     /// The lanes' part counters summed, by name.
     pub fn parts(&self) -> Vec<(&'static str, u64)> {
-        PartStats::default()
-            .named()
+        PartStats::NAMES
             .iter()
             .enumerate()
-            .map(|(j, (n, _))| (*n, self.parts.iter().map(|l| l[j].load(Ordering::Relaxed)).sum()))
+            .map(|(j, n)| (*n, self.parts.iter().map(|l| l[j].load(Ordering::Relaxed)).sum()))
             .collect()
     }
 
