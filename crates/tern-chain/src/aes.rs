@@ -82,6 +82,17 @@ pub enum AesDrop {
 }
 
 impl AesDrop {
+    /// Its counter's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            AesDrop::Malformed => "malformed",
+            AesDrop::NotUdp4 => "not_udp4",
+            AesDrop::TooLarge => "too_large",
+            AesDrop::BadTag => "bad_tag",
+            AesDrop::NoncesExhausted => "nonces_exhausted",
+        }
+    }
+
     /// Every reason, in counter order.
     pub const ALL: [AesDrop; 5] =
         [AesDrop::Malformed, AesDrop::NotUdp4, AesDrop::TooLarge, AesDrop::BadTag, AesDrop::NoncesExhausted];
@@ -96,6 +107,9 @@ pub struct AesStats {
     /// Drops, by [`AesDrop::ALL`]'s order.
     pub drops: [u64; 5],
 }
+
+/// A UDP payload's place in a frame: the IP header's offset, the UDP header's, the IP packet's end.
+type Offsets = (usize, usize, usize);
 
 /// One instance of the task.
 #[derive(Debug)]
@@ -160,9 +174,10 @@ impl AesTask {
         self.count(r)
     }
 
-    fn seal_inner(&mut self, frame: &mut Vec<u8>) -> Result<(), AesDrop> {
-        let (l3, l4, end) = self.payload(frame)?;
-        if end - l3 + OVERHEAD > MAX_IP_LEN {
+    /// Checks a seal of the frame may go ahead; returns (l3, l4, end) and the nonce to use.
+    fn seal_check(&mut self, frame: &[u8]) -> Result<(Offsets, [u8; NONCE_LEN]), AesDrop> {
+        let at = self.payload(frame)?;
+        if at.2 - at.0 + OVERHEAD > MAX_IP_LEN {
             return Err(AesDrop::TooLarge);
         }
         if self.count == u64::MAX {
@@ -171,18 +186,63 @@ impl AesTask {
         let mut nonce = [0u8; NONCE_LEN];
         nonce[..4].copy_from_slice(&self.instance.to_be_bytes());
         nonce[4..].copy_from_slice(&self.count.to_be_bytes());
+        Ok((at, nonce))
+    }
+
+    /// Seals a frame laid out for it: the headers up to the UDP payload's start `body`, then
+    /// room for the nonce, then the plaintext, then room for the tag (the frame's end).
+    fn seal_laid_out(&mut self, frame: &mut [u8], (l3, l4): (usize, usize), nonce: [u8; NONCE_LEN]) {
+        let body = l4 + 8;
+        let end = frame.len();
+        frame[body..body + NONCE_LEN].copy_from_slice(&nonce);
+        // Encryption fails only past 2^36 bytes of plaintext; a frame is never near that.
+        if let Ok(tag) = self.space.cipher.encrypt_in_place_detached(
+            Nonce::from_slice(&nonce),
+            b"",
+            &mut frame[body + NONCE_LEN..end - TAG_LEN],
+        ) {
+            frame[end - TAG_LEN..].copy_from_slice(&tag);
+        }
+        self.count += 1;
+        Self::refill(frame, l3, l4, end);
+    }
+
+    fn seal_inner(&mut self, frame: &mut Vec<u8>) -> Result<(), AesDrop> {
+        let ((l3, l4, end), nonce) = self.seal_check(frame)?;
         let body = l4 + 8;
         frame.truncate(end);
-        let tag = self
-            .space
-            .cipher
-            .encrypt_in_place_detached(Nonce::from_slice(&nonce), b"", &mut frame[body..end])
-            .map_err(|_| AesDrop::TooLarge)?;
-        self.count += 1;
-        frame.splice(body..body, nonce);
-        frame.extend_from_slice(&tag);
-        let end = frame.len();
-        Self::refill(frame, l3, l4, end);
+        frame.resize(end + OVERHEAD, 0);
+        frame.copy_within(body..end, body + NONCE_LEN);
+        self.seal_laid_out(frame, (l3, l4), nonce);
+        Ok(())
+    }
+
+    /// [`seal`](Self::seal) for a packet buffer: the headers move into the headroom to make
+    /// room for the nonce (not the payload back), when there is headroom; the tag needs room at
+    /// the end (`too_large` if the buffer has none).
+    pub fn seal_packet(&mut self, p: &mut tern_io::Packet) -> Result<(), AesDrop> {
+        let r = self.seal_packet_inner(p);
+        if r.is_ok() {
+            self.stats.sealed += 1;
+        }
+        self.count(r)
+    }
+
+    fn seal_packet_inner(&mut self, p: &mut tern_io::Packet) -> Result<(), AesDrop> {
+        let ((l3, l4, end), nonce) = self.seal_check(p.data())?;
+        let body = l4 + 8;
+        if p.headroom() >= NONCE_LEN && end + TAG_LEN <= p.capacity() {
+            p.set_len(end);
+            p.push_front(NONCE_LEN);
+            p.set_len(end + OVERHEAD);
+            p.data_mut().copy_within(NONCE_LEN..NONCE_LEN + body, 0);
+        } else if end + OVERHEAD <= p.capacity() {
+            p.set_len(end + OVERHEAD);
+            p.data_mut().copy_within(body..end, body + NONCE_LEN);
+        } else {
+            return Err(AesDrop::TooLarge);
+        }
+        self.seal_laid_out(p.data_mut(), (l3, l4), nonce);
         Ok(())
     }
 
@@ -196,7 +256,9 @@ impl AesTask {
         self.count(r)
     }
 
-    fn open_inner(&mut self, frame: &mut Vec<u8>) -> Result<(), AesDrop> {
+    /// Decrypts where it lies (GCM checks the tag before it decrypts: a frame whose tag does
+    /// not match is left as it was); returns (l3, l4, end).
+    fn open_where_lies(&mut self, frame: &mut [u8]) -> Result<(usize, usize, usize), AesDrop> {
         let (l3, l4, end) = self.payload(frame)?;
         let body = l4 + 8;
         if end - body < OVERHEAD {
@@ -206,8 +268,6 @@ impl AesTask {
         nonce.copy_from_slice(&frame[body..body + NONCE_LEN]);
         let mut tag = [0u8; TAG_LEN];
         tag.copy_from_slice(&frame[end - TAG_LEN..end]);
-        // Decrypted where it lies (GCM checks the tag before it decrypts: a frame whose tag
-        // does not match is left as it was), then moved over the nonce.
         self.space
             .cipher
             .decrypt_in_place_detached(
@@ -217,11 +277,32 @@ impl AesTask {
                 Tag::from_slice(&tag),
             )
             .map_err(|_| AesDrop::BadTag)?;
+        Ok((l3, l4, end))
+    }
+
+    fn open_inner(&mut self, frame: &mut Vec<u8>) -> Result<(), AesDrop> {
+        let (l3, l4, end) = self.open_where_lies(frame)?;
+        let body = l4 + 8;
         frame.copy_within(body + NONCE_LEN..end - TAG_LEN, body);
         frame.truncate(end - OVERHEAD);
         let end = frame.len();
         Self::refill(frame, l3, l4, end);
         Ok(())
+    }
+
+    /// [`open`](Self::open) for a packet buffer: the headers move forward over the nonce (not
+    /// the payload back), and the bytes they leave become headroom.
+    pub fn open_packet(&mut self, p: &mut tern_io::Packet) -> Result<(), AesDrop> {
+        let r = self.open_where_lies(p.data_mut());
+        let r = r.map(|(l3, l4, end)| {
+            let body = l4 + 8;
+            p.set_len(end - TAG_LEN);
+            p.data_mut().copy_within(0..body, NONCE_LEN);
+            p.pull_front(NONCE_LEN);
+            Self::refill(p.data_mut(), l3, l4, end - OVERHEAD);
+            self.stats.opened += 1;
+        });
+        self.count(r)
     }
 
     /// Its counters.

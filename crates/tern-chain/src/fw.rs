@@ -77,6 +77,15 @@ pub enum FwDrop {
 }
 
 impl FwDrop {
+    /// Its counter's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FwDrop::Malformed => "malformed",
+            FwDrop::NotIp => "not_ip",
+            FwDrop::Denied => "denied",
+        }
+    }
+
     /// Every reason, in counter order.
     pub const ALL: [FwDrop; 3] = [FwDrop::Malformed, FwDrop::NotIp, FwDrop::Denied];
 }

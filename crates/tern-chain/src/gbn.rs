@@ -302,21 +302,28 @@ impl Receiver {
             self.stats.malformed += 1;
             return (None, None);
         };
+        let Some((deliver, ack)) = self.on_header(h) else { return (None, None) };
+        let mut out = Vec::with_capacity(HEADER_LEN);
+        ack.write(&[], &mut out);
+        (deliver.then(|| payload.to_vec()), Some(out))
+    }
+
+    /// [`on_packet`](Self::on_packet) for a parsed header, without copying anything: whether
+    /// its payload is delivered, and the acknowledgement to send; `None` (counted `malformed`)
+    /// if it is not a data packet of this connection.
+    pub fn on_header(&mut self, h: Header) -> Option<(bool, Header)> {
         if h.kind != DATA || h.conn != self.conn {
             self.stats.malformed += 1;
-            return (None, None);
+            return None;
         }
-        let delivered = if h.seq == self.expected {
+        let deliver = h.seq == self.expected;
+        if deliver {
             self.expected = self.expected.wrapping_add(1);
             self.stats.delivered += 1;
-            Some(payload.to_vec())
         } else {
             self.stats.out_of_order += 1;
-            None
-        };
-        let mut ack = Vec::with_capacity(HEADER_LEN);
-        Header { kind: ACK, len: 0, conn: self.conn, seq: self.expected }.write(&[], &mut ack);
-        (delivered, Some(ack))
+        }
+        Some((deliver, Header { kind: ACK, len: 0, conn: self.conn, seq: self.expected }))
     }
 
     /// Its counters.

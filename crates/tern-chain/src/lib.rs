@@ -18,4 +18,7 @@ pub mod gbn;
 pub mod kv;
 pub mod lb;
 pub mod nat;
+pub mod plan;
+pub mod runtime;
+pub mod task;
 pub mod tenant;

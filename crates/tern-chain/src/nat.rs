@@ -52,6 +52,18 @@ pub enum NatDrop {
 }
 
 impl NatDrop {
+    /// Its counter's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            NatDrop::Malformed => "malformed",
+            NatDrop::NotIpv4 => "not_ipv4",
+            NatDrop::Fragment => "fragment",
+            NatDrop::NotTcpUdp => "not_tcp_udp",
+            NatDrop::NoMapping => "no_mapping",
+            NatDrop::PortsExhausted => "ports_exhausted",
+        }
+    }
+
     /// Every reason, in counter order.
     pub const ALL: [NatDrop; 6] = [
         NatDrop::Malformed,

@@ -378,6 +378,15 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
     }
 }
 
+/// A task's area, LUTs: a dummy's own, else the profile's `nt.NAME.luts`.
+pub fn area(t: &TaskSpec, profile: &tern_hw::Profile) -> Result<u64, String> {
+    if let TaskSpec::Dummy { luts, .. } = t {
+        return Ok(*luts);
+    }
+    let key = format!("nt.{}.luts", t.area_name());
+    profile.area.get(&key).map(|v| *v as u64).ok_or_else(|| format!("profile {} has no {key}", profile.name))
+}
+
 impl Tenant {
     /// Reads and checks the tenant file at `path`.
     pub fn load(path: &Path) -> Result<Tenant, TenantError> {
@@ -419,12 +428,7 @@ impl Tenant {
     pub fn uses(&self, profile: &tern_hw::Profile, model: &tern_hw::chain::ChainModel) -> Result<Vec<Use>, String> {
         let mut luts = 0.0;
         for t in &self.tasks {
-            if let TaskSpec::Dummy { luts: own, .. } = t {
-                luts += *own as f64;
-                continue;
-            }
-            let key = format!("nt.{}.luts", t.area_name());
-            luts += profile.area.get(&key).copied().ok_or_else(|| format!("profile {} has no {key}", profile.name))?;
+            luts += area(t, profile)? as f64;
         }
         Ok(vec![
             Use { what: "line rate (Gbit/s)", asked: self.bandwidth_gbps, available: model.line_gbps },

@@ -1,0 +1,1212 @@
+//! The data path (docs/chain.md, "The data path"): regions on worker cores, the credit
+//! scheduler on the ingress core, and the three modes that run the same tasks.
+//!
+//! - `snic` (SuperNIC, §4.3–4.4): each region runs its physical chain's segment as one
+//!   run-to-completion loop over a batch, each task in a [`Wrapper`] that runs or skips it by
+//!   the packet's [`Desc`]. The scheduler classifies packets to tenants, keeps them in
+//!   per-tenant queues served in virtual-time order, and moves a packet into its chain's first
+//!   region only when it holds one of the chain instance's credits (8 by default); the credit
+//!   comes back when the packet leaves the chain (sent, answered or dropped). A chain cut into
+//!   segments passes packets from region to region without the scheduler.
+//! - `panic` (PANIC, OSDI'20, as SuperNIC compares against it): one task a region, and after
+//!   every task the packet goes back to the scheduler, which needs a credit of the next task's
+//!   region to send it on (8 a region).
+//! - `rtc`: no scheduler; every core runs every tenant's whole chain to completion on the
+//!   packets of its own flows (the ingress shards flows over cores).
+//!
+//! A chain has `instances` copies (instance parallelism), their regions spread over the cores;
+//! the scheduler sends a stateless chain's packets round robin over them, a stateful chain's by
+//! flow. Nothing here allocates per packet once the rings and queues have warmed up.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use tern_io::{Packet, Pool};
+use tern_table::classifier::FlowKey;
+use tern_wire::frame::{FrameInfo, L3};
+
+use crate::plan::{Plan, Slot};
+use crate::task::{Cx, NetworkTask, Verdict};
+use crate::tenant::Tenant;
+
+/// A packet's descriptor, kept beside its bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Desc {
+    /// Its tenant (index).
+    pub tenant: u16,
+    /// Its chain and the chain's instance.
+    pub chain: u16,
+    pub instance: u16,
+    /// `snic`: the segment it is in. `panic`: the position it runs next.
+    pub segment: u16,
+    /// Bit `p` set: it skips the chain's position `p`.
+    pub skip: u64,
+    /// When it arrived at the ingress.
+    pub arrived: Instant,
+    /// It is an answer (or a task's own packet) going back to where its packet came from.
+    pub reply: bool,
+}
+
+/// A packet with its descriptor: what rings carry between the scheduler and regions (moved,
+/// never copied).
+#[derive(Debug)]
+pub struct Item {
+    /// The bytes.
+    pub packet: Packet,
+    /// The descriptor.
+    pub desc: Desc,
+}
+
+/// A packet arriving, and when.
+#[derive(Debug)]
+pub struct Arrival {
+    /// The bytes.
+    pub packet: Packet,
+    /// When it arrived.
+    pub at: Instant,
+}
+
+/// Where packets come from (one per ingress core).
+pub trait Ingress: Send {
+    /// Appends up to `max` packets that have arrived by `now`.
+    fn recv(&mut self, now: Instant, max: usize, out: &mut Vec<Arrival>);
+}
+
+/// Where packets leave (one per core): it takes the items out of `items` and returns their
+/// buffers to the pool.
+pub trait Egress: Send {
+    /// Sends (or consumes) every item of `items`, emptying it.
+    fn send(&mut self, now: Instant, items: &mut Vec<Item>);
+}
+
+/// How the tasks are run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// SuperNIC: fused chains in regions, credits per chain.
+    Snic,
+    /// PANIC: a task a region, back to the scheduler after each, credits per task.
+    Panic,
+    /// Run to completion: the whole chain on each core, no scheduler, flows sharded.
+    Rtc,
+}
+
+impl Mode {
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Snic => "snic",
+            Mode::Panic => "panic",
+            Mode::Rtc => "rtc",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "snic" => Ok(Mode::Snic),
+            "panic" => Ok(Mode::Panic),
+            "rtc" => Ok(Mode::Rtc),
+            o => Err(format!("`{o}` is not a mode (snic, panic, rtc)")),
+        }
+    }
+}
+
+/// The runtime's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// The mode.
+    pub mode: Mode,
+    /// Worker cores (threads); core 0 is also the ingress core and runs the scheduler.
+    pub cores: usize,
+    /// Instances of each chain (`snic`, `panic`); 0: one a core.
+    pub instances: usize,
+    /// Credits of a chain instance (`snic`) or a region (`panic`).
+    pub credits: u32,
+    /// Packets a region takes at once.
+    pub batch: usize,
+    /// Packets a tenant's queue holds waiting for credits; more are dropped (`queue_full`).
+    pub queue: usize,
+    /// Pin core `k`'s thread to CPU `k`.
+    pub pin: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { mode: Mode::Snic, cores: 2, instances: 0, credits: 8, batch: 32, queue: 4096, pin: false }
+    }
+}
+
+/// A task instance at a chain position, with each tenant's task (the tenants that skip it
+/// have none).
+#[derive(Debug)]
+pub struct Wrapper {
+    /// The position's task.
+    pub slot: Slot,
+    /// The position in the chain.
+    pub position: usize,
+    tasks: Vec<Option<Box<dyn NetworkTask>>>,
+    /// Packets it ran, packets that skipped it, batches it saw, and the time it spent (ns).
+    pub packets: u64,
+    pub skipped: u64,
+    pub batches: u64,
+    pub ns: u64,
+}
+
+impl Wrapper {
+    /// Each task's counters, by tenant.
+    pub fn counters(&self) -> Vec<(usize, Vec<(&'static str, u64)>)> {
+        self.tasks.iter().enumerate().filter_map(|(t, k)| k.as_ref().map(|k| (t, k.counters()))).collect()
+    }
+}
+
+/// Makes tenant `t`'s task for its DAG node `n`.
+pub type Factory<'a> = dyn FnMut(usize, usize) -> Result<Box<dyn NetworkTask>, String> + 'a;
+
+/// One instance of chain `ci`: a wrapper a position.
+pub fn build_chain(plan: &Plan, ci: usize, ntenants: usize, factory: &mut Factory<'_>) -> Result<Vec<Wrapper>, String> {
+    let c = &plan.chains[ci];
+    let mut ws: Vec<Wrapper> = c
+        .slots
+        .iter()
+        .enumerate()
+        .map(|(p, s)| Wrapper {
+            slot: s.clone(),
+            position: p,
+            tasks: (0..ntenants).map(|_| None).collect(),
+            packets: 0,
+            skipped: 0,
+            batches: 0,
+            ns: 0,
+        })
+        .collect();
+    for &t in &c.tenants {
+        for (n, &p) in plan.tenants[t].positions.iter().enumerate() {
+            ws[p].tasks[t] = Some(factory(t, n)?);
+        }
+    }
+    Ok(ws)
+}
+
+/// What became of a packet in a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Alive,
+    Dropped(&'static str),
+    Replied,
+}
+
+/// Runs `wrappers` over a batch, task by task (one clock reading a task and batch); `fates`
+/// says what became of each item.
+fn run_batch(wrappers: &mut [Wrapper], items: &mut [Item], fates: &mut Vec<Fate>, cx: &mut Cx<'_>) {
+    fates.clear();
+    fates.resize(items.len(), Fate::Alive);
+    for w in wrappers.iter_mut() {
+        let bit = 1u64 << (w.position & 63);
+        let t0 = Instant::now();
+        let mut ran = 0;
+        for (item, fate) in items.iter_mut().zip(fates.iter_mut()) {
+            if *fate != Fate::Alive {
+                continue;
+            }
+            if item.desc.skip & bit != 0 {
+                w.skipped += 1;
+                continue;
+            }
+            let Some(task) = w.tasks.get_mut(usize::from(item.desc.tenant)).and_then(Option::as_mut) else {
+                // The plan gives every position a tenant does not skip a task of its own.
+                *fate = Fate::Dropped("no_task");
+                continue;
+            };
+            ran += 1;
+            match task.process(&mut item.packet, cx) {
+                Verdict::Pass => {}
+                Verdict::Drop(r) => *fate = Fate::Dropped(r),
+                Verdict::Reply => *fate = Fate::Replied,
+            }
+        }
+        if ran > 0 {
+            w.packets += ran;
+            w.batches += 1;
+            w.ns += t0.elapsed().as_nanos() as u64;
+        }
+    }
+}
+
+/// The tenant a frame is, by the tenants' ingress patterns (the first that matches).
+#[derive(Debug, Clone)]
+pub struct Classify {
+    patterns: Vec<tern_table::classifier::Pattern>,
+    info: FrameInfo,
+}
+
+impl Classify {
+    /// For `tenants`, in their order.
+    pub fn new(tenants: &[Tenant]) -> Classify {
+        Classify { patterns: tenants.iter().map(|t| t.ingress.pattern.clone()).collect(), info: FrameInfo::default() }
+    }
+
+    /// The frame's tenant and its flow's hash, or the drop reason (`malformed`: not an
+    /// Ethernet frame carrying IP; `unknown_tenant`: no tenant's pattern matches).
+    pub fn tenant(&mut self, frame: &[u8]) -> Result<(usize, u64), &'static str> {
+        if self.info.parse_general_into(frame).is_err() || !matches!(self.info.l3, L3::Ipv4 | L3::Ipv6) {
+            return Err("malformed");
+        }
+        let i = &self.info;
+        let key = FlowKey {
+            in_port: 0,
+            v6: i.l3 == L3::Ipv6,
+            src: i.src,
+            dst: i.dst,
+            proto: i.proto,
+            src_port: i.src_port,
+            dst_port: i.dst_port,
+        };
+        let t = self.patterns.iter().position(|p| p.matches(&key)).ok_or("unknown_tenant")?;
+        // Both directions of a flow hash alike (a stateful chain's instance sees both).
+        let (a, b) = if (i.src, i.src_port) <= (i.dst, i.dst_port) { (i.src, i.src_port) } else { (i.dst, i.dst_port) };
+        let (c, d) = if (a, b) == (i.src, i.src_port) { (i.dst, i.dst_port) } else { (i.src, i.src_port) };
+        let mut h = (a as u64) ^ (a >> 64) as u64 ^ (c as u64).rotate_left(17) ^ ((c >> 64) as u64).rotate_left(29);
+        h ^= (u64::from(b) << 16 | u64::from(d)) << 32 | u64::from(i.proto);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        Ok((t, h))
+    }
+}
+
+/// Counters of one tenant.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TenantStats {
+    /// Packets taken in, sent on after its chain, and answered by a task.
+    pub packets_in: u64,
+    pub packets_out: u64,
+    pub replies: u64,
+    /// Drops by reason (the tasks' reasons, and `queue_full`, `ring_full`).
+    pub drops: BTreeMap<&'static str, u64>,
+}
+
+/// Counters of a run.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RunStats {
+    /// By tenant (the planned order).
+    pub tenants: Vec<TenantStats>,
+    /// Packets no tenant's pattern matched, and that were not IP frames.
+    pub unknown_tenant: u64,
+    pub malformed: u64,
+    /// Scheduling decisions (a packet moved into a region) and the scheduler's time, ns.
+    pub decisions: u64,
+    pub scheduler_ns: u64,
+    /// Times a packet waited for a credit (at the head of its queue).
+    pub credit_waits: u64,
+    /// Each wrapper: (chain, instance, position, slot, packets, skipped, batches, ns).
+    pub wrappers: Vec<WrapperStats>,
+}
+
+/// A wrapper's counters.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct WrapperStats {
+    /// Chain, instance, position.
+    pub chain: usize,
+    pub instance: usize,
+    pub position: usize,
+    /// The task's name and kind.
+    pub name: String,
+    pub kind: &'static str,
+    /// Packets it ran and that skipped it; batches; time, ns.
+    pub packets: u64,
+    pub skipped: u64,
+    pub batches: u64,
+    pub ns: u64,
+}
+
+impl RunStats {
+    fn add_tenants(&mut self, other: &[TenantStats]) {
+        if self.tenants.len() < other.len() {
+            self.tenants.resize(other.len(), TenantStats::default());
+        }
+        for (a, b) in self.tenants.iter_mut().zip(other) {
+            a.packets_in += b.packets_in;
+            a.packets_out += b.packets_out;
+            a.replies += b.replies;
+            for (k, v) in &b.drops {
+                *a.drops.entry(k).or_default() += v;
+            }
+        }
+    }
+
+    fn add_wrappers(&mut self, chain: usize, instance: usize, ws: &[Wrapper]) {
+        for w in ws {
+            self.wrappers.push(WrapperStats {
+                chain,
+                instance,
+                position: w.position,
+                name: w.slot.name.clone(),
+                kind: w.slot.kind,
+                packets: w.packets,
+                skipped: w.skipped,
+                batches: w.batches,
+                ns: w.ns,
+            });
+        }
+    }
+}
+
+/// A region at run time: the segments placed in it (each a chain instance's positions), and
+/// its input ring.
+#[derive(Debug)]
+struct Region {
+    /// (chain, instance, segment, wrappers).
+    segments: Vec<(usize, usize, usize, Vec<Wrapper>)>,
+    ring: Arc<ArrayQueue<Item>>,
+}
+
+/// What every core shares.
+#[derive(Debug)]
+struct Shared {
+    /// Each region's input ring, by region id.
+    rings: Vec<Arc<ArrayQueue<Item>>>,
+    /// `snic`: the region of (chain, instance, segment); `panic`: of (chain, instance, position).
+    route: Vec<Vec<Vec<usize>>>,
+    /// Credits coming back: `snic` by chain instance (chain × instances + instance); `panic`
+    /// by region.
+    returned: Vec<AtomicU64>,
+    /// `panic`: packets back from a region to the scheduler.
+    back: ArrayQueue<Item>,
+    stop: AtomicBool,
+}
+
+/// Per-core counters and scratch space.
+struct CoreState {
+    tenants: Vec<TenantStats>,
+    batch: Vec<Item>,
+    fates: Vec<Fate>,
+    out: Vec<Item>,
+    emitted: Vec<Packet>,
+    /// Credits to give back, by pool.
+    give: Vec<u64>,
+    /// Frames no tenant's pattern matched, and that were not IP (`rtc`: each core its own).
+    unknown_tenant: u64,
+    malformed: u64,
+}
+
+impl CoreState {
+    fn new(ntenants: usize, pools: usize) -> CoreState {
+        CoreState {
+            tenants: vec![TenantStats::default(); ntenants],
+            batch: Vec::new(),
+            fates: Vec::new(),
+            out: Vec::new(),
+            emitted: Vec::new(),
+            give: vec![0; pools],
+            unknown_tenant: 0,
+            malformed: 0,
+        }
+    }
+
+    fn drop_item(&mut self, pool: &Pool, item: Item, reason: &'static str) {
+        if let Some(t) = self.tenants.get_mut(usize::from(item.desc.tenant)) {
+            *t.drops.entry(reason).or_default() += 1;
+        }
+        pool.put(item.packet);
+    }
+}
+
+/// A running set of tenants' chains. Build with [`Runtime::new`], then [`Runtime::run`].
+pub struct Runtime {
+    cfg: Config,
+    plan: Plan,
+    tenants: Vec<Tenant>,
+    /// By core: the regions it runs (`snic`, `panic`), or every chain's wrappers (`rtc`).
+    cores: Vec<Vec<Region>>,
+    rtc: Vec<Vec<Vec<Wrapper>>>,
+    shared: Arc<Shared>,
+    instances: usize,
+    /// Whether each chain keeps state (its instances are chosen by flow).
+    stateful: Vec<bool>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("cfg", &self.cfg).field("plan", &self.plan).finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Builds every task instance of `plan` for `tenants` (the planned order) in `cfg`'s mode.
+    pub fn new(plan: Plan, tenants: Vec<Tenant>, cfg: Config, factory: &mut Factory<'_>) -> Result<Runtime, String> {
+        let cores = cfg.cores.max(1);
+        if tenants.len() > usize::from(u16::MAX) || plan.chains.len() > usize::from(u16::MAX) {
+            return Err("too many tenants or chains (at most 65535)".into());
+        }
+        let instances = if cfg.instances == 0 { cores } else { cfg.instances }.min(usize::from(u16::MAX));
+        let nt = tenants.len();
+        let mut stateful = Vec::new();
+        let mut core_regions: Vec<Vec<Region>> = (0..cores).map(|_| Vec::new()).collect();
+        let mut rtc = Vec::new();
+        let mut rings = Vec::new();
+        let mut route: Vec<Vec<Vec<usize>>> = Vec::new();
+        let credits = cfg.credits.max(1) as usize;
+        for ci in 0..plan.chains.len() {
+            let probe = build_chain(&plan, ci, nt, factory)?;
+            stateful.push(probe.iter().any(|w| w.tasks.iter().flatten().any(|t| t.cost().stateful)));
+        }
+        match cfg.mode {
+            Mode::Rtc => {
+                for _ in 0..cores {
+                    rtc.push(
+                        (0..plan.chains.len())
+                            .map(|ci| build_chain(&plan, ci, nt, factory))
+                            .collect::<Result<Vec<_>, _>>()?,
+                    );
+                }
+            }
+            Mode::Snic => {
+                // Region r of instance k goes to core (r + k × regions) mod cores.
+                route = vec![vec![Vec::new(); instances]; plan.chains.len()];
+                let nreg = plan.regions.len();
+                for k in 0..instances {
+                    let mut chains: Vec<Vec<Option<Vec<Wrapper>>>> = Vec::new();
+                    for (ci, r) in route.iter_mut().enumerate() {
+                        let mut ws = build_chain(&plan, ci, nt, factory)?;
+                        let mut segs = Vec::new();
+                        for seg in plan.chains[ci].segments.iter().rev() {
+                            segs.push(Some(ws.split_off(seg.start)));
+                        }
+                        segs.reverse();
+                        chains.push(segs);
+                        r[k] = vec![usize::MAX; plan.chains[ci].segments.len()];
+                    }
+                    for (ri, r) in plan.regions.iter().enumerate() {
+                        let id = rings.len();
+                        let ring =
+                            Arc::new(ArrayQueue::new((credits * r.segments.len() * 2).max(cfg.batch) + cfg.batch));
+                        rings.push(ring.clone());
+                        let mut segments = Vec::new();
+                        for &(ci, si) in &r.segments {
+                            route[ci][k][si] = id;
+                            segments.push((ci, k, si, chains[ci][si].take().unwrap_or_default()));
+                        }
+                        core_regions[(ri + k * nreg) % cores].push(Region { segments, ring });
+                    }
+                }
+            }
+            Mode::Panic => {
+                let mut next_core = 0;
+                for ci in 0..plan.chains.len() {
+                    route.push(Vec::new());
+                    for _ in 0..instances {
+                        let ws = build_chain(&plan, ci, nt, factory)?;
+                        let mut ids = Vec::new();
+                        for w in ws {
+                            let id = rings.len();
+                            let ring = Arc::new(ArrayQueue::new(credits * 2 + cfg.batch));
+                            rings.push(ring.clone());
+                            ids.push(id);
+                            let k = route[ci].len();
+                            core_regions[next_core % cores]
+                                .push(Region { segments: vec![(ci, k, w.position, vec![w])], ring });
+                            next_core += 1;
+                        }
+                        route[ci].push(ids);
+                    }
+                }
+            }
+        }
+        let pools = match cfg.mode {
+            Mode::Snic => plan.chains.len() * instances,
+            Mode::Panic => rings.len(),
+            Mode::Rtc => 0,
+        };
+        let shared = Arc::new(Shared {
+            rings,
+            route,
+            returned: (0..pools).map(|_| AtomicU64::new(0)).collect(),
+            back: ArrayQueue::new((pools * credits + cfg.batch).max(1)),
+            stop: AtomicBool::new(false),
+        });
+        Ok(Runtime { cfg, plan, tenants, cores: core_regions, rtc, shared, instances, stateful })
+    }
+
+    /// The plan it runs.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// A handle that stops [`run`](Self::run) when set.
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.shared.clone())
+    }
+
+    /// Runs until stopped: core 0 on this thread with `ingress[0]` (every core its own
+    /// ingress in `rtc`), each core sending through its own egress. Returns the counters.
+    pub fn run(
+        mut self,
+        pool: &Pool,
+        ingress: Vec<Box<dyn Ingress>>,
+        egress: Vec<Box<dyn Egress>>,
+    ) -> Result<RunStats, String> {
+        let cores = self.cfg.cores.max(1);
+        if egress.len() < cores {
+            return Err(format!("egress: {} given, one a core ({cores}) needed", egress.len()));
+        }
+        let need_in = if self.cfg.mode == Mode::Rtc { cores } else { 1 };
+        if ingress.len() < need_in {
+            return Err(format!("ingress: {} given, {need_in} needed in mode {}", ingress.len(), self.cfg.mode.name()));
+        }
+        let nt = self.tenants.len();
+        let pools = self.shared.returned.len();
+        let mut stats = RunStats::default();
+        let cfg = self.cfg;
+        let mut ingress: Vec<Option<Box<dyn Ingress>>> = ingress.into_iter().map(Some).collect();
+        let mut egress: Vec<Option<Box<dyn Egress>>> = egress.into_iter().map(Some).collect();
+        let classify = Classify::new(&self.tenants);
+        let mut sched = Scheduler::new(&self.plan, &self.tenants, &cfg, self.instances, self.stateful.clone(), pools);
+        let core_regions = std::mem::take(&mut self.cores);
+        let rtc = std::mem::take(&mut self.rtc);
+        let placements: Vec<(usize, u64)> = self.plan.tenants.iter().map(|p| (p.chain, p.skip)).collect();
+        let results: Vec<Joined> = std::thread::scope(|s| {
+            let mut handles = Vec::new();
+            let mut rtc_iter = rtc.into_iter();
+            let mut regions_iter = core_regions.into_iter();
+            let mut first: Option<Box<dyn FnOnce() -> Joined + Send + '_>> = None;
+            for core in 0..cores {
+                let shared = self.shared.clone();
+                let eg = egress[core].take();
+                let regions = regions_iter.next().unwrap_or_default();
+                let chains = rtc_iter.next().unwrap_or_default();
+                let ing = if cfg.mode == Mode::Rtc || core == 0 { ingress[core].take() } else { None };
+                let mut cl = classify.clone();
+                let sched_here =
+                    (core == 0 && cfg.mode != Mode::Rtc).then(|| std::mem::replace(&mut sched, Scheduler::empty()));
+                let placements = &placements;
+                let body = move || -> Joined {
+                    if cfg.pin {
+                        tern_io::pin_to_core(core);
+                    }
+                    let mut st = CoreState::new(nt, pools);
+                    let mut ing = ing;
+                    let Some(mut eg) = eg else { return Joined { st, wrappers: Vec::new(), sched: None } };
+                    if cfg.mode == Mode::Rtc {
+                        let mut chains = chains;
+                        rtc_loop(
+                            &shared,
+                            pool,
+                            &cfg,
+                            &mut cl,
+                            ing.as_deref_mut(),
+                            placements,
+                            &mut chains,
+                            eg.as_mut(),
+                            &mut st,
+                        );
+                        let wrappers = chains.into_iter().enumerate().map(|(ci, ws)| (ci, core, ws)).collect();
+                        return Joined { st, wrappers, sched: None };
+                    }
+                    let mut regions = regions;
+                    let mut sched = sched_here;
+                    worker_loop(
+                        &shared,
+                        pool,
+                        &cfg,
+                        sched.as_mut(),
+                        &mut cl,
+                        ing.as_deref_mut(),
+                        &mut regions,
+                        eg.as_mut(),
+                        &mut st,
+                    );
+                    let mut wrappers = Vec::new();
+                    for r in regions {
+                        for (ci, k, _, w) in r.segments {
+                            wrappers.push((ci, k, w));
+                        }
+                    }
+                    Joined { st, wrappers, sched }
+                };
+                if core == 0 {
+                    first = Some(Box::new(body));
+                } else {
+                    handles.push(s.spawn(body));
+                }
+            }
+            let mut out = Vec::new();
+            if let Some(f) = first {
+                out.push(f());
+            }
+            for h in handles {
+                if let Ok(r) = h.join() {
+                    out.push(r);
+                }
+            }
+            out
+        });
+        for j in results {
+            if let Some(sc) = j.sched {
+                stats.unknown_tenant += sc.unknown_tenant;
+                stats.malformed += sc.malformed;
+                stats.credit_waits += sc.credit_waits;
+                stats.decisions += sc.decisions;
+                stats.scheduler_ns += sc.ns;
+            }
+            stats.unknown_tenant += j.st.unknown_tenant;
+            stats.malformed += j.st.malformed;
+            stats.add_tenants(&j.st.tenants);
+            for (ci, k, w) in j.wrappers {
+                stats.add_wrappers(ci, k, &w);
+            }
+        }
+        stats.tenants.resize(nt, TenantStats::default());
+        stats.wrappers.sort_by_key(|w| (w.chain, w.instance, w.position));
+        Ok(stats)
+    }
+}
+
+/// What a core hands back when it stops.
+struct Joined {
+    st: CoreState,
+    wrappers: Vec<(usize, usize, Vec<Wrapper>)>,
+    sched: Option<Scheduler>,
+}
+
+/// Stops a running [`Runtime`].
+#[derive(Debug, Clone)]
+pub struct Stopper(Arc<Shared>);
+
+impl Stopper {
+    /// Asks every core to stop (after the batch in hand).
+    pub fn stop(&self) {
+        self.0.stop.store(true, Ordering::Release);
+    }
+}
+
+/// The scheduler: classification, per-tenant queues in virtual-time order, credits.
+struct Scheduler {
+    /// By tenant: its chain, skip mask, weight, queue, virtual time.
+    queues: Vec<VecDeque<(Item, u64)>>,
+    chain: Vec<usize>,
+    skip: Vec<u64>,
+    weight: Vec<f64>,
+    vt: Vec<f64>,
+    global_vt: f64,
+    /// Credits on hand, by pool.
+    credits: Vec<u64>,
+    /// Round-robin cursors, by chain; whether each chain is stateful.
+    rr: Vec<usize>,
+    stateful: Vec<bool>,
+    instances: usize,
+    /// `panic`: packets waiting for a region's credit, by region.
+    waiting: Vec<VecDeque<Item>>,
+    /// Arrivals in hand, and free arrival buffers.
+    arrivals: Vec<Arrival>,
+    queue_cap: usize,
+    queued: usize,
+    unknown_tenant: u64,
+    malformed: u64,
+    credit_waits: u64,
+    decisions: u64,
+    ns: u64,
+}
+
+impl Scheduler {
+    fn empty() -> Scheduler {
+        Scheduler::new(&Plan::default(), &[], &Config::default(), 1, Vec::new(), 0)
+    }
+
+    fn new(
+        plan: &Plan,
+        tenants: &[Tenant],
+        cfg: &Config,
+        instances: usize,
+        stateful: Vec<bool>,
+        pools: usize,
+    ) -> Scheduler {
+        Scheduler {
+            queues: tenants.iter().map(|_| VecDeque::new()).collect(),
+            chain: plan.tenants.iter().map(|p| p.chain).collect(),
+            skip: plan.tenants.iter().map(|p| p.skip).collect(),
+            weight: tenants.iter().map(|t| if t.bandwidth_gbps > 0.0 { t.bandwidth_gbps } else { 1.0 }).collect(),
+            vt: vec![0.0; tenants.len()],
+            global_vt: 0.0,
+            credits: vec![u64::from(cfg.credits.max(1)); pools],
+            rr: vec![0; plan.chains.len()],
+            stateful,
+            instances: instances.max(1),
+            waiting: if cfg.mode == Mode::Panic { (0..pools).map(|_| VecDeque::new()).collect() } else { Vec::new() },
+            arrivals: Vec::new(),
+            queue_cap: cfg.queue.max(1),
+            queued: 0,
+            unknown_tenant: 0,
+            malformed: 0,
+            credit_waits: 0,
+            decisions: 0,
+            ns: 0,
+        }
+    }
+}
+
+/// The next position at or after `from` that a packet with `skip` does not skip.
+fn next_position(skip: u64, from: usize, len: usize) -> Option<usize> {
+    (from..len).find(|&p| skip >> (p & 63) & 1 == 0)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn worker_loop(
+    shared: &Shared,
+    pool: &Pool,
+    cfg: &Config,
+    mut sched: Option<&mut Scheduler>,
+    classify: &mut Classify,
+    mut ingress: Option<&mut (dyn Ingress + '_)>,
+    regions: &mut [Region],
+    egress: &mut dyn Egress,
+    st: &mut CoreState,
+) {
+    let chain_lens: Vec<usize> = shared.route.iter().map(|r| r.first().map_or(0, Vec::len)).collect();
+    let mut idle = 0u32;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let mut work = 0;
+        if let (Some(s), Some(ing)) = (sched.as_deref_mut(), ingress.as_deref_mut()) {
+            work += schedule(s, shared, pool, cfg, classify, ing, &chain_lens, egress, st);
+        }
+        for r in regions.iter_mut() {
+            work += run_region(r, shared, pool, cfg, egress, st);
+        }
+        for (i, g) in st.give.iter_mut().enumerate() {
+            if *g > 0 {
+                shared.returned[i].fetch_add(*g, Ordering::Release);
+                *g = 0;
+            }
+        }
+        if work == 0 {
+            idle += 1;
+            if idle > 1024 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        } else {
+            idle = 0;
+        }
+    }
+}
+
+/// One round of the scheduler; returns the packets it moved.
+#[allow(clippy::too_many_arguments)]
+fn schedule(
+    s: &mut Scheduler,
+    shared: &Shared,
+    pool: &Pool,
+    cfg: &Config,
+    classify: &mut Classify,
+    ingress: &mut dyn Ingress,
+    chain_lens: &[usize],
+    egress: &mut dyn Egress,
+    st: &mut CoreState,
+) -> usize {
+    let t0 = Instant::now();
+    for (i, r) in shared.returned.iter().enumerate() {
+        if r.load(Ordering::Relaxed) > 0 {
+            s.credits[i] += r.swap(0, Ordering::Acquire);
+        }
+    }
+    let mut moved = 0;
+    // Panic: packets back from a task go on to the next, or leave.
+    if cfg.mode == Mode::Panic {
+        while let Some(mut item) = shared.back.pop() {
+            let (ci, k) = (usize::from(item.desc.chain), usize::from(item.desc.instance));
+            match next_position(item.desc.skip, usize::from(item.desc.segment), chain_lens[ci]) {
+                None => st.out.push(item),
+                Some(p) => {
+                    item.desc.segment = p as u16;
+                    let region = shared.route[ci][k][p];
+                    s.waiting[region].push_back(item);
+                }
+            }
+        }
+        for region in 0..s.waiting.len() {
+            while s.credits[region] > 0 {
+                let Some(item) = s.waiting[region].pop_front() else { break };
+                match shared.rings[region].push(item) {
+                    Ok(()) => {
+                        s.credits[region] -= 1;
+                        s.decisions += 1;
+                        moved += 1;
+                    }
+                    Err(item) => {
+                        s.waiting[region].push_front(item);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    // Arrivals: classified into their tenants' queues.
+    let room = s.queue_cap.saturating_sub(s.queued).min(cfg.batch);
+    if room > 0 {
+        ingress.recv(t0, room, &mut s.arrivals);
+        for a in s.arrivals.drain(..) {
+            match classify.tenant(a.packet.data()) {
+                Ok((t, hash)) => {
+                    let ts = &mut st.tenants[t];
+                    ts.packets_in += 1;
+                    if s.queues[t].len() >= s.queue_cap {
+                        *ts.drops.entry("queue_full").or_default() += 1;
+                        pool.put(a.packet);
+                        continue;
+                    }
+                    if s.queues[t].is_empty() {
+                        s.vt[t] = s.vt[t].max(s.global_vt);
+                    }
+                    let desc = Desc {
+                        tenant: t as u16,
+                        chain: s.chain[t] as u16,
+                        instance: 0,
+                        segment: 0,
+                        skip: s.skip[t],
+                        arrived: a.at,
+                        reply: false,
+                    };
+                    s.queues[t].push_back((Item { packet: a.packet, desc }, hash));
+                    s.queued += 1;
+                }
+                Err(r) => {
+                    if r == "malformed" {
+                        s.malformed += 1;
+                    } else {
+                        s.unknown_tenant += 1;
+                    }
+                    pool.put(a.packet);
+                }
+            }
+        }
+    }
+    // Serve the queues in virtual-time order, each packet needing a credit of its chain
+    // instance (snic) or its first task's region (panic).
+    let mut served = 0;
+    while served < cfg.batch {
+        let mut best: Option<(usize, usize)> = None;
+        for t in 0..s.queues.len() {
+            let Some((item, hash)) = s.queues[t].front() else { continue };
+            let ci = s.chain[t];
+            let k = if s.stateful[ci] { (*hash as usize) % s.instances } else { s.rr[ci] % s.instances };
+            let pool_id = match cfg.mode {
+                Mode::Snic => ci * s.instances + k,
+                _ => match next_position(item.desc.skip, 0, chain_lens[ci]) {
+                    Some(p) => shared.route[ci][k][p],
+                    None => usize::MAX,
+                },
+            };
+            if pool_id != usize::MAX && s.credits[pool_id] == 0 {
+                s.credit_waits += 1;
+                continue;
+            }
+            if best.is_none_or(|(b, _)| s.vt[t] < s.vt[b]) {
+                best = Some((t, pool_id));
+            }
+        }
+        let Some((t, pool_id)) = best else { break };
+        let Some((mut item, hash)) = s.queues[t].pop_front() else { break };
+        s.queued -= 1;
+        let ci = s.chain[t];
+        let k = if s.stateful[ci] { (hash as usize) % s.instances } else { s.rr[ci] % s.instances };
+        s.rr[ci] = s.rr[ci].wrapping_add(1);
+        s.global_vt = s.vt[t];
+        s.vt[t] += item.packet.len() as f64 / s.weight[t];
+        item.desc.instance = k as u16;
+        served += 1;
+        if pool_id == usize::MAX {
+            // Nothing to run (an empty chain): straight out.
+            st.out.push(item);
+            continue;
+        }
+        let region = match cfg.mode {
+            Mode::Snic => shared.route[ci][k][0],
+            _ => {
+                let p = next_position(item.desc.skip, 0, chain_lens[ci]).unwrap_or(0);
+                item.desc.segment = p as u16;
+                pool_id
+            }
+        };
+        match shared.rings[region].push(item) {
+            Ok(()) => {
+                s.credits[pool_id] -= 1;
+                s.decisions += 1;
+                moved += 1;
+            }
+            Err(item) => st.drop_item(pool, item, "ring_full"),
+        }
+    }
+    s.ns += t0.elapsed().as_nanos() as u64;
+    let n = st.out.len();
+    if n > 0 {
+        for item in &st.out {
+            st.tenants[usize::from(item.desc.tenant)].packets_out += 1;
+        }
+        egress.send(t0, &mut st.out);
+    }
+    moved + n
+}
+
+/// One batch of a region; returns the packets it took.
+fn run_region(
+    r: &mut Region,
+    shared: &Shared,
+    pool: &Pool,
+    cfg: &Config,
+    egress: &mut dyn Egress,
+    st: &mut CoreState,
+) -> usize {
+    st.batch.clear();
+    while st.batch.len() < cfg.batch {
+        match r.ring.pop() {
+            Some(i) => st.batch.push(i),
+            None => break,
+        }
+    }
+    let n = st.batch.len();
+    if n == 0 {
+        return 0;
+    }
+    let now = Instant::now();
+    // Items of one segment are run together; a region holding several segments sorts them.
+    if r.segments.len() > 1 {
+        st.batch.sort_by_key(|i| (i.desc.chain, i.desc.instance, i.desc.segment));
+    }
+    let mut items = std::mem::take(&mut st.batch);
+    while !items.is_empty() {
+        let d = items[0].desc;
+        let end = items
+            .iter()
+            .take_while(|i| (i.desc.chain, i.desc.instance, i.desc.segment) == (d.chain, d.instance, d.segment))
+            .count();
+        let key = (usize::from(d.chain), usize::from(d.instance), usize::from(d.segment));
+        let seg = r.segments.iter_mut().find(|s| (s.0, s.1, s.2) == key);
+        match seg {
+            Some(seg) => {
+                let mut cx = Cx { now, pool, emitted: &mut st.emitted };
+                run_batch(&mut seg.3, &mut items[..end], &mut st.fates, &mut cx);
+            }
+            None => {
+                st.fates.clear();
+                st.fates.resize(end, Fate::Dropped("no_region"));
+            }
+        }
+        let fates = std::mem::take(&mut st.fates);
+        for (item, fate) in items.drain(..end).zip(fates.iter()) {
+            let (ci, k) = (usize::from(item.desc.chain), usize::from(item.desc.instance));
+            let credit_pool = match cfg.mode {
+                Mode::Snic => ci * shared.route[ci].len() + k,
+                _ => shared.route[ci][k][usize::from(item.desc.segment)],
+            };
+            match fate {
+                Fate::Alive if cfg.mode == Mode::Panic => {
+                    let mut item = item;
+                    item.desc.segment += 1;
+                    st.give[credit_pool] += 1;
+                    if let Err(item) = shared.back.push(item) {
+                        st.drop_item(pool, item, "ring_full");
+                    }
+                    continue;
+                }
+                Fate::Alive if usize::from(item.desc.segment) + 1 < shared.route[ci][k].len() => {
+                    let mut item = item;
+                    item.desc.segment += 1;
+                    let next = shared.route[ci][k][usize::from(item.desc.segment)];
+                    if let Err(item) = shared.rings[next].push(item) {
+                        st.give[credit_pool] += 1;
+                        st.drop_item(pool, item, "ring_full");
+                    }
+                    continue;
+                }
+                _ => finish(st, pool, item, *fate),
+            }
+            st.give[credit_pool] += 1;
+        }
+        st.fates = fates;
+    }
+    st.batch = items;
+    flush(st, egress, now);
+    n
+}
+
+/// Sends what a core has to send: finished packets, answers, and tasks' own packets.
+fn flush(st: &mut CoreState, egress: &mut dyn Egress, now: Instant) {
+    for p in st.emitted.drain(..) {
+        st.out.push(Item {
+            packet: p,
+            desc: Desc { tenant: 0, chain: 0, instance: 0, segment: 0, skip: 0, arrived: now, reply: true },
+        });
+    }
+    if !st.out.is_empty() {
+        egress.send(now, &mut st.out);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rtc_loop(
+    shared: &Shared,
+    pool: &Pool,
+    cfg: &Config,
+    classify: &mut Classify,
+    ingress: Option<&mut (dyn Ingress + '_)>,
+    placements: &[(usize, u64)],
+    chains: &mut [Vec<Wrapper>],
+    egress: &mut dyn Egress,
+    st: &mut CoreState,
+) {
+    let Some(ing) = ingress else { return };
+    let mut arrivals = Vec::with_capacity(cfg.batch);
+    let mut idle = 0u32;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        ing.recv(now, cfg.batch, &mut arrivals);
+        if arrivals.is_empty() {
+            idle += 1;
+            if idle > 1024 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+            continue;
+        }
+        idle = 0;
+        st.batch.clear();
+        for a in arrivals.drain(..) {
+            match classify.tenant(a.packet.data()) {
+                Ok((t, _)) => {
+                    st.tenants[t].packets_in += 1;
+                    let (chain, skip) = placements[t];
+                    let desc = Desc {
+                        tenant: t as u16,
+                        chain: chain as u16,
+                        instance: 0,
+                        segment: 0,
+                        skip,
+                        arrived: a.at,
+                        reply: false,
+                    };
+                    st.batch.push(Item { packet: a.packet, desc });
+                }
+                Err(r) => {
+                    if r == "malformed" {
+                        st.malformed += 1;
+                    } else {
+                        st.unknown_tenant += 1;
+                    }
+                    pool.put(a.packet);
+                }
+            }
+        }
+        run_rtc_batch(chains, pool, st, now);
+        flush(st, egress, now);
+    }
+}
+
+/// Runs a batch through whole chains, packets of one chain together.
+fn run_rtc_batch(chains: &mut [Vec<Wrapper>], pool: &Pool, st: &mut CoreState, now: Instant) {
+    let mut items = std::mem::take(&mut st.batch);
+    items.sort_by_key(|i| i.desc.chain);
+    while !items.is_empty() {
+        let ci = items[0].desc.chain;
+        let end = items.iter().take_while(|i| i.desc.chain == ci).count();
+        if let Some(ws) = chains.get_mut(usize::from(ci)) {
+            let mut cx = Cx { now, pool, emitted: &mut st.emitted };
+            run_batch(ws, &mut items[..end], &mut st.fates, &mut cx);
+        } else {
+            st.fates.clear();
+            st.fates.resize(end, Fate::Dropped("no_task"));
+        }
+        let fates = std::mem::take(&mut st.fates);
+        for (item, fate) in items.drain(..end).zip(fates.iter()) {
+            finish(st, pool, item, *fate);
+        }
+        st.fates = fates;
+    }
+    st.batch = items;
+}
+
+/// A packet done with its chain: out, answered, or dropped.
+fn finish(st: &mut CoreState, pool: &Pool, mut item: Item, fate: Fate) {
+    match fate {
+        Fate::Alive => {
+            st.tenants[usize::from(item.desc.tenant)].packets_out += 1;
+            st.out.push(item);
+        }
+        Fate::Replied => {
+            st.tenants[usize::from(item.desc.tenant)].replies += 1;
+            item.desc.reply = true;
+            st.out.push(item);
+        }
+        Fate::Dropped(reason) => st.drop_item(pool, item, reason),
+    }
+}
+
+/// Busy-waits `d` (for pacing).
+pub fn spin_for(d: Duration) {
+    let s = Instant::now();
+    while s.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// An ingress of packets given in advance, every one arrived when first asked for (tests,
+/// `tern chain trace`).
+#[derive(Debug, Default)]
+pub struct VecIngress {
+    packets: VecDeque<Packet>,
+}
+
+impl VecIngress {
+    /// Of `packets`, in order.
+    pub fn new(packets: impl IntoIterator<Item = Packet>) -> VecIngress {
+        VecIngress { packets: packets.into_iter().collect() }
+    }
+}
+
+impl Ingress for VecIngress {
+    fn recv(&mut self, now: Instant, max: usize, out: &mut Vec<Arrival>) {
+        for _ in 0..max {
+            let Some(packet) = self.packets.pop_front() else { break };
+            out.push(Arrival { packet, at: now });
+        }
+    }
+}
+
+/// What left a runtime through a [`Collect`]: each packet's descriptor and bytes.
+pub type Collected = Arc<std::sync::Mutex<Vec<(Desc, Vec<u8>)>>>;
+
+/// An egress that keeps a copy of what leaves and stops the runtime once `expect` packets have
+/// (tests, `tern chain trace`).
+#[derive(Debug)]
+pub struct Collect {
+    pool: Pool,
+    got: Collected,
+    expect: usize,
+    stopper: Stopper,
+}
+
+impl Collect {
+    /// Keeps into `got`; stops `stopper` at `expect` packets kept (all cores together).
+    pub fn new(pool: &Pool, got: &Collected, expect: usize, stopper: &Stopper) -> Collect {
+        Collect { pool: pool.clone(), got: got.clone(), expect, stopper: stopper.clone() }
+    }
+}
+
+impl Egress for Collect {
+    fn send(&mut self, _: Instant, items: &mut Vec<Item>) {
+        let mut got = self.got.lock().unwrap_or_else(|e| e.into_inner());
+        for item in items.drain(..) {
+            got.push((item.desc, item.packet.data().to_vec()));
+            self.pool.put(item.packet);
+        }
+        if got.len() >= self.expect {
+            self.stopper.stop();
+        }
+    }
+}

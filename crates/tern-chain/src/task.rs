@@ -1,0 +1,519 @@
+//! Network tasks as the data path runs them (docs/chain.md, "Network tasks"): the
+//! [`NetworkTask`] trait every kind implements, its [`Cost`] descriptor, and [`build`], which
+//! makes a task instance from a tenant file's [`TaskSpec`].
+//!
+//! A task takes one packet at a time, in place, and says what becomes of it ([`Verdict`]): on to
+//! the next task, dropped (a named reason, counted), or answered — the packet rewritten as the
+//! answer and sent back where it came from, taking no further task. A task may also send packets
+//! of its own back towards a packet's source ([`Cx::emitted`]: the transport's
+//! acknowledgements), drawn from the runtime's pool.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tern_io::{Packet, Pool};
+use tern_wire::frame::{FrameInfo, L3, checksum_adjust_bytes, fill_l4_checksum, ipv4_fill_checksum, proto};
+
+use crate::aes::{AesTask, KeySpace};
+use crate::fw::Firewall;
+use crate::gbn;
+use crate::kv::{self, Cache};
+use crate::lb::Maglev;
+use crate::nat::{Dir, Nat};
+use crate::tenant::TaskSpec;
+
+/// What becomes of a packet after a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// On to the next task.
+    Pass,
+    /// Dropped, for this reason (a counter's name).
+    Drop(&'static str),
+    /// Rewritten as an answer to its source: it leaves now, taking no further task.
+    Reply,
+}
+
+/// What a task costs and what it is: the cost descriptor the planner and the hardware model
+/// read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cost {
+    /// Software time a packet, ns, on this project's 2-core EPYC machine (the task benchmark's
+    /// figure; a dummy's is what it is configured to).
+    pub ns_per_packet: f64,
+    /// Its area, LUTs, where the task says (a dummy's); else the profile's `nt.NAME.luts`.
+    pub luts: Option<u64>,
+    /// The most it carries, Gbit/s, where the task says (a dummy's cap); else the profile's
+    /// `nt.NAME.gbps` or the line.
+    pub gbps: Option<f64>,
+    /// Whether it keeps state across packets (flow tables, caches, counters of nonces): a
+    /// chain with such a task runs its instances flow-affine.
+    pub stateful: bool,
+    /// Whether it may change a packet's bytes.
+    pub modifies: bool,
+}
+
+/// What a task is given with each packet.
+#[derive(Debug)]
+pub struct Cx<'a> {
+    /// The time (one reading per batch).
+    pub now: Instant,
+    /// Buffers for packets a task sends of its own.
+    pub pool: &'a Pool,
+    /// Packets a task sends of its own, back towards the packet's source.
+    pub emitted: &'a mut Vec<Packet>,
+}
+
+/// A network task: one instance, holding one tenant's state.
+pub trait NetworkTask: Send + std::fmt::Debug {
+    /// Its kind (one of [`crate::tenant::KINDS`]).
+    fn kind(&self) -> &'static str;
+    /// Its cost descriptor.
+    fn cost(&self) -> Cost;
+    /// Processes one packet in place.
+    fn process(&mut self, packet: &mut Packet, cx: &mut Cx<'_>) -> Verdict;
+    /// Its counters, by name (drops among them under their reasons).
+    fn counters(&self) -> Vec<(&'static str, u64)>;
+}
+
+/// Every tenant's AES key space, kept across launches so that relaunched instances never reuse
+/// a nonce (docs/chain.md, "AES-GCM").
+#[derive(Debug, Default)]
+pub struct Keys {
+    spaces: HashMap<[u8; 32], Arc<KeySpace>>,
+}
+
+impl Keys {
+    /// The key space of `key`, made the first time it is asked for.
+    pub fn space(&mut self, key: [u8; 32]) -> Arc<KeySpace> {
+        self.spaces.entry(key).or_insert_with(|| KeySpace::new(key)).clone()
+    }
+}
+
+/// A task instance of `spec`, or why it cannot run (naming the item).
+pub fn build(spec: &TaskSpec, keys: &mut Keys) -> Result<Box<dyn NetworkTask>, String> {
+    Ok(match spec {
+        TaskSpec::Firewall { rules, config } => {
+            Box::new(FwTask(Firewall::new(rules, *config).map_err(|e| format!("firewall: {e}"))?))
+        }
+        TaskSpec::Nat(cfg) => Box::new(NatTask { nat: Nat::new(*cfg), external: u32::from_be_bytes(cfg.external) }),
+        TaskSpec::Aes { key, seal } => {
+            Box::new(AesNt { task: AesTask::new(&keys.space(*key)).map_err(|e| format!("aes: {e}"))?, seal: *seal })
+        }
+        TaskSpec::Lb { backends, table_size } => Box::new(LbTask::new(backends, *table_size)?),
+        TaskSpec::Gbn(_) => Box::new(GbnTask::default()),
+        TaskSpec::Kv(cfg) => {
+            Box::new(KvTask { cache: Cache::new(*cfg), info: FrameInfo::default(), answer: Vec::new(), too_large: 0 })
+        }
+        TaskSpec::Dummy { ns_per_packet, gbps, luts } => {
+            Box::new(Dummy { ns: *ns_per_packet, gbps: *gbps, luts: *luts, passed: 0 })
+        }
+    })
+}
+
+/// The firewall.
+#[derive(Debug)]
+struct FwTask(Firewall);
+
+impl NetworkTask for FwTask {
+    fn kind(&self) -> &'static str {
+        "firewall"
+    }
+    fn cost(&self) -> Cost {
+        Cost { ns_per_packet: 114.0, luts: None, gbps: None, stateful: true, modifies: false }
+    }
+    fn process(&mut self, p: &mut Packet, cx: &mut Cx<'_>) -> Verdict {
+        match self.0.check(p.data(), cx.now) {
+            Ok(()) => Verdict::Pass,
+            Err(d) => Verdict::Drop(d.name()),
+        }
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = self.0.stats();
+        let mut v = vec![("allowed", s.allowed), ("established", s.established), ("flows", s.flows)];
+        v.extend([("expired", s.expired), ("state_full", s.state_full)]);
+        v.extend(crate::fw::FwDrop::ALL.iter().zip(s.drops).map(|(d, n)| (d.name(), n)));
+        v
+    }
+}
+
+/// The NAT: a frame to the external address comes in (its destination translated back), any
+/// other goes out (its source translated).
+#[derive(Debug)]
+struct NatTask {
+    nat: Nat,
+    external: u32,
+}
+
+impl NetworkTask for NatTask {
+    fn kind(&self) -> &'static str {
+        "nat"
+    }
+    fn cost(&self) -> Cost {
+        Cost { ns_per_packet: 51.0, luts: None, gbps: None, stateful: true, modifies: true }
+    }
+    fn process(&mut self, p: &mut Packet, cx: &mut Cx<'_>) -> Verdict {
+        let f = p.data();
+        let inbound =
+            f.len() >= 34 && f[12..14] == [8, 0] && u32::from_be_bytes([f[30], f[31], f[32], f[33]]) == self.external;
+        let dir = if inbound { Dir::Inbound } else { Dir::Outbound };
+        match self.nat.translate(p.data_mut(), dir, cx.now) {
+            Ok(()) => Verdict::Pass,
+            Err(d) => Verdict::Drop(d.name()),
+        }
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = self.nat.stats();
+        let mut v =
+            vec![("outbound", s.outbound), ("inbound", s.inbound), ("mappings", s.mappings), ("expired", s.expired)];
+        v.extend(crate::nat::NatDrop::ALL.iter().zip(s.drops).map(|(d, n)| (d.name(), n)));
+        v
+    }
+}
+
+/// AES-GCM, sealing or opening.
+#[derive(Debug)]
+struct AesNt {
+    task: AesTask,
+    seal: bool,
+}
+
+impl NetworkTask for AesNt {
+    fn kind(&self) -> &'static str {
+        "aes"
+    }
+    fn cost(&self) -> Cost {
+        Cost { ns_per_packet: 191.0, luts: None, gbps: None, stateful: true, modifies: true }
+    }
+    fn process(&mut self, p: &mut Packet, _: &mut Cx<'_>) -> Verdict {
+        let r = if self.seal { self.task.seal_packet(p) } else { self.task.open_packet(p) };
+        match r {
+            Ok(()) => Verdict::Pass,
+            Err(d) => Verdict::Drop(d.name()),
+        }
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = self.task.stats();
+        let mut v = vec![("sealed", s.sealed), ("opened", s.opened)];
+        v.extend(crate::aes::AesDrop::ALL.iter().zip(s.drops).map(|(d, n)| (d.name(), n)));
+        v
+    }
+}
+
+/// The load balancer: a TCP or UDP frame over IPv4 goes to the backend Maglev picks for its
+/// flow, its destination address and port rewritten (checksums updated incrementally).
+#[derive(Debug)]
+struct LbTask {
+    maglev: Maglev,
+    backends: Vec<([u8; 4], u16)>,
+    info: FrameInfo,
+    sent: Vec<u64>,
+    malformed: u64,
+    not_tcp_udp4: u64,
+}
+
+impl LbTask {
+    fn new(backends: &[(String, u32)], size: usize) -> Result<LbTask, String> {
+        let refs: Vec<(&str, u32)> = backends.iter().map(|(n, w)| (n.as_str(), *w)).collect();
+        let maglev = Maglev::new(&refs, size).map_err(|e| format!("lb: {e}"))?;
+        let mut addrs = Vec::with_capacity(backends.len());
+        for (name, _) in backends {
+            let a: std::net::SocketAddrV4 = name.parse().map_err(|_| {
+                format!(
+                    "lb: backend `{name}` is not an IPv4 address and port (ADDR:PORT), which the data path rewrites to"
+                )
+            })?;
+            addrs.push((a.ip().octets(), a.port()));
+        }
+        Ok(LbTask {
+            maglev,
+            sent: vec![0; addrs.len()],
+            backends: addrs,
+            info: FrameInfo::default(),
+            malformed: 0,
+            not_tcp_udp4: 0,
+        })
+    }
+}
+
+/// A flow's hash: its addresses, protocol and ports, mixed (splitmix64's finalizer).
+fn flow_hash(i: &FrameInfo) -> u64 {
+    let mut x = (i.src as u64) ^ ((i.dst as u64) << 32) ^ (u64::from(i.proto) << 24);
+    x ^= (u64::from(i.src_port) << 16 | u64::from(i.dst_port)).rotate_left(40);
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl NetworkTask for LbTask {
+    fn kind(&self) -> &'static str {
+        "lb"
+    }
+    fn cost(&self) -> Cost {
+        Cost { ns_per_packet: 40.0, luts: None, gbps: None, stateful: false, modifies: true }
+    }
+    fn process(&mut self, p: &mut Packet, _: &mut Cx<'_>) -> Verdict {
+        if self.info.parse_general_into(p.data()).is_err() {
+            self.malformed += 1;
+            return Verdict::Drop("malformed");
+        }
+        let i = self.info;
+        if i.l3 != L3::Ipv4 || i.fragment || !i.has_l4 || (i.proto != proto::TCP && i.proto != proto::UDP) {
+            self.not_tcp_udp4 += 1;
+            return Verdict::Drop("not_tcp_udp4");
+        }
+        let b = self.maglev.lookup(flow_hash(&i));
+        let (addr, port) = self.backends[b];
+        let f = p.data_mut();
+        let (l3, l4) = (usize::from(i.l3_off), usize::from(i.l4_off));
+        let old_addr: [u8; 4] = [f[l3 + 16], f[l3 + 17], f[l3 + 18], f[l3 + 19]];
+        let old_port = [f[l4 + 2], f[l4 + 3]];
+        checksum_adjust_bytes(f, l3 + 10, &old_addr, &addr);
+        if let Some(at) = i.l4_checksum_off(f) {
+            checksum_adjust_bytes(f, at, &old_addr, &addr);
+            checksum_adjust_bytes(f, at, &old_port, &port.to_be_bytes());
+            if i.proto == proto::UDP && f[at..at + 2] == [0, 0] {
+                f[at..at + 2].copy_from_slice(&[0xff, 0xff]);
+            }
+        }
+        f[l3 + 16..l3 + 20].copy_from_slice(&addr);
+        f[l4 + 2..l4 + 4].copy_from_slice(&port.to_be_bytes());
+        self.sent[b] += 1;
+        Verdict::Pass
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("balanced", self.sent.iter().sum()), ("malformed", self.malformed), ("not_tcp_udp4", self.not_tcp_udp4)]
+    }
+}
+
+/// The UDP-over-IPv4-without-options frame's (l3, l4, end), or `None`.
+fn udp4(info: &mut FrameInfo, frame: &[u8]) -> Option<(usize, usize, usize)> {
+    info.parse_general_into(frame).ok()?;
+    let i = *info;
+    let (l3, l4) = (usize::from(i.l3_off), usize::from(i.l4_off));
+    (i.l3 == L3::Ipv4 && !i.fragment && i.has_l4 && i.proto == proto::UDP && l4 == l3 + 20).then_some((
+        l3,
+        l4,
+        usize::from(i.ip_end),
+    ))
+}
+
+/// Rewrites a UDP-over-IPv4 frame (its headers at `l3`, `l4`) as one back to its source
+/// carrying `payload`: MAC addresses, IP addresses and ports swapped, lengths and checksums
+/// made anew. False, changing nothing, if the buffer cannot hold it.
+fn turn_around(p: &mut Packet, l3: usize, l4: usize, payload: &[u8]) -> bool {
+    let end = l4 + 8 + payload.len();
+    if end > p.capacity() || end - l3 > 9000 {
+        return false;
+    }
+    p.set_len(end);
+    let f = p.data_mut();
+    for k in 0..6 {
+        f.swap(k, 6 + k);
+    }
+    for k in 0..4 {
+        f.swap(l3 + 12 + k, l3 + 16 + k);
+    }
+    f.swap(l4, l4 + 2);
+    f.swap(l4 + 1, l4 + 3);
+    f[l3 + 2..l3 + 4].copy_from_slice(&((end - l3) as u16).to_be_bytes());
+    ipv4_fill_checksum(f, l3);
+    f[l4 + 4..l4 + 6].copy_from_slice(&((end - l4) as u16).to_be_bytes());
+    f[l4 + 8..end].copy_from_slice(payload);
+    fill_l4_checksum(f, (l3 + 12, l3 + 16), (l3 + 16, l3 + 20), proto::UDP, l4, end, l4 + 6);
+    true
+}
+
+/// The KV cache: clients' GETs and SETs and the server's answers are UDP payloads over IPv4
+/// (docs/chain.md, "KV cache"); a hit is answered here.
+#[derive(Debug)]
+struct KvTask {
+    cache: Cache,
+    info: FrameInfo,
+    answer: Vec<u8>,
+    too_large: u64,
+}
+
+impl NetworkTask for KvTask {
+    fn kind(&self) -> &'static str {
+        "kv"
+    }
+    fn cost(&self) -> Cost {
+        Cost { ns_per_packet: 82.0, luts: None, gbps: None, stateful: true, modifies: true }
+    }
+    fn process(&mut self, p: &mut Packet, _: &mut Cx<'_>) -> Verdict {
+        let Some((l3, l4, end)) = udp4(&mut self.info, p.data()) else { return Verdict::Drop("not_udp4") };
+        let payload = &p.data()[l4 + 8..end];
+        match payload.first().copied() {
+            Some(op) if op == kv::Op::Value as u8 || op == kv::Op::NotFound as u8 || op == kv::Op::Stored as u8 => {
+                self.cache.on_response(payload);
+                Verdict::Pass
+            }
+            _ => {
+                self.answer.clear();
+                match self.cache.on_request_answer(payload, &mut self.answer) {
+                    kv::Verdict::Forward => Verdict::Pass,
+                    kv::Verdict::Drop => Verdict::Drop("malformed"),
+                    kv::Verdict::Answer => {
+                        if turn_around(p, l3, l4, &self.answer) {
+                            Verdict::Reply
+                        } else {
+                            // The answer does not fit this buffer: the server answers instead.
+                            self.too_large += 1;
+                            Verdict::Pass
+                        }
+                    }
+                }
+            }
+        }
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = self.cache.stats();
+        vec![
+            ("hits", s.hits),
+            ("misses", s.misses),
+            ("sets", s.sets),
+            ("kept", s.kept),
+            ("not_kept_after_set", s.not_kept_after_set),
+            ("evicted", s.evicted),
+            ("malformed", s.malformed),
+            ("answer_too_large", self.too_large),
+        ]
+    }
+}
+
+/// Connections a transport task keeps at most.
+pub const GBN_MAX_CONNECTIONS: usize = 4096;
+
+/// The go-back-N transport's receiving end: a UDP payload that is a data packet of the next
+/// number in order is delivered (the header taken off, the frame going on) and acknowledged
+/// with a packet of its own; any other data packet is turned into the acknowledgement.
+#[derive(Debug, Default)]
+struct GbnTask {
+    receivers: HashMap<u32, gbn::Receiver>,
+    info: FrameInfo,
+    delivered: u64,
+    acks: u64,
+    malformed: u64,
+    connections_full: u64,
+    no_buffer: u64,
+}
+
+impl NetworkTask for GbnTask {
+    fn kind(&self) -> &'static str {
+        "gbn"
+    }
+    fn cost(&self) -> Cost {
+        Cost { ns_per_packet: 85.0, luts: None, gbps: None, stateful: true, modifies: true }
+    }
+    fn process(&mut self, p: &mut Packet, cx: &mut Cx<'_>) -> Verdict {
+        let Some((l3, l4, end)) = udp4(&mut self.info, p.data()) else {
+            self.malformed += 1;
+            return Verdict::Drop("malformed");
+        };
+        let Ok((h, _)) = gbn::Header::parse(&p.data()[l4 + 8..end]) else {
+            self.malformed += 1;
+            return Verdict::Drop("malformed");
+        };
+        let n = self.receivers.len();
+        let r = match self.receivers.entry(h.conn) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(_) if n >= GBN_MAX_CONNECTIONS => {
+                self.connections_full += 1;
+                return Verdict::Drop("connections_full");
+            }
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(gbn::Receiver::new(h.conn)),
+        };
+        let Some((deliver, ack)) = r.on_header(h) else {
+            self.malformed += 1;
+            return Verdict::Drop("malformed");
+        };
+        let mut ack_bytes = [0u8; gbn::HEADER_LEN];
+        ack_bytes[0] = gbn::VERSION;
+        ack_bytes[1] = ack.kind;
+        ack_bytes[4..8].copy_from_slice(&ack.conn.to_be_bytes());
+        ack_bytes[8..12].copy_from_slice(&ack.seq.to_be_bytes());
+        self.acks += 1;
+        if !deliver {
+            turn_around(p, l3, l4, &ack_bytes);
+            return Verdict::Reply;
+        }
+        let mut a = cx.pool.packet();
+        if a.extend_from_slice(&p.data()[..l4 + 8]).is_ok() && turn_around(&mut a, l3, l4, &ack_bytes) {
+            cx.emitted.push(a);
+        } else {
+            self.no_buffer += 1;
+            cx.pool.put(a);
+        }
+        // The payload goes on without the header: the headers move forward over it.
+        let body = l4 + 8;
+        p.set_len(end);
+        p.data_mut().copy_within(0..body, gbn::HEADER_LEN);
+        p.pull_front(gbn::HEADER_LEN);
+        let f = p.data_mut();
+        let end = end - gbn::HEADER_LEN;
+        f[l3 + 2..l3 + 4].copy_from_slice(&((end - l3) as u16).to_be_bytes());
+        ipv4_fill_checksum(f, l3);
+        f[l4 + 4..l4 + 6].copy_from_slice(&((end - l4) as u16).to_be_bytes());
+        fill_l4_checksum(f, (l3 + 12, l3 + 16), (l3 + 16, l3 + 20), proto::UDP, l4, end, l4 + 6);
+        self.delivered += 1;
+        Verdict::Pass
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("delivered", self.delivered),
+            ("acks", self.acks),
+            ("connections", self.receivers.len() as u64),
+            ("malformed", self.malformed),
+            ("connections_full", self.connections_full),
+            ("no_buffer", self.no_buffer),
+        ]
+    }
+}
+
+/// The paper's dummy task: passes every packet on after its configured time, and no faster
+/// than its configured rate (the time a packet's bits take at that rate), both spent busy.
+#[derive(Debug)]
+struct Dummy {
+    ns: u64,
+    gbps: f64,
+    luts: u64,
+    passed: u64,
+}
+
+impl Dummy {
+    fn spend(&self, len: usize) {
+        let mut ns = self.ns as f64;
+        if self.gbps > 0.0 {
+            ns = ns.max(len as f64 * 8.0 / self.gbps);
+        }
+        if ns <= 0.0 {
+            return;
+        }
+        let d = Duration::from_nanos(ns as u64);
+        let start = Instant::now();
+        while start.elapsed() < d {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl NetworkTask for Dummy {
+    fn kind(&self) -> &'static str {
+        "dummy"
+    }
+    fn cost(&self) -> Cost {
+        let gbps = (self.gbps > 0.0).then_some(self.gbps);
+        Cost { ns_per_packet: self.ns as f64, luts: Some(self.luts), gbps, stateful: false, modifies: false }
+    }
+    fn process(&mut self, p: &mut Packet, _: &mut Cx<'_>) -> Verdict {
+        self.spend(p.len());
+        self.passed += 1;
+        Verdict::Pass
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("passed", self.passed)]
+    }
+}

@@ -1,0 +1,309 @@
+//! Plans (docs/chain.md, "Plans") and the data path running them in each mode: Figure 4's
+//! sharing, splitting and concatenating, refusals, and a property test against a naive DAG
+//! interpreter.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use tern_chain::plan::{self, Plan};
+use tern_chain::runtime::{Collect, Collected, Config, Egress, Ingress, Mode, Runtime, VecIngress};
+use tern_chain::task::{Cost, Cx, NetworkTask, Verdict};
+use tern_chain::tenant::{TaskSpec, Tenant};
+use tern_io::{Packet, Pool};
+
+fn example(name: &str) -> Tenant {
+    let path = format!("{}/../../examples/chain/{name}", env!("CARGO_MANIFEST_DIR"));
+    Tenant::load(std::path::Path::new(&path)).unwrap()
+}
+
+fn dummy_area(t: &TaskSpec) -> Result<u64, String> {
+    match t {
+        TaskSpec::Dummy { luts, .. } => Ok(*luts),
+        _ => Ok(10_000),
+    }
+}
+
+#[test]
+fn figure_4_dag_b_rides_dag_a_chain_skipping() {
+    let tenants = vec![example("figure4-b.toml"), example("figure4-a.toml")];
+    let p = plan::plan(&tenants, &dummy_area, 8, 100_000).unwrap();
+    assert_eq!(p.chains.len(), 1);
+    let names: Vec<&str> = p.chains[0].slots.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["nt1", "nt2", "nt3", "nt4"]);
+    // Tenant b (listed first) skips nt1 and nt3: positions 0 and 2.
+    assert_eq!(p.tenants[0].skip, 0b0101);
+    assert_eq!(p.tenants[1].skip, 0);
+    assert_eq!(p.regions.len(), 1, "one region: b needs none of its own");
+    let text = p.describe(&tenants).join("\n");
+    assert!(text.contains("tenant b: skips nt1, nt3"), "{text}");
+    assert!(text.contains("chain 0: nt1 -> nt2 -> nt3 -> nt4"), "{text}");
+}
+
+fn tenant(name: &str, dag: &str, nodes: &[&str], luts: u64) -> Tenant {
+    let mut s = format!("tenant = \"{name}\"\ndag = \"{dag}\"\n");
+    for n in nodes {
+        s += &format!("[nt.{n}]\nkind = \"dummy\"\nluts = {luts}\n");
+    }
+    Tenant::parse(&s).unwrap()
+}
+
+#[test]
+fn partial_sharing_extends_a_chain() {
+    // x shares `b` with the first tenant's chain and brings `z` of its own.
+    let a = tenant("t1", "a -> b -> c", &["a", "b", "c"], 1000);
+    let x = tenant("t2", "b -> z", &["b", "z"], 1000);
+    let p = plan::plan(&[a, x], &dummy_area, 8, 100_000).unwrap();
+    assert_eq!(p.chains.len(), 1);
+    let names: Vec<&str> = p.chains[0].slots.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c", "z"]);
+    assert_eq!(p.tenants[0].skip, 0b1000);
+    assert_eq!(p.tenants[1].skip, 0b0101);
+    assert_eq!(p.tenants[0].positions, [0, 1, 2]);
+    assert_eq!(p.tenants[1].positions, [1, 3]);
+}
+
+#[test]
+fn an_order_the_edges_forbid_is_not_shared() {
+    // c -> a is against the chain's a before c: a new chain.
+    let a = tenant("t1", "a -> b -> c", &["a", "b", "c"], 1000);
+    let y = tenant("t2", "c -> a", &["c", "a"], 1000);
+    let p = plan::plan(&[a, y], &dummy_area, 8, 100_000).unwrap();
+    assert_eq!(p.chains.len(), 2);
+}
+
+#[test]
+fn long_chains_split_and_small_ones_concatenate() {
+    let long = tenant("long", "a -> b -> c -> d -> e", &["a", "b", "c", "d", "e"], 30_000);
+    let small1 = tenant("s1", "p", &["p"], 10_000);
+    let small2 = tenant("s2", "q", &["q"], 10_000);
+    let p = plan::plan(&[long, small1, small2], &dummy_area, 8, 100_000).unwrap();
+    assert_eq!(p.chains[0].segments, [0..3, 3..5]);
+    // First fit: the first region (90 K) takes one small chain (10 K), the second (60 K) the
+    // other: two regions for four chains' worth of segments.
+    assert_eq!(p.regions.len(), 2, "{:?}", p.regions);
+    assert_eq!(p.regions[0].segments, [(0, 0), (1, 0)]);
+    assert_eq!(p.regions[0].luts, 100_000);
+    assert_eq!(p.regions[1].segments, [(0, 1), (2, 0)]);
+    assert_eq!(p.regions[1].luts, 70_000);
+}
+
+#[test]
+fn refusals_name_what_does_not_fit() {
+    let big = tenant("big", "a", &["a"], 200_000);
+    let e = plan::plan(&[big], &dummy_area, 8, 100_000).unwrap_err();
+    assert!(e.contains("task `a` (dummy) needs 200000 LUTs, more than a region's 100000"), "{e}");
+    let many: Vec<Tenant> =
+        (0..3).map(|i| tenant(&format!("t{i}"), &format!("x{i}"), &[&format!("x{i}")], 60_000)).collect();
+    let e = plan::plan(&many, &dummy_area, 2, 100_000).unwrap_err();
+    assert_eq!(e, "regions: asked 3, available 2 (of 100000 LUTs each)");
+}
+
+/// A test task: payload byte `SLOTS + node` becomes a mix of itself, the node and its DAG
+/// predecessors' bytes; the last byte counts tasks run. Equal bytes in the end mean every
+/// task ran once, after its predecessors.
+#[derive(Debug)]
+struct SlotTask {
+    node: usize,
+    preds: Vec<usize>,
+}
+
+const SLOTS: usize = 42 + 8;
+
+impl NetworkTask for SlotTask {
+    fn kind(&self) -> &'static str {
+        "dummy"
+    }
+    fn cost(&self) -> Cost {
+        Cost { ns_per_packet: 0.0, luts: Some(1000), gbps: None, stateful: self.node.is_multiple_of(2), modifies: true }
+    }
+    fn process(&mut self, p: &mut Packet, _: &mut Cx<'_>) -> Verdict {
+        let d = p.data_mut();
+        let mut h = u32::from(d[SLOTS + self.node]).wrapping_mul(31).wrapping_add(self.node as u32 + 1);
+        for &q in &self.preds {
+            h = h.wrapping_mul(0x9e37_79b1).rotate_left(7) ^ u32::from(d[SLOTS + q]);
+        }
+        d[SLOTS + self.node] = (h ^ h >> 16 ^ h >> 24) as u8 | 1;
+        let last = d.len() - 1;
+        d[last] = d[last].wrapping_add(1);
+        Verdict::Pass
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+fn slot_factory(tenants: &[Tenant]) -> impl FnMut(usize, usize) -> Result<Box<dyn NetworkTask>, String> + '_ {
+    move |t, n| {
+        let preds = tenants[t].dag.edges().into_iter().filter(|e| e.1 == n).map(|e| e.0).collect();
+        Ok(Box::new(SlotTask { node: n, preds }) as Box<dyn NetworkTask>)
+    }
+}
+
+fn frame(pool: &Pool, tenant: usize, id: u32) -> Packet {
+    let mut payload = vec![0u8; 64];
+    payload[..4].copy_from_slice(&id.to_be_bytes());
+    let mut f = Vec::new();
+    tern_wire::frame::build_udp4(
+        &mut f,
+        [2; 6],
+        [4; 6],
+        [10, 9, 0, 1],
+        [10, 0, tenant as u8, 7],
+        1000 + id as u16,
+        80,
+        64,
+        &payload,
+    );
+    let mut p = pool.packet();
+    p.extend_from_slice(&f).unwrap();
+    p
+}
+
+fn with_ingress(mut t: Tenant, k: usize) -> Tenant {
+    t.ingress.pattern.dst = Some(format!("10.0.{k}.0/24").parse().unwrap());
+    t
+}
+
+/// Runs packets through a runtime; returns what left (descriptor, bytes) by packet id.
+fn run(plan: Plan, tenants: &[Tenant], mode: Mode, cores: usize, packets: &[(usize, u32)]) -> Vec<(u16, Vec<u8>)> {
+    let pool = Pool::new(4096, 2048);
+    let cfg = Config { mode, cores, credits: 2, batch: 4, ..Config::default() };
+    let rt = Runtime::new(plan, tenants.to_vec(), cfg, &mut slot_factory(tenants)).unwrap();
+    let stopper = rt.stopper();
+    let got: Collected = Arc::new(Mutex::new(Vec::new()));
+    let ingress: Vec<Box<dyn Ingress>> = if mode == Mode::Rtc {
+        // Flows sharded by packet id.
+        (0..cores)
+            .map(|c| {
+                let mine =
+                    packets.iter().filter(|(_, id)| *id as usize % cores == c).map(|&(t, id)| frame(&pool, t, id));
+                Box::new(VecIngress::new(mine.collect::<Vec<_>>())) as Box<dyn Ingress>
+            })
+            .collect()
+    } else {
+        vec![Box::new(VecIngress::new(packets.iter().map(|&(t, id)| frame(&pool, t, id)).collect::<Vec<_>>()))]
+    };
+    let egress: Vec<Box<dyn Egress>> =
+        (0..cores).map(|_| Box::new(Collect::new(&pool, &got, packets.len(), &stopper)) as Box<dyn Egress>).collect();
+    // A backstop: a bug that loses packets fails the count below instead of hanging.
+    let s2 = stopper.clone();
+    let guard = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        s2.stop();
+    });
+    drop(guard);
+    let stats = rt.run(&pool, ingress, egress).unwrap();
+    let mut out = got.lock().unwrap().clone();
+    assert_eq!(out.len(), packets.len(), "every packet leaves once ({mode:?}): {stats:?}");
+    out.sort_by_key(|(_, b)| u32::from_be_bytes([b[42], b[43], b[44], b[45]]));
+    out.into_iter().map(|(d, b)| (d.tenant, b)).collect()
+}
+
+/// The naive interpreter: each packet through its tenant's DAG in topological order, with
+/// fresh tasks of its own.
+fn interpret(tenants: &[Tenant], packets: &[(usize, u32)]) -> Vec<Vec<u8>> {
+    let pool = Pool::new(16, 2048);
+    let mut f = slot_factory(tenants);
+    let mut tasks: Vec<Vec<Box<dyn NetworkTask>>> =
+        tenants.iter().enumerate().map(|(t, ten)| (0..ten.tasks.len()).map(|n| f(t, n).unwrap()).collect()).collect();
+    let mut out = Vec::new();
+    for &(t, id) in packets {
+        let mut p = frame(&pool, t, id);
+        let mut emitted = Vec::new();
+        let mut cx = Cx { now: Instant::now(), pool: &pool, emitted: &mut emitted };
+        for &n in &tenants[t].order {
+            assert_eq!(tasks[t][n].process(&mut p, &mut cx), Verdict::Pass);
+        }
+        out.push(p.data().to_vec());
+    }
+    out
+}
+
+#[test]
+fn figure_4_runs_in_every_mode() {
+    let tenants = vec![with_ingress(example("figure4-a.toml"), 0), with_ingress(example("figure4-b.toml"), 1)];
+    let packets: Vec<(usize, u32)> = (0..200).map(|i| ((i % 3 == 0) as usize, i)).collect();
+    let want = interpret(&tenants, &packets);
+    for mode in [Mode::Snic, Mode::Panic, Mode::Rtc] {
+        for cores in [1, 2] {
+            let p = plan::plan(&tenants, &dummy_area, 8, 100_000).unwrap();
+            let got = run(p, &tenants, mode, cores, &packets);
+            for (i, (t, bytes)) in got.iter().enumerate() {
+                assert_eq!(usize::from(*t), packets[i].0);
+                assert_eq!(bytes, &want[i], "{mode:?} on {cores} cores, packet {i}");
+                let ran = bytes[bytes.len() - 1];
+                assert_eq!(usize::from(ran), tenants[packets[i].0].tasks.len());
+            }
+        }
+    }
+}
+
+/// Random DAGs over shared names: (nodes, edges) with edges going forward in a random order.
+fn dag_strategy() -> impl Strategy<Value = (Vec<usize>, Vec<(usize, usize)>)> {
+    (proptest::sample::subsequence((0..8).collect::<Vec<usize>>(), 1..=6), any::<u64>()).prop_flat_map(
+        |(nodes, seed)| {
+            let n = nodes.len();
+            let mut order = nodes.clone();
+            // A seeded shuffle: the DAG's topological order.
+            let mut x = seed | 1;
+            for i in (1..n).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                order.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+            let pairs: Vec<(usize, usize)> = (0..n).flat_map(|i| (i + 1..n).map(move |j| (i, j))).collect();
+            let m = pairs.len();
+            proptest::sample::subsequence(pairs, 0..=m)
+                .prop_map(move |es| (order.clone(), es.iter().map(|&(i, j)| (order[i], order[j])).collect()))
+        },
+    )
+}
+
+fn tenant_of(k: usize, nodes: &[usize], edges: &[(usize, usize)], luts: u64) -> Tenant {
+    let mut stmts: Vec<String> = edges.iter().map(|(a, b)| format!("n{a} -> n{b}")).collect();
+    stmts.extend(nodes.iter().map(|a| format!("n{a}")));
+    let names: Vec<String> = nodes.iter().map(|a| format!("n{a}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    with_ingress(tenant(&format!("t{k}"), &stmts.join("; "), &refs, luts), k)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    /// Every packet runs exactly its DAG's tasks, each after its predecessors, and leaves with
+    /// the bytes the naive interpreter gives, whatever the sharing, splitting and mode.
+    #[test]
+    fn plans_agree_with_the_naive_interpreter(
+        dags in proptest::collection::vec(dag_strategy(), 1..=3),
+        region_kluts in 1u64..=8,
+        mode in prop_oneof![Just(Mode::Snic), Just(Mode::Panic), Just(Mode::Rtc)],
+        cores in 1usize..=2,
+        picks in proptest::collection::vec(any::<u8>(), 1..60),
+    ) {
+        let tenants: Vec<Tenant> = dags.iter().enumerate().map(|(k, (n, e))| tenant_of(k, n, e, 1000)).collect();
+        let p = plan::plan(&tenants, &dummy_area, 1000, region_kluts * 1000).unwrap();
+        // Each tenant's positions are distinct, in its chain, and not skipped.
+        for (t, pl) in p.tenants.iter().enumerate() {
+            let len = p.chains[pl.chain].slots.len();
+            for (n, &pos) in pl.positions.iter().enumerate() {
+                prop_assert!(pos < len && pl.skip >> pos & 1 == 0);
+                prop_assert_eq!(&p.chains[pl.chain].slots[pos].name, &tenants[t].dag.nodes()[n]);
+            }
+            prop_assert_eq!(pl.skip.count_ones() as usize + pl.positions.len(), len);
+            for (a, b) in tenants[t].dag.edges() {
+                prop_assert!(pl.positions[a] < pl.positions[b]);
+            }
+        }
+        let packets: Vec<(usize, u32)> = picks.iter().enumerate().map(|(i, &x)| (usize::from(x) % tenants.len(), i as u32)).collect();
+        let want = interpret(&tenants, &packets);
+        let got = run(p, &tenants, mode, cores, &packets);
+        for (i, (t, bytes)) in got.iter().enumerate() {
+            prop_assert_eq!(usize::from(*t), packets[i].0);
+            prop_assert_eq!(bytes, &want[i]);
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Network tasks through the `NetworkTask` trait, on `tern_io` packet buffers (docs/chain.md,
+//! "Network tasks"): golden frames for each kind, re-parsed with `etherparse`, every checksum
+//! checked; drops by name; AES sealing into the headroom agreeing with sealing a `Vec`.
+
+use std::time::Instant;
+
+use etherparse::{NetHeaders, PacketHeaders, TransportHeader};
+use tern_chain::aes::{AesTask, KeySpace};
+use tern_chain::gbn;
+use tern_chain::kv::{Msg, Op};
+use tern_chain::task::{self, Cx, Keys, NetworkTask, Verdict};
+use tern_chain::tenant::Tenant;
+use tern_io::{Packet, Pool};
+use tern_wire::frame::{build_tcp4, build_udp4};
+
+/// (source address, source port, destination address, destination port, UDP payload), after
+/// etherparse checks the IPv4 header checksum and the transport checksum.
+fn parsed(frame: &[u8]) -> ([u8; 4], u16, [u8; 4], u16, Vec<u8>) {
+    let h = PacketHeaders::from_ethernet_slice(frame).expect("etherparse parses it");
+    let Some(NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not IPv4") };
+    assert_eq!(ip.header_checksum, ip.calc_header_checksum(), "IPv4 header checksum");
+    let p = h.payload.slice().to_vec();
+    let (sp, dp) = match &h.transport {
+        Some(TransportHeader::Udp(u)) => {
+            assert_eq!(u.checksum, u.calc_checksum_ipv4(ip, &p).unwrap(), "UDP checksum");
+            assert_eq!(usize::from(u.length), 8 + p.len());
+            (u.source_port, u.destination_port)
+        }
+        Some(TransportHeader::Tcp(t)) => {
+            assert_eq!(t.checksum, t.calc_checksum_ipv4(ip, &p).unwrap(), "TCP checksum");
+            (t.source_port, t.destination_port)
+        }
+        _ => panic!("not UDP or TCP"),
+    };
+    (ip.source, sp, ip.destination, dp, p)
+}
+
+fn udp(src: [u8; 4], sp: u16, dst: [u8; 4], dp: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    build_udp4(&mut f, [2; 6], [4; 6], src, dst, sp, dp, 64, payload);
+    f
+}
+
+fn packet(pool: &Pool, headroom: usize, bytes: &[u8]) -> Packet {
+    let mut p = pool.packet();
+    p.reserve_headroom(headroom);
+    p.extend_from_slice(bytes).unwrap();
+    p
+}
+
+/// The task of kind described by `nt` (a tenant file's `[nt.x]` table body).
+fn task_of(nt: &str) -> Box<dyn NetworkTask> {
+    let t = Tenant::parse(&format!("tenant = \"t\"\ndag = \"x\"\n[nt.x]\n{nt}")).unwrap();
+    task::build(&t.tasks[0], &mut Keys::default()).unwrap()
+}
+
+fn run(t: &mut dyn NetworkTask, p: &mut Packet, pool: &Pool) -> (Verdict, Vec<Packet>) {
+    let mut emitted = Vec::new();
+    let v = t.process(p, &mut Cx { now: Instant::now(), pool, emitted: &mut emitted });
+    (v, emitted)
+}
+
+const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+
+#[test]
+fn aes_seals_into_the_headroom_as_a_vec_is_sealed_and_opens_back() {
+    let pool = Pool::new(8, 2048);
+    for len in [0usize, 1, 100, 1400] {
+        let plain = udp([10, 0, 0, 1], 1, [10, 0, 0, 2], 2, &vec![0x5a; len]);
+        let key = [7u8; 32];
+        let mut v = plain.clone();
+        AesTask::new(&KeySpace::new(key)).unwrap().seal(&mut v).unwrap();
+        for headroom in [0, 64] {
+            let mut p = packet(&pool, headroom, &plain);
+            let space = KeySpace::new(key);
+            AesTask::new(&space).unwrap().seal_packet(&mut p).unwrap();
+            assert_eq!(p.data(), &v[..], "len {len}, headroom {headroom}");
+            assert_eq!(parsed(p.data()).4.len(), len + 28);
+            AesTask::new(&space).unwrap().open_packet(&mut p).unwrap();
+            assert_eq!(p.data(), &plain[..]);
+        }
+    }
+    // No room for the tag at the end: refused by name, the frame unchanged.
+    let small = Pool::new(2, 200);
+    let plain = udp([10, 0, 0, 1], 1, [10, 0, 0, 2], 2, &[1; 150]);
+    let mut p = packet(&small, 0, &plain);
+    let mut t = task_of(&format!("kind = \"aes\"\nkey = \"{KEY}\""));
+    assert_eq!(run(t.as_mut(), &mut p, &small).0, Verdict::Drop("too_large"));
+    assert_eq!(p.data(), &plain[..]);
+    let mut opener = task_of(&format!("kind = \"aes\"\nkey = \"{KEY}\"\ndirection = \"open\""));
+    let mut p = packet(&pool, 64, &plain);
+    assert_eq!(run(opener.as_mut(), &mut p, &pool).0, Verdict::Drop("bad_tag"));
+    assert!(opener.counters().contains(&("bad_tag", 1)));
+}
+
+#[test]
+fn lb_rewrites_the_destination_to_its_flows_backend() {
+    let pool = Pool::new(8, 2048);
+    let mut lb = task_of(
+        "kind = \"lb\"\nbackends = [{ name = \"10.2.0.1:8080\" }, { name = \"10.2.0.2:8081\", weight = 3 }]\ntable_size = 101",
+    );
+    let mut seen = std::collections::HashMap::new();
+    for sp in 0..400u16 {
+        let f = udp([10, 9, 0, 1], 1000 + sp, [192, 0, 2, 10], 80, b"hi");
+        let mut p = packet(&pool, 0, &f);
+        assert_eq!(run(lb.as_mut(), &mut p, &pool).0, Verdict::Pass);
+        let (src, sport, dst, dport, payload) = parsed(p.data());
+        assert_eq!((src, sport, payload.as_slice()), ([10, 9, 0, 1], 1000 + sp, &b"hi"[..]));
+        assert!(matches!((dst, dport), ([10, 2, 0, 1], 8080) | ([10, 2, 0, 2], 8081)), "{dst:?}:{dport}");
+        // The same flow again: the same backend.
+        let mut q = packet(&pool, 0, &f);
+        run(lb.as_mut(), &mut q, &pool);
+        assert_eq!(p.data(), q.data());
+        *seen.entry(dport).or_insert(0) += 1;
+    }
+    // Weights 1 and 3: about a quarter of the flows to the first.
+    assert!((60..140).contains(&seen[&8080]), "{seen:?}");
+    let mut tcp = Vec::new();
+    build_tcp4(&mut tcp, [2; 6], [4; 6], [10, 9, 0, 1], [192, 0, 2, 10], 5555, 80, 64, b"");
+    let mut p = packet(&pool, 0, &tcp);
+    assert_eq!(run(lb.as_mut(), &mut p, &pool).0, Verdict::Pass);
+    parsed(p.data());
+    let mut p = packet(&pool, 0, &[0u8; 20]);
+    assert_eq!(run(lb.as_mut(), &mut p, &pool).0, Verdict::Drop("not_tcp_udp4"), "not IP");
+    let mut p = packet(&pool, 0, &udp([10, 9, 0, 1], 1, [192, 0, 2, 10], 80, b"hi")[..30]);
+    assert_eq!(run(lb.as_mut(), &mut p, &pool).0, Verdict::Drop("malformed"), "cut short");
+    // Backends the data path cannot rewrite to are refused when the task is built.
+    let t =
+        Tenant::parse("tenant = \"t\"\ndag = \"x\"\n[nt.x]\nkind = \"lb\"\nbackends = [{ name = \"web1\" }]").unwrap();
+    let e = task::build(&t.tasks[0], &mut Keys::default()).unwrap_err();
+    assert!(e.contains("backend `web1` is not an IPv4 address and port"), "{e}");
+}
+
+#[test]
+fn kv_answers_a_hit_back_to_the_client() {
+    let pool = Pool::new(8, 2048);
+    let mut kv = task_of("kind = \"kv\"");
+    let (client, server) = ([10, 0, 0, 5], [10, 0, 0, 9]);
+    let get = Msg { op: Op::Get, id: 7, key: b"user:1", value: b"" }.to_vec();
+    let mut p = packet(&pool, 0, &udp(client, 4000, server, 11211, &get));
+    assert_eq!(run(kv.as_mut(), &mut p, &pool).0, Verdict::Pass, "a miss goes on to the server");
+    let value = Msg { op: Op::Value, id: 7, key: b"user:1", value: b"alice" }.to_vec();
+    let mut p = packet(&pool, 0, &udp(server, 11211, client, 4000, &value));
+    assert_eq!(run(kv.as_mut(), &mut p, &pool).0, Verdict::Pass, "the answer goes on to the client, kept");
+    let get2 = Msg { op: Op::Get, id: 8, key: b"user:1", value: b"" }.to_vec();
+    let mut p = packet(&pool, 0, &udp(client, 4000, server, 11211, &get2));
+    assert_eq!(run(kv.as_mut(), &mut p, &pool).0, Verdict::Reply);
+    let (src, sp, dst, dp, payload) = parsed(p.data());
+    assert_eq!((src, sp, dst, dp), (server, 11211, client, 4000));
+    assert_eq!(&p.data()[..12], &[[2u8; 6], [4u8; 6]].concat()[..], "MAC addresses swapped");
+    assert_eq!(payload, Msg { op: Op::Value, id: 8, key: b"user:1", value: b"alice" }.to_vec());
+    let mut p = packet(&pool, 0, &udp(client, 4000, server, 11211, &[9, 9]));
+    assert_eq!(run(kv.as_mut(), &mut p, &pool).0, Verdict::Drop("malformed"));
+    assert!(kv.counters().contains(&("hits", 1)));
+}
+
+#[test]
+fn gbn_delivers_in_order_and_acknowledges() {
+    let pool = Pool::new(8, 2048);
+    let mut t = task_of("kind = \"gbn\"");
+    let data = |seq: u32, body: &[u8]| {
+        let mut b = Vec::new();
+        gbn::Header { kind: gbn::DATA, len: body.len() as u16, conn: 3, seq }.write(body, &mut b);
+        udp([10, 0, 0, 1], 7000, [10, 0, 0, 2], 7001, &b)
+    };
+    let mut p = packet(&pool, 64, &data(0, b"first"));
+    let (v, emitted) = run(t.as_mut(), &mut p, &pool);
+    assert_eq!(v, Verdict::Pass);
+    let (_, _, _, _, payload) = parsed(p.data());
+    assert_eq!(payload, b"first", "delivered without the header");
+    assert_eq!(emitted.len(), 1);
+    let (src, sp, dst, dp, ack) = parsed(emitted[0].data());
+    assert_eq!((src, sp, dst, dp), ([10, 0, 0, 2], 7001, [10, 0, 0, 1], 7000));
+    assert_eq!(gbn::Header::parse(&ack).unwrap().0, gbn::Header { kind: gbn::ACK, len: 0, conn: 3, seq: 1 });
+    // Out of order: the packet itself becomes the acknowledgement of what is expected.
+    let mut p = packet(&pool, 64, &data(5, b"later"));
+    assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Reply);
+    let (_, sp, _, dp, ack) = parsed(p.data());
+    assert_eq!((sp, dp), (7001, 7000));
+    assert_eq!(gbn::Header::parse(&ack).unwrap().0.seq, 1);
+    let mut p = packet(&pool, 64, &udp([10, 0, 0, 1], 7000, [10, 0, 0, 2], 7001, b"no header"));
+    assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Drop("malformed"));
+}
+
+#[test]
+fn nat_firewall_and_dummy_through_the_trait() {
+    let pool = Pool::new(8, 2048);
+    let mut nat = task_of("kind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20010\"");
+    let mut p = packet(&pool, 0, &udp([10, 0, 0, 5], 4000, [8, 8, 8, 8], 53, b"q"));
+    assert_eq!(run(nat.as_mut(), &mut p, &pool).0, Verdict::Pass);
+    let (src, sp, _, _, _) = parsed(p.data());
+    assert_eq!((src, sp), ([192, 0, 2, 1], 20000));
+    // The reply, to the external address, comes back in.
+    let mut r = packet(&pool, 0, &udp([8, 8, 8, 8], 53, [192, 0, 2, 1], 20000, b"a"));
+    assert_eq!(run(nat.as_mut(), &mut r, &pool).0, Verdict::Pass);
+    let (_, _, dst, dp, _) = parsed(r.data());
+    assert_eq!((dst, dp), ([10, 0, 0, 5], 4000));
+    let mut stray = packet(&pool, 0, &udp([8, 8, 8, 8], 53, [192, 0, 2, 1], 20005, b"a"));
+    assert_eq!(run(nat.as_mut(), &mut stray, &pool).0, Verdict::Drop("no_mapping"));
+
+    let mut fw = task_of("kind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\", dst_port = 53 }]");
+    let mut p = packet(&pool, 0, &udp([10, 0, 0, 5], 4000, [8, 8, 8, 8], 53, b"q"));
+    assert_eq!(run(fw.as_mut(), &mut p, &pool).0, Verdict::Pass);
+    let mut p = packet(&pool, 0, &udp([10, 0, 0, 5], 4000, [8, 8, 8, 8], 54, b"q"));
+    assert_eq!(run(fw.as_mut(), &mut p, &pool).0, Verdict::Drop("denied"));
+    assert!(fw.counters().contains(&("denied", 1)));
+
+    let mut d = task_of("kind = \"dummy\"\nns_per_packet = 1000\nluts = 5");
+    assert_eq!(d.cost().luts, Some(5));
+    let f = udp([10, 0, 0, 5], 4000, [8, 8, 8, 8], 53, b"q");
+    let mut p = packet(&pool, 0, &f);
+    let t0 = Instant::now();
+    assert_eq!(run(d.as_mut(), &mut p, &pool).0, Verdict::Pass);
+    assert!(t0.elapsed().as_nanos() >= 1000, "a dummy spends at least its time");
+    assert_eq!(p.data(), &f[..]);
+}
