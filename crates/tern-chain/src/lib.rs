@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod aes;
+pub mod bench;
 pub mod dag;
 pub mod fw;
 pub mod gbn;

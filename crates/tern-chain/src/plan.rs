@@ -156,6 +156,33 @@ pub fn plan(
     regions: u64,
     region_luts: u64,
 ) -> Result<Plan, String> {
+    plan_with(tenants, area, regions, region_luts, Options::default())
+}
+
+/// What the planner may do (both on by default; off, to compare against).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Share task instances between tenants (skipping and partial sharing); off, every tenant
+    /// gets a chain of its own.
+    pub share: bool,
+    /// Place several chains' segments in one region; off, every segment gets a region.
+    pub concatenate: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { share: true, concatenate: true }
+    }
+}
+
+/// [`plan`] with `opts`.
+pub fn plan_with(
+    tenants: &[Tenant],
+    area: &dyn Fn(&TaskSpec) -> Result<u64, String>,
+    regions: u64,
+    region_luts: u64,
+    opts: Options,
+) -> Result<Plan, String> {
     let mut by_size: Vec<usize> = (0..tenants.len()).collect();
     by_size.sort_by_key(|&i| std::cmp::Reverse(tenants[i].dag.nodes().len()));
     let mut chains: Vec<Chain> = Vec::new();
@@ -164,9 +191,12 @@ pub fn plan(
         let t = &tenants[ti];
         let luts: Vec<u64> =
             t.tasks.iter().map(area).collect::<Result<_, _>>().map_err(|e| format!("{}: {e}", t.name))?;
-        if let Some((ci, positions)) =
+        let embedded = if opts.share {
             chains.iter().enumerate().find_map(|(ci, c)| merge(t, &c.slots, false).map(|(_, p)| (ci, p)))
-        {
+        } else {
+            None
+        };
+        if let Some((ci, positions)) = embedded {
             for (i, &p) in positions.iter().enumerate() {
                 chains[ci].slots[p].luts = chains[ci].slots[p].luts.max(luts[i]);
             }
@@ -178,6 +208,7 @@ pub fn plan(
         let best = chains
             .iter()
             .enumerate()
+            .filter(|_| opts.share)
             .filter_map(|(ci, c)| merge(t, &c.slots, true).map(|m| (ci, m)))
             .filter(|(ci, (out, _))| chains[*ci].slots.len() + out.iter().filter(|s| s.is_err()).count() <= MAX_CHAIN)
             .max_by_key(|(_, (out, _))| (out.iter().filter(|s| s.is_ok()).count(), std::cmp::Reverse(out.len())));
@@ -251,10 +282,10 @@ pub fn plan(
     for (ci, c) in chains.iter().enumerate() {
         for (si, seg) in c.segments.iter().enumerate() {
             let luts: u64 = c.slots[seg.clone()].iter().map(|s| s.luts).sum();
-            match regions_out
-                .iter_mut()
-                .find(|r| r.luts + luts <= region_luts && r.segments.iter().all(|&(c2, _)| c2 != ci))
-            {
+            let fits = |r: &&mut RegionPlan| {
+                opts.concatenate && r.luts + luts <= region_luts && r.segments.iter().all(|&(c2, _)| c2 != ci)
+            };
+            match regions_out.iter_mut().find(fits) {
                 Some(r) => {
                     r.luts += luts;
                     r.segments.push((ci, si));

@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_queue::ArrayQueue;
 use tern_io::{Packet, Pool};
 use tern_table::classifier::FlowKey;
 use tern_wire::frame::{FrameInfo, L3};
@@ -201,14 +200,15 @@ enum Fate {
     Replied,
 }
 
-/// Runs `wrappers` over a batch, task by task (one clock reading a task and batch); `fates`
-/// says what became of each item.
+/// Runs `wrappers` over a batch, task by task; `fates` says what became of each item. The
+/// clock is read once after each task that ran (the batch's start is `cx.now`), so a task's
+/// time is the time from the one before it.
 fn run_batch(wrappers: &mut [Wrapper], items: &mut [Item], fates: &mut Vec<Fate>, cx: &mut Cx<'_>) {
     fates.clear();
     fates.resize(items.len(), Fate::Alive);
+    let mut t0 = cx.now;
     for w in wrappers.iter_mut() {
         let bit = 1u64 << (w.position & 63);
-        let t0 = Instant::now();
         let mut ran = 0;
         for (item, fate) in items.iter_mut().zip(fates.iter_mut()) {
             if *fate != Fate::Alive {
@@ -231,9 +231,11 @@ fn run_batch(wrappers: &mut [Wrapper], items: &mut [Item], fates: &mut Vec<Fate>
             }
         }
         if ran > 0 {
+            let t1 = Instant::now();
             w.packets += ran;
             w.batches += 1;
-            w.ns += t0.elapsed().as_nanos() as u64;
+            w.ns += (t1 - t0).as_nanos() as u64;
+            t0 = t1;
         }
     }
 }
@@ -254,7 +256,7 @@ impl Classify {
     /// The frame's tenant and its flow's hash, or the drop reason (`malformed`: not an
     /// Ethernet frame carrying IP; `unknown_tenant`: no tenant's pattern matches).
     pub fn tenant(&mut self, frame: &[u8]) -> Result<(usize, u64), &'static str> {
-        if self.info.parse_general_into(frame).is_err() || !matches!(self.info.l3, L3::Ipv4 | L3::Ipv6) {
+        if self.info.parse_into(frame).is_err() || !matches!(self.info.l3, L3::Ipv4 | L3::Ipv6) {
             return Err("malformed");
         }
         let i = &self.info;
@@ -304,6 +306,8 @@ pub struct RunStats {
     pub scheduler_ns: u64,
     /// Times a packet waited for a credit (at the head of its queue).
     pub credit_waits: u64,
+    /// `panic`: the most packets waiting between tasks at once in the scheduler's buffer.
+    pub buffer_peak: u64,
     /// Each wrapper: (chain, instance, position, slot, packets, skipped, batches, ns).
     pub wrappers: Vec<WrapperStats>,
 }
@@ -358,26 +362,43 @@ impl RunStats {
 }
 
 /// A region at run time: the segments placed in it (each a chain instance's positions), and
-/// its input ring.
-#[derive(Debug)]
+/// its input rings, one from each core (single producer, single consumer: a core writes only
+/// its own ring's tail, so moving a packet costs no contended atomic).
 struct Region {
     /// (chain, instance, segment, wrappers).
     segments: Vec<(usize, usize, usize, Vec<Wrapper>)>,
-    ring: Arc<ArrayQueue<Item>>,
+    inputs: Vec<rtrb::Consumer<Item>>,
+    /// Which input to take from first (turns, so no core's packets wait behind another's).
+    turn: usize,
+}
+
+/// A core's ends of the rings it writes: into each region (by id), and (`panic`) back to the
+/// scheduler.
+struct Links {
+    to: Vec<rtrb::Producer<Item>>,
+    back: Option<rtrb::Producer<Item>>,
+}
+
+impl Links {
+    /// Moves `item` into region `r`'s ring from this core; the item back if it is full.
+    fn push(&mut self, r: usize, item: Item) -> Result<(), Item> {
+        match self.to.get_mut(r) {
+            Some(p) => p.push(item).map_err(|rtrb::PushError::Full(i)| i),
+            None => Err(item),
+        }
+    }
 }
 
 /// What every core shares.
 #[derive(Debug)]
 struct Shared {
-    /// Each region's input ring, by region id.
-    rings: Vec<Arc<ArrayQueue<Item>>>,
+    /// Regions there are.
+    regions: usize,
     /// `snic`: the region of (chain, instance, segment); `panic`: of (chain, instance, position).
     route: Vec<Vec<Vec<usize>>>,
     /// Credits coming back: `snic` by chain instance (chain × instances + instance); `panic`
     /// by region.
     returned: Vec<AtomicU64>,
-    /// `panic`: packets back from a region to the scheduler.
-    back: ArrayQueue<Item>,
     stop: AtomicBool,
 }
 
@@ -393,11 +414,16 @@ struct CoreState {
     /// Frames no tenant's pattern matched, and that were not IP (`rtc`: each core its own).
     unknown_tenant: u64,
     malformed: u64,
+    /// Its ends of the rings, and (core 0, `panic`) the rings back from every core.
+    links: Links,
+    back_in: Vec<rtrb::Consumer<Item>>,
 }
 
 impl CoreState {
-    fn new(ntenants: usize, pools: usize) -> CoreState {
+    fn new(ntenants: usize, pools: usize, links: Links, back_in: Vec<rtrb::Consumer<Item>>) -> CoreState {
         CoreState {
+            links,
+            back_in,
             tenants: vec![TenantStats::default(); ntenants],
             batch: Vec::new(),
             fates: Vec::new(),
@@ -429,6 +455,11 @@ pub struct Runtime {
     instances: usize,
     /// Whether each chain keeps state (its instances are chosen by flow).
     stateful: Vec<bool>,
+    /// By region: its core.
+    region_core: Vec<usize>,
+    /// By core: its ends of the rings; core 0's ends of the rings back (`panic`).
+    links: Vec<Links>,
+    back_in: Vec<rtrb::Consumer<Item>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -449,7 +480,8 @@ impl Runtime {
         let mut stateful = Vec::new();
         let mut core_regions: Vec<Vec<Region>> = (0..cores).map(|_| Vec::new()).collect();
         let mut rtc = Vec::new();
-        let mut rings = Vec::new();
+        let mut by_id: Vec<Region> = Vec::new();
+        let mut region_core = Vec::new();
         let mut route: Vec<Vec<Vec<usize>>> = Vec::new();
         let credits = cfg.credits.max(1) as usize;
         for ci in 0..plan.chains.len() {
@@ -483,16 +515,14 @@ impl Runtime {
                         r[k] = vec![usize::MAX; plan.chains[ci].segments.len()];
                     }
                     for (ri, r) in plan.regions.iter().enumerate() {
-                        let id = rings.len();
-                        let ring =
-                            Arc::new(ArrayQueue::new((credits * r.segments.len() * 2).max(cfg.batch) + cfg.batch));
-                        rings.push(ring.clone());
+                        let id = by_id.len();
                         let mut segments = Vec::new();
                         for &(ci, si) in &r.segments {
                             route[ci][k][si] = id;
                             segments.push((ci, k, si, chains[ci][si].take().unwrap_or_default()));
                         }
-                        core_regions[(ri + k * nreg) % cores].push(Region { segments, ring });
+                        region_core.push((ri + k * nreg) % cores);
+                        by_id.push(Region { segments, inputs: Vec::new(), turn: 0 });
                     }
                 }
             }
@@ -504,13 +534,15 @@ impl Runtime {
                         let ws = build_chain(&plan, ci, nt, factory)?;
                         let mut ids = Vec::new();
                         for w in ws {
-                            let id = rings.len();
-                            let ring = Arc::new(ArrayQueue::new(credits * 2 + cfg.batch));
-                            rings.push(ring.clone());
+                            let id = by_id.len();
                             ids.push(id);
                             let k = route[ci].len();
-                            core_regions[next_core % cores]
-                                .push(Region { segments: vec![(ci, k, w.position, vec![w])], ring });
+                            region_core.push(next_core % cores);
+                            by_id.push(Region {
+                                segments: vec![(ci, k, w.position, vec![w])],
+                                inputs: Vec::new(),
+                                turn: 0,
+                            });
                             next_core += 1;
                         }
                         route[ci].push(ids);
@@ -518,19 +550,53 @@ impl Runtime {
                 }
             }
         }
+        let nregions = by_id.len();
         let pools = match cfg.mode {
             Mode::Snic => plan.chains.len() * instances,
-            Mode::Panic => rings.len(),
+            Mode::Panic => nregions,
             Mode::Rtc => 0,
         };
+        // A ring from every core into every region, each holding what the region's credits
+        // allow in flight, twice over.
+        let mut links: Vec<Links> = (0..cores).map(|_| Links { to: Vec::new(), back: None }).collect();
+        for r in &mut by_id {
+            let cap = (credits * r.segments.len() * 2).max(cfg.batch) + cfg.batch;
+            for l in &mut links {
+                let (p, c) = rtrb::RingBuffer::new(cap);
+                l.to.push(p);
+                r.inputs.push(c);
+            }
+        }
+        let mut back_in = Vec::new();
+        if cfg.mode == Mode::Panic {
+            for l in &mut links {
+                let (p, c) = rtrb::RingBuffer::new((nregions * credits + cfg.batch).max(1));
+                l.back = Some(p);
+                back_in.push(c);
+            }
+        }
+        for (r, &c) in by_id.into_iter().zip(&region_core) {
+            core_regions[c].push(r);
+        }
         let shared = Arc::new(Shared {
-            rings,
+            regions: nregions,
             route,
             returned: (0..pools).map(|_| AtomicU64::new(0)).collect(),
-            back: ArrayQueue::new((pools * credits + cfg.batch).max(1)),
             stop: AtomicBool::new(false),
         });
-        Ok(Runtime { cfg, plan, tenants, cores: core_regions, rtc, shared, instances, stateful })
+        Ok(Runtime {
+            cfg,
+            plan,
+            tenants,
+            cores: core_regions,
+            rtc,
+            shared,
+            instances,
+            stateful,
+            region_core,
+            links,
+            back_in,
+        })
     }
 
     /// The plan it runs.
@@ -566,7 +632,20 @@ impl Runtime {
         let mut ingress: Vec<Option<Box<dyn Ingress>>> = ingress.into_iter().map(Some).collect();
         let mut egress: Vec<Option<Box<dyn Egress>>> = egress.into_iter().map(Some).collect();
         let classify = Classify::new(&self.tenants);
-        let mut sched = Scheduler::new(&self.plan, &self.tenants, &cfg, self.instances, self.stateful.clone(), pools);
+        let mut sched = Scheduler::new(
+            &self.plan,
+            &self.tenants,
+            &cfg,
+            self.instances,
+            self.stateful.clone(),
+            &self.shared.route,
+            pools,
+        );
+        if cfg.mode == Mode::Snic {
+            // A snic region runs its whole segment on its core: the scheduler's own core has
+            // less room for it. (A panic region runs one task; where the first is says little.)
+            sched.set_local_regions(self.region_core.iter().map(|&c| c == 0).collect());
+        }
         let core_regions = std::mem::take(&mut self.cores);
         let rtc = std::mem::take(&mut self.rtc);
         let placements: Vec<(usize, u64)> = self.plan.tenants.iter().map(|p| (p.chain, p.skip)).collect();
@@ -575,7 +654,11 @@ impl Runtime {
             let mut rtc_iter = rtc.into_iter();
             let mut regions_iter = core_regions.into_iter();
             let mut first: Option<Box<dyn FnOnce() -> Joined + Send + '_>> = None;
+            let mut links_iter = std::mem::take(&mut self.links).into_iter();
+            let mut back_in = Some(std::mem::take(&mut self.back_in));
             for core in 0..cores {
+                let links = links_iter.next().unwrap_or(Links { to: Vec::new(), back: None });
+                let back = if core == 0 { back_in.take().unwrap_or_default() } else { Vec::new() };
                 let shared = self.shared.clone();
                 let eg = egress[core].take();
                 let regions = regions_iter.next().unwrap_or_default();
@@ -589,7 +672,7 @@ impl Runtime {
                     if cfg.pin {
                         tern_io::pin_to_core(core);
                     }
-                    let mut st = CoreState::new(nt, pools);
+                    let mut st = CoreState::new(nt, pools, links, back);
                     let mut ing = ing;
                     let Some(mut eg) = eg else { return Joined { st, wrappers: Vec::new(), sched: None } };
                     if cfg.mode == Mode::Rtc {
@@ -653,6 +736,7 @@ impl Runtime {
                 stats.credit_waits += sc.credit_waits;
                 stats.decisions += sc.decisions;
                 stats.scheduler_ns += sc.ns;
+                stats.buffer_peak = stats.buffer_peak.max(sc.buffer_peak);
             }
             stats.unknown_tenant += j.st.unknown_tenant;
             stats.malformed += j.st.malformed;
@@ -685,68 +769,222 @@ impl Stopper {
     }
 }
 
-/// The scheduler: classification, per-tenant queues in virtual-time order, credits.
-struct Scheduler {
-    /// By tenant: its chain, skip mask, weight, queue, virtual time.
+/// Where a decision sends a packet.
+#[derive(Debug)]
+pub struct Decision {
+    /// The region whose ring it goes into, and the credit pool it took a credit of; `None`:
+    /// its chain has nothing for it to run, it leaves now.
+    pub to: Option<(usize, usize)>,
+    /// The packet.
+    pub item: Item,
+}
+
+/// The scheduler, sans I/O (the data path runs it on core 0): packets admitted into their
+/// tenants' queues, served in virtual-time order, each taking a credit of its chain instance
+/// (`snic`) or its first task's region (`panic`) — round robin over a stateless chain's
+/// instances that have a credit, by flow for a stateful chain.
+#[derive(Debug)]
+pub struct Scheduler {
+    /// By tenant: its queue (packet, flow hash), chain, skip mask, weight, virtual time.
     queues: Vec<VecDeque<(Item, u64)>>,
     chain: Vec<usize>,
     skip: Vec<u64>,
-    weight: Vec<f64>,
+    inv_weight: Vec<f64>,
     vt: Vec<f64>,
     global_vt: f64,
+    /// By tenant and instance: (region, credit pool) of its first stop, if any.
+    first: Vec<Vec<Option<(usize, usize)>>>,
     /// Credits on hand, by pool.
     credits: Vec<u64>,
     /// Round-robin cursors, by chain; whether each chain is stateful.
     rr: Vec<usize>,
     stateful: Vec<bool>,
     instances: usize,
-    /// `panic`: packets waiting for a region's credit, by region.
-    waiting: Vec<VecDeque<Item>>,
-    /// Arrivals in hand, and free arrival buffers.
-    arrivals: Vec<Arrival>,
     queue_cap: usize,
     queued: usize,
-    unknown_tenant: u64,
-    malformed: u64,
-    credit_waits: u64,
-    decisions: u64,
-    ns: u64,
+    /// `panic` (a packet's first stop is a position, not a segment).
+    panic: bool,
+    /// By region: whether it runs on the scheduler's core.
+    local: Vec<bool>,
+    /// Counters.
+    pub unknown_tenant: u64,
+    pub malformed: u64,
+    pub credit_waits: u64,
+    pub decisions: u64,
+    pub ns: u64,
+    /// `panic`: the most packets waiting between tasks at once.
+    pub buffer_peak: u64,
 }
 
 impl Scheduler {
     fn empty() -> Scheduler {
-        Scheduler::new(&Plan::default(), &[], &Config::default(), 1, Vec::new(), 0)
+        Scheduler::new(&Plan::default(), &[], &Config::default(), 1, Vec::new(), &[], 0)
     }
 
-    fn new(
+    /// For `plan`'s tenants with `instances` of each chain; `route[chain][instance][stop]` is
+    /// the region of each segment (`snic`) or position (`panic`); `pools` credit pools.
+    pub fn new(
         plan: &Plan,
         tenants: &[Tenant],
         cfg: &Config,
         instances: usize,
         stateful: Vec<bool>,
+        route: &[Vec<Vec<usize>>],
         pools: usize,
     ) -> Scheduler {
+        let instances = instances.max(1);
+        let first = plan
+            .tenants
+            .iter()
+            .map(|pl| {
+                (0..instances)
+                    .map(|k| {
+                        let stops = route.get(pl.chain)?.get(k)?;
+                        match cfg.mode {
+                            Mode::Snic => stops.first().map(|&r| (r, pl.chain * instances + k)),
+                            _ => next_position(pl.skip, 0, stops.len()).map(|p| (stops[p], stops[p])),
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
         Scheduler {
             queues: tenants.iter().map(|_| VecDeque::new()).collect(),
             chain: plan.tenants.iter().map(|p| p.chain).collect(),
             skip: plan.tenants.iter().map(|p| p.skip).collect(),
-            weight: tenants.iter().map(|t| if t.bandwidth_gbps > 0.0 { t.bandwidth_gbps } else { 1.0 }).collect(),
+            inv_weight: tenants
+                .iter()
+                .map(|t| if t.bandwidth_gbps > 0.0 { 1.0 / t.bandwidth_gbps } else { 1.0 })
+                .collect(),
             vt: vec![0.0; tenants.len()],
             global_vt: 0.0,
+            first,
             credits: vec![u64::from(cfg.credits.max(1)); pools],
             rr: vec![0; plan.chains.len()],
             stateful,
-            instances: instances.max(1),
-            waiting: if cfg.mode == Mode::Panic { (0..pools).map(|_| VecDeque::new()).collect() } else { Vec::new() },
-            arrivals: Vec::new(),
+            instances,
             queue_cap: cfg.queue.max(1),
             queued: 0,
+            panic: cfg.mode == Mode::Panic,
+            local: Vec::new(),
             unknown_tenant: 0,
             malformed: 0,
             credit_waits: 0,
             decisions: 0,
             ns: 0,
+            buffer_peak: 0,
         }
+    }
+
+    /// Marks the regions (by id) that run on the scheduler's own core: instances elsewhere are
+    /// chosen first.
+    pub fn set_local_regions(&mut self, local: Vec<bool>) {
+        self.local = local;
+    }
+
+    /// Packets queued (all tenants).
+    pub fn queued(&self) -> usize {
+        self.queued
+    }
+
+    /// Room for more arrivals (the queues' bound, all tenants together).
+    pub fn room(&self) -> usize {
+        self.queue_cap.saturating_sub(self.queued)
+    }
+
+    /// `n` credits of `pool` come back.
+    pub fn credit(&mut self, pool: usize, n: u64) {
+        if let Some(c) = self.credits.get_mut(pool) {
+            *c += n;
+        }
+    }
+
+    /// Classifies an arrival into its tenant's queue: its tenant, or the packet back with the
+    /// drop reason (`malformed`, `unknown_tenant`, `queue_full`; the first two counted here).
+    pub fn admit(&mut self, a: Arrival, classify: &mut Classify) -> Result<usize, (usize, Packet, &'static str)> {
+        let (t, hash) = match classify.tenant(a.packet.data()) {
+            Ok(x) => x,
+            Err(r) => {
+                if r == "malformed" {
+                    self.malformed += 1;
+                } else {
+                    self.unknown_tenant += 1;
+                }
+                return Err((usize::MAX, a.packet, r));
+            }
+        };
+        if self.queues[t].len() >= self.queue_cap {
+            return Err((t, a.packet, "queue_full"));
+        }
+        if self.queues[t].is_empty() {
+            self.vt[t] = self.vt[t].max(self.global_vt);
+        }
+        let desc = Desc {
+            tenant: t as u16,
+            chain: self.chain[t] as u16,
+            instance: 0,
+            segment: 0,
+            skip: self.skip[t],
+            arrived: a.at,
+            reply: false,
+        };
+        self.queues[t].push_back((Item { packet: a.packet, desc }, hash));
+        self.queued += 1;
+        Ok(t)
+    }
+
+    /// The instance tenant `t`'s head packet would go to, if one has a credit (or its chain
+    /// has nothing to run).
+    fn instance_for(&self, t: usize, hash: u64) -> Option<usize> {
+        let ci = self.chain[t];
+        let has = |k: usize| match self.first[t][k] {
+            None => true,
+            Some((_, pool)) => self.credits[pool] > 0,
+        };
+        if self.stateful.get(ci).copied().unwrap_or(true) {
+            let k = (hash % self.instances as u64) as usize;
+            return has(k).then_some(k);
+        }
+        // Round robin over the instances that have a credit, those on other cores than the
+        // scheduler's first: its own core has the scheduler's work besides.
+        let start = self.rr[ci];
+        let local = |k: usize| self.first[t][k].is_some_and(|(r, _)| self.local.get(r).copied().unwrap_or(false));
+        let order = (0..self.instances).map(|j| (start + j) % self.instances);
+        order.clone().find(|&k| !local(k) && has(k)).or_else(|| order.clone().find(|&k| local(k) && has(k)))
+    }
+
+    /// The next decision: the head packet of the tenant with the least virtual time among those
+    /// whose packet has a credit to take.
+    pub fn decide(&mut self) -> Option<Decision> {
+        let mut best: Option<(usize, usize)> = None;
+        for t in 0..self.queues.len() {
+            let Some((_, hash)) = self.queues[t].front() else { continue };
+            if best.is_some_and(|(b, _)| self.vt[t] >= self.vt[b]) {
+                continue;
+            }
+            match self.instance_for(t, *hash) {
+                Some(k) => best = Some((t, k)),
+                None => self.credit_waits += 1,
+            }
+        }
+        let (t, k) = best?;
+        let (mut item, _) = self.queues[t].pop_front()?;
+        self.queued -= 1;
+        let ci = self.chain[t];
+        self.rr[ci] = k + 1;
+        self.global_vt = self.vt[t];
+        self.vt[t] += item.packet.len() as f64 * self.inv_weight[t];
+        item.desc.instance = k as u16;
+        let to = self.first[t][k];
+        if let Some((_, pool)) = to {
+            self.credits[pool] -= 1;
+            self.decisions += 1;
+            if self.panic {
+                // The position it runs first.
+                item.desc.segment = next_position(item.desc.skip, 0, 64).unwrap_or(0) as u16;
+            }
+        }
+        Some(Decision { to, item })
     }
 }
 
@@ -769,18 +1007,23 @@ fn worker_loop(
 ) {
     let chain_lens: Vec<usize> = shared.route.iter().map(|r| r.first().map_or(0, Vec::len)).collect();
     let mut idle = 0u32;
+    let mut waiting: Vec<VecDeque<Item>> =
+        if cfg.mode == Mode::Panic { (0..shared.regions).map(|_| VecDeque::new()).collect() } else { Vec::new() };
+    let mut arrivals = Vec::with_capacity(cfg.batch);
     while !shared.stop.load(Ordering::Relaxed) {
         let mut work = 0;
         if let (Some(s), Some(ing)) = (sched.as_deref_mut(), ingress.as_deref_mut()) {
-            work += schedule(s, shared, pool, cfg, classify, ing, &chain_lens, egress, st);
+            work += schedule(s, shared, pool, cfg, classify, ing, &chain_lens, &mut waiting, &mut arrivals, egress, st);
         }
         for r in regions.iter_mut() {
             work += run_region(r, shared, pool, cfg, egress, st);
-        }
-        for (i, g) in st.give.iter_mut().enumerate() {
-            if *g > 0 {
-                shared.returned[i].fetch_add(*g, Ordering::Release);
-                *g = 0;
+            // Credits go back as soon as a batch is done, so the scheduler can refill the
+            // region while it runs the next.
+            for (i, g) in st.give.iter_mut().enumerate() {
+                if *g > 0 {
+                    shared.returned[i].fetch_add(*g, Ordering::Release);
+                    *g = 0;
+                }
             }
         }
         if work == 0 {
@@ -796,7 +1039,7 @@ fn worker_loop(
     }
 }
 
-/// One round of the scheduler; returns the packets it moved.
+/// One round of the scheduler on core 0; returns the packets it moved or sent.
 #[allow(clippy::too_many_arguments)]
 fn schedule(
     s: &mut Scheduler,
@@ -806,143 +1049,90 @@ fn schedule(
     classify: &mut Classify,
     ingress: &mut dyn Ingress,
     chain_lens: &[usize],
+    waiting: &mut [VecDeque<Item>],
+    arrivals: &mut Vec<Arrival>,
     egress: &mut dyn Egress,
     st: &mut CoreState,
 ) -> usize {
     let t0 = Instant::now();
     for (i, r) in shared.returned.iter().enumerate() {
         if r.load(Ordering::Relaxed) > 0 {
-            s.credits[i] += r.swap(0, Ordering::Acquire);
+            s.credit(i, r.swap(0, Ordering::Acquire));
         }
     }
     let mut moved = 0;
     // Panic: packets back from a task go on to the next, or leave.
     if cfg.mode == Mode::Panic {
-        while let Some(mut item) = shared.back.pop() {
-            let (ci, k) = (usize::from(item.desc.chain), usize::from(item.desc.instance));
-            match next_position(item.desc.skip, usize::from(item.desc.segment), chain_lens[ci]) {
-                None => st.out.push(item),
-                Some(p) => {
-                    item.desc.segment = p as u16;
-                    let region = shared.route[ci][k][p];
-                    s.waiting[region].push_back(item);
+        for c in 0..st.back_in.len() {
+            while let Ok(mut item) = st.back_in[c].pop() {
+                let (ci, k) = (usize::from(item.desc.chain), usize::from(item.desc.instance));
+                match next_position(item.desc.skip, usize::from(item.desc.segment), chain_lens[ci]) {
+                    None => st.out.push(item),
+                    Some(p) => {
+                        item.desc.segment = p as u16;
+                        waiting[shared.route[ci][k][p]].push_back(item);
+                    }
                 }
             }
         }
-        for region in 0..s.waiting.len() {
+        for (region, w) in waiting.iter_mut().enumerate() {
             while s.credits[region] > 0 {
-                let Some(item) = s.waiting[region].pop_front() else { break };
-                match shared.rings[region].push(item) {
+                let Some(item) = w.pop_front() else { break };
+                match st.links.push(region, item) {
                     Ok(()) => {
                         s.credits[region] -= 1;
                         s.decisions += 1;
                         moved += 1;
                     }
                     Err(item) => {
-                        s.waiting[region].push_front(item);
+                        w.push_front(item);
                         break;
                     }
                 }
             }
         }
     }
-    // Arrivals: classified into their tenants' queues.
-    let room = s.queue_cap.saturating_sub(s.queued).min(cfg.batch);
+    // The port's time (receiving) is not the scheduler's.
+    let mut t1 = Instant::now();
+    s.ns += (t1 - t0).as_nanos() as u64;
+    let room = s.room().min(cfg.batch);
     if room > 0 {
-        ingress.recv(t0, room, &mut s.arrivals);
-        for a in s.arrivals.drain(..) {
-            match classify.tenant(a.packet.data()) {
-                Ok((t, hash)) => {
-                    let ts = &mut st.tenants[t];
-                    ts.packets_in += 1;
-                    if s.queues[t].len() >= s.queue_cap {
-                        *ts.drops.entry("queue_full").or_default() += 1;
-                        pool.put(a.packet);
-                        continue;
+        ingress.recv(t0, room, arrivals);
+        t1 = Instant::now();
+        for a in arrivals.drain(..) {
+            match s.admit(a, classify) {
+                Ok(t) => st.tenants[t].packets_in += 1,
+                Err((t, packet, reason)) => {
+                    if let Some(ts) = st.tenants.get_mut(t) {
+                        ts.packets_in += 1;
+                        *ts.drops.entry(reason).or_default() += 1;
                     }
-                    if s.queues[t].is_empty() {
-                        s.vt[t] = s.vt[t].max(s.global_vt);
-                    }
-                    let desc = Desc {
-                        tenant: t as u16,
-                        chain: s.chain[t] as u16,
-                        instance: 0,
-                        segment: 0,
-                        skip: s.skip[t],
-                        arrived: a.at,
-                        reply: false,
-                    };
-                    s.queues[t].push_back((Item { packet: a.packet, desc }, hash));
-                    s.queued += 1;
-                }
-                Err(r) => {
-                    if r == "malformed" {
-                        s.malformed += 1;
-                    } else {
-                        s.unknown_tenant += 1;
-                    }
-                    pool.put(a.packet);
+                    pool.put(packet);
                 }
             }
         }
     }
-    // Serve the queues in virtual-time order, each packet needing a credit of its chain
-    // instance (snic) or its first task's region (panic).
-    let mut served = 0;
-    while served < cfg.batch {
-        let mut best: Option<(usize, usize)> = None;
-        for t in 0..s.queues.len() {
-            let Some((item, hash)) = s.queues[t].front() else { continue };
-            let ci = s.chain[t];
-            let k = if s.stateful[ci] { (*hash as usize) % s.instances } else { s.rr[ci] % s.instances };
-            let pool_id = match cfg.mode {
-                Mode::Snic => ci * s.instances + k,
-                _ => match next_position(item.desc.skip, 0, chain_lens[ci]) {
-                    Some(p) => shared.route[ci][k][p],
-                    None => usize::MAX,
-                },
-            };
-            if pool_id != usize::MAX && s.credits[pool_id] == 0 {
-                s.credit_waits += 1;
-                continue;
-            }
-            if best.is_none_or(|(b, _)| s.vt[t] < s.vt[b]) {
-                best = Some((t, pool_id));
-            }
-        }
-        let Some((t, pool_id)) = best else { break };
-        let Some((mut item, hash)) = s.queues[t].pop_front() else { break };
-        s.queued -= 1;
-        let ci = s.chain[t];
-        let k = if s.stateful[ci] { (hash as usize) % s.instances } else { s.rr[ci] % s.instances };
-        s.rr[ci] = s.rr[ci].wrapping_add(1);
-        s.global_vt = s.vt[t];
-        s.vt[t] += item.packet.len() as f64 / s.weight[t];
-        item.desc.instance = k as u16;
-        served += 1;
-        if pool_id == usize::MAX {
-            // Nothing to run (an empty chain): straight out.
-            st.out.push(item);
-            continue;
-        }
-        let region = match cfg.mode {
-            Mode::Snic => shared.route[ci][k][0],
-            _ => {
-                let p = next_position(item.desc.skip, 0, chain_lens[ci]).unwrap_or(0);
-                item.desc.segment = p as u16;
-                pool_id
-            }
-        };
-        match shared.rings[region].push(item) {
-            Ok(()) => {
-                s.credits[pool_id] -= 1;
-                s.decisions += 1;
-                moved += 1;
-            }
-            Err(item) => st.drop_item(pool, item, "ring_full"),
+    // Panic: packets between tasks wait in the scheduler's buffer for the next task's credit;
+    // it holds as many as the regions' credits, and while it is full no new packet enters a
+    // chain (they wait in their tenants' queues) — else a fast first task would fill it without
+    // bound.
+    let buffered = waiting.iter().map(VecDeque::len).sum::<usize>() as u64;
+    s.buffer_peak = s.buffer_peak.max(buffered);
+    let admit = cfg.mode != Mode::Panic || buffered < (waiting.len() * cfg.credits.max(1) as usize) as u64;
+    for _ in 0..if admit { cfg.batch } else { 0 } {
+        let Some(d) = s.decide() else { break };
+        match d.to {
+            None => st.out.push(d.item),
+            Some((region, credit_pool)) => match st.links.push(region, d.item) {
+                Ok(()) => moved += 1,
+                Err(item) => {
+                    s.credit(credit_pool, 1);
+                    st.drop_item(pool, item, "ring_full");
+                }
+            },
         }
     }
-    s.ns += t0.elapsed().as_nanos() as u64;
+    s.ns += t1.elapsed().as_nanos() as u64;
     let n = st.out.len();
     if n > 0 {
         for item in &st.out {
@@ -963,12 +1153,20 @@ fn run_region(
     st: &mut CoreState,
 ) -> usize {
     st.batch.clear();
-    while st.batch.len() < cfg.batch {
-        match r.ring.pop() {
-            Some(i) => st.batch.push(i),
-            None => break,
+    // At most half a chain's credits at once: the other half is being refilled meanwhile
+    // (with all of them in one batch, the region would wait for the scheduler every batch).
+    let take = cfg.batch.min((cfg.credits as usize / 2).max(1));
+    let n_in = r.inputs.len();
+    for j in 0..n_in {
+        let input = &mut r.inputs[(r.turn + j) % n_in];
+        while st.batch.len() < take {
+            match input.pop() {
+                Ok(i) => st.batch.push(i),
+                Err(_) => break,
+            }
         }
     }
+    r.turn = r.turn.wrapping_add(1);
     let n = st.batch.len();
     if n == 0 {
         return 0;
@@ -979,6 +1177,7 @@ fn run_region(
         st.batch.sort_by_key(|i| (i.desc.chain, i.desc.instance, i.desc.segment));
     }
     let mut items = std::mem::take(&mut st.batch);
+    let mut first_group = true;
     while !items.is_empty() {
         let d = items[0].desc;
         let end = items
@@ -989,7 +1188,9 @@ fn run_region(
         let seg = r.segments.iter_mut().find(|s| (s.0, s.1, s.2) == key);
         match seg {
             Some(seg) => {
-                let mut cx = Cx { now, pool, emitted: &mut st.emitted };
+                // The batch's first group starts at `now`; a later one at its own reading.
+                let start = if first_group { now } else { Instant::now() };
+                let mut cx = Cx { now: start, pool, emitted: &mut st.emitted };
                 run_batch(&mut seg.3, &mut items[..end], &mut st.fates, &mut cx);
             }
             None => {
@@ -1009,7 +1210,11 @@ fn run_region(
                     let mut item = item;
                     item.desc.segment += 1;
                     st.give[credit_pool] += 1;
-                    if let Err(item) = shared.back.push(item) {
+                    let full = match st.links.back.as_mut() {
+                        Some(b) => b.push(item).err().map(|rtrb::PushError::Full(i)| i),
+                        None => Some(item),
+                    };
+                    if let Some(item) = full {
                         st.drop_item(pool, item, "ring_full");
                     }
                     continue;
@@ -1018,7 +1223,7 @@ fn run_region(
                     let mut item = item;
                     item.desc.segment += 1;
                     let next = shared.route[ci][k][usize::from(item.desc.segment)];
-                    if let Err(item) = shared.rings[next].push(item) {
+                    if let Err(item) = st.links.push(next, item) {
                         st.give[credit_pool] += 1;
                         st.drop_item(pool, item, "ring_full");
                     }
@@ -1029,6 +1234,7 @@ fn run_region(
             st.give[credit_pool] += 1;
         }
         st.fates = fates;
+        first_group = false;
     }
     st.batch = items;
     flush(st, egress, now);
@@ -1103,7 +1309,7 @@ fn rtc_loop(
                 }
             }
         }
-        run_rtc_batch(chains, pool, st, now);
+        run_rtc_batch(chains, pool, st, Instant::now());
         flush(st, egress, now);
     }
 }

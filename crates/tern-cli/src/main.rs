@@ -142,6 +142,13 @@ enum BenchCommand {
     /// threshold, so that every implementation copies with the same vector loop in every run
     /// (unless GLIBC_TUNABLES already sets it). Writes reports/rpc.json and PNG/SVG plots.
     Rpc(rpc::bench::RpcBenchArgs),
+    /// SuperNIC's data path (snic: chains fused in regions, credits per chain) against PANIC's
+    /// (a task a region, back to the scheduler after each) and run to completion (rtc), the same
+    /// tasks in one process, alternating: chains of 2-7 dummy tasks (throughput, and p50 latency
+    /// at 20% of the slowest mode's capacity), DAG-D at 1500 B with one and two instances, and
+    /// DAG-A and DAG-C sharing DAG-D's chain against separate chains (throughput per region).
+    /// Writes reports/chain.json and plots; --quick runs in under two minutes.
+    Chain(chain::bench::ChainBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -181,9 +188,11 @@ enum RpcCommand {
 enum ChainCommand {
     /// Check tenant files (TOML: a DAG in arrow syntax, ingress, bandwidth, each task's
     /// parameters; docs/chain.md): errors naming the file and item (a cycle printed as one), the
-    /// tasks in the order packets take them, and the line rate and area asked against the
-    /// profile's (default supernic-htg9200). Exit 0 if every file is usable and fits, 1
-    /// otherwise.
+    /// tasks in the order packets take them, the line rate and area asked against the
+    /// profile's (default supernic-htg9200), and the plan of all the files' tenants together:
+    /// physical chains (tasks shared by name and kind, each tenant's skips), segments and the
+    /// regions they take. Exit 0 if every file is usable and fits and the plan fits the
+    /// profile's regions, 1 otherwise.
     Check(chain::CheckArgs),
 }
 
@@ -257,6 +266,7 @@ fn main() -> ExitCode {
         Command::Bench { command: BenchCommand::Dispatch(a) } => dispatch::bench::run(&a),
         Command::Bench { command: BenchCommand::Flow(a) } => flow::bench::run(&a),
         Command::Bench { command: BenchCommand::Rpc(a) } => rpc::bench::run(&a),
+        Command::Bench { command: BenchCommand::Chain(a) } => chain::bench::run(&a),
         Command::Rpc { command: RpcCommand::Check(a) } => rpc::check(&a),
         Command::Rpc { command: RpcCommand::Decode(a) } => rpc::decode(&a),
         Command::Rpc { command: RpcCommand::Encode(a) } => rpc::encode(&a),

@@ -846,3 +846,41 @@ fn chain_check_reads_tenants_and_names_what_is_wrong() {
     assert!(out.contains("line rate (Gbit/s): 400 asked, 100 available: does not fit"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `tern bench chain --json` prints the six promised keys at top level (tiny phases: what is
+/// checked is the report, not the figures), writes its files, and refuses zero rounds.
+#[test]
+fn bench_chain_json_has_the_promised_keys() {
+    let out_dir = std::env::temp_dir().join(format!("tern-bench-chain-{}", std::process::id()));
+    let (ok, out, err) = tern(&[
+        "bench",
+        "chain",
+        "--rounds",
+        "1",
+        "--phase-secs",
+        "0.02",
+        "--lengths",
+        "3,4",
+        "--json",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for key in [
+        "latency_reduction_vs_panic",
+        "throughput_over_panic",
+        "throughput_over_rtc",
+        "scheduler_ns_per_packet",
+        "aes_two_over_one",
+        "sharing_gain_per_region",
+    ] {
+        assert!(v[key].as_f64().is_some(), "{key}: {}", v[key]);
+    }
+    assert_eq!(v["lengths"].as_array().unwrap().len(), 2);
+    assert_eq!(v["sharing"]["a_and_c_need_no_region"], true);
+    assert!(out_dir.join("chain.json").exists() && out_dir.join("chain.png").exists());
+    std::fs::remove_dir_all(&out_dir).unwrap();
+    let (ok, _, err) = tern(&["bench", "chain", "--rounds", "0"]);
+    assert!(!ok && err.contains("--rounds"), "{err}");
+}

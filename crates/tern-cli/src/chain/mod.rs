@@ -1,13 +1,17 @@
 //! `tern chain`: SuperNIC's tenants. `chain check` reads tenant files (docs/chain.md, "Tenant
-//! files"): the DAG in the order packets take it, each task's kind, and what the tenant asks of
-//! the profile's board against what it has.
+//! files"): the DAG in the order packets take it, each task's kind, what the tenant asks of the
+//! profile's board against what it has, and the plan of all of them together ("Plans").
+
+pub mod bench;
+mod plot;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
 use serde_json::json;
-use tern_chain::tenant::Tenant;
+use tern_chain::plan;
+use tern_chain::tenant::{self, Tenant};
 
 use crate::CmdResult;
 
@@ -30,6 +34,7 @@ pub fn check(a: &CheckArgs) -> CmdResult {
     let model = tern_hw::chain::ChainModel::from_profile(&profile)?;
     let mut all_ok = true;
     let mut out = Vec::new();
+    let mut loaded = Vec::new();
     for f in &a.files {
         let file = f.display().to_string();
         let t = match Tenant::load(f) {
@@ -44,6 +49,7 @@ pub fn check(a: &CheckArgs) -> CmdResult {
             }
         };
         let uses = t.uses(&profile, &model)?;
+        loaded.push(t.clone());
         let fits = uses.iter().all(|u| u.fits());
         all_ok &= fits;
         let names = t.dag.nodes();
@@ -71,10 +77,35 @@ pub fn check(a: &CheckArgs) -> CmdResult {
             }
         }
     }
+    // The plan of every usable tenant together, on the profile's regions.
+    let mut plan_json = serde_json::Value::Null;
+    if !loaded.is_empty() {
+        match plan::plan(&loaded, &|t| tenant::area(t, &profile), model.regions, model.region_luts) {
+            Ok(p) => {
+                let lines = p.describe(&loaded);
+                if !a.json {
+                    println!("plan on {} ({} regions of {} LUTs):", profile.name, model.regions, model.region_luts);
+                    for l in &lines {
+                        println!("  {l}");
+                    }
+                }
+                plan_json = json!({ "ok": true, "text": lines, "plan": p });
+            }
+            Err(e) => {
+                all_ok = false;
+                if !a.json {
+                    println!("plan: {e}");
+                }
+                plan_json = json!({ "ok": false, "error": e });
+            }
+        }
+    }
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({ "profile": profile.name, "ok": all_ok, "tenants": out }))?
+            serde_json::to_string_pretty(
+                &json!({ "profile": profile.name, "ok": all_ok, "tenants": out, "plan": plan_json })
+            )?
         );
     }
     Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })

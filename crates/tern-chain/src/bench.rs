@@ -1,0 +1,273 @@
+//! Rigs for `tern bench chain` (docs/chain.md, "Benchmark"): tenants made of dummy chains, the
+//! Figure 10 examples, a paced or saturating traffic generator as the ingress, and a sink that
+//! times each packet from its arrival to its leaving.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tern_io::Pool;
+
+use crate::plan::Plan;
+use crate::runtime::{Arrival, Config, Egress, Ingress, Item, Mode, RunStats, Runtime};
+use crate::task::{self, Keys};
+use crate::tenant::Tenant;
+
+/// A tenant whose DAG is a chain of `len` dummy tasks of `ns` each (`d1 -> d2 -> ...`), taking
+/// every packet.
+pub fn dummy_chain(len: usize, ns: u64) -> Tenant {
+    let names: Vec<String> = (1..=len).map(|i| format!("d{i}")).collect();
+    let mut s = format!("tenant = \"chain{len}\"\ndag = \"{}\"\n", names.join(" -> "));
+    for n in &names {
+        s += &format!("[nt.{n}]\nkind = \"dummy\"\nns_per_packet = {ns}\n");
+    }
+    // Built from a fixed text: it parses.
+    Tenant::parse(&s).unwrap_or_else(|e| unreachable!("{e}"))
+}
+
+/// Figure 10's DAG `which` (`a` to `d`), from `examples/chain/figure10-*.toml`.
+pub fn figure10(which: char) -> Result<Tenant, String> {
+    let text = match which {
+        'a' => include_str!("../../../examples/chain/figure10-a.toml"),
+        'b' => include_str!("../../../examples/chain/figure10-b.toml"),
+        'c' => include_str!("../../../examples/chain/figure10-c.toml"),
+        'd' => include_str!("../../../examples/chain/figure10-d.toml"),
+        o => return Err(format!("no DAG-{o} in Figure 10 (a to d)")),
+    };
+    Tenant::parse(text).map_err(|e| format!("figure10-{which}.toml: {e}"))
+}
+
+/// `flows` UDP/IPv4 frames of `size` bytes (Ethernet header included) to addresses under
+/// `dst` (its last two bytes varied by flow), each flow its own source address and port.
+pub fn frames(dst: [u8; 4], flows: usize, size: usize) -> Vec<Vec<u8>> {
+    let payload = vec![0x42u8; size.saturating_sub(42)];
+    (0..flows)
+        .map(|i| {
+            let mut f = Vec::with_capacity(size);
+            let src = [10, 9, (i >> 8) as u8, i as u8];
+            let d = [dst[0], dst[1], dst[2].wrapping_add((i >> 8) as u8), dst[3].wrapping_add(i as u8)];
+            tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], src, d, 1024 + (i % 60_000) as u16, 80, 64, &payload);
+            f
+        })
+        .collect()
+}
+
+/// Frames of several tenants taken in turn: `mix[k]` of tenant `k`'s frames a round.
+pub fn interleave(sets: &[Vec<Vec<u8>>]) -> Vec<Vec<u8>> {
+    let longest = sets.iter().map(Vec::len).max().unwrap_or(0);
+    (0..longest).flat_map(|i| sets.iter().filter_map(move |s| s.get(i).cloned())).collect()
+}
+
+/// The generator: hands out copies of its frames in turn, either as fast as they are taken or
+/// at a fixed rate (each packet's arrival time the time it was due, so a late generator's
+/// delay counts as latency).
+#[derive(Debug)]
+pub struct Gen {
+    pool: Pool,
+    frames: Vec<Vec<u8>>,
+    next: usize,
+    interval: Option<Duration>,
+    due: Option<Instant>,
+}
+
+impl Gen {
+    /// Of `frames`, at `rate_pps` (None: as fast as taken).
+    pub fn new(pool: &Pool, frames: Vec<Vec<u8>>, rate_pps: Option<f64>) -> Gen {
+        let interval = rate_pps.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r));
+        Gen { pool: pool.clone(), frames, next: 0, interval, due: None }
+    }
+}
+
+impl Ingress for Gen {
+    fn recv(&mut self, now: Instant, max: usize, out: &mut Vec<Arrival>) {
+        if self.frames.is_empty() {
+            return;
+        }
+        for _ in 0..max {
+            let at = match self.interval {
+                None => now,
+                Some(iv) => {
+                    let due = *self.due.get_or_insert(now);
+                    if due > now {
+                        break;
+                    }
+                    self.due = Some(due + iv);
+                    due
+                }
+            };
+            let mut p = self.pool.packet();
+            p.reserve_headroom(tern_io::DEFAULT_HEADROOM);
+            if p.extend_from_slice(&self.frames[self.next]).is_err() {
+                self.pool.put(p);
+                return;
+            }
+            self.next = (self.next + 1) % self.frames.len();
+            out.push(Arrival { packet: p, at });
+        }
+    }
+}
+
+/// What the sinks share: packets out, and latencies while measuring.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Packets out (answers included).
+    pub delivered: AtomicU64,
+    /// Whether latencies are being kept.
+    pub measuring: AtomicBool,
+    /// Latencies kept, ns.
+    pub latencies: Mutex<Vec<u64>>,
+}
+
+/// Latencies a sink keeps at most.
+const MAX_SAMPLES: usize = 2_000_000;
+
+/// The sink: counts what leaves, keeps its latency (arrival to leaving) while measuring, and
+/// gives the buffers back.
+#[derive(Debug)]
+pub struct Sink {
+    pool: Pool,
+    tally: Arc<Tally>,
+    local: Vec<u64>,
+}
+
+impl Sink {
+    /// Into `tally`.
+    pub fn new(pool: &Pool, tally: &Arc<Tally>) -> Sink {
+        Sink { pool: pool.clone(), tally: tally.clone(), local: Vec::new() }
+    }
+}
+
+impl Egress for Sink {
+    fn send(&mut self, _: Instant, items: &mut Vec<Item>) {
+        let now = Instant::now();
+        let keep = self.tally.measuring.load(Ordering::Relaxed);
+        self.tally.delivered.fetch_add(items.len() as u64, Ordering::Relaxed);
+        for item in items.drain(..) {
+            if keep && self.local.len() < MAX_SAMPLES {
+                self.local.push(now.saturating_duration_since(item.desc.arrived).as_nanos() as u64);
+            }
+            self.pool.put(item.packet);
+        }
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        let mut l = self.tally.latencies.lock().unwrap_or_else(|e| e.into_inner());
+        l.append(&mut self.local);
+    }
+}
+
+/// One measured phase.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Phase {
+    /// Packets out a second over the measured time.
+    pub pps: f64,
+    /// Median and 99th percentile latency, ns (0 if none kept).
+    pub p50_ns: f64,
+    pub p99_ns: f64,
+    /// Latencies kept.
+    pub samples: usize,
+    /// The scheduler's ns a decision (`snic`, `panic`; 0 in `rtc`).
+    pub scheduler_ns_per_decision: f64,
+    /// Packets dropped (by the tasks, full queues or rings).
+    pub drops: u64,
+    /// Regions the plan used.
+    pub regions: usize,
+}
+
+/// The `q` quantile of sorted `v`.
+pub fn quantile(v: &[u64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v[((v.len() - 1) as f64 * q).round() as usize] as f64
+}
+
+/// The median of `v` (0 if empty).
+pub fn median(v: &[f64]) -> f64 {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return 0.0;
+    }
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 { s[n / 2] } else { (s[n / 2 - 1] + s[n / 2]) / 2.0 }
+}
+
+/// How a phase offers its traffic and how long it runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    /// Packets a second offered (None: as fast as they are taken).
+    pub rate_pps: Option<f64>,
+    /// Keep latencies.
+    pub latency: bool,
+    /// Run before measuring, and measured.
+    pub warmup: Duration,
+    pub secs: Duration,
+}
+
+/// Runs `tenants` on `plan` in `cfg`'s mode with `frames` (interleaved tenants' traffic) as
+/// `load` says.
+pub fn measure(
+    tenants: &[Tenant],
+    plan: &Plan,
+    cfg: Config,
+    frames: &[Vec<u8>],
+    load: Load,
+) -> Result<(Phase, RunStats), String> {
+    let Load { rate_pps, latency, warmup, secs } = load;
+    let pool = Pool::new(1 << 15, tern_io::DEFAULT_BUF_SIZE);
+    let mut keys = Keys::default();
+    let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut keys);
+    let rt = Runtime::new(plan.clone(), tenants.to_vec(), cfg, &mut factory)?;
+    let stopper = rt.stopper();
+    let tally = Arc::new(Tally::default());
+    let cores = cfg.cores.max(1);
+    let ingress: Vec<Box<dyn Ingress>> = if cfg.mode == Mode::Rtc {
+        (0..cores)
+            .map(|c| {
+                let shard: Vec<Vec<u8>> = frames.iter().skip(c).step_by(cores).cloned().collect();
+                Box::new(Gen::new(&pool, shard, rate_pps.map(|r| r / cores as f64))) as Box<dyn Ingress>
+            })
+            .collect()
+    } else {
+        vec![Box::new(Gen::new(&pool, frames.to_vec(), rate_pps))]
+    };
+    let egress: Vec<Box<dyn Egress>> =
+        (0..cores).map(|_| Box::new(Sink::new(&pool, &tally)) as Box<dyn Egress>).collect();
+    let (count, elapsed, stats) = std::thread::scope(|s| {
+        let t2 = tally.clone();
+        let timer = s.spawn(move || {
+            std::thread::sleep(warmup);
+            let (c0, t0) = (t2.delivered.load(Ordering::Relaxed), Instant::now());
+            t2.measuring.store(latency, Ordering::Relaxed);
+            std::thread::sleep(secs);
+            let (c1, t1) = (t2.delivered.load(Ordering::Relaxed), Instant::now());
+            t2.measuring.store(false, Ordering::Relaxed);
+            stopper.stop();
+            (c1 - c0, t1 - t0)
+        });
+        let stats = rt.run(&pool, ingress, egress);
+        let (c, e) = timer.join().unwrap_or((0, secs));
+        (c, e, stats)
+    });
+    let stats = stats?;
+    let mut lat = std::mem::take(&mut *tally.latencies.lock().unwrap_or_else(|e| e.into_inner()));
+    lat.sort_unstable();
+    let drops = stats.tenants.iter().flat_map(|t| t.drops.values()).sum();
+    let phase = Phase {
+        pps: count as f64 / elapsed.as_secs_f64().max(1e-9),
+        p50_ns: quantile(&lat, 0.5),
+        p99_ns: quantile(&lat, 0.99),
+        samples: lat.len(),
+        scheduler_ns_per_decision: if stats.decisions > 0 {
+            stats.scheduler_ns as f64 / stats.decisions as f64
+        } else {
+            0.0
+        },
+        drops,
+        regions: plan.regions.len(),
+    };
+    Ok((phase, stats))
+}

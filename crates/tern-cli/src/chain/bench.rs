@@ -1,0 +1,339 @@
+//! `tern bench chain`: SuperNIC's data path (`snic`) against PANIC's (`panic`) and run to
+//! completion (`rtc`), the same tasks in one process, alternating (docs/chain.md,
+//! "Benchmark"): chains of 2 to 7 dummy tasks (throughput saturated, latency at 20% of the
+//! slowest mode's capacity), DAG-D with one and two instances, and DAG-A and DAG-C sharing
+//! DAG-D's chain against separate chains. JSON and plots under `reports/`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::json;
+use tern_chain::bench::{self, Load, Phase, median};
+use tern_chain::plan::{self, Options, Plan};
+use tern_chain::runtime::{Config, Mode};
+use tern_chain::tenant::{self, TaskSpec};
+
+use crate::CmdResult;
+use crate::env::Environment;
+
+/// Options of `tern bench chain`.
+#[derive(Debug, Clone, Args)]
+pub struct ChainBenchArgs {
+    /// Shorter phases and fewer rounds: under two minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Rounds (each runs every mode once per case, in a rotating order) [default: 5, quick 3].
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Measured seconds a phase [default: 0.5, quick 0.2].
+    #[arg(long)]
+    pub phase_secs: Option<f64>,
+    /// Chain lengths of the dummy-task runs.
+    #[arg(long, value_delimiter = ',', default_value = "2,3,4,5,6,7")]
+    pub lengths: Vec<usize>,
+    /// Each dummy task's time, ns (the paper's NTs are tens of cycles; 100 ns here).
+    #[arg(long, default_value_t = 100)]
+    pub ns: u64,
+    /// Frame bytes of the dummy-task runs.
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
+    /// Worker cores (core 0 also receives and schedules).
+    #[arg(long, default_value_t = 2)]
+    pub cores: usize,
+    /// Flows in the traffic.
+    #[arg(long, default_value_t = 256)]
+    pub flows: usize,
+    /// Directory for chain.json and the plots.
+    #[arg(long, default_value = "reports")]
+    pub out: PathBuf,
+    /// Print the JSON report on stdout (the table goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+}
+
+const MODES: [Mode; 3] = [Mode::Snic, Mode::Panic, Mode::Rtc];
+
+/// Every mode's phases of one case.
+#[derive(Default)]
+struct ByMode {
+    phases: [Vec<Phase>; 3],
+}
+
+impl ByMode {
+    fn med(&self, m: usize, f: fn(&Phase) -> f64) -> f64 {
+        median(&self.phases[m].iter().map(f).collect::<Vec<_>>())
+    }
+    /// Per-round ratios of mode `a` over mode `b` of `f`: (median, min, max).
+    fn ratio(&self, a: usize, b: usize, f: fn(&Phase) -> f64) -> (f64, f64, f64) {
+        let r: Vec<f64> = self.phases[a].iter().zip(&self.phases[b]).map(|(x, y)| f(x) / f(y).max(1e-9)).collect();
+        spread(&r)
+    }
+}
+
+fn spread(r: &[f64]) -> (f64, f64, f64) {
+    let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (median(r), lo, hi)
+}
+
+fn area(t: &TaskSpec, profile: &tern_hw::Profile) -> Result<u64, String> {
+    tenant::area(t, profile)
+}
+
+/// `tern bench chain`.
+pub fn run(a: &ChainBenchArgs) -> CmdResult {
+    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 });
+    crate::check_count("rounds", rounds as u64, 1000)?;
+    crate::check_count("cores", a.cores as u64, 256)?;
+    crate::check_count("flows", a.flows as u64, 65_536)?;
+    let secs = a.phase_secs.unwrap_or(if a.quick { 0.2 } else { 0.5 });
+    if !(secs > 0.0 && secs <= 60.0) {
+        return Err("--phase-secs must be in (0, 60]".into());
+    }
+    if a.lengths.is_empty() || a.lengths.iter().any(|&l| !(1..=64).contains(&l)) {
+        return Err("--lengths: each in 1..=64".into());
+    }
+    if !(60..=1514).contains(&a.size) || a.ns > 1_000_000 {
+        return Err("--size within 60..=1514; --ns at most 1000000".into());
+    }
+    let phase = Duration::from_secs_f64(secs);
+    let warmup = Duration::from_secs_f64((secs / 2.0).min(0.2));
+    let env = Environment::current();
+    let say = |s: String| if a.json { eprintln!("{s}") } else { println!("{s}") };
+    say(format!("environment: {}", env.describe()));
+    say(format!(
+        "{} cores (core 0 also receives and schedules), batches of 32, 8 credits; {rounds} rounds of {secs} s phases after {:.2} s warm-up, the modes in a rotating order",
+        a.cores,
+        warmup.as_secs_f64()
+    ));
+    let profile = tern_hw::Profile::builtin("supernic-htg9200")?;
+    let model = tern_hw::chain::ChainModel::from_profile(&profile)?;
+    let cfg = |mode: Mode, instances: usize| Config { mode, cores: a.cores, instances, pin: true, ..Config::default() };
+    let sat = Load { rate_pps: None, latency: false, warmup, secs: phase };
+    let steps = (a.lengths.len() * 2 + 2) * rounds;
+    let bar = crate::progress::bar(steps as u64, "bench chain", a.json);
+
+    // 1. Chains of dummy tasks.
+    let frames = bench::frames([10, 0, 0, 0], a.flows, a.size);
+    let mut lengths_json = Vec::new();
+    let mut lat_red = Vec::new();
+    let mut tput_panic = Vec::new();
+    let mut tput_rtc = Vec::new();
+    let mut sched = Vec::new();
+    let mut plot_rows = Vec::new();
+    for &len in &a.lengths {
+        bar.set_message(format!("{len} tasks"));
+        let tenants = vec![bench::dummy_chain(len, a.ns)];
+        let p = plan::plan(&tenants, &|t| area(t, &profile), model.regions.max(64), model.region_luts.max(1 << 20))?;
+        let mut tput = ByMode::default();
+        for r in 0..rounds {
+            for k in 0..3 {
+                let m = (r + k) % 3;
+                let (ph, _) = bench::measure(&tenants, &p, cfg(MODES[m], 0), &frames, sat)?;
+                tput.phases[m].push(ph);
+            }
+            bar.inc(1);
+        }
+        let capacity = (0..3).map(|m| tput.med(m, |p| p.pps)).fold(f64::INFINITY, f64::min);
+        let rate = 0.2 * capacity;
+        let mut lat = ByMode::default();
+        for r in 0..rounds {
+            for k in 0..3 {
+                let m = (r + k) % 3;
+                let (ph, _) = bench::measure(
+                    &tenants,
+                    &p,
+                    cfg(MODES[m], 0),
+                    &frames,
+                    Load { rate_pps: Some(rate), latency: true, warmup, secs: phase },
+                )?;
+                lat.phases[m].push(ph);
+            }
+            bar.inc(1);
+        }
+        let (red, red_lo, red_hi) = {
+            let r: Vec<f64> =
+                lat.phases[0].iter().zip(&lat.phases[1]).map(|(s, p)| 1.0 - s.p50_ns / p.p50_ns.max(1.0)).collect();
+            spread(&r)
+        };
+        let over_panic = tput.ratio(0, 1, |p| p.pps);
+        let over_rtc = tput.ratio(0, 2, |p| p.pps);
+        sched.extend(tput.phases[0].iter().map(|p| p.scheduler_ns_per_decision));
+        if len >= 3 {
+            lat_red.push(red);
+        }
+        if len >= 4 {
+            tput_panic.push(over_panic.0);
+            tput_rtc.push(over_rtc.0);
+        }
+        bar.suspend(|| {
+            say(format!(
+                "{len} tasks: Mpps snic {:.2} panic {:.2} rtc {:.2} | snic/panic {:.2}x [{:.2}-{:.2}] snic/rtc {:.2}x [{:.2}-{:.2}] | at {:.0} kpps p50 µs snic {:.2} panic {:.2} rtc {:.2} (p99 {:.1} {:.1} {:.1}) | snic p50 {:.0}% lower than panic [{:.0}-{:.0}%]",
+                tput.med(0, |p| p.pps) / 1e6,
+                tput.med(1, |p| p.pps) / 1e6,
+                tput.med(2, |p| p.pps) / 1e6,
+                over_panic.0,
+                over_panic.1,
+                over_panic.2,
+                over_rtc.0,
+                over_rtc.1,
+                over_rtc.2,
+                rate / 1e3,
+                lat.med(0, |p| p.p50_ns) / 1e3,
+                lat.med(1, |p| p.p50_ns) / 1e3,
+                lat.med(2, |p| p.p50_ns) / 1e3,
+                lat.med(0, |p| p.p99_ns) / 1e3,
+                lat.med(1, |p| p.p99_ns) / 1e3,
+                lat.med(2, |p| p.p99_ns) / 1e3,
+                100.0 * red,
+                100.0 * red_lo,
+                100.0 * red_hi,
+            ))
+        });
+        plot_rows.push((
+            len,
+            [tput.med(0, |p| p.pps), tput.med(1, |p| p.pps), tput.med(2, |p| p.pps)],
+            [lat.med(0, |p| p.p50_ns), lat.med(1, |p| p.p50_ns), lat.med(2, |p| p.p50_ns)],
+        ));
+        let mode_json = |b: &ByMode, m: usize| {
+            json!({
+                "median_pps": b.med(m, |p| p.pps), "median_p50_ns": b.med(m, |p| p.p50_ns), "median_p99_ns": b.med(m, |p| p.p99_ns),
+                "phases": b.phases[m],
+            })
+        };
+        lengths_json.push(json!({
+            "tasks": len,
+            "throughput": {"snic": mode_json(&tput, 0), "panic": mode_json(&tput, 1), "rtc": mode_json(&tput, 2)},
+            "latency_offered_pps": rate,
+            "latency": {"snic": mode_json(&lat, 0), "panic": mode_json(&lat, 1), "rtc": mode_json(&lat, 2)},
+            "throughput_over_panic": {"median": over_panic.0, "min": over_panic.1, "max": over_panic.2},
+            "throughput_over_rtc": {"median": over_rtc.0, "min": over_rtc.1, "max": over_rtc.2},
+            "latency_reduction_vs_panic": {"median": red, "min": red_lo, "max": red_hi},
+        }));
+    }
+
+    // 2. DAG-D at 1500 B: one instance of its chain against two.
+    bar.set_message("DAG-D, one and two instances");
+    let d = vec![bench::figure10('d')?];
+    let pd = plan::plan(&d, &|t| area(t, &profile), model.regions, model.region_luts)?;
+    let dframes = bench::frames([10, 4, 0, 0], a.flows, 1500);
+    let (mut one, mut two) = (Vec::new(), Vec::new());
+    for r in 0..rounds {
+        let order = if r % 2 == 0 { [1, 2] } else { [2, 1] };
+        for n in order {
+            let (ph, st) = bench::measure(&d, &pd, cfg(Mode::Snic, n), &dframes, sat)?;
+            if ph.drops > 0 {
+                let reasons: Vec<String> =
+                    st.tenants.iter().flat_map(|t| t.drops.iter().map(|(k, v)| format!("{k} {v}"))).collect();
+                bar.suspend(|| say(format!("DAG-D drops: {}", reasons.join(", "))));
+            }
+            if n == 1 { one.push(ph) } else { two.push(ph) }
+        }
+        bar.inc(1);
+    }
+    let aes_ratio = spread(&one.iter().zip(&two).map(|(o, t)| t.pps / o.pps.max(1.0)).collect::<Vec<_>>());
+    let gbps = |v: &[Phase]| median(&v.iter().map(|p| p.pps).collect::<Vec<_>>()) * 1500.0 * 8.0 / 1e9;
+    bar.suspend(|| {
+        say(format!(
+            "DAG-D (nat, fw, lb, 2 dummies, aes) at 1500 B: one instance {:.2} Gbit/s, two {:.2} Gbit/s: {:.2}x [{:.2}-{:.2}]",
+            gbps(&one),
+            gbps(&two),
+            aes_ratio.0,
+            aes_ratio.1,
+            aes_ratio.2
+        ))
+    });
+
+    // 3. Sharing: DAG-A and DAG-C beside DAG-D, on DAG-D's chain or on chains of their own.
+    bar.set_message("sharing DAG-D's chain");
+    let trio = vec![bench::figure10('d')?, bench::figure10('a')?, bench::figure10('c')?];
+    let shared = plan::plan(&trio, &|t| area(t, &profile), model.regions, model.region_luts)?;
+    let separate = plan::plan_with(
+        &trio,
+        &|t| area(t, &profile),
+        model.regions,
+        model.region_luts,
+        Options { share: false, concatenate: false },
+    )?;
+    let no_own_region = shared.regions.len() == pd.regions.len();
+    let tframes = bench::interleave(&[
+        bench::frames([10, 4, 0, 0], a.flows, 1500),
+        bench::frames([10, 1, 0, 0], a.flows, 1500),
+        bench::frames([10, 3, 0, 0], a.flows, 1500),
+    ]);
+    let (mut sh, mut se) = (Vec::new(), Vec::new());
+    for r in 0..rounds {
+        let plans: [(&Plan, bool); 2] =
+            if r % 2 == 0 { [(&shared, true), (&separate, false)] } else { [(&separate, false), (&shared, true)] };
+        for (p, is_shared) in plans {
+            let (ph, _) = bench::measure(&trio, p, cfg(Mode::Snic, 0), &tframes, sat)?;
+            if is_shared { sh.push(ph) } else { se.push(ph) }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let per_region = |p: &Phase| p.pps / p.regions.max(1) as f64;
+    let share_gain =
+        spread(&sh.iter().zip(&se).map(|(s, e)| per_region(s) / per_region(e).max(1.0)).collect::<Vec<_>>());
+    say(format!(
+        "sharing: DAG-D + DAG-A + DAG-C at 1500 B on {} region(s) shared ({} for DAG-D alone: A and C {}) at {:.2} Mpps, against {} regions separate at {:.2} Mpps: per region {:.2}x [{:.2}-{:.2}]",
+        shared.regions.len(),
+        pd.regions.len(),
+        if no_own_region { "need no region of their own" } else { "need regions of their own" },
+        median(&sh.iter().map(|p| p.pps).collect::<Vec<_>>()) / 1e6,
+        separate.regions.len(),
+        median(&se.iter().map(|p| p.pps).collect::<Vec<_>>()) / 1e6,
+        share_gain.0,
+        share_gain.1,
+        share_gain.2
+    ));
+    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let sched_ns = median(&sched);
+    say(format!(
+        "scheduler: {sched_ns:.1} ns a decision in snic (classification, queueing, credits and the move into a region; receiving not counted); the FPGA's: {:.0} ns ({} cycles at {} MHz)",
+        model.decision_ns(),
+        model.schedule_cycles,
+        model.clock_mhz
+    ));
+    let summary = json!({
+        "latency_reduction_vs_panic": if lat_red.is_empty() { None } else { Some(min(&lat_red)) },
+        "throughput_over_panic": if tput_panic.is_empty() { None } else { Some(min(&tput_panic)) },
+        "throughput_over_rtc": if tput_rtc.is_empty() { None } else { Some(min(&tput_rtc)) },
+        "scheduler_ns_per_packet": sched_ns,
+        "aes_two_over_one": aes_ratio.0,
+        "sharing_gain_per_region": share_gain.0,
+    });
+    say(format!("summary: {summary}"));
+    let mut report = json!({
+        "bench": "chain",
+        "environment": env,
+        "options": {"rounds": rounds, "phase_secs": secs, "warmup_secs": warmup.as_secs_f64(), "cores": a.cores, "ns_per_task": a.ns, "frame_bytes": a.size, "flows": a.flows},
+        "lengths": lengths_json,
+        "dag_d": {"frame_bytes": 1500, "one_instance": one, "two_instances": two, "two_over_one": {"median": aes_ratio.0, "min": aes_ratio.1, "max": aes_ratio.2}},
+        "sharing": {
+            "shared_regions": shared.regions.len(), "separate_regions": separate.regions.len(), "dag_d_alone_regions": pd.regions.len(),
+            "a_and_c_need_no_region": no_own_region, "shared": sh, "separate": se,
+            "gain_per_region": {"median": share_gain.0, "min": share_gain.1, "max": share_gain.2},
+        },
+        "targets": {"latency_reduction_vs_panic": 0.4, "throughput_over_panic": 1.3, "throughput_over_rtc": 0.75, "scheduler_ns_per_packet": 64.0, "aes_two_over_one": 1.6, "sharing_gain_per_region": 1.9},
+    });
+    if let (Some(r), Some(s)) = (report.as_object_mut(), summary.as_object()) {
+        for (k, v) in s {
+            r.insert(k.clone(), v.clone());
+        }
+    }
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
+    let path = a.out.join("chain.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
+    let mut written = vec![path];
+    written.extend(super::plot::chain(&plot_rows, &a.out)?);
+    for w in &written {
+        say(format!("wrote {}", w.display()));
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
