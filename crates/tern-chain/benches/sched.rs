@@ -61,7 +61,7 @@ fn bench(c: &mut Criterion) {
         let now = Instant::now();
         b.iter(|| {
             for p in packets.drain(..) {
-                let _ = s.admit(Arrival { packet: p, at: now }, &mut classify);
+                let _ = s.admit(Arrival { packet: p, at: now, port: 0 }, &mut classify);
             }
             let mut back = [0u64; 2];
             while let Some(d) = s.decide() {

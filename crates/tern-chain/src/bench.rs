@@ -102,7 +102,7 @@ impl Ingress for Gen {
                 return;
             }
             self.next = (self.next + 1) % self.frames.len();
-            out.push(Arrival { packet: p, at });
+            out.push(Arrival { packet: p, at, port: 0 });
         }
     }
 }

@@ -23,3 +23,4 @@ pub mod plan;
 pub mod runtime;
 pub mod task;
 pub mod tenant;
+pub mod trace;

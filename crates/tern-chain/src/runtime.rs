@@ -28,7 +28,7 @@ use tern_table::classifier::FlowKey;
 use tern_wire::frame::{FrameInfo, L3};
 
 use crate::plan::{Plan, Slot};
-use crate::task::{Cx, NetworkTask, Verdict};
+use crate::task::{Cx, NetworkTask, Steer, Verdict};
 use crate::tenant::Tenant;
 
 /// A packet's descriptor, kept beside its bytes.
@@ -47,6 +47,8 @@ pub struct Desc {
     pub arrived: Instant,
     /// It is an answer (or a task's own packet) going back to where its packet came from.
     pub reply: bool,
+    /// The port it came in on.
+    pub port: u8,
 }
 
 /// A packet with its descriptor: what rings carry between the scheduler and regions (moved,
@@ -59,13 +61,15 @@ pub struct Item {
     pub desc: Desc,
 }
 
-/// A packet arriving, and when.
+/// A packet arriving, when, and on which port.
 #[derive(Debug)]
 pub struct Arrival {
     /// The bytes.
     pub packet: Packet,
     /// When it arrived.
     pub at: Instant,
+    /// The port it came in on (0 unless the ingress has several).
+    pub port: u8,
 }
 
 /// Where packets come from (one per ingress core).
@@ -158,6 +162,17 @@ pub struct Wrapper {
 }
 
 impl Wrapper {
+    /// Runs tenant `t`'s task on one packet (a trace; the data path runs batches).
+    pub fn run_one(&mut self, t: usize, p: &mut Packet, cx: &mut Cx<'_>) -> Verdict {
+        match self.tasks.get_mut(t).and_then(Option::as_mut) {
+            Some(task) => {
+                self.packets += 1;
+                task.process(p, cx)
+            }
+            None => Verdict::Drop("no_task"),
+        }
+    }
+
     /// Each task's counters, by tenant.
     pub fn counters(&self) -> Vec<(usize, Vec<(&'static str, u64)>)> {
         self.tasks.iter().enumerate().filter_map(|(t, k)| k.as_ref().map(|k| (t, k.counters()))).collect()
@@ -167,8 +182,15 @@ impl Wrapper {
 /// Makes tenant `t`'s task for its DAG node `n`.
 pub type Factory<'a> = dyn FnMut(usize, usize) -> Result<Box<dyn NetworkTask>, String> + 'a;
 
-/// One instance of chain `ci`: a wrapper a position.
-pub fn build_chain(plan: &Plan, ci: usize, ntenants: usize, factory: &mut Factory<'_>) -> Result<Vec<Wrapper>, String> {
+/// One instance of chain `ci`: a wrapper a position; instance `k` of `n` (tasks that share
+/// out what they hand out take their share: [`NetworkTask::partition`]).
+pub fn build_chain(
+    plan: &Plan,
+    ci: usize,
+    ntenants: usize,
+    factory: &mut Factory<'_>,
+    (k, n): (usize, usize),
+) -> Result<Vec<Wrapper>, String> {
     let c = &plan.chains[ci];
     let mut ws: Vec<Wrapper> = c
         .slots
@@ -185,8 +207,10 @@ pub fn build_chain(plan: &Plan, ci: usize, ntenants: usize, factory: &mut Factor
         })
         .collect();
     for &t in &c.tenants {
-        for (n, &p) in plan.tenants[t].positions.iter().enumerate() {
-            ws[p].tasks[t] = Some(factory(t, n)?);
+        for (node, &p) in plan.tenants[t].positions.iter().enumerate() {
+            let mut task = factory(t, node)?;
+            task.partition(k, n)?;
+            ws[p].tasks[t] = Some(task);
         }
     }
     Ok(ws)
@@ -203,7 +227,13 @@ enum Fate {
 /// Runs `wrappers` over a batch, task by task; `fates` says what became of each item. The
 /// clock is read once after each task that ran (the batch's start is `cx.now`), so a task's
 /// time is the time from the one before it.
-fn run_batch(wrappers: &mut [Wrapper], items: &mut [Item], fates: &mut Vec<Fate>, cx: &mut Cx<'_>) {
+fn run_batch(
+    wrappers: &mut [Wrapper],
+    items: &mut [Item],
+    fates: &mut Vec<Fate>,
+    cx: &mut Cx<'_>,
+    emitted_desc: &mut Vec<Desc>,
+) {
     fates.clear();
     fates.resize(items.len(), Fate::Alive);
     let mut t0 = cx.now;
@@ -224,10 +254,15 @@ fn run_batch(wrappers: &mut [Wrapper], items: &mut [Item], fates: &mut Vec<Fate>
                 continue;
             };
             ran += 1;
+            let before = cx.emitted.len();
             match task.process(&mut item.packet, cx) {
                 Verdict::Pass => {}
                 Verdict::Drop(r) => *fate = Fate::Dropped(r),
                 Verdict::Reply => *fate = Fate::Replied,
+            }
+            // A task's own packets go back the way this one came.
+            for _ in before..cx.emitted.len() {
+                emitted_desc.push(Desc { reply: true, ..item.desc });
             }
         }
         if ran > 0 {
@@ -245,12 +280,32 @@ fn run_batch(wrappers: &mut [Wrapper], items: &mut [Item], fates: &mut Vec<Fate>
 pub struct Classify {
     patterns: Vec<tern_table::classifier::Pattern>,
     info: FrameInfo,
+    /// By tenant: packets its chain's tasks need steered (a NAT's replies), over `n` instances.
+    steer: Vec<Option<Steer>>,
+    one: Vec<bool>,
+    n: usize,
 }
 
 impl Classify {
     /// For `tenants`, in their order.
     pub fn new(tenants: &[Tenant]) -> Classify {
-        Classify { patterns: tenants.iter().map(|t| t.ingress.pattern.clone()).collect(), info: FrameInfo::default() }
+        Classify {
+            patterns: tenants.iter().map(|t| t.ingress.pattern.clone()).collect(),
+            info: FrameInfo::default(),
+            steer: Vec::new(),
+            one: Vec::new(),
+            n: 1,
+        }
+    }
+
+    /// With tenant `t`'s packets to `steer[t]`'s address and ports given, as their "hash", the
+    /// instance of `n` that owns the port; and every packet of a tenant with `one[t]` the hash 0
+    /// (instance 0).
+    pub fn with_steering(mut self, steer: Vec<Option<Steer>>, one: Vec<bool>, n: usize) -> Classify {
+        self.steer = steer;
+        self.one = one;
+        self.n = n.max(1);
+        self
     }
 
     /// The frame's tenant and its flow's hash, or the drop reason (`malformed`: not an
@@ -270,6 +325,17 @@ impl Classify {
             dst_port: i.dst_port,
         };
         let t = self.patterns.iter().position(|p| p.matches(&key)).ok_or("unknown_tenant")?;
+        if self.one.get(t).copied().unwrap_or(false) {
+            return Ok((t, 0));
+        }
+        if let Some(Some(st)) = self.steer.get(t)
+            && i.l3 == L3::Ipv4
+            && i.has_l4
+            && i.dst_v4() == st.addr
+            && let Some(k) = st.owner(i.dst_port, self.n)
+        {
+            return Ok((t, k as u64));
+        }
         // Both directions of a flow hash alike (a stateful chain's instance sees both).
         let (a, b) = if (i.src, i.src_port) <= (i.dst, i.dst_port) { (i.src, i.src_port) } else { (i.dst, i.dst_port) };
         let (c, d) = if (a, b) == (i.src, i.src_port) { (i.dst, i.dst_port) } else { (i.src, i.src_port) };
@@ -315,6 +381,8 @@ pub struct RunStats {
 /// A wrapper's counters.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct WrapperStats {
+    /// The region it runs in (`rtc`: none, the whole chain runs on core `instance`).
+    pub region: Option<usize>,
     /// Chain, instance, position.
     pub chain: usize,
     pub instance: usize,
@@ -344,27 +412,66 @@ impl RunStats {
         }
     }
 
-    fn add_wrappers(&mut self, chain: usize, instance: usize, ws: &[Wrapper]) {
-        for w in ws {
-            self.wrappers.push(WrapperStats {
-                chain,
-                instance,
-                position: w.position,
-                name: w.slot.name.clone(),
-                kind: w.slot.kind,
-                packets: w.packets,
-                skipped: w.skipped,
-                batches: w.batches,
-                ns: w.ns,
-            });
+    fn add_wrappers(&mut self, region: Option<usize>, chain: usize, instance: usize, ws: &[Wrapper]) {
+        push_wrapper_stats(&mut self.wrappers, region, chain, instance, ws);
+    }
+}
+
+fn push_wrapper_stats(
+    out: &mut Vec<WrapperStats>,
+    region: Option<usize>,
+    chain: usize,
+    instance: usize,
+    ws: &[Wrapper],
+) {
+    for w in ws {
+        out.push(WrapperStats {
+            region,
+            chain,
+            instance,
+            position: w.position,
+            name: w.slot.name.clone(),
+            kind: w.slot.kind,
+            packets: w.packets,
+            skipped: w.skipped,
+            batches: w.batches,
+            ns: w.ns,
+        });
+    }
+}
+
+/// Publishes a core's counters for [`Monitor`].
+fn publish(shared: &Shared, core: usize, st: &CoreState, sched: Option<&Scheduler>, wrappers: Vec<WrapperStats>) {
+    let snap = CoreSnap {
+        tenants: st.tenants.clone(),
+        wrappers,
+        unknown_tenant: st.unknown_tenant,
+        malformed: st.malformed,
+        sched: sched.map(|s| (s.decisions, s.ns, s.credit_waits, s.buffer_peak, s.unknown_tenant, s.malformed)),
+        queued: sched.map(|s| s.queues.iter().map(|q| q.len() as u64).collect()).unwrap_or_default(),
+        credits: sched.map(|s| s.credits.clone()).unwrap_or_default(),
+    };
+    if let Some(m) = shared.snaps.get(core) {
+        *m.lock().unwrap_or_else(|e| e.into_inner()) = snap;
+    }
+}
+
+fn region_wrappers(regions: &[Region]) -> Vec<WrapperStats> {
+    let mut out = Vec::new();
+    for r in regions {
+        for (ci, k, _, ws) in &r.segments {
+            push_wrapper_stats(&mut out, Some(r.id), *ci, *k, ws);
         }
     }
+    out
 }
 
 /// A region at run time: the segments placed in it (each a chain instance's positions), and
 /// its input rings, one from each core (single producer, single consumer: a core writes only
 /// its own ring's tail, so moving a packet costs no contended atomic).
 struct Region {
+    /// Its id.
+    id: usize,
     /// (chain, instance, segment, wrappers).
     segments: Vec<(usize, usize, usize, Vec<Wrapper>)>,
     inputs: Vec<rtrb::Consumer<Item>>,
@@ -400,6 +507,73 @@ struct Shared {
     /// by region.
     returned: Vec<AtomicU64>,
     stop: AtomicBool,
+    /// Each core's counters as last published (every [`PUBLISH`] while it runs).
+    snaps: Vec<std::sync::Mutex<CoreSnap>>,
+    /// By credit pool: the region its credits admit into (for the credits gauge).
+    pool_region: Vec<usize>,
+}
+
+/// How often a core publishes its counters for [`Monitor`].
+pub const PUBLISH: Duration = Duration::from_millis(100);
+
+/// A core's counters, published for [`Monitor`].
+#[derive(Debug, Clone, Default)]
+struct CoreSnap {
+    tenants: Vec<TenantStats>,
+    wrappers: Vec<WrapperStats>,
+    unknown_tenant: u64,
+    malformed: u64,
+    /// Core 0's scheduler: decisions, ns, credit waits, buffer peak, unknown, malformed;
+    /// queue depth by tenant; credits on hand by pool.
+    sched: Option<(u64, u64, u64, u64, u64, u64)>,
+    queued: Vec<u64>,
+    credits: Vec<u64>,
+}
+
+/// Reads a running [`Runtime`]'s counters (as each core last published them).
+#[derive(Debug, Clone)]
+pub struct Monitor(Arc<Shared>);
+
+/// A running runtime's counters.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Live {
+    /// As [`Runtime::run`] returns them at the end.
+    pub stats: RunStats,
+    /// Packets waiting in each tenant's queue.
+    pub queue_depth: Vec<u64>,
+    /// Credits on hand, by region (`snic`: the chain instance's, under its first region).
+    pub credits: Vec<(usize, u64)>,
+}
+
+impl Monitor {
+    /// The counters now.
+    pub fn live(&self) -> Live {
+        let mut live = Live::default();
+        for m in &self.0.snaps {
+            let snap = m.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            live.stats.add_tenants(&snap.tenants);
+            live.stats.wrappers.extend(snap.wrappers);
+            live.stats.unknown_tenant += snap.unknown_tenant;
+            live.stats.malformed += snap.malformed;
+            if let Some((d, ns, w, peak, u, mal)) = snap.sched {
+                live.stats.decisions += d;
+                live.stats.scheduler_ns += ns;
+                live.stats.credit_waits += w;
+                live.stats.buffer_peak = live.stats.buffer_peak.max(peak);
+                live.stats.unknown_tenant += u;
+                live.stats.malformed += mal;
+                live.queue_depth = snap.queued;
+                live.credits = snap
+                    .credits
+                    .iter()
+                    .enumerate()
+                    .map(|(p, c)| (self.0.pool_region.get(p).copied().unwrap_or(p), *c))
+                    .collect();
+            }
+        }
+        live.stats.wrappers.sort_by_key(|w| (w.chain, w.instance, w.position));
+        live
+    }
 }
 
 /// Per-core counters and scratch space.
@@ -409,6 +583,7 @@ struct CoreState {
     fates: Vec<Fate>,
     out: Vec<Item>,
     emitted: Vec<Packet>,
+    emitted_desc: Vec<Desc>,
     /// Credits to give back, by pool.
     give: Vec<u64>,
     /// Frames no tenant's pattern matched, and that were not IP (`rtc`: each core its own).
@@ -429,6 +604,7 @@ impl CoreState {
             fates: Vec::new(),
             out: Vec::new(),
             emitted: Vec::new(),
+            emitted_desc: Vec::new(),
             give: vec![0; pools],
             unknown_tenant: 0,
             malformed: 0,
@@ -459,6 +635,9 @@ pub struct Runtime {
     region_core: Vec<usize>,
     /// By core: its ends of the rings; core 0's ends of the rings back (`panic`).
     links: Vec<Links>,
+    /// By tenant: its packets steered to an instance (a NAT's replies), or all to one.
+    steer: Vec<Option<Steer>>,
+    one: Vec<bool>,
     back_in: Vec<rtrb::Consumer<Item>>,
 }
 
@@ -484,16 +663,28 @@ impl Runtime {
         let mut region_core = Vec::new();
         let mut route: Vec<Vec<Vec<usize>>> = Vec::new();
         let credits = cfg.credits.max(1) as usize;
+        // What the tasks say of their state: chains whose instances must see whole flows, and
+        // tenants whose packets must be steered (a NAT's replies) or kept to one instance.
+        let mut steer: Vec<Option<Steer>> = vec![None; nt];
+        let mut one: Vec<bool> = vec![false; nt];
         for ci in 0..plan.chains.len() {
-            let probe = build_chain(&plan, ci, nt, factory)?;
+            let probe = build_chain(&plan, ci, nt, factory, (0, 1))?;
             stateful.push(probe.iter().any(|w| w.tasks.iter().flatten().any(|t| t.cost().stateful)));
+            for w in &probe {
+                for (t, task) in w.tasks.iter().enumerate() {
+                    if let Some(task) = task {
+                        steer[t] = steer[t].or(task.steer());
+                        one[t] |= task.one_instance();
+                    }
+                }
+            }
         }
         match cfg.mode {
             Mode::Rtc => {
-                for _ in 0..cores {
+                for core in 0..cores {
                     rtc.push(
                         (0..plan.chains.len())
-                            .map(|ci| build_chain(&plan, ci, nt, factory))
+                            .map(|ci| build_chain(&plan, ci, nt, factory, (core, cores)))
                             .collect::<Result<Vec<_>, _>>()?,
                     );
                 }
@@ -505,7 +696,7 @@ impl Runtime {
                 for k in 0..instances {
                     let mut chains: Vec<Vec<Option<Vec<Wrapper>>>> = Vec::new();
                     for (ci, r) in route.iter_mut().enumerate() {
-                        let mut ws = build_chain(&plan, ci, nt, factory)?;
+                        let mut ws = build_chain(&plan, ci, nt, factory, (k, instances))?;
                         let mut segs = Vec::new();
                         for seg in plan.chains[ci].segments.iter().rev() {
                             segs.push(Some(ws.split_off(seg.start)));
@@ -522,7 +713,7 @@ impl Runtime {
                             segments.push((ci, k, si, chains[ci][si].take().unwrap_or_default()));
                         }
                         region_core.push((ri + k * nreg) % cores);
-                        by_id.push(Region { segments, inputs: Vec::new(), turn: 0 });
+                        by_id.push(Region { id, segments, inputs: Vec::new(), turn: 0 });
                     }
                 }
             }
@@ -530,8 +721,8 @@ impl Runtime {
                 let mut next_core = 0;
                 for ci in 0..plan.chains.len() {
                     route.push(Vec::new());
-                    for _ in 0..instances {
-                        let ws = build_chain(&plan, ci, nt, factory)?;
+                    for k in 0..instances {
+                        let ws = build_chain(&plan, ci, nt, factory, (k, instances))?;
                         let mut ids = Vec::new();
                         for w in ws {
                             let id = by_id.len();
@@ -539,6 +730,7 @@ impl Runtime {
                             let k = route[ci].len();
                             region_core.push(next_core % cores);
                             by_id.push(Region {
+                                id,
                                 segments: vec![(ci, k, w.position, vec![w])],
                                 inputs: Vec::new(),
                                 turn: 0,
@@ -578,13 +770,23 @@ impl Runtime {
         for (r, &c) in by_id.into_iter().zip(&region_core) {
             core_regions[c].push(r);
         }
+        let pool_region: Vec<usize> = match cfg.mode {
+            Mode::Snic => {
+                (0..pools).map(|p| route[p / instances][p % instances].first().copied().unwrap_or(0)).collect()
+            }
+            _ => (0..pools).collect(),
+        };
         let shared = Arc::new(Shared {
             regions: nregions,
             route,
             returned: (0..pools).map(|_| AtomicU64::new(0)).collect(),
             stop: AtomicBool::new(false),
+            snaps: (0..cores).map(|_| std::sync::Mutex::new(CoreSnap::default())).collect(),
+            pool_region,
         });
         Ok(Runtime {
+            steer,
+            one,
             cfg,
             plan,
             tenants,
@@ -602,6 +804,18 @@ impl Runtime {
     /// The plan it runs.
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// The classifier its scheduler uses (and an `rtc` ingress should shard flows by: a
+    /// packet's core is its hash modulo the cores), with the tasks' steering.
+    pub fn classify(&self) -> Classify {
+        let n = if self.cfg.mode == Mode::Rtc { self.cfg.cores.max(1) } else { self.instances };
+        Classify::new(&self.tenants).with_steering(self.steer.clone(), self.one.clone(), n)
+    }
+
+    /// A handle that reads the counters while it runs.
+    pub fn monitor(&self) -> Monitor {
+        Monitor(self.shared.clone())
     }
 
     /// A handle that stops [`run`](Self::run) when set.
@@ -631,7 +845,7 @@ impl Runtime {
         let cfg = self.cfg;
         let mut ingress: Vec<Option<Box<dyn Ingress>>> = ingress.into_iter().map(Some).collect();
         let mut egress: Vec<Option<Box<dyn Egress>>> = egress.into_iter().map(Some).collect();
-        let classify = Classify::new(&self.tenants);
+        let classify = self.classify();
         let mut sched = Scheduler::new(
             &self.plan,
             &self.tenants,
@@ -678,6 +892,7 @@ impl Runtime {
                     if cfg.mode == Mode::Rtc {
                         let mut chains = chains;
                         rtc_loop(
+                            core,
                             &shared,
                             pool,
                             &cfg,
@@ -688,12 +903,13 @@ impl Runtime {
                             eg.as_mut(),
                             &mut st,
                         );
-                        let wrappers = chains.into_iter().enumerate().map(|(ci, ws)| (ci, core, ws)).collect();
+                        let wrappers = chains.into_iter().enumerate().map(|(ci, ws)| (None, ci, core, ws)).collect();
                         return Joined { st, wrappers, sched: None };
                     }
                     let mut regions = regions;
                     let mut sched = sched_here;
                     worker_loop(
+                        core,
                         &shared,
                         pool,
                         &cfg,
@@ -707,7 +923,7 @@ impl Runtime {
                     let mut wrappers = Vec::new();
                     for r in regions {
                         for (ci, k, _, w) in r.segments {
-                            wrappers.push((ci, k, w));
+                            wrappers.push((Some(r.id), ci, k, w));
                         }
                     }
                     Joined { st, wrappers, sched }
@@ -741,8 +957,8 @@ impl Runtime {
             stats.unknown_tenant += j.st.unknown_tenant;
             stats.malformed += j.st.malformed;
             stats.add_tenants(&j.st.tenants);
-            for (ci, k, w) in j.wrappers {
-                stats.add_wrappers(ci, k, &w);
+            for (region, ci, k, w) in j.wrappers {
+                stats.add_wrappers(region, ci, k, &w);
             }
         }
         stats.tenants.resize(nt, TenantStats::default());
@@ -754,7 +970,7 @@ impl Runtime {
 /// What a core hands back when it stops.
 struct Joined {
     st: CoreState,
-    wrappers: Vec<(usize, usize, Vec<Wrapper>)>,
+    wrappers: Vec<(Option<usize>, usize, usize, Vec<Wrapper>)>,
     sched: Option<Scheduler>,
 }
 
@@ -927,6 +1143,7 @@ impl Scheduler {
             skip: self.skip[t],
             arrived: a.at,
             reply: false,
+            port: a.port,
         };
         self.queues[t].push_back((Item { packet: a.packet, desc }, hash));
         self.queued += 1;
@@ -995,6 +1212,7 @@ fn next_position(skip: u64, from: usize, len: usize) -> Option<usize> {
 
 #[allow(clippy::too_many_arguments)]
 fn worker_loop(
+    core: usize,
     shared: &Shared,
     pool: &Pool,
     cfg: &Config,
@@ -1010,7 +1228,14 @@ fn worker_loop(
     let mut waiting: Vec<VecDeque<Item>> =
         if cfg.mode == Mode::Panic { (0..shared.regions).map(|_| VecDeque::new()).collect() } else { Vec::new() };
     let mut arrivals = Vec::with_capacity(cfg.batch);
+    let mut rounds = 0u32;
+    let mut published = Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
+        rounds = rounds.wrapping_add(1);
+        if rounds.is_multiple_of(1024) && published.elapsed() >= PUBLISH {
+            publish(shared, core, st, sched.as_deref(), region_wrappers(regions));
+            published = Instant::now();
+        }
         let mut work = 0;
         if let (Some(s), Some(ing)) = (sched.as_deref_mut(), ingress.as_deref_mut()) {
             work += schedule(s, shared, pool, cfg, classify, ing, &chain_lens, &mut waiting, &mut arrivals, egress, st);
@@ -1027,15 +1252,24 @@ fn worker_loop(
             }
         }
         if work == 0 {
-            idle += 1;
-            if idle > 1024 {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
+            idle = idle.saturating_add(1);
+            rest(idle);
         } else {
             idle = 0;
         }
+    }
+    publish(shared, core, st, sched.as_deref(), region_wrappers(regions));
+}
+
+/// What an idle core does after `idle` empty rounds: spin, then yield, and after a long idle
+/// sleep 50 µs at a time (a first packet after a quiet spell waits that long at most).
+fn rest(idle: u32) {
+    if idle > 1 << 16 {
+        std::thread::sleep(Duration::from_micros(50));
+    } else if idle > 1024 {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
     }
 }
 
@@ -1191,7 +1425,7 @@ fn run_region(
                 // The batch's first group starts at `now`; a later one at its own reading.
                 let start = if first_group { now } else { Instant::now() };
                 let mut cx = Cx { now: start, pool, emitted: &mut st.emitted };
-                run_batch(&mut seg.3, &mut items[..end], &mut st.fates, &mut cx);
+                run_batch(&mut seg.3, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc);
             }
             None => {
                 st.fates.clear();
@@ -1243,11 +1477,11 @@ fn run_region(
 
 /// Sends what a core has to send: finished packets, answers, and tasks' own packets.
 fn flush(st: &mut CoreState, egress: &mut dyn Egress, now: Instant) {
-    for p in st.emitted.drain(..) {
-        st.out.push(Item {
-            packet: p,
-            desc: Desc { tenant: 0, chain: 0, instance: 0, segment: 0, skip: 0, arrived: now, reply: true },
-        });
+    for (p, desc) in st.emitted.drain(..).zip(st.emitted_desc.drain(..)) {
+        if let Some(t) = st.tenants.get_mut(usize::from(desc.tenant)) {
+            t.replies += 1;
+        }
+        st.out.push(Item { packet: p, desc });
     }
     if !st.out.is_empty() {
         egress.send(now, &mut st.out);
@@ -1256,6 +1490,7 @@ fn flush(st: &mut CoreState, egress: &mut dyn Egress, now: Instant) {
 
 #[allow(clippy::too_many_arguments)]
 fn rtc_loop(
+    core: usize,
     shared: &Shared,
     pool: &Pool,
     cfg: &Config,
@@ -1269,16 +1504,24 @@ fn rtc_loop(
     let Some(ing) = ingress else { return };
     let mut arrivals = Vec::with_capacity(cfg.batch);
     let mut idle = 0u32;
+    let mut published = Instant::now();
+    let chain_wrappers = |chains: &[Vec<Wrapper>]| {
+        let mut out = Vec::new();
+        for (ci, ws) in chains.iter().enumerate() {
+            push_wrapper_stats(&mut out, None, ci, core, ws);
+        }
+        out
+    };
     while !shared.stop.load(Ordering::Relaxed) {
         let now = Instant::now();
+        if now.duration_since(published) >= PUBLISH {
+            publish(shared, core, st, None, chain_wrappers(chains));
+            published = now;
+        }
         ing.recv(now, cfg.batch, &mut arrivals);
         if arrivals.is_empty() {
-            idle += 1;
-            if idle > 1024 {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
+            idle = idle.saturating_add(1);
+            rest(idle);
             continue;
         }
         idle = 0;
@@ -1296,6 +1539,7 @@ fn rtc_loop(
                         skip,
                         arrived: a.at,
                         reply: false,
+                        port: a.port,
                     };
                     st.batch.push(Item { packet: a.packet, desc });
                 }
@@ -1312,6 +1556,7 @@ fn rtc_loop(
         run_rtc_batch(chains, pool, st, Instant::now());
         flush(st, egress, now);
     }
+    publish(shared, core, st, None, chain_wrappers(chains));
 }
 
 /// Runs a batch through whole chains, packets of one chain together.
@@ -1323,7 +1568,7 @@ fn run_rtc_batch(chains: &mut [Vec<Wrapper>], pool: &Pool, st: &mut CoreState, n
         let end = items.iter().take_while(|i| i.desc.chain == ci).count();
         if let Some(ws) = chains.get_mut(usize::from(ci)) {
             let mut cx = Cx { now, pool, emitted: &mut st.emitted };
-            run_batch(ws, &mut items[..end], &mut st.fates, &mut cx);
+            run_batch(ws, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc);
         } else {
             st.fates.clear();
             st.fates.resize(end, Fate::Dropped("no_task"));
@@ -1379,7 +1624,7 @@ impl Ingress for VecIngress {
     fn recv(&mut self, now: Instant, max: usize, out: &mut Vec<Arrival>) {
         for _ in 0..max {
             let Some(packet) = self.packets.pop_front() else { break };
-            out.push(Arrival { packet, at: now });
+            out.push(Arrival { packet, at: now, port: 0 });
         }
     }
 }

@@ -74,6 +74,57 @@ pub trait NetworkTask: Send + std::fmt::Debug {
     fn process(&mut self, packet: &mut Packet, cx: &mut Cx<'_>) -> Verdict;
     /// Its counters, by name (drops among them under their reasons).
     fn counters(&self) -> Vec<(&'static str, u64)>;
+    /// Makes this instance number `k` of `n` (before it sees a packet): a task whose replies
+    /// are not its flows' (the NAT's come to its external ports) takes a share of what it
+    /// hands out, so [`steer`](Self::steer) can find it. An error if it cannot be shared so.
+    fn partition(&mut self, _k: usize, _n: usize) -> Result<(), String> {
+        Ok(())
+    }
+    /// Which packets must go to the instance that owns them, whatever their flow: the NAT's
+    /// replies, by the external port (`(address, first port, last port)`).
+    fn steer(&self) -> Option<Steer> {
+        None
+    }
+    /// Whether its state is the tenant's rather than a flow's, so every packet of the tenant
+    /// must reach one instance (the KV cache: a SET through one instance must reach the cache a
+    /// GET may hit in). Such a tenant's packets all go to instance 0.
+    fn one_instance(&self) -> bool {
+        false
+    }
+}
+
+/// Packets to an address whose destination port lies in a range are steered to the instance
+/// that owns the port: of `n` instances, port `p` is owned by instance
+/// `(p − first) × n / (last − first + 1)` (and [`slice`] gives each instance's ports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Steer {
+    /// The IPv4 address.
+    pub addr: u32,
+    /// The ports, inclusive.
+    pub first: u16,
+    pub last: u16,
+}
+
+impl Steer {
+    /// The instance of `n` that owns `port` (None: not in the range).
+    pub fn owner(&self, port: u16, n: usize) -> Option<usize> {
+        if port < self.first || port > self.last || n == 0 {
+            return None;
+        }
+        let span = u64::from(self.last - self.first) + 1;
+        Some(((u64::from(port - self.first) * n as u64) / span) as usize)
+    }
+}
+
+/// The ports of `(first, last)` instance `k` of `n` owns under [`Steer::owner`] (None if it
+/// owns none: more instances than ports).
+pub fn slice(first: u16, last: u16, k: usize, n: usize) -> Option<(u16, u16)> {
+    let span = u64::from(last - first) + 1;
+    let (n, k) = (n.max(1) as u64, k as u64);
+    // The least p with floor(p × n / span) ≥ k is ceil(k × span / n).
+    let start = (k * span).div_ceil(n);
+    let end = ((k + 1) * span).div_ceil(n);
+    (end > start).then(|| (first + start as u16, first + (end - 1) as u16))
 }
 
 /// Every tenant's AES key space, kept across launches so that relaunched instances never reuse
@@ -96,7 +147,9 @@ pub fn build(spec: &TaskSpec, keys: &mut Keys) -> Result<Box<dyn NetworkTask>, S
         TaskSpec::Firewall { rules, config } => {
             Box::new(FwTask(Firewall::new(rules, *config).map_err(|e| format!("firewall: {e}"))?))
         }
-        TaskSpec::Nat(cfg) => Box::new(NatTask { nat: Nat::new(*cfg), external: u32::from_be_bytes(cfg.external) }),
+        TaskSpec::Nat(cfg) => {
+            Box::new(NatTask { nat: Nat::new(*cfg), cfg: *cfg, external: u32::from_be_bytes(cfg.external) })
+        }
         TaskSpec::Aes { key, seal } => {
             Box::new(AesNt { task: AesTask::new(&keys.space(*key)).map_err(|e| format!("aes: {e}"))?, seal: *seal })
         }
@@ -142,6 +195,7 @@ impl NetworkTask for FwTask {
 #[derive(Debug)]
 struct NatTask {
     nat: Nat,
+    cfg: crate::nat::NatConfig,
     external: u32,
 }
 
@@ -169,6 +223,16 @@ impl NetworkTask for NatTask {
         v.extend(crate::nat::NatDrop::ALL.iter().zip(s.drops).map(|(d, n)| (d.name(), n)));
         v
     }
+    fn partition(&mut self, k: usize, n: usize) -> Result<(), String> {
+        let (first, last) = self.cfg.ports;
+        let ports = slice(first, last, k, n)
+            .ok_or_else(|| format!("nat: {} external ports cannot be shared by {n} instances", last - first + 1))?;
+        self.nat = Nat::new(crate::nat::NatConfig { ports, ..self.cfg });
+        Ok(())
+    }
+    fn steer(&self) -> Option<Steer> {
+        Some(Steer { addr: self.external, first: self.cfg.ports.0, last: self.cfg.ports.1 })
+    }
 }
 
 /// AES-GCM, sealing or opening.
@@ -183,7 +247,9 @@ impl NetworkTask for AesNt {
         "aes"
     }
     fn cost(&self) -> Cost {
-        Cost { ns_per_packet: 191.0, luts: None, gbps: None, stateful: true, modifies: true }
+        // Its only state, the count of nonces, is the instance's own: any packet may go to any
+        // instance.
+        Cost { ns_per_packet: 191.0, luts: None, gbps: None, stateful: false, modifies: true }
     }
     fn process(&mut self, p: &mut Packet, _: &mut Cx<'_>) -> Verdict {
         let r = if self.seal { self.task.seal_packet(p) } else { self.task.open_packet(p) };
@@ -381,6 +447,9 @@ impl NetworkTask for KvTask {
             ("malformed", s.malformed),
             ("answer_too_large", self.too_large),
         ]
+    }
+    fn one_instance(&self) -> bool {
+        true
     }
 }
 

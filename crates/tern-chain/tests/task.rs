@@ -214,3 +214,24 @@ fn nat_firewall_and_dummy_through_the_trait() {
     assert!(t0.elapsed().as_nanos() >= 1000, "a dummy spends at least its time");
     assert_eq!(p.data(), &f[..]);
 }
+
+proptest::proptest! {
+    /// Every port of a range belongs to exactly one instance's slice, the one `owner` names.
+    #[test]
+    fn steer_slices_partition_the_ports(first in 1u16..60000, len in 1u16..3000, n in 1usize..9) {
+        let last = first.saturating_add(len - 1);
+        let st = task::Steer { addr: 0, first, last };
+        let mut owned = 0u64;
+        for k in 0..n {
+            if let Some((a, b)) = task::slice(first, last, k, n) {
+                proptest::prop_assert!(a >= first && b <= last && a <= b);
+                for p in [a, b, a + (b - a) / 2] {
+                    proptest::prop_assert_eq!(st.owner(p, n), Some(k));
+                }
+                owned += u64::from(b - a) + 1;
+            }
+        }
+        proptest::prop_assert_eq!(owned, u64::from(last - first) + 1);
+        proptest::prop_assert_eq!(st.owner(first.wrapping_sub(1), n).filter(|_| first > 0), None);
+    }
+}

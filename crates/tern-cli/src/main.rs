@@ -6,6 +6,7 @@ mod demo;
 mod dispatch;
 mod env;
 mod flow;
+mod frames;
 mod hw;
 mod metrics;
 mod plot;
@@ -194,6 +195,21 @@ enum ChainCommand {
     /// regions they take. Exit 0 if every file is usable and fits and the plan fits the
     /// profile's regions, 1 otherwise.
     Check(chain::CheckArgs),
+    /// Run tenants' chains between two ports (afpacket:IFNAME, or udp:BIND=PEER carrying one
+    /// Ethernet frame a datagram): a frame from one port goes through its tenant's chain and
+    /// leaves on the other; answers (KV hits, transport acknowledgements) go back where they
+    /// came from. --mode snic|panic|rtc; --metrics serves Prometheus tern_chain_* and /runtime
+    /// (what `chain dump` reads). Malformed frames, unknown tenants and failed tags are named
+    /// drop counters. SIGINT/SIGTERM stop it with a summary.
+    Serve(chain::serve::ServeArgs),
+    /// Trace one packet through the tenants' plan: its tenant and chain, at each position
+    /// whether it skipped the task or ran it and what became of it, and its bytes after
+    /// (fresh task instances: what a first packet meets).
+    Trace(chain::inspect::TraceArgs),
+    /// Ask a running `chain serve --metrics ADDR` for its plan and each task's packets, skips,
+    /// batches, vectors per call and ns per packet (as VPP's `show runtime`), and each
+    /// tenant's counters.
+    Dump(chain::inspect::DumpArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -260,6 +276,9 @@ fn main() -> ExitCode {
         Command::Flow { command: FlowCommand::Serve(a) } => flow::serve(&a),
         Command::Flow { command: FlowCommand::Check(a) } => flow::check(&a),
         Command::Chain { command: ChainCommand::Check(a) } => chain::check(&a),
+        Command::Chain { command: ChainCommand::Serve(a) } => chain::serve::serve(&a),
+        Command::Chain { command: ChainCommand::Trace(a) } => chain::inspect::trace(&a),
+        Command::Chain { command: ChainCommand::Dump(a) } => chain::inspect::dump(&a),
         Command::Flow { command: FlowCommand::DumpFlows(a) } => flow::dump_flows(&a),
         Command::Flow { command: FlowCommand::Trace(a) } => flow::trace(&a),
         Command::Bench { command: BenchCommand::Qnp(a) } => qnp::bench::run_qnp(&a),

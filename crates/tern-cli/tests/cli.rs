@@ -884,3 +884,147 @@ fn bench_chain_json_has_the_promised_keys() {
     let (ok, _, err) = tern(&["bench", "chain", "--rounds", "0"]);
     assert!(!ok && err.contains("--rounds"), "{err}");
 }
+
+/// `tern chain serve` between two UDP ports carrying frames: a frame from the inside goes
+/// through the firewall and the NAT and leaves on the other port with its source translated
+/// (checksums right); the answer comes back translated to the inside host; a malformed frame
+/// and one no tenant takes are counted by name; a taken port is an error naming it.
+#[test]
+fn chain_serve_translates_between_udp_ports() {
+    for mode in ["snic", "panic", "rtc"] {
+        chain_serve_round_trip(mode);
+    }
+}
+
+fn chain_serve_round_trip(mode: &str) {
+    use std::net::UdpSocket;
+    use std::time::Duration;
+    let dir = std::env::temp_dir().join(format!("tern-chain-serve-{mode}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tenant = dir.join("lan.toml");
+    std::fs::write(
+        &tenant,
+        "tenant = \"lan\"\ndag = \"fw -> nat\"\n[ingress]\nproto = \"udp\"\n[nt.fw]\nkind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\" }]\n[nt.nat]\nkind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20100\"\n",
+    )
+    .unwrap();
+    let inside = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let outside = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for s in [&inside, &outside] {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    }
+    let free = || UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (p1, p2) = (free(), free());
+    let port1 = format!("udp:{p1}={}", inside.local_addr().unwrap());
+    let port2 = format!("udp:{p2}={}", outside.local_addr().unwrap());
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args([
+            "chain",
+            "serve",
+            tenant.to_str().unwrap(),
+            "--port",
+            &port1,
+            "--port",
+            &port2,
+            "--duration",
+            "3",
+            "--json",
+        ])
+        .args(["--mode", mode, "--metrics", &metrics])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let mut f = Vec::new();
+    tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 0, 0, 5], [8, 8, 8, 8], 4000, 53, 64, b"query");
+    inside.send_to(&f, p1).unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, _) = outside.recv_from(&mut buf).expect("the translated frame leaves on the other port");
+    let h = etherparse::PacketHeaders::from_ethernet_slice(&buf[..n]).unwrap();
+    let Some(etherparse::NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not IPv4") };
+    assert_eq!(ip.source, [192, 0, 2, 1]);
+    assert_eq!(ip.header_checksum, ip.calc_header_checksum());
+    let Some(etherparse::TransportHeader::Udp(u)) = &h.transport else { panic!("not UDP") };
+    assert_eq!(u.checksum, u.calc_checksum_ipv4(ip, h.payload.slice()).unwrap());
+    let ext_port = u.source_port;
+    assert!((20000..=20100).contains(&ext_port));
+    // The answer, to the external address, comes back to the inside host.
+    let mut r = Vec::new();
+    tern_wire::frame::build_udp4(&mut r, [4; 6], [2; 6], [8, 8, 8, 8], [192, 0, 2, 1], 53, ext_port, 64, b"answer");
+    outside.send_to(&r, p2).unwrap();
+    let (n, _) = inside.recv_from(&mut buf).expect("the answer comes back");
+    let h = etherparse::PacketHeaders::from_ethernet_slice(&buf[..n]).unwrap();
+    let Some(etherparse::NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not IPv4") };
+    assert_eq!(ip.destination, [10, 0, 0, 5]);
+    assert_eq!(h.payload.slice(), b"answer");
+    // Not a frame; and TCP, which no tenant takes.
+    inside.send_to(&[0u8; 10], p1).unwrap();
+    let mut t = Vec::new();
+    tern_wire::frame::build_tcp4(&mut t, [2; 6], [4; 6], [10, 0, 0, 5], [8, 8, 8, 8], 4000, 80, 64, b"");
+    inside.send_to(&t, p1).unwrap();
+    // Its counters while it runs (published every 100 ms): Prometheus and `chain dump`.
+    std::thread::sleep(Duration::from_millis(300));
+    let body = ureq::get(&format!("http://{metrics}/metrics")).call().unwrap().into_body().read_to_string().unwrap();
+    assert!(body.contains("tern_chain_tx_packets_total{tenant=\"lan\"} 2"), "{body}");
+    assert!(body.contains("tern_chain_malformed_packets_total 1"), "{body}");
+    let (ok, out, err) = tern(&["chain", "dump", "--server", &metrics]);
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("mode {mode}")) && out.contains("ns/packet"), "{out}");
+    assert!(out.lines().any(|l| l.contains(" nat ") && l.contains("nat")), "{out}");
+    // While it runs, its port is taken: a second server names it.
+    let (ok, _, err) = tern(&[
+        "chain",
+        "serve",
+        tenant.to_str().unwrap(),
+        "--port",
+        &port1,
+        "--port",
+        &format!("udp:127.0.0.1:0={}", outside.local_addr().unwrap()),
+        "--duration",
+        "0.1",
+    ]);
+    assert!(!ok && err.contains(&format!("cannot bind {p1}")), "{err}");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tenants"][0]["packets_out"], 2, "{mode}: {v}");
+    assert_eq!(v["malformed"], 1, "{v}");
+    assert_eq!(v["unknown_tenant"], 1, "{v}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `tern chain trace`: a DAG-A packet rides DAG-D's chain, skipping NAT, the load balancer and
+/// the two dummies, through the firewall and AES (its payload sealed: 28 bytes more); a packet
+/// the web tenant's firewall denies stops there.
+#[test]
+fn chain_trace_shows_skips_and_the_stop() {
+    let ex = |f: &str| format!("{}/../../examples/chain/{f}", env!("CARGO_MANIFEST_DIR"));
+    let (ok, out, err) = tern(&[
+        "chain",
+        "trace",
+        &ex("figure10-d.toml"),
+        &ex("figure10-a.toml"),
+        "--packet",
+        "udp,nw_src=10.9.0.1,nw_dst=10.1.0.7,tp_dst=53,len=20",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["tenant"], "a");
+    let steps: Vec<String> = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| format!("{} {}", s["name"].as_str().unwrap(), s["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(steps, ["nat skip", "fw pass", "lb skip", "nt4 skip", "nt5 skip", "aes pass"]);
+    assert_eq!(v["fate"], "out");
+    assert_eq!(v["output"].as_array().unwrap().len(), 14 + 20 + 8 + 20 + 28);
+    let (ok, out, _) =
+        tern(&["chain", "trace", &ex("web.toml"), "--packet", "tcp,nw_src=10.0.0.66,nw_dst=10.1.0.7,tp_dst=80"]);
+    assert!(ok);
+    assert!(out.contains("fw") && out.contains("drop: denied") && out.contains("fate: drop: denied"), "{out}");
+    let (ok, out, _) = tern(&["chain", "trace", &ex("figure10-a.toml"), "--packet", "udp,nw_dst=192.0.2.9"]);
+    assert!(ok && out.contains("no chain: drop: unknown_tenant"), "{out}");
+}

@@ -174,18 +174,7 @@ impl fmt::Display for Action {
     }
 }
 
-/// Parses a MAC address `aa:bb:cc:dd:ee:ff`.
-pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    let parts: Vec<&str> = s.split(':').collect();
-    if parts.len() != 6 {
-        return Err(format!("`{s}` is not a MAC address (six hex bytes separated by `:`)"));
-    }
-    let mut m = [0u8; 6];
-    for (b, p) in m.iter_mut().zip(parts) {
-        *b = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC address (bad byte `{p}`)"))?;
-    }
-    Ok(m)
-}
+pub use tern_wire::frame::parse_mac;
 
 fn parse_num<T: FromStr>(s: &str, what: &str) -> Result<T, String> {
     s.parse().map_err(|_| format!("`{s}` is not a valid {what}"))

@@ -801,6 +801,19 @@ pub fn l4_checksum_ok(frame: &[u8], info: &FrameInfo) -> bool {
     ones_sum(&frame[l4..end], acc) == 0xffff
 }
 
+/// Parses a MAC address `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return Err(format!("`{s}` is not a MAC address (six hex bytes separated by `:`)"));
+    }
+    let mut m = [0u8; 6];
+    for (b, p) in m.iter_mut().zip(parts) {
+        *b = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC address (bad byte `{p}`)"))?;
+    }
+    Ok(m)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

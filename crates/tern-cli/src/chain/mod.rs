@@ -3,7 +3,9 @@
 //! profile's board against what it has, and the plan of all of them together ("Plans").
 
 pub mod bench;
+pub mod inspect;
 mod plot;
+pub mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,0 +1,491 @@
+//! `tern chain serve`: tenants' chains between two ports (docs/chain.md, "Serving"): a frame
+//! from one port goes through its tenant's chain and leaves on the other; an answer (a KV hit,
+//! a transport acknowledgement) leaves where its packet came in. Ports are interfaces
+//! (`afpacket:IFNAME`, whole frames, root) or frames carried in UDP datagrams
+//! (`udp:BIND=PEER`). Prometheus `tern_chain_*` on `--metrics`, with `/runtime` (what `tern
+//! chain dump` reads); SIGINT/SIGTERM stop it with a summary.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use tern_chain::plan::{self, Plan};
+use tern_chain::runtime::{Arrival, Classify, Config, Egress, Ingress, Item, Live, Mode, Monitor, RunStats, Runtime};
+use tern_chain::task::{self, Keys};
+use tern_chain::tenant::{self, Tenant};
+use tern_io::afpacket::AfPacketPort;
+use tern_io::udp::{UdpConfig, UdpPort};
+use tern_io::{Batch, Pool, Port, PortStats};
+
+use crate::CmdResult;
+use crate::metrics::{Labels, counter, counter_family, label};
+
+/// Options of `tern chain serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Tenant files (TOML; examples/chain/).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// A port, given twice: `afpacket:IFNAME` (whole Ethernet frames on an interface; needs
+    /// root) or `udp:BIND=PEER` (each UDP datagram's payload is one Ethernet frame: received on
+    /// BIND, sent to PEER). A frame from the first port leaves on the second and back.
+    #[arg(long = "port", required = true)]
+    pub ports: Vec<String>,
+    /// How the tasks run: snic (chains fused in regions, the credit scheduler), panic (a task
+    /// a region, back to the scheduler after each), rtc (every chain on every core, flows
+    /// sharded).
+    #[arg(long, default_value = "snic")]
+    pub mode: Mode,
+    /// Worker cores (core 0 also receives and schedules).
+    #[arg(long, default_value_t = 2)]
+    pub cores: usize,
+    /// Instances of each chain (snic, panic) [default: one a core].
+    #[arg(long)]
+    pub instances: Option<usize>,
+    /// Credits of a chain instance (snic) or a region (panic).
+    #[arg(long, default_value_t = 8)]
+    pub credits: u32,
+    /// Pin core k to CPU k.
+    #[arg(long)]
+    pub pin: bool,
+    /// The hardware profile the plan must fit (built-in name or TOML file).
+    #[arg(long, default_value = "supernic-htg9200")]
+    pub profile: String,
+    /// Serve Prometheus metrics (`/metrics`), `/runtime` (JSON: the plan and each task's
+    /// packets and time) and `/config` on this address.
+    #[arg(long)]
+    pub metrics: Option<SocketAddr>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A port of the chain server.
+enum ChainPort {
+    AfPacket(AfPacketPort),
+    Udp(UdpPort, SocketAddr),
+}
+
+impl ChainPort {
+    fn open(spec: &str, pool: &Pool) -> Result<ChainPort, String> {
+        if let Some(ifname) = spec.strip_prefix("afpacket:") {
+            return AfPacketPort::open(ifname, pool).map(ChainPort::AfPacket).map_err(|e| format!("port {spec}: {e}"));
+        }
+        if let Some(rest) = spec.strip_prefix("udp:") {
+            let (bind, peer) =
+                rest.split_once('=').ok_or_else(|| format!("port {spec}: give udp:BIND=PEER (two addresses)"))?;
+            let bind: SocketAddr = bind.parse().map_err(|_| format!("port {spec}: `{bind}` is not an address:port"))?;
+            let peer: SocketAddr = peer.parse().map_err(|_| format!("port {spec}: `{peer}` is not an address:port"))?;
+            let p = UdpPort::bind(bind, pool, &UdpConfig::default())
+                .map_err(|e| format!("port {spec}: cannot bind {bind}: {e}"))?;
+            return Ok(ChainPort::Udp(p, peer));
+        }
+        Err(format!("port {spec}: not afpacket:IFNAME or udp:BIND=PEER"))
+    }
+
+    fn port(&mut self) -> &mut dyn Port {
+        match self {
+            ChainPort::AfPacket(p) => p,
+            ChainPort::Udp(p, _) => p,
+        }
+    }
+
+    fn peer(&self) -> Option<SocketAddr> {
+        match self {
+            ChainPort::AfPacket(_) => None,
+            ChainPort::Udp(_, peer) => Some(*peer),
+        }
+    }
+}
+
+type Ports = Arc<Vec<Mutex<ChainPort>>>;
+
+/// Receives from both ports in turn (a batch from each, the first port taking turns).
+struct PortIngress {
+    ports: Ports,
+    batch: Batch,
+    next: usize,
+}
+
+impl Ingress for PortIngress {
+    fn recv(&mut self, now: Instant, max: usize, out: &mut Vec<Arrival>) {
+        let n = self.ports.len();
+        for j in 0..n {
+            let i = (self.next + j) % n;
+            if max == 0 {
+                break;
+            }
+            let Ok(mut p) = self.ports[i].lock() else { continue };
+            // A receive error (an interface gone down) is the port's to count; the loop goes on.
+            let _ = p.port().recv(now, &mut self.batch);
+            drop(p);
+            for packet in self.batch.drain() {
+                out.push(Arrival { packet, at: now, port: i as u8 });
+            }
+        }
+        self.next = (self.next + 1) % n.max(1);
+    }
+}
+
+/// `rtc`: core 0 receives and deals each frame to the core its flow hashes to (software RSS);
+/// the other cores take what was dealt them.
+enum RssIngress {
+    Reader { inner: PortIngress, classify: Box<Classify>, to: Vec<rtrb::Producer<Arrival>>, buf: Vec<Arrival> },
+    Taker(rtrb::Consumer<Arrival>),
+}
+
+impl Ingress for RssIngress {
+    fn recv(&mut self, now: Instant, max: usize, out: &mut Vec<Arrival>) {
+        match self {
+            RssIngress::Taker(c) => {
+                while out.len() < max {
+                    match c.pop() {
+                        Ok(a) => out.push(a),
+                        Err(_) => break,
+                    }
+                }
+            }
+            RssIngress::Reader { inner, classify, to, buf } => {
+                inner.recv(now, max, buf);
+                let cores = to.len() + 1;
+                for a in buf.drain(..) {
+                    // Unclassifiable frames stay here, to be counted by this core.
+                    let core = classify.tenant(a.packet.data()).map_or(0, |(_, h)| (h % cores as u64) as usize);
+                    if core == 0 {
+                        out.push(a);
+                    } else if let Err(rtrb::PushError::Full(a)) = to[core - 1].push(a) {
+                        // That core is behind: the frame is dropped as a full NIC queue drops it.
+                        drop(a);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sends what leaves: a frame to the other port, an answer back to its own.
+struct PortEgress {
+    ports: Ports,
+    peers: Vec<Option<SocketAddr>>,
+    pool: Pool,
+    out: Vec<Batch>,
+}
+
+impl Egress for PortEgress {
+    fn send(&mut self, now: Instant, items: &mut Vec<Item>) {
+        let n = self.ports.len();
+        for item in items.drain(..) {
+            let port = usize::from(item.desc.port).min(n - 1);
+            let to = if item.desc.reply { port } else { (port + 1) % n };
+            let mut packet = item.packet;
+            if let Some(peer) = self.peers[to] {
+                packet.peer = peer;
+            }
+            if let Some(p) = self.out[to].push(packet) {
+                self.pool.put(p);
+            }
+        }
+        for (i, b) in self.out.iter_mut().enumerate() {
+            if b.is_empty() {
+                continue;
+            }
+            if let Ok(mut p) = self.ports[i].lock() {
+                let _ = p.port().send(now, b);
+            }
+            b.recycle(&self.pool);
+        }
+    }
+}
+
+/// The chain server's metrics, read from the runtime's published counters at each scrape.
+struct ChainCollector {
+    monitor: Monitor,
+    tenants: Vec<String>,
+}
+
+impl std::fmt::Debug for ChainCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChainCollector").field("tenants", &self.tenants).finish()
+    }
+}
+
+fn gauge_family(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: &[(Labels, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut g = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (l, v) in rows {
+        ConstGauge::new(*v as i64).encode(g.encode_family(l)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for ChainCollector {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let live = self.monitor.live();
+        let s = &live.stats;
+        let by_tenant = |f: fn(&tern_chain::runtime::TenantStats) -> u64| -> Vec<(Labels, u64)> {
+            s.tenants.iter().zip(&self.tenants).map(|(t, n)| (label("tenant", n), f(t))).collect()
+        };
+        counter_family(
+            &mut enc,
+            "tern_chain_rx_packets",
+            "Packets classified to each tenant.",
+            &by_tenant(|t| t.packets_in),
+        )?;
+        counter_family(
+            &mut enc,
+            "tern_chain_tx_packets",
+            "Packets sent on after each tenant's chain.",
+            &by_tenant(|t| t.packets_out),
+        )?;
+        counter_family(
+            &mut enc,
+            "tern_chain_replies_packets",
+            "Packets sent back towards their source (answers, and tasks' own packets such as acknowledgements).",
+            &by_tenant(|t| t.replies),
+        )?;
+        let mut drops: Vec<(Labels, u64)> = Vec::new();
+        for (t, n) in s.tenants.iter().zip(&self.tenants) {
+            for (reason, v) in &t.drops {
+                let mut l = label("tenant", n);
+                l.extend(label("reason", reason));
+                drops.push((l, *v));
+            }
+        }
+        counter_family(
+            &mut enc,
+            "tern_chain_drops_packets",
+            "Packets dropped, by tenant and reason (the tasks' reasons, queue_full, ring_full).",
+            &drops,
+        )?;
+        counter(
+            &mut enc,
+            "tern_chain_unknown_tenant_packets",
+            "Frames no tenant's ingress pattern matched.",
+            s.unknown_tenant,
+        )?;
+        counter(&mut enc, "tern_chain_malformed_packets", "Frames that are not Ethernet carrying IP.", s.malformed)?;
+        counter(&mut enc, "tern_chain_scheduler_decisions", "Packets the scheduler moved into a region.", s.decisions)?;
+        counter(
+            &mut enc,
+            "tern_chain_scheduler_nanoseconds",
+            "The scheduler's time (receiving not counted).",
+            s.scheduler_ns,
+        )?;
+        counter(
+            &mut enc,
+            "tern_chain_credit_waits",
+            "Times a tenant's head packet waited for a credit.",
+            s.credit_waits,
+        )?;
+        let depth: Vec<(Labels, u64)> =
+            live.queue_depth.iter().zip(&self.tenants).map(|(d, n)| (label("tenant", n), *d)).collect();
+        gauge_family(&mut enc, "tern_chain_queue_depth", "Packets waiting in each tenant's queue.", &depth)?;
+        let credits: Vec<(Labels, u64)> = live.credits.iter().map(|(r, c)| (label("region", r), *c)).collect();
+        gauge_family(&mut enc, "tern_chain_credits", "Credits on hand, by the region they admit into.", &credits)?;
+        let mut region_packets: std::collections::BTreeMap<usize, (u64, u64)> = Default::default();
+        for w in &s.wrappers {
+            if let Some(r) = w.region {
+                let e = region_packets.entry(r).or_default();
+                e.0 += w.packets;
+                e.1 += w.ns;
+            }
+        }
+        let rows: Vec<(Labels, u64)> = region_packets.iter().map(|(r, v)| (label("region", r), v.0)).collect();
+        counter_family(
+            &mut enc,
+            "tern_chain_region_task_runs",
+            "Task runs in each region (a packet through k tasks counts k).",
+            &rows,
+        )?;
+        let rows: Vec<(Labels, u64)> = region_packets.iter().map(|(r, v)| (label("region", r), v.1)).collect();
+        counter_family(&mut enc, "tern_chain_region_busy_nanoseconds", "Time each region's tasks ran.", &rows)?;
+        Ok(())
+    }
+}
+
+/// Loads every tenant file; the first error names its file and item.
+pub fn load_tenants(files: &[PathBuf]) -> Result<Vec<Tenant>, String> {
+    files.iter().map(|f| Tenant::load(f).map_err(|e| e.to_string())).collect()
+}
+
+/// The plan of `tenants` on `profile`'s regions.
+pub fn plan_on(tenants: &[Tenant], profile: &str) -> Result<(Plan, tern_hw::Profile), String> {
+    let profile = tern_hw::Profile::resolve(profile).map_err(|e| e.to_string())?;
+    let model = tern_hw::chain::ChainModel::from_profile(&profile)?;
+    let p = plan::plan(tenants, &|t| tenant::area(t, &profile), model.regions, model.region_luts)?;
+    Ok((p, profile))
+}
+
+/// `/runtime`'s JSON: the plan and each task's counters, as `tern chain dump` prints them.
+pub fn runtime_json(mode: Mode, tenants: &[String], plan_text: &[String], live: &Live) -> serde_json::Value {
+    json!({
+        "mode": mode.name(),
+        "tenants": tenants,
+        "plan": plan_text,
+        "stats": live.stats,
+        "queue_depth": live.queue_depth,
+        "credits": live.credits,
+    })
+}
+
+fn print_summary(names: &[String], s: &RunStats, ports: &[(String, PortStats)], elapsed: Duration) {
+    println!("ran {:.1} s", elapsed.as_secs_f64());
+    for (n, t) in names.iter().zip(&s.tenants) {
+        let drops: Vec<String> = t.drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!(
+            "tenant {n}: {} in, {} out, {} back; drops: {}",
+            t.packets_in,
+            t.packets_out,
+            t.replies,
+            if drops.is_empty() { "none".into() } else { drops.join(", ") }
+        );
+    }
+    println!("unknown tenant {}, malformed {}", s.unknown_tenant, s.malformed);
+    if s.decisions > 0 {
+        println!("scheduler: {} decisions, {:.1} ns each", s.decisions, s.scheduler_ns as f64 / s.decisions as f64);
+    }
+    for (n, p) in ports {
+        println!("port {n}: {} received, {} sent, {} dropped", p.rx_packets, p.tx_packets, p.rx_dropped + p.tx_dropped);
+    }
+}
+
+/// `tern chain serve`.
+pub fn serve(a: &ServeArgs) -> CmdResult {
+    if a.ports.len() != 2 {
+        return Err(
+            format!("--port: give exactly two (a frame from one leaves on the other); got {}", a.ports.len()).into()
+        );
+    }
+    crate::check_count("cores", a.cores as u64, 256)?;
+    crate::check_count("credits", u64::from(a.credits), 1 << 16)?;
+    if let Some(n) = a.instances {
+        crate::check_count("instances", n as u64, 1024)?;
+    }
+    let tenants = load_tenants(&a.files)?;
+    let (plan, profile) = plan_on(&tenants, &a.profile)?;
+    let names: Vec<String> = tenants.iter().map(|t| t.name.clone()).collect();
+    let plan_text = plan.describe(&tenants);
+    let say = |m: String| if a.json { eprintln!("{m}") } else { println!("{m}") };
+    let signals = crate::signals::stop_flag()?;
+    let pool = Pool::new(16_384, tern_io::DEFAULT_BUF_SIZE);
+    let ports: Vec<Mutex<ChainPort>> =
+        a.ports.iter().map(|s| ChainPort::open(s, &pool).map(Mutex::new)).collect::<Result<_, _>>()?;
+    let ports: Ports = Arc::new(ports);
+    let cfg = Config {
+        mode: a.mode,
+        cores: a.cores,
+        instances: a.instances.unwrap_or(0),
+        credits: a.credits,
+        pin: a.pin,
+        ..Config::default()
+    };
+    let mut keys = Keys::default();
+    let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut keys);
+    let rt = Runtime::new(plan, tenants.clone(), cfg, &mut factory)?;
+    let monitor = rt.monitor();
+    let stopper = rt.stopper();
+    say(format!(
+        "tern chain serve: {} tenant(s) on {} in mode {}, {} core(s); ports {}",
+        tenants.len(),
+        profile.name,
+        a.mode.name(),
+        a.cores,
+        a.ports.join(" <-> ")
+    ));
+    for l in &plan_text {
+        say(format!("  {l}"));
+    }
+    let stop_http = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Some(addr) = a.metrics {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(ChainCollector { monitor: monitor.clone(), tenants: names.clone() }));
+        let (m2, n2, p2, mode) = (monitor.clone(), names.clone(), plan_text.clone(), a.mode);
+        let extra: crate::metrics::Extra =
+            Box::new(move |path| (path == "/runtime").then(|| runtime_json(mode, &n2, &p2, &m2.live()).to_string()));
+        let config = Arc::new(Mutex::new(plan_text.join("\n") + "\n"));
+        let bound = crate::metrics::serve(addr, registry, config, stop_http.clone(), Some(extra))?;
+        say(format!("metrics on http://{bound}/metrics, the runtime on http://{bound}/runtime"));
+    }
+    let mk_in = || PortIngress { ports: ports.clone(), batch: Batch::new(cfg.batch), next: 0 };
+    let peers: Vec<Option<SocketAddr>> = ports.iter().map(|p| p.lock().ok().and_then(|p| p.peer())).collect();
+    let ingress: Vec<Box<dyn Ingress>> = if a.mode == Mode::Rtc {
+        let mut to = Vec::new();
+        let mut takers: Vec<Box<dyn Ingress>> = Vec::new();
+        for _ in 1..a.cores {
+            let (p, c) = rtrb::RingBuffer::new(4096);
+            to.push(p);
+            takers.push(Box::new(RssIngress::Taker(c)));
+        }
+        let reader = RssIngress::Reader { inner: mk_in(), classify: Box::new(rt.classify()), to, buf: Vec::new() };
+        std::iter::once(Box::new(reader) as Box<dyn Ingress>).chain(takers).collect()
+    } else {
+        vec![Box::new(mk_in())]
+    };
+    let egress: Vec<Box<dyn Egress>> = (0..a.cores)
+        .map(|_| {
+            Box::new(PortEgress {
+                ports: ports.clone(),
+                peers: peers.clone(),
+                pool: pool.clone(),
+                out: (0..2).map(|_| Batch::new(64)).collect(),
+            }) as Box<dyn Egress>
+        })
+        .collect();
+    // The data path runs on this thread; a watcher stops it on a signal or at the deadline.
+    let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+    let started = Instant::now();
+    let watcher_stop = stopper.clone();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done2 = done.clone();
+    let watcher = std::thread::spawn(move || {
+        while !done2.load(std::sync::atomic::Ordering::Relaxed) {
+            if crate::signals::stopping(&signals) || deadline.is_some_and(|d| Instant::now() >= d) {
+                watcher_stop.stop();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let stats = rt.run(&pool, ingress, egress);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = watcher.join();
+    stop_http.store(true, std::sync::atomic::Ordering::Relaxed);
+    let stats = stats?;
+    let port_stats: Vec<(String, PortStats)> = a
+        .ports
+        .iter()
+        .zip(ports.iter())
+        .map(|(n, p)| (n.clone(), p.lock().map(|mut p| p.port().stats()).unwrap_or_default()))
+        .collect();
+    if a.json {
+        let j = json!({
+            "seconds": started.elapsed().as_secs_f64(),
+            "tenants": names.iter().zip(&stats.tenants).map(|(n, t)| json!({"tenant": n, "packets_in": t.packets_in, "packets_out": t.packets_out, "replies": t.replies, "drops": t.drops})).collect::<Vec<_>>(),
+            "unknown_tenant": stats.unknown_tenant,
+            "malformed": stats.malformed,
+            "scheduler": {"decisions": stats.decisions, "ns": stats.scheduler_ns},
+            "ports": port_stats.iter().map(|(n, p)| json!({"port": n, "rx_packets": p.rx_packets, "tx_packets": p.tx_packets, "dropped": p.rx_dropped + p.tx_dropped})).collect::<Vec<_>>(),
+            "wrappers": stats.wrappers,
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else {
+        print_summary(&names, &stats, &port_stats, started.elapsed());
+    }
+    Ok(ExitCode::SUCCESS)
+}
