@@ -9,12 +9,16 @@ use crate::CmdResult;
 /// `tern hw report`.
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// A dispatch rule file (QingNiao), a flow switch config (AccelSDP) or an RPC service
-    /// config (RpcNIC, `examples/rpc/image.toml`), told apart by content.
+    /// A dispatch rule file (QingNiao), a flow switch config (AccelSDP), an RPC service config
+    /// (RpcNIC, `examples/rpc/image.toml`) or a SuperNIC tenant file (`examples/chain/`), told
+    /// apart by content.
     pub config: PathBuf,
+    /// More tenant files planned beside a tenant file (they share task instances and regions).
+    #[arg(long = "with")]
+    pub with: Vec<PathBuf>,
     /// Hardware profile (built-in name or TOML file). Default: qingniao-u250 for a dispatch
     /// rule file; for a flow config, its own profile, or accelsdp-n3000 if that is `cpu`; for an
-    /// RPC service config, its own profile.
+    /// RPC service config, its own profile; supernic-htg9200 for tenant files.
     #[arg(long)]
     pub profile: Option<String>,
     /// Packets per request in the projection (dispatch).
@@ -36,6 +40,12 @@ pub fn report(a: &ReportArgs) -> CmdResult {
     }
     if crate::rpc::report::is_service_config(&a.config) {
         return crate::rpc::report::report(a);
+    }
+    if crate::chain::report::is_tenant_file(&a.config) {
+        return crate::chain::report::report(a);
+    }
+    if !a.with.is_empty() {
+        return Err("--with is for tenant files (SuperNIC)".into());
     }
     crate::dispatch::rules::report(a)
 }

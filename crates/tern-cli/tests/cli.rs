@@ -1028,3 +1028,28 @@ fn chain_trace_shows_skips_and_the_stop() {
     let (ok, out, _) = tern(&["chain", "trace", &ex("figure10-a.toml"), "--packet", "udp,nw_dst=192.0.2.9"]);
     assert!(ok && out.contains("no chain: drop: unknown_tenant"), "{out}");
 }
+
+/// `tern hw report` on tenant files: DAG-A beside DAG-D (15 Gbit/s) rides D's chain in one
+/// region and is held to the 15 Gbit/s AES has left (§5.2); a chain of dummies is the board's
+/// latency plus its tasks' time, and PANIC's a decision more per task after the first.
+#[test]
+fn hw_report_projects_tenants() {
+    let ex = |f: &str| format!("{}/../../examples/chain/{f}", env!("CARGO_MANIFEST_DIR"));
+    let (ok, out, err) = tern(&["hw", "report", &ex("figure10-a.toml"), "--with", &ex("figure10-d.toml"), "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["regions"]["used"], 1);
+    let a = &v["tenants"][0];
+    assert_eq!(a["tenant"], "a");
+    let at1500 = a["rates"].as_array().unwrap().iter().find(|r| r["frame_bytes"] == 1500).unwrap();
+    assert_eq!(at1500["gbps"], 15.0);
+    assert_eq!(at1500["bound"], "task kind aes");
+    let (ok, out, _) = tern(&["hw", "report", &ex("figure4-a.toml"), "--frame-bytes", "1500", "--json"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // 1300 ns of board and four dummy tasks of 100 ns; PANIC: three decisions of 64 ns more.
+    assert_eq!(v["tenants"][0]["latency_ns"]["snic"], 1700.0);
+    assert_eq!(v["tenants"][0]["latency_ns"]["panic"], 1700.0 + 3.0 * 64.0);
+    let (ok, _, err) = tern(&["hw", "report", &ex("web.toml"), "--with", "/nonexistent/t.toml"]);
+    assert!(!ok && err.contains("/nonexistent/t.toml"), "{err}");
+}

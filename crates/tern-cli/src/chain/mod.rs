@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod inspect;
 mod plot;
+pub mod report;
 pub mod serve;
 
 use std::path::PathBuf;
