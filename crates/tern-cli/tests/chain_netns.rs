@@ -1,0 +1,194 @@
+//! Two hosts joined through `tern chain serve` with a firewall and a NAT, over veth pairs on
+//! AF_PACKET ports (root only: `cargo test -- --ignored`). Host 1 (10.0.0.1, inside) sends UDP
+//! datagrams and opens a TCP connection to host 2 (198.51.100.2, outside); host 2 sees them
+//! come from the NAT's external address 198.51.100.1 and answers, and the answers come back
+//! to host 1 translated. The firewall denies TCP to port 23: that connection never opens, and
+//! its drops are counted by name. The chain forwards frames as they are (a bump in the wire):
+//! each host has a static neighbour entry giving the other's MAC.
+//!
+//! The hosts' traffic comes from Python 3 (UDP and TCP sockets): no nc needed.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Cleanup {
+    netns: Vec<String>,
+    links: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for l in &self.links {
+            let _ = Command::new("ip").args(["link", "del", l]).status();
+        }
+        for n in &self.netns {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn ip(cmd: &str) {
+    let args: Vec<&str> = std::iter::once("ip").chain(cmd.split_whitespace()).collect();
+    run(&args);
+}
+
+fn python() -> Option<String> {
+    let out = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Host 2: a UDP and a TCP echo server (and a listener on 23 the firewall keeps closed); each
+/// answer carries the address the request came from.
+const HOST2: &str = r#"
+import socket, sys, threading
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("0.0.0.0", 7777))
+t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.bind(("0.0.0.0", 8080))
+t.listen(4)
+telnet = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+telnet.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+telnet.bind(("0.0.0.0", 23))
+telnet.listen(4)
+def tcp():
+    c, peer = t.accept()
+    data = c.recv(2048)
+    c.sendall(data + (" from %s" % peer[0]).encode())
+    c.close()
+threading.Thread(target=tcp, daemon=True).start()
+print("ready", flush=True)
+for _ in range(int(sys.argv[1])):
+    data, peer = u.recvfrom(2048)
+    u.sendto(data + (" from %s" % peer[0]).encode(), peer)
+threading.Event().wait(3)
+"#;
+
+/// Host 1: `udp` datagrams, one TCP exchange to 8080, one attempt on 23; a line per answer.
+const HOST1: &str = r#"
+import socket, sys
+dst, n = sys.argv[1], int(sys.argv[2])
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.settimeout(2)
+for i in range(n):
+    u.sendto(b"hello %d" % i, (dst, 7777))
+    data, _ = u.recvfrom(2048)
+    print("udp", data.decode(), flush=True)
+c = socket.create_connection((dst, 8080), timeout=3)
+c.sendall(b"over tcp")
+print("tcp", c.recv(2048).decode(), flush=True)
+c.close()
+try:
+    socket.create_connection((dst, 23), timeout=1)
+    print("telnet open", flush=True)
+except OSError:
+    print("telnet refused or dropped", flush=True)
+"#;
+
+#[test]
+#[ignore = "needs root: network namespaces and veth pairs"]
+fn nat_and_firewall_between_two_hosts() {
+    let Some(py) = python() else {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    };
+    let id = std::process::id() % 10_000;
+    let (h1, h2) = (format!("tcn-h1-{id}"), format!("tcn-h2-{id}"));
+    let (s0, s1) = (format!("tcn0-{id}"), format!("tcn1-{id}"));
+    let mut guard = Cleanup { netns: vec![h1.clone(), h2.clone()], links: vec![s0.clone(), s1.clone()], child: None };
+    let (mac1, mac2) = ("02:00:00:00:00:01", "02:00:00:00:00:02");
+    for (ns, sw, mac, addr) in [(&h1, &s0, mac1, "10.0.0.1/24"), (&h2, &s1, mac2, "198.51.100.2/24")] {
+        ip(&format!("netns add {ns}"));
+        run(&["ip", "netns", "exec", ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6"]);
+        ip(&format!("link add {sw} type veth peer name eth0 netns {ns}"));
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{sw}/disable_ipv6"), "1");
+        ip(&format!("link set {sw} up"));
+        ip(&format!("-n {ns} link set eth0 address {mac} up"));
+        ip(&format!("-n {ns} link set lo up"));
+        ip(&format!("-n {ns} addr add {addr} dev eth0"));
+    }
+    // Host 1 reaches the outside through a gateway whose MAC is host 2's; host 2 answers the
+    // NAT's address at host 1's MAC. The chain answers no ARP.
+    ip(&format!("-n {h1} route add default via 10.0.0.254"));
+    ip(&format!("-n {h1} neigh replace 10.0.0.254 lladdr {mac2} dev eth0"));
+    ip(&format!("-n {h2} neigh replace 198.51.100.1 lladdr {mac1} dev eth0"));
+    let dir = std::env::temp_dir().join(format!("tern-chain-netns-{id}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tenant = dir.join("lan.toml");
+    std::fs::write(
+        &tenant,
+        r#"tenant = "lan"
+dag = "fw -> nat"
+[nt.fw]
+kind = "firewall"
+default = "allow"
+rules = [{ action = "deny", proto = "tcp", dst_port = 23, priority = 10 }]
+[nt.nat]
+kind = "nat"
+external = "198.51.100.1"
+ports = "40000-40999"
+"#,
+    )
+    .unwrap();
+    let metrics_addr = format!("127.0.0.1:{}", 20_000 + id % 1000);
+    guard.child = Some(
+        Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(["chain", "serve", tenant.to_str().unwrap()])
+            .args(["--port", &format!("afpacket:{s0}"), "--port", &format!("afpacket:{s1}")])
+            .args(["--metrics", &metrics_addr, "--duration", "60"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(&metrics_addr).is_err() {
+        assert!(Instant::now() < deadline, "tern chain serve did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let udp = 5;
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", &h2, &py, "-c", HOST2, &udp.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(server.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+    }
+    let out = Command::new("ip")
+        .args(["netns", "exec", &h1, &py, "-c", HOST1, "198.51.100.2", &udp.to_string()])
+        .output()
+        .unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "host 1: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    // Host 2 saw every datagram and the connection come from the NAT's address.
+    let udp_lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("udp ")).collect();
+    assert_eq!(udp_lines.len(), udp, "{stdout}");
+    assert!(udp_lines.iter().all(|l| l.ends_with("from 198.51.100.1")), "{stdout}");
+    assert!(stdout.contains("tcp over tcp from 198.51.100.1"), "{stdout}");
+    assert!(stdout.contains("telnet refused or dropped"), "{stdout}");
+    let m = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&metrics_addr).unwrap();
+        write!(s, "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap();
+        let mut t = String::new();
+        s.read_to_string(&mut t).unwrap();
+        t
+    };
+    assert!(m.contains("tern_chain_drops_packets_total{tenant=\"lan\",reason=\"denied\"}"), "{m}");
+}
