@@ -477,6 +477,26 @@ struct Region {
     inputs: Vec<rtrb::Consumer<Item>>,
     /// Which input to take from first (turns, so no core's packets wait behind another's).
     turn: usize,
+    /// Out of service until then (a launch's partial reconfiguration).
+    dark_until: Option<Instant>,
+}
+
+/// A region's segments: (chain, instance, segment, the segment's wrappers).
+pub type Segments = Vec<(usize, usize, usize, Vec<Wrapper>)>;
+
+/// New task instances for a region's segments, and how long the region stays out of service
+/// when they go in (the profile's partial-reconfiguration time; zero: at once).
+pub struct Launch {
+    /// (chain, instance, segment, wrappers), as the region holds them.
+    pub segments: Segments,
+    /// Out of service this long from the swap.
+    pub pr: Duration,
+}
+
+impl std::fmt::Debug for Launch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launch").field("segments", &self.segments.len()).field("pr", &self.pr).finish()
+    }
 }
 
 /// A core's ends of the rings it writes: into each region (by id), and (`panic`) back to the
@@ -511,6 +531,13 @@ struct Shared {
     snaps: Vec<std::sync::Mutex<CoreSnap>>,
     /// By credit pool: the region its credits admit into (for the credits gauge).
     pool_region: Vec<usize>,
+    /// By region: a launch waiting for the region's next batch boundary, and whether there is
+    /// one (checked without the lock); launches done.
+    launch: Vec<std::sync::Mutex<Option<Launch>>>,
+    launch_waiting: Vec<AtomicBool>,
+    launches: Vec<AtomicU64>,
+    /// `snic`: by region, its plan region and instance.
+    region_of: Vec<(usize, usize)>,
 }
 
 /// How often a core publishes its counters for [`Monitor`].
@@ -543,6 +570,8 @@ pub struct Live {
     pub queue_depth: Vec<u64>,
     /// Credits on hand, by region (`snic`: the chain instance's, under its first region).
     pub credits: Vec<(usize, u64)>,
+    /// Launches taken, by region.
+    pub launches: Vec<u64>,
 }
 
 impl Monitor {
@@ -572,6 +601,7 @@ impl Monitor {
             }
         }
         live.stats.wrappers.sort_by_key(|w| (w.chain, w.instance, w.position));
+        live.launches = self.0.launches.iter().map(|l| l.load(Ordering::Relaxed)).collect();
         live
     }
 }
@@ -661,6 +691,7 @@ impl Runtime {
         let mut rtc = Vec::new();
         let mut by_id: Vec<Region> = Vec::new();
         let mut region_core = Vec::new();
+        let mut region_of = Vec::new();
         let mut route: Vec<Vec<Vec<usize>>> = Vec::new();
         let credits = cfg.credits.max(1) as usize;
         // What the tasks say of their state: chains whose instances must see whole flows, and
@@ -713,7 +744,8 @@ impl Runtime {
                             segments.push((ci, k, si, chains[ci][si].take().unwrap_or_default()));
                         }
                         region_core.push((ri + k * nreg) % cores);
-                        by_id.push(Region { id, segments, inputs: Vec::new(), turn: 0 });
+                        region_of.push((ri, k));
+                        by_id.push(Region { id, segments, inputs: Vec::new(), turn: 0, dark_until: None });
                     }
                 }
             }
@@ -734,6 +766,7 @@ impl Runtime {
                                 segments: vec![(ci, k, w.position, vec![w])],
                                 inputs: Vec::new(),
                                 turn: 0,
+                                dark_until: None,
                             });
                             next_core += 1;
                         }
@@ -783,6 +816,10 @@ impl Runtime {
             stop: AtomicBool::new(false),
             snaps: (0..cores).map(|_| std::sync::Mutex::new(CoreSnap::default())).collect(),
             pool_region,
+            launch: (0..nregions).map(|_| std::sync::Mutex::new(None)).collect(),
+            launch_waiting: (0..nregions).map(|_| AtomicBool::new(false)).collect(),
+            launches: (0..nregions).map(|_| AtomicU64::new(0)).collect(),
+            region_of,
         });
         Ok(Runtime {
             steer,
@@ -811,6 +848,16 @@ impl Runtime {
     pub fn classify(&self) -> Classify {
         let n = if self.cfg.mode == Mode::Rtc { self.cfg.cores.max(1) } else { self.instances };
         Classify::new(&self.tenants).with_steering(self.steer.clone(), self.one.clone(), n)
+    }
+
+    /// A handle that launches new instances into its regions while it runs (`snic`).
+    pub fn launcher(&self) -> Launcher {
+        Launcher(self.shared.clone())
+    }
+
+    /// Chain instances (of each chain).
+    pub fn instances(&self) -> usize {
+        self.instances
     }
 
     /// A handle that reads the counters while it runs.
@@ -972,6 +1019,52 @@ struct Joined {
     st: CoreState,
     wrappers: Vec<(Option<usize>, usize, usize, Vec<Wrapper>)>,
     sched: Option<Scheduler>,
+}
+
+/// Launches new task instances into a running [`Runtime`]'s regions (`snic`).
+#[derive(Debug, Clone)]
+pub struct Launcher(Arc<Shared>);
+
+impl Launcher {
+    /// The data-path region of plan region `ri`'s instance `k`.
+    pub fn region(&self, ri: usize, k: usize) -> Option<usize> {
+        self.0.region_of.iter().position(|&x| x == (ri, k))
+    }
+
+    /// Hands `launch` to region `id`, which swaps it in at its next batch boundary (replacing a
+    /// launch not yet taken). An error if there is no such region.
+    pub fn launch(&self, id: usize, launch: Launch) -> Result<(), String> {
+        let slot = self.0.launch.get(id).ok_or_else(|| format!("no region {id}"))?;
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(launch);
+        self.0.launch_waiting[id].store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Launches taken, by region.
+    pub fn launches(&self) -> Vec<u64> {
+        self.0.launches.iter().map(|l| l.load(Ordering::Relaxed)).collect()
+    }
+}
+
+/// New instances of plan region `ri`'s segments for chain instance `k` of `n` (what a
+/// [`Launch`] carries), built with `factory` off the data path.
+pub fn build_region(
+    plan: &Plan,
+    ri: usize,
+    (k, n): (usize, usize),
+    ntenants: usize,
+    factory: &mut Factory<'_>,
+) -> Result<Segments, String> {
+    let r = plan.regions.get(ri).ok_or_else(|| format!("no region {ri} in the plan"))?;
+    let mut out = Vec::new();
+    for &(ci, si) in &r.segments {
+        let mut ws = build_chain(plan, ci, ntenants, factory, (k, n))?;
+        let seg = plan.chains[ci].segments[si].clone();
+        ws.truncate(seg.end);
+        let ws = ws.split_off(seg.start);
+        out.push((ci, k, si, ws));
+    }
+    Ok(out)
 }
 
 /// Stops a running [`Runtime`].
@@ -1241,6 +1334,9 @@ fn worker_loop(
             work += schedule(s, shared, pool, cfg, classify, ing, &chain_lens, &mut waiting, &mut arrivals, egress, st);
         }
         for r in regions.iter_mut() {
+            if shared.launch_waiting[r.id].load(Ordering::Acquire) {
+                take_launch(r, shared);
+            }
             work += run_region(r, shared, pool, cfg, egress, st);
             // Credits go back as soon as a batch is done, so the scheduler can refill the
             // region while it runs the next.
@@ -1377,6 +1473,20 @@ fn schedule(
     moved + n
 }
 
+/// Swaps a waiting launch's instances into `r` (between its batches) and takes it out of
+/// service for the launch's PR time.
+fn take_launch(r: &mut Region, shared: &Shared) {
+    shared.launch_waiting[r.id].store(false, Ordering::Release);
+    let Some(l) = shared.launch[r.id].lock().unwrap_or_else(|e| e.into_inner()).take() else { return };
+    for (ci, k, si, ws) in l.segments {
+        if let Some(seg) = r.segments.iter_mut().find(|s| (s.0, s.1, s.2) == (ci, k, si)) {
+            seg.3 = ws;
+        }
+    }
+    r.dark_until = (!l.pr.is_zero()).then(|| Instant::now() + l.pr);
+    shared.launches[r.id].fetch_add(1, Ordering::Relaxed);
+}
+
 /// One batch of a region; returns the packets it took.
 fn run_region(
     r: &mut Region,
@@ -1387,6 +1497,14 @@ fn run_region(
     st: &mut CoreState,
 ) -> usize {
     st.batch.clear();
+    // Out of service (being reconfigured): its packets wait in its rings, within its chains'
+    // credits; the core's other regions go on.
+    if let Some(t) = r.dark_until {
+        if Instant::now() < t {
+            return 0;
+        }
+        r.dark_until = None;
+    }
     // At most half a chain's credits at once: the other half is being refilled meanwhile
     // (with all of them in one batch, the region would wait for the scheduler every batch).
     let take = cfg.batch.min((cfg.credits as usize / 2).max(1));

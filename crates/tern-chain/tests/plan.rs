@@ -405,3 +405,111 @@ fn nat_replies_find_their_instance_in_every_mode() {
         }
     }
 }
+
+/// A task that writes its generation into the packet (byte SLOTS), to tell old instances from
+/// relaunched ones.
+#[derive(Debug)]
+struct Stamp(u8);
+
+impl NetworkTask for Stamp {
+    fn kind(&self) -> &'static str {
+        "dummy"
+    }
+    fn cost(&self) -> Cost {
+        Cost { ns_per_packet: 0.0, luts: Some(1000), gbps: None, stateful: false, modifies: true }
+    }
+    fn process(&mut self, p: &mut Packet, _: &mut Cx<'_>) -> Verdict {
+        p.data_mut()[SLOTS] = self.0;
+        Verdict::Pass
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+/// Records each packet's tenant, stamp and when it left; stops the runtime at `expect`.
+struct Times(Arc<Mutex<Vec<(u16, u8, Instant)>>>, Pool, usize, tern_chain::runtime::Stopper);
+
+impl Egress for Times {
+    fn send(&mut self, _: Instant, items: &mut Vec<tern_chain::runtime::Item>) {
+        let now = Instant::now();
+        let mut v = self.0.lock().unwrap();
+        for i in items.drain(..) {
+            v.push((i.desc.tenant, i.packet.data()[SLOTS], now));
+            self.1.put(i.packet);
+        }
+        if v.len() >= self.2 {
+            self.3.stop();
+        }
+    }
+}
+
+/// Launching new instances into a running region: they go in at a batch boundary, the region
+/// stays out of service for the PR time while its packets wait (none lost), and the other
+/// region on the same core goes on meanwhile.
+#[test]
+fn a_launch_swaps_instances_in_and_darkens_only_its_region() {
+    let a = tenant("x", "s", &["s"], 1000);
+    let mut b = tenant("y", "t", &["t"], 1000);
+    b.ingress.pattern.dst = Some("10.0.1.0/24".parse().unwrap());
+    let mut a = a;
+    a.ingress.pattern.dst = Some("10.0.0.0/24".parse().unwrap());
+    let tenants = vec![a, b];
+    let p =
+        plan::plan_with(&tenants, &dummy_area, 8, 100_000, plan::Options { share: true, concatenate: false }).unwrap();
+    assert_eq!(p.regions.len(), 2);
+    let xr = p.tenants[0].chain;
+    let ri = p.regions.iter().position(|r| r.segments.contains(&(xr, 0))).unwrap();
+    let pool = Pool::new(8192, 2048);
+    let cfg = Config { mode: Mode::Snic, cores: 1, instances: 1, ..Config::default() };
+    let mut gen1 = |_: usize, _: usize| Ok(Box::new(Stamp(1)) as Box<dyn NetworkTask>);
+    let rt = Runtime::new(p.clone(), tenants.clone(), cfg, &mut gen1).unwrap();
+    let (launcher, stopper) = (rt.launcher(), rt.stopper());
+    let n = 4000usize;
+    let frames: Vec<Vec<u8>> = (0..n as u32)
+        .map(|i| {
+            let mut f = Vec::new();
+            let t = (i % 2) as u8;
+            tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 9, 0, 1], [10, 0, t, 7], 1000, 80, 64, &[0; 64]);
+            f
+        })
+        .collect();
+    // 10,000 packets a second: 0.4 s of traffic.
+    let traffic = tern_chain::bench::Gen::new(&pool, frames, Some(10_000.0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let egress: Vec<Box<dyn Egress>> = vec![Box::new(Times(seen.clone(), pool.clone(), n, stopper.clone()))];
+    let pr = Duration::from_millis(100);
+    let asked = Arc::new(Mutex::new(None));
+    let asked2 = asked.clone();
+    let ts = tenants.clone();
+    let plan2 = p.clone();
+    let launching = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(120));
+        let mut gen2 = |_: usize, _: usize| Ok(Box::new(Stamp(2)) as Box<dyn NetworkTask>);
+        let segs = tern_chain::runtime::build_region(&plan2, ri, (0, 1), ts.len(), &mut gen2).unwrap();
+        *asked2.lock().unwrap() = Some(Instant::now());
+        launcher.launch(launcher.region(ri, 0).unwrap(), tern_chain::runtime::Launch { segments: segs, pr }).unwrap();
+        launcher
+    });
+    // The generator is never exhausted: the egress stops the runtime at n packets.
+    let _ = rt.run(&pool, vec![Box::new(traffic)], egress).unwrap();
+    let launcher = launching.join().unwrap();
+    let t0 = asked.lock().unwrap().unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), n, "no packet lost");
+    assert_eq!(launcher.launches()[launcher.region(ri, 0).unwrap()], 1);
+    // Tenant x's packets: old instances before, new ones after, none in between while dark.
+    let x: Vec<&(u16, u8, Instant)> = seen.iter().filter(|s| s.0 == 0).collect();
+    let first_new = x.iter().position(|s| s.1 == 2).expect("the new instances ran");
+    assert!(x[..first_new].iter().all(|s| s.1 == 1) && x[first_new..].iter().all(|s| s.1 == 2));
+    let (last_old, first) = (x[first_new - 1].2, x[first_new].2);
+    assert!(
+        first.duration_since(last_old) >= pr - Duration::from_millis(5),
+        "dark {:?}",
+        first.duration_since(last_old)
+    );
+    assert!(first.duration_since(t0) >= pr - Duration::from_millis(5));
+    // Tenant y's region, on the same core, went on while x's was dark.
+    let y_meanwhile = seen.iter().filter(|s| s.0 == 1 && s.2 > last_old && s.2 < first).count();
+    assert!(y_meanwhile > 100, "{y_meanwhile}");
+}

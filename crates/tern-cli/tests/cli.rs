@@ -972,6 +972,22 @@ fn chain_serve_round_trip(mode: &str) {
     assert!(ok, "{err}");
     assert!(out.contains(&format!("mode {mode}")) && out.contains("ns/packet"), "{out}");
     assert!(out.lines().any(|l| l.contains(" nat ") && l.contains("nat")), "{out}");
+    if mode == "snic" {
+        // A reload: the firewall now denies UDP. New instances are launched into the running
+        // region; the next datagram is dropped there, by name.
+        std::fs::write(
+            &tenant,
+            "tenant = \"lan\"\ndag = \"fw -> nat\"\n[ingress]\nproto = \"udp\"\n[nt.fw]\nkind = \"firewall\"\nrules = [{ action = \"deny\", proto = \"udp\" }]\n[nt.nat]\nkind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20100\"\n",
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        inside.send_to(&f, p1).unwrap();
+        outside.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        assert!(outside.recv_from(&mut buf).is_err(), "the relaunched firewall let it through");
+        let body =
+            ureq::get(&format!("http://{metrics}/metrics")).call().unwrap().into_body().read_to_string().unwrap();
+        assert!(body.contains("tern_chain_launches_total{region=\"0\"} 1"), "{body}");
+    }
     // While it runs, its port is taken: a second server names it.
     let (ok, _, err) = tern(&[
         "chain",
@@ -989,6 +1005,9 @@ fn chain_serve_round_trip(mode: &str) {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["tenants"][0]["packets_out"], 2, "{mode}: {v}");
+    if mode == "snic" {
+        assert_eq!(v["tenants"][0]["drops"]["denied"], 1, "{v}");
+    }
     assert_eq!(v["malformed"], 1, "{v}");
     assert_eq!(v["unknown_tenant"], 1, "{v}");
     std::fs::remove_dir_all(&dir).unwrap();

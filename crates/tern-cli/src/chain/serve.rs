@@ -315,6 +315,14 @@ impl Collector for ChainCollector {
         )?;
         let rows: Vec<(Labels, u64)> = region_packets.iter().map(|(r, v)| (label("region", r), v.1)).collect();
         counter_family(&mut enc, "tern_chain_region_busy_nanoseconds", "Time each region's tasks ran.", &rows)?;
+        let rows: Vec<(Labels, u64)> =
+            live.launches.iter().enumerate().map(|(r, n)| (label("region", r), *n)).collect();
+        counter_family(
+            &mut enc,
+            "tern_chain_launches",
+            "New task instances launched into each region (a reload).",
+            &rows,
+        )?;
         Ok(())
     }
 }
@@ -330,6 +338,68 @@ pub fn plan_on(tenants: &[Tenant], profile: &str) -> Result<(Plan, tern_hw::Prof
     let model = tern_hw::chain::ChainModel::from_profile(&profile)?;
     let p = plan::plan(tenants, &|t| tenant::area(t, &profile), model.regions, model.region_luts)?;
     Ok((p, profile))
+}
+
+fn mtimes(files: &[PathBuf]) -> Vec<Option<std::time::SystemTime>> {
+    files.iter().map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok()).collect()
+}
+
+/// Reads the tenant files again and, if they plan to the same chains, launches new task
+/// instances (with their new parameters) into every region; returns how many. A different
+/// plan needs a restart.
+#[allow(clippy::too_many_arguments)]
+fn relaunch(
+    files: &[PathBuf],
+    running: &Plan,
+    mode: Mode,
+    instances: usize,
+    keys: &Mutex<Keys>,
+    launcher: &tern_chain::runtime::Launcher,
+    pr: Duration,
+    profile: &tern_hw::Profile,
+) -> Result<usize, String> {
+    if mode != Mode::Snic {
+        return Err(format!("launching is for mode snic (this server runs {})", mode.name()));
+    }
+    let tenants = load_tenants(files)?;
+    let plan = plan::plan(&tenants, &|t| tenant::area(t, profile), running.regions_available, running.region_luts)?;
+    let shape = |p: &Plan| {
+        (
+            p.chains
+                .iter()
+                .map(|c| {
+                    (
+                        c.slots.iter().map(|s| (s.name.clone(), s.kind)).collect::<Vec<_>>(),
+                        c.segments.clone(),
+                        c.tenants.clone(),
+                    )
+                })
+                .collect::<Vec<_>>(),
+            p.tenants.clone(),
+        )
+    };
+    if shape(&plan) != shape(running) {
+        return Err("the files plan to other chains (tasks added, removed or renamed); restart to re-plan".into());
+    }
+    let mut k = keys.lock().map_err(|_| "keys lock")?;
+    let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut k);
+    let mut launched = 0;
+    // Every region's new instances are built first: a task that cannot be built stops the
+    // reload before any region changes.
+    let mut launches = Vec::new();
+    for ri in 0..running.regions.len() {
+        for inst in 0..instances {
+            let segments =
+                tern_chain::runtime::build_region(running, ri, (inst, instances), tenants.len(), &mut factory)?;
+            let id = launcher.region(ri, inst).ok_or_else(|| format!("no running region for plan region {ri}"))?;
+            launches.push((id, segments));
+        }
+    }
+    for (id, segments) in launches {
+        launcher.launch(id, tern_chain::runtime::Launch { segments, pr })?;
+        launched += 1;
+    }
+    Ok(launched)
 }
 
 /// `/runtime`'s JSON: the plan and each task's counters, as `tern chain dump` prints them.
@@ -395,9 +465,16 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         pin: a.pin,
         ..Config::default()
     };
-    let mut keys = Keys::default();
-    let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut keys);
-    let rt = Runtime::new(plan, tenants.clone(), cfg, &mut factory)?;
+    // AES key spaces live as long as the server: relaunched instances never reuse a nonce.
+    let keys = Arc::new(Mutex::new(Keys::default()));
+    let rt = {
+        let mut k = keys.lock().map_err(|_| "keys lock")?;
+        let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut k);
+        Runtime::new(plan.clone(), tenants.clone(), cfg, &mut factory)?
+    };
+    let launcher = rt.launcher();
+    let instances = rt.instances();
+    let pr = Duration::from_nanos(tern_hw::chain::ChainModel::from_profile(&profile)?.pr_ns as u64);
     let monitor = rt.monitor();
     let stopper = rt.stopper();
     say(format!(
@@ -453,13 +530,29 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let watcher_stop = stopper.clone();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let done2 = done.clone();
+    let files = a.files.clone();
+    let (mode, json_out) = (a.mode, a.json);
     let watcher = std::thread::spawn(move || {
+        let mut seen = mtimes(&files);
         while !done2.load(std::sync::atomic::Ordering::Relaxed) {
             if crate::signals::stopping(&signals) || deadline.is_some_and(|d| Instant::now() >= d) {
                 watcher_stop.stop();
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
+            let now = mtimes(&files);
+            if now == seen {
+                continue;
+            }
+            seen = now;
+            let msg = match relaunch(&files, &plan, mode, instances, &keys, &launcher, pr, &profile) {
+                Ok(n) => format!(
+                    "tenant files changed: {n} region(s) relaunched with new task instances ({} ms out of service each)",
+                    pr.as_millis()
+                ),
+                Err(e) => format!("reload rejected, the running chains stay: {e}"),
+            };
+            if json_out { eprintln!("{msg}") } else { println!("{msg}") }
         }
     });
     let stats = rt.run(&pool, ingress, egress);
