@@ -161,6 +161,11 @@ pub fn build(spec: &TaskSpec, keys: &mut Keys) -> Result<Box<dyn NetworkTask>, S
         TaskSpec::Dummy { ns_per_packet, gbps, luts } => {
             Box::new(Dummy { ns: *ns_per_packet, gbps: *gbps, luts: *luts, passed: 0 })
         }
+        TaskSpec::Stage { engine, .. } => {
+            return Err(format!(
+                "stage engine `{engine}`: not built in here (tern's command line runs `flow`, a tern flow switch)"
+            ));
+        }
     })
 }
 
@@ -584,5 +589,79 @@ impl NetworkTask for Dummy {
     }
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![("passed", self.passed)]
+    }
+}
+
+/// Another engine as a network task ([`TaskSpec::Stage`]): each packet goes into the engine's
+/// batch alone; what comes out of any of its outputs goes on (the first; more are dropped and
+/// counted `extra`), and a packet it kept or dropped is dropped here (`stage_dropped`).
+pub struct StageTask {
+    stage: Box<dyn tern_io::BatchStage>,
+    in_port: u16,
+    luts: u64,
+    input: tern_io::Batch,
+    outputs: Vec<tern_io::Batch>,
+    passed: u64,
+    dropped: u64,
+    extra: u64,
+}
+
+impl std::fmt::Debug for StageTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StageTask").field("in_port", &self.in_port).field("passed", &self.passed).finish()
+    }
+}
+
+impl StageTask {
+    /// `stage`, fed on `in_port`, with an area of `luts`.
+    pub fn new(stage: Box<dyn tern_io::BatchStage>, in_port: u16, luts: u64) -> StageTask {
+        let outputs = (0..stage.outputs()).map(|_| tern_io::Batch::new(tern_io::DEFAULT_BATCH)).collect();
+        StageTask { stage, in_port, luts, input: tern_io::Batch::new(1), outputs, passed: 0, dropped: 0, extra: 0 }
+    }
+}
+
+impl NetworkTask for StageTask {
+    fn kind(&self) -> &'static str {
+        "stage"
+    }
+    fn cost(&self) -> Cost {
+        // What the engine keeps is its own affair: its chain's instances see whole flows.
+        Cost { ns_per_packet: 0.0, luts: Some(self.luts), gbps: None, stateful: true, modifies: true }
+    }
+    fn process(&mut self, p: &mut Packet, cx: &mut Cx<'_>) -> Verdict {
+        let packet = std::mem::replace(p, cx.pool.packet());
+        if let Some(back) = self.input.push(packet) {
+            cx.pool.put(back);
+        }
+        self.stage.process(cx.now, self.in_port, &mut self.input, &mut self.outputs);
+        for q in self.input.drain() {
+            cx.pool.put(q);
+        }
+        let mut got = None;
+        for o in &mut self.outputs {
+            while let Some(q) = o.pop() {
+                if got.is_none() {
+                    got = Some(q);
+                } else {
+                    self.extra += 1;
+                    cx.pool.put(q);
+                }
+            }
+        }
+        match got {
+            Some(q) => {
+                let empty = std::mem::replace(p, q);
+                cx.pool.put(empty);
+                self.passed += 1;
+                Verdict::Pass
+            }
+            None => {
+                self.dropped += 1;
+                Verdict::Drop("stage_dropped")
+            }
+        }
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("passed", self.passed), ("stage_dropped", self.dropped), ("extra", self.extra)]
     }
 }

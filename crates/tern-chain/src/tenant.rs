@@ -37,7 +37,7 @@ use crate::gbn;
 use crate::nat::NatConfig;
 
 /// The task kinds a tenant file may use.
-pub const KINDS: [&str; 7] = ["firewall", "nat", "aes", "lb", "gbn", "kv", "dummy"];
+pub const KINDS: [&str; 8] = ["firewall", "nat", "aes", "lb", "gbn", "kv", "dummy", "stage"];
 
 /// A tenant file that cannot be used: the file and what is wrong, naming the item.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -99,6 +99,20 @@ pub enum TaskSpec {
     Gbn(gbn::Config),
     /// The KV cache's bounds.
     Kv(crate::kv::KvConfig),
+    /// Another engine run as a task through `tern_io::BatchStage` (what `tern chain` offers:
+    /// `flow`, a `tern flow` switch): packets it forwards (on any port) go on, the rest are
+    /// dropped.
+    Stage {
+        /// The engine's name.
+        engine: String,
+        /// Its configuration file, as the tenant file gives it (relative to the working
+        /// directory).
+        config: String,
+        /// The port it receives on.
+        in_port: u16,
+        /// Its area, LUTs.
+        luts: u64,
+    },
     /// A dummy task (the paper's, for experiments): it passes packets on, costing what it is
     /// configured to.
     Dummy {
@@ -122,6 +136,7 @@ impl TaskSpec {
             TaskSpec::Gbn(_) => "gbn",
             TaskSpec::Kv(_) => "kv",
             TaskSpec::Dummy { .. } => "dummy",
+            TaskSpec::Stage { .. } => "stage",
         }
     }
 
@@ -135,6 +150,7 @@ impl TaskSpec {
             TaskSpec::Gbn(_) => "gbn",
             TaskSpec::Kv(_) => "kv_cache",
             TaskSpec::Dummy { .. } => "dummy",
+            TaskSpec::Stage { .. } => "stage",
         }
     }
 }
@@ -374,13 +390,27 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
                 luts: int_of(t, "luts", at, 0..=10_000_000)?.unwrap_or(1000) as u64,
             })
         }
+        "stage" => {
+            only(t, &["kind", "engine", "config", "in_port", "luts"], at)?;
+            let engine = str_of(t, "engine", at)?.ok_or_else(|| format!("{at}.engine: missing (flow)"))?;
+            let config = str_of(t, "config", at)?.ok_or_else(|| format!("{at}.config: missing (the engine's file)"))?;
+            if engine.is_empty() || config.is_empty() {
+                return Err(format!("{at}: engine and config must not be empty"));
+            }
+            Ok(TaskSpec::Stage {
+                engine: engine.to_string(),
+                config: config.to_string(),
+                in_port: int_of(t, "in_port", at, 0..=65_535)?.unwrap_or(0) as u16,
+                luts: int_of(t, "luts", at, 0..=10_000_000)?.unwrap_or(10_000) as u64,
+            })
+        }
         other => Err(format!("{at}.kind: `{other}` is not a task kind ({})", KINDS.join(", "))),
     }
 }
 
 /// A task's area, LUTs: a dummy's own, else the profile's `nt.NAME.luts`.
 pub fn area(t: &TaskSpec, profile: &tern_hw::Profile) -> Result<u64, String> {
-    if let TaskSpec::Dummy { luts, .. } = t {
+    if let TaskSpec::Dummy { luts, .. } | TaskSpec::Stage { luts, .. } = t {
         return Ok(*luts);
     }
     let key = format!("nt.{}.luts", t.area_name());

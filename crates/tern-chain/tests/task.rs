@@ -235,3 +235,47 @@ proptest::proptest! {
         proptest::prop_assert_eq!(st.owner(first.wrapping_sub(1), n).filter(|_| first > 0), None);
     }
 }
+
+/// A stage that sends frames of an even length to its second output, echoes odd ones to both
+/// outputs (a flood), and keeps frames shorter than 20 bytes.
+struct Parity(Pool);
+
+impl tern_io::BatchStage for Parity {
+    fn outputs(&self) -> usize {
+        2
+    }
+    fn process(&mut self, _: Instant, _: u16, input: &mut tern_io::Batch, outputs: &mut [tern_io::Batch]) {
+        for p in input.drain() {
+            if p.len() < 20 {
+                self.0.put(p);
+            } else if p.len() % 2 == 0 {
+                let _ = outputs[1].push(p);
+            } else {
+                let copy = self.0.clone_packet(&p);
+                let _ = outputs[0].push(p);
+                let _ = outputs[1].push(copy);
+            }
+        }
+    }
+}
+
+#[test]
+fn another_engine_runs_as_a_task_through_batch_stage() {
+    let pool = Pool::new(16, 2048);
+    let mut t = task::StageTask::new(Box::new(Parity(pool.clone())), 0, 7);
+    assert_eq!(t.cost().luts, Some(7));
+    let mut p = packet(&pool, 0, &[1u8; 30]);
+    assert_eq!(run(&mut t, &mut p, &pool).0, Verdict::Pass);
+    assert_eq!(p.data(), &[1u8; 30]);
+    let mut p = packet(&pool, 0, &[2u8; 31]);
+    assert_eq!(run(&mut t, &mut p, &pool).0, Verdict::Pass);
+    assert_eq!(p.len(), 31);
+    let mut p = packet(&pool, 0, &[3u8; 10]);
+    assert_eq!(run(&mut t, &mut p, &pool).0, Verdict::Drop("stage_dropped"));
+    assert_eq!(t.counters(), vec![("passed", 2), ("stage_dropped", 1), ("extra", 1)]);
+    // Without an engine, a stage cannot be built by the crate itself.
+    let spec =
+        Tenant::parse("tenant = \"t\"\ndag = \"x\"\n[nt.x]\nkind = \"stage\"\nengine = \"flow\"\nconfig = \"f.toml\"")
+            .unwrap();
+    assert!(task::build(&spec.tasks[0], &mut Keys::default()).unwrap_err().contains("stage engine `flow`"));
+}

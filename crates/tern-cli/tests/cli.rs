@@ -1072,3 +1072,39 @@ fn hw_report_projects_tenants() {
     let (ok, _, err) = tern(&["hw", "report", &ex("web.toml"), "--with", "/nonexistent/t.toml"]);
     assert!(!ok && err.contains("/nonexistent/t.toml"), "{err}");
 }
+
+/// A `tern flow` switch as a network task (the `stage` kind through `tern_io::BatchStage`):
+/// routed frames go on with the TTL decremented and the next hop's MACs; unroutable ones are
+/// dropped by name; a missing engine config is an error naming the task.
+#[test]
+fn chain_runs_a_flow_switch_as_a_task() {
+    let dir = std::env::temp_dir().join(format!("tern-chain-stage-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let router = format!("{}/../../examples/flow/router.toml", env!("CARGO_MANIFEST_DIR"));
+    let t = dir.join("sw.toml");
+    let text = format!(
+        "tenant = \"sw\"\ndag = \"fw -> router\"\n[nt.fw]\nkind = \"firewall\"\ndefault = \"allow\"\n[nt.router]\nkind = \"stage\"\nengine = \"flow\"\nconfig = \"{router}\"\n"
+    );
+    std::fs::write(&t, &text).unwrap();
+    let (ok, out, err) = tern(&[
+        "chain",
+        "trace",
+        t.to_str().unwrap(),
+        "--packet",
+        "udp,nw_src=10.1.0.1,nw_dst=10.2.0.7,tp_dst=53",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["fate"], "out");
+    let o: Vec<u8> = v["output"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap() as u8).collect();
+    assert_eq!(&o[..6], &[2, 0, 0, 0, 0, 2], "the next hop's MAC");
+    assert_eq!(o[22], 63, "the TTL decremented");
+    let (ok, out, _) =
+        tern(&["chain", "trace", t.to_str().unwrap(), "--packet", "udp,nw_src=10.1.0.1,nw_dst=10.9.0.7,tp_dst=53"]);
+    assert!(ok && out.contains("fate: drop: stage_dropped"), "{out}");
+    std::fs::write(&t, text.replace(&router, "/nonexistent/flow.toml")).unwrap();
+    let (ok, _, err) = tern(&["chain", "trace", t.to_str().unwrap(), "--packet", "udp,nw_dst=10.2.0.7"]);
+    assert!(!ok && err.contains("nt.router") && err.contains("/nonexistent/flow.toml"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

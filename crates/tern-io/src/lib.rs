@@ -204,6 +204,18 @@ pub trait Port {
     fn stats(&self) -> PortStats;
 }
 
+/// An engine that takes a batch of packets and hands back batches, one per output: how one
+/// engine runs another as a stage without depending on it (`tern chain` runs `tern flow`'s
+/// switch as a network task through an adapter in `tern-cli`).
+pub trait BatchStage: Send {
+    /// The outputs it fills (`outputs` has this many batches).
+    fn outputs(&self) -> usize;
+    /// Takes every packet of `input`, received on `in_port`, and appends what leaves to
+    /// `outputs[k]` for output `k`; a packet it drops goes back to its pool. A full output batch
+    /// drops what does not fit (back to the pool).
+    fn process(&mut self, now: Instant, in_port: u16, input: &mut Batch, outputs: &mut [Batch]);
+}
+
 /// Pins the calling thread to `core` (Linux); returns whether it worked.
 pub fn pin_to_core(core: usize) -> bool {
     if core >= libc::CPU_SETSIZE as usize {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use tern_chain::task::{self, Keys};
+use tern_chain::task::Keys;
 use tern_wire::frame::FrameInfo;
 
 use super::serve::{load_tenants, plan_on};
@@ -37,7 +37,8 @@ pub fn trace(a: &TraceArgs) -> CmdResult {
     let (plan, _) = plan_on(&tenants, &a.profile)?;
     let frame = parse_packet(&a.packet).map_err(|e| format!("packet: {e}"))?;
     let mut keys = Keys::default();
-    let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut keys);
+    let pool = tern_io::Pool::new(64, tern_io::DEFAULT_BUF_SIZE);
+    let mut factory = |t: usize, n: usize| super::stage::build(&tenants, t, n, &mut keys, &pool);
     let t = tern_chain::trace::trace(&plan, &tenants, &frame, &mut factory)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&t)?);

@@ -7,6 +7,7 @@ pub mod inspect;
 mod plot;
 pub mod report;
 pub mod serve;
+pub mod stage;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

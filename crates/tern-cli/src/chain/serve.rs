@@ -20,7 +20,7 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 use tern_chain::plan::{self, Plan};
 use tern_chain::runtime::{Arrival, Classify, Config, Egress, Ingress, Item, Live, Mode, Monitor, RunStats, Runtime};
-use tern_chain::task::{self, Keys};
+use tern_chain::task::Keys;
 use tern_chain::tenant::{self, Tenant};
 use tern_io::afpacket::AfPacketPort;
 use tern_io::udp::{UdpConfig, UdpPort};
@@ -357,6 +357,7 @@ fn relaunch(
     launcher: &tern_chain::runtime::Launcher,
     pr: Duration,
     profile: &tern_hw::Profile,
+    pool: &Pool,
 ) -> Result<usize, String> {
     if mode != Mode::Snic {
         return Err(format!("launching is for mode snic (this server runs {})", mode.name()));
@@ -382,7 +383,7 @@ fn relaunch(
         return Err("the files plan to other chains (tasks added, removed or renamed); restart to re-plan".into());
     }
     let mut k = keys.lock().map_err(|_| "keys lock")?;
-    let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut k);
+    let mut factory = |t: usize, n: usize| super::stage::build(&tenants, t, n, &mut k, pool);
     let mut launched = 0;
     // Every region's new instances are built first: a task that cannot be built stops the
     // reload before any region changes.
@@ -469,7 +470,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let keys = Arc::new(Mutex::new(Keys::default()));
     let rt = {
         let mut k = keys.lock().map_err(|_| "keys lock")?;
-        let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut k);
+        let mut factory = |t: usize, n: usize| super::stage::build(&tenants, t, n, &mut k, &pool);
         Runtime::new(plan.clone(), tenants.clone(), cfg, &mut factory)?
     };
     let launcher = rt.launcher();
@@ -532,6 +533,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let done2 = done.clone();
     let files = a.files.clone();
     let (mode, json_out) = (a.mode, a.json);
+    let pool2 = pool.clone();
     let watcher = std::thread::spawn(move || {
         let mut seen = mtimes(&files);
         while !done2.load(std::sync::atomic::Ordering::Relaxed) {
@@ -545,7 +547,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
                 continue;
             }
             seen = now;
-            let msg = match relaunch(&files, &plan, mode, instances, &keys, &launcher, pr, &profile) {
+            let msg = match relaunch(&files, &plan, mode, instances, &keys, &launcher, pr, &profile, &pool2) {
                 Ok(n) => format!(
                     "tenant files changed: {n} region(s) relaunched with new task instances ({} ms out of service each)",
                     pr.as_millis()
