@@ -48,6 +48,8 @@ pub struct Chain {
     pub segments: Vec<Range<usize>>,
     /// The tenants riding it (indices into the planned tenants).
     pub tenants: Vec<usize>,
+    /// A parallel tenant's own chain (no other tenant shares it): its branches start segments.
+    pub exclusive: bool,
 }
 
 /// Where a tenant's packets go.
@@ -59,6 +61,18 @@ pub struct Placement {
     pub skip: u64,
     /// Each DAG node's position in the chain (by node index).
     pub positions: Vec<usize>,
+    /// A parallel tenant's fork (`parallel = true`): its branches' segments, run side by side.
+    pub fork: Option<Fork>,
+}
+
+/// Where a parallel tenant's branches are: the segments before `branches[0].start` run first,
+/// then each branch's segments on a copy of the packet, side by side, then the rest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Fork {
+    /// Each branch's segments (indices into the chain's segments).
+    pub branches: Vec<Range<usize>>,
+    /// Each branch copy's skip mask: every position but the branch's.
+    pub skips: Vec<u64>,
 }
 
 /// A region and the segments placed in it.
@@ -187,12 +201,50 @@ pub fn plan_with(
     by_size.sort_by_key(|&i| std::cmp::Reverse(tenants[i].dag.nodes().len()));
     let mut chains: Vec<Chain> = Vec::new();
     let mut placements: Vec<Option<Placement>> = vec![None; tenants.len()];
+    // Parallel tenants: (tenant, chain, each branch's positions).
+    let mut forks: Vec<(usize, usize, Vec<Range<usize>>)> = Vec::new();
     for &ti in &by_size {
         let t = &tenants[ti];
         let luts: Vec<u64> =
             t.tasks.iter().map(area).collect::<Result<_, _>>().map_err(|e| format!("{}: {e}", t.name))?;
+        if t.parallel {
+            // Its own chain: the prefix, each branch, the suffix, in that order.
+            let shape = t.fork_shape().map_err(|e| format!("{}: {e}", t.name))?;
+            if t.tasks.len() > MAX_CHAIN {
+                return Err(format!("{}: {} tasks in one chain (at most {MAX_CHAIN})", t.name, t.tasks.len()));
+            }
+            let order: Vec<usize> =
+                shape.prefix.iter().chain(shape.branches.iter().flatten()).chain(&shape.suffix).copied().collect();
+            let mut positions = vec![0; t.tasks.len()];
+            let slots = order
+                .iter()
+                .enumerate()
+                .map(|(p, &i)| {
+                    positions[i] = p;
+                    Slot { name: t.dag.nodes()[i].clone(), kind: t.tasks[i].kind(), luts: luts[i] }
+                })
+                .collect();
+            chains.push(Chain { slots, segments: Vec::new(), tenants: vec![ti], exclusive: true });
+            // Where each branch starts and ends, for the cuts and the fork below.
+            let mut at = shape.prefix.len();
+            let bounds: Vec<Range<usize>> = shape
+                .branches
+                .iter()
+                .map(|b| {
+                    at += b.len();
+                    at - b.len()..at
+                })
+                .collect();
+            forks.push((ti, chains.len() - 1, bounds));
+            placements[ti] = Some(Placement { chain: chains.len() - 1, skip: 0, positions, fork: None });
+            continue;
+        }
         let embedded = if opts.share {
-            chains.iter().enumerate().find_map(|(ci, c)| merge(t, &c.slots, false).map(|(_, p)| (ci, p)))
+            chains
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| !c.exclusive)
+                .find_map(|(ci, c)| merge(t, &c.slots, false).map(|(_, p)| (ci, p)))
         } else {
             None
         };
@@ -201,14 +253,14 @@ pub fn plan_with(
                 chains[ci].slots[p].luts = chains[ci].slots[p].luts.max(luts[i]);
             }
             chains[ci].tenants.push(ti);
-            placements[ti] = Some(Placement { chain: ci, skip: 0, positions });
+            placements[ti] = Some(Placement { chain: ci, skip: 0, positions, fork: None });
             continue;
         }
         // Extend the chain sharing the most tasks with it, if any does.
         let best = chains
             .iter()
             .enumerate()
-            .filter(|_| opts.share)
+            .filter(|(_, c)| opts.share && !c.exclusive)
             .filter_map(|(ci, c)| merge(t, &c.slots, true).map(|m| (ci, m)))
             .filter(|(ci, (out, _))| chains[*ci].slots.len() + out.iter().filter(|s| s.is_err()).count() <= MAX_CHAIN)
             .max_by_key(|(_, (out, _))| (out.iter().filter(|s| s.is_ok()).count(), std::cmp::Reverse(out.len())));
@@ -218,7 +270,7 @@ pub fn plan_with(
                 if t.tasks.len() > MAX_CHAIN {
                     return Err(format!("{}: {} tasks in one chain (at most {MAX_CHAIN})", t.name, t.tasks.len()));
                 }
-                chains.push(Chain { slots: Vec::new(), segments: Vec::new(), tenants: Vec::new() });
+                chains.push(Chain { slots: Vec::new(), segments: Vec::new(), tenants: Vec::new(), exclusive: false });
                 let (out, positions) = merge_new(t);
                 (chains.len() - 1, out, positions)
             }
@@ -248,7 +300,7 @@ pub fn plan_with(
             }
         }
         chains[ci].tenants.push(ti);
-        placements[ti] = Some(Placement { chain: ci, skip: 0, positions });
+        placements[ti] = Some(Placement { chain: ci, skip: 0, positions, fork: None });
     }
     // Every tenant was placed above.
     let mut tenants_out: Vec<Placement> = placements.into_iter().flatten().collect();
@@ -257,8 +309,11 @@ pub fn plan_with(
         let mine: u64 = pl.positions.iter().fold(0, |m, &p| m | 1 << p);
         pl.skip = !mine & if len == 64 { u64::MAX } else { (1u64 << len) - 1 };
     }
-    // Segments: cut where the next task would overflow a region.
+    // Segments: cut where the next task would overflow a region, and where a parallel
+    // tenant's branches start and end.
     for (ci, c) in chains.iter_mut().enumerate() {
+        let cuts: Vec<usize> =
+            forks.iter().filter(|f| f.1 == ci).flat_map(|f| f.2.iter().flat_map(|r| [r.start, r.end])).collect();
         let mut start = 0;
         let mut used = 0u64;
         for (p, s) in c.slots.iter().enumerate() {
@@ -268,6 +323,11 @@ pub fn plan_with(
                     s.name, s.kind, s.luts
                 ));
             }
+            if p > start && cuts.contains(&p) {
+                c.segments.push(start..p);
+                start = p;
+                used = 0;
+            }
             if used + s.luts > region_luts {
                 c.segments.push(start..p);
                 start = p;
@@ -276,6 +336,22 @@ pub fn plan_with(
             used += s.luts;
         }
         c.segments.push(start..c.slots.len());
+    }
+    // Each parallel tenant's fork: its branches' segments and their copies' skip masks.
+    for (ti, ci, bounds) in &forks {
+        let c = &chains[*ci];
+        let len = c.slots.len();
+        let all = if len == 64 { u64::MAX } else { (1u64 << len) - 1 };
+        let branches = bounds
+            .iter()
+            .map(|b| {
+                let first = c.segments.iter().position(|s| s.start == b.start).unwrap_or(0);
+                let last = c.segments.iter().position(|s| s.end == b.end).unwrap_or(first);
+                first..last + 1
+            })
+            .collect();
+        let skips = bounds.iter().map(|b| all & !(b.clone().fold(0u64, |m, p| m | 1 << p))).collect();
+        tenants_out[*ti].fork = Some(Fork { branches, skips });
     }
     // Regions: segments first-fit.
     let mut regions_out: Vec<RegionPlan> = Vec::new();
@@ -332,6 +408,20 @@ impl Plan {
                 let how =
                     if skipped.is_empty() { "every task".to_string() } else { format!("skips {}", skipped.join(", ")) };
                 out.push(format!("  tenant {}: {how}", t.name));
+                if let Some(f) = &pl.fork {
+                    let b: Vec<String> = f
+                        .branches
+                        .iter()
+                        .map(|r| {
+                            let names: Vec<&str> = c.segments[r.clone()]
+                                .iter()
+                                .flat_map(|seg| c.slots[seg.clone()].iter().map(|s| s.name.as_str()))
+                                .collect();
+                            names.join(" -> ")
+                        })
+                        .collect();
+                    out.push(format!("    side by side (a copy each, joined after): {}", b.join(" | ")));
+                }
             }
         }
         for (ri, r) in self.regions.iter().enumerate() {

@@ -18,7 +18,7 @@
 //! the scheduler sends a stateless chain's packets round robin over them, a stateful chain's by
 //! flow. Nothing here allocates per packet once the rings and queues have warmed up.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -49,7 +49,18 @@ pub struct Desc {
     pub reply: bool,
     /// The port it came in on.
     pub port: u8,
+    /// A copy made at a fork: its branch ([`NO_BRANCH`] otherwise), the fork's token, and
+    /// (back at the join) why its branch dropped it.
+    pub branch: u8,
+    pub token: u32,
+    pub dropped: Option<&'static str>,
 }
+
+/// [`Desc::branch`] of a packet that is not a fork's copy.
+pub const NO_BRANCH: u8 = u8::MAX;
+
+/// How long the join waits for a fork's copies before it drops the packet (`sync_timeout`).
+pub const SYNC_TIMEOUT: Duration = Duration::from_millis(10);
 
 /// A packet with its descriptor: what rings carry between the scheduler and regions (moved,
 /// never copied).
@@ -508,6 +519,8 @@ struct Links {
 
 impl Links {
     /// Moves `item` into region `r`'s ring from this core; the item back if it is full.
+    // The item comes back by value on a full ring (boxing it would allocate per packet).
+    #[allow(clippy::result_large_err)]
     fn push(&mut self, r: usize, item: Item) -> Result<(), Item> {
         match self.to.get_mut(r) {
             Some(p) => p.push(item).map_err(|rtrb::PushError::Full(i)| i),
@@ -538,6 +551,8 @@ struct Shared {
     launches: Vec<AtomicU64>,
     /// `snic`: by region, its plan region and instance.
     region_of: Vec<(usize, usize)>,
+    /// By tenant: its fork (`parallel = true`), run in `snic`.
+    forks: Vec<Option<crate::plan::Fork>>,
 }
 
 /// How often a core publishes its counters for [`Monitor`].
@@ -621,6 +636,8 @@ struct CoreState {
     malformed: u64,
     /// Its ends of the rings, and (core 0, `panic`) the rings back from every core.
     links: Links,
+    /// The next fork token (the core's number in the top bits).
+    token: u32,
     back_in: Vec<rtrb::Consumer<Item>>,
 }
 
@@ -629,6 +646,7 @@ impl CoreState {
         CoreState {
             links,
             back_in,
+            token: 0,
             tenants: vec![TenantStats::default(); ntenants],
             batch: Vec::new(),
             fates: Vec::new(),
@@ -785,7 +803,8 @@ impl Runtime {
         // allow in flight, twice over.
         let mut links: Vec<Links> = (0..cores).map(|_| Links { to: Vec::new(), back: None }).collect();
         for r in &mut by_id {
-            let cap = (credits * r.segments.len() * 2).max(cfg.batch) + cfg.batch;
+            // A fork's copies ride their original's credit: room for a few of them each.
+            let cap = (credits * r.segments.len() * 4).max(cfg.batch) + cfg.batch;
             for l in &mut links {
                 let (p, c) = rtrb::RingBuffer::new(cap);
                 l.to.push(p);
@@ -793,7 +812,7 @@ impl Runtime {
             }
         }
         let mut back_in = Vec::new();
-        if cfg.mode == Mode::Panic {
+        if cfg.mode == Mode::Panic || (cfg.mode == Mode::Snic && plan.tenants.iter().any(|p| p.fork.is_some())) {
             for l in &mut links {
                 let (p, c) = rtrb::RingBuffer::new((nregions * credits + cfg.batch).max(1));
                 l.back = Some(p);
@@ -820,6 +839,11 @@ impl Runtime {
             launch_waiting: (0..nregions).map(|_| AtomicBool::new(false)).collect(),
             launches: (0..nregions).map(|_| AtomicU64::new(0)).collect(),
             region_of,
+            forks: if cfg.mode == Mode::Snic {
+                plan.tenants.iter().map(|p| p.fork.clone()).collect()
+            } else {
+                Vec::new()
+            },
         });
         Ok(Runtime {
             steer,
@@ -934,6 +958,7 @@ impl Runtime {
                         tern_io::pin_to_core(core);
                     }
                     let mut st = CoreState::new(nt, pools, links, back);
+                    st.token = (core as u32) << 24;
                     let mut ing = ing;
                     let Some(mut eg) = eg else { return Joined { st, wrappers: Vec::new(), sched: None } };
                     if cfg.mode == Mode::Rtc {
@@ -1237,6 +1262,9 @@ impl Scheduler {
             arrived: a.at,
             reply: false,
             port: a.port,
+            branch: NO_BRANCH,
+            token: 0,
+            dropped: None,
         };
         self.queues[t].push_back((Item { packet: a.packet, desc }, hash));
         self.queued += 1;
@@ -1321,6 +1349,7 @@ fn worker_loop(
     let mut waiting: Vec<VecDeque<Item>> =
         if cfg.mode == Mode::Panic { (0..shared.regions).map(|_| VecDeque::new()).collect() } else { Vec::new() };
     let mut arrivals = Vec::with_capacity(cfg.batch);
+    let mut join = Join::default();
     let mut rounds = 0u32;
     let mut published = Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
@@ -1331,7 +1360,20 @@ fn worker_loop(
         }
         let mut work = 0;
         if let (Some(s), Some(ing)) = (sched.as_deref_mut(), ingress.as_deref_mut()) {
-            work += schedule(s, shared, pool, cfg, classify, ing, &chain_lens, &mut waiting, &mut arrivals, egress, st);
+            work += schedule(
+                s,
+                shared,
+                pool,
+                cfg,
+                classify,
+                ing,
+                &chain_lens,
+                &mut waiting,
+                &mut arrivals,
+                &mut join,
+                egress,
+                st,
+            );
         }
         for r in regions.iter_mut() {
             if shared.launch_waiting[r.id].load(Ordering::Acquire) {
@@ -1381,6 +1423,7 @@ fn schedule(
     chain_lens: &[usize],
     waiting: &mut [VecDeque<Item>],
     arrivals: &mut Vec<Arrival>,
+    join: &mut Join,
     egress: &mut dyn Egress,
     st: &mut CoreState,
 ) -> usize {
@@ -1391,6 +1434,51 @@ fn schedule(
         }
     }
     let mut moved = 0;
+    // Snic: forks' copies back from their branches, joined.
+    if cfg.mode == Mode::Snic && !st.back_in.is_empty() {
+        let now = t0;
+        for c in 0..st.back_in.len() {
+            while let Ok(item) = st.back_in[c].pop() {
+                let t = usize::from(item.desc.tenant);
+                let Some(f) = shared.forks.get(t).and_then(Option::as_ref) else {
+                    st.drop_item(pool, item, "no_task");
+                    continue;
+                };
+                let (ci, k) = (usize::from(item.desc.chain), usize::from(item.desc.instance));
+                let credit_pool = ci * shared.route[ci].len() + k;
+                match join.arrive(item, f.branches.len(), pool, now) {
+                    None => {}
+                    Some(JoinOutcome::On(mut item)) => {
+                        item.desc.branch = NO_BRANCH;
+                        item.desc.skip = s.skip[t];
+                        let seg = f.branches.last().map_or(0, |b| b.end);
+                        item.desc.segment = seg as u16;
+                        if seg < shared.route[ci][k].len() {
+                            if let Err(item) = st.links.push(shared.route[ci][k][seg], item) {
+                                s.credit(credit_pool, 1);
+                                st.drop_item(pool, item, "ring_full");
+                            }
+                        } else {
+                            s.credit(credit_pool, 1);
+                            st.out.push(item);
+                        }
+                    }
+                    Some(JoinOutcome::Dropped(d, reason)) => {
+                        s.credit(credit_pool, 1);
+                        *st.tenants[usize::from(d.tenant)].drops.entry(reason).or_default() += 1;
+                    }
+                    Some(JoinOutcome::Late(d)) => {
+                        *st.tenants[usize::from(d.tenant)].drops.entry("sync_late").or_default() += 1;
+                    }
+                }
+            }
+        }
+        for d in join.sweep(now, pool) {
+            let (ci, k) = (usize::from(d.chain), usize::from(d.instance));
+            s.credit(ci * shared.route[ci].len() + k, 1);
+            *st.tenants[usize::from(d.tenant)].drops.entry("sync_timeout").or_default() += 1;
+        }
+    }
     // Panic: packets back from a task go on to the next, or leave.
     if cfg.mode == Mode::Panic {
         for c in 0..st.back_in.len() {
@@ -1451,6 +1539,14 @@ fn schedule(
     let admit = cfg.mode != Mode::Panic || buffered < (waiting.len() * cfg.credits.max(1) as usize) as u64;
     for _ in 0..if admit { cfg.batch } else { 0 } {
         let Some(d) = s.decide() else { break };
+        // A parallel tenant whose fork comes first: copied here, into its branches.
+        if let (Some(_), Some(f)) = (d.to, shared.forks.get(usize::from(d.item.desc.tenant)).and_then(Option::as_ref))
+            && f.branches.first().is_some_and(|b| b.start == 0)
+        {
+            fork_copies(st, shared, pool, d.item, f);
+            moved += 1;
+            continue;
+        }
         match d.to {
             None => st.out.push(d.item),
             Some((region, credit_pool)) => match st.links.push(region, d.item) {
@@ -1557,6 +1653,41 @@ fn run_region(
                 Mode::Snic => ci * shared.route[ci].len() + k,
                 _ => shared.route[ci][k][usize::from(item.desc.segment)],
             };
+            let fork = shared.forks.get(usize::from(item.desc.tenant)).and_then(Option::as_ref);
+            if let Some(f) = fork {
+                let seg = usize::from(item.desc.segment);
+                if item.desc.branch != NO_BRANCH {
+                    // A copy: on through its branch, then (or if dropped) back to the join. It
+                    // holds no credit.
+                    let b = usize::from(item.desc.branch);
+                    let mut item = item;
+                    match fate {
+                        Fate::Alive if seg + 1 < f.branches[b].end => {
+                            item.desc.segment += 1;
+                            let next = shared.route[ci][k][usize::from(item.desc.segment)];
+                            if let Err(item) = st.links.push(next, item) {
+                                st.drop_item(pool, item, "ring_full");
+                            }
+                            continue;
+                        }
+                        Fate::Alive => {}
+                        Fate::Dropped(r) => item.desc.dropped = Some(r),
+                        Fate::Replied => {
+                            // Its answer leaves; the join hears the branch went no further.
+                            let mut mark = Item { packet: pool.packet(), desc: item.desc };
+                            mark.desc.dropped = Some("answered_in_branch");
+                            finish(st, pool, item, Fate::Replied);
+                            item = mark;
+                        }
+                    }
+                    to_join(st, pool, item);
+                    continue;
+                }
+                if *fate == Fate::Alive && seg + 1 == f.branches[0].start {
+                    fork_copies(st, shared, pool, item, f);
+                    continue;
+                }
+            }
             match fate {
                 Fate::Alive if cfg.mode == Mode::Panic => {
                     let mut item = item;
@@ -1591,6 +1722,143 @@ fn run_region(
     st.batch = items;
     flush(st, egress, now);
     n
+}
+
+/// Copies a packet at its tenant's fork, one copy a branch (the original the last), each into
+/// its branch's first region; the copies share a new token for the join.
+fn fork_copies(st: &mut CoreState, shared: &Shared, pool: &Pool, item: Item, f: &crate::plan::Fork) {
+    let (ci, k) = (usize::from(item.desc.chain), usize::from(item.desc.instance));
+    st.token = (st.token & 0xff00_0000) | (st.token.wrapping_add(1) & 0x00ff_ffff);
+    let token = st.token;
+    let n = f.branches.len();
+    let mut original = Some(item);
+    for b in 0..n {
+        let Some(orig) = original.as_ref() else { return };
+        let mut copy = if b + 1 == n {
+            match original.take() {
+                Some(i) => i,
+                None => return,
+            }
+        } else {
+            Item { packet: pool.clone_packet(&orig.packet), desc: orig.desc }
+        };
+        copy.desc.branch = b as u8;
+        copy.desc.token = token;
+        copy.desc.skip = f.skips[b];
+        copy.desc.segment = f.branches[b].start as u16;
+        let region = shared.route[ci][k][f.branches[b].start];
+        if let Err(copy) = st.links.push(region, copy) {
+            // The join will not see this copy: the packet times out there.
+            st.drop_item(pool, copy, "ring_full");
+        }
+    }
+}
+
+/// Sends a fork's copy back to the join (core 0).
+fn to_join(st: &mut CoreState, pool: &Pool, item: Item) {
+    let full = match st.links.back.as_mut() {
+        Some(b) => b.push(item).err().map(|rtrb::PushError::Full(i)| i),
+        None => Some(item),
+    };
+    if let Some(item) = full {
+        st.drop_item(pool, item, "ring_full");
+    }
+}
+
+/// The join (core 0): a fork's copies, gathered by token.
+#[derive(Default)]
+struct Join {
+    waiting: HashMap<u32, Joining>,
+    /// Tokens given up on (timed out), so late copies are not taken for new forks.
+    expired: VecDeque<u32>,
+    last_sweep: Option<Instant>,
+}
+
+struct Joining {
+    arrived: usize,
+    /// The first copy's descriptor (its tenant, chain and instance).
+    desc: Desc,
+    /// The first branch's copy, whose bytes go on.
+    keep: Option<Item>,
+    dropped: Option<&'static str>,
+    born: Instant,
+}
+
+/// What the join made of a copy.
+enum JoinOutcome {
+    /// Every copy is in: the packet goes on (the first branch's bytes).
+    On(Item),
+    /// Every copy is in and a branch dropped it (this reason): the packet is dropped.
+    Dropped(Desc, &'static str),
+    /// A copy of a fork given up on (timed out): dropped.
+    Late(Desc),
+}
+
+impl Join {
+    /// Takes a copy back; `None` while the fork's other copies are out.
+    fn arrive(&mut self, item: Item, branches: usize, pool: &Pool, now: Instant) -> Option<JoinOutcome> {
+        let token = item.desc.token;
+        if self.expired.contains(&token) {
+            let d = item.desc;
+            pool.put(item.packet);
+            return Some(JoinOutcome::Late(d));
+        }
+        let e = self.waiting.entry(token).or_insert(Joining {
+            arrived: 0,
+            desc: item.desc,
+            keep: None,
+            dropped: None,
+            born: now,
+        });
+        e.arrived += 1;
+        if let Some(r) = item.desc.dropped {
+            e.dropped.get_or_insert(r);
+            pool.put(item.packet);
+        } else if item.desc.branch == 0 {
+            e.keep = Some(item);
+        } else {
+            pool.put(item.packet);
+        }
+        if e.arrived < branches {
+            return None;
+        }
+        let e = self.waiting.remove(&token)?;
+        match (e.dropped, e.keep) {
+            (None, Some(i)) => Some(JoinOutcome::On(i)),
+            (r, keep) => {
+                if let Some(i) = keep {
+                    pool.put(i.packet);
+                }
+                Some(JoinOutcome::Dropped(e.desc, r.unwrap_or("sync_lost")))
+            }
+        }
+    }
+
+    /// The forks whose copies have waited past [`SYNC_TIMEOUT`], given up on (their first
+    /// copy's descriptors).
+    fn sweep(&mut self, now: Instant, pool: &Pool) -> Vec<Desc> {
+        if self.waiting.is_empty() || self.last_sweep.is_some_and(|t| now.duration_since(t) < Duration::from_millis(1))
+        {
+            return Vec::new();
+        }
+        self.last_sweep = Some(now);
+        let old: Vec<u32> =
+            self.waiting.iter().filter(|(_, e)| now.duration_since(e.born) >= SYNC_TIMEOUT).map(|(t, _)| *t).collect();
+        let mut out = Vec::new();
+        for t in old {
+            if let Some(e) = self.waiting.remove(&t) {
+                if let Some(i) = e.keep {
+                    pool.put(i.packet);
+                }
+                out.push(e.desc);
+                self.expired.push_back(t);
+                if self.expired.len() > 4096 {
+                    self.expired.pop_front();
+                }
+            }
+        }
+        out
+    }
 }
 
 /// Sends what a core has to send: finished packets, answers, and tasks' own packets.
@@ -1658,6 +1926,9 @@ fn rtc_loop(
                         arrived: a.at,
                         reply: false,
                         port: a.port,
+                        branch: NO_BRANCH,
+                        token: 0,
+                        dropped: None,
                     };
                     st.batch.push(Item { packet: a.packet, desc });
                 }

@@ -57,6 +57,8 @@ struct Raw {
     bandwidth_gbps: Option<f64>,
     dag: String,
     #[serde(default)]
+    parallel: bool,
+    #[serde(default)]
     ingress: toml::Table,
     #[serde(default)]
     nt: BTreeMap<String, toml::Table>,
@@ -126,6 +128,11 @@ pub enum TaskSpec {
 }
 
 impl TaskSpec {
+    /// Whether the kind may change a packet's bytes (a firewall and a dummy never do).
+    pub fn modifies(&self) -> bool {
+        !matches!(self, TaskSpec::Firewall { .. } | TaskSpec::Dummy { .. })
+    }
+
     /// The kind's name (one of [`KINDS`]).
     pub fn kind(&self) -> &'static str {
         match self {
@@ -170,6 +177,9 @@ pub struct Tenant {
     pub tasks: Vec<TaskSpec>,
     /// The DAG's nodes in topological order.
     pub order: Vec<usize>,
+    /// Run the DAG's parallel branches in parallel (`parallel = true`; docs/chain.md, "DAG
+    /// parallelism").
+    pub parallel: bool,
 }
 
 /// What a profile's limits say of a tenant.
@@ -417,7 +427,98 @@ pub fn area(t: &TaskSpec, profile: &tern_hw::Profile) -> Result<u64, String> {
     profile.area.get(&key).map(|v| *v as u64).ok_or_else(|| format!("profile {} has no {key}", profile.name))
 }
 
+/// A DAG of one fork and one join: a path of tasks, then two or more paths side by side, then
+/// a path (either end path may be empty). Node indices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkShape {
+    /// Before the fork.
+    pub prefix: Vec<usize>,
+    /// The branches, in the order their first tasks were written.
+    pub branches: Vec<Vec<usize>>,
+    /// After the join.
+    pub suffix: Vec<usize>,
+}
+
 impl Tenant {
+    /// The DAG as one fork and one join (what `parallel = true` needs), or why it is not one.
+    /// Only the first branch may hold tasks that change bytes: its bytes are the ones kept.
+    pub fn fork_shape(&self) -> Result<ForkShape, String> {
+        let n = self.dag.nodes().len();
+        let edges = self.dag.edges();
+        let succ = |i: usize| -> Vec<usize> { edges.iter().filter(|e| e.0 == i).map(|e| e.1).collect() };
+        let indeg = |i: usize| edges.iter().filter(|e| e.1 == i).count();
+        let name = |i: usize| self.dag.nodes()[i].clone();
+        let no = |why: String| format!("parallel = true: {why} (the DAG must be one fork and one join of task paths)");
+        // A path from `i` while it has one successor that has one predecessor.
+        let path = |mut i: usize| {
+            let mut p = vec![i];
+            loop {
+                let s = succ(i);
+                if s.len() == 1 && indeg(s[0]) == 1 {
+                    i = s[0];
+                    p.push(i);
+                } else {
+                    return p;
+                }
+            }
+        };
+        let entries = self.dag.entries();
+        let (prefix, heads) = if entries.len() >= 2 {
+            (Vec::new(), entries)
+        } else {
+            let prefix = path(entries.first().copied().ok_or_else(|| no("no entry".into()))?);
+            let heads = succ(*prefix.last().unwrap_or(&0));
+            if heads.len() < 2 {
+                return Err(no("the DAG has no fork".into()));
+            }
+            (prefix, heads)
+        };
+        let mut branches = Vec::new();
+        let mut join: Option<Option<usize>> = None;
+        for &h in &heads {
+            if indeg(h) > 1 {
+                return Err(no(format!("`{}` is joined before the fork's branches", name(h))));
+            }
+            let b = path(h);
+            let end = succ(*b.last().unwrap_or(&h));
+            let j = match end.as_slice() {
+                [] => None,
+                [j] if indeg(*j) == heads.len() => Some(*j),
+                _ => return Err(no(format!("the branch from `{}` does not end at the join", name(h)))),
+            };
+            if join.is_some_and(|x| x != j) {
+                return Err(no(format!("the branch from `{}` ends elsewhere than the others", name(h))));
+            }
+            join = Some(j);
+            branches.push(b);
+        }
+        let suffix = match join.flatten() {
+            Some(j) => {
+                let s = path(j);
+                if !succ(*s.last().unwrap_or(&j)).is_empty() {
+                    return Err(no(format!("after `{}` the DAG forks again", name(*s.last().unwrap_or(&j)))));
+                }
+                s
+            }
+            None => Vec::new(),
+        };
+        let covered = prefix.len() + branches.iter().map(Vec::len).sum::<usize>() + suffix.len();
+        if covered != n {
+            return Err(no("some tasks are outside the fork and the join".into()));
+        }
+        for (bi, b) in branches.iter().enumerate().skip(1) {
+            if let Some(&i) = b.iter().find(|&&i| self.tasks[i].modifies()) {
+                return Err(format!(
+                    "parallel = true: branch {} has `{}` ({}), which changes packets; only the first branch may (its bytes are kept)",
+                    bi + 1,
+                    name(i),
+                    self.tasks[i].kind()
+                ));
+            }
+        }
+        Ok(ForkShape { prefix, branches, suffix })
+    }
+
     /// Reads and checks the tenant file at `path`.
     pub fn load(path: &Path) -> Result<Tenant, TenantError> {
         let file = path.display().to_string();
@@ -450,7 +551,19 @@ impl Tenant {
         if let Some(unused) = raw.nt.keys().find(|k| dag.index(k).is_none()) {
             return Err(format!("nt.{unused}: declared but not in the DAG"));
         }
-        Ok(Tenant { name: raw.tenant, bandwidth_gbps, ingress: Ingress { pattern }, dag, tasks, order })
+        let t = Tenant {
+            name: raw.tenant,
+            bandwidth_gbps,
+            ingress: Ingress { pattern },
+            dag,
+            tasks,
+            order,
+            parallel: raw.parallel,
+        };
+        if t.parallel {
+            t.fork_shape()?;
+        }
+        Ok(t)
     }
 
     /// What the tenant asks of `model`'s board against what it has: the line rate, and the

@@ -474,8 +474,16 @@ fn a_launch_swaps_instances_in_and_darkens_only_its_region() {
             f
         })
         .collect();
-    // 10,000 packets a second: 0.4 s of traffic.
-    let traffic = tern_chain::bench::Gen::new(&pool, frames, Some(10_000.0));
+    // 10,000 packets a second: 0.4 s of traffic, n packets in all.
+    struct Limited(tern_chain::bench::Gen, usize);
+    impl Ingress for Limited {
+        fn recv(&mut self, now: Instant, max: usize, out: &mut Vec<tern_chain::runtime::Arrival>) {
+            let before = out.len();
+            self.0.recv(now, max.min(self.1), out);
+            self.1 -= out.len() - before;
+        }
+    }
+    let traffic = Limited(tern_chain::bench::Gen::new(&pool, frames, Some(10_000.0)), n);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let egress: Vec<Box<dyn Egress>> = vec![Box::new(Times(seen.clone(), pool.clone(), n, stopper.clone()))];
     let pr = Duration::from_millis(100);
@@ -491,7 +499,7 @@ fn a_launch_swaps_instances_in_and_darkens_only_its_region() {
         launcher.launch(launcher.region(ri, 0).unwrap(), tern_chain::runtime::Launch { segments: segs, pr }).unwrap();
         launcher
     });
-    // The generator is never exhausted: the egress stops the runtime at n packets.
+    // The egress stops the runtime at n packets.
     let _ = rt.run(&pool, vec![Box::new(traffic)], egress).unwrap();
     let launcher = launching.join().unwrap();
     let t0 = asked.lock().unwrap().unwrap();
@@ -512,4 +520,159 @@ fn a_launch_swaps_instances_in_and_darkens_only_its_region() {
     // Tenant y's region, on the same core, went on while x's was dark.
     let y_meanwhile = seen.iter().filter(|s| s.0 == 1 && s.2 > last_old && s.2 < first).count();
     assert!(y_meanwhile > 100, "{y_meanwhile}");
+}
+
+fn parallel_tenant(name: &str, dag: &str, nodes: &[(&str, &str)], dst: &str) -> Tenant {
+    let mut s = format!("tenant = \"{name}\"\nparallel = true\ndag = \"{dag}\"\n[ingress]\ndst = \"{dst}\"\n");
+    for (n, extra) in nodes {
+        s += &format!("[nt.{n}]\nkind = \"dummy\"\n{extra}\n");
+    }
+    Tenant::parse(&s).unwrap()
+}
+
+#[test]
+fn a_parallel_tenant_gets_its_branches_in_their_own_segments() {
+    // Figure 4's DAG-a as S2: NT1 -> NT2 beside NT3, then NT4.
+    let a = parallel_tenant(
+        "a",
+        "nt1 -> nt2 -> nt4; nt3 -> nt4",
+        &[("nt1", ""), ("nt2", ""), ("nt3", ""), ("nt4", "")],
+        "10.0.0.0/24",
+    );
+    let b = tenant("b", "nt2 -> nt4", &["nt2", "nt4"], 1000);
+    let p = plan::plan(&[a.clone(), b], &dummy_area, 8, 100_000).unwrap();
+    assert_eq!(p.chains.len(), 2, "a parallel tenant's chain is its own");
+    let c = &p.chains[p.tenants[0].chain];
+    assert!(c.exclusive);
+    let names: Vec<&str> = c.slots.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["nt1", "nt2", "nt3", "nt4"]);
+    assert_eq!(c.segments, [0..2, 2..3, 3..4]);
+    let f = p.tenants[0].fork.as_ref().unwrap();
+    assert_eq!(f.branches, [0..1, 1..2]);
+    assert_eq!(f.skips, [0b1100, 0b1011]);
+    let text = p.describe(&[a]).join("\n");
+    assert!(text.contains("side by side (a copy each, joined after): nt1 -> nt2 | nt3"), "{text}");
+    // Refusals: no fork; a later branch that changes bytes.
+    let e = Tenant::parse(
+        "tenant = \"x\"\nparallel = true\ndag = \"a -> b\"\n[nt.a]\nkind = \"dummy\"\n[nt.b]\nkind = \"dummy\"\n",
+    )
+    .unwrap_err();
+    assert!(e.contains("the DAG has no fork"), "{e}");
+    let e = Tenant::parse(
+        "tenant = \"x\"\nparallel = true\ndag = \"a -> {b, n}\"\n[nt.a]\nkind = \"dummy\"\n[nt.b]\nkind = \"dummy\"\n[nt.n]\nkind = \"nat\"\nexternal = \"192.0.2.1\"\n",
+    )
+    .unwrap_err();
+    assert!(e.contains("branch 2 has `n` (nat), which changes packets"), "{e}");
+    let e = Tenant::parse("tenant = \"x\"\nparallel = true\ndag = \"{a, b} -> c; a -> d\"\n[nt.a]\nkind = \"dummy\"\n[nt.b]\nkind = \"dummy\"\n[nt.c]\nkind = \"dummy\"\n[nt.d]\nkind = \"dummy\"\n").unwrap_err();
+    assert!(e.contains("does not end at the join") || e.contains("ends elsewhere"), "{e}");
+}
+
+/// Counts its packets; drops those whose id (the payload's first byte) is a multiple of
+/// `drop_every` (0: none); the first branch's task also marks the packet.
+#[derive(Debug)]
+struct Branch {
+    seen: Arc<std::sync::atomic::AtomicU64>,
+    drop_every: u8,
+    mark: Option<u8>,
+}
+
+impl NetworkTask for Branch {
+    fn kind(&self) -> &'static str {
+        "dummy"
+    }
+    fn cost(&self) -> Cost {
+        Cost { ns_per_packet: 0.0, luts: Some(1000), gbps: None, stateful: false, modifies: self.mark.is_some() }
+    }
+    fn process(&mut self, p: &mut Packet, _: &mut Cx<'_>) -> Verdict {
+        self.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = p.data()[42];
+        if self.drop_every > 0 && id.is_multiple_of(self.drop_every) {
+            return Verdict::Drop("branch_said_no");
+        }
+        if let Some(m) = self.mark {
+            let last = p.len() - 1;
+            p.data_mut()[last] = m;
+        }
+        Verdict::Pass
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+/// A parallel tenant in `snic` on two cores: each packet is copied into both branches, which
+/// run in their own regions; the first branch's bytes go on to the join's task; a drop in the
+/// second branch drops the packet, by its reason; each task ran once per packet.
+#[test]
+fn branches_run_side_by_side_and_join() {
+    let t = parallel_tenant("p", "{a, b} -> z", &[("a", ""), ("b", ""), ("z", "")], "10.0.0.0/24");
+    let tenants = vec![t];
+    let p = plan::plan(&tenants, &dummy_area, 8, 100_000).unwrap();
+    let counts: Vec<Arc<std::sync::atomic::AtomicU64>> =
+        (0..3).map(|_| Arc::new(std::sync::atomic::AtomicU64::new(0))).collect();
+    let c2 = counts.clone();
+    let mut factory = move |_: usize, n: usize| {
+        // Nodes in order written: a (0), b (1), z (2).
+        let (drop_every, mark) = match n {
+            0 => (0, Some(0xaa)),
+            1 => (5, None),
+            _ => (0, None),
+        };
+        Ok(Box::new(Branch { seen: c2[n].clone(), drop_every, mark }) as Box<dyn NetworkTask>)
+    };
+    let pool = Pool::new(4096, 2048);
+    let cfg = Config { mode: Mode::Snic, cores: 2, instances: 1, ..Config::default() };
+    let rt = Runtime::new(p, tenants.clone(), cfg, &mut factory).unwrap();
+    let stopper = rt.stopper();
+    let got: Collected = Arc::new(Mutex::new(Vec::new()));
+    let n = 200u32;
+    // Packet i has id i (the payload's first byte); ids divisible by 5 die in branch b.
+    let kept = (0..n).filter(|i| (i % 256) % 5 != 0).count();
+    let ingress: Vec<Box<dyn Ingress>> =
+        vec![Box::new(VecIngress::new((0..n).map(|i| frame(&pool, 0, i << 24)).collect::<Vec<_>>()))];
+    let egress: Vec<Box<dyn Egress>> =
+        (0..2).map(|_| Box::new(Collect::new(&pool, &got, kept, &stopper)) as Box<dyn Egress>).collect();
+    let stats = rt.run(&pool, ingress, egress).unwrap();
+    let out = got.lock().unwrap();
+    assert_eq!(out.len(), kept, "{stats:?}");
+    assert!(out.iter().all(|(_, b)| b[b.len() - 1] == 0xaa), "the first branch's bytes");
+    assert_eq!(stats.tenants[0].drops.get("branch_said_no").copied(), Some((n as usize - kept) as u64));
+    let c: Vec<u64> = counts.iter().map(|c| c.load(std::sync::atomic::Ordering::Relaxed)).collect();
+    assert_eq!(c, [u64::from(n), u64::from(n), kept as u64], "each task once per packet (z only after the join)");
+    // The branches ran in regions of their own.
+    let region_of = |name: &str| stats.wrappers.iter().find(|w| w.name == name).and_then(|w| w.region);
+    assert_ne!(region_of("a"), region_of("b"));
+}
+
+/// A branch slower than the join's patience: every packet is given up on (`sync_timeout`), its
+/// credit comes back, and the late copies are counted, not taken for new packets.
+#[test]
+fn a_join_gives_up_on_a_slow_branch() {
+    let t = parallel_tenant("p", "{a, slow}", &[("a", ""), ("slow", "ns_per_packet = 30000000")], "10.0.0.0/24");
+    let tenants = vec![t];
+    let p = plan::plan(&tenants, &dummy_area, 8, 100_000).unwrap();
+    let mut keys = tern_chain::task::Keys::default();
+    let mut factory = |t: usize, n: usize| tern_chain::task::build(&tenants[t].tasks[n], &mut keys);
+    let pool = Pool::new(256, 2048);
+    let cfg = Config { mode: Mode::Snic, cores: 2, instances: 1, ..Config::default() };
+    let rt = Runtime::new(p, tenants.clone(), cfg, &mut factory).unwrap();
+    let stopper = rt.stopper();
+    let got: Collected = Arc::new(Mutex::new(Vec::new()));
+    let ingress: Vec<Box<dyn Ingress>> =
+        vec![Box::new(VecIngress::new((0..3).map(|i| frame(&pool, 0, i)).collect::<Vec<_>>()))];
+    let egress: Vec<Box<dyn Egress>> =
+        (0..2).map(|_| Box::new(Collect::new(&pool, &got, 1, &stopper)) as Box<dyn Egress>).collect();
+    let s2 = stopper.clone();
+    let monitor = rt.monitor();
+    let watch = std::thread::spawn(move || {
+        // Three copies of 30 ms each in the slow branch: give it all 150 ms, then stop.
+        std::thread::sleep(Duration::from_millis(150));
+        s2.stop();
+        monitor
+    });
+    let stats = rt.run(&pool, ingress, egress).unwrap();
+    let _ = watch.join();
+    assert!(got.lock().unwrap().is_empty());
+    assert_eq!(stats.tenants[0].drops.get("sync_timeout").copied(), Some(3), "{stats:?}");
+    assert!(stats.tenants[0].drops.get("sync_late").copied().unwrap_or(0) >= 1, "{stats:?}");
 }

@@ -44,7 +44,7 @@ fn mistakes_name_the_item() {
         (
             "kind = \"nat\"",
             "kind = \"napt\"",
-            "nt.nat.kind: `napt` is not a task kind (firewall, nat, aes, lb, gbn, kv, dummy)",
+            "nt.nat.kind: `napt` is not a task kind (firewall, nat, aes, lb, gbn, kv, dummy, stage)",
         ),
         ("external = \"192.0.2.1\"", "external = \"192.0.2\"", "nt.nat.external: `192.0.2` is not an IPv4 address"),
         ("ports = \"20000-29999\"", "ports = \"29999-20000\"", "nt.nat.ports: port range `29999-20000` is empty"),
