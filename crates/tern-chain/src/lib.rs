@@ -1,14 +1,18 @@
 //! SuperNIC (seed 003) in software: tenants offload DAGs of network tasks (NTs) to one NIC,
 //! which cuts them into chains placed in reconfigurable regions (docs/chain.md).
 //!
-//! So far this crate has the language tenants write their DAGs in ([`dag`]): Click-like arrow
-//! statements such as `nat -> fw -> {aes, lb} -> kv`, parsed and checked with errors that name
-//! the item (a cycle is printed as one); the go-back-N transport's protocol ([`gbn`]),
-//! sans-IO; the load balancer's backend choice, Maglev consistent hashing ([`lb`]); the NAT's
-//! translation of frames in place, with incremental checksum updates ([`nat`]); the firewall, a
-//! prioritized ACL with established-flow state ([`fw`]); AES-GCM sealing of UDP payloads with
-//! nonces that never repeat under a tenant's key ([`aes`]); and the KV cache, answering GETs in
-//! the NIC and never with a value a SET replaced ([`kv`]).
+//! - [`dag`]: the Click-like arrow language tenants write their DAGs in (`nat -> fw -> {aes,
+//!   lb} -> kv`), checked with errors that name the item (a cycle printed as one);
+//! - [`tenant`]: tenant files (TOML): the DAG, ingress, bandwidth and each task's parameters;
+//! - the tasks, sans I/O: [`gbn`] (go-back-N transport), [`lb`] (Maglev), [`nat`], [`fw`]
+//!   (prioritized ACL with flow state), [`aes`] (AES-GCM, nonces never repeated under a key),
+//!   [`kv`] (a cache never stale after a SET); [`task`] puts each behind the `NetworkTask` trait
+//!   with its cost descriptor (and other engines, through `tern_io::BatchStage`);
+//! - [`plan`]: DAGs to physical chains in regions (sharing, skipping, splitting,
+//!   concatenating; parallel tenants' branches in segments of their own);
+//! - [`runtime`]: the data path: descriptors, wrappers, regions on worker cores, the credit
+//!   scheduler, launches, fork and join, in modes `snic`, `panic` and `rtc`;
+//! - [`trace`] (a packet's way through the plan) and [`bench`] (the rigs of `tern bench chain`).
 #![forbid(unsafe_code)]
 
 pub mod aes;
