@@ -271,3 +271,80 @@ pub fn measure(
     };
     Ok((phase, stats))
 }
+
+/// How fast `cores` pinned threads run a fixed arithmetic loop side by side, against one thread
+/// alone (1.0: each core as fast as alone; about 0.5: two threads sharing one core). The
+/// machine's cores are lent by a host: this says which kind of pair a run got.
+pub fn side_by_side(cores: usize, each: Duration) -> f64 {
+    fn spin(d: Duration) -> u64 {
+        let start = Instant::now();
+        let (mut x, mut n) = (0x9e37_79b9_7f4a_7c15u64, 0u64);
+        while start.elapsed() < d {
+            for _ in 0..1024 {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            }
+            n += 1;
+        }
+        std::hint::black_box(x);
+        n
+    }
+    let alone = std::thread::scope(|s| {
+        s.spawn(|| {
+            tern_io::pin_to_core(0);
+            spin(each)
+        })
+        .join()
+        .unwrap_or(1)
+    });
+    let together: Vec<u64> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..cores.max(1))
+            .map(|c| {
+                s.spawn(move || {
+                    tern_io::pin_to_core(c);
+                    spin(each)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or(0)).collect()
+    });
+    let mean = together.iter().sum::<u64>() as f64 / together.len().max(1) as f64;
+    mean / alone.max(1) as f64
+}
+
+/// The round trip of a cache line between cores 0 and 1, ns (a counter bounced `n` times
+/// between two pinned threads): what every move between cores costs at least. The host lends
+/// the cores: this differs from run to run (core pairs near or far apart).
+pub fn core_round_trip_ns(n: u64) -> f64 {
+    let line = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        let l = &line;
+        let echo = s.spawn(move || {
+            tern_io::pin_to_core(1);
+            let start = Instant::now();
+            for i in 0..n {
+                while l.load(Ordering::Acquire) != 2 * i + 1 {
+                    if start.elapsed() > Duration::from_secs(2) {
+                        return;
+                    }
+                    std::hint::spin_loop();
+                }
+                l.store(2 * i + 2, Ordering::Release);
+            }
+        });
+        tern_io::pin_to_core(0);
+        let start = Instant::now();
+        for i in 0..n {
+            l.store(2 * i + 1, Ordering::Release);
+            while l.load(Ordering::Acquire) != 2 * i + 2 {
+                if start.elapsed() > Duration::from_secs(2) {
+                    let _ = echo.join();
+                    return f64::NAN;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let ns = start.elapsed().as_nanos() as f64 / n as f64;
+        let _ = echo.join();
+        ns
+    })
+}

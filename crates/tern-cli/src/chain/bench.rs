@@ -108,6 +108,16 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         a.cores,
         warmup.as_secs_f64()
     ));
+    // The host lends these cores: two threads may get a core each or share one. Measured before
+    // and after, so a run says which it had.
+    let pair_before = bench::side_by_side(a.cores, Duration::from_millis(100));
+    let rtt_before = bench::core_round_trip_ns(20_000);
+    say(format!(
+        "cores: side by side, {} threads each ran {:.0}% as fast as one alone (about 100%: a core each; about 50%: sharing one); a cache line's round trip between cores 0 and 1: {:.0} ns",
+        a.cores,
+        100.0 * pair_before,
+        rtt_before
+    ));
     let profile = tern_hw::Profile::builtin("supernic-htg9200")?;
     let model = tern_hw::chain::ChainModel::from_profile(&profile)?;
     let cfg = |mode: Mode, instances: usize| Config { mode, cores: a.cores, instances, pin: true, ..Config::default() };
@@ -289,6 +299,13 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         share_gain.1,
         share_gain.2
     ));
+    let pair_after = bench::side_by_side(a.cores, Duration::from_millis(100));
+    let rtt_after = bench::core_round_trip_ns(20_000);
+    say(format!(
+        "cores after the run: side by side {:.0}% as fast as alone; round trip {:.0} ns",
+        100.0 * pair_after,
+        rtt_after
+    ));
     let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     let sched_ns = median(&sched);
     say(format!(
@@ -309,6 +326,8 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
     let mut report = json!({
         "bench": "chain",
         "environment": env,
+        "side_by_side_speed": {"before": pair_before, "after": pair_after},
+        "core_round_trip_ns": {"before": rtt_before, "after": rtt_after},
         "options": {"rounds": rounds, "phase_secs": secs, "warmup_secs": warmup.as_secs_f64(), "cores": a.cores, "ns_per_task": a.ns, "frame_bytes": a.size, "flows": a.flows},
         "lengths": lengths_json,
         "dag_d": {"frame_bytes": 1500, "one_instance": one, "two_instances": two, "two_over_one": {"median": aes_ratio.0, "min": aes_ratio.1, "max": aes_ratio.2}},
