@@ -56,6 +56,25 @@ pub struct Desc {
     pub dropped: Option<&'static str>,
 }
 
+impl Desc {
+    /// A new arrival's descriptor: tenant `t` on `chain` with `skip`, arrived at `at` on `port`.
+    pub fn new(t: usize, chain: usize, skip: u64, at: Instant, port: u8) -> Desc {
+        Desc {
+            tenant: t as u16,
+            chain: chain as u16,
+            instance: 0,
+            segment: 0,
+            skip,
+            arrived: at,
+            reply: false,
+            port,
+            branch: NO_BRANCH,
+            token: 0,
+            dropped: None,
+        }
+    }
+}
+
 /// [`Desc::branch`] of a packet that is not a fork's copy.
 pub const NO_BRANCH: u8 = u8::MAX;
 
@@ -1253,19 +1272,7 @@ impl Scheduler {
         if self.queues[t].is_empty() {
             self.vt[t] = self.vt[t].max(self.global_vt);
         }
-        let desc = Desc {
-            tenant: t as u16,
-            chain: self.chain[t] as u16,
-            instance: 0,
-            segment: 0,
-            skip: self.skip[t],
-            arrived: a.at,
-            reply: false,
-            port: a.port,
-            branch: NO_BRANCH,
-            token: 0,
-            dropped: None,
-        };
+        let desc = Desc::new(t, self.chain[t], self.skip[t], a.at, a.port);
         self.queues[t].push_back((Item { packet: a.packet, desc }, hash));
         self.queued += 1;
         Ok(t)
@@ -1917,19 +1924,7 @@ fn rtc_loop(
                 Ok((t, _)) => {
                     st.tenants[t].packets_in += 1;
                     let (chain, skip) = placements[t];
-                    let desc = Desc {
-                        tenant: t as u16,
-                        chain: chain as u16,
-                        instance: 0,
-                        segment: 0,
-                        skip,
-                        arrived: a.at,
-                        reply: false,
-                        port: a.port,
-                        branch: NO_BRANCH,
-                        token: 0,
-                        dropped: None,
-                    };
+                    let desc = Desc::new(t, chain, skip, a.at, a.port);
                     st.batch.push(Item { packet: a.packet, desc });
                 }
                 Err(r) => {

@@ -7,45 +7,11 @@
 //!
 //! The hosts' traffic comes from Python 3 (raw ICMP and UDP sockets): no ping or nc needed.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Cleanup {
-    netns: Vec<String>,
-    links: Vec<String>,
-    child: Option<Child>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for l in &self.links {
-            let _ = Command::new("ip").args(["link", "del", l]).status();
-        }
-        for n in &self.netns {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-fn run(args: &[&str]) -> String {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn ip(cmd: &str) {
-    let args: Vec<&str> = std::iter::once("ip").chain(cmd.split_whitespace()).collect();
-    run(&args);
-}
-
-fn python() -> Option<String> {
-    let out = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
+mod common;
+use common::{Cleanup, ip, python, run};
 
 /// Host 1's traffic: `pings` ICMP echoes and `udp` datagrams to host 2, then prints one line per
 /// reply: `icmp TTL` for echo replies (raw socket: the IP header is included), `udp TTL` for
