@@ -1614,11 +1614,12 @@ fn run_region(
     let n_in = r.inputs.len();
     for j in 0..n_in {
         let input = &mut r.inputs[(r.turn + j) % n_in];
-        while st.batch.len() < take {
-            match input.pop() {
-                Ok(i) => st.batch.push(i),
-                Err(_) => break,
-            }
+        // What is there, up to the batch, in one go: the ring's head moves once.
+        let n = input.slots().min(take - st.batch.len());
+        if n > 0
+            && let Ok(chunk) = input.read_chunk(n)
+        {
+            st.batch.extend(chunk);
         }
     }
     r.turn = r.turn.wrapping_add(1);
