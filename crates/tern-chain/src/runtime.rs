@@ -184,11 +184,13 @@ pub struct Wrapper {
     /// The position in the chain.
     pub position: usize,
     tasks: Vec<Option<Box<dyn NetworkTask>>>,
-    /// Packets it ran, packets that skipped it, batches it saw, and the time it spent (ns).
+    /// Packets it ran, packets that skipped it, batches it saw, and the time it spent (ns) on
+    /// the packets of its timed batches (`timed_packets`).
     pub packets: u64,
     pub skipped: u64,
     pub batches: u64,
     pub ns: u64,
+    pub timed_packets: u64,
 }
 
 impl Wrapper {
@@ -234,6 +236,7 @@ pub fn build_chain(
             skipped: 0,
             batches: 0,
             ns: 0,
+            timed_packets: 0,
         })
         .collect();
     for &t in &c.tenants {
@@ -254,15 +257,20 @@ enum Fate {
     Replied,
 }
 
-/// Runs `wrappers` over a batch, task by task; `fates` says what became of each item. The
-/// clock is read once after each task that ran (the batch's start is `cx.now`), so a task's
-/// time is the time from the one before it.
+/// How often a region or core times a batch task by task: one batch in this many (the rest
+/// run without reading the clock; a wrapper's time is scaled from its timed packets).
+pub const TIME_ONE_IN: u64 = 8;
+
+/// Runs `wrappers` over a batch, task by task; `fates` says what became of each item. When
+/// `timed`, the clock is read once after each task that ran (the batch's start is `cx.now`), so
+/// a task's time is the time from the one before it.
 fn run_batch(
     wrappers: &mut [Wrapper],
     items: &mut [Item],
     fates: &mut Vec<Fate>,
     cx: &mut Cx<'_>,
     emitted_desc: &mut Vec<Desc>,
+    timed: bool,
 ) {
     fates.clear();
     fates.resize(items.len(), Fate::Alive);
@@ -296,11 +304,14 @@ fn run_batch(
             }
         }
         if ran > 0 {
-            let t1 = Instant::now();
             w.packets += ran;
             w.batches += 1;
-            w.ns += (t1 - t0).as_nanos() as u64;
-            t0 = t1;
+            if timed {
+                let t1 = Instant::now();
+                w.ns += (t1 - t0).as_nanos() as u64;
+                w.timed_packets += ran;
+                t0 = t1;
+            }
         }
     }
 }
@@ -420,7 +431,8 @@ pub struct WrapperStats {
     /// The task's name and kind.
     pub name: String,
     pub kind: &'static str,
-    /// Packets it ran and that skipped it; batches; time, ns.
+    /// Packets it ran and that skipped it; batches; time, ns (estimated: its timed batches'
+    /// time scaled to all its packets, one batch in [`TIME_ONE_IN`] being timed).
     pub packets: u64,
     pub skipped: u64,
     pub batches: u64,
@@ -465,7 +477,12 @@ fn push_wrapper_stats(
             packets: w.packets,
             skipped: w.skipped,
             batches: w.batches,
-            ns: w.ns,
+            // Scaled from the timed batches to all its packets.
+            ns: if w.timed_packets > 0 {
+                (w.ns as u128 * u128::from(w.packets) / u128::from(w.timed_packets)) as u64
+            } else {
+                0
+            },
         });
     }
 }
@@ -477,7 +494,8 @@ fn publish(shared: &Shared, core: usize, st: &CoreState, sched: Option<&Schedule
         wrappers,
         unknown_tenant: st.unknown_tenant,
         malformed: st.malformed,
-        sched: sched.map(|s| (s.decisions, s.ns, s.credit_waits, s.buffer_peak, s.unknown_tenant, s.malformed)),
+        sched: sched
+            .map(|s| (s.decisions, s.ns_estimate(), s.credit_waits, s.buffer_peak, s.unknown_tenant, s.malformed)),
         queued: sched.map(|s| s.queues.iter().map(|q| q.len() as u64).collect()).unwrap_or_default(),
         credits: sched.map(|s| s.credits.clone()).unwrap_or_default(),
     };
@@ -657,6 +675,8 @@ struct CoreState {
     links: Links,
     /// The next fork token (the core's number in the top bits).
     token: u32,
+    /// Batches it ran (one in [`TIME_ONE_IN`] is timed).
+    batches: u64,
     back_in: Vec<rtrb::Consumer<Item>>,
 }
 
@@ -666,6 +686,7 @@ impl CoreState {
             links,
             back_in,
             token: 0,
+            batches: 0,
             tenants: vec![TenantStats::default(); ntenants],
             batch: Vec::new(),
             fates: Vec::new(),
@@ -1042,7 +1063,7 @@ impl Runtime {
                 stats.malformed += sc.malformed;
                 stats.credit_waits += sc.credit_waits;
                 stats.decisions += sc.decisions;
-                stats.scheduler_ns += sc.ns;
+                stats.scheduler_ns += sc.ns_estimate();
                 stats.buffer_peak = stats.buffer_peak.max(sc.buffer_peak);
             }
             stats.unknown_tenant += j.st.unknown_tenant;
@@ -1167,6 +1188,9 @@ pub struct Scheduler {
     pub ns: u64,
     /// `panic`: the most packets waiting between tasks at once.
     pub buffer_peak: u64,
+    /// Rounds run, and the decisions of the timed ones (one in [`TIME_ONE_IN`]; `ns` is theirs).
+    rounds: u64,
+    timed_decisions: u64,
 }
 
 impl Scheduler {
@@ -1226,6 +1250,8 @@ impl Scheduler {
             decisions: 0,
             ns: 0,
             buffer_peak: 0,
+            rounds: 0,
+            timed_decisions: 0,
         }
     }
 
@@ -1233,6 +1259,14 @@ impl Scheduler {
     /// chosen first.
     pub fn set_local_regions(&mut self, local: Vec<bool>) {
         self.local = local;
+    }
+
+    /// Its time, ns: the timed rounds' time scaled to all its decisions.
+    pub fn ns_estimate(&self) -> u64 {
+        if self.timed_decisions == 0 {
+            return 0;
+        }
+        (u128::from(self.ns) * u128::from(self.decisions) / u128::from(self.timed_decisions)) as u64
     }
 
     /// Packets queued (all tenants).
@@ -1435,6 +1469,10 @@ fn schedule(
     st: &mut CoreState,
 ) -> usize {
     let t0 = Instant::now();
+    // One round in TIME_ONE_IN is timed (two more clock readings); the rest are not.
+    let timed = s.rounds.is_multiple_of(TIME_ONE_IN);
+    s.rounds += 1;
+    let decisions_before = s.decisions;
     for (i, r) in shared.returned.iter().enumerate() {
         if r.load(Ordering::Relaxed) > 0 {
             s.credit(i, r.swap(0, Ordering::Acquire));
@@ -1518,12 +1556,17 @@ fn schedule(
         }
     }
     // The port's time (receiving) is not the scheduler's.
-    let mut t1 = Instant::now();
-    s.ns += (t1 - t0).as_nanos() as u64;
+    let mut t1 = t0;
+    if timed {
+        t1 = Instant::now();
+        s.ns += (t1 - t0).as_nanos() as u64;
+    }
     let room = s.room().min(cfg.batch);
     if room > 0 {
         ingress.recv(t0, room, arrivals);
-        t1 = Instant::now();
+        if timed {
+            t1 = Instant::now();
+        }
         for a in arrivals.drain(..) {
             match s.admit(a, classify) {
                 Ok(t) => st.tenants[t].packets_in += 1,
@@ -1565,7 +1608,10 @@ fn schedule(
             },
         }
     }
-    s.ns += t1.elapsed().as_nanos() as u64;
+    if timed {
+        s.ns += t1.elapsed().as_nanos() as u64;
+        s.timed_decisions += s.decisions - decisions_before;
+    }
     let n = st.out.len();
     if n > 0 {
         for item in &st.out {
@@ -1647,7 +1693,9 @@ fn run_region(
                 // The batch's first group starts at `now`; a later one at its own reading.
                 let start = if first_group { now } else { Instant::now() };
                 let mut cx = Cx { now: start, pool, emitted: &mut st.emitted };
-                run_batch(&mut seg.3, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc);
+                st.batches += 1;
+                let timed = st.batches.is_multiple_of(TIME_ONE_IN);
+                run_batch(&mut seg.3, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc, timed);
             }
             None => {
                 st.fates.clear();
@@ -1953,7 +2001,9 @@ fn run_rtc_batch(chains: &mut [Vec<Wrapper>], pool: &Pool, st: &mut CoreState, n
         let end = items.iter().take_while(|i| i.desc.chain == ci).count();
         if let Some(ws) = chains.get_mut(usize::from(ci)) {
             let mut cx = Cx { now, pool, emitted: &mut st.emitted };
-            run_batch(ws, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc);
+            st.batches += 1;
+            let timed = st.batches.is_multiple_of(TIME_ONE_IN);
+            run_batch(ws, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc, timed);
         } else {
             st.fates.clear();
             st.fates.resize(end, Fate::Dropped("no_task"));
