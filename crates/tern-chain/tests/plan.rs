@@ -676,3 +676,101 @@ fn a_join_gives_up_on_a_slow_branch() {
     assert_eq!(stats.tenants[0].drops.get("sync_timeout").copied(), Some(3), "{stats:?}");
     assert!(stats.tenants[0].drops.get("sync_late").copied().unwrap_or(0) >= 1, "{stats:?}");
 }
+
+/// A random fork and join: (prefix length, branch lengths, suffix length).
+fn fork_strategy() -> impl Strategy<Value = (usize, Vec<usize>, usize)> {
+    (0usize..=2, proptest::collection::vec(1usize..=2, 2..=3), 0usize..=2)
+}
+
+/// The tenant of a fork shape: nodes n0.. in order prefix, branches, suffix.
+fn fork_tenant(prefix: usize, branches: &[usize], suffix: usize) -> (Tenant, Vec<usize>) {
+    let mut next = 0;
+    let mut take = |n: usize| {
+        let v: Vec<usize> = (next..next + n).collect();
+        next += n;
+        v
+    };
+    let p = take(prefix);
+    let bs: Vec<Vec<usize>> = branches.iter().map(|&n| take(n)).collect();
+    let s = take(suffix);
+    let mut stmts = Vec::new();
+    let chain = |v: &[usize]| v.iter().map(|i| format!("n{i}")).collect::<Vec<_>>().join(" -> ");
+    for b in &bs {
+        let mut path: Vec<usize> = p.clone();
+        path.extend(b);
+        path.extend(&s);
+        stmts.push(chain(&path));
+    }
+    let mut text = format!("tenant = \"f\"\nparallel = true\ndag = \"{}\"\n", stmts.join("; "));
+    for i in 0..next {
+        text += &format!("[nt.n{i}]\nkind = \"dummy\"\n");
+    }
+    // Nodes of the later branches (which must not change bytes), as DAG indices (nodes are
+    // numbered as they first appear in the text, not by their names).
+    let t = Tenant::parse(&text).unwrap();
+    let later: Vec<usize> = bs.iter().skip(1).flatten().map(|i| t.dag.index(&format!("n{i}")).unwrap()).collect();
+    (t, later)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    /// Parallel tenants of any fork and join shape, in `snic` on two cores: every packet leaves
+    /// once with the bytes the naive interpreter gives (prefix, then the branches' tasks, then
+    /// the suffix, in topological order), and every task of the later branches ran once a
+    /// packet.
+    #[test]
+    fn forks_agree_with_the_naive_interpreter((prefix, branches, suffix) in fork_strategy(), n in 1u32..40) {
+        let (t, later) = fork_tenant(prefix, &branches, suffix);
+        let tenants = vec![t];
+        let p = plan::plan(&tenants, &dummy_area, 64, 100_000).unwrap();
+        prop_assert!(p.tenants[0].fork.is_some());
+        let counts: Vec<Arc<std::sync::atomic::AtomicU64>> =
+            (0..tenants[0].tasks.len()).map(|_| Arc::new(std::sync::atomic::AtomicU64::new(0))).collect();
+        let make = |counts: Vec<Arc<std::sync::atomic::AtomicU64>>, later: Vec<usize>, tenants: Vec<Tenant>| {
+            move |t: usize, node: usize| {
+                if later.contains(&node) {
+                    Ok(Box::new(Branch { seen: counts[node].clone(), drop_every: 0, mark: None }) as Box<dyn NetworkTask>)
+                } else {
+                    let preds = tenants[t].dag.edges().into_iter().filter(|e| e.1 == node).map(|e| e.0).collect();
+                    Ok(Box::new(SlotTask { node, preds }) as Box<dyn NetworkTask>)
+                }
+            }
+        };
+        let mut factory = make(counts.clone(), later.clone(), tenants.clone());
+        let pool = Pool::new(4096, 2048);
+        let cfg = Config { mode: Mode::Snic, cores: 2, instances: 1, credits: 2, ..Config::default() };
+        let rt = Runtime::new(p, tenants.clone(), cfg, &mut factory).unwrap();
+        let stopper = rt.stopper();
+        let got: Collected = Arc::new(Mutex::new(Vec::new()));
+        let ingress: Vec<Box<dyn Ingress>> = vec![Box::new(VecIngress::new((0..n).map(|i| frame(&pool, 0, i)).collect::<Vec<_>>()))];
+        let egress: Vec<Box<dyn Egress>> =
+            (0..2).map(|_| Box::new(Collect::new(&pool, &got, n as usize, &stopper)) as Box<dyn Egress>).collect();
+        let s2 = stopper.clone();
+        let guard = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(10));
+            s2.stop();
+        });
+        drop(guard);
+        rt.run(&pool, ingress, egress).unwrap();
+        let mut out = got.lock().unwrap().clone();
+        prop_assert_eq!(out.len(), n as usize);
+        out.sort_by_key(|(_, b)| u32::from_be_bytes([b[42], b[43], b[44], b[45]]));
+        // The interpreter, with tasks of its own.
+        let icounts: Vec<Arc<std::sync::atomic::AtomicU64>> =
+            (0..tenants[0].tasks.len()).map(|_| Arc::new(std::sync::atomic::AtomicU64::new(0))).collect();
+        let f2 = make(icounts, later.clone(), tenants.clone());
+        let mut tasks: Vec<Box<dyn NetworkTask>> = (0..tenants[0].tasks.len()).map(|i| f2(0, i).unwrap()).collect();
+        for (i, (_, bytes)) in out.iter().enumerate() {
+            let mut pk = frame(&pool, 0, i as u32);
+            let mut emitted = Vec::new();
+            let mut cx = Cx { now: Instant::now(), pool: &pool, emitted: &mut emitted };
+            for &node in &tenants[0].order {
+                prop_assert_eq!(tasks[node].process(&mut pk, &mut cx), Verdict::Pass);
+            }
+            prop_assert_eq!(bytes.as_slice(), pk.data());
+        }
+        for &node in &later {
+            prop_assert_eq!(counts[node].load(std::sync::atomic::Ordering::Relaxed), u64::from(n));
+        }
+    }
+}
