@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aes_gcm::aead::AeadInPlace;
 use aes_gcm::{Aes256Gcm, KeyInit, Nonce, Tag};
-use tern_wire::frame::{FrameInfo, L3, fill_l4_checksum, ipv4_fill_checksum, proto};
+use tern_wire::frame::{FrameInfo, L3, proto, refit_udp4};
 
 /// Bytes a sealed payload gains: the nonce and the tag.
 pub const OVERHEAD: usize = NONCE_LEN + TAG_LEN;
@@ -147,16 +147,6 @@ impl AesTask {
         Ok((l3, l4, usize::from(i.ip_end)))
     }
 
-    /// Lengths and checksums after the payload changed size: IPv4 total length and header
-    /// checksum, UDP length and checksum.
-    fn refill(frame: &mut [u8], l3: usize, l4: usize, end: usize) {
-        let ip_len = (end - l3) as u16;
-        frame[l3 + 2..l3 + 4].copy_from_slice(&ip_len.to_be_bytes());
-        ipv4_fill_checksum(frame, l3);
-        frame[l4 + 4..l4 + 6].copy_from_slice(&((end - l4) as u16).to_be_bytes());
-        fill_l4_checksum(frame, (l3 + 12, l3 + 16), (l3 + 16, l3 + 20), proto::UDP, l4, end, l4 + 6);
-    }
-
     fn count(&mut self, r: Result<(), AesDrop>) -> Result<(), AesDrop> {
         if let Err(d) = r {
             self.stats.drops[AesDrop::ALL.iter().position(|x| *x == d).unwrap_or(0)] += 1;
@@ -204,7 +194,7 @@ impl AesTask {
             frame[end - TAG_LEN..].copy_from_slice(&tag);
         }
         self.count += 1;
-        Self::refill(frame, l3, l4, end);
+        refit_udp4(frame, l3, l4, end);
     }
 
     fn seal_inner(&mut self, frame: &mut Vec<u8>) -> Result<(), AesDrop> {
@@ -286,7 +276,7 @@ impl AesTask {
         frame.copy_within(body + NONCE_LEN..end - TAG_LEN, body);
         frame.truncate(end - OVERHEAD);
         let end = frame.len();
-        Self::refill(frame, l3, l4, end);
+        refit_udp4(frame, l3, l4, end);
         Ok(())
     }
 
@@ -299,7 +289,7 @@ impl AesTask {
             p.set_len(end - TAG_LEN);
             p.data_mut().copy_within(0..body, NONCE_LEN);
             p.pull_front(NONCE_LEN);
-            Self::refill(p.data_mut(), l3, l4, end - OVERHEAD);
+            refit_udp4(p.data_mut(), l3, l4, end - OVERHEAD);
             self.stats.opened += 1;
         });
         self.count(r)

@@ -159,8 +159,6 @@ impl Nat {
             return Err(NatDrop::NotTcpUdp);
         }
         let (l3, l4) = (usize::from(i.l3_off), usize::from(i.l4_off));
-        // Where the transport checksum is (none for UDP sent without one).
-        let l4sum = i.l4_checksum_off(frame);
         let (addr_at, port_at, new_addr, new_port) = match dir {
             Dir::Outbound => {
                 let port = self.port_for((i.proto, i.src_v4(), i.src_port), now)?;
@@ -177,21 +175,7 @@ impl Nat {
                 (l3 + 16, l4 + 2, addr.to_be_bytes(), port)
             }
         };
-        let old_addr: [u8; 4] = frame[addr_at..addr_at + 4].try_into().map_err(|_| NatDrop::Malformed)?;
-        let old_port: [u8; 2] = frame[port_at..port_at + 2].try_into().map_err(|_| NatDrop::Malformed)?;
-        // The IPv4 header checksum covers the address; the transport checksum covers it (the
-        // pseudo-header) and the port.
-        checksum_adjust_bytes(frame, l3 + 10, &old_addr, &new_addr);
-        if let Some(at) = l4sum {
-            checksum_adjust_bytes(frame, at, &old_addr, &new_addr);
-            checksum_adjust_bytes(frame, at, &old_port, &new_port.to_be_bytes());
-            // UDP sends a computed 0 as 0xffff (0 means "no checksum", RFC 768).
-            if i.proto == proto::UDP && frame[at..at + 2] == [0, 0] {
-                frame[at..at + 2].copy_from_slice(&[0xff, 0xff]);
-            }
-        }
-        frame[addr_at..addr_at + 4].copy_from_slice(&new_addr);
-        frame[port_at..port_at + 2].copy_from_slice(&new_port.to_be_bytes());
+        rewrite_addr_port(frame, &i, (addr_at, new_addr), (port_at, new_port));
         Ok(())
     }
 
@@ -238,4 +222,32 @@ impl Nat {
     pub fn stats(&self) -> NatStats {
         self.stats
     }
+}
+
+/// Rewrites an IPv4 TCP or UDP frame's address at `addr.0` to `addr.1` and port at `port.0`
+/// to `port.1` (`info` describes the frame), updating the IPv4 header checksum and the
+/// transport checksum incrementally (RFC 1624): the NAT's and the load balancer's rewrite. A
+/// UDP checksum of 0 (none) stays 0; one that comes out 0 is sent as 0xffff.
+pub fn rewrite_addr_port(frame: &mut [u8], info: &FrameInfo, addr: (usize, [u8; 4]), port: (usize, u16)) {
+    let l3 = usize::from(info.l3_off);
+    let (Some(old_addr), Some(old_port)) = (
+        frame.get(addr.0..addr.0 + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()),
+        frame.get(port.0..port.0 + 2).and_then(|b| <[u8; 2]>::try_from(b).ok()),
+    ) else {
+        return;
+    };
+    let new_port = port.1.to_be_bytes();
+    // The IPv4 header checksum covers the address; the transport checksum covers it (the
+    // pseudo-header) and the port.
+    checksum_adjust_bytes(frame, l3 + 10, &old_addr, &addr.1);
+    if let Some(at) = info.l4_checksum_off(frame) {
+        checksum_adjust_bytes(frame, at, &old_addr, &addr.1);
+        checksum_adjust_bytes(frame, at, &old_port, &new_port);
+        // UDP sends a computed 0 as 0xffff (0 means "no checksum", RFC 768).
+        if info.proto == proto::UDP && frame[at..at + 2] == [0, 0] {
+            frame[at..at + 2].copy_from_slice(&[0xff, 0xff]);
+        }
+    }
+    frame[addr.0..addr.0 + 4].copy_from_slice(&addr.1);
+    frame[port.0..port.0 + 2].copy_from_slice(&new_port);
 }

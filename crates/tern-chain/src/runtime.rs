@@ -752,14 +752,19 @@ impl Runtime {
         let mut region_of = Vec::new();
         let mut route: Vec<Vec<Vec<usize>>> = Vec::new();
         let credits = cfg.credits.max(1) as usize;
-        // What the tasks say of their state: chains whose instances must see whole flows, and
-        // tenants whose packets must be steered (a NAT's replies) or kept to one instance.
+        // Every chain's copies (instances; in rtc, one a core), built first: copy k of `copies`.
+        let copies = if cfg.mode == Mode::Rtc { cores } else { instances };
+        let mut built: Vec<Vec<Vec<Wrapper>>> = (0..copies)
+            .map(|k| (0..plan.chains.len()).map(|ci| build_chain(&plan, ci, nt, factory, (k, copies))).collect())
+            .collect::<Result<_, _>>()?;
+        // What the tasks say of their state (read from the first copy): chains whose instances
+        // must see whole flows, and tenants whose packets must be steered (a NAT's replies) or
+        // kept to one instance.
         let mut steer: Vec<Option<Steer>> = vec![None; nt];
         let mut one: Vec<bool> = vec![false; nt];
-        for ci in 0..plan.chains.len() {
-            let probe = build_chain(&plan, ci, nt, factory, (0, 1))?;
-            stateful.push(probe.iter().any(|w| w.tasks.iter().flatten().any(|t| t.cost().stateful)));
-            for w in &probe {
+        for first in built.first().into_iter().flatten() {
+            stateful.push(first.iter().any(|w| w.tasks.iter().flatten().any(|t| t.cost().stateful)));
+            for w in first {
                 for (t, task) in w.tasks.iter().enumerate() {
                     if let Some(task) = task {
                         steer[t] = steer[t].or(task.steer());
@@ -769,15 +774,7 @@ impl Runtime {
             }
         }
         match cfg.mode {
-            Mode::Rtc => {
-                for core in 0..cores {
-                    rtc.push(
-                        (0..plan.chains.len())
-                            .map(|ci| build_chain(&plan, ci, nt, factory, (core, cores)))
-                            .collect::<Result<Vec<_>, _>>()?,
-                    );
-                }
-            }
+            Mode::Rtc => rtc = built,
             Mode::Snic => {
                 // Region r of instance k goes to core (r + k × regions) mod cores.
                 route = vec![vec![Vec::new(); instances]; plan.chains.len()];
@@ -785,7 +782,7 @@ impl Runtime {
                 for k in 0..instances {
                     let mut chains: Vec<Vec<Option<Vec<Wrapper>>>> = Vec::new();
                     for (ci, r) in route.iter_mut().enumerate() {
-                        let mut ws = build_chain(&plan, ci, nt, factory, (k, instances))?;
+                        let mut ws = std::mem::take(&mut built[k][ci]);
                         let mut segs = Vec::new();
                         for seg in plan.chains[ci].segments.iter().rev() {
                             segs.push(Some(ws.split_off(seg.start)));
@@ -811,13 +808,12 @@ impl Runtime {
                 let mut next_core = 0;
                 for ci in 0..plan.chains.len() {
                     route.push(Vec::new());
-                    for k in 0..instances {
-                        let ws = build_chain(&plan, ci, nt, factory, (k, instances))?;
+                    for (k, copy) in built.iter_mut().enumerate() {
+                        let ws = std::mem::take(&mut copy[ci]);
                         let mut ids = Vec::new();
                         for w in ws {
                             let id = by_id.len();
                             ids.push(id);
-                            let k = route[ci].len();
                             region_core.push(next_core % cores);
                             by_id.push(Region {
                                 id,
@@ -971,6 +967,7 @@ impl Runtime {
             // less room for it. (A panic region runs one task; where the first is says little.)
             sched.set_local_regions(self.region_core.iter().map(|&c| c == 0).collect());
         }
+        let mut sched = Some(sched);
         let core_regions = std::mem::take(&mut self.cores);
         let rtc = std::mem::take(&mut self.rtc);
         let placements: Vec<(usize, u64)> = self.plan.tenants.iter().map(|p| (p.chain, p.skip)).collect();
@@ -990,8 +987,7 @@ impl Runtime {
                 let chains = rtc_iter.next().unwrap_or_default();
                 let ing = if cfg.mode == Mode::Rtc || core == 0 { ingress[core].take() } else { None };
                 let mut cl = classify.clone();
-                let sched_here =
-                    (core == 0 && cfg.mode != Mode::Rtc).then(|| std::mem::replace(&mut sched, Scheduler::empty()));
+                let sched_here = if core == 0 && cfg.mode != Mode::Rtc { sched.take() } else { None };
                 let placements = &placements;
                 let body = move || -> Joined {
                     if cfg.pin {
@@ -1194,10 +1190,6 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    fn empty() -> Scheduler {
-        Scheduler::new(&Plan::default(), &[], &Config::default(), 1, Vec::new(), &[], 0)
-    }
-
     /// For `plan`'s tenants with `instances` of each chain; `route[chain][instance][stop]` is
     /// the region of each segment (`snic`) or position (`panic`); `pools` credit pools.
     pub fn new(

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tern_io::{Packet, Pool};
-use tern_wire::frame::{FrameInfo, L3, checksum_adjust_bytes, fill_l4_checksum, ipv4_fill_checksum, proto};
+use tern_wire::frame::{FrameInfo, L3, proto, refit_udp4};
 
 use crate::aes::{AesTask, KeySpace};
 use crate::fw::Firewall;
@@ -337,20 +337,8 @@ impl NetworkTask for LbTask {
         }
         let b = self.maglev.lookup(flow_hash(&i));
         let (addr, port) = self.backends[b];
-        let f = p.data_mut();
         let (l3, l4) = (usize::from(i.l3_off), usize::from(i.l4_off));
-        let old_addr: [u8; 4] = [f[l3 + 16], f[l3 + 17], f[l3 + 18], f[l3 + 19]];
-        let old_port = [f[l4 + 2], f[l4 + 3]];
-        checksum_adjust_bytes(f, l3 + 10, &old_addr, &addr);
-        if let Some(at) = i.l4_checksum_off(f) {
-            checksum_adjust_bytes(f, at, &old_addr, &addr);
-            checksum_adjust_bytes(f, at, &old_port, &port.to_be_bytes());
-            if i.proto == proto::UDP && f[at..at + 2] == [0, 0] {
-                f[at..at + 2].copy_from_slice(&[0xff, 0xff]);
-            }
-        }
-        f[l3 + 16..l3 + 20].copy_from_slice(&addr);
-        f[l4 + 2..l4 + 4].copy_from_slice(&port.to_be_bytes());
+        crate::nat::rewrite_addr_port(p.data_mut(), &i, (l3 + 16, addr), (l4 + 2, port));
         self.sent[b] += 1;
         Verdict::Pass
     }
@@ -389,11 +377,8 @@ fn turn_around(p: &mut Packet, l3: usize, l4: usize, payload: &[u8]) -> bool {
     }
     f.swap(l4, l4 + 2);
     f.swap(l4 + 1, l4 + 3);
-    f[l3 + 2..l3 + 4].copy_from_slice(&((end - l3) as u16).to_be_bytes());
-    ipv4_fill_checksum(f, l3);
-    f[l4 + 4..l4 + 6].copy_from_slice(&((end - l4) as u16).to_be_bytes());
     f[l4 + 8..end].copy_from_slice(payload);
-    fill_l4_checksum(f, (l3 + 12, l3 + 16), (l3 + 16, l3 + 20), proto::UDP, l4, end, l4 + 6);
+    refit_udp4(f, l3, l4, end);
     true
 }
 
@@ -526,12 +511,7 @@ impl NetworkTask for GbnTask {
         p.set_len(end);
         p.data_mut().copy_within(0..body, gbn::HEADER_LEN);
         p.pull_front(gbn::HEADER_LEN);
-        let f = p.data_mut();
-        let end = end - gbn::HEADER_LEN;
-        f[l3 + 2..l3 + 4].copy_from_slice(&((end - l3) as u16).to_be_bytes());
-        ipv4_fill_checksum(f, l3);
-        f[l4 + 4..l4 + 6].copy_from_slice(&((end - l4) as u16).to_be_bytes());
-        fill_l4_checksum(f, (l3 + 12, l3 + 16), (l3 + 16, l3 + 20), proto::UDP, l4, end, l4 + 6);
+        refit_udp4(p.data_mut(), l3, l4, end - gbn::HEADER_LEN);
         self.delivered += 1;
         Verdict::Pass
     }

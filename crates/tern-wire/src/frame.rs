@@ -634,6 +634,16 @@ fn pseudo_sum(src: &[u8], dst: &[u8], proto: u8, len: usize) -> u32 {
     ones_sum(&[0, proto], acc) + ones_sum(&(len as u32).to_be_bytes(), 0)
 }
 
+/// Makes a UDP-over-IPv4 packet whose UDP payload changed size consistent again: the IPv4 total
+/// length and header checksum, the UDP length and checksum, for an IPv4 header at `l3` (without
+/// options: the UDP header at `l4`) and a packet ending at `end`.
+pub fn refit_udp4(frame: &mut [u8], l3: usize, l4: usize, end: usize) {
+    frame[l3 + 2..l3 + 4].copy_from_slice(&((end - l3) as u16).to_be_bytes());
+    ipv4_fill_checksum(frame, l3);
+    frame[l4 + 4..l4 + 6].copy_from_slice(&((end - l4) as u16).to_be_bytes());
+    fill_l4_checksum(frame, (l3 + 12, l3 + 16), (l3 + 16, l3 + 20), proto::UDP, l4, end, l4 + 6);
+}
+
 /// Fills the transport checksum of an IPv4 or IPv6 packet whose transport header starts at `l4`
 /// and ends at `end` (`csum_at`: offset of the field); `src` and `dst` are the byte ranges of
 /// the addresses (the pseudo-header's). A UDP checksum computed as 0 is written 0xffff.

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use tern_chain::plan::Plan;
-use tern_chain::tenant::{TaskSpec, Tenant};
+use tern_chain::tenant::{self, TaskSpec, Tenant};
 use tern_hw::chain::{Bound, ChainModel};
 
 use super::serve::{load_tenants, plan_on};
@@ -43,24 +43,11 @@ fn others_on(plan: &Plan, tenants: &[Tenant], t: usize) -> Vec<(&'static str, f6
         }
         for &p in &plan.tenants[u].positions {
             if pl.positions.contains(&p) {
-                out.push((profile_kind(chain.slots[p].kind), tenants[u].bandwidth_gbps));
+                out.push((tenant::profile_name(chain.slots[p].kind), tenants[u].bandwidth_gbps));
             }
         }
     }
     out
-}
-
-/// The profile's name for a task kind (`nt.NAME.gbps`, `nt.NAME.cycles`).
-fn profile_kind(kind: &str) -> &'static str {
-    match kind {
-        "firewall" => "fw",
-        "nat" => "nat",
-        "aes" => "aes",
-        "lb" => "lb",
-        "gbn" => "gbn",
-        "kv" => "kv_cache",
-        _ => "dummy",
-    }
 }
 
 /// `tern hw report` for tenant files.
@@ -78,7 +65,7 @@ pub fn report(a: &ReportArgs) -> CmdResult {
     let mut rows = Vec::new();
     for (t, ten) in tenants.iter().enumerate() {
         let pl = &plan.tenants[t];
-        let kinds: Vec<&'static str> = ten.order.iter().map(|&i| profile_kind(ten.tasks[i].kind())).collect();
+        let kinds: Vec<&'static str> = ten.order.iter().map(|&i| tenant::profile_name(ten.tasks[i].kind())).collect();
         let others = others_on(&plan, &tenants, t);
         let rates: Vec<(u64, f64, String)> = sizes
             .iter()
@@ -95,7 +82,7 @@ pub fn report(a: &ReportArgs) -> CmdResult {
             match &ten.tasks[i] {
                 TaskSpec::Dummy { ns_per_packet, .. } => task_ns += *ns_per_packet as f64,
                 spec => {
-                    let key = format!("nt.{}.cycles", profile_kind(spec.kind()));
+                    let key = format!("nt.{}.cycles", tenant::profile_name(spec.kind()));
                     match profile.cycles(&key) {
                         Some(c) => task_ns += c as f64 * 1000.0 / m.clock_mhz,
                         None => unknown.push(ten.dag.nodes()[i].clone()),
