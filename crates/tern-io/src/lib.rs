@@ -45,7 +45,7 @@ pub mod udp;
 pub mod uds;
 
 mod packet;
-pub use packet::{Batch, DEFAULT_BATCH, DEFAULT_BUF_SIZE, DEFAULT_HEADROOM, Packet, Pool};
+pub use packet::{Batch, CACHE_BULK, CACHE_MAX, DEFAULT_BATCH, DEFAULT_BUF_SIZE, DEFAULT_HEADROOM, Packet, Pool};
 
 /// CPU time the calling thread has used (user and system; time it spent blocked or parked is
 /// not counted): what "host CPU per request" is measured in.

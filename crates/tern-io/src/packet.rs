@@ -140,32 +140,116 @@ struct PoolInner {
     allocated: AtomicU64,
 }
 
+/// Buffers a thread keeps for itself, by pool, as DPDK's per-core mempool cache: a thread takes
+/// from and gives back to its own cache (last in, first out: the buffer it freed last is the one
+/// warm in its cache), and moves [`CACHE_BULK`] at a time to or from the shared queue, whose
+/// cache lines then change cores once a bulk rather than once a packet.
+struct LocalCache {
+    pool: std::sync::Weak<PoolInner>,
+    bufs: Vec<Vec<u8>>,
+}
+
+/// Buffers moved between a thread's cache and the shared queue at once.
+pub const CACHE_BULK: usize = 32;
+/// Most buffers a thread keeps, per pool; past this it gives [`CACHE_BULK`] back.
+pub const CACHE_MAX: usize = 2 * CACHE_BULK;
+
+impl Drop for LocalCache {
+    fn drop(&mut self) {
+        // The thread ends: its buffers go back to the shared queue (freed if it is full).
+        if let Some(inner) = self.pool.upgrade() {
+            for b in self.bufs.drain(..) {
+                let _ = inner.free.push(b);
+            }
+        }
+    }
+}
+
+thread_local! {
+    static CACHES: std::cell::RefCell<Vec<LocalCache>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// A pool of fixed-size buffers shared by ports and engines (and threads): lock-free, and
-/// allocation-free once it has grown to the working set.
+/// allocation-free once it has grown to the working set. Each thread keeps up to
+/// [`CACHE_MAX`] of a pool's free buffers for itself (handed back when the thread ends).
 #[derive(Debug, Clone)]
 pub struct Pool(Arc<PoolInner>);
 
 impl Pool {
-    /// A pool that keeps up to `capacity` free buffers of `buf_size` bytes. It starts empty and
-    /// allocates on demand; buffers returned to a full pool are freed.
+    /// A pool that keeps up to `capacity` free buffers of `buf_size` bytes in its shared queue
+    /// (and each thread up to [`CACHE_MAX`] more). It starts empty and allocates on demand;
+    /// buffers returned to a full pool are freed.
     pub fn new(capacity: usize, buf_size: usize) -> Pool {
         Pool(Arc::new(PoolInner { free: ArrayQueue::new(capacity.max(1)), buf_size, allocated: AtomicU64::new(0) }))
+    }
+
+    /// Runs `f` on this thread's cache of the pool (made on first use; caches of pools gone
+    /// are dropped then). `None` while the thread is ending (its caches are gone).
+    #[inline]
+    fn with_cache<R>(&self, f: impl FnOnce(&mut Vec<Vec<u8>>) -> R) -> Option<R> {
+        CACHES
+            .try_with(|c| {
+                let mut c = c.try_borrow_mut().ok()?;
+                let me = Arc::as_ptr(&self.0);
+                let i = match c.iter().position(|l| std::ptr::eq(l.pool.as_ptr(), me)) {
+                    Some(i) => i,
+                    None => {
+                        c.retain(|l| l.pool.strong_count() > 0);
+                        c.push(LocalCache { pool: Arc::downgrade(&self.0), bufs: Vec::with_capacity(CACHE_MAX + 1) });
+                        c.len() - 1
+                    }
+                };
+                Some(f(&mut c[i].bufs))
+            })
+            .ok()
+            .flatten()
     }
 
     /// An empty packet.
     #[inline]
     pub fn packet(&self) -> Packet {
-        let buf = self.0.free.pop().unwrap_or_else(|| {
-            self.0.allocated.fetch_add(1, Ordering::Relaxed);
-            vec![0u8; self.0.buf_size]
-        });
+        let inner = &self.0;
+        let buf = self
+            .with_cache(|bufs| {
+                if bufs.is_empty() {
+                    // Refill a bulk from the shared queue (fewer if it has fewer).
+                    for _ in 0..CACHE_BULK {
+                        match inner.free.pop() {
+                            Some(b) => bufs.push(b),
+                            None => break,
+                        }
+                    }
+                }
+                bufs.pop()
+            })
+            .flatten()
+            .or_else(|| inner.free.pop())
+            .unwrap_or_else(|| {
+                inner.allocated.fetch_add(1, Ordering::Relaxed);
+                vec![0u8; inner.buf_size]
+            });
         Packet::from_buf(buf)
     }
 
     /// Returns a packet's buffer.
     #[inline]
     pub fn put(&self, packet: Packet) {
-        let _ = self.0.free.push(packet.buf);
+        let inner = &self.0;
+        let mut buf = Some(packet.buf);
+        self.with_cache(|bufs| {
+            if let Some(b) = buf.take() {
+                bufs.push(b);
+            }
+            if bufs.len() > CACHE_MAX {
+                // The oldest (coldest) go back to the shared queue.
+                for b in bufs.drain(..CACHE_BULK) {
+                    let _ = inner.free.push(b);
+                }
+            }
+        });
+        if let Some(b) = buf {
+            let _ = inner.free.push(b);
+        }
     }
 
     /// A copy of `packet` in a new buffer.
@@ -188,9 +272,10 @@ impl Pool {
         self.0.allocated.load(Ordering::Relaxed)
     }
 
-    /// Buffers free in the pool now.
+    /// Buffers free now: in the shared queue and in the calling thread's cache (other threads'
+    /// caches are theirs; they come back when those threads end).
     pub fn free(&self) -> usize {
-        self.0.free.len()
+        self.0.free.len() + self.with_cache(|b| b.len()).unwrap_or(0)
     }
 }
 
@@ -366,6 +451,88 @@ mod tests {
             pool.put(p);
         }
         assert_eq!(pool.allocated(), 3);
+    }
+
+    /// A buffer freed on one thread reaches another through the shared queue (the consumer's
+    /// cache gives a bulk back when it holds more than [`CACHE_MAX`]), so a producer and a
+    /// consumer on two threads allocate only what is in flight and in the two caches; when
+    /// the threads end, their caches come back to the shared queue.
+    #[test]
+    fn thread_caches_spill_and_come_back() {
+        const IN_FLIGHT: usize = 16;
+        let pool = Pool::new(1 << 12, 64);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Packet>(IN_FLIGHT);
+        let producer = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                for i in 0..20_000u32 {
+                    let mut p = pool.packet();
+                    p.extend_from_slice(&i.to_le_bytes()).unwrap();
+                    if tx.send(p).is_err() {
+                        return;
+                    }
+                }
+            })
+        };
+        let consumer = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                let mut n = 0u32;
+                for p in rx {
+                    assert_eq!(p.data(), n.to_le_bytes());
+                    n += 1;
+                    pool.put(p);
+                }
+                n
+            })
+        };
+        producer.join().unwrap();
+        assert_eq!(consumer.join().unwrap(), 20_000);
+        // In flight (the channel, one in each thread's hands), the consumer's cache before it
+        // spills, and the producer's cache refilled in bulks: without the spill every packet
+        // would be a new buffer.
+        let bound = (IN_FLIGHT + 2 + CACHE_MAX + 1 + CACHE_BULK) as u64;
+        assert!(pool.allocated() <= bound, "{} buffers for a working set of at most {bound}", pool.allocated());
+        // Both threads ended: every buffer is back in the shared queue (this thread has none).
+        assert_eq!(pool.free() as u64, pool.allocated());
+    }
+
+    /// A thread's cache is per pool: two pools' buffers never mix, and a buffer of a pool that
+    /// is gone is not handed out by a new one.
+    #[test]
+    fn caches_are_per_pool() {
+        let (a, b) = (Pool::new(8, 16), Pool::new(8, 32));
+        let pa = a.packet();
+        a.put(pa);
+        assert_eq!(b.packet().capacity(), 32);
+        assert_eq!(a.packet().capacity(), 16);
+        drop(a);
+        let c = Pool::new(8, 48);
+        assert_eq!(c.packet().capacity(), 48);
+        assert_eq!(c.allocated(), 1);
+    }
+
+    proptest::proptest! {
+        /// Against the simplest pool (a count of buffers out): on one thread, whatever the order
+        /// of takes and returns, the pool allocates exactly the most buffers ever out at once,
+        /// and the free ones (shared queue and this thread's cache) are the rest.
+        #[test]
+        fn one_thread_allocates_the_peak(ops in proptest::collection::vec(proptest::prelude::any::<bool>(), 0..600)) {
+            let pool = Pool::new(1 << 10, 8);
+            let mut out = Vec::new();
+            let mut peak = 0usize;
+            for take in ops {
+                if take || out.is_empty() {
+                    out.push(pool.packet());
+                    peak = peak.max(out.len());
+                } else {
+                    let p = out.pop().unwrap();
+                    pool.put(p);
+                }
+                proptest::prop_assert_eq!(pool.allocated(), peak as u64);
+                proptest::prop_assert_eq!(pool.free() + out.len(), peak);
+            }
+        }
     }
 
     #[test]
