@@ -574,8 +574,12 @@ struct Shared {
     /// `snic`: the region of (chain, instance, segment); `panic`: of (chain, instance, position).
     route: Vec<Vec<Vec<usize>>>,
     /// Credits coming back: `snic` by chain instance (chain × instances + instance); `panic`
-    /// by region.
-    returned: Vec<AtomicU64>,
+    /// by region; each pool one counter a core (at `pool × cores + core`), the credits that
+    /// core has given back so far. Each has one writer (its core, storing, never a
+    /// read-modify-write that waits for the line) and a cache line of its own.
+    returned: Vec<Line>,
+    /// Cores running.
+    cores: usize,
     stop: AtomicBool,
     /// Each core's counters as last published (every [`PUBLISH`] while it runs).
     snaps: Vec<std::sync::Mutex<CoreSnap>>,
@@ -591,6 +595,11 @@ struct Shared {
     /// By tenant: its fork (`parallel = true`), run in `snic`.
     forks: Vec<Option<crate::plan::Fork>>,
 }
+
+/// A counter on a cache line of its own (128 bytes: the line and its prefetched neighbour).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Line(AtomicU64);
 
 /// How often a core publishes its counters for [`Monitor`].
 pub const PUBLISH: Duration = Duration::from_millis(100);
@@ -666,8 +675,9 @@ struct CoreState {
     out: Vec<Item>,
     emitted: Vec<Packet>,
     emitted_desc: Vec<Desc>,
-    /// Credits to give back, by pool.
+    /// Credits to give back, by pool; and those given back so far.
     give: Vec<u64>,
+    given: Vec<u64>,
     /// Frames no tenant's pattern matched, and that were not IP (`rtc`: each core its own).
     unknown_tenant: u64,
     malformed: u64,
@@ -694,6 +704,7 @@ impl CoreState {
             emitted: Vec::new(),
             emitted_desc: Vec::new(),
             give: vec![0; pools],
+            given: vec![0; pools],
             unknown_tenant: 0,
             malformed: 0,
         }
@@ -867,7 +878,8 @@ impl Runtime {
         let shared = Arc::new(Shared {
             regions: nregions,
             route,
-            returned: (0..pools).map(|_| AtomicU64::new(0)).collect(),
+            returned: (0..pools * cores).map(|_| Line::default()).collect(),
+            cores,
             stop: AtomicBool::new(false),
             snaps: (0..cores).map(|_| std::sync::Mutex::new(CoreSnap::default())).collect(),
             pool_region,
@@ -947,7 +959,7 @@ impl Runtime {
             return Err(format!("ingress: {} given, {need_in} needed in mode {}", ingress.len(), self.cfg.mode.name()));
         }
         let nt = self.tenants.len();
-        let pools = self.shared.returned.len();
+        let pools = self.shared.returned.len() / self.shared.cores.max(1);
         let mut stats = RunStats::default();
         let cfg = self.cfg;
         let mut ingress: Vec<Option<Box<dyn Ingress>>> = ingress.into_iter().map(Some).collect();
@@ -1187,6 +1199,8 @@ pub struct Scheduler {
     /// Rounds run, and the decisions of the timed ones (one in [`TIME_ONE_IN`]; `ns` is theirs).
     rounds: u64,
     timed_decisions: u64,
+    /// By pool and core: the credits seen given back so far (see `Shared::returned`).
+    returned_seen: Vec<u64>,
 }
 
 impl Scheduler {
@@ -1244,6 +1258,7 @@ impl Scheduler {
             buffer_peak: 0,
             rounds: 0,
             timed_decisions: 0,
+            returned_seen: vec![0; pools * cfg.cores.max(1)],
         }
     }
 
@@ -1417,7 +1432,8 @@ fn worker_loop(
             // region while it runs the next.
             for (i, g) in st.give.iter_mut().enumerate() {
                 if *g > 0 {
-                    shared.returned[i].fetch_add(*g, Ordering::Release);
+                    st.given[i] += *g;
+                    shared.returned[i * shared.cores + core].0.store(st.given[i], Ordering::Release);
                     *g = 0;
                 }
             }
@@ -1466,8 +1482,11 @@ fn schedule(
     s.rounds += 1;
     let decisions_before = s.decisions;
     for (i, r) in shared.returned.iter().enumerate() {
-        if r.load(Ordering::Relaxed) > 0 {
-            s.credit(i, r.swap(0, Ordering::Acquire));
+        let given = r.0.load(Ordering::Acquire);
+        let seen = s.returned_seen.get(i).copied().unwrap_or(given);
+        if given > seen {
+            s.returned_seen[i] = given;
+            s.credit(i / shared.cores, given - seen);
         }
     }
     let mut moved = 0;
