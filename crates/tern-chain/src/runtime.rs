@@ -547,22 +547,87 @@ impl std::fmt::Debug for Launch {
     }
 }
 
-/// A core's ends of the rings it writes: into each region (by id), and (`panic`) back to the
-/// scheduler.
+/// A core's ends of the rings it writes: into each region (by id), and (`panic`, forks) back
+/// to the scheduler.
 struct Links {
-    to: Vec<rtrb::Producer<Item>>,
-    back: Option<rtrb::Producer<Item>>,
+    to: Vec<Outbox>,
+    back: Option<Outbox>,
 }
 
 impl Links {
-    /// Moves `item` into region `r`'s ring from this core; the item back if it is full.
+    /// Moves `item` towards region `r`'s ring from this core (it is there after the next
+    /// [`flush`](Self::flush)); the item back if the ring has no room.
     // The item comes back by value on a full ring (boxing it would allocate per packet).
     #[allow(clippy::result_large_err)]
     fn push(&mut self, r: usize, item: Item) -> Result<(), Item> {
         match self.to.get_mut(r) {
-            Some(p) => p.push(item).map_err(|rtrb::PushError::Full(i)| i),
+            Some(o) => o.push(item),
             None => Err(item),
         }
+    }
+
+    /// Moves what [`push`](Self::push) staged into the rings.
+    fn flush(&mut self) {
+        for o in &mut self.to {
+            o.flush();
+        }
+        if let Some(b) = self.back.as_mut() {
+            b.flush();
+        }
+    }
+}
+
+/// One ring's producer end, with the items staged for it: they go in together at
+/// [`flush`](Self::flush), so the ring's write index — a cache line the consuming core reads —
+/// moves once a batch, not once a packet (as DPDK's enqueue burst). Staged items always fit:
+/// a push is refused when the ring, as last seen, has no room for it.
+struct Outbox {
+    ring: rtrb::Producer<Item>,
+    staged: Vec<Item>,
+    /// Free slots in the ring when last looked, less what was written since.
+    room: usize,
+    /// Staged items that go in at once without waiting for the flush: what the consuming
+    /// region takes in one batch, so it can start on them while this core goes on.
+    burst: usize,
+}
+
+impl Outbox {
+    fn new(ring: rtrb::Producer<Item>, burst: usize) -> Outbox {
+        let cap = ring.buffer().capacity();
+        Outbox { ring, staged: Vec::with_capacity(cap), room: 0, burst: burst.max(1) }
+    }
+
+    #[allow(clippy::result_large_err)]
+    fn push(&mut self, item: Item) -> Result<(), Item> {
+        if self.staged.len() >= self.room {
+            // Look again: the consumer may have freed slots.
+            self.room = self.ring.slots();
+            if self.staged.len() >= self.room {
+                return Err(item);
+            }
+        }
+        self.staged.push(item);
+        if self.staged.len() >= self.burst {
+            self.flush();
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) {
+        let n = self.staged.len();
+        if n == 0 {
+            return;
+        }
+        // `n` ≤ the free slots seen, and slots only grow until this producer writes; were it
+        // otherwise, what does not fit would stay staged for the next flush.
+        let n = match self.ring.write_chunk_uninit(n) {
+            Ok(chunk) => chunk.fill_from_iter(self.staged.drain(..)),
+            Err(rtrb::chunks::ChunkError::TooFewSlots(k)) => match self.ring.write_chunk_uninit(k) {
+                Ok(chunk) => chunk.fill_from_iter(self.staged.drain(..k)),
+                Err(_) => 0,
+            },
+        };
+        self.room = self.room.saturating_sub(n);
     }
 }
 
@@ -854,7 +919,7 @@ impl Runtime {
             let cap = (credits * r.segments.len() * 4).max(cfg.batch) + cfg.batch;
             for l in &mut links {
                 let (p, c) = rtrb::RingBuffer::new(cap);
-                l.to.push(p);
+                l.to.push(Outbox::new(p, region_take(&cfg)));
                 r.inputs.push(c);
             }
         }
@@ -862,7 +927,7 @@ impl Runtime {
         if cfg.mode == Mode::Panic || (cfg.mode == Mode::Snic && plan.tenants.iter().any(|p| p.fork.is_some())) {
             for l in &mut links {
                 let (p, c) = rtrb::RingBuffer::new((nregions * credits + cfg.batch).max(1));
-                l.back = Some(p);
+                l.back = Some(Outbox::new(p, cfg.batch));
                 back_in.push(c);
             }
         }
@@ -1619,6 +1684,7 @@ fn schedule(
             },
         }
     }
+    st.links.flush();
     if timed {
         s.ns += t1.elapsed().as_nanos() as u64;
         s.timed_decisions += s.decisions - decisions_before;
@@ -1647,6 +1713,13 @@ fn take_launch(r: &mut Region, shared: &Shared) {
     shared.launches[r.id].fetch_add(1, Ordering::Relaxed);
 }
 
+/// The most packets a region takes at once: half its chain's credits (the other half is being
+/// refilled meanwhile; with all of them in one batch, the region would wait for the scheduler
+/// every batch), at most a batch.
+fn region_take(cfg: &Config) -> usize {
+    cfg.batch.min((cfg.credits as usize / 2).max(1))
+}
+
 /// One batch of a region; returns the packets it took.
 fn run_region(
     r: &mut Region,
@@ -1665,9 +1738,7 @@ fn run_region(
         }
         r.dark_until = None;
     }
-    // At most half a chain's credits at once: the other half is being refilled meanwhile
-    // (with all of them in one batch, the region would wait for the scheduler every batch).
-    let take = cfg.batch.min((cfg.credits as usize / 2).max(1));
+    let take = region_take(cfg);
     let n_in = r.inputs.len();
     for j in 0..n_in {
         let input = &mut r.inputs[(r.turn + j) % n_in];
@@ -1761,7 +1832,7 @@ fn run_region(
                     item.desc.segment += 1;
                     st.give[credit_pool] += 1;
                     let full = match st.links.back.as_mut() {
-                        Some(b) => b.push(item).err().map(|rtrb::PushError::Full(i)| i),
+                        Some(b) => b.push(item).err(),
                         None => Some(item),
                     };
                     if let Some(item) = full {
@@ -1787,6 +1858,7 @@ fn run_region(
         first_group = false;
     }
     st.batch = items;
+    st.links.flush();
     flush(st, egress, now);
     n
 }
@@ -1824,7 +1896,7 @@ fn fork_copies(st: &mut CoreState, shared: &Shared, pool: &Pool, item: Item, f: 
 /// Sends a fork's copy back to the join (core 0).
 fn to_join(st: &mut CoreState, pool: &Pool, item: Item) {
     let full = match st.links.back.as_mut() {
-        Some(b) => b.push(item).err().map(|rtrb::PushError::Full(i)| i),
+        Some(b) => b.push(item).err(),
         None => Some(item),
     };
     if let Some(item) = full {
