@@ -4,7 +4,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crossbeam_queue::ArrayQueue;
+use std::sync::{Mutex, MutexGuard};
 
 /// Packets per batch unless configured otherwise (as in BESS and the paper's driver).
 pub const DEFAULT_BATCH: usize = 32;
@@ -135,32 +135,52 @@ impl Packet {
 
 #[derive(Debug)]
 struct PoolInner {
-    free: ArrayQueue<Vec<u8>>,
+    /// The shared free buffers: a stack (the last returned are the warmest) that threads'
+    /// caches fill and drain [`CACHE_BULK`] at a time, under a lock taken once a bulk.
+    free: Mutex<Vec<Vec<u8>>>,
+    capacity: usize,
     buf_size: usize,
     allocated: AtomicU64,
 }
 
+impl PoolInner {
+    fn shared(&self) -> MutexGuard<'_, Vec<Vec<u8>>> {
+        // A panic elsewhere while holding it leaves a valid stack.
+        self.free.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes `bufs` back into the shared stack, as many as it has room for (the rest are
+    /// freed).
+    fn give_back(&self, bufs: impl Iterator<Item = Vec<u8>>) {
+        let mut free = self.shared();
+        let room = self.capacity.saturating_sub(free.len());
+        free.extend(bufs.take(room));
+    }
+}
+
 /// Buffers a thread keeps for itself, by pool, as DPDK's per-core mempool cache: a thread takes
 /// from and gives back to its own cache (last in, first out: the buffer it freed last is the one
-/// warm in its cache), and moves [`CACHE_BULK`] at a time to or from the shared queue, whose
-/// cache lines then change cores once a bulk rather than once a packet.
+/// warm in its cache), and moves [`CACHE_BULK`] at a time to or from the shared stack, under
+/// one lock for the bulk: buffers change cores in bulks, the shared lines once a bulk rather
+/// than once a packet. (A lock-free queue of single buffers, tried first, costs an atomic
+/// read-modify-write a buffer on lines the other core wrote: with two cores far apart,
+/// `tern bench chain`'s second core spent about 105 ns a packet sending packets out and
+/// returning their buffers with it, 35 ns with this.)
 struct LocalCache {
     pool: std::sync::Weak<PoolInner>,
     bufs: Vec<Vec<u8>>,
 }
 
-/// Buffers moved between a thread's cache and the shared queue at once.
+/// Buffers moved between a thread's cache and the shared stack at once.
 pub const CACHE_BULK: usize = 32;
 /// Most buffers a thread keeps, per pool; past this it gives [`CACHE_BULK`] back.
 pub const CACHE_MAX: usize = 2 * CACHE_BULK;
 
 impl Drop for LocalCache {
     fn drop(&mut self) {
-        // The thread ends: its buffers go back to the shared queue (freed if it is full).
+        // The thread ends: its buffers go back to the shared stack (freed if it is full).
         if let Some(inner) = self.pool.upgrade() {
-            for b in self.bufs.drain(..) {
-                let _ = inner.free.push(b);
-            }
+            inner.give_back(self.bufs.drain(..));
         }
     }
 }
@@ -169,18 +189,25 @@ thread_local! {
     static CACHES: std::cell::RefCell<Vec<LocalCache>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// A pool of fixed-size buffers shared by ports and engines (and threads): lock-free, and
-/// allocation-free once it has grown to the working set. Each thread keeps up to
-/// [`CACHE_MAX`] of a pool's free buffers for itself (handed back when the thread ends).
+/// A pool of fixed-size buffers shared by ports and engines (and threads), allocation-free once
+/// it has grown to the working set. Each thread keeps up to [`CACHE_MAX`] of a pool's free
+/// buffers for itself (handed back when the thread ends) and takes the pool's lock only to
+/// move a bulk of them.
 #[derive(Debug, Clone)]
 pub struct Pool(Arc<PoolInner>);
 
 impl Pool {
-    /// A pool that keeps up to `capacity` free buffers of `buf_size` bytes in its shared queue
+    /// A pool that keeps up to `capacity` free buffers of `buf_size` bytes in its shared stack
     /// (and each thread up to [`CACHE_MAX`] more). It starts empty and allocates on demand;
     /// buffers returned to a full pool are freed.
     pub fn new(capacity: usize, buf_size: usize) -> Pool {
-        Pool(Arc::new(PoolInner { free: ArrayQueue::new(capacity.max(1)), buf_size, allocated: AtomicU64::new(0) }))
+        let capacity = capacity.max(1);
+        Pool(Arc::new(PoolInner {
+            free: Mutex::new(Vec::with_capacity(capacity)),
+            capacity,
+            buf_size,
+            allocated: AtomicU64::new(0),
+        }))
     }
 
     /// Runs `f` on this thread's cache of the pool (made on first use; caches of pools gone
@@ -212,18 +239,16 @@ impl Pool {
         let buf = self
             .with_cache(|bufs| {
                 if bufs.is_empty() {
-                    // Refill a bulk from the shared queue (fewer if it has fewer).
-                    for _ in 0..CACHE_BULK {
-                        match inner.free.pop() {
-                            Some(b) => bufs.push(b),
-                            None => break,
-                        }
-                    }
+                    // Refill a bulk from the shared stack (fewer if it has fewer).
+                    let mut free = inner.shared();
+                    let n = free.len().min(CACHE_BULK);
+                    let at = free.len() - n;
+                    bufs.extend(free.drain(at..));
                 }
                 bufs.pop()
             })
             .flatten()
-            .or_else(|| inner.free.pop())
+            .or_else(|| inner.shared().pop())
             .unwrap_or_else(|| {
                 inner.allocated.fetch_add(1, Ordering::Relaxed);
                 vec![0u8; inner.buf_size]
@@ -241,14 +266,12 @@ impl Pool {
                 bufs.push(b);
             }
             if bufs.len() > CACHE_MAX {
-                // The oldest (coldest) go back to the shared queue.
-                for b in bufs.drain(..CACHE_BULK) {
-                    let _ = inner.free.push(b);
-                }
+                // The oldest (coldest) go back to the shared stack.
+                inner.give_back(bufs.drain(..CACHE_BULK));
             }
         });
         if let Some(b) = buf {
-            let _ = inner.free.push(b);
+            inner.give_back(std::iter::once(b));
         }
     }
 
@@ -272,10 +295,10 @@ impl Pool {
         self.0.allocated.load(Ordering::Relaxed)
     }
 
-    /// Buffers free now: in the shared queue and in the calling thread's cache (other threads'
+    /// Buffers free now: in the shared stack and in the calling thread's cache (other threads'
     /// caches are theirs; they come back when those threads end).
     pub fn free(&self) -> usize {
-        self.0.free.len() + self.with_cache(|b| b.len()).unwrap_or(0)
+        self.0.shared().len() + self.with_cache(|b| b.len()).unwrap_or(0)
     }
 }
 
@@ -453,10 +476,10 @@ mod tests {
         assert_eq!(pool.allocated(), 3);
     }
 
-    /// A buffer freed on one thread reaches another through the shared queue (the consumer's
+    /// A buffer freed on one thread reaches another through the shared stack (the consumer's
     /// cache gives a bulk back when it holds more than [`CACHE_MAX`]), so a producer and a
     /// consumer on two threads allocate only what is in flight and in the two caches; when
-    /// the threads end, their caches come back to the shared queue.
+    /// the threads end, their caches come back to the shared stack.
     #[test]
     fn thread_caches_spill_and_come_back() {
         const IN_FLIGHT: usize = 16;
@@ -493,7 +516,7 @@ mod tests {
         // would be a new buffer.
         let bound = (IN_FLIGHT + 2 + CACHE_MAX + 1 + CACHE_BULK) as u64;
         assert!(pool.allocated() <= bound, "{} buffers for a working set of at most {bound}", pool.allocated());
-        // Both threads ended: every buffer is back in the shared queue (this thread has none).
+        // Both threads ended: every buffer is back in the shared stack (this thread has none).
         assert_eq!(pool.free() as u64, pool.allocated());
     }
 
@@ -515,7 +538,7 @@ mod tests {
     proptest::proptest! {
         /// Against the simplest pool (a count of buffers out): on one thread, whatever the order
         /// of takes and returns, the pool allocates exactly the most buffers ever out at once,
-        /// and the free ones (shared queue and this thread's cache) are the rest.
+        /// and the free ones (shared stack and this thread's cache) are the rest.
         #[test]
         fn one_thread_allocates_the_peak(ops in proptest::collection::vec(proptest::prelude::any::<bool>(), 0..600)) {
             let pool = Pool::new(1 << 10, 8);
