@@ -16,6 +16,11 @@ use tern_chain::runtime::{Config, Mode};
 use tern_chain::tenant::{self, TaskSpec};
 
 use crate::CmdResult;
+
+/// Bounces of the cache line timed before and after each case (about 0.4 to 2.5 ms): the host
+/// may move the two vCPUs between near and far cores in the middle of a run, so each case says
+/// which it had.
+const RTT_BOUNCES: u64 = 5_000;
 use crate::env::Environment;
 
 /// Options of `tern bench chain`.
@@ -135,6 +140,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
     let mut plot_rows = Vec::new();
     for &len in &a.lengths {
         bar.set_message(format!("{len} tasks"));
+        let rtt0 = bench::core_round_trip_ns(RTT_BOUNCES);
         let tenants = vec![bench::dummy_chain(len, a.ns)];
         let p = plan::plan(&tenants, &|t| area(t, &profile), model.regions.max(64), model.region_luts.max(1 << 20))?;
         let mut tput = ByMode::default();
@@ -163,6 +169,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
             }
             bar.inc(1);
         }
+        let rtt1 = bench::core_round_trip_ns(RTT_BOUNCES);
         let (red, red_lo, red_hi) = {
             let r: Vec<f64> =
                 lat.phases[0].iter().zip(&lat.phases[1]).map(|(s, p)| 1.0 - s.p50_ns / p.p50_ns.max(1.0)).collect();
@@ -180,7 +187,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         }
         bar.suspend(|| {
             say(format!(
-                "{len} tasks: Mpps snic {:.2} panic {:.2} rtc {:.2} | snic/panic {:.2}x [{:.2}-{:.2}] snic/rtc {:.2}x [{:.2}-{:.2}] | at {:.0} kpps p50 µs snic {:.2} panic {:.2} rtc {:.2} (p99 {:.1} {:.1} {:.1}) | snic p50 {:.0}% lower than panic [{:.0}-{:.0}%]",
+                "{len} tasks: Mpps snic {:.2} panic {:.2} rtc {:.2} | snic/panic {:.2}x [{:.2}-{:.2}] snic/rtc {:.2}x [{:.2}-{:.2}] | at {:.0} kpps p50 µs snic {:.2} panic {:.2} rtc {:.2} (p99 {:.1} {:.1} {:.1}) | snic p50 {:.0}% lower than panic [{:.0}-{:.0}%] | cores' round trip {rtt0:.0}/{rtt1:.0} ns",
                 tput.med(0, |p| p.pps) / 1e6,
                 tput.med(1, |p| p.pps) / 1e6,
                 tput.med(2, |p| p.pps) / 1e6,
@@ -221,6 +228,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
             "throughput_over_panic": {"median": over_panic.0, "min": over_panic.1, "max": over_panic.2},
             "throughput_over_rtc": {"median": over_rtc.0, "min": over_rtc.1, "max": over_rtc.2},
             "latency_reduction_vs_panic": {"median": red, "min": red_lo, "max": red_hi},
+            "core_round_trip_ns": {"before": rtt0, "after": rtt1},
         }));
     }
 
@@ -229,6 +237,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
     let d = vec![bench::figure10('d')?];
     let pd = plan::plan(&d, &|t| area(t, &profile), model.regions, model.region_luts)?;
     let dframes = bench::frames([10, 4, 0, 0], a.flows, 1500);
+    let d_rtt0 = bench::core_round_trip_ns(RTT_BOUNCES);
     let (mut one, mut two) = (Vec::new(), Vec::new());
     for r in 0..rounds {
         let order = if r % 2 == 0 { [1, 2] } else { [2, 1] };
@@ -243,11 +252,12 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         }
         bar.inc(1);
     }
+    let d_rtt1 = bench::core_round_trip_ns(RTT_BOUNCES);
     let aes_ratio = spread(&one.iter().zip(&two).map(|(o, t)| t.pps / o.pps.max(1.0)).collect::<Vec<_>>());
     let gbps = |v: &[Phase]| median(&v.iter().map(|p| p.pps).collect::<Vec<_>>()) * 1500.0 * 8.0 / 1e9;
     bar.suspend(|| {
         say(format!(
-            "DAG-D (nat, fw, lb, 2 dummies, aes) at 1500 B: one instance {:.2} Gbit/s, two {:.2} Gbit/s: {:.2}x [{:.2}-{:.2}]",
+            "DAG-D (nat, fw, lb, 2 dummies, aes) at 1500 B: one instance {:.2} Gbit/s, two {:.2} Gbit/s: {:.2}x [{:.2}-{:.2}] | cores' round trip {d_rtt0:.0}/{d_rtt1:.0} ns",
             gbps(&one),
             gbps(&two),
             aes_ratio.0,
@@ -273,6 +283,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         bench::frames([10, 1, 0, 0], a.flows, 1500),
         bench::frames([10, 3, 0, 0], a.flows, 1500),
     ]);
+    let s_rtt0 = bench::core_round_trip_ns(RTT_BOUNCES);
     let (mut sh, mut se) = (Vec::new(), Vec::new());
     for r in 0..rounds {
         let plans: [(&Plan, bool); 2] =
@@ -284,11 +295,12 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         bar.inc(1);
     }
     bar.finish_and_clear();
+    let s_rtt1 = bench::core_round_trip_ns(RTT_BOUNCES);
     let per_region = |p: &Phase| p.pps / p.regions.max(1) as f64;
     let share_gain =
         spread(&sh.iter().zip(&se).map(|(s, e)| per_region(s) / per_region(e).max(1.0)).collect::<Vec<_>>());
     say(format!(
-        "sharing: DAG-D + DAG-A + DAG-C at 1500 B on {} region(s) shared ({} for DAG-D alone: A and C {}) at {:.2} Mpps, against {} regions separate at {:.2} Mpps: per region {:.2}x [{:.2}-{:.2}]",
+        "sharing: DAG-D + DAG-A + DAG-C at 1500 B on {} region(s) shared ({} for DAG-D alone: A and C {}) at {:.2} Mpps, against {} regions separate at {:.2} Mpps: per region {:.2}x [{:.2}-{:.2}] | cores' round trip {s_rtt0:.0}/{s_rtt1:.0} ns",
         shared.regions.len(),
         pd.regions.len(),
         if no_own_region { "need no region of their own" } else { "need regions of their own" },
@@ -330,11 +342,12 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "core_round_trip_ns": {"before": rtt_before, "after": rtt_after},
         "options": {"rounds": rounds, "phase_secs": secs, "warmup_secs": warmup.as_secs_f64(), "cores": a.cores, "ns_per_task": a.ns, "frame_bytes": a.size, "flows": a.flows},
         "lengths": lengths_json,
-        "dag_d": {"frame_bytes": 1500, "one_instance": one, "two_instances": two, "two_over_one": {"median": aes_ratio.0, "min": aes_ratio.1, "max": aes_ratio.2}},
+        "dag_d": {"frame_bytes": 1500, "one_instance": one, "two_instances": two, "two_over_one": {"median": aes_ratio.0, "min": aes_ratio.1, "max": aes_ratio.2}, "core_round_trip_ns": {"before": d_rtt0, "after": d_rtt1}},
         "sharing": {
             "shared_regions": shared.regions.len(), "separate_regions": separate.regions.len(), "dag_d_alone_regions": pd.regions.len(),
             "a_and_c_need_no_region": no_own_region, "shared": sh, "separate": se,
             "gain_per_region": {"median": share_gain.0, "min": share_gain.1, "max": share_gain.2},
+            "core_round_trip_ns": {"before": s_rtt0, "after": s_rtt1},
         },
         "targets": {"latency_reduction_vs_panic": 0.4, "throughput_over_panic": 1.3, "throughput_over_rtc": 0.75, "scheduler_ns_per_packet": 64.0, "aes_two_over_one": 1.6, "sharing_gain_per_region": 1.9},
     });
