@@ -2,7 +2,8 @@
 //! outbound translation of an established flow, the firewall's check (a rule miss taken by the
 //! classifier, and a reply taken by the flow state), AES-GCM sealing 64- and 1458-byte UDP
 //! payloads, Maglev's lookup, a go-back-N data packet taken by the receiver and its ack by the
-//! sender, a KV GET answered from the cache, and parsing Figure 4's DAG.
+//! sender, a KV GET answered from the cache, parsing Figure 4's DAG, the dummy task at 0 ns (the
+//! trait call alone) and the splitter's copy of a 1500-byte packet.
 //!
 //! `cargo bench -p tern-chain --bench tasks`.
 
@@ -116,6 +117,26 @@ fn bench(c: &mut Criterion) {
     g.bench_function("dag_parse_figure_4a", |b| {
         b.iter(|| black_box(tern_chain::dag::parse(black_box("nt1 -> nt2 -> nt4; nt3 -> nt4")).unwrap()))
     });
+    // The dummy task at 0 ns: what running a task through the trait costs by itself.
+    let t =
+        tern_chain::tenant::Tenant::parse("tenant = \"b\"\ndag = \"d\"\n[nt.d]\nkind = \"dummy\"\nns_per_packet = 0\n")
+            .unwrap();
+    let mut dummy = tern_chain::task::build(&t.tasks[0], &mut tern_chain::task::Keys::default()).unwrap();
+    let pool = tern_io::Pool::new(64, tern_io::DEFAULT_BUF_SIZE);
+    let mut p = pool.packet();
+    p.extend_from_slice(&udp(64)).unwrap();
+    let mut emitted = Vec::new();
+    g.bench_function("dummy_0ns", |b| {
+        b.iter(|| {
+            let mut cx = tern_chain::task::Cx { now, pool: &pool, emitted: &mut emitted };
+            black_box(dummy.process(black_box(&mut p), &mut cx))
+        })
+    });
+    // The splitter's work at a fork: a copy of a 1500-byte packet into a buffer of the pool
+    // (one a branch but the last, which takes the original).
+    let mut big = pool.packet();
+    big.extend_from_slice(&udp(1458)).unwrap();
+    g.bench_function("splitter_copy_1500", |b| b.iter(|| pool.put(pool.clone_packet(black_box(&big)))));
     g.finish();
 }
 
