@@ -12,12 +12,15 @@
 //!   concatenating; parallel tenants' branches in segments of their own);
 //! - [`runtime`]: the data path: descriptors, wrappers, regions on worker cores, the credit
 //!   scheduler, launches, fork and join, in modes `snic`, `panic` and `rtc`;
+//! - [`fair`]: fair sharing (§4.5): DRF by progressive filling over space and time, the
+//!   ingress token bucket that enforces it;
 //! - [`trace`] (a packet's way through the plan) and [`bench`] (the rigs of `tern bench chain`).
 #![forbid(unsafe_code)]
 
 pub mod aes;
 pub mod bench;
 pub mod dag;
+pub mod fair;
 pub mod fw;
 pub mod gbn;
 pub mod kv;

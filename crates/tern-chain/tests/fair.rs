@@ -1,0 +1,198 @@
+//! Fair sharing (docs/chain.md, "Fairness"): DRF's golden examples, the paper's, the ingress
+//! token bucket's accuracy, and progressive filling against a naive discrete DRF.
+
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use tern_chain::fair::{Claim, Stop, TokenBucket, drf, jain, space_demand};
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * (1.0 + a.abs().max(b.abs()))
+}
+
+/// DRF's example (Ghodsi et al., §4): 9 CPUs and 18 GB; user A's tasks need <1 CPU, 4 GB>, user
+/// B's <3 CPU, 1 GB>. DRF runs 3 of A's and 2 of B's: both dominant shares 2/3, CPU full.
+#[test]
+fn drf_paper_example() {
+    let a = drf(&[9.0, 18.0], &[Claim::new(vec![1.0, 4.0], f64::INFINITY), Claim::new(vec![3.0, 1.0], f64::INFINITY)]);
+    assert!(close(a.units[0], 3.0) && close(a.units[1], 2.0), "{a:?}");
+    assert!(close(a.dominant[0], 2.0 / 3.0) && close(a.dominant[1], 2.0 / 3.0), "{a:?}");
+    assert!(close(a.used[0], 9.0) && close(a.used[1], 14.0), "{a:?}");
+    assert_eq!(a.stop, [Stop::Full(0), Stop::Full(0)]);
+}
+
+/// A claimant that wants less stops at its cap; the others go on until a resource is full.
+#[test]
+fn a_capped_claimant_leaves_the_rest_to_others() {
+    let a = drf(&[9.0, 18.0], &[Claim::new(vec![1.0, 4.0], f64::INFINITY), Claim::new(vec![3.0, 1.0], 1.0)]);
+    assert!(close(a.units[1], 1.0), "{a:?}");
+    // A: memory left 17 at 4 GB a task.
+    assert!(close(a.units[0], 17.0 / 4.0), "{a:?}");
+    assert_eq!(a.stop, [Stop::Full(1), Stop::Cap]);
+}
+
+/// Weights: twice the weight, twice the share of a contended resource.
+#[test]
+fn weights_scale_shares() {
+    let a = drf(
+        &[3.0],
+        &[
+            Claim { per_unit: vec![1.0], cap: f64::INFINITY, weight: 1.0 },
+            Claim { per_unit: vec![1.0], cap: f64::INFINITY, weight: 2.0 },
+        ],
+    );
+    assert!(close(a.units[0], 1.0) && close(a.units[1], 2.0), "{a:?}");
+}
+
+/// Odd inputs give nothing, never a panic: a resource of capacity 0, NaN, negative, none.
+#[test]
+fn odd_inputs() {
+    let a = drf(
+        &[0.0, f64::NAN, 5.0],
+        &[
+            Claim::new(vec![1.0], 10.0),
+            Claim::new(vec![0.0, 1.0], 10.0),
+            Claim::new(vec![0.0, 0.0, -1.0], 7.0),
+            Claim::new(vec![0.0, 0.0, 1.0], f64::NAN),
+            Claim { per_unit: vec![0.0, 0.0, 1.0], cap: 3.0, weight: f64::NAN },
+            Claim::new(vec![0.0, 0.0, 1.0], 2.0),
+        ],
+    );
+    assert_eq!(a.units[..2], [0.0, 0.0]);
+    // Uses nothing: has what it asks for.
+    assert_eq!(a.units[2], 7.0);
+    assert_eq!(a.units[3..5], [0.0, 0.0]);
+    assert!(close(a.units[5], 2.0));
+    assert!(drf(&[], &[]).units.is_empty());
+}
+
+/// §4.5: a DAG of 4 units of area that carries at most 40 Gbit/s, asked for 10: 1 unit.
+#[test]
+fn space_demand_paper_example() {
+    assert_eq!(space_demand(4.0, 10.0, 40.0), 1.0);
+    // Asking for more than the DAG carries needs its whole area, no more.
+    assert_eq!(space_demand(4.0, 80.0, 40.0), 4.0);
+    assert_eq!(space_demand(4.0, 10.0, 0.0), 4.0);
+}
+
+/// §5.3's two users: user 1's chain is 4 tasks, user 2's the first 2 of them (shared regions),
+/// each region carrying 10 Gbit/s, and both asking for more than there is. Time-shared by
+/// progressive filling, each gets half of its dominant resource (the shared regions), 5 Gbit/s.
+#[test]
+fn paper_two_users_get_half_each() {
+    // Resources: regions of NT1..NT4 (capacity 1: all of a region's time).
+    let per_gbps = 1.0 / 10.0;
+    let u1 = Claim::new(vec![per_gbps; 4], 40.0);
+    let u2 = Claim::new(vec![per_gbps, per_gbps, 0.0, 0.0], 40.0);
+    let a = drf(&[1.0; 4], &[u1, u2]);
+    assert!(close(a.units[0], 5.0) && close(a.units[1], 5.0), "{a:?}");
+    assert!(close(a.dominant[0], 0.5) && close(a.dominant[1], 0.5));
+    assert!(close(jain(&a.dominant), 1.0));
+    // User 1 offers only 2: user 2 takes the rest of the shared regions.
+    let a = drf(&[1.0; 4], &[Claim::new(vec![per_gbps; 4], 2.0), Claim::new(vec![per_gbps, per_gbps, 0.0, 0.0], 40.0)]);
+    assert!(close(a.units[0], 2.0) && close(a.units[1], 8.0), "{a:?}");
+}
+
+#[test]
+fn jain_index() {
+    assert!(close(jain(&[1.0, 1.0, 1.0]), 1.0));
+    assert!(close(jain(&[1.0, 0.0]), 0.5));
+    assert_eq!(jain(&[]), 1.0);
+}
+
+/// The limiter delivers its rate within 2% over a (simulated) second when offered twice that,
+/// and passes everything when unlimited.
+#[test]
+fn token_bucket_accuracy() {
+    for gbps in [0.1, 1.0, 10.0] {
+        let mut tb = TokenBucket::unlimited();
+        tb.set_rate(Some(gbps), Duration::from_micros(100));
+        let t0 = Instant::now();
+        let frame = 1500usize;
+        let offered_pps = 2.0 * gbps * 1e9 / 8.0 / frame as f64;
+        let n = offered_pps as u64;
+        let mut bytes = 0u64;
+        for k in 0..n {
+            let now = t0 + Duration::from_nanos((k as f64 * 1e9 / offered_pps) as u64);
+            if tb.admit(now, frame) {
+                bytes += frame as u64;
+            }
+        }
+        let want = gbps * 1e9 / 8.0;
+        let err = (bytes as f64 - want).abs() / want;
+        assert!(err < 0.02, "{gbps} Gbit/s: delivered {bytes} B against {want} B ({:.2}%)", 100.0 * err);
+    }
+    let mut tb = TokenBucket::unlimited();
+    let t0 = Instant::now();
+    assert!((0..1000).all(|_| tb.admit(t0, 9000)));
+    assert_eq!(tb.gbps(), None);
+    // A limit of 0 passes only the first burst's frame.
+    tb.set_rate(Some(0.0), Duration::ZERO);
+    assert!(tb.admit(t0, 9000));
+    assert!(!tb.admit(t0 + Duration::from_secs(1), 1));
+}
+
+/// The naive DRF: hand out small steps, each to the claimant with the least dominant share over
+/// its weight that still fits and wants more.
+fn naive(cap: &[f64], claims: &[Claim], step: f64) -> Vec<f64> {
+    let mut units = vec![0.0; claims.len()];
+    let mut used = vec![0.0; cap.len()];
+    let dom = |i: usize, x: f64| {
+        (0..cap.len()).map(|r| x * claims[i].per_unit.get(r).copied().unwrap_or(0.0) / cap[r]).fold(0.0, f64::max)
+            / claims[i].weight
+    };
+    let mut done = vec![false; claims.len()];
+    while let Some(i) = (0..claims.len())
+        .filter(|&i| !done[i])
+        .min_by(|&a, &b| dom(a, units[a]).total_cmp(&dom(b, units[b])).then(a.cmp(&b)))
+    {
+        let add = step.min(claims[i].cap - units[i]);
+        let fits =
+            (0..cap.len()).all(|r| used[r] + add * claims[i].per_unit.get(r).copied().unwrap_or(0.0) <= cap[r] + 1e-12);
+        if add <= 1e-12 || !fits {
+            done[i] = true;
+            continue;
+        }
+        units[i] += add;
+        for (r, u) in used.iter_mut().enumerate() {
+            *u += add * claims[i].per_unit.get(r).copied().unwrap_or(0.0);
+        }
+    }
+    units
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    /// Progressive filling against the naive discrete DRF: the same units (within the naive
+    /// one's step), no resource over its capacity, and every claimant at its cap or using a
+    /// full resource.
+    #[test]
+    fn progressive_filling_matches_naive(
+        cap in proptest::collection::vec(1.0f64..20.0, 1..4),
+        raw in proptest::collection::vec((proptest::collection::vec(0.0f64..3.0, 3), 0.5f64..30.0, 1u8..4), 1..5),
+    ) {
+        let claims: Vec<Claim> = raw
+            .iter()
+            .map(|(u, c, w)| Claim { per_unit: u[..cap.len()].iter().map(|x| if *x < 0.3 { 0.0 } else { *x }).collect(), cap: *c, weight: f64::from(*w) })
+            .filter(|c| c.per_unit.iter().any(|&x| x > 0.0))
+            .collect();
+        let a = drf(&cap, &claims);
+        let step = 1e-3;
+        let b = naive(&cap, &claims, step);
+        for (i, (x, y)) in a.units.iter().zip(&b).enumerate() {
+            // The naive one stops a claimant whose next step does not fit: it may end up to a
+            // few steps short, and the others a little ahead.
+            prop_assert!((x - y).abs() <= 0.02 * (1.0 + x.abs()), "claimant {i}: {x} against naive {y}; {a:?} {b:?}");
+        }
+        for (r, &u) in a.used.iter().enumerate() {
+            prop_assert!(u <= cap[r] * (1.0 + 1e-9), "resource {r} over: {u} > {}", cap[r]);
+        }
+        for (i, s) in a.stop.iter().enumerate() {
+            match *s {
+                Stop::Cap => prop_assert!(close(a.units[i], claims[i].cap)),
+                Stop::Full(r) => prop_assert!(a.used[r] >= cap[r] * (1.0 - 1e-6) && claims[i].per_unit[r] > 0.0),
+                Stop::Nothing => prop_assert!(false, "claimant {i} uses something"),
+            }
+        }
+    }
+}
