@@ -27,6 +27,7 @@ use tern_io::{Packet, Pool};
 use tern_table::classifier::FlowKey;
 use tern_wire::frame::{FrameInfo, L3};
 
+use crate::fair::TokenBucket;
 use crate::plan::{Plan, Slot};
 use crate::task::{Cx, NetworkTask, Steer, Verdict};
 use crate::tenant::Tenant;
@@ -77,6 +78,9 @@ impl Desc {
 
 /// [`Desc::branch`] of a packet that is not a fork's copy.
 pub const NO_BRANCH: u8 = u8::MAX;
+
+/// The burst a tenant's ingress limiter allows: this long at its rate.
+pub const LIMIT_BURST: Duration = Duration::from_millis(1);
 
 /// How long the join waits for a fork's copies before it drops the packet (`sync_timeout`).
 pub const SYNC_TIMEOUT: Duration = Duration::from_millis(10);
@@ -396,7 +400,7 @@ pub struct TenantStats {
     pub packets_in: u64,
     pub packets_out: u64,
     pub replies: u64,
-    /// Drops by reason (the tasks' reasons, and `queue_full`, `ring_full`).
+    /// Drops by reason (the tasks' reasons, and `rate_limited`, `queue_full`, `ring_full`).
     pub drops: BTreeMap<&'static str, u64>,
 }
 
@@ -659,7 +663,16 @@ struct Shared {
     region_of: Vec<(usize, usize)>,
     /// By tenant: its fork (`parallel = true`), run in `snic`.
     forks: Vec<Option<crate::plan::Fork>>,
+    /// By tenant: its ingress limit as set through a [`Limiter`] (an `f64`'s bits, Gbit/s;
+    /// [`NO_LIMIT`]: none), and a count of the changes, which the scheduler checks each round.
+    limits: Vec<AtomicU64>,
+    limits_changed: AtomicU64,
+    /// By tenant: what it has offered (packets, bytes), stored by the scheduler.
+    offered: Vec<[Line; 2]>,
 }
+
+/// [`Shared::limits`] of a tenant with no limit.
+const NO_LIMIT: u64 = u64::MAX;
 
 /// A counter on a cache line of its own (128 bytes: the line and its prefetched neighbour).
 #[derive(Debug, Default)]
@@ -957,6 +970,9 @@ impl Runtime {
             } else {
                 Vec::new()
             },
+            limits: tenants.iter().map(|_| AtomicU64::new(NO_LIMIT)).collect(),
+            limits_changed: AtomicU64::new(0),
+            offered: tenants.iter().map(|_| [Line::default(), Line::default()]).collect(),
         });
         Ok(Runtime {
             steer,
@@ -985,6 +1001,11 @@ impl Runtime {
     pub fn classify(&self) -> Classify {
         let n = if self.cfg.mode == Mode::Rtc { self.cfg.cores.max(1) } else { self.instances };
         Classify::new(&self.tenants).with_steering(self.steer.clone(), self.one.clone(), n)
+    }
+
+    /// A handle that sets tenants' ingress limits and reads what they offer, while it runs.
+    pub fn limiter(&self) -> Limiter {
+        Limiter(self.shared.clone())
     }
 
     /// A handle that launches new instances into its regions while it runs (`snic`).
@@ -1184,6 +1205,41 @@ impl Launcher {
     }
 }
 
+/// Sets tenants' ingress limits in a running [`Runtime`] and reads what they offer (`snic`,
+/// `panic`: where the scheduler admits packets; `rtc` has no limiter).
+#[derive(Debug, Clone)]
+pub struct Limiter(Arc<Shared>);
+
+impl Limiter {
+    /// Limits tenant `t`'s ingress to `gbps` (None: no limit; negative or NaN: an error), from
+    /// the scheduler's next round.
+    pub fn set(&self, t: usize, gbps: Option<f64>) -> Result<(), String> {
+        let slot = self.0.limits.get(t).ok_or_else(|| format!("no tenant {t}"))?;
+        let bits = match gbps {
+            None => NO_LIMIT,
+            Some(g) if g.is_finite() && g >= 0.0 => g.to_bits(),
+            Some(g) => return Err(format!("limit {g} Gbit/s: not a rate")),
+        };
+        slot.store(bits, Ordering::Relaxed);
+        self.0.limits_changed.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Each tenant's limit as last set (None: none).
+    pub fn limits(&self) -> Vec<Option<f64>> {
+        self.0.limits.iter().map(|l| decode_limit(l.load(Ordering::Relaxed))).collect()
+    }
+
+    /// What each tenant has offered so far (packets, bytes), limited or not.
+    pub fn offered(&self) -> Vec<(u64, u64)> {
+        self.0.offered.iter().map(|[p, b]| (p.0.load(Ordering::Relaxed), b.0.load(Ordering::Relaxed))).collect()
+    }
+}
+
+fn decode_limit(bits: u64) -> Option<f64> {
+    (bits != NO_LIMIT).then(|| f64::from_bits(bits))
+}
+
 /// New instances of plan region `ri`'s segments for chain instance `k` of `n` (what a
 /// [`Launch`] carries), built with `factory` off the data path.
 pub fn build_region(
@@ -1253,6 +1309,12 @@ pub struct Scheduler {
     panic: bool,
     /// By region: whether it runs on the scheduler's core.
     local: Vec<bool>,
+    /// By tenant: its ingress limiter (unlimited unless set), and what it offered (packets,
+    /// bytes: its intended load, counted before the limiter).
+    limit: Vec<TokenBucket>,
+    offered: Vec<(u64, u64)>,
+    /// [`Shared::limits_changed`] as last seen.
+    limits_seen: u64,
     /// Counters.
     pub unknown_tenant: u64,
     pub malformed: u64,
@@ -1315,6 +1377,9 @@ impl Scheduler {
             queued: 0,
             panic: cfg.mode == Mode::Panic,
             local: Vec::new(),
+            limit: tenants.iter().map(|_| TokenBucket::unlimited()).collect(),
+            offered: vec![(0, 0); tenants.len()],
+            limits_seen: 0,
             unknown_tenant: 0,
             malformed: 0,
             credit_waits: 0,
@@ -1358,8 +1423,27 @@ impl Scheduler {
         }
     }
 
+    /// Limits tenant `t`'s ingress to `gbps` (None: no limit), with a burst of
+    /// [`LIMIT_BURST`] at that rate.
+    pub fn set_limit(&mut self, t: usize, gbps: Option<f64>) {
+        if let Some(l) = self.limit.get_mut(t) {
+            l.set_rate(gbps, LIMIT_BURST);
+        }
+    }
+
+    /// Tenant `t`'s ingress limit, Gbit/s (None: none).
+    pub fn limit(&self, t: usize) -> Option<f64> {
+        self.limit.get(t).and_then(TokenBucket::gbps)
+    }
+
+    /// What tenant `t` has offered so far (packets, bytes), limited or not: its intended load.
+    pub fn offered(&self, t: usize) -> (u64, u64) {
+        self.offered.get(t).copied().unwrap_or_default()
+    }
+
     /// Classifies an arrival into its tenant's queue: its tenant, or the packet back with the
-    /// drop reason (`malformed`, `unknown_tenant`, `queue_full`; the first two counted here).
+    /// drop reason (`malformed`, `unknown_tenant`, `rate_limited`, `queue_full`; the first two
+    /// counted here). What a tenant offers is counted before its limiter.
     pub fn admit(&mut self, a: Arrival, classify: &mut Classify) -> Result<usize, (usize, Packet, &'static str)> {
         let (t, hash) = match classify.tenant(a.packet.data()) {
             Ok(x) => x,
@@ -1372,6 +1456,12 @@ impl Scheduler {
                 return Err((usize::MAX, a.packet, r));
             }
         };
+        let o = &mut self.offered[t];
+        o.0 += 1;
+        o.1 += a.packet.len() as u64;
+        if !self.limit[t].admit(a.at, a.packet.len()) {
+            return Err((t, a.packet, "rate_limited"));
+        }
         if self.queues[t].len() >= self.queue_cap {
             return Err((t, a.packet, "queue_full"));
         }
@@ -1546,6 +1636,16 @@ fn schedule(
     let timed = s.rounds.is_multiple_of(TIME_ONE_IN);
     s.rounds += 1;
     let decisions_before = s.decisions;
+    let changed = shared.limits_changed.load(Ordering::Acquire);
+    if changed != s.limits_seen {
+        s.limits_seen = changed;
+        for (t, l) in shared.limits.iter().enumerate() {
+            let want = decode_limit(l.load(Ordering::Relaxed));
+            if want != s.limit(t) {
+                s.set_limit(t, want);
+            }
+        }
+    }
     for (i, r) in shared.returned.iter().enumerate() {
         let given = r.0.load(Ordering::Acquire);
         let seen = s.returned_seen.get(i).copied().unwrap_or(given);
@@ -1643,6 +1743,7 @@ fn schedule(
         if timed {
             t1 = Instant::now();
         }
+        let took = !arrivals.is_empty();
         for a in arrivals.drain(..) {
             match s.admit(a, classify) {
                 Ok(t) => st.tenants[t].packets_in += 1,
@@ -1652,6 +1753,16 @@ fn schedule(
                         *ts.drops.entry(reason).or_default() += 1;
                     }
                     pool.put(packet);
+                }
+            }
+        }
+        if took {
+            // One writer: stores of the running totals.
+            for (t, [p, b]) in shared.offered.iter().enumerate() {
+                let (np, nb) = s.offered(t);
+                if p.0.load(Ordering::Relaxed) != np {
+                    p.0.store(np, Ordering::Relaxed);
+                    b.0.store(nb, Ordering::Relaxed);
                 }
             }
         }
