@@ -237,3 +237,118 @@ impl TokenBucket {
         }
     }
 }
+
+/// A tenant's load over an epoch, as [`time_share`] takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantLoad {
+    /// What it offered (its intended load), Gbit/s.
+    pub offered_gbps: f64,
+    /// Its packets' mean size, bytes.
+    pub mean_bytes: f64,
+    /// Its weight (its requested bandwidth; 1 if none).
+    pub weight: f64,
+    /// Time one of its packets takes of each resource (a core, a region), ns.
+    pub ns_per_packet: Vec<f64>,
+}
+
+/// A tenant's share of an epoch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Share {
+    /// What it gets of what it offered, Gbit/s.
+    pub allowed_gbps: f64,
+    /// The limit to set at its ingress while a resource is contended: what it gets if it is
+    /// held back, else what it could get if it offered more (so a light tenant can grow to its
+    /// share). `None` when no resource is full (nothing to enforce: a limit from a cost measured
+    /// high, on a cold start, would only drop packets) or nothing bounds it.
+    pub limit_gbps: Option<f64>,
+    /// Its dominant share: the largest fraction of any one resource it takes.
+    pub dominant: f64,
+    /// Why it stopped growing.
+    pub stop: Stop,
+}
+
+/// Time sharing (§4.5's second step) over resources of `capacity` seconds a second each (a
+/// core: 1): each tenant's claim is 1 Gbit/s of its ingress, which takes
+/// `ns_per_packet[r] / (8 × mean_bytes)` seconds a second of resource `r`, up to what it
+/// offered, weighted by its weight. Limits are set only while some resource is full.
+pub fn time_share(capacity: &[f64], loads: &[TenantLoad]) -> Vec<Share> {
+    let claim = |l: &TenantLoad, cap: f64| Claim {
+        per_unit: l
+            .ns_per_packet
+            .iter()
+            .map(|&ns| if l.mean_bytes > 0.0 && ns.is_finite() && ns > 0.0 { ns / (8.0 * l.mean_bytes) } else { 0.0 })
+            .collect(),
+        cap,
+        weight: l.weight,
+    };
+    let claims: Vec<Claim> = loads.iter().map(|l| claim(l, l.offered_gbps.max(0.0))).collect();
+    let a = drf(capacity, &claims);
+    let contended = a.stop.iter().any(|s| matches!(s, Stop::Full(_)));
+    (0..loads.len())
+        .map(|i| {
+            let limit = match a.stop[i] {
+                _ if !contended => None,
+                Stop::Full(_) => Some(a.units[i]),
+                // Held back by nothing it offered: its limit is what it would get offering
+                // without bound, the others as they are.
+                Stop::Cap | Stop::Nothing => {
+                    let mut c = claims.clone();
+                    c[i].cap = f64::INFINITY;
+                    let x = drf(capacity, &c).units[i];
+                    x.is_finite().then_some(x)
+                }
+            };
+            Share { allowed_gbps: a.units[i], limit_gbps: limit, dominant: a.dominant[i], stop: a.stop[i] }
+        })
+        .collect()
+}
+
+/// Every epoch, the running totals of what tenants offered (packets, bytes) become rates over
+/// the epoch, and [`time_share`] their shares.
+#[derive(Debug, Clone, Default)]
+pub struct Epoch {
+    last: Option<(Instant, Vec<(u64, u64)>)>,
+    mean: Vec<f64>,
+}
+
+impl Epoch {
+    /// The shares at `now` from the totals `offered` (by tenant: packets, bytes, as
+    /// `runtime::Limiter::offered` gives them), each tenant's `weight`, and its packets' time on
+    /// each resource. The first call only notes the totals (no rates yet): `None`; so does a
+    /// call at the same instant.
+    pub fn step(
+        &mut self,
+        now: Instant,
+        offered: &[(u64, u64)],
+        weights: &[f64],
+        ns_per_packet: &[Vec<f64>],
+        capacity: &[f64],
+    ) -> Option<Vec<Share>> {
+        let prev = self.last.replace((now, offered.to_vec()));
+        let (then, before) = prev?;
+        let secs = now.checked_duration_since(then)?.as_secs_f64();
+        if secs <= 0.0 {
+            return None;
+        }
+        self.mean.resize(offered.len(), 1500.0);
+        let loads: Vec<TenantLoad> = offered
+            .iter()
+            .enumerate()
+            .map(|(t, &(p, b))| {
+                let (p0, b0) = before.get(t).copied().unwrap_or((0, 0));
+                let (dp, db) = (p.saturating_sub(p0), b.saturating_sub(b0));
+                if dp > 0 {
+                    // A tenant that sent nothing this epoch keeps its last mean size.
+                    self.mean[t] = db as f64 / dp as f64;
+                }
+                TenantLoad {
+                    offered_gbps: db as f64 * 8.0 / secs / 1e9,
+                    mean_bytes: self.mean[t],
+                    weight: weights.get(t).copied().unwrap_or(1.0),
+                    ns_per_packet: ns_per_packet.get(t).cloned().unwrap_or_default(),
+                }
+            })
+            .collect();
+        Some(time_share(capacity, &loads))
+    }
+}

@@ -195,6 +195,8 @@ pub struct Wrapper {
     pub batches: u64,
     pub ns: u64,
     pub timed_packets: u64,
+    /// Batches of its segment it was first in (for the timing's one in [`TIME_ONE_IN`]).
+    visits: u64,
 }
 
 impl Wrapper {
@@ -241,6 +243,7 @@ pub fn build_chain(
             batches: 0,
             ns: 0,
             timed_packets: 0,
+            visits: 0,
         })
         .collect();
     for &t in &c.tenants {
@@ -274,8 +277,14 @@ fn run_batch(
     fates: &mut Vec<Fate>,
     cx: &mut Cx<'_>,
     emitted_desc: &mut Vec<Desc>,
-    timed: bool,
 ) {
+    // One batch of the chain in TIME_ONE_IN is timed, the first included, counted by the
+    // chain's own batches (a count shared by the core's chains would, with chains taking turns,
+    // never time some of them).
+    let timed = wrappers.first_mut().is_some_and(|w| {
+        w.visits += 1;
+        w.visits % TIME_ONE_IN == 1
+    });
     fates.clear();
     fates.resize(items.len(), Fate::Alive);
     let mut t0 = cx.now;
@@ -669,6 +678,12 @@ struct Shared {
     limits_changed: AtomicU64,
     /// By tenant: what it has offered (packets, bytes), stored by the scheduler.
     offered: Vec<[Line; 2]>,
+    /// What [`Monitor::ns_per_packet`] needs: each region's core, each tenant's chain and skip
+    /// mask, the instances of each chain, and the mode.
+    region_core: Vec<usize>,
+    placements: Vec<(usize, u64)>,
+    instances: usize,
+    mode: Mode,
 }
 
 /// [`Shared::limits`] of a tenant with no limit.
@@ -743,6 +758,40 @@ impl Monitor {
         live.launches = self.0.launches.iter().map(|l| l.load(Ordering::Relaxed)).collect();
         live
     }
+
+    /// By tenant, the time one of its packets takes of each core, ns, from what `live`'s
+    /// wrappers measured (`snic`, `panic`): each task it does not skip, at its wrapper's ns a
+    /// packet, on its region's core, over the chain's instances (packets are spread over them);
+    /// and core 0's scheduler, at its ns a packet taken in. A task that has run no packet yet
+    /// counts nothing. Empty in `rtc` (no scheduler to limit at).
+    pub fn ns_per_packet(&self, live: &Live) -> Vec<Vec<f64>> {
+        let sh = &self.0;
+        if sh.mode == Mode::Rtc {
+            return Vec::new();
+        }
+        let taken: u64 = live.stats.tenants.iter().map(|t| t.packets_in).sum();
+        let sched = if taken > 0 { live.stats.scheduler_ns as f64 / taken as f64 } else { 0.0 };
+        let share = 1.0 / sh.instances.max(1) as f64;
+        sh.placements
+            .iter()
+            .map(|&(chain, skip)| {
+                let mut ns = vec![0.0; sh.cores];
+                if let Some(c0) = ns.first_mut() {
+                    *c0 = sched;
+                }
+                for w in live.stats.wrappers.iter().filter(|w| w.chain == chain && w.packets > 0) {
+                    if skip >> (w.position & 63) & 1 == 1 {
+                        continue;
+                    }
+                    let core = w.region.and_then(|r| sh.region_core.get(r)).copied().unwrap_or(0);
+                    if let Some(c) = ns.get_mut(core) {
+                        *c += w.ns as f64 / w.packets as f64 * share;
+                    }
+                }
+                ns
+            })
+            .collect()
+    }
 }
 
 /// Per-core counters and scratch space.
@@ -763,8 +812,6 @@ struct CoreState {
     links: Links,
     /// The next fork token (the core's number in the top bits).
     token: u32,
-    /// Batches it ran (one in [`TIME_ONE_IN`] is timed).
-    batches: u64,
     back_in: Vec<rtrb::Consumer<Item>>,
 }
 
@@ -774,7 +821,6 @@ impl CoreState {
             links,
             back_in,
             token: 0,
-            batches: 0,
             tenants: vec![TenantStats::default(); ntenants],
             batch: Vec::new(),
             fates: Vec::new(),
@@ -973,6 +1019,10 @@ impl Runtime {
             limits: tenants.iter().map(|_| AtomicU64::new(NO_LIMIT)).collect(),
             limits_changed: AtomicU64::new(0),
             offered: tenants.iter().map(|_| [Line::default(), Line::default()]).collect(),
+            region_core: region_core.clone(),
+            placements: plan.tenants.iter().map(|p| (p.chain, p.skip)).collect(),
+            instances,
+            mode: cfg.mode,
         });
         Ok(Runtime {
             steer,
@@ -1886,9 +1936,7 @@ fn run_region(
                 // The batch's first group starts at `now`; a later one at its own reading.
                 let start = if first_group { now } else { Instant::now() };
                 let mut cx = Cx { now: start, pool, emitted: &mut st.emitted };
-                st.batches += 1;
-                let timed = st.batches.is_multiple_of(TIME_ONE_IN);
-                run_batch(&mut seg.3, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc, timed);
+                run_batch(&mut seg.3, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc);
             }
             None => {
                 st.fates.clear();
@@ -2195,9 +2243,7 @@ fn run_rtc_batch(chains: &mut [Vec<Wrapper>], pool: &Pool, st: &mut CoreState, n
         let end = items.iter().take_while(|i| i.desc.chain == ci).count();
         if let Some(ws) = chains.get_mut(usize::from(ci)) {
             let mut cx = Cx { now, pool, emitted: &mut st.emitted };
-            st.batches += 1;
-            let timed = st.batches.is_multiple_of(TIME_ONE_IN);
-            run_batch(ws, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc, timed);
+            run_batch(ws, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc);
         } else {
             st.fates.clear();
             st.fates.resize(end, Fate::Dropped("no_task"));

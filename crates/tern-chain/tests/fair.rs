@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use tern_chain::fair::{Claim, Stop, TokenBucket, drf, jain, space_demand};
+use tern_chain::fair::{Claim, Epoch, Stop, TenantLoad, TokenBucket, drf, jain, space_demand, time_share};
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * (1.0 + a.abs().max(b.abs()))
@@ -91,6 +91,72 @@ fn paper_two_users_get_half_each() {
     // User 1 offers only 2: user 2 takes the rest of the shared regions.
     let a = drf(&[1.0; 4], &[Claim::new(vec![per_gbps; 4], 2.0), Claim::new(vec![per_gbps, per_gbps, 0.0, 0.0], 40.0)]);
     assert!(close(a.units[0], 2.0) && close(a.units[1], 8.0), "{a:?}");
+}
+
+/// A task of 1200 ns a 1500-byte packet carries 10 Gbit/s in its region.
+const NS_10G: f64 = 8.0 * 1500.0 / 10.0;
+
+fn load(offered: f64, weight: f64, ns: Vec<f64>) -> TenantLoad {
+    TenantLoad { offered_gbps: offered, mean_bytes: 1500.0, weight, ns_per_packet: ns }
+}
+
+/// Time sharing from measured per-packet times: §5.3's two users (4 tasks and the first 2 of
+/// them, regions of 10 Gbit/s) get 5 Gbit/s each when both offer more; when user 1 offers 2,
+/// user 2 takes the rest, and user 1's limit stays at the 5 it could grow to.
+#[test]
+fn time_share_two_users() {
+    let cap = [1.0; 4];
+    let u1 = |o| load(o, 1.0, vec![NS_10G; 4]);
+    let u2 = |o| load(o, 1.0, vec![NS_10G, NS_10G, 0.0, 0.0]);
+    let s = time_share(&cap, &[u1(40.0), u2(40.0)]);
+    for x in &s {
+        assert!(close(x.allowed_gbps, 5.0) && x.limit_gbps.is_some_and(|l| close(l, 5.0)), "{s:?}");
+        assert!(close(x.dominant, 0.5));
+    }
+    let s = time_share(&cap, &[u1(2.0), u2(40.0)]);
+    assert!(close(s[0].allowed_gbps, 2.0) && s[0].stop == Stop::Cap, "{s:?}");
+    assert!(s[0].limit_gbps.is_some_and(|l| close(l, 5.0)), "{s:?}");
+    assert!(close(s[1].allowed_gbps, 8.0) && s[1].limit_gbps.is_some_and(|l| close(l, 8.0)), "{s:?}");
+    // Weights (requested bandwidths 1 and 3) on one shared region.
+    let s = time_share(&[1.0], &[load(40.0, 1.0, vec![NS_10G]), load(40.0, 3.0, vec![NS_10G])]);
+    assert!(close(s[0].allowed_gbps, 2.5) && close(s[1].allowed_gbps, 7.5), "{s:?}");
+    // A tenant whose tasks take no measured time has no limit.
+    let s = time_share(&[1.0], &[load(3.0, 1.0, vec![0.0])]);
+    assert_eq!(s[0].limit_gbps, None);
+    assert!(close(s[0].allowed_gbps, 3.0));
+    // Nothing full (both get what they offer): no limits.
+    let s = time_share(&cap, &[u1(2.0), u2(3.0)]);
+    assert_eq!((s[0].limit_gbps, s[1].limit_gbps), (None, None), "{s:?}");
+}
+
+/// The epoch turns running totals into rates: nothing at the first step, then the rate over
+/// the epoch and the packets' mean size.
+#[test]
+fn epoch_rates_from_running_totals() {
+    let mut e = Epoch::default();
+    let t0 = Instant::now();
+    let ns = vec![vec![NS_10G], vec![NS_10G]];
+    assert!(e.step(t0, &[(0, 0), (0, 0)], &[1.0, 1.0], &ns, &[1.0]).is_none());
+    assert!(e.step(t0, &[(0, 0), (0, 0)], &[1.0, 1.0], &ns, &[1.0]).is_none());
+    // 20 ms: tenant 0 sent 2.5 MB in 1500-byte packets (1 Gbit/s), tenant 1 nothing.
+    let t1 = t0 + Duration::from_millis(20);
+    let p = 2_500_000 / 1500;
+    let s = e.step(t1, &[(p, p * 1500), (0, 0)], &[1.0, 1.0], &ns, &[1.0]).unwrap();
+    assert!((s[0].allowed_gbps - 1.0).abs() < 0.001, "{s:?}");
+    assert_eq!(s[1].allowed_gbps, 0.0);
+    // Nothing contended: no limits.
+    assert_eq!((s[0].limit_gbps, s[1].limit_gbps), (None, None));
+    // The next 20 ms tenant 0 offers 15 Gbit/s: the region (10) is full; tenant 0 is held to
+    // it, and tenant 1 may grow to its half.
+    let t2 = t1 + Duration::from_millis(20);
+    let more = 15e9 / 8.0 * 0.02 / 1500.0;
+    let p2 = p + more as u64;
+    let s = e.step(t2, &[(p2, p2 * 1500), (0, 0)], &[1.0, 1.0], &ns, &[1.0]).unwrap();
+    assert!(
+        (s[0].allowed_gbps - 10.0).abs() < 0.01 && s[0].limit_gbps.is_some_and(|l| (l - 10.0).abs() < 0.01),
+        "{s:?}"
+    );
+    assert!(s[1].limit_gbps.is_some_and(|l| (l - 5.0).abs() < 0.01), "{s:?}");
 }
 
 #[test]

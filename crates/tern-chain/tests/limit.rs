@@ -141,3 +141,50 @@ fn limiter_reaches_a_running_runtime() {
         assert_eq!(limiter.offered(), [(n, n * size as u64), (n, n * size as u64)], "{mode:?}");
     }
 }
+
+/// What fair sharing reads of a run: each tenant's time on each core from its wrappers. Two
+/// dummy tasks of 2 µs each take at least 4 µs of some core a packet (spread over the chain's
+/// instances); the other tenant, of 0-ns tasks, far less; `rtc` gives nothing (no limiter).
+#[test]
+fn monitor_gives_each_tenant_its_time_on_each_core() {
+    for mode in [Mode::Snic, Mode::Panic, Mode::Rtc] {
+        let ts: Vec<Tenant> = (0..2)
+            .map(|k| {
+                let ns = if k == 0 { 2000 } else { 0 };
+                Tenant::parse(&format!(
+                    "tenant = \"t{k}\"\ndag = \"a{k} -> b{k}\"\n[ingress]\ndst = \"10.0.{k}.0/24\"\n[nt.a{k}]\nkind = \"dummy\"\nns_per_packet = {ns}\n[nt.b{k}]\nkind = \"dummy\"\nns_per_packet = {ns}\n"
+                ))
+                .unwrap()
+            })
+            .collect();
+        let p = plan::plan(&ts, &area, 8, 100_000).unwrap();
+        let pool = Pool::new(4096, 2048);
+        let cfg = Config { mode, cores: 2, ..Config::default() };
+        let mut keys = tern_chain::task::Keys::default();
+        let mut factory = |t: usize, n: usize| tern_chain::task::build(&ts[t].tasks[n], &mut keys);
+        let rt = Runtime::new(p, ts.clone(), cfg, &mut factory).unwrap();
+        let monitor = rt.monitor();
+        let n = 300u64;
+        let packets: Vec<Packet> = (0..n).flat_map(|_| [frame(&pool, 0, 200), frame(&pool, 1, 200)]).collect();
+        let stopper = rt.stopper();
+        let got: Collected = Arc::new(Mutex::new(Vec::new()));
+        let ingress: Vec<Box<dyn Ingress>> = if mode == Mode::Rtc {
+            vec![Box::new(VecIngress::new(packets)), Box::new(VecIngress::new(Vec::new()))]
+        } else {
+            vec![Box::new(VecIngress::new(packets))]
+        };
+        let egress: Vec<Box<dyn Egress>> =
+            (0..2).map(|_| Box::new(Collect::new(&pool, &got, 2 * n as usize, &stopper)) as Box<dyn Egress>).collect();
+        rt.run(&pool, ingress, egress).unwrap();
+        let ns = monitor.ns_per_packet(&monitor.live());
+        if mode == Mode::Rtc {
+            assert!(ns.is_empty());
+            continue;
+        }
+        assert_eq!(ns.len(), 2, "{mode:?}");
+        assert!(ns.iter().all(|v| v.len() == 2), "{mode:?}: {ns:?}");
+        let total = |t: usize| ns[t].iter().sum::<f64>();
+        assert!(total(0) >= 4000.0, "{mode:?}: {ns:?}");
+        assert!(total(1) < total(0), "{mode:?}: {ns:?}");
+    }
+}

@@ -968,6 +968,13 @@ fn chain_serve_round_trip(mode: &str) {
     let body = ureq::get(&format!("http://{metrics}/metrics")).call().unwrap().into_body().read_to_string().unwrap();
     assert!(body.contains("tern_chain_tx_packets_total{tenant=\"lan\"} 2"), "{body}");
     assert!(body.contains("tern_chain_malformed_packets_total 1"), "{body}");
+    if mode != "rtc" {
+        // Fair shares, every 20 ms: what the tenant offered (the query and the answer), its share.
+        let offered = (f.len() + r.len()) as u64;
+        assert!(body.contains(&format!("tern_chain_offered_bytes_total{{tenant=\"lan\"}} {offered}")), "{body}");
+        assert!(body.contains("tern_chain_allowed_gbps{tenant=\"lan\"}"), "{body}");
+        assert!(body.contains("tern_chain_dominant_share{tenant=\"lan\"}"), "{body}");
+    }
     let (ok, out, err) = tern(&["chain", "dump", "--server", &metrics]);
     assert!(ok, "{err}");
     assert!(out.contains(&format!("mode {mode}")) && out.contains("ns/packet"), "{out}");
@@ -1005,6 +1012,7 @@ fn chain_serve_round_trip(mode: &str) {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["tenants"][0]["packets_out"], 2, "{mode}: {v}");
+    assert_eq!(v["tenants"][0]["fair"].is_null(), mode == "rtc", "{mode}: {v}");
     if mode == "snic" {
         assert_eq!(v["tenants"][0]["drops"]["denied"], 1, "{v}");
     }

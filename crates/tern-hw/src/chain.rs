@@ -40,6 +40,8 @@ pub struct ChainModel {
     pub credits: u64,
     /// Partial reconfiguration of a region, ns.
     pub pr_ns: f64,
+    /// The fairness epoch (shares recomputed this often), ns.
+    pub epoch_ns: f64,
     /// Regions, and LUTs in each.
     pub regions: u64,
     pub region_luts: u64,
@@ -85,6 +87,7 @@ impl ChainModel {
             line_gbps: need(rate::LINE_GBPS, p.rate(rate::LINE_GBPS))?,
             credits: cap(resource::CHAIN_CREDITS)?,
             pr_ns: need(latency::CHAIN_PR, lat(latency::CHAIN_PR))?,
+            epoch_ns: need(latency::CHAIN_EPOCH, lat(latency::CHAIN_EPOCH))?,
             regions: cap(resource::CHAIN_REGIONS)?,
             region_luts: cap(resource::CHAIN_REGION_LUTS)?,
             task_gbps,
@@ -151,6 +154,7 @@ mod tests {
         assert_eq!(m.credit_round_trip_ns(), 260.0);
         // 10 ms of partial reconfiguration.
         assert_eq!(m.pr_ns, 10e6);
+        assert_eq!(m.epoch_ns, 20e6);
     }
 
     #[test]

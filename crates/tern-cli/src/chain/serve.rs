@@ -18,8 +18,11 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use serde_json::json;
+use tern_chain::fair::{Epoch, Share};
 use tern_chain::plan::{self, Plan};
-use tern_chain::runtime::{Arrival, Classify, Config, Egress, Ingress, Item, Live, Mode, Monitor, RunStats, Runtime};
+use tern_chain::runtime::{
+    Arrival, Classify, Config, Egress, Ingress, Item, Limiter, Live, Mode, Monitor, RunStats, Runtime,
+};
 use tern_chain::task::Keys;
 use tern_chain::tenant::{self, Tenant};
 use tern_io::afpacket::AfPacketPort;
@@ -64,6 +67,14 @@ pub struct ServeArgs {
     /// packets and time) and `/config` on this address.
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
+    /// Recompute fair shares this often, ms: each tenant's offered load and its tasks'
+    /// measured time on each core give its share (DRF over the cores' time, weighted by its
+    /// bandwidth), set as its ingress limit (snic, panic) [default: the profile's epoch].
+    #[arg(long)]
+    pub epoch_ms: Option<f64>,
+    /// No fair shares: no ingress limits (the scheduler's virtual-time order alone).
+    #[arg(long)]
+    pub no_fair: bool,
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
@@ -212,7 +223,25 @@ impl Egress for PortEgress {
 /// The chain server's metrics, read from the runtime's published counters at each scrape.
 struct ChainCollector {
     monitor: Monitor,
+    limiter: Limiter,
+    fair: Shares,
     tenants: Vec<String>,
+}
+
+/// Each tenant's share at the last epoch (None before the first, or without fairness).
+type Shares = Arc<Mutex<Vec<Option<Share>>>>;
+
+fn gauge_family_f64(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: &[(Labels, f64)],
+) -> Result<(), std::fmt::Error> {
+    let mut g = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (l, v) in rows {
+        ConstGauge::new(*v).encode(g.encode_family(l)?)?;
+    }
+    Ok(())
 }
 
 impl std::fmt::Debug for ChainCollector {
@@ -270,8 +299,43 @@ impl Collector for ChainCollector {
         counter_family(
             &mut enc,
             "tern_chain_drops_packets",
-            "Packets dropped, by tenant and reason (the tasks' reasons, queue_full, ring_full).",
+            "Packets dropped, by tenant and reason (the tasks' reasons, rate_limited, queue_full, ring_full).",
             &drops,
+        )?;
+        let offered = self.limiter.offered();
+        let rows: Vec<(Labels, u64)> =
+            offered.iter().zip(&self.tenants).map(|(o, n)| (label("tenant", n), o.1)).collect();
+        counter_family(
+            &mut enc,
+            "tern_chain_offered_bytes",
+            "Bytes each tenant offered (classified, before its ingress limit): its intended load.",
+            &rows,
+        )?;
+        let shares = self.fair.lock().map(|f| f.clone()).unwrap_or_default();
+        let per = |f: fn(&Share) -> Option<f64>| -> Vec<(Labels, f64)> {
+            shares
+                .iter()
+                .zip(&self.tenants)
+                .filter_map(|(s, n)| s.as_ref().and_then(f).map(|v| (label("tenant", n), v)))
+                .collect()
+        };
+        gauge_family_f64(
+            &mut enc,
+            "tern_chain_allowed_gbps",
+            "Each tenant's fair share of what it offered at the last epoch, Gbit/s.",
+            &per(|s| Some(s.allowed_gbps)),
+        )?;
+        gauge_family_f64(
+            &mut enc,
+            "tern_chain_limit_gbps",
+            "Each tenant's ingress limit set at the last epoch, Gbit/s (absent: none).",
+            &per(|s| s.limit_gbps),
+        )?;
+        gauge_family_f64(
+            &mut enc,
+            "tern_chain_dominant_share",
+            "Each tenant's dominant share at the last epoch: the largest fraction of any core's time it takes.",
+            &per(|s| Some(s.dominant)),
         )?;
         counter(
             &mut enc,
@@ -475,9 +539,17 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     };
     let launcher = rt.launcher();
     let instances = rt.instances();
-    let pr = Duration::from_nanos(tern_hw::chain::ChainModel::from_profile(&profile)?.pr_ns as u64);
+    let model = tern_hw::chain::ChainModel::from_profile(&profile)?;
+    let pr = Duration::from_nanos(model.pr_ns as u64);
     let monitor = rt.monitor();
+    let limiter = rt.limiter();
     let stopper = rt.stopper();
+    let epoch = Duration::from_secs_f64(a.epoch_ms.unwrap_or(model.epoch_ns / 1e6).max(0.0) / 1e3);
+    if epoch.is_zero() {
+        return Err("--epoch-ms: give a positive number of milliseconds".into());
+    }
+    let fair_on = !a.no_fair && a.mode != Mode::Rtc;
+    let shares: Shares = Arc::new(Mutex::new(vec![None; tenants.len()]));
     say(format!(
         "tern chain serve: {} tenant(s) on {} in mode {}, {} core(s); ports {}",
         tenants.len(),
@@ -489,10 +561,21 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     for l in &plan_text {
         say(format!("  {l}"));
     }
+    if fair_on {
+        say(format!(
+            "fair shares every {} ms: DRF over the cores' time on each tenant's offered load, weighted by its bandwidth, set as ingress limits",
+            epoch.as_secs_f64() * 1e3
+        ));
+    }
     let stop_http = Arc::new(std::sync::atomic::AtomicBool::new(false));
     if let Some(addr) = a.metrics {
         let mut registry = Registry::default();
-        registry.register_collector(Box::new(ChainCollector { monitor: monitor.clone(), tenants: names.clone() }));
+        registry.register_collector(Box::new(ChainCollector {
+            monitor: monitor.clone(),
+            limiter: limiter.clone(),
+            fair: shares.clone(),
+            tenants: names.clone(),
+        }));
         let (m2, n2, p2, mode) = (monitor.clone(), names.clone(), plan_text.clone(), a.mode);
         let extra: crate::metrics::Extra =
             Box::new(move |path| (path == "/runtime").then(|| runtime_json(mode, &n2, &p2, &m2.live()).to_string()));
@@ -557,9 +640,42 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             if json_out { eprintln!("{msg}") } else { println!("{msg}") }
         }
     });
+    // Fair shares: every epoch, what each tenant offered and its tasks' measured time give its
+    // share, set as its ingress limit.
+    let fairness = fair_on.then(|| {
+        let (done, monitor, limiter, shares) = (done.clone(), monitor.clone(), limiter.clone(), shares.clone());
+        let weights: Vec<f64> =
+            tenants.iter().map(|t| if t.bandwidth_gbps > 0.0 { t.bandwidth_gbps } else { 1.0 }).collect();
+        let capacity = vec![1.0; a.cores.max(1)];
+        std::thread::spawn(move || {
+            let mut e = Epoch::default();
+            let mut next = Instant::now();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                next += epoch;
+                let now = Instant::now();
+                if next > now {
+                    std::thread::sleep(next - now);
+                } else {
+                    next = now;
+                }
+                let live = monitor.live();
+                let ns = monitor.ns_per_packet(&live);
+                let Some(got) = e.step(Instant::now(), &limiter.offered(), &weights, &ns, &capacity) else { continue };
+                for (t, s) in got.iter().enumerate() {
+                    let _ = limiter.set(t, s.limit_gbps);
+                }
+                if let Ok(mut sh) = shares.lock() {
+                    *sh = got.into_iter().map(Some).collect();
+                }
+            }
+        })
+    });
     let stats = rt.run(&pool, ingress, egress);
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = watcher.join();
+    if let Some(f) = fairness {
+        let _ = f.join();
+    }
     stop_http.store(true, std::sync::atomic::Ordering::Relaxed);
     let stats = stats?;
     let port_stats: Vec<(String, PortStats)> = a
@@ -568,10 +684,16 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         .zip(ports.iter())
         .map(|(n, p)| (n.clone(), p.lock().map(|mut p| p.port().stats()).unwrap_or_default()))
         .collect();
+    let offered = limiter.offered();
+    let last = shares.lock().map(|s| s.clone()).unwrap_or_default();
     if a.json {
         let j = json!({
             "seconds": started.elapsed().as_secs_f64(),
-            "tenants": names.iter().zip(&stats.tenants).map(|(n, t)| json!({"tenant": n, "packets_in": t.packets_in, "packets_out": t.packets_out, "replies": t.replies, "drops": t.drops})).collect::<Vec<_>>(),
+            "tenants": names.iter().zip(&stats.tenants).zip(&offered).zip(&last).map(|(((n, t), o), s)| json!({
+                "tenant": n, "packets_in": t.packets_in, "packets_out": t.packets_out, "replies": t.replies, "drops": t.drops,
+                "offered_bytes": o.1,
+                "fair": s.map(|s| json!({"allowed_gbps": s.allowed_gbps, "limit_gbps": s.limit_gbps, "dominant_share": s.dominant})),
+            })).collect::<Vec<_>>(),
             "unknown_tenant": stats.unknown_tenant,
             "malformed": stats.malformed,
             "scheduler": {"decisions": stats.decisions, "ns": stats.scheduler_ns},
