@@ -111,7 +111,14 @@ impl Ingress for Gen {
 /// write the same line (the harness must not be the bottleneck of what it measures).
 #[derive(Debug, Default)]
 #[repr(align(128))]
-struct Count(AtomicU64);
+struct Count {
+    total: AtomicU64,
+    /// By tenant (the last slot takes tenants beyond it).
+    by_tenant: [AtomicU64; TENANT_SLOTS],
+}
+
+/// Tenants a sink counts apart.
+pub const TENANT_SLOTS: usize = 16;
 
 /// What the sinks share: packets out, and latencies while measuring.
 #[derive(Debug, Default)]
@@ -127,7 +134,18 @@ pub struct Tally {
 impl Tally {
     /// Packets out so far, all sinks.
     pub fn delivered(&self) -> u64 {
-        self.counts.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|c| c.0.load(Ordering::Relaxed)).sum()
+        self.counts.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|c| c.total.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Packets out so far by tenant (the first [`TENANT_SLOTS`]), all sinks.
+    pub fn delivered_by_tenant(&self) -> [u64; TENANT_SLOTS] {
+        let mut out = [0; TENANT_SLOTS];
+        for c in self.counts.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            for (o, b) in out.iter_mut().zip(&c.by_tenant) {
+                *o += b.load(Ordering::Relaxed);
+            }
+        }
+        out
     }
 }
 
@@ -141,6 +159,7 @@ pub struct Sink {
     pool: Pool,
     tally: Arc<Tally>,
     count: Arc<Count>,
+    by_tenant: [u64; TENANT_SLOTS],
     local: Vec<u64>,
 }
 
@@ -149,7 +168,7 @@ impl Sink {
     pub fn new(pool: &Pool, tally: &Arc<Tally>) -> Sink {
         let count = Arc::new(Count::default());
         tally.counts.lock().unwrap_or_else(|e| e.into_inner()).push(count.clone());
-        Sink { pool: pool.clone(), tally: tally.clone(), count, local: Vec::new() }
+        Sink { pool: pool.clone(), tally: tally.clone(), count, by_tenant: [0; TENANT_SLOTS], local: Vec::new() }
     }
 }
 
@@ -158,7 +177,19 @@ impl Egress for Sink {
         let now = Instant::now();
         let keep = self.tally.measuring.load(Ordering::Relaxed);
         // One writer: a load and a store, not a read-modify-write.
-        self.count.0.store(self.count.0.load(Ordering::Relaxed) + items.len() as u64, Ordering::Relaxed);
+        let total = &self.count.total;
+        total.store(total.load(Ordering::Relaxed) + items.len() as u64, Ordering::Relaxed);
+        let mut seen = 0u32;
+        for item in &*items {
+            let t = usize::from(item.desc.tenant).min(TENANT_SLOTS - 1);
+            self.by_tenant[t] += 1;
+            seen |= 1 << t;
+        }
+        while seen != 0 {
+            let t = seen.trailing_zeros() as usize;
+            seen &= seen - 1;
+            self.count.by_tenant[t].store(self.by_tenant[t], Ordering::Relaxed);
+        }
         for item in items.drain(..) {
             if keep && self.local.len() < MAX_SAMPLES {
                 self.local.push(now.saturating_duration_since(item.desc.arrived).as_nanos() as u64);
@@ -371,4 +402,172 @@ pub fn core_round_trip_ns(n: u64) -> f64 {
         let _ = echo.join();
         ns
     })
+}
+
+/// One paced (or unpaced) stream of a [`MixGen`].
+#[derive(Debug)]
+struct Stream {
+    frames: Vec<Vec<u8>>,
+    next: usize,
+    interval: Option<Duration>,
+    due: Option<Instant>,
+}
+
+/// A generator of several streams, each its frames at its own rate (None: as fast as taken),
+/// taken in turns: tenants offering different loads through one ingress.
+#[derive(Debug)]
+pub struct MixGen {
+    pool: Pool,
+    streams: Vec<Stream>,
+    turn: usize,
+}
+
+impl MixGen {
+    /// Of `streams` (frames, packets a second).
+    pub fn new(pool: &Pool, streams: Vec<(Vec<Vec<u8>>, Option<f64>)>) -> MixGen {
+        let streams = streams
+            .into_iter()
+            .filter(|(f, _)| !f.is_empty())
+            .map(|(frames, rate)| Stream {
+                frames,
+                next: 0,
+                interval: rate.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r)),
+                due: None,
+            })
+            .collect();
+        MixGen { pool: pool.clone(), streams, turn: 0 }
+    }
+}
+
+impl Ingress for MixGen {
+    fn recv(&mut self, now: Instant, max: usize, out: &mut Vec<Arrival>) {
+        let n = self.streams.len();
+        let mut idle = 0;
+        while out.len() < max && idle < n {
+            let s = &mut self.streams[self.turn % n];
+            self.turn = self.turn.wrapping_add(1);
+            let at = match s.interval {
+                None => now,
+                Some(iv) => {
+                    let due = *s.due.get_or_insert(now);
+                    if due > now {
+                        idle += 1;
+                        continue;
+                    }
+                    s.due = Some(due + iv);
+                    due
+                }
+            };
+            idle = 0;
+            let mut p = self.pool.packet();
+            p.reserve_headroom(tern_io::DEFAULT_HEADROOM);
+            if p.extend_from_slice(&s.frames[s.next]).is_err() {
+                self.pool.put(p);
+                return;
+            }
+            s.next = (s.next + 1) % s.frames.len();
+            out.push(Arrival { packet: p, at, port: 0 });
+        }
+    }
+}
+
+/// One measured phase of the fairness benchmark.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FairPhase {
+    /// By tenant: packets a second offered and delivered over the measured time.
+    pub offered_pps: Vec<f64>,
+    pub delivered_pps: Vec<f64>,
+    /// By tenant: its time a packet on each core, ns, as measured at the end.
+    pub ns_per_packet: Vec<Vec<f64>>,
+    /// By tenant: its dominant share delivered (its rate times its time a packet on its
+    /// busiest core, a fraction of that core).
+    pub dominant: Vec<f64>,
+    /// By tenant: its last limit, Gbit/s (None: none; fairness off).
+    pub limit_gbps: Vec<Option<f64>>,
+    /// Packets dropped by the limiters.
+    pub rate_limited: u64,
+}
+
+/// When the measured time began: the delivered and offered counts then.
+type Mark = (Instant, [u64; TENANT_SLOTS], Vec<(u64, u64)>);
+
+/// Runs `tenants` on `plan` with a stream a tenant (its frames and packets a second; None: as
+/// fast as taken) and, if `fair`, fair shares ticked every `epoch`; measures each tenant's
+/// offered and delivered rate over `secs` after `warmup`.
+#[allow(clippy::too_many_arguments)]
+pub fn measure_fair(
+    tenants: &[Tenant],
+    plan: &Plan,
+    cfg: Config,
+    streams: Vec<(Vec<Vec<u8>>, Option<f64>)>,
+    fair: bool,
+    epoch: Duration,
+    warmup: Duration,
+    secs: Duration,
+) -> Result<FairPhase, String> {
+    let pool = Pool::new(1 << 15, tern_io::DEFAULT_BUF_SIZE);
+    let mut keys = Keys::default();
+    let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut keys);
+    let rt = Runtime::new(plan.clone(), tenants.to_vec(), cfg, &mut factory)?;
+    let stopper = rt.stopper();
+    let limiter = rt.limiter();
+    let monitor = rt.monitor();
+    let mut shares = fair.then(|| crate::runtime::FairShares::new(&rt));
+    let tally = Arc::new(Tally::default());
+    let cores = cfg.cores.max(1);
+    let ingress: Vec<Box<dyn Ingress>> = vec![Box::new(MixGen::new(&pool, streams))];
+    let egress: Vec<Box<dyn Egress>> =
+        (0..cores).map(|_| Box::new(Sink::new(&pool, &tally)) as Box<dyn Egress>).collect();
+    let nt = tenants.len().min(TENANT_SLOTS);
+    let (window, stats) = std::thread::scope(|s| {
+        let t2 = tally.clone();
+        let lim = limiter.clone();
+        let timer = s.spawn(move || {
+            let start = Instant::now();
+            let mut next = start;
+            let mut mark: Option<Mark> = None;
+            loop {
+                next += epoch;
+                let now = Instant::now();
+                if next > now {
+                    std::thread::sleep(next - now);
+                }
+                let now = Instant::now();
+                if let Some(f) = shares.as_mut() {
+                    f.tick(now);
+                }
+                if mark.is_none() && now >= start + warmup {
+                    mark = Some((now, t2.delivered_by_tenant(), lim.offered()));
+                }
+                if now >= start + warmup + secs {
+                    let (t0, d0, o0) = mark.unwrap_or((start, [0; TENANT_SLOTS], vec![(0, 0); nt]));
+                    let (d1, o1) = (t2.delivered_by_tenant(), lim.offered());
+                    stopper.stop();
+                    let dt = (now - t0).as_secs_f64().max(1e-9);
+                    let delivered: Vec<f64> = (0..nt).map(|t| (d1[t] - d0[t]) as f64 / dt).collect();
+                    let offered: Vec<f64> = (0..nt)
+                        .map(|t| {
+                            let a = o0.get(t).map_or(0, |x| x.0);
+                            let b = o1.get(t).map_or(0, |x| x.0);
+                            b.saturating_sub(a) as f64 / dt
+                        })
+                        .collect();
+                    return (offered, delivered);
+                }
+            }
+        });
+        let stats = rt.run(&pool, ingress, egress);
+        let window = timer.join().unwrap_or_default();
+        (window, stats)
+    });
+    let stats = stats?;
+    let (offered_pps, delivered_pps) = window;
+    let ns_per_packet = monitor.ns_per_packet(&monitor.live());
+    let dominant = delivered_pps
+        .iter()
+        .zip(&ns_per_packet)
+        .map(|(pps, ns)| ns.iter().map(|n| pps * n / 1e9).fold(0.0, f64::max))
+        .collect();
+    let rate_limited = stats.tenants.iter().map(|t| t.drops.get("rate_limited").copied().unwrap_or(0)).sum();
+    Ok(FairPhase { offered_pps, delivered_pps, ns_per_packet, dominant, limit_gbps: limiter.limits(), rate_limited })
 }

@@ -313,13 +313,15 @@ pub struct Epoch {
 
 impl Epoch {
     /// The shares at `now` from the totals `offered` (by tenant: packets, bytes, as
-    /// `runtime::Limiter::offered` gives them), each tenant's `weight`, and its packets' time on
-    /// each resource. The first call only notes the totals (no rates yet): `None`; so does a
-    /// call at the same instant.
+    /// `runtime::Limiter::offered` gives them), each tenant's `weight`, its packets' time on
+    /// each resource, and whether it is `backlogged` (packets waiting beyond what it is served:
+    /// what it intends is more than it could offer, so its demand has no bound). The first call
+    /// only notes the totals (no rates yet): `None`; so does a call at the same instant.
     pub fn step(
         &mut self,
         now: Instant,
         offered: &[(u64, u64)],
+        backlogged: &[bool],
         weights: &[f64],
         ns_per_packet: &[Vec<f64>],
         capacity: &[f64],
@@ -341,8 +343,9 @@ impl Epoch {
                     // A tenant that sent nothing this epoch keeps its last mean size.
                     self.mean[t] = db as f64 / dp as f64;
                 }
+                let rate = db as f64 * 8.0 / secs / 1e9;
                 TenantLoad {
-                    offered_gbps: db as f64 * 8.0 / secs / 1e9,
+                    offered_gbps: if backlogged.get(t).copied().unwrap_or(false) { f64::INFINITY } else { rate },
                     mean_bytes: self.mean[t],
                     weight: weights.get(t).copied().unwrap_or(1.0),
                     ns_per_packet: ns_per_packet.get(t).cloned().unwrap_or_default(),

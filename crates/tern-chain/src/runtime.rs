@@ -1286,6 +1286,53 @@ impl Limiter {
     }
 }
 
+/// Fair shares on a running [`Runtime`] (docs/chain.md, "Fairness"): at each [`tick`]
+/// (every epoch), what each tenant offered since the last tick and its tasks' measured time on
+/// each core give its share ([`crate::fair::time_share`] over the cores' time, weighted by its
+/// bandwidth), set as its ingress limit. The caller keeps the time: `tern chain serve` and the
+/// benchmark tick it every epoch from a thread of their own.
+///
+/// [`tick`]: FairShares::tick
+#[derive(Debug)]
+pub struct FairShares {
+    monitor: Monitor,
+    limiter: Limiter,
+    weights: Vec<f64>,
+    capacity: Vec<f64>,
+    epoch: crate::fair::Epoch,
+    /// Packets waiting in a tenant's queue that make it backlogged: a batch.
+    backlog: usize,
+}
+
+impl FairShares {
+    /// For `rt`'s tenants, weighted by their `bandwidth_gbps` (1 if none), over its cores.
+    pub fn new(rt: &Runtime) -> FairShares {
+        FairShares {
+            monitor: rt.monitor(),
+            limiter: rt.limiter(),
+            weights: rt.tenants.iter().map(|t| if t.bandwidth_gbps > 0.0 { t.bandwidth_gbps } else { 1.0 }).collect(),
+            capacity: vec![1.0; rt.cfg.cores.max(1)],
+            epoch: crate::fair::Epoch::default(),
+            backlog: rt.cfg.batch.max(1),
+        }
+    }
+
+    /// One epoch at `now`: the shares, each tenant's limit set (None at the first tick).
+    pub fn tick(&mut self, now: Instant) -> Option<Vec<crate::fair::Share>> {
+        let live = self.monitor.live();
+        let ns = self.monitor.ns_per_packet(&live);
+        // A tenant with a batch or more waiting in its queue is served less than it offers.
+        let backlogged: Vec<bool> = (0..self.weights.len())
+            .map(|t| live.queue_depth.get(t).is_some_and(|&d| d >= self.backlog as u64))
+            .collect();
+        let got = self.epoch.step(now, &self.limiter.offered(), &backlogged, &self.weights, &ns, &self.capacity)?;
+        for (t, s) in got.iter().enumerate() {
+            let _ = self.limiter.set(t, s.limit_gbps);
+        }
+        Some(got)
+    }
+}
+
 fn decode_limit(bits: u64) -> Option<f64> {
     (bits != NO_LIMIT).then(|| f64::from_bits(bits))
 }

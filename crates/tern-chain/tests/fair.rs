@@ -136,12 +136,12 @@ fn epoch_rates_from_running_totals() {
     let mut e = Epoch::default();
     let t0 = Instant::now();
     let ns = vec![vec![NS_10G], vec![NS_10G]];
-    assert!(e.step(t0, &[(0, 0), (0, 0)], &[1.0, 1.0], &ns, &[1.0]).is_none());
-    assert!(e.step(t0, &[(0, 0), (0, 0)], &[1.0, 1.0], &ns, &[1.0]).is_none());
+    assert!(e.step(t0, &[(0, 0), (0, 0)], &[false, false], &[1.0, 1.0], &ns, &[1.0]).is_none());
+    assert!(e.step(t0, &[(0, 0), (0, 0)], &[false, false], &[1.0, 1.0], &ns, &[1.0]).is_none());
     // 20 ms: tenant 0 sent 2.5 MB in 1500-byte packets (1 Gbit/s), tenant 1 nothing.
     let t1 = t0 + Duration::from_millis(20);
     let p = 2_500_000 / 1500;
-    let s = e.step(t1, &[(p, p * 1500), (0, 0)], &[1.0, 1.0], &ns, &[1.0]).unwrap();
+    let s = e.step(t1, &[(p, p * 1500), (0, 0)], &[false, false], &[1.0, 1.0], &ns, &[1.0]).unwrap();
     assert!((s[0].allowed_gbps - 1.0).abs() < 0.001, "{s:?}");
     assert_eq!(s[1].allowed_gbps, 0.0);
     // Nothing contended: no limits.
@@ -151,12 +151,17 @@ fn epoch_rates_from_running_totals() {
     let t2 = t1 + Duration::from_millis(20);
     let more = 15e9 / 8.0 * 0.02 / 1500.0;
     let p2 = p + more as u64;
-    let s = e.step(t2, &[(p2, p2 * 1500), (0, 0)], &[1.0, 1.0], &ns, &[1.0]).unwrap();
+    let s = e.step(t2, &[(p2, p2 * 1500), (0, 0)], &[false, false], &[1.0, 1.0], &ns, &[1.0]).unwrap();
     assert!(
         (s[0].allowed_gbps - 10.0).abs() < 0.01 && s[0].limit_gbps.is_some_and(|l| (l - 10.0).abs() < 0.01),
         "{s:?}"
     );
     assert!(s[1].limit_gbps.is_some_and(|l| (l - 5.0).abs() < 0.01), "{s:?}");
+    // Backlogged, tenant 1 wants more than it offered (nothing): the two split the region.
+    let t3 = t2 + Duration::from_millis(20);
+    let p3 = p2 + more as u64;
+    let s = e.step(t3, &[(p3, p3 * 1500), (0, 0)], &[false, true], &[1.0, 1.0], &ns, &[1.0]).unwrap();
+    assert!((s[0].allowed_gbps - 5.0).abs() < 0.01 && (s[1].allowed_gbps - 5.0).abs() < 0.01, "{s:?}");
 }
 
 #[test]

@@ -847,6 +847,34 @@ fn chain_check_reads_tenants_and_names_what_is_wrong() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `tern bench chain --fairness --json` prints its three promised keys at top level and both
+/// users' DRF shares (tiny phases: the report is checked, not the figures), and writes its file.
+#[test]
+fn bench_chain_fairness_json_has_the_promised_keys() {
+    let out_dir = std::env::temp_dir().join(format!("tern-bench-chain-fair-{}", std::process::id()));
+    let (ok, out, err) = tern(&[
+        "bench",
+        "chain",
+        "--fairness",
+        "--rounds",
+        "1",
+        "--phase-secs",
+        "0.1",
+        "--json",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for key in ["jain_index", "max_share_error", "victim_rate_kept"] {
+        assert!(v[key].as_f64().is_some(), "{key}: {}", v[key]);
+    }
+    assert_eq!(v["two_users"]["with"].as_array().unwrap().len(), 1);
+    assert_eq!(v["two_users"]["drf_shares"].as_array().unwrap().len(), 2);
+    assert!(out_dir.join("chain-fairness.json").exists());
+    std::fs::remove_dir_all(&out_dir).unwrap();
+}
+
 /// `tern bench chain --json` prints the six promised keys at top level (tiny phases: what is
 /// checked is the report, not the figures), writes its files, and refuses zero rounds.
 #[test]

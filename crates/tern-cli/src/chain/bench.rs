@@ -56,6 +56,11 @@ pub struct ChainBenchArgs {
     /// Print the JSON report on stdout (the table goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Instead: fair shares on real traffic (§5.3's two users with and without them, and a
+    /// tenant offering five times its share beside one offering its share); writes
+    /// reports/chain-fairness.json [default rounds 5 of 1 s phases; quick 3 of 0.4 s].
+    #[arg(long)]
+    pub fairness: bool,
 }
 
 const MODES: [Mode; 3] = [Mode::Snic, Mode::Panic, Mode::Rtc];
@@ -89,6 +94,9 @@ fn area(t: &TaskSpec, profile: &tern_hw::Profile) -> Result<u64, String> {
 
 /// `tern bench chain`.
 pub fn run(a: &ChainBenchArgs) -> CmdResult {
+    if a.fairness {
+        return super::fairbench::run(a);
+    }
     let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 });
     crate::check_count("rounds", rounds as u64, 1000)?;
     crate::check_count("cores", a.cores as u64, 256)?;

@@ -18,10 +18,10 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use serde_json::json;
-use tern_chain::fair::{Epoch, Share};
+use tern_chain::fair::Share;
 use tern_chain::plan::{self, Plan};
 use tern_chain::runtime::{
-    Arrival, Classify, Config, Egress, Ingress, Item, Limiter, Live, Mode, Monitor, RunStats, Runtime,
+    Arrival, Classify, Config, Egress, FairShares, Ingress, Item, Limiter, Live, Mode, Monitor, RunStats, Runtime,
 };
 use tern_chain::task::Keys;
 use tern_chain::tenant::{self, Tenant};
@@ -643,12 +643,9 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     // Fair shares: every epoch, what each tenant offered and its tasks' measured time give its
     // share, set as its ingress limit.
     let fairness = fair_on.then(|| {
-        let (done, monitor, limiter, shares) = (done.clone(), monitor.clone(), limiter.clone(), shares.clone());
-        let weights: Vec<f64> =
-            tenants.iter().map(|t| if t.bandwidth_gbps > 0.0 { t.bandwidth_gbps } else { 1.0 }).collect();
-        let capacity = vec![1.0; a.cores.max(1)];
+        let (done, shares) = (done.clone(), shares.clone());
+        let mut fair = FairShares::new(&rt);
         std::thread::spawn(move || {
-            let mut e = Epoch::default();
             let mut next = Instant::now();
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 next += epoch;
@@ -658,12 +655,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
                 } else {
                     next = now;
                 }
-                let live = monitor.live();
-                let ns = monitor.ns_per_packet(&live);
-                let Some(got) = e.step(Instant::now(), &limiter.offered(), &weights, &ns, &capacity) else { continue };
-                for (t, s) in got.iter().enumerate() {
-                    let _ = limiter.set(t, s.limit_gbps);
-                }
+                let Some(got) = fair.tick(Instant::now()) else { continue };
                 if let Ok(mut sh) = shares.lock() {
                     *sh = got.into_iter().map(Some).collect();
                 }

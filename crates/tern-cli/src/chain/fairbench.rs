@@ -1,0 +1,191 @@
+//! `tern bench chain --fairness` (docs/chain.md, "Benchmark: fairness"): §5.3's two users on
+//! real traffic, with and without fair shares, in alternating rounds; then a tenant offering
+//! five times its share beside one offering its share.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde_json::json;
+use tern_chain::bench::{self, FairPhase, median};
+use tern_chain::fair::{TenantLoad, jain, time_share};
+use tern_chain::plan;
+use tern_chain::runtime::{Config, Mode};
+use tern_chain::tenant::{self, Tenant};
+
+use super::bench::ChainBenchArgs;
+use crate::CmdResult;
+use crate::env::Environment;
+
+/// Each dummy task's time in the fairness runs, ns: long enough that the tasks, not the
+/// harness, fill the cores.
+const TASK_NS: u64 = 400;
+
+/// §5.3's users: user 1 a chain of 4 dummy tasks, user 2 the first 2 of them (shared, so user
+/// 2 rides user 1's chain), the same requested bandwidth.
+fn users() -> Result<Vec<Tenant>, String> {
+    let mk = |name: &str, k: u8, tasks: usize| {
+        let names: Vec<String> = (1..=tasks).map(|i| format!("d{i}")).collect();
+        let mut s = format!(
+            "tenant = \"{name}\"\ndag = \"{}\"\nbandwidth_gbps = 1\n[ingress]\ndst = \"10.0.{k}.0/24\"\n",
+            names.join(" -> ")
+        );
+        for n in &names {
+            s += &format!("[nt.{n}]\nkind = \"dummy\"\nns_per_packet = {TASK_NS}\n");
+        }
+        Tenant::parse(&s).map_err(|e| format!("{name}: {e}"))
+    };
+    Ok(vec![mk("user1", 1, 4)?, mk("user2", 2, 2)?])
+}
+
+/// The DRF shares (dominant share, packets a second) of tenants offering without bound, from
+/// each one's measured time a packet on each core.
+fn drf_shares(ns: &[Vec<f64>], cores: usize, size: f64) -> Vec<(f64, f64)> {
+    let loads: Vec<TenantLoad> = ns
+        .iter()
+        .map(|n| TenantLoad { offered_gbps: f64::INFINITY, mean_bytes: size, weight: 1.0, ns_per_packet: n.clone() })
+        .collect();
+    time_share(&vec![1.0; cores], &loads).iter().map(|s| (s.dominant, s.allowed_gbps * 1e9 / 8.0 / size)).collect()
+}
+
+/// `tern bench chain --fairness`.
+pub fn run(a: &ChainBenchArgs) -> CmdResult {
+    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 });
+    crate::check_count("rounds", rounds as u64, 1000)?;
+    crate::check_count("cores", a.cores as u64, 256)?;
+    let secs = a.phase_secs.unwrap_or(if a.quick { 0.4 } else { 1.0 });
+    if !(secs > 0.0 && secs <= 60.0) {
+        return Err("--phase-secs must be in (0, 60]".into());
+    }
+    let phase = Duration::from_secs_f64(secs);
+    let warmup = Duration::from_secs_f64((secs / 2.0).min(0.3));
+    let env = Environment::current();
+    let say = |s: String| if a.json { eprintln!("{s}") } else { println!("{s}") };
+    say(format!("environment: {}", env.describe()));
+    let profile = tern_hw::Profile::builtin("supernic-htg9200")?;
+    let model = tern_hw::chain::ChainModel::from_profile(&profile)?;
+    let epoch = Duration::from_secs_f64(model.epoch_ns / 1e9);
+    let ts = users()?;
+    let p = plan::plan(&ts, &|t| tenant::area(t, &profile), model.regions, model.region_luts)?;
+    let cfg = Config { mode: Mode::Snic, cores: a.cores, pin: true, ..Config::default() };
+    let size = 64usize;
+    let frames = |k: u8| bench::frames([10, 0, k, 0], a.flows.max(1), size);
+    say(format!(
+        "{} cores, snic; user1: 4 dummy tasks of {TASK_NS} ns, user2: the first 2 (riding user1's chain); {size}-byte frames; fair shares every {} ms; {rounds} rounds of {secs} s, without and with fair shares in turn",
+        a.cores,
+        epoch.as_secs_f64() * 1e3
+    ));
+    let bar = crate::progress::bar((rounds * 2) as u64, "bench chain --fairness", a.json);
+
+    // 1. Both users offer without bound.
+    let (mut off, mut on): (Vec<FairPhase>, Vec<FairPhase>) = (Vec::new(), Vec::new());
+    for r in 0..rounds {
+        let order = if r % 2 == 0 { [false, true] } else { [true, false] };
+        for fair in order {
+            let streams = vec![(frames(1), None), (frames(2), None)];
+            let ph = bench::measure_fair(&ts, &p, cfg, streams, fair, epoch, warmup, phase)?;
+            if fair { on.push(ph) } else { off.push(ph) }
+        }
+        bar.inc(1);
+    }
+    let jain_of = |v: &[FairPhase]| median(&v.iter().map(|p| jain(&p.dominant)).collect::<Vec<_>>());
+    let med = |v: &[FairPhase], f: &dyn Fn(&FairPhase) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
+    // Each round's error against the DRF shares from that round's own measured costs.
+    let share_errors: Vec<f64> = on
+        .iter()
+        .map(|p| {
+            drf_shares(&p.ns_per_packet, a.cores, size as f64)
+                .iter()
+                .zip(&p.dominant)
+                .map(|((want, _), got)| (got - want).abs() / want.max(1e-9))
+                .fold(0.0, f64::max)
+        })
+        .collect();
+    let max_share_error = median(&share_errors);
+    let drf = on.last().map(|p| drf_shares(&p.ns_per_packet, a.cores, size as f64)).unwrap_or_default();
+    let row = |name: &str, v: &[FairPhase]| {
+        format!(
+            "{name}: user1 {:.3} Mpps (dominant share {:.3}), user2 {:.3} Mpps ({:.3}); Jain {:.4}; aggregate {:.3} Mpps; dropped by limiters {:.0}/s",
+            med(v, &|p| p.delivered_pps[0]) / 1e6,
+            med(v, &|p| p.dominant[0]),
+            med(v, &|p| p.delivered_pps[1]) / 1e6,
+            med(v, &|p| p.dominant[1]),
+            jain_of(v),
+            med(v, &|p| p.delivered_pps.iter().sum::<f64>()) / 1e6,
+            med(v, &|p| p.rate_limited as f64 / secs),
+        )
+    };
+    bar.suspend(|| {
+        say(row("without fair shares (virtual time alone)", &off));
+        say(row("with fair shares", &on));
+        if let [(d1, r1), (d2, r2)] = drf[..] {
+            say(format!(
+                "DRF shares from the measured costs: user1 {:.3} Mpps (dominant {d1:.3}), user2 {:.3} Mpps ({d2:.3}); largest error of a delivered dominant share {:.1}% (median over rounds)",
+                r1 / 1e6,
+                r2 / 1e6,
+                100.0 * max_share_error
+            ));
+        }
+    });
+
+    // 2. User1 offers five times its DRF share, user2 its share.
+    let mut kept_off = Vec::new();
+    let mut kept_on = Vec::new();
+    if let [(_, r1), (_, r2)] = drf[..] {
+        for r in 0..rounds {
+            let order = if r % 2 == 0 { [false, true] } else { [true, false] };
+            for fair in order {
+                let streams = vec![(frames(1), Some(5.0 * r1)), (frames(2), Some(r2))];
+                let ph = bench::measure_fair(&ts, &p, cfg, streams, fair, epoch, warmup, phase)?;
+                let kept = ph.delivered_pps[1] / ph.offered_pps[1].max(1.0);
+                if fair { kept_on.push(kept) } else { kept_off.push(kept) }
+            }
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    let spread = |v: &[f64]| {
+        (
+            median(v),
+            v.iter().copied().fold(f64::INFINITY, f64::min),
+            v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        )
+    };
+    let (k_on, k_off) = (spread(&kept_on), spread(&kept_off));
+    say(format!(
+        "user1 offering 5x its share: user2 (offering its share) kept {:.1}% [{:.1}-{:.1}%] of its rate with fair shares, {:.1}% [{:.1}-{:.1}%] without",
+        100.0 * k_on.0,
+        100.0 * k_on.1,
+        100.0 * k_on.2,
+        100.0 * k_off.0,
+        100.0 * k_off.1,
+        100.0 * k_off.2
+    ));
+    let summary = json!({
+        "jain_index": jain_of(&on),
+        "max_share_error": max_share_error,
+        "victim_rate_kept": k_on.0,
+    });
+    say(format!("summary: {summary}"));
+    let mut report = json!({
+        "bench": "chain --fairness",
+        "environment": env,
+        "options": {"rounds": rounds, "phase_secs": secs, "cores": a.cores, "task_ns": TASK_NS, "frame_bytes": size, "epoch_ms": epoch.as_secs_f64() * 1e3},
+        "two_users": {"without": off, "with": on, "jain_without": jain_of(&off), "drf_shares": drf.iter().map(|(d, r)| json!({"dominant": d, "pps": r})).collect::<Vec<_>>(), "share_errors": share_errors},
+        "aggressor": {"victim_kept_with": kept_on, "victim_kept_without": kept_off},
+        "targets": {"jain_index": 0.99, "max_share_error": 0.05, "victim_rate_kept": 0.95},
+        "not_built": ["static and DRF-only allocations beside", "aggregate against min(offered, capacity)", "autoscaling", "YCSB", "updates"],
+    });
+    if let (Some(r), Some(s)) = (report.as_object_mut(), summary.as_object()) {
+        for (k, v) in s {
+            r.insert(k.clone(), v.clone());
+        }
+    }
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
+    let path = a.out.join("chain-fairness.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
+    say(format!("wrote {}", path.display()));
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
