@@ -95,12 +95,7 @@ impl Ingress for Gen {
                     due
                 }
             };
-            let mut p = self.pool.packet();
-            p.reserve_headroom(tern_io::DEFAULT_HEADROOM);
-            if p.extend_from_slice(&self.frames[self.next]).is_err() {
-                self.pool.put(p);
-                return;
-            }
+            let Some(p) = copy_in(&self.pool, &self.frames[self.next]) else { return };
             self.next = (self.next + 1) % self.frames.len();
             out.push(Arrival { packet: p, at, port: 0 });
         }
@@ -119,6 +114,18 @@ struct Count {
 
 /// Tenants a sink counts apart.
 pub const TENANT_SLOTS: usize = 16;
+
+/// A copy of `frame` in a buffer of `pool`, behind the ports' headroom (None: it does not
+/// fit a buffer).
+fn copy_in(pool: &Pool, frame: &[u8]) -> Option<tern_io::Packet> {
+    let mut p = pool.packet();
+    p.reserve_headroom(tern_io::DEFAULT_HEADROOM);
+    if p.extend_from_slice(frame).is_err() {
+        pool.put(p);
+        return None;
+    }
+    Some(p)
+}
 
 /// What the sinks share: packets out, and latencies while measuring.
 #[derive(Debug, Default)]
@@ -459,12 +466,7 @@ impl Ingress for MixGen {
                 }
             };
             idle = 0;
-            let mut p = self.pool.packet();
-            p.reserve_headroom(tern_io::DEFAULT_HEADROOM);
-            if p.extend_from_slice(&s.frames[s.next]).is_err() {
-                self.pool.put(p);
-                return;
-            }
+            let Some(p) = copy_in(&self.pool, &s.frames[s.next]) else { return };
             s.next = (s.next + 1) % s.frames.len();
             out.push(Arrival { packet: p, at, port: 0 });
         }

@@ -2,48 +2,18 @@
 //! holds one task object a tenant, so one tenant's state — a KV cache's values, a NAT's
 //! mappings — is never another's, in every mode, through the running data path.
 
-use std::sync::{Arc, Mutex};
+mod common;
 
+use common::{area, run_with, udp};
 use tern_chain::kv::{Msg, Op};
 use tern_chain::plan;
-use tern_chain::runtime::{Collect, Collected, Config, Desc, Egress, Ingress, Mode, Runtime, VecIngress};
-use tern_chain::tenant::{TaskSpec, Tenant};
+use tern_chain::runtime::{Config, Desc, Mode};
+use tern_chain::tenant::Tenant;
 use tern_io::{Packet, Pool};
 
-fn area(t: &TaskSpec) -> Result<u64, String> {
-    match t {
-        TaskSpec::Dummy { luts, .. } => Ok(*luts),
-        _ => Ok(1000),
-    }
-}
-
-fn udp(pool: &Pool, src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Packet {
-    let mut f = Vec::new();
-    tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], src, dst, sport, dport, 64, payload);
-    let mut p = pool.packet();
-    p.extend_from_slice(&f).unwrap();
-    p
-}
-
-/// Runs `packets` through `tenants` in `mode`; returns what left, in order.
-fn run(tenants: &[Tenant], mode: Mode, packets: Vec<Packet>, expect: usize) -> Vec<(Desc, Vec<u8>)> {
-    let p = plan::plan(tenants, &area, 8, 100_000).unwrap();
-    let pool = Pool::new(1024, 2048);
-    let cfg = Config { mode, cores: 2, ..Config::default() };
-    let mut keys = tern_chain::task::Keys::default();
-    let mut factory = |t: usize, n: usize| tern_chain::task::build(&tenants[t].tasks[n], &mut keys);
-    let rt = Runtime::new(p, tenants.to_vec(), cfg, &mut factory).unwrap();
-    let stopper = rt.stopper();
-    let got: Collected = Arc::new(Mutex::new(Vec::new()));
-    let ingress: Vec<Box<dyn Ingress>> = if mode == Mode::Rtc {
-        vec![Box::new(VecIngress::new(packets)), Box::new(VecIngress::new(Vec::new()))]
-    } else {
-        vec![Box::new(VecIngress::new(packets))]
-    };
-    let egress: Vec<Box<dyn Egress>> =
-        (0..2).map(|_| Box::new(Collect::new(&pool, &got, expect, &stopper)) as Box<dyn Egress>).collect();
-    rt.run(&pool, ingress, egress).unwrap();
-    got.lock().unwrap().clone()
+/// Runs `packets` through `tenants` on 2 cores in `mode`; returns what left, in order.
+fn run(tenants: &[Tenant], mode: Mode, pool: &Pool, packets: Vec<Packet>, expect: usize) -> Vec<(Desc, Vec<u8>)> {
+    run_with(tenants, Config { mode, cores: 2, ..Config::default() }, pool, packets, expect, |_| ()).0
 }
 
 /// The UDP payload of an Ethernet/IPv4/UDP frame.
@@ -84,7 +54,7 @@ fn a_shared_kv_cache_keeps_each_tenants_values_apart() {
             udp(&pool, a_client, a_server, 5000, 11211, &get(2)),
             udp(&pool, b_client, b_server, 5000, 11211, &get(3)),
         ];
-        let out = run(&tenants, mode, packets, 4);
+        let out = run(&tenants, mode, &pool, packets, 4);
         assert_eq!(out.len(), 4, "{mode:?}");
         let answered: Vec<(u16, Vec<u8>)> =
             out.iter().filter(|(d, _)| d.reply).map(|(d, f)| (d.tenant, payload(f))).collect();
@@ -117,7 +87,7 @@ fn a_shared_nat_keeps_each_tenants_mappings_apart() {
     for mode in [Mode::Snic, Mode::Panic, Mode::Rtc] {
         let pool = Pool::new(1024, 2048);
         // One flow out of tenant 1's network.
-        let out = run(&tenants, mode, vec![udp(&pool, [10, 0, 1, 5], [8, 8, 8, 8], 4000, 53, b"q")], 1);
+        let out = run(&tenants, mode, &pool, vec![udp(&pool, [10, 0, 1, 5], [8, 8, 8, 8], 4000, 53, b"q")], 1);
         assert_eq!(out.len(), 1, "{mode:?}");
         let h = etherparse::SlicedPacket::from_ethernet(&out[0].1).unwrap();
         let Some(etherparse::TransportSlice::Udp(u)) = h.transport else { panic!("not UDP") };
@@ -126,24 +96,17 @@ fn a_shared_nat_keeps_each_tenants_mappings_apart() {
     // In one run: tenant 1's flow out, then a reply to its external port arriving as tenant 2's
     // traffic (from tenant 2's network): tenant 2's NAT has no such mapping and drops it.
     let pool = Pool::new(1024, 2048);
-    let tenants2: Vec<Tenant> = tenants.clone();
-    let p = plan::plan(&tenants2, &area, 8, 100_000).unwrap();
-    let cfg = Config { mode: Mode::Snic, cores: 1, ..Config::default() };
-    let mut keys = tern_chain::task::Keys::default();
-    let mut factory = |t: usize, n: usize| tern_chain::task::build(&tenants2[t].tasks[n], &mut keys);
-    let rt = Runtime::new(p, tenants2.clone(), cfg, &mut factory).unwrap();
-    let mut classify = rt.classify();
     let first = udp(&pool, [10, 0, 1, 5], [8, 8, 8, 8], 4000, 53, b"q");
-    assert_eq!(classify.tenant(first.data()).unwrap().0, 0);
-    let stopper = rt.stopper();
-    let got: Collected = Arc::new(Mutex::new(Vec::new()));
     // The NAT's first port for tenant 1's first flow (a single instance: the whole range).
     let forged = udp(&pool, [10, 0, 2, 9], [192, 0, 2, 1], 53, 20000, b"a");
-    assert_eq!(classify.tenant(forged.data()).unwrap().0, 1);
-    let ingress: Vec<Box<dyn Ingress>> = vec![Box::new(VecIngress::new(vec![first, forged]))];
-    let egress: Vec<Box<dyn Egress>> = vec![Box::new(Collect::new(&pool, &got, 1, &stopper)) as Box<dyn Egress>];
-    let stats = rt.run(&pool, ingress, egress).unwrap();
-    assert_eq!(got.lock().unwrap().len(), 1);
+    let cfg = Config { mode: Mode::Snic, cores: 1, ..Config::default() };
+    let (out, stats, ()) = run_with(&tenants, cfg, &pool, vec![first, forged], 1, |rt| {
+        let mut classify = rt.classify();
+        let probe = udp(&pool, [10, 0, 2, 9], [192, 0, 2, 1], 53, 20000, b"a");
+        assert_eq!(classify.tenant(probe.data()).unwrap().0, 1, "the forged reply is tenant 2's");
+        pool.put(probe);
+    });
+    assert_eq!(out.len(), 1);
     assert_eq!(stats.tenants[0].packets_out, 1);
     assert_eq!(stats.tenants[1].packets_out, 0, "tenant 2's NAT translated tenant 1's mapping");
     assert_eq!(stats.tenants[1].drops.values().sum::<u64>(), 1, "{:?}", stats.tenants[1].drops);

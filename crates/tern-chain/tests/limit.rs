@@ -2,14 +2,14 @@
 //! rate and leaves the others alone, counting what each offered; a running runtime takes limits
 //! through its `Limiter`.
 
-use std::sync::{Arc, Mutex};
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{area, run_with};
 use tern_chain::plan;
-use tern_chain::runtime::{
-    Arrival, Classify, Collect, Collected, Config, Egress, Ingress, Mode, Runtime, Scheduler, VecIngress,
-};
-use tern_chain::tenant::{TaskSpec, Tenant};
+use tern_chain::runtime::{Arrival, Classify, Config, Mode, Scheduler};
+use tern_chain::tenant::Tenant;
 use tern_io::{Packet, Pool};
 
 fn tenants() -> Vec<Tenant> {
@@ -23,30 +23,9 @@ fn tenants() -> Vec<Tenant> {
         .collect()
 }
 
-fn area(t: &TaskSpec) -> Result<u64, String> {
-    match t {
-        TaskSpec::Dummy { luts, .. } => Ok(*luts),
-        _ => Ok(1000),
-    }
-}
-
 /// A frame of `size` bytes to tenant `k`.
 fn frame(pool: &Pool, k: u8, size: usize) -> Packet {
-    let mut f = Vec::new();
-    tern_wire::frame::build_udp4(
-        &mut f,
-        [2; 6],
-        [4; 6],
-        [10, 9, 0, 1],
-        [10, 0, k, 7],
-        1000,
-        80,
-        64,
-        &vec![0; size - 42],
-    );
-    let mut p = pool.packet();
-    p.extend_from_slice(&f).unwrap();
-    p
+    common::udp(pool, [10, 9, 0, 1], [10, 0, k, 7], 1000, 80, &vec![0; size - 42])
 }
 
 /// Two tenants offer 2 Gbit/s each of 1500-byte frames for a simulated half second; tenant 0 is
@@ -110,30 +89,22 @@ fn scheduler_holds_a_limited_tenant_to_its_rate() {
 fn limiter_reaches_a_running_runtime() {
     for mode in [Mode::Snic, Mode::Panic] {
         let ts = tenants();
-        let p = plan::plan(&ts, &area, 8, 100_000).unwrap();
         let pool = Pool::new(4096, 2048);
         let cfg = Config { mode, cores: 2, ..Config::default() };
-        let mut keys = tern_chain::task::Keys::default();
-        let mut factory = |t: usize, n: usize| tern_chain::task::build(&ts[t].tasks[n], &mut keys);
-        let rt = Runtime::new(p, ts.clone(), cfg, &mut factory).unwrap();
-        let limiter = rt.limiter();
-        assert!(limiter.set(2, Some(1.0)).unwrap_err().contains("no tenant 2"));
-        assert!(limiter.set(0, Some(f64::NAN)).unwrap_err().contains("not a rate"));
-        assert!(limiter.set(0, Some(-1.0)).is_err());
-        limiter.set(0, Some(0.0)).unwrap();
-        assert_eq!(limiter.limits(), [Some(0.0), None]);
         let n = 400u64;
         let size = 1500;
         let packets: Vec<Packet> = (0..n).flat_map(|_| [frame(&pool, 0, size), frame(&pool, 1, size)]).collect();
-        let stopper = rt.stopper();
-        let got: Collected = Arc::new(Mutex::new(Vec::new()));
-        let ingress: Vec<Box<dyn Ingress>> = vec![Box::new(VecIngress::new(packets))];
         // Tenant 1's packets and tenant 0's burst: the run stops when they are out.
         let expect = n as usize + 9000 / size;
-        let egress: Vec<Box<dyn Egress>> =
-            (0..2).map(|_| Box::new(Collect::new(&pool, &got, expect, &stopper)) as Box<dyn Egress>).collect();
-        let stats = rt.run(&pool, ingress, egress).unwrap();
-        let out = got.lock().unwrap();
+        let (out, stats, limiter) = run_with(&ts, cfg, &pool, packets, expect, |rt| {
+            let limiter = rt.limiter();
+            assert!(limiter.set(2, Some(1.0)).unwrap_err().contains("no tenant 2"));
+            assert!(limiter.set(0, Some(f64::NAN)).unwrap_err().contains("not a rate"));
+            assert!(limiter.set(0, Some(-1.0)).is_err());
+            limiter.set(0, Some(0.0)).unwrap();
+            assert_eq!(limiter.limits(), [Some(0.0), None]);
+            limiter
+        });
         let per = |t: u16| out.iter().filter(|(d, _)| d.tenant == t).count() as u64;
         assert_eq!((per(0), per(1)), ((9000 / size) as u64, n), "{mode:?}");
         assert_eq!(stats.tenants[0].drops.get("rate_limited").copied(), Some(n - (9000 / size) as u64), "{mode:?}");
@@ -157,25 +128,11 @@ fn monitor_gives_each_tenant_its_time_on_each_core() {
                 .unwrap()
             })
             .collect();
-        let p = plan::plan(&ts, &area, 8, 100_000).unwrap();
         let pool = Pool::new(4096, 2048);
         let cfg = Config { mode, cores: 2, ..Config::default() };
-        let mut keys = tern_chain::task::Keys::default();
-        let mut factory = |t: usize, n: usize| tern_chain::task::build(&ts[t].tasks[n], &mut keys);
-        let rt = Runtime::new(p, ts.clone(), cfg, &mut factory).unwrap();
-        let monitor = rt.monitor();
         let n = 300u64;
         let packets: Vec<Packet> = (0..n).flat_map(|_| [frame(&pool, 0, 200), frame(&pool, 1, 200)]).collect();
-        let stopper = rt.stopper();
-        let got: Collected = Arc::new(Mutex::new(Vec::new()));
-        let ingress: Vec<Box<dyn Ingress>> = if mode == Mode::Rtc {
-            vec![Box::new(VecIngress::new(packets)), Box::new(VecIngress::new(Vec::new()))]
-        } else {
-            vec![Box::new(VecIngress::new(packets))]
-        };
-        let egress: Vec<Box<dyn Egress>> =
-            (0..2).map(|_| Box::new(Collect::new(&pool, &got, 2 * n as usize, &stopper)) as Box<dyn Egress>).collect();
-        rt.run(&pool, ingress, egress).unwrap();
+        let (_, _, monitor) = run_with(&ts, cfg, &pool, packets, 2 * n as usize, |rt| rt.monitor());
         let ns = monitor.ns_per_packet(&monitor.live());
         if mode == Mode::Rtc {
             assert!(ns.is_empty());

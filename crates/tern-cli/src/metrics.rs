@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 pub(crate) type Labels = Vec<(Cow<'static, str>, String)>;
@@ -25,6 +26,20 @@ pub(crate) fn counter_family(
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (labels, v) in rows {
         ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+/// A gauge a row (integer or float values).
+pub(crate) fn gauge_family<N: EncodeGaugeValue + Clone + std::fmt::Debug>(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: &[(Labels, N)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in rows {
+        ConstGauge::new(v.clone()).encode(m.encode_family(labels)?)?;
     }
     Ok(())
 }

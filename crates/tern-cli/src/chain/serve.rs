@@ -13,9 +13,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use tern_chain::fair::Share;
@@ -30,7 +28,7 @@ use tern_io::udp::{UdpConfig, UdpPort};
 use tern_io::{Batch, Pool, Port, PortStats};
 
 use crate::CmdResult;
-use crate::metrics::{Labels, counter, counter_family, label};
+use crate::metrics::{Labels, counter, counter_family, gauge_family, label};
 
 /// Options of `tern chain serve`.
 #[derive(Debug, Args)]
@@ -231,36 +229,10 @@ struct ChainCollector {
 /// Each tenant's share at the last epoch (None before the first, or without fairness).
 type Shares = Arc<Mutex<Vec<Option<Share>>>>;
 
-fn gauge_family_f64(
-    enc: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    rows: &[(Labels, f64)],
-) -> Result<(), std::fmt::Error> {
-    let mut g = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (l, v) in rows {
-        ConstGauge::new(*v).encode(g.encode_family(l)?)?;
-    }
-    Ok(())
-}
-
 impl std::fmt::Debug for ChainCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChainCollector").field("tenants", &self.tenants).finish()
     }
-}
-
-fn gauge_family(
-    enc: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    rows: &[(Labels, u64)],
-) -> Result<(), std::fmt::Error> {
-    let mut g = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (l, v) in rows {
-        ConstGauge::new(*v as i64).encode(g.encode_family(l)?)?;
-    }
-    Ok(())
 }
 
 impl Collector for ChainCollector {
@@ -319,19 +291,19 @@ impl Collector for ChainCollector {
                 .filter_map(|(s, n)| s.as_ref().and_then(f).map(|v| (label("tenant", n), v)))
                 .collect()
         };
-        gauge_family_f64(
+        gauge_family(
             &mut enc,
             "tern_chain_allowed_gbps",
             "Each tenant's fair share of what it offered at the last epoch, Gbit/s.",
             &per(|s| Some(s.allowed_gbps)),
         )?;
-        gauge_family_f64(
+        gauge_family(
             &mut enc,
             "tern_chain_limit_gbps",
             "Each tenant's ingress limit set at the last epoch, Gbit/s (absent: none).",
             &per(|s| s.limit_gbps),
         )?;
-        gauge_family_f64(
+        gauge_family(
             &mut enc,
             "tern_chain_dominant_share",
             "Each tenant's dominant share at the last epoch: the largest fraction of any core's time it takes.",
@@ -357,10 +329,10 @@ impl Collector for ChainCollector {
             "Times a tenant's head packet waited for a credit.",
             s.credit_waits,
         )?;
-        let depth: Vec<(Labels, u64)> =
-            live.queue_depth.iter().zip(&self.tenants).map(|(d, n)| (label("tenant", n), *d)).collect();
+        let depth: Vec<(Labels, i64)> =
+            live.queue_depth.iter().zip(&self.tenants).map(|(d, n)| (label("tenant", n), *d as i64)).collect();
         gauge_family(&mut enc, "tern_chain_queue_depth", "Packets waiting in each tenant's queue.", &depth)?;
-        let credits: Vec<(Labels, u64)> = live.credits.iter().map(|(r, c)| (label("region", r), *c)).collect();
+        let credits: Vec<(Labels, i64)> = live.credits.iter().map(|(r, c)| (label("region", r), *c as i64)).collect();
         gauge_family(&mut enc, "tern_chain_credits", "Credits on hand, by the region they admit into.", &credits)?;
         let mut region_packets: std::collections::BTreeMap<usize, (u64, u64)> = Default::default();
         for w in &s.wrappers {
