@@ -12,6 +12,8 @@
 //!   concatenating; parallel tenants' branches in segments of their own);
 //! - [`runtime`]: the data path: descriptors, wrappers, regions on worker cores, the credit
 //!   scheduler, launches, fork and join, in modes `snic`, `panic` and `rtc`;
+//! - [`scale`]: the autoscaler (instances a chain needs, launched after the PR time) and a
+//!   discrete-event simulation of it;
 //! - [`fair`]: fair sharing (§4.5): DRF by progressive filling over space and time, the
 //!   ingress token bucket that enforces it;
 //! - [`trace`] (a packet's way through the plan) and [`bench`] (the rigs of `tern bench chain`).
@@ -28,6 +30,7 @@ pub mod lb;
 pub mod nat;
 pub mod plan;
 pub mod runtime;
+pub mod scale;
 pub mod task;
 pub mod tenant;
 pub mod trace;

@@ -210,6 +210,11 @@ enum ChainCommand {
     /// batches, vectors per call and ns per packet (as VPP's `show runtime`), and each
     /// tenant's counters.
     Dump(chain::inspect::DumpArgs),
+    /// Simulate (a discrete-event clock with the profile's PR time and epoch; every output says
+    /// so) the autoscaler — the same policy code the data path will run — on SuperNIC's Figure
+    /// 15 load at the paper's scale: the timeline of offered and carried Gbit/s and regions
+    /// serving and in PR, the launches, when 3x is carried; JSON and plots under --out.
+    Sim(chain::sim::SimArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -279,6 +284,7 @@ fn main() -> ExitCode {
         Command::Chain { command: ChainCommand::Serve(a) } => chain::serve::serve(&a),
         Command::Chain { command: ChainCommand::Trace(a) } => chain::inspect::trace(&a),
         Command::Chain { command: ChainCommand::Dump(a) } => chain::inspect::dump(&a),
+        Command::Chain { command: ChainCommand::Sim(a) } => chain::sim::run(&a),
         Command::Flow { command: FlowCommand::DumpFlows(a) } => flow::dump_flows(&a),
         Command::Flow { command: FlowCommand::Trace(a) } => flow::trace(&a),
         Command::Bench { command: BenchCommand::Qnp(a) } => qnp::bench::run_qnp(&a),

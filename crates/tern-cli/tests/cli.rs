@@ -847,6 +847,24 @@ fn chain_check_reads_tenants_and_names_what_is_wrong() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `tern chain sim` simulates Figure 15 with the autoscaler: labelled a simulation, one launch,
+/// 3x carried from 50 ms, its JSON and plots written.
+#[test]
+fn chain_sim_figure_15() {
+    let out_dir = std::env::temp_dir().join(format!("tern-chain-sim-{}", std::process::id()));
+    let (ok, out, err) = tern(&["chain", "sim", "--json", "--out", out_dir.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(err.contains("SIMULATION (not a measurement)"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["simulation"], true);
+    assert_eq!(v["launches"], 1);
+    assert_eq!(v["full_at_ms"], 50.0);
+    assert!(out_dir.join("chain-sim-fig15.json").exists() && out_dir.join("chain-sim-fig15.png").exists());
+    let (ok, _, err) = tern(&["chain", "sim", "--instance-gbps", "0", "--out", out_dir.to_str().unwrap()]);
+    assert!(!ok && err.contains("--instance-gbps"), "{err}");
+    std::fs::remove_dir_all(&out_dir).unwrap();
+}
+
 /// `tern bench chain --fairness --json` prints its three promised keys at top level and both
 /// users' DRF shares (tiny phases: the report is checked, not the figures), and writes its file.
 #[test]

@@ -8,6 +8,7 @@ pub mod inspect;
 mod plot;
 pub mod report;
 pub mod serve;
+pub mod sim;
 pub mod stage;
 
 use std::path::PathBuf;
