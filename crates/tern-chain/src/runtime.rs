@@ -678,6 +678,10 @@ struct Shared {
     limits_changed: AtomicU64,
     /// By tenant: what it has offered (packets, bytes), stored by the scheduler.
     offered: Vec<[Line; 2]>,
+    /// By chain: the instances in service as set through a [`Launcher`], and a count of the
+    /// changes, which the scheduler checks each round.
+    active: Vec<std::sync::atomic::AtomicUsize>,
+    active_changed: AtomicU64,
     /// What [`Monitor::ns_per_packet`] needs: each region's core, each tenant's chain and skip
     /// mask, the instances of each chain, and the mode.
     region_core: Vec<usize>,
@@ -695,7 +699,7 @@ const NO_LIMIT: u64 = u64::MAX;
 struct Line(AtomicU64);
 
 /// How often a core publishes its counters for [`Monitor`].
-pub const PUBLISH: Duration = Duration::from_millis(100);
+pub const PUBLISH: Duration = Duration::from_millis(10);
 
 /// A core's counters, published for [`Monitor`].
 #[derive(Debug, Clone, Default)]
@@ -1019,6 +1023,8 @@ impl Runtime {
             limits: tenants.iter().map(|_| AtomicU64::new(NO_LIMIT)).collect(),
             limits_changed: AtomicU64::new(0),
             offered: tenants.iter().map(|_| [Line::default(), Line::default()]).collect(),
+            active: plan.chains.iter().map(|_| std::sync::atomic::AtomicUsize::new(instances)).collect(),
+            active_changed: AtomicU64::new(0),
             region_core: region_core.clone(),
             placements: plan.tenants.iter().map(|p| (p.chain, p.skip)).collect(),
             instances,
@@ -1249,6 +1255,24 @@ impl Launcher {
         Ok(())
     }
 
+    /// Puts the first `n` instances of `chain` in service, from the scheduler's next round (a
+    /// stateless chain's packets go to those only; see [`Scheduler::set_active`]); an error
+    /// names a chain it does not have or an `n` outside 1 to the instances built.
+    pub fn set_active(&self, chain: usize, n: usize) -> Result<(), String> {
+        let slot = self.0.active.get(chain).ok_or_else(|| format!("no chain {chain}"))?;
+        if !(1..=self.0.instances).contains(&n) {
+            return Err(format!("{n} instances in service: 1 to {} (those built)", self.0.instances));
+        }
+        slot.store(n, Ordering::Relaxed);
+        self.0.active_changed.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Each chain's instances in service, as last set.
+    pub fn active(&self) -> Vec<usize> {
+        self.0.active.iter().map(|a| a.load(Ordering::Relaxed)).collect()
+    }
+
     /// Launches taken, by region.
     pub fn launches(&self) -> Vec<u64> {
         self.0.launches.iter().map(|l| l.load(Ordering::Relaxed)).collect()
@@ -1333,6 +1357,76 @@ impl FairShares {
     }
 }
 
+/// Autoscaling on a running [`Runtime`] (docs/chain.md, "Autoscaling"): at each
+/// [`tick`](Scaling::tick) (every epoch), each stateless chain's load — the time its tasks ran
+/// since the last tick, over the tick's length: cores busy — goes to its
+/// [`crate::scale::Autoscaler`], and the instances it has serving are put in service
+/// ([`Launcher::set_active`]). An instance is one of those the runtime built; its launch is
+/// the PR time before it serves. Stateful chains keep all their instances (moving flows would
+/// lose their state).
+#[derive(Debug)]
+pub struct Scaling {
+    monitor: Monitor,
+    launcher: Launcher,
+    scalers: Vec<Option<crate::scale::Autoscaler>>,
+    start: Instant,
+    last: Option<(Instant, Vec<u64>)>,
+}
+
+impl Scaling {
+    /// For `rt`'s chains: `prelaunched` instances of each in service from the start, a launch
+    /// serving after `pr`, an instance counted full at `target` of a core (0.8: a chain busy
+    /// 1.2 cores needs 2).
+    pub fn new(rt: &Runtime, prelaunched: usize, pr: Duration, target: f64) -> Scaling {
+        let launcher = rt.launcher();
+        let n = rt.instances.max(1);
+        let scalers = (0..rt.plan.chains.len())
+            .map(|ci| {
+                if rt.stateful.get(ci).copied().unwrap_or(true) {
+                    return None;
+                }
+                let a = crate::scale::Autoscaler::new(target, n, pr.as_nanos() as u64, prelaunched);
+                let _ = launcher.set_active(ci, a.ready());
+                Some(a)
+            })
+            .collect();
+        Scaling { monitor: rt.monitor(), launcher, scalers, start: Instant::now(), last: None }
+    }
+
+    /// One epoch at `now`: by chain, its load (cores busy) and the autoscaler's decision (None:
+    /// a stateful chain, or the first tick, which only notes the totals).
+    pub fn tick(&mut self, now: Instant) -> Vec<Option<(f64, crate::scale::Decision)>> {
+        let live = self.monitor.live();
+        let mut busy = vec![0u64; self.scalers.len()];
+        for w in &live.stats.wrappers {
+            if let Some(b) = busy.get_mut(w.chain) {
+                *b += w.ns;
+            }
+        }
+        let prev = self.last.replace((now, busy.clone()));
+        let Some((then, before)) = prev else { return vec![None; self.scalers.len()] };
+        let dt = now.saturating_duration_since(then).as_nanos() as f64;
+        let at = now.saturating_duration_since(self.start).as_nanos() as u64;
+        let mut out = Vec::with_capacity(self.scalers.len());
+        for (ci, sc) in self.scalers.iter_mut().enumerate() {
+            let Some(sc) = sc else {
+                out.push(None);
+                continue;
+            };
+            let load = if dt > 0.0 { busy[ci].saturating_sub(before[ci]) as f64 / dt } else { 0.0 };
+            let d = sc.epoch(at, load);
+            let _ = self.launcher.set_active(ci, sc.ready());
+            out.push(Some((load, d)));
+        }
+        out
+    }
+
+    /// Each chain's autoscaler (None: stateful).
+    pub fn scalers(&self) -> &[Option<crate::scale::Autoscaler>] {
+        &self.scalers
+    }
+}
+
 fn decode_limit(bits: u64) -> Option<f64> {
     (bits != NO_LIMIT).then(|| f64::from_bits(bits))
 }
@@ -1412,6 +1506,10 @@ pub struct Scheduler {
     offered: Vec<(u64, u64)>,
     /// [`Shared::limits_changed`] as last seen.
     limits_seen: u64,
+    /// By chain: the instances in service (the first ones; a stateless chain's packets go to
+    /// these only), and [`Shared::active_changed`] as last seen.
+    active: Vec<usize>,
+    active_seen: u64,
     /// Counters.
     pub unknown_tenant: u64,
     pub malformed: u64,
@@ -1477,6 +1575,8 @@ impl Scheduler {
             limit: tenants.iter().map(|_| TokenBucket::unlimited()).collect(),
             offered: vec![(0, 0); tenants.len()],
             limits_seen: 0,
+            active: vec![instances; plan.chains.len()],
+            active_seen: 0,
             unknown_tenant: 0,
             malformed: 0,
             credit_waits: 0,
@@ -1525,6 +1625,15 @@ impl Scheduler {
     pub fn set_limit(&mut self, t: usize, gbps: Option<f64>) {
         if let Some(l) = self.limit.get_mut(t) {
             l.set_rate(gbps, LIMIT_BURST);
+        }
+    }
+
+    /// Puts the first `n` instances of `chain` in service (at least 1, at most those built): a
+    /// stateless chain's packets go to those only. A stateful chain's go by flow to all its
+    /// instances whatever this says (moving flows would lose their state).
+    pub fn set_active(&mut self, chain: usize, n: usize) {
+        if let Some(a) = self.active.get_mut(chain) {
+            *a = n.clamp(1, self.instances);
         }
     }
 
@@ -1583,11 +1692,12 @@ impl Scheduler {
             let k = (hash % self.instances as u64) as usize;
             return has(k).then_some(k);
         }
-        // Round robin over the instances that have a credit, those on other cores than the
-        // scheduler's first: its own core has the scheduler's work besides.
+        // Round robin over the instances in service that have a credit, those on other cores
+        // than the scheduler's first: its own core has the scheduler's work besides.
+        let n = self.active.get(ci).copied().unwrap_or(self.instances).clamp(1, self.instances);
         let start = self.rr[ci];
         let local = |k: usize| self.first[t][k].is_some_and(|(r, _)| self.local.get(r).copied().unwrap_or(false));
-        let order = (0..self.instances).map(|j| (start + j) % self.instances);
+        let order = (0..n).map(|j| (start + j) % n);
         order.clone().find(|&k| !local(k) && has(k)).or_else(|| order.clone().find(|&k| local(k) && has(k)))
     }
 
@@ -1654,7 +1764,7 @@ fn worker_loop(
     let mut published = Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
         rounds = rounds.wrapping_add(1);
-        if rounds.is_multiple_of(1024) && published.elapsed() >= PUBLISH {
+        if rounds.is_multiple_of(64) && published.elapsed() >= PUBLISH {
             publish(shared, core, st, sched.as_deref(), region_wrappers(regions));
             published = Instant::now();
         }
@@ -1733,6 +1843,13 @@ fn schedule(
     let timed = s.rounds.is_multiple_of(TIME_ONE_IN);
     s.rounds += 1;
     let decisions_before = s.decisions;
+    let changed = shared.active_changed.load(Ordering::Acquire);
+    if changed != s.active_seen {
+        s.active_seen = changed;
+        for (ci, a) in shared.active.iter().enumerate() {
+            s.set_active(ci, a.load(Ordering::Relaxed));
+        }
+    }
     let changed = shared.limits_changed.load(Ordering::Acquire);
     if changed != s.limits_seen {
         s.limits_seen = changed;

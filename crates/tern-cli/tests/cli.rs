@@ -1009,7 +1009,7 @@ fn chain_serve_round_trip(mode: &str) {
     let mut t = Vec::new();
     tern_wire::frame::build_tcp4(&mut t, [2; 6], [4; 6], [10, 0, 0, 5], [8, 8, 8, 8], 4000, 80, 64, b"");
     inside.send_to(&t, p1).unwrap();
-    // Its counters while it runs (published every 100 ms): Prometheus and `chain dump`.
+    // Its counters while it runs (published every 10 ms): Prometheus and `chain dump`.
     std::thread::sleep(Duration::from_millis(300));
     let body = ureq::get(&format!("http://{metrics}/metrics")).call().unwrap().into_body().read_to_string().unwrap();
     assert!(body.contains("tern_chain_tx_packets_total{tenant=\"lan\"} 2"), "{body}");
