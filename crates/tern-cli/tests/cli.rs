@@ -977,6 +977,7 @@ fn chain_serve_round_trip(mode: &str) {
             "--json",
         ])
         .args(["--mode", mode, "--metrics", &metrics])
+        .args(if mode == "rtc" { &[][..] } else { &["--autoscale"][..] })
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -1020,6 +1021,8 @@ fn chain_serve_round_trip(mode: &str) {
         assert!(body.contains(&format!("tern_chain_offered_bytes_total{{tenant=\"lan\"}} {offered}")), "{body}");
         assert!(body.contains("tern_chain_allowed_gbps{tenant=\"lan\"}"), "{body}");
         assert!(body.contains("tern_chain_dominant_share{tenant=\"lan\"}"), "{body}");
+        // A stateful chain (the NAT) keeps all its instances: two, one a core.
+        assert!(body.contains("tern_chain_instances_in_service{tenant=\"lan\"} 2"), "{body}");
     }
     let (ok, out, err) = tern(&["chain", "dump", "--server", &metrics]);
     assert!(ok, "{err}");
@@ -1040,6 +1043,21 @@ fn chain_serve_round_trip(mode: &str) {
         let body =
             ureq::get(&format!("http://{metrics}/metrics")).call().unwrap().into_body().read_to_string().unwrap();
         assert!(body.contains("tern_chain_launches_total{region=\"0\"} 1"), "{body}");
+    }
+    if mode == "rtc" {
+        let (ok, _, err) = tern(&[
+            "chain",
+            "serve",
+            tenant.to_str().unwrap(),
+            "--port",
+            &format!("udp:127.0.0.1:0={}", inside.local_addr().unwrap()),
+            "--port",
+            &format!("udp:127.0.0.1:0={}", outside.local_addr().unwrap()),
+            "--mode",
+            "rtc",
+            "--autoscale",
+        ]);
+        assert!(!ok && err.contains("--autoscale"), "{err}");
     }
     // While it runs, its port is taken: a second server names it.
     let (ok, _, err) = tern(&[

@@ -19,7 +19,8 @@ use serde_json::json;
 use tern_chain::fair::Share;
 use tern_chain::plan::{self, Plan};
 use tern_chain::runtime::{
-    Arrival, Classify, Config, Egress, FairShares, Ingress, Item, Limiter, Live, Mode, Monitor, RunStats, Runtime,
+    Arrival, Classify, Config, Egress, FairShares, Ingress, Item, Launcher, Limiter, Live, Mode, Monitor, RunStats,
+    Runtime, Scaling,
 };
 use tern_chain::task::Keys;
 use tern_chain::tenant::{self, Tenant};
@@ -73,6 +74,11 @@ pub struct ServeArgs {
     /// No fair shares: no ingress limits (the scheduler's virtual-time order alone).
     #[arg(long)]
     pub no_fair: bool,
+    /// Scale stateless chains with their load (snic, panic): one instance of each in service at
+    /// the start, more put in service (after the profile's PR time) while the chain's tasks
+    /// keep more than 0.8 of a core busy per instance, up to --instances.
+    #[arg(long)]
+    pub autoscale: bool,
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
@@ -222,8 +228,11 @@ impl Egress for PortEgress {
 struct ChainCollector {
     monitor: Monitor,
     limiter: Limiter,
+    launcher: Launcher,
     fair: Shares,
     tenants: Vec<String>,
+    /// By tenant: its chain.
+    chain_of: Vec<usize>,
 }
 
 /// Each tenant's share at the last epoch (None before the first, or without fairness).
@@ -302,6 +311,19 @@ impl Collector for ChainCollector {
             "tern_chain_limit_gbps",
             "Each tenant's ingress limit set at the last epoch, Gbit/s (absent: none).",
             &per(|s| s.limit_gbps),
+        )?;
+        let active = self.launcher.active();
+        let rows: Vec<(Labels, i64)> = self
+            .chain_of
+            .iter()
+            .zip(&self.tenants)
+            .map(|(&c, n)| (label("tenant", n), active.get(c).copied().unwrap_or(0) as i64))
+            .collect();
+        gauge_family(
+            &mut enc,
+            "tern_chain_instances_in_service",
+            "Instances of each tenant's chain in service (the autoscaler's; all built without it).",
+            &rows,
         )?;
         gauge_family(
             &mut enc,
@@ -521,6 +543,9 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         return Err("--epoch-ms: give a positive number of milliseconds".into());
     }
     let fair_on = !a.no_fair && a.mode != Mode::Rtc;
+    if a.autoscale && a.mode == Mode::Rtc {
+        return Err("--autoscale: rtc runs every chain on every core; use snic or panic".into());
+    }
     let shares: Shares = Arc::new(Mutex::new(vec![None; tenants.len()]));
     say(format!(
         "tern chain serve: {} tenant(s) on {} in mode {}, {} core(s); ports {}",
@@ -532,6 +557,13 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     ));
     for l in &plan_text {
         say(format!("  {l}"));
+    }
+    if a.autoscale {
+        say(format!(
+            "autoscaling every {} ms: one instance of each stateless chain in service, up to {instances}, each new one after {} ms of PR",
+            epoch.as_secs_f64() * 1e3,
+            pr.as_millis()
+        ));
     }
     if fair_on {
         say(format!(
@@ -545,8 +577,10 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         registry.register_collector(Box::new(ChainCollector {
             monitor: monitor.clone(),
             limiter: limiter.clone(),
+            launcher: launcher.clone(),
             fair: shares.clone(),
             tenants: names.clone(),
+            chain_of: plan.tenants.iter().map(|p| p.chain).collect(),
         }));
         let (m2, n2, p2, mode) = (monitor.clone(), names.clone(), plan_text.clone(), a.mode);
         let extra: crate::metrics::Extra =
@@ -614,6 +648,34 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     });
     // Fair shares: every epoch, what each tenant offered and its tasks' measured time give its
     // share, set as its ingress limit.
+    let scaling = a.autoscale.then(|| {
+        let done = done.clone();
+        let mut sc = Scaling::new(&rt, 1, pr, 0.8);
+        let json_out = a.json;
+        std::thread::spawn(move || {
+            let mut next = Instant::now();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                next += epoch;
+                let now = Instant::now();
+                if next > now {
+                    std::thread::sleep(next - now);
+                } else {
+                    next = now;
+                }
+                for (ci, d) in sc.tick(Instant::now()).iter().enumerate() {
+                    if let Some((load, d)) = d
+                        && d.launched > 0
+                    {
+                        let msg = format!(
+                            "chain {ci}: {load:.2} cores busy, {} instance(s) needed: {} launched",
+                            d.recommended, d.launched
+                        );
+                        if json_out { eprintln!("{msg}") } else { println!("{msg}") }
+                    }
+                }
+            }
+        })
+    });
     let fairness = fair_on.then(|| {
         let (done, shares) = (done.clone(), shares.clone());
         let mut fair = FairShares::new(&rt);
@@ -639,6 +701,9 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let _ = watcher.join();
     if let Some(f) = fairness {
         let _ = f.join();
+    }
+    if let Some(s) = scaling {
+        let _ = s.join();
     }
     stop_http.store(true, std::sync::atomic::Ordering::Relaxed);
     let stats = stats?;
