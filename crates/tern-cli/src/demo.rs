@@ -450,7 +450,57 @@ fn chain_part() -> Result<bool, Box<dyn std::error::Error>> {
         m.schedule_cycles
     );
     println!("   ({:.0} ns) and a packet crosses the board in {:.1} µs.", m.decision_ns(), m.board_ns / 1e3);
-    println!("   Next: `tern chain check examples/chain/figure10-*.toml`, `tern bench chain --quick`.");
+    // Fair shares: §5.3's two users, both offering without bound, 0.3 s without and with.
+    let users = crate::chain::fairbench::users()?;
+    let uplan = tern_chain::plan::plan(&users, &|t| tern_chain::tenant::area(t, &profile), m.regions, m.region_luts)?;
+    let epoch = Duration::from_secs_f64(m.epoch_ns / 1e9);
+    println!(
+        "   Fair shares (§4.5): user 1 runs 4 tasks of {} ns, user 2 the first 2 of them, both offering",
+        crate::chain::fairbench::TASK_NS
+    );
+    println!("   more than two cores carry. Dominant shares (the most of any core each takes), 0.3 s each:");
+    for fair in [false, true] {
+        let streams = vec![(bench::frames([10, 0, 1, 0], 64, 64), None), (bench::frames([10, 0, 2, 0], 64, 64), None)];
+        let cfg = Config { mode: Mode::Snic, cores: 2, ..Config::default() };
+        let ph = bench::measure_fair(
+            &users,
+            &uplan,
+            cfg,
+            streams,
+            fair,
+            epoch,
+            Duration::from_millis(100),
+            Duration::from_millis(300),
+        )?;
+        ok &= ph.delivered_pps.iter().all(|&r| r > 0.0);
+        println!(
+            "   {}: user 1 {:.2}, user 2 {:.2} (Jain's index {:.3}){}",
+            if fair { "with DRF every 20 ms, set as ingress limits" } else { "scheduler alone (equal packet rates)" },
+            ph.dominant.first().copied().unwrap_or(0.0),
+            ph.dominant.get(1).copied().unwrap_or(0.0),
+            tern_chain::fair::jain(&ph.dominant),
+            if fair {
+                format!("; {} of user 1's packets held back at the ingress", ph.rate_limited)
+            } else {
+                String::new()
+            }
+        );
+    }
+    // Autoscaling, simulated at the paper's scale (Figure 15).
+    let mut a = tern_chain::scale::Autoscaler::new(10.0, m.regions as usize, m.pr_ns as u64, 2);
+    let t = tern_chain::scale::simulate(&mut a, &tern_chain::scale::FIGURE15_TRACE, m.epoch_ns / 1e6, 1.0, 110.0);
+    let full = t.iter().find(|s| s.ms >= 30.0 && s.carried >= 30.0).map_or(f64::NAN, |s| s.ms);
+    println!(
+        "   SIMULATION of Figure 15 (10 Gbit/s a region, {:.0} ms PR, {:.0} ms epochs, 2 instances pre-launched): the load",
+        m.pr_ns / 1e6,
+        m.epoch_ns / 1e6
+    );
+    println!(
+        "   rises to 3x at 30 ms; {} launch, 3x carried from {full:.0} ms, and none needed at the second peak.",
+        a.launches()
+    );
+    println!("   Next: `tern chain check examples/chain/figure10-*.toml`, `tern bench chain --quick`,");
+    println!("   `tern bench chain --fairness --quick`, `tern chain sim`.");
     Ok(ok)
 }
 

@@ -18,11 +18,11 @@ use crate::env::Environment;
 
 /// Each dummy task's time in the fairness runs, ns: long enough that the tasks, not the
 /// harness, fill the cores.
-const TASK_NS: u64 = 400;
+pub(crate) const TASK_NS: u64 = 400;
 
 /// §5.3's users: user 1 a chain of 4 dummy tasks, user 2 the first 2 of them (shared, so user
 /// 2 rides user 1's chain), the same requested bandwidth.
-fn users() -> Result<Vec<Tenant>, String> {
+pub(crate) fn users() -> Result<Vec<Tenant>, String> {
     let mk = |name: &str, k: u8, tasks: usize| {
         let names: Vec<String> = (1..=tasks).map(|i| format!("d{i}")).collect();
         let mut s = format!(

@@ -3,7 +3,7 @@
 //! profile's board against what it has, and the plan of all of them together ("Plans").
 
 pub mod bench;
-mod fairbench;
+pub(crate) mod fairbench;
 pub mod inspect;
 mod plot;
 pub mod report;
