@@ -385,6 +385,28 @@ impl Collector for ChainCollector {
     }
 }
 
+/// A thread that runs `f` every `epoch` (on a fixed schedule; an overrun one goes on at once)
+/// until `done`.
+fn every(
+    epoch: Duration,
+    done: Arc<std::sync::atomic::AtomicBool>,
+    mut f: impl FnMut() + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut next = Instant::now();
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            next += epoch;
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep(next - now);
+            } else {
+                next = now;
+            }
+            f();
+        }
+    })
+}
+
 /// Loads every tenant file; the first error names its file and item.
 pub fn load_tenants(files: &[PathBuf]) -> Result<Vec<Tenant>, String> {
     files.iter().map(|f| Tenant::load(f).map_err(|e| e.to_string())).collect()
@@ -646,53 +668,34 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             if json_out { eprintln!("{msg}") } else { println!("{msg}") }
         }
     });
-    // Fair shares: every epoch, what each tenant offered and its tasks' measured time give its
-    // share, set as its ingress limit.
+    // Autoscaling: every epoch, each stateless chain's measured load drives its autoscaler.
     let scaling = a.autoscale.then(|| {
-        let done = done.clone();
         let mut sc = Scaling::new(&rt, 1, pr, 0.8);
         let json_out = a.json;
-        std::thread::spawn(move || {
-            let mut next = Instant::now();
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                next += epoch;
-                let now = Instant::now();
-                if next > now {
-                    std::thread::sleep(next - now);
-                } else {
-                    next = now;
-                }
-                for (ci, d) in sc.tick(Instant::now()).iter().enumerate() {
-                    if let Some((load, d)) = d
-                        && d.launched > 0
-                    {
-                        let msg = format!(
-                            "chain {ci}: {load:.2} cores busy, {} instance(s) needed: {} launched",
-                            d.recommended, d.launched
-                        );
-                        if json_out { eprintln!("{msg}") } else { println!("{msg}") }
-                    }
+        every(epoch, done.clone(), move || {
+            for (ci, d) in sc.tick(Instant::now()).iter().enumerate() {
+                if let Some((load, d)) = d
+                    && d.launched > 0
+                {
+                    let msg = format!(
+                        "chain {ci}: {load:.2} cores busy, {} instance(s) needed: {} launched",
+                        d.recommended, d.launched
+                    );
+                    if json_out { eprintln!("{msg}") } else { println!("{msg}") }
                 }
             }
         })
     });
+    // Fair shares: every epoch, what each tenant offered and its tasks' measured time give its
+    // share, set as its ingress limit.
     let fairness = fair_on.then(|| {
-        let (done, shares) = (done.clone(), shares.clone());
+        let shares = shares.clone();
         let mut fair = FairShares::new(&rt);
-        std::thread::spawn(move || {
-            let mut next = Instant::now();
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                next += epoch;
-                let now = Instant::now();
-                if next > now {
-                    std::thread::sleep(next - now);
-                } else {
-                    next = now;
-                }
-                let Some(got) = fair.tick(Instant::now()) else { continue };
-                if let Ok(mut sh) = shares.lock() {
-                    *sh = got.into_iter().map(Some).collect();
-                }
+        every(epoch, done.clone(), move || {
+            if let Some(got) = fair.tick(Instant::now())
+                && let Ok(mut sh) = shares.lock()
+            {
+                *sh = got.into_iter().map(Some).collect();
             }
         })
     });
