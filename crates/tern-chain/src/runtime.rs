@@ -682,8 +682,8 @@ struct Shared {
     /// changes, which the scheduler checks each round.
     active: Vec<std::sync::atomic::AtomicUsize>,
     active_changed: AtomicU64,
-    /// What [`Monitor::ns_per_packet`] needs: each region's core, each tenant's chain and skip
-    /// mask, the instances of each chain, and the mode.
+    /// Each region's core, each tenant's chain and skip mask, the instances of each chain, and
+    /// the mode.
     region_core: Vec<usize>,
     placements: Vec<(usize, u64)>,
     instances: usize,
@@ -858,8 +858,6 @@ pub struct Runtime {
     instances: usize,
     /// Whether each chain keeps state (its instances are chosen by flow).
     stateful: Vec<bool>,
-    /// By region: its core.
-    region_core: Vec<usize>,
     /// By core: its ends of the rings; core 0's ends of the rings back (`panic`).
     links: Vec<Links>,
     /// By tenant: its packets steered to an instance (a NAT's replies), or all to one.
@@ -1025,7 +1023,7 @@ impl Runtime {
             offered: tenants.iter().map(|_| [Line::default(), Line::default()]).collect(),
             active: plan.chains.iter().map(|_| std::sync::atomic::AtomicUsize::new(instances)).collect(),
             active_changed: AtomicU64::new(0),
-            region_core: region_core.clone(),
+            region_core,
             placements: plan.tenants.iter().map(|p| (p.chain, p.skip)).collect(),
             instances,
             mode: cfg.mode,
@@ -1041,7 +1039,6 @@ impl Runtime {
             shared,
             instances,
             stateful,
-            region_core,
             links,
             back_in,
         })
@@ -1119,12 +1116,11 @@ impl Runtime {
         if cfg.mode == Mode::Snic {
             // A snic region runs its whole segment on its core: the scheduler's own core has
             // less room for it. (A panic region runs one task; where the first is says little.)
-            sched.set_local_regions(self.region_core.iter().map(|&c| c == 0).collect());
+            sched.set_local_regions(self.shared.region_core.iter().map(|&c| c == 0).collect());
         }
         let mut sched = Some(sched);
         let core_regions = std::mem::take(&mut self.cores);
         let rtc = std::mem::take(&mut self.rtc);
-        let placements: Vec<(usize, u64)> = self.plan.tenants.iter().map(|p| (p.chain, p.skip)).collect();
         let results: Vec<Joined> = std::thread::scope(|s| {
             let mut handles = Vec::new();
             let mut rtc_iter = rtc.into_iter();
@@ -1142,7 +1138,6 @@ impl Runtime {
                 let ing = if cfg.mode == Mode::Rtc || core == 0 { ingress[core].take() } else { None };
                 let mut cl = classify.clone();
                 let sched_here = if core == 0 && cfg.mode != Mode::Rtc { sched.take() } else { None };
-                let placements = &placements;
                 let body = move || -> Joined {
                     if cfg.pin {
                         tern_io::pin_to_core(core);
@@ -1160,7 +1155,6 @@ impl Runtime {
                             &cfg,
                             &mut cl,
                             ing.as_deref_mut(),
-                            placements,
                             &mut chains,
                             eg.as_mut(),
                             &mut st,
@@ -2344,7 +2338,6 @@ fn rtc_loop(
     cfg: &Config,
     classify: &mut Classify,
     ingress: Option<&mut (dyn Ingress + '_)>,
-    placements: &[(usize, u64)],
     chains: &mut [Vec<Wrapper>],
     egress: &mut dyn Egress,
     st: &mut CoreState,
@@ -2378,7 +2371,7 @@ fn rtc_loop(
             match classify.tenant(a.packet.data()) {
                 Ok((t, _)) => {
                     st.tenants[t].packets_in += 1;
-                    let (chain, skip) = placements[t];
+                    let (chain, skip) = shared.placements[t];
                     let desc = Desc::new(t, chain, skip, a.at, a.port);
                     st.batch.push(Item { packet: a.packet, desc });
                 }

@@ -82,7 +82,26 @@ impl ByMode {
     }
 }
 
-fn spread(r: &[f64]) -> (f64, f64, f64) {
+/// Puts `summary`'s keys at the top level of `report` and writes it as `name` under `out`.
+pub(super) fn write_report(
+    out: &std::path::Path,
+    name: &str,
+    report: &mut serde_json::Value,
+    summary: &serde_json::Value,
+) -> Result<PathBuf, Box<dyn std::error::Error>> {
+    if let (Some(r), Some(s)) = (report.as_object_mut(), summary.as_object()) {
+        for (k, v) in s {
+            r.insert(k.clone(), v.clone());
+        }
+    }
+    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let path = out.join(name);
+    std::fs::write(&path, serde_json::to_string_pretty(report)? + "\n")?;
+    Ok(path)
+}
+
+/// Median, min and max of per-round values.
+pub(super) fn spread(r: &[f64]) -> (f64, f64, f64) {
     let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     (median(r), lo, hi)
@@ -359,15 +378,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         },
         "targets": {"latency_reduction_vs_panic": 0.4, "throughput_over_panic": 1.3, "throughput_over_rtc": 0.75, "scheduler_ns_per_packet": 64.0, "aes_two_over_one": 1.6, "sharing_gain_per_region": 1.9},
     });
-    if let (Some(r), Some(s)) = (report.as_object_mut(), summary.as_object()) {
-        for (k, v) in s {
-            r.insert(k.clone(), v.clone());
-        }
-    }
-    std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
-    let path = a.out.join("chain.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
-    let mut written = vec![path];
+    let mut written = vec![write_report(&a.out, "chain.json", &mut report, &summary)?];
     written.extend(super::plot::chain(&plot_rows, &a.out)?);
     for w in &written {
         say(format!("wrote {}", w.display()));

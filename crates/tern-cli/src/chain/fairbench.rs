@@ -12,7 +12,7 @@ use tern_chain::plan;
 use tern_chain::runtime::{Config, Mode};
 use tern_chain::tenant::{self, Tenant};
 
-use super::bench::ChainBenchArgs;
+use super::bench::{ChainBenchArgs, spread, write_report};
 use crate::CmdResult;
 use crate::env::Environment;
 
@@ -152,13 +152,6 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         }
     }
     bar.finish_and_clear();
-    let spread = |v: &[f64]| {
-        (
-            median(v),
-            v.iter().copied().fold(f64::INFINITY, f64::min),
-            v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        )
-    };
     let (k_on, k_off) = (spread(&kept_on), spread(&kept_off));
     say(format!(
         "user1 offering 5x its share: user2 (offering its share) kept {:.1}% [{:.1}-{:.1}%] of its rate with fair shares, {:.1}% [{:.1}-{:.1}%] without",
@@ -184,14 +177,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "targets": {"jain_index": 0.99, "max_share_error": 0.05, "victim_rate_kept": 0.95},
         "not_built": ["static and DRF-only allocations beside", "aggregate against min(offered, capacity)", "autoscaling", "YCSB", "updates"],
     });
-    if let (Some(r), Some(s)) = (report.as_object_mut(), summary.as_object()) {
-        for (k, v) in s {
-            r.insert(k.clone(), v.clone());
-        }
-    }
-    std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
-    let path = a.out.join("chain-fairness.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
+    let path = write_report(&a.out, "chain-fairness.json", &mut report, &summary)?;
     say(format!("wrote {}", path.display()));
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
