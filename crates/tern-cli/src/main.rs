@@ -211,7 +211,7 @@ enum ChainCommand {
     /// tenant's counters.
     Dump(chain::inspect::DumpArgs),
     /// Simulate (a discrete-event clock with the profile's PR time and epoch; every output says
-    /// so) the autoscaler — the same policy code the data path will run — on SuperNIC's Figure
+    /// so) the autoscaler — the same policy code `chain serve --autoscale` runs — on SuperNIC's Figure
     /// 15 load at the paper's scale: the timeline of offered and carried Gbit/s and regions
     /// serving and in PR, the launches, when 3x is carried; JSON and plots under --out.
     Sim(chain::sim::SimArgs),
