@@ -34,3 +34,4 @@ pub mod scale;
 pub mod task;
 pub mod tenant;
 pub mod trace;
+pub mod update;

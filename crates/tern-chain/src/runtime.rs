@@ -55,6 +55,9 @@ pub struct Desc {
     pub branch: u8,
     pub token: u32,
     pub dropped: Option<&'static str>,
+    /// Its tenant's generation when it entered its chain (stamped by the scheduler; the
+    /// tasks of that generation run it to the end, an update notwithstanding).
+    pub generation: u8,
 }
 
 impl Desc {
@@ -72,6 +75,7 @@ impl Desc {
             branch: NO_BRANCH,
             token: 0,
             dropped: None,
+            generation: 0,
         }
     }
 }
@@ -188,6 +192,10 @@ pub struct Wrapper {
     /// The position in the chain.
     pub position: usize,
     tasks: Vec<Option<Box<dyn NetworkTask>>>,
+    /// By tenant: the generation `tasks` are, and the generation before's tasks while its
+    /// packets may still be in flight (a hitless update, [`crate::update`]).
+    generation: Vec<u8>,
+    previous: Vec<Option<Box<dyn NetworkTask>>>,
     /// Packets it ran, packets that skipped it, batches it saw, and the time it spent (ns) on
     /// the packets of its timed batches (`timed_packets`).
     pub packets: u64,
@@ -208,6 +216,24 @@ impl Wrapper {
                 task.process(p, cx)
             }
             None => Verdict::Drop("no_task"),
+        }
+    }
+
+    /// Makes `task` tenant `t`'s task of generation `g`, keeping the one it replaces as the
+    /// previous generation's (for that generation's packets still in flight).
+    fn install(&mut self, t: usize, g: u8, task: Option<Box<dyn NetworkTask>>) {
+        if let (Some(cur), Some(prev), Some(generation)) =
+            (self.tasks.get_mut(t), self.previous.get_mut(t), self.generation.get_mut(t))
+        {
+            *prev = std::mem::replace(cur, task);
+            *generation = g;
+        }
+    }
+
+    /// Drops tenant `t`'s previous generation's task (none of its packets is left).
+    fn retire(&mut self, t: usize) {
+        if let Some(p) = self.previous.get_mut(t) {
+            *p = None;
         }
     }
 
@@ -238,6 +264,8 @@ pub fn build_chain(
             slot: s.clone(),
             position: p,
             tasks: (0..ntenants).map(|_| None).collect(),
+            generation: vec![0; ntenants],
+            previous: (0..ntenants).map(|_| None).collect(),
             packets: 0,
             skipped: 0,
             batches: 0,
@@ -299,7 +327,13 @@ fn run_batch(
                 w.skipped += 1;
                 continue;
             }
-            let Some(task) = w.tasks.get_mut(usize::from(item.desc.tenant)).and_then(Option::as_mut) else {
+            let t = usize::from(item.desc.tenant);
+            let slot = if w.generation.get(t) == Some(&item.desc.generation) {
+                w.tasks.get_mut(t)
+            } else {
+                w.previous.get_mut(t)
+            };
+            let Some(task) = slot.and_then(Option::as_mut) else {
                 // The plan gives every position a tenant does not skip a task of its own.
                 *fate = Fate::Dropped("no_task");
                 continue;
@@ -646,19 +680,19 @@ impl Outbox {
 
 /// What every core shares.
 #[derive(Debug)]
-struct Shared {
+pub(crate) struct Shared {
     /// Regions there are.
-    regions: usize,
+    pub(crate) regions: usize,
     /// `snic`: the region of (chain, instance, segment); `panic`: of (chain, instance, position).
-    route: Vec<Vec<Vec<usize>>>,
+    pub(crate) route: Vec<Vec<Vec<usize>>>,
     /// Credits coming back: `snic` by chain instance (chain × instances + instance); `panic`
     /// by region; each pool one counter a core (at `pool × cores + core`), the credits that
     /// core has given back so far. Each has one writer (its core, storing, never a
     /// read-modify-write that waits for the line) and a cache line of its own.
     returned: Vec<Line>,
     /// Cores running.
-    cores: usize,
-    stop: AtomicBool,
+    pub(crate) cores: usize,
+    pub(crate) stop: AtomicBool,
     /// Each core's counters as last published (every [`PUBLISH`] while it runs).
     snaps: Vec<std::sync::Mutex<CoreSnap>>,
     /// By credit pool: the region its credits admit into (for the credits gauge).
@@ -666,12 +700,12 @@ struct Shared {
     /// By region: a launch waiting for the region's next batch boundary, and whether there is
     /// one (checked without the lock); launches done.
     launch: Vec<std::sync::Mutex<Option<Launch>>>,
-    launch_waiting: Vec<AtomicBool>,
+    pub(crate) launch_waiting: Vec<AtomicBool>,
     launches: Vec<AtomicU64>,
     /// `snic`: by region, its plan region and instance.
-    region_of: Vec<(usize, usize)>,
+    pub(crate) region_of: Vec<(usize, usize)>,
     /// By tenant: its fork (`parallel = true`), run in `snic`.
-    forks: Vec<Option<crate::plan::Fork>>,
+    pub(crate) forks: Vec<Option<crate::plan::Fork>>,
     /// By tenant: its ingress limit as set through a [`Limiter`] (an `f64`'s bits, Gbit/s;
     /// [`NO_LIMIT`]: none), and a count of the changes, which the scheduler checks each round.
     limits: Vec<AtomicU64>,
@@ -685,9 +719,49 @@ struct Shared {
     /// Each region's core, each tenant's chain and skip mask, the instances of each chain, and
     /// the mode.
     region_core: Vec<usize>,
-    placements: Vec<(usize, u64)>,
-    instances: usize,
-    mode: Mode,
+    pub(crate) placements: Vec<(usize, AtomicU64)>,
+    pub(crate) instances: usize,
+    pub(crate) mode: Mode,
+    /// Hitless updates ([`crate::update`]): by region, tenants' new tasks (and retirements)
+    /// waiting for its next batch boundary (flagged in `launch_waiting`).
+    pub(crate) swaps: Vec<std::sync::Mutex<Vec<Swap>>>,
+    /// By tenant: the regions' installs of its generations taken so far.
+    pub(crate) installed: Vec<AtomicU64>,
+    /// By tenant: the generation and skip mask the scheduler is to stamp from its next round
+    /// (set with a count of the changes), and the generation it stamps now (stored by it).
+    pub(crate) next_generation: Vec<std::sync::Mutex<(u8, u64)>>,
+    pub(crate) generation_changed: AtomicU64,
+    pub(crate) stamping: Vec<AtomicU64>,
+    /// By tenant and generation parity (`t × 2 + g mod 2`): packets the scheduler moved into
+    /// their chain (stored by core 0), and (at `(t × 2 + p) × cores + core`) packets that core
+    /// saw leave their chain (each giving its credit back). Their difference is what is in
+    /// flight.
+    pub(crate) started: Vec<Line>,
+    pub(crate) done: Vec<Line>,
+    /// What an update is checked against and keeps (the plan as updated so far), by tenant
+    /// its generation (updates applied), and whether the cores are running.
+    pub(crate) update: std::sync::Mutex<crate::update::UpdateState>,
+    pub(crate) generations: Vec<AtomicU64>,
+    pub(crate) running: AtomicBool,
+    /// By tenant whether its packets are steered or kept to one instance; by chain whether it
+    /// keeps state (what an update may not change).
+    pub(crate) steer: Vec<Option<Steer>>,
+    pub(crate) one: Vec<bool>,
+    pub(crate) stateful: Vec<bool>,
+}
+
+/// A tenant's new tasks for a region, or the end of its previous generation there.
+#[derive(Debug)]
+pub(crate) enum Swap {
+    /// (chain, instance, segment, a task for each of the segment's wrappers).
+    Install {
+        tenant: usize,
+        generation: u8,
+        segments: crate::update::RegionTasks,
+    },
+    Retire {
+        tenant: usize,
+    },
 }
 
 /// [`Shared::limits`] of a tenant with no limit.
@@ -696,7 +770,7 @@ const NO_LIMIT: u64 = u64::MAX;
 /// A counter on a cache line of its own (128 bytes: the line and its prefetched neighbour).
 #[derive(Debug, Default)]
 #[repr(align(128))]
-struct Line(AtomicU64);
+pub(crate) struct Line(pub(crate) AtomicU64);
 
 /// How often a core publishes its counters for [`Monitor`].
 pub const PUBLISH: Duration = Duration::from_millis(10);
@@ -778,7 +852,8 @@ impl Monitor {
         let share = 1.0 / sh.instances.max(1) as f64;
         sh.placements
             .iter()
-            .map(|&(chain, skip)| {
+            .map(|(chain, skip)| {
+                let (chain, skip) = (*chain, skip.load(Ordering::Relaxed));
                 let mut ns = vec![0.0; sh.cores];
                 if let Some(c0) = ns.first_mut() {
                     *c0 = sched;
@@ -817,6 +892,10 @@ struct CoreState {
     /// The next fork token (the core's number in the top bits).
     token: u32,
     back_in: Vec<rtrb::Consumer<Item>>,
+    /// By tenant and generation parity: packets that left their chain here (see
+    /// `Shared::done`), and the counts as last stored there.
+    done: Vec<u64>,
+    done_stored: Vec<u64>,
 }
 
 impl CoreState {
@@ -835,6 +914,34 @@ impl CoreState {
             given: vec![0; pools],
             unknown_tenant: 0,
             malformed: 0,
+            done: vec![0; ntenants * 2],
+            done_stored: vec![0; ntenants * 2],
+        }
+    }
+
+    /// A packet (of `d`) left its chain: its credit goes back to `pool`.
+    fn credit_back(&mut self, pool: usize, d: &Desc) {
+        self.give[pool] += 1;
+        self.count_done(d);
+    }
+
+    /// A packet (of `d`) left its chain, counted by its tenant's generation.
+    fn count_done(&mut self, d: &Desc) {
+        if let Some(n) = self.done.get_mut(usize::from(d.tenant) * 2 + usize::from(d.generation & 1)) {
+            *n += 1;
+        }
+    }
+
+    /// Stores the counts of packets that left their chains for the updater to read (after the
+    /// packets are out of every task).
+    fn store_done(&mut self, shared: &Shared, core: usize) {
+        for (i, (n, stored)) in self.done.iter().zip(self.done_stored.iter_mut()).enumerate() {
+            if n != stored {
+                *stored = *n;
+                if let Some(l) = shared.done.get(i * shared.cores + core) {
+                    l.0.store(*n, Ordering::Release);
+                }
+            }
         }
     }
 
@@ -1024,9 +1131,22 @@ impl Runtime {
             active: plan.chains.iter().map(|_| std::sync::atomic::AtomicUsize::new(instances)).collect(),
             active_changed: AtomicU64::new(0),
             region_core,
-            placements: plan.tenants.iter().map(|p| (p.chain, p.skip)).collect(),
+            placements: plan.tenants.iter().map(|p| (p.chain, AtomicU64::new(p.skip))).collect(),
             instances,
             mode: cfg.mode,
+            swaps: (0..nregions).map(|_| std::sync::Mutex::new(Vec::new())).collect(),
+            installed: (0..nt).map(|_| AtomicU64::new(0)).collect(),
+            next_generation: plan.tenants.iter().map(|p| std::sync::Mutex::new((0, p.skip))).collect(),
+            generation_changed: AtomicU64::new(0),
+            stamping: (0..nt).map(|_| AtomicU64::new(0)).collect(),
+            started: (0..nt * 2).map(|_| Line::default()).collect(),
+            done: (0..nt * 2 * cores).map(|_| Line::default()).collect(),
+            update: std::sync::Mutex::new(crate::update::UpdateState::new(plan.clone())),
+            generations: (0..nt).map(|_| AtomicU64::new(0)).collect(),
+            running: AtomicBool::new(false),
+            steer: steer.clone(),
+            one: one.clone(),
+            stateful: stateful.clone(),
         });
         Ok(Runtime {
             steer,
@@ -1059,6 +1179,12 @@ impl Runtime {
     /// A handle that sets tenants' ingress limits and reads what they offer, while it runs.
     pub fn limiter(&self) -> Limiter {
         Limiter(self.shared.clone())
+    }
+
+    /// A handle that updates one tenant at a time while it runs, hitless (`snic`; see
+    /// [`crate::update`]).
+    pub fn updater(&self) -> crate::update::Updater {
+        crate::update::Updater(self.shared.clone())
     }
 
     /// A handle that launches new instances into its regions while it runs (`snic`).
@@ -1121,6 +1247,7 @@ impl Runtime {
         let mut sched = Some(sched);
         let core_regions = std::mem::take(&mut self.cores);
         let rtc = std::mem::take(&mut self.rtc);
+        self.shared.running.store(true, Ordering::Release);
         let results: Vec<Joined> = std::thread::scope(|s| {
             let mut handles = Vec::new();
             let mut rtc_iter = rtc.into_iter();
@@ -1201,6 +1328,7 @@ impl Runtime {
             }
             out
         });
+        self.shared.running.store(false, Ordering::Release);
         for j in results {
             if let Some(sc) = j.sched {
                 stats.unknown_tenant += sc.unknown_tenant;
@@ -1517,6 +1645,14 @@ pub struct Scheduler {
     timed_decisions: u64,
     /// By pool and core: the credits seen given back so far (see `Shared::returned`).
     returned_seen: Vec<u64>,
+    /// By tenant: the generation it stamps on packets entering their chain, and the previous
+    /// generation's skip mask (for its packets still in flight); [`Shared::generation_changed`]
+    /// as last seen.
+    generation: Vec<u8>,
+    skip_previous: Vec<u64>,
+    generations_seen: u64,
+    /// By tenant and generation parity (`t × 2 + g mod 2`): packets moved into their chain.
+    pub started: Vec<u64>,
 }
 
 impl Scheduler {
@@ -1580,7 +1716,28 @@ impl Scheduler {
             rounds: 0,
             timed_decisions: 0,
             returned_seen: vec![0; pools * cfg.cores.max(1)],
+            generation: vec![0; tenants.len()],
+            skip_previous: plan.tenants.iter().map(|p| p.skip).collect(),
+            generations_seen: 0,
+            started: vec![0; tenants.len() * 2],
         }
+    }
+
+    /// From now on tenant `t`'s packets enter their chain as generation `g`, skipping `skip`
+    /// (the generation before keeps its mask for its packets in flight).
+    pub fn set_generation(&mut self, t: usize, g: u8, skip: u64) {
+        if let (Some(generation), Some(cur), Some(prev)) =
+            (self.generation.get_mut(t), self.skip.get_mut(t), self.skip_previous.get_mut(t))
+        {
+            *prev = *cur;
+            *cur = skip;
+            *generation = g;
+        }
+    }
+
+    /// Tenant `t`'s skip mask for its packets of generation `g` (this one or the one before).
+    pub fn skip_of(&self, t: usize, g: u8) -> u64 {
+        if self.generation.get(t) == Some(&g) { self.skip[t] } else { self.skip_previous[t] }
     }
 
     /// Marks the regions (by id) that run on the scheduler's own core: instances elsewhere are
@@ -1717,10 +1874,13 @@ impl Scheduler {
         self.global_vt = self.vt[t];
         self.vt[t] += item.packet.len() as f64 * self.inv_weight[t];
         item.desc.instance = k as u16;
+        item.desc.generation = self.generation[t];
+        item.desc.skip = self.skip[t];
         let to = self.first[t][k];
         if let Some((_, pool)) = to {
             self.credits[pool] -= 1;
             self.decisions += 1;
+            self.started[t * 2 + usize::from(self.generation[t] & 1)] += 1;
             if self.panic {
                 // The position it runs first.
                 item.desc.segment = next_position(item.desc.skip, 0, 64).unwrap_or(0) as u16;
@@ -1794,6 +1954,7 @@ fn worker_loop(
                 }
             }
         }
+        st.store_done(shared, core);
         if work == 0 {
             idle = idle.saturating_add(1);
             rest(idle);
@@ -1844,6 +2005,17 @@ fn schedule(
             s.set_active(ci, a.load(Ordering::Relaxed));
         }
     }
+    let changed = shared.generation_changed.load(Ordering::Acquire);
+    if changed != s.generations_seen {
+        s.generations_seen = changed;
+        for (t, next) in shared.next_generation.iter().enumerate() {
+            let (g, skip) = *next.lock().unwrap_or_else(|e| e.into_inner());
+            if g != s.generation[t] {
+                s.set_generation(t, g, skip);
+            }
+            shared.stamping[t].store(u64::from(s.generation[t]), Ordering::Release);
+        }
+    }
     let changed = shared.limits_changed.load(Ordering::Acquire);
     if changed != s.limits_seen {
         s.limits_seen = changed;
@@ -1879,21 +2051,24 @@ fn schedule(
                     None => {}
                     Some(JoinOutcome::On(mut item)) => {
                         item.desc.branch = NO_BRANCH;
-                        item.desc.skip = s.skip[t];
+                        item.desc.skip = s.skip_of(t, item.desc.generation);
                         let seg = f.branches.last().map_or(0, |b| b.end);
                         item.desc.segment = seg as u16;
                         if seg < shared.route[ci][k].len() {
                             if let Err(item) = st.links.push(shared.route[ci][k][seg], item) {
                                 s.credit(credit_pool, 1);
+                                st.count_done(&item.desc);
                                 st.drop_item(pool, item, "ring_full");
                             }
                         } else {
                             s.credit(credit_pool, 1);
+                            st.count_done(&item.desc);
                             st.out.push(item);
                         }
                     }
                     Some(JoinOutcome::Dropped(d, reason)) => {
                         s.credit(credit_pool, 1);
+                        st.count_done(&d);
                         *st.tenants[usize::from(d.tenant)].drops.entry(reason).or_default() += 1;
                     }
                     Some(JoinOutcome::Late(d)) => {
@@ -1905,6 +2080,7 @@ fn schedule(
         for d in join.sweep(now, pool) {
             let (ci, k) = (usize::from(d.chain), usize::from(d.instance));
             s.credit(ci * shared.route[ci].len() + k, 1);
+            st.count_done(&d);
             *st.tenants[usize::from(d.tenant)].drops.entry("sync_timeout").or_default() += 1;
         }
     }
@@ -1984,6 +2160,14 @@ fn schedule(
     let admit = cfg.mode != Mode::Panic || buffered < (waiting.len() * cfg.credits.max(1) as usize) as u64;
     for _ in 0..if admit { cfg.batch } else { 0 } {
         let Some(d) = s.decide() else { break };
+        if d.to.is_some() {
+            // Before the packet can reach a region: a count of those that left never runs
+            // ahead of this one (the ring's release orders the store).
+            let i = usize::from(d.item.desc.tenant) * 2 + usize::from(d.item.desc.generation & 1);
+            if let (Some(l), Some(&n)) = (shared.started.get(i), s.started.get(i)) {
+                l.0.store(n, Ordering::Relaxed);
+            }
+        }
         // A parallel tenant whose fork comes first: copied here, into its branches.
         if let (Some(_), Some(f)) = (d.to, shared.forks.get(usize::from(d.item.desc.tenant)).and_then(Option::as_ref))
             && f.branches.first().is_some_and(|b| b.start == 0)
@@ -1998,6 +2182,7 @@ fn schedule(
                 Ok(()) => moved += 1,
                 Err(item) => {
                     s.credit(credit_pool, 1);
+                    st.count_done(&item.desc);
                     st.drop_item(pool, item, "ring_full");
                 }
             },
@@ -2022,14 +2207,46 @@ fn schedule(
 /// service for the launch's PR time.
 fn take_launch(r: &mut Region, shared: &Shared) {
     shared.launch_waiting[r.id].store(false, Ordering::Release);
-    let Some(l) = shared.launch[r.id].lock().unwrap_or_else(|e| e.into_inner()).take() else { return };
-    for (ci, k, si, ws) in l.segments {
-        if let Some(seg) = r.segments.iter_mut().find(|s| (s.0, s.1, s.2) == (ci, k, si)) {
-            seg.3 = ws;
+    let launch = shared.launch[r.id].lock().unwrap_or_else(|e| e.into_inner()).take();
+    let swaps = std::mem::take(&mut *shared.swaps[r.id].lock().unwrap_or_else(|e| e.into_inner()));
+    if let Some(l) = launch {
+        for (ci, k, si, mut ws) in l.segments {
+            if let Some(seg) = r.segments.iter_mut().find(|s| (s.0, s.1, s.2) == (ci, k, si)) {
+                // The tenants' generations go on (and a previous generation's tasks, for its
+                // packets still in flight).
+                for (new, old) in ws.iter_mut().zip(seg.3.iter_mut()) {
+                    new.generation.clone_from(&old.generation);
+                    new.previous = std::mem::take(&mut old.previous);
+                }
+                seg.3 = ws;
+            }
+        }
+        r.dark_until = (!l.pr.is_zero()).then(|| Instant::now() + l.pr);
+        shared.launches[r.id].fetch_add(1, Ordering::Relaxed);
+    }
+    for swap in swaps {
+        match swap {
+            Swap::Install { tenant, generation, segments } => {
+                for (ci, k, si, tasks) in segments {
+                    if let Some(seg) = r.segments.iter_mut().find(|s| (s.0, s.1, s.2) == (ci, k, si)) {
+                        for (w, task) in seg.3.iter_mut().zip(tasks) {
+                            w.install(tenant, generation, task);
+                        }
+                    }
+                }
+                if let Some(n) = shared.installed.get(tenant) {
+                    n.fetch_add(1, Ordering::Release);
+                }
+            }
+            Swap::Retire { tenant } => {
+                for seg in &mut r.segments {
+                    for w in &mut seg.3 {
+                        w.retire(tenant);
+                    }
+                }
+            }
         }
     }
-    r.dark_until = (!l.pr.is_zero()).then(|| Instant::now() + l.pr);
-    shared.launches[r.id].fetch_add(1, Ordering::Relaxed);
 }
 
 /// The most packets a region takes at once: half its chain's credits (the other half is being
@@ -2162,14 +2379,17 @@ fn run_region(
                     item.desc.segment += 1;
                     let next = shared.route[ci][k][usize::from(item.desc.segment)];
                     if let Err(item) = st.links.push(next, item) {
-                        st.give[credit_pool] += 1;
+                        st.credit_back(credit_pool, &item.desc);
                         st.drop_item(pool, item, "ring_full");
                     }
                     continue;
                 }
-                _ => finish(st, pool, item, *fate),
+                _ => {
+                    let d = item.desc;
+                    finish(st, pool, item, *fate);
+                    st.credit_back(credit_pool, &d);
+                }
             }
-            st.give[credit_pool] += 1;
         }
         st.fates = fates;
         first_group = false;
@@ -2371,7 +2591,7 @@ fn rtc_loop(
             match classify.tenant(a.packet.data()) {
                 Ok((t, _)) => {
                     st.tenants[t].packets_in += 1;
-                    let (chain, skip) = shared.placements[t];
+                    let (chain, skip) = (shared.placements[t].0, shared.placements[t].1.load(Ordering::Relaxed));
                     let desc = Desc::new(t, chain, skip, a.at, a.port);
                     st.batch.push(Item { packet: a.packet, desc });
                 }
