@@ -2234,6 +2234,7 @@ fn take_launch(r: &mut Region, shared: &Shared) {
                         }
                     }
                 }
+                shared.launches[r.id].fetch_add(1, Ordering::Relaxed);
                 if let Some(n) = shared.installed.get(tenant) {
                     n.fetch_add(1, Ordering::Release);
                 }

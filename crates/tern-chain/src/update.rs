@@ -252,6 +252,11 @@ impl Updater {
         self.0.generations.iter().map(|g| g.load(Ordering::Acquire)).collect()
     }
 
+    /// By tenant: regions that have taken its new tasks so far (a launch each).
+    pub fn launches(&self) -> Vec<u64> {
+        self.0.installed.iter().map(|n| n.load(Ordering::Acquire)).collect()
+    }
+
     /// Waits up to `wait` for generation `g` of tenant `t` to leave; returns what is left.
     fn wait_drained(&self, t: usize, g: u64, wait: Duration) -> u64 {
         let started = Instant::now();

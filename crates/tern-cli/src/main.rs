@@ -200,7 +200,9 @@ enum ChainCommand {
     /// leaves on the other; answers (KV hits, transport acknowledgements) go back where they
     /// came from. --mode snic|panic|rtc; --metrics serves Prometheus tern_chain_* and /runtime
     /// (what `chain dump` reads). Malformed frames, unknown tenants and failed tags are named
-    /// drop counters. SIGINT/SIGTERM stop it with a summary.
+    /// drop counters. The tenant files are watched: a changed file updates that tenant live and
+    /// hitless (snic; its new DAG or parameters swapped in as a new generation, the other
+    /// tenants untouched). SIGINT/SIGTERM stop it with a summary.
     Serve(chain::serve::ServeArgs),
     /// Trace one packet through the tenants' plan: its tenant and chain, at each position
     /// whether it skipped the task or ran it and what became of it, and its bytes after

@@ -1029,8 +1029,8 @@ fn chain_serve_round_trip(mode: &str) {
     assert!(out.contains(&format!("mode {mode}")) && out.contains("ns/packet"), "{out}");
     assert!(out.lines().any(|l| l.contains(" nat ") && l.contains("nat")), "{out}");
     if mode == "snic" {
-        // A reload: the firewall now denies UDP. New instances are launched into the running
-        // region; the next datagram is dropped there, by name.
+        // A live update: the firewall now denies UDP. The tenant's new task instances are
+        // swapped into its chain's regions (generation 1); the next datagram is dropped there.
         std::fs::write(
             &tenant,
             "tenant = \"lan\"\ndag = \"fw -> nat\"\n[ingress]\nproto = \"udp\"\n[nt.fw]\nkind = \"firewall\"\nrules = [{ action = \"deny\", proto = \"udp\" }]\n[nt.nat]\nkind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20100\"\n",
@@ -1043,6 +1043,10 @@ fn chain_serve_round_trip(mode: &str) {
         let body =
             ureq::get(&format!("http://{metrics}/metrics")).call().unwrap().into_body().read_to_string().unwrap();
         assert!(body.contains("tern_chain_launches_total{region=\"0\"} 1"), "{body}");
+        assert!(body.contains("tern_chain_generation{tenant=\"lan\"} 1"), "{body}");
+        // Both instances' regions took the new tasks.
+        assert!(body.contains("tern_chain_tenant_launches_total{tenant=\"lan\"} 2"), "{body}");
+        assert!(body.contains("tern_chain_updates_rejected_total 0"), "{body}");
     }
     if mode == "rtc" {
         let (ok, _, err) = tern(&[

@@ -24,6 +24,7 @@ use tern_chain::runtime::{
 };
 use tern_chain::task::Keys;
 use tern_chain::tenant::{self, Tenant};
+use tern_chain::update::Updater;
 use tern_io::afpacket::AfPacketPort;
 use tern_io::udp::{UdpConfig, UdpPort};
 use tern_io::{Batch, Pool, Port, PortStats};
@@ -229,6 +230,8 @@ struct ChainCollector {
     monitor: Monitor,
     limiter: Limiter,
     launcher: Launcher,
+    updater: Updater,
+    rejected: Arc<std::sync::atomic::AtomicU64>,
     fair: Shares,
     tenants: Vec<String>,
     /// By tenant: its chain.
@@ -378,8 +381,35 @@ impl Collector for ChainCollector {
         counter_family(
             &mut enc,
             "tern_chain_launches",
-            "New task instances launched into each region (a reload).",
+            "New task instances launched into each region (a tenant's update swapped in, a relaunch).",
             &rows,
+        )?;
+        let rows: Vec<(Labels, i64)> = self
+            .updater
+            .generations()
+            .iter()
+            .zip(&self.tenants)
+            .map(|(g, n)| (label("tenant", n), *g as i64))
+            .collect();
+        gauge_family(
+            &mut enc,
+            "tern_chain_generation",
+            "Each tenant's generation: its live updates so far (0: as started).",
+            &rows,
+        )?;
+        let rows: Vec<(Labels, u64)> =
+            self.updater.launches().iter().zip(&self.tenants).map(|(l, n)| (label("tenant", n), *l)).collect();
+        counter_family(
+            &mut enc,
+            "tern_chain_tenant_launches",
+            "Regions that swapped in each tenant's new task instances (its updates).",
+            &rows,
+        )?;
+        counter(
+            &mut enc,
+            "tern_chain_updates_rejected",
+            "Tenant file changes not applied (the line printed says why; the running tenant stays).",
+            self.rejected.load(std::sync::atomic::Ordering::Relaxed),
         )?;
         Ok(())
     }
@@ -424,64 +454,65 @@ fn mtimes(files: &[PathBuf]) -> Vec<Option<std::time::SystemTime>> {
     files.iter().map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok()).collect()
 }
 
-/// Reads the tenant files again and, if they plan to the same chains, launches new task
-/// instances (with their new parameters) into every region; returns how many. A different
-/// plan needs a restart.
-#[allow(clippy::too_many_arguments)]
-fn relaunch(
+/// Reads the tenant files again and updates each tenant in `changed` (file indices) hitless:
+/// the files are planned again, and each changed tenant's new tasks are built and swapped in
+/// (see `tern_chain::update`) while every other tenant runs on untouched. Each tenant that
+/// updated takes its new file's place in `running`; a line a tenant says what happened (an
+/// error names what a live update may not change: a restart applies it). An error before any
+/// tenant (a file that does not load or plan) changes nothing.
+fn reload(
     files: &[PathBuf],
-    running: &Plan,
-    mode: Mode,
-    instances: usize,
-    keys: &Mutex<Keys>,
-    launcher: &tern_chain::runtime::Launcher,
-    pr: Duration,
+    changed: &[usize],
+    running: &mut [Tenant],
     profile: &tern_hw::Profile,
+    updater: &Updater,
+    keys: &Mutex<Keys>,
     pool: &Pool,
-) -> Result<usize, String> {
-    if mode != Mode::Snic {
-        return Err(format!("launching is for mode snic (this server runs {})", mode.name()));
-    }
+) -> Result<Vec<Result<String, String>>, String> {
     let tenants = load_tenants(files)?;
-    let plan = plan::plan(&tenants, &|t| tenant::area(t, profile), running.regions_available, running.region_luts)?;
-    let shape = |p: &Plan| {
-        (
-            p.chains
-                .iter()
-                .map(|c| {
-                    (
-                        c.slots.iter().map(|s| (s.name.clone(), s.kind)).collect::<Vec<_>>(),
-                        c.segments.clone(),
-                        c.tenants.clone(),
+    let model = tern_hw::chain::ChainModel::from_profile(profile)?;
+    let plan = plan::plan(&tenants, &|t| tenant::area(t, profile), model.regions, model.region_luts)?;
+    let mut k = keys.lock().map_err(|_| "keys lock")?;
+    let mut out = Vec::new();
+    for &t in changed {
+        let (old, new) = (&running[t], &tenants[t]);
+        let name = &old.name;
+        let r = if new.name != old.name {
+            Err(format!("tenant {name}: renamed to `{}` in {}: a restart renames", new.name, files[t].display()))
+        } else if new.ingress != old.ingress || new.bandwidth_gbps != old.bandwidth_gbps {
+            Err(format!(
+                "tenant {name}: ingress or bandwidth_gbps changed in {}: a restart applies them (a live update replaces the DAG and its tasks' parameters)",
+                files[t].display()
+            ))
+        } else {
+            let mut factory = |t: usize, n: usize| super::stage::build(&tenants, t, n, &mut k, pool);
+            updater
+                .build(&plan, t, &mut factory)
+                .and_then(|u| updater.apply(u, UPDATE_WAIT))
+                .map(|a| {
+                    format!(
+                        "tenant {name}: generation {} in service ({} region(s) swapped; {})",
+                        a.generation,
+                        a.regions,
+                        if a.drained {
+                            "the previous generation drained and retired"
+                        } else {
+                            "the previous generation still draining"
+                        }
                     )
                 })
-                .collect::<Vec<_>>(),
-            p.tenants.clone(),
-        )
-    };
-    if shape(&plan) != shape(running) {
-        return Err("the files plan to other chains (tasks added, removed or renamed); restart to re-plan".into());
-    }
-    let mut k = keys.lock().map_err(|_| "keys lock")?;
-    let mut factory = |t: usize, n: usize| super::stage::build(&tenants, t, n, &mut k, pool);
-    let mut launched = 0;
-    // Every region's new instances are built first: a task that cannot be built stops the
-    // reload before any region changes.
-    let mut launches = Vec::new();
-    for ri in 0..running.regions.len() {
-        for inst in 0..instances {
-            let segments =
-                tern_chain::runtime::build_region(running, ri, (inst, instances), tenants.len(), &mut factory)?;
-            let id = launcher.region(ri, inst).ok_or_else(|| format!("no running region for plan region {ri}"))?;
-            launches.push((id, segments));
+                .map_err(|e| format!("tenant {name}: {e}"))
+        };
+        if r.is_ok() {
+            running[t] = tenants[t].clone();
         }
+        out.push(r);
     }
-    for (id, segments) in launches {
-        launcher.launch(id, tern_chain::runtime::Launch { segments, pr })?;
-        launched += 1;
-    }
-    Ok(launched)
+    Ok(out)
 }
+
+/// How long an update waits for each step the data path takes.
+const UPDATE_WAIT: Duration = Duration::from_secs(2);
 
 /// `/runtime`'s JSON: the plan and each task's counters, as `tern chain dump` prints them.
 pub fn runtime_json(mode: Mode, tenants: &[String], plan_text: &[String], live: &Live) -> serde_json::Value {
@@ -594,12 +625,15 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         ));
     }
     let stop_http = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rejected = Arc::new(std::sync::atomic::AtomicU64::new(0));
     if let Some(addr) = a.metrics {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(ChainCollector {
             monitor: monitor.clone(),
             limiter: limiter.clone(),
             launcher: launcher.clone(),
+            updater: rt.updater(),
+            rejected: rejected.clone(),
             fair: shares.clone(),
             tenants: names.clone(),
             chain_of: plan.tenants.iter().map(|p| p.chain).collect(),
@@ -645,8 +679,12 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let files = a.files.clone();
     let (mode, json_out) = (a.mode, a.json);
     let pool2 = pool.clone();
+    let tenants_w = tenants.clone();
+    let updater = rt.updater();
+    let rejected2 = rejected.clone();
     let watcher = std::thread::spawn(move || {
         let mut seen = mtimes(&files);
+        let mut running = tenants_w;
         while !done2.load(std::sync::atomic::Ordering::Relaxed) {
             if crate::signals::stopping(&signals) || deadline.is_some_and(|d| Instant::now() >= d) {
                 watcher_stop.stop();
@@ -657,15 +695,29 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             if now == seen {
                 continue;
             }
+            let changed: Vec<usize> = (0..files.len()).filter(|&i| now[i] != seen[i]).collect();
             seen = now;
-            let msg = match relaunch(&files, &plan, mode, instances, &keys, &launcher, pr, &profile, &pool2) {
-                Ok(n) => format!(
-                    "tenant files changed: {n} region(s) relaunched with new task instances ({} ms out of service each)",
-                    pr.as_millis()
-                ),
-                Err(e) => format!("reload rejected, the running chains stay: {e}"),
+            let msgs = if mode != Mode::Snic {
+                vec![format!(
+                    "tenant files changed; live updates run in mode snic (this server runs {}): restart to apply",
+                    mode.name()
+                )]
+            } else {
+                let results = reload(&files, &changed, &mut running, &profile, &updater, &keys, &pool2)
+                    .unwrap_or_else(|e| vec![Err(format!("the files: {e}"))]);
+                results
+                    .into_iter()
+                    .map(|r| {
+                        r.unwrap_or_else(|e| {
+                            rejected2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            format!("update rejected, the running tenant stays: {e}")
+                        })
+                    })
+                    .collect()
             };
-            if json_out { eprintln!("{msg}") } else { println!("{msg}") }
+            for msg in msgs {
+                if json_out { eprintln!("{msg}") } else { println!("{msg}") }
+            }
         }
     });
     // Autoscaling: every epoch, each stateless chain's measured load drives its autoscaler.
