@@ -131,8 +131,9 @@ fn copy_in(pool: &Pool, frame: &[u8]) -> Option<tern_io::Packet> {
 pub struct Tally {
     /// Packets out (answers included), a counter a sink.
     counts: Mutex<Vec<Arc<Count>>>,
-    /// Whether latencies are being kept.
+    /// Whether latencies are being kept, and of which tenant (its index + 1; 0: all).
     pub measuring: AtomicBool,
+    pub latency_of: std::sync::atomic::AtomicUsize,
     /// Latencies kept, ns.
     pub latencies: Mutex<Vec<u64>>,
 }
@@ -174,7 +175,10 @@ impl Sink {
     pub fn new(pool: &Pool, tally: &Arc<Tally>) -> Sink {
         let count = Arc::new(Count::default());
         tally.counts.lock().unwrap_or_else(|e| e.into_inner()).push(count.clone());
-        Sink { pool: pool.clone(), tally: tally.clone(), count, by_tenant: [0; TENANT_SLOTS], local: Vec::new() }
+        // Room for a phase's latencies up front: growing the vector (a copy of all kept so far)
+        // would stall the core it runs on mid-measurement.
+        let local = Vec::with_capacity(1 << 18);
+        Sink { pool: pool.clone(), tally: tally.clone(), count, by_tenant: [0; TENANT_SLOTS], local }
     }
 }
 
@@ -182,12 +186,13 @@ impl Egress for Sink {
     fn send(&mut self, _: Instant, items: &mut Vec<Item>) {
         let now = Instant::now();
         let keep = self.tally.measuring.load(Ordering::Relaxed);
+        let only = self.tally.latency_of.load(Ordering::Relaxed);
         let mut seen = 0u32;
         for item in items.drain(..) {
             let t = usize::from(item.desc.tenant).min(TENANT_SLOTS - 1);
             self.by_tenant[t] += 1;
             seen |= 1 << t;
-            if keep && self.local.len() < MAX_SAMPLES {
+            if keep && (only == 0 || only == usize::from(item.desc.tenant) + 1) && self.local.len() < MAX_SAMPLES {
                 self.local.push(now.saturating_duration_since(item.desc.arrived).as_nanos() as u64);
             }
             self.pool.put(item.packet);
@@ -567,4 +572,134 @@ pub fn measure_fair(
         .collect();
     let rate_limited = stats.tenants.iter().map(|t| t.drops.get("rate_limited").copied().unwrap_or(0)).sum();
     Ok(FairPhase { offered_pps, delivered_pps, ns_per_packet, dominant, limit_gbps: limiter.limits(), rate_limited })
+}
+
+/// An ingress that stops offering once `closed` is set (what was offered can then drain).
+struct Gated<I> {
+    inner: I,
+    closed: Arc<AtomicBool>,
+}
+
+impl<I: Ingress> Ingress for Gated<I> {
+    fn recv(&mut self, now: Instant, max: usize, out: &mut Vec<Arrival>) {
+        if !self.closed.load(Ordering::Relaxed) {
+            self.inner.recv(now, max, out);
+        }
+    }
+}
+
+/// One measured phase of the update benchmark, for the tenant that is not updated (the
+/// victim).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UpdatePhase {
+    /// Updates applied to the other tenant during the measured time.
+    pub updates: usize,
+    /// The victim's packets offered (classified) and delivered over the whole run (the
+    /// ingress closes at the end and the chains drain), and the difference.
+    pub victim_offered: u64,
+    pub victim_delivered: u64,
+    pub victim_lost: u64,
+    /// The victim's latency over the measured time, ns.
+    pub victim_p50_ns: f64,
+    pub victim_p99_ns: f64,
+    pub victim_samples: usize,
+    /// Each update's time (`Updater::apply`), ms.
+    pub apply_ms: Vec<f64>,
+}
+
+/// Runs the tenants of `variants[0]` (tenants and their plan) with a stream a tenant (as
+/// [`measure_fair`]) and, over the measured `secs` after `warmup`, applies `updates` live
+/// updates to tenant `updated`, evenly spaced: generation `g` is `variants[g mod len]`
+/// (planned before the run, as a file is checked before it is applied; each update builds its
+/// new task instances and applies them). Then it closes the ingress, lets the chains drain,
+/// and reports what tenant `victim` offered, got and lost, and its latency.
+#[allow(clippy::too_many_arguments)]
+pub fn measure_updates(
+    variants: &[(Vec<Tenant>, Plan)],
+    cfg: Config,
+    streams: Vec<(Vec<Vec<u8>>, Option<f64>)>,
+    victim: usize,
+    updated: usize,
+    updates: usize,
+    warmup: Duration,
+    secs: Duration,
+) -> Result<UpdatePhase, String> {
+    let Some((tenants, plan)) = variants.first() else { return Err("no tenants to run".into()) };
+    let (tenants, plan) = (tenants.clone(), plan.clone());
+    if victim >= tenants.len().min(TENANT_SLOTS) || updated >= tenants.len() {
+        return Err(format!("tenants {victim} and {updated}: the run has {}", tenants.len()));
+    }
+    let pool = Pool::new(1 << 15, tern_io::DEFAULT_BUF_SIZE);
+    let keys = Mutex::new(Keys::default());
+    let rt = {
+        let mut k = keys.lock().unwrap_or_else(|e| e.into_inner());
+        let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut k);
+        Runtime::new(plan, tenants.clone(), cfg, &mut factory)?
+    };
+    let stopper = rt.stopper();
+    let limiter = rt.limiter();
+    let updater = rt.updater();
+    let tally = Arc::new(Tally::default());
+    tally.latency_of.store(victim + 1, Ordering::Relaxed);
+    let closed = Arc::new(AtomicBool::new(false));
+    let cores = cfg.cores.max(1);
+    let ingress: Vec<Box<dyn Ingress>> =
+        vec![Box::new(Gated { inner: MixGen::new(&pool, streams), closed: closed.clone() })];
+    let egress: Vec<Box<dyn Egress>> =
+        (0..cores).map(|_| Box::new(Sink::new(&pool, &tally)) as Box<dyn Egress>).collect();
+    let (control, stats) = std::thread::scope(|s| {
+        let t2 = tally.clone();
+        let timer = s.spawn(move || -> Result<(Vec<f64>, u64, u64), String> {
+            let run = || -> Result<Vec<f64>, String> {
+                std::thread::sleep(warmup);
+                t2.measuring.store(true, Ordering::Relaxed);
+                let start = Instant::now();
+                let mut apply_ms = Vec::new();
+                for g in 1..=updates as u64 {
+                    let due = start + secs.mul_f64(g as f64 / (updates as f64 + 1.0));
+                    std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                    let (ts, p) = &variants[g as usize % variants.len()];
+                    let mut k = keys.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut factory = |t: usize, n: usize| task::build(&ts[t].tasks[n], &mut k);
+                    let u = updater.build(p, updated, &mut factory)?;
+                    let t0 = Instant::now();
+                    updater.apply(u, Duration::from_secs(1))?;
+                    apply_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+                }
+                std::thread::sleep((start + secs).saturating_duration_since(Instant::now()));
+                Ok(apply_ms)
+            };
+            let r = run();
+            t2.measuring.store(false, Ordering::Relaxed);
+            // Close the ingress and let what was offered drain (at most a second).
+            closed.store(true, Ordering::Relaxed);
+            let until = Instant::now() + Duration::from_secs(1);
+            let last = loop {
+                std::thread::sleep(Duration::from_millis(20));
+                let now = (limiter.offered()[victim].0, t2.delivered_by_tenant()[victim]);
+                if now.1 >= now.0 || Instant::now() > until {
+                    break now;
+                }
+            };
+            stopper.stop();
+            r.map(|a| (a, last.0, last.1))
+        });
+        let stats = rt.run(&pool, ingress, egress);
+        let control = timer.join().unwrap_or_else(|_| Err("the control thread panicked".into()));
+        (control, stats)
+    });
+    stats?;
+    let (apply_ms, offered, delivered) = control?;
+    let mut lat = std::mem::take(&mut *tally.latencies.lock().unwrap_or_else(|e| e.into_inner()));
+    lat.sort_unstable();
+    Ok(UpdatePhase {
+        updates,
+        victim_offered: offered,
+        victim_delivered: delivered,
+        victim_lost: offered.saturating_sub(delivered),
+        victim_p50_ns: quantile(&lat, 0.5),
+        victim_p99_ns: quantile(&lat, 0.99),
+        victim_samples: lat.len(),
+        apply_ms,
+    })
 }

@@ -727,11 +727,13 @@ pub(crate) struct Shared {
     pub(crate) swaps: Vec<std::sync::Mutex<Vec<Swap>>>,
     /// By tenant: the regions' installs of its generations taken so far.
     pub(crate) installed: Vec<AtomicU64>,
-    /// By tenant: the generation and skip mask the scheduler is to stamp from its next round
-    /// (set with a count of the changes), and the generation it stamps now (stored by it).
-    pub(crate) next_generation: Vec<std::sync::Mutex<(u8, u64)>>,
+    /// By tenant: the next generation, its skip mask, and the installs that must be taken
+    /// before the scheduler stamps it (set with a count of the changes); and the last
+    /// generation whose update is complete (stamped, the one before retired), stored by the
+    /// scheduler.
+    pub(crate) next_generation: Vec<std::sync::Mutex<(u8, u64, u64)>>,
     pub(crate) generation_changed: AtomicU64,
-    pub(crate) stamping: Vec<AtomicU64>,
+    pub(crate) settled: Vec<AtomicU64>,
     /// By tenant and generation parity (`t × 2 + g mod 2`): packets the scheduler moved into
     /// their chain (stored by core 0), and (at `(t × 2 + p) × cores + core`) packets that core
     /// saw leave their chain (each giving its credit back). Their difference is what is in
@@ -1136,9 +1138,9 @@ impl Runtime {
             mode: cfg.mode,
             swaps: (0..nregions).map(|_| std::sync::Mutex::new(Vec::new())).collect(),
             installed: (0..nt).map(|_| AtomicU64::new(0)).collect(),
-            next_generation: plan.tenants.iter().map(|p| std::sync::Mutex::new((0, p.skip))).collect(),
+            next_generation: plan.tenants.iter().map(|p| std::sync::Mutex::new((0, p.skip, 0))).collect(),
             generation_changed: AtomicU64::new(0),
-            stamping: (0..nt).map(|_| AtomicU64::new(0)).collect(),
+            settled: (0..nt).map(|_| AtomicU64::new(0)).collect(),
             started: (0..nt * 2).map(|_| Line::default()).collect(),
             done: (0..nt * 2 * cores).map(|_| Line::default()).collect(),
             update: std::sync::Mutex::new(crate::update::UpdateState::new(plan.clone())),
@@ -1646,11 +1648,9 @@ pub struct Scheduler {
     /// By pool and core: the credits seen given back so far (see `Shared::returned`).
     returned_seen: Vec<u64>,
     /// By tenant: the generation it stamps on packets entering their chain, and the previous
-    /// generation's skip mask (for its packets still in flight); [`Shared::generation_changed`]
-    /// as last seen.
+    /// generation's skip mask (for its packets still in flight).
     generation: Vec<u8>,
     skip_previous: Vec<u64>,
-    generations_seen: u64,
     /// By tenant and generation parity (`t × 2 + g mod 2`): packets moved into their chain.
     pub started: Vec<u64>,
 }
@@ -1718,7 +1718,6 @@ impl Scheduler {
             returned_seen: vec![0; pools * cfg.cores.max(1)],
             generation: vec![0; tenants.len()],
             skip_previous: plan.tenants.iter().map(|p| p.skip).collect(),
-            generations_seen: 0,
             started: vec![0; tenants.len() * 2],
         }
     }
@@ -1733,6 +1732,11 @@ impl Scheduler {
             *cur = skip;
             *generation = g;
         }
+    }
+
+    /// The generation tenant `t`'s packets enter their chain on.
+    pub fn generation(&self, t: usize) -> u8 {
+        self.generation.get(t).copied().unwrap_or(0)
     }
 
     /// Tenant `t`'s skip mask for its packets of generation `g` (this one or the one before).
@@ -1914,6 +1918,7 @@ fn worker_loop(
         if cfg.mode == Mode::Panic { (0..shared.regions).map(|_| VecDeque::new()).collect() } else { Vec::new() };
     let mut arrivals = Vec::with_capacity(cfg.batch);
     let mut join = Join::default();
+    let mut updates = crate::update::Progress::new(shared.installed.len());
     let mut rounds = 0u32;
     let mut published = Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
@@ -1935,6 +1940,7 @@ fn worker_loop(
                 &mut waiting,
                 &mut arrivals,
                 &mut join,
+                &mut updates,
                 egress,
                 st,
             );
@@ -1990,6 +1996,7 @@ fn schedule(
     waiting: &mut [VecDeque<Item>],
     arrivals: &mut Vec<Arrival>,
     join: &mut Join,
+    updates: &mut crate::update::Progress,
     egress: &mut dyn Egress,
     st: &mut CoreState,
 ) -> usize {
@@ -2005,17 +2012,7 @@ fn schedule(
             s.set_active(ci, a.load(Ordering::Relaxed));
         }
     }
-    let changed = shared.generation_changed.load(Ordering::Acquire);
-    if changed != s.generations_seen {
-        s.generations_seen = changed;
-        for (t, next) in shared.next_generation.iter().enumerate() {
-            let (g, skip) = *next.lock().unwrap_or_else(|e| e.into_inner());
-            if g != s.generation[t] {
-                s.set_generation(t, g, skip);
-            }
-            shared.stamping[t].store(u64::from(s.generation[t]), Ordering::Release);
-        }
-    }
+    updates.step(s, shared);
     let changed = shared.limits_changed.load(Ordering::Acquire);
     if changed != s.limits_seen {
         s.limits_seen = changed;

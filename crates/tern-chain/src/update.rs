@@ -4,28 +4,31 @@
 //!
 //! An update is validated and planned by the caller (the new tenant files, planned again),
 //! then [`Updater::build`] checks that the new plan leaves every other tenant where it was and
-//! builds the tenant's new task instances off the data path. [`Updater::apply`] then:
+//! builds the tenant's new task instances off the data path. [`Updater::apply`] waits until
+//! the tenant's last update is complete (so at most two generations are ever live), then hands
+//! the work to the data path and returns; the data path:
 //!
-//! 1. waits until no packet of the tenant's generation before the current one is in flight
-//!    (so at most two generations are ever live);
-//! 2. hands each region holding the tenant's chain its new tasks, which the region swaps in at
-//!    its next batch boundary, keeping the current ones as the previous generation's (a
-//!    wrapper runs a packet with the tasks of the generation stamped on it);
-//! 3. once every region has them, tells the scheduler, which from its next round stamps the
-//!    new generation (and skip mask) on the tenant's packets as they enter their chain;
-//! 4. waits until the previous generation's packets have left their chain (counted per
-//!    generation where their credits come back), and retires its tasks.
+//! 1. swaps the new tasks into each region holding the tenant's chain at the region's next
+//!    batch boundary, keeping the current ones as the previous generation's (a wrapper runs a
+//!    packet with the tasks of the generation stamped on it);
+//! 2. once every region has them, the scheduler (core 0) stamps the new generation (and skip
+//!    mask) on the tenant's packets as they enter their chain, from that round on;
+//! 3. once the previous generation's packets have all left their chain (counted per
+//!    generation where their credits come back), the scheduler retires its tasks.
 //!
 //! Packets already in a chain finish on the generation they entered with; packets waiting
 //! in the tenant's queue have run no task and enter with the new one. Other tenants' tasks,
-//! state, credits and queues are not touched, so they see no loss and no reordering.
+//! state, credits and queues are not touched, so they see no loss and no reordering; and the
+//! thread that updates never waits on the data path (on a machine whose cores all run the
+//! data path, each of its wake-ups takes a core from it). [`Updater::settle`] waits until an
+//! update is complete.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::plan::{Placement, Plan};
-use crate::runtime::{Factory, Mode, Shared, Swap};
+use crate::runtime::{Factory, Mode, Scheduler, Shared, Swap};
 use crate::task::NetworkTask;
 
 /// Updates tenants of a running runtime (from [`Runtime::updater`](crate::runtime::Runtime::updater)).
@@ -52,16 +55,13 @@ impl TenantUpdate {
     }
 }
 
-/// What an applied update did.
+/// What an applied update does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Applied {
-    /// The tenant's generation now (its updates so far).
+    /// The tenant's generation it puts in service (its updates so far).
     pub generation: u64,
-    /// Regions that swapped in the new tasks.
+    /// Regions that swap in the new tasks.
     pub regions: usize,
-    /// Whether the previous generation's packets had all left (and its tasks were retired)
-    /// within the wait; if not, the next update waits for them first.
-    pub drained: bool,
 }
 
 /// A plan's chains as updates compare them: each position's task name and kind, the
@@ -165,11 +165,12 @@ impl Updater {
         Ok(TenantUpdate { tenant: t, placement: new.clone(), regions })
     }
 
-    /// Applies `u` (see the module's steps), waiting at most `wait` for each step the data
-    /// path takes. An error if the runtime is not running, if the tenant's generation before
-    /// last still has packets in flight after `wait` (nothing changed then), or if the data
-    /// path did not take the update within `wait` (the regions keep both generations and run
-    /// each packet with its own; the tenant stays on the current one).
+    /// Applies `u`: waits (at most `wait`) until the tenant's last update is complete, hands
+    /// each region of its chain the new tasks and tells the scheduler; the data path does the
+    /// rest (the module's steps 2 to 4) without this thread. Returns at once after that; see
+    /// [`settle`](Self::settle) to wait until the new generation is in service and the previous
+    /// one retired. An error if the runtime is not running or the last update is not complete
+    /// after `wait` (nothing changed then).
     pub fn apply(&self, u: TenantUpdate, wait: Duration) -> Result<Applied, String> {
         let sh = &self.0;
         let t = u.tenant;
@@ -177,23 +178,18 @@ impl Updater {
         if !sh.running.load(Ordering::Acquire) || sh.stop.load(Ordering::Acquire) {
             return Err("the runtime is not running".into());
         }
-        if st.stuck[t] {
-            return Err(format!("tenant {t}'s last update was not taken by the data path: a restart is needed"));
-        }
         let current = sh.generations[t].load(Ordering::Acquire);
-        // 1. The generation before the current one must be gone (its tasks are replaced now).
-        if st.retire_pending[t] {
-            let left = self.wait_drained(t, current.wrapping_sub(1), wait);
-            if left > 0 {
-                return Err(format!(
-                    "tenant {t}'s generation {} still has {left} packet(s) in its chain after {wait:?}; nothing changed",
-                    current - 1
-                ));
-            }
-            self.retire_all(t);
-            st.retire_pending[t] = false;
+        // 1. The last update must be complete: its generation stamped and the one before
+        //    retired (two generations live at most).
+        if !self.settle(t, wait) {
+            return Err(format!(
+                "tenant {t}'s generation {current} is not yet in service with the one before retired after {wait:?} ({} packet(s) of it in flight); nothing changed",
+                self.in_flight(t, current.wrapping_sub(1))
+            ));
         }
-        // 2. Every region gets the new tasks, beside the current ones.
+        // 2. Every region gets the new tasks, beside the current ones; the scheduler stamps
+        //    the new generation once they all have them (3), and retires the old one's tasks
+        //    once its packets have left (4).
         let next = current + 1;
         let g = (next & 0xff) as u8;
         let target = sh.installed[t].load(Ordering::Acquire) + u.regions.len() as u64;
@@ -201,36 +197,31 @@ impl Updater {
         for (id, tasks) in u.regions {
             self.send(id, Swap::Install { tenant: t, generation: g, segments: tasks });
         }
-        let started = Instant::now();
-        while sh.installed[t].load(Ordering::Acquire) < target {
-            if sh.stop.load(Ordering::Acquire) || started.elapsed() > wait {
-                st.stuck[t] = true;
-                return Err(format!("the regions did not take tenant {t}'s new tasks within {wait:?}"));
-            }
-            std::thread::sleep(Duration::from_micros(100));
-        }
-        // 3. The scheduler stamps the new generation from its next round.
-        *sh.next_generation[t].lock().unwrap_or_else(|e| e.into_inner()) = (g, u.placement.skip);
-        sh.generation_changed.fetch_add(1, Ordering::Release);
-        let started = Instant::now();
-        while sh.stamping[t].load(Ordering::Acquire) != u64::from(g) {
-            if sh.stop.load(Ordering::Acquire) || started.elapsed() > wait {
-                st.stuck[t] = true;
-                return Err(format!("the scheduler did not take tenant {t}'s generation {next} within {wait:?}"));
-            }
-            std::thread::sleep(Duration::from_micros(100));
-        }
+        *sh.next_generation[t].lock().unwrap_or_else(|e| e.into_inner()) = (g, u.placement.skip, target);
         sh.generations[t].store(next, Ordering::Release);
+        sh.generation_changed.fetch_add(1, Ordering::Release);
         sh.placements[t].1.store(u.placement.skip, Ordering::Relaxed);
         st.plan.tenants[t] = u.placement;
-        // 4. The previous generation's packets leave; then its tasks go.
-        let drained = self.wait_drained(t, current, wait) == 0;
-        if drained {
-            self.retire_all(t);
-        } else {
-            st.retire_pending[t] = true;
+        Ok(Applied { generation: next, regions })
+    }
+
+    /// Waits at most `wait` until tenant `t`'s last update is complete: its generation in
+    /// service (stamped on the packets entering its chain) and the one before retired (its
+    /// packets all left). Whether it is.
+    pub fn settle(&self, t: usize, wait: Duration) -> bool {
+        let sh = &self.0;
+        let Some(settled) = sh.settled.get(t) else { return false };
+        let started = Instant::now();
+        loop {
+            let want = sh.generations[t].load(Ordering::Acquire);
+            if settled.load(Ordering::Acquire) == want {
+                return true;
+            }
+            if started.elapsed() > wait || sh.stop.load(Ordering::Acquire) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
         }
-        Ok(Applied { generation: next, regions, drained })
     }
 
     /// Packets of tenant `t`'s generation `g` (or an earlier one of its parity) still in their
@@ -257,35 +248,16 @@ impl Updater {
         self.0.installed.iter().map(|n| n.load(Ordering::Acquire)).collect()
     }
 
-    /// Waits up to `wait` for generation `g` of tenant `t` to leave; returns what is left.
-    fn wait_drained(&self, t: usize, g: u64, wait: Duration) -> u64 {
-        let started = Instant::now();
-        loop {
-            let left = self.in_flight(t, g);
-            if left == 0 || started.elapsed() > wait || self.0.stop.load(Ordering::Acquire) {
-                return left;
-            }
-            std::thread::sleep(Duration::from_micros(100));
-        }
-    }
-
     fn send(&self, id: usize, swap: Swap) {
-        let sh = &self.0;
-        if let Some(q) = sh.swaps.get(id) {
-            q.lock().unwrap_or_else(|e| e.into_inner()).push(swap);
-            sh.launch_waiting[id].store(true, Ordering::Release);
-        }
+        send(&self.0, id, swap);
     }
+}
 
-    /// Retires tenant `t`'s previous generation in every region of its chain.
-    fn retire_all(&self, t: usize) {
-        let sh = &self.0;
-        let ci = sh.placements[t].0;
-        for ids in sh.route.get(ci).into_iter().flatten() {
-            for &id in ids {
-                self.send(id, Swap::Retire { tenant: t });
-            }
-        }
+/// Hands `swap` to region `id`, taken at its next batch boundary.
+fn send(sh: &Shared, id: usize, swap: Swap) {
+    if let Some(q) = sh.swaps.get(id) {
+        q.lock().unwrap_or_else(|e| e.into_inner()).push(swap);
+        sh.launch_waiting[id].store(true, Ordering::Release);
     }
 }
 
@@ -294,16 +266,91 @@ impl Updater {
 pub(crate) struct UpdateState {
     /// The plan as updated so far.
     pub(crate) plan: Plan,
-    /// By tenant: its previous generation's tasks are still in the regions (its packets had
-    /// not all left when its update returned).
-    pub(crate) retire_pending: Vec<bool>,
-    /// By tenant: an update the data path did not take (stopped, or past the wait).
-    pub(crate) stuck: Vec<bool>,
 }
 
 impl UpdateState {
     pub(crate) fn new(plan: Plan) -> UpdateState {
-        let n = plan.tenants.len();
-        UpdateState { plan, retire_pending: vec![false; n], stuck: vec![false; n] }
+        UpdateState { plan }
+    }
+}
+
+/// The scheduler's side of updates (core 0, each round): a tenant's next generation is
+/// stamped once every region has its tasks, and the generation before is retired once its
+/// packets have left.
+#[derive(Debug)]
+pub(crate) struct Progress {
+    /// [`Shared::generation_changed`] as last seen.
+    seen: u64,
+    /// By tenant: the next generation, its skip mask and the installs it waits for.
+    pending: Vec<Option<(u8, u64, u64)>>,
+    /// By tenant: the generation (its count of updates) whose predecessor is draining.
+    draining: Vec<Option<u64>>,
+    /// Whether any tenant is pending or draining, and rounds since the drains were checked.
+    busy: bool,
+    rounds: u32,
+}
+
+impl Progress {
+    pub(crate) fn new(tenants: usize) -> Progress {
+        Progress { seen: 0, pending: vec![None; tenants], draining: vec![None; tenants], busy: false, rounds: 0 }
+    }
+
+    /// One round's work: a few loads when no update is under way.
+    pub(crate) fn step(&mut self, s: &mut Scheduler, sh: &Shared) {
+        let changed = sh.generation_changed.load(Ordering::Acquire);
+        if changed != self.seen {
+            self.seen = changed;
+            for (t, next) in sh.next_generation.iter().enumerate() {
+                let n = *next.lock().unwrap_or_else(|e| e.into_inner());
+                if n.0 != s.generation(t) {
+                    self.pending[t] = Some(n);
+                    self.busy = true;
+                }
+            }
+        }
+        if !self.busy {
+            return;
+        }
+        self.rounds = self.rounds.wrapping_add(1);
+        let mut busy = false;
+        for t in 0..self.pending.len() {
+            if let Some((g, skip, target)) = self.pending[t] {
+                if sh.installed[t].load(Ordering::Acquire) >= target {
+                    // Every region has the tasks: from now on packets enter on `g`.
+                    s.set_generation(t, g, skip);
+                    self.pending[t] = None;
+                    self.draining[t] = Some(sh.generations[t].load(Ordering::Acquire));
+                } else {
+                    busy = true;
+                    continue;
+                }
+            }
+            if let Some(g) = self.draining[t] {
+                // The generation before `g`: what went in (this core's count) less what left
+                // (each core's, read every 16 rounds: lines other cores write).
+                if !self.rounds.is_multiple_of(16) {
+                    busy = true;
+                    continue;
+                }
+                let i = t * 2 + (g.wrapping_sub(1) & 1) as usize;
+                let left: u64 = (0..sh.cores)
+                    .filter_map(|c| sh.done.get(i * sh.cores + c))
+                    .map(|l| l.0.load(Ordering::Acquire))
+                    .sum();
+                if s.started.get(i).copied().unwrap_or(0) > left {
+                    busy = true;
+                    continue;
+                }
+                let ci = sh.placements[t].0;
+                for ids in sh.route.get(ci).into_iter().flatten() {
+                    for &id in ids {
+                        send(sh, id, Swap::Retire { tenant: t });
+                    }
+                }
+                self.draining[t] = None;
+                sh.settled[t].store(g, Ordering::Release);
+            }
+        }
+        self.busy = busy;
     }
 }

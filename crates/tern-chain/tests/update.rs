@@ -194,7 +194,9 @@ fn a_tenant_updated_twenty_times_mid_stream_leaves_the_other_untouched() {
                 applied.push(r);
                 std::thread::sleep(Duration::from_millis(2));
             }
-            // A last stretch on the final generation, then the stream stops and drains.
+            // The last update completes; a last stretch on the final generation, then the
+            // stream stops and drains.
+            assert!(updater.settle(0, Duration::from_secs(5)), "the last update completes");
             let b_then = sent[1].load(Ordering::Acquire);
             while sent[1].load(Ordering::Acquire) < b_then + 1000 {
                 std::thread::sleep(Duration::from_millis(1));

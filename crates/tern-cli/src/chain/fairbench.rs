@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use serde_json::json;
-use tern_chain::bench::{self, FairPhase, median};
+use tern_chain::bench::{self, FairPhase, UpdatePhase, median};
 use tern_chain::fair::{TenantLoad, jain, time_share};
 use tern_chain::plan;
 use tern_chain::runtime::{Config, Mode};
@@ -23,18 +23,23 @@ pub(crate) const TASK_NS: u64 = 400;
 /// §5.3's users: user 1 a chain of 4 dummy tasks, user 2 the first 2 of them (shared, so user
 /// 2 rides user 1's chain), the same requested bandwidth.
 pub(crate) fn users() -> Result<Vec<Tenant>, String> {
-    let mk = |name: &str, k: u8, tasks: usize| {
+    users_with(TASK_NS)
+}
+
+/// §5.3's users, user 1's tasks taking `ns1` each (user 2's `TASK_NS`).
+fn users_with(ns1: u64) -> Result<Vec<Tenant>, String> {
+    let mk = |name: &str, k: u8, tasks: usize, ns: u64| {
         let names: Vec<String> = (1..=tasks).map(|i| format!("d{i}")).collect();
         let mut s = format!(
             "tenant = \"{name}\"\ndag = \"{}\"\nbandwidth_gbps = 1\n[ingress]\ndst = \"10.0.{k}.0/24\"\n",
             names.join(" -> ")
         );
         for n in &names {
-            s += &format!("[nt.{n}]\nkind = \"dummy\"\nns_per_packet = {TASK_NS}\n");
+            s += &format!("[nt.{n}]\nkind = \"dummy\"\nns_per_packet = {ns}\n");
         }
         Tenant::parse(&s).map_err(|e| format!("{name}: {e}"))
     };
-    Ok(vec![mk("user1", 1, 4)?, mk("user2", 2, 2)?])
+    Ok(vec![mk("user1", 1, 4, ns1)?, mk("user2", 2, 2, TASK_NS)?])
 }
 
 /// The DRF shares (dominant share, packets a second) of tenants offering without bound, from
@@ -74,7 +79,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         a.cores,
         epoch.as_secs_f64() * 1e3
     ));
-    let bar = crate::progress::bar((rounds * 2) as u64, "bench chain --fairness", a.json);
+    let bar = crate::progress::bar((rounds * 3) as u64, "bench chain --fairness", a.json);
 
     // 1. Both users offer without bound.
     let (mut off, mut on): (Vec<FairPhase>, Vec<FairPhase>) = (Vec::new(), Vec::new());
@@ -151,7 +156,44 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
             bar.inc(1);
         }
     }
+    // 3. User1's DAG replaced 20 times while both offer half their share; user2's loss and
+    // p99 latency against rounds without updates.
+    let updates = 20;
+    let mut upd_on: Vec<UpdatePhase> = Vec::new();
+    let mut upd_off: Vec<UpdatePhase> = Vec::new();
+    if let [(_, r1), (_, r2)] = drf[..] {
+        // Generation g: new instances of user1's four tasks, 1 ns longer when g is odd.
+        let variants = [TASK_NS, TASK_NS + 1]
+            .iter()
+            .map(|&ns| {
+                let ts = users_with(ns)?;
+                let p = plan::plan(&ts, &|t| tenant::area(t, &profile), model.regions, model.region_luts)?;
+                Ok((ts, p))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        for r in 0..rounds {
+            let order = if r % 2 == 0 { [false, true] } else { [true, false] };
+            for with in order {
+                let streams = vec![(frames(1), Some(0.5 * r1)), (frames(2), Some(0.5 * r2))];
+                let n = if with { updates } else { 0 };
+                let ph = bench::measure_updates(&variants, cfg, streams, 1, 0, n, warmup, phase)?;
+                if with { upd_on.push(ph) } else { upd_off.push(ph) }
+            }
+            bar.inc(1);
+        }
+    }
     bar.finish_and_clear();
+    let update_lost: u64 = upd_on.iter().map(|p| p.victim_lost).sum();
+    let lost_without: u64 = upd_off.iter().map(|p| p.victim_lost).sum();
+    // The ratio of the medians over rounds (one phase stalled by the host, with or without
+    // updates, moves a median less than a ratio of one pair); each round's pair as the spread.
+    let p99_ratios: Vec<f64> =
+        upd_on.iter().zip(&upd_off).map(|(a, b)| a.victim_p99_ns / b.victim_p99_ns.max(1.0)).collect();
+    let off_p99 = median(&upd_off.iter().map(|p| p.victim_p99_ns).collect::<Vec<_>>());
+    let on_p99 = median(&upd_on.iter().map(|p| p.victim_p99_ns).collect::<Vec<_>>());
+    let pairs = spread(&p99_ratios);
+    let p99r = (on_p99 / off_p99.max(1.0), pairs.1, pairs.2);
+    let apply: Vec<f64> = upd_on.iter().flat_map(|p| p.apply_ms.iter().copied()).collect();
     let (k_on, k_off) = (spread(&kept_on), spread(&kept_off));
     say(format!(
         "user1 offering 5x its share: user2 (offering its share) kept {:.1}% [{:.1}-{:.1}%] of its rate with fair shares, {:.1}% [{:.1}-{:.1}%] without",
@@ -162,10 +204,25 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         100.0 * k_off.1,
         100.0 * k_off.2
     ));
+    if !upd_on.is_empty() {
+        say(format!(
+            "user1's tasks replaced {updates} times a round (new instances, their time alternating), both offering half their share: user2 lost {update_lost} of {} packets ({lost_without} in rounds without updates); its p99 {:.1} µs with updates, {:.1} µs without (medians over rounds): {:.2}x [rounds' pairs {:.2}-{:.2}]; apply took {:.3} ms (median; max {:.3})",
+            upd_on.iter().map(|p| p.victim_offered).sum::<u64>(),
+            on_p99 / 1e3,
+            off_p99 / 1e3,
+            p99r.0,
+            p99r.1,
+            p99r.2,
+            median(&apply),
+            apply.iter().copied().fold(0.0, f64::max),
+        ));
+    }
     let summary = json!({
         "jain_index": jain_of(&on),
         "max_share_error": max_share_error,
         "victim_rate_kept": k_on.0,
+        "update_lost_packets": update_lost,
+        "update_p99_ratio": p99r.0,
     });
     say(format!("summary: {summary}"));
     let mut report = json!({
@@ -174,8 +231,9 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "options": {"rounds": rounds, "phase_secs": secs, "cores": a.cores, "task_ns": TASK_NS, "frame_bytes": size, "epoch_ms": epoch.as_secs_f64() * 1e3},
         "two_users": {"without": off, "with": on, "jain_without": jain_of(&off), "drf_shares": drf.iter().map(|(d, r)| json!({"dominant": d, "pps": r})).collect::<Vec<_>>(), "share_errors": share_errors},
         "aggressor": {"victim_kept_with": kept_on, "victim_kept_without": kept_off, "with": agg_on, "without": agg_off},
-        "targets": {"jain_index": 0.99, "max_share_error": 0.05, "victim_rate_kept": 0.95},
-        "not_built": ["static and DRF-only allocations beside", "aggregate against min(offered, capacity)", "autoscaling", "YCSB", "updates"],
+        "updates": {"per_round": updates, "with": upd_on, "without": upd_off, "p99_ratios": p99_ratios, "victim_lost_without": lost_without},
+        "targets": {"jain_index": 0.99, "max_share_error": 0.05, "victim_rate_kept": 0.95, "update_lost_packets": 0, "update_p99_ratio": 1.5},
+        "not_built": ["static and DRF-only allocations beside", "aggregate against min(offered, capacity)", "autoscaling", "YCSB"],
     });
     let path = write_report(&a.out, "chain-fairness.json", &mut report, &summary)?;
     say(format!("wrote {}", path.display()));

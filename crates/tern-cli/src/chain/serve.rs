@@ -490,11 +490,12 @@ fn reload(
                 .build(&plan, t, &mut factory)
                 .and_then(|u| updater.apply(u, UPDATE_WAIT))
                 .map(|a| {
+                    let done = updater.settle(t, UPDATE_WAIT);
                     format!(
                         "tenant {name}: generation {} in service ({} region(s) swapped; {})",
                         a.generation,
                         a.regions,
-                        if a.drained {
+                        if done {
                             "the previous generation drained and retired"
                         } else {
                             "the previous generation still draining"
