@@ -20,7 +20,7 @@ use crate::CmdResult;
 /// Bounces of the cache line timed before and after each case (about 0.4 to 2.5 ms): the host
 /// may move the two vCPUs between near and far cores in the middle of a run, so each case says
 /// which it had.
-const RTT_BOUNCES: u64 = 5_000;
+pub(crate) const RTT_BOUNCES: u64 = 5_000;
 use crate::env::Environment;
 
 /// Options of `tern bench chain`.

@@ -79,6 +79,10 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         a.cores,
         epoch.as_secs_f64() * 1e3
     ));
+    // Where the host put the vCPUs (it moves them): a cache line's round trip between the
+    // cores before and after the run.
+    let rtt_before = bench::core_round_trip_ns(super::bench::RTT_BOUNCES);
+    say(format!("cores: a cache line's round trip between cores 0 and 1: {rtt_before:.0} ns"));
     let bar = crate::progress::bar((rounds * 3) as u64, "bench chain --fairness", a.json);
 
     // 1. Both users offer without bound.
@@ -194,6 +198,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
     let pairs = spread(&p99_ratios);
     let p99r = (on_p99 / off_p99.max(1.0), pairs.1, pairs.2);
     let apply: Vec<f64> = upd_on.iter().flat_map(|p| p.apply_ms.iter().copied()).collect();
+    let rtt_after = bench::core_round_trip_ns(super::bench::RTT_BOUNCES);
     let (k_on, k_off) = (spread(&kept_on), spread(&kept_off));
     say(format!(
         "user1 offering 5x its share: user2 (offering its share) kept {:.1}% [{:.1}-{:.1}%] of its rate with fair shares, {:.1}% [{:.1}-{:.1}%] without",
@@ -217,6 +222,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
             apply.iter().copied().fold(0.0, f64::max),
         ));
     }
+    say(format!("cores after the run: round trip {rtt_after:.0} ns"));
     let summary = json!({
         "jain_index": jain_of(&on),
         "max_share_error": max_share_error,
@@ -228,6 +234,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
     let mut report = json!({
         "bench": "chain --fairness",
         "environment": env,
+        "core_round_trip_ns": {"before": rtt_before, "after": rtt_after},
         "options": {"rounds": rounds, "phase_secs": secs, "cores": a.cores, "task_ns": TASK_NS, "frame_bytes": size, "epoch_ms": epoch.as_secs_f64() * 1e3},
         "two_users": {"without": off, "with": on, "jain_without": jain_of(&off), "drf_shares": drf.iter().map(|(d, r)| json!({"dominant": d, "pps": r})).collect::<Vec<_>>(), "share_errors": share_errors},
         "aggressor": {"victim_kept_with": kept_on, "victim_kept_without": kept_off, "with": agg_on, "without": agg_off},
