@@ -27,7 +27,7 @@ pub(crate) fn users() -> Result<Vec<Tenant>, String> {
 }
 
 /// §5.3's users, user 1's tasks taking `ns1` each (user 2's `TASK_NS`).
-fn users_with(ns1: u64) -> Result<Vec<Tenant>, String> {
+pub(crate) fn users_with(ns1: u64) -> Result<Vec<Tenant>, String> {
     let mk = |name: &str, k: u8, tasks: usize, ns: u64| {
         let names: Vec<String> = (1..=tasks).map(|i| format!("d{i}")).collect();
         let mut s = format!(
