@@ -703,3 +703,148 @@ pub fn measure_updates(
         apply_ms,
     })
 }
+
+/// A generator whose rate follows a `(from_ms, packets a second)` step trace from its start
+/// (its first call, or [`starting`](TraceGen::starting)), each packet's arrival time the time
+/// it was due.
+#[derive(Debug)]
+pub struct TraceGen {
+    pool: Pool,
+    frames: Vec<Vec<u8>>,
+    next: usize,
+    trace: Vec<(f64, f64)>,
+    start: Option<Instant>,
+    due: Option<Instant>,
+}
+
+impl TraceGen {
+    /// Of `frames`, at the rates of `trace`.
+    pub fn new(pool: &Pool, frames: Vec<Vec<u8>>, trace: &[(f64, f64)]) -> TraceGen {
+        TraceGen { pool: pool.clone(), frames, next: 0, trace: trace.to_vec(), start: None, due: None }
+    }
+
+    /// With its trace's time 0 at `start`.
+    pub fn starting(mut self, start: Instant) -> TraceGen {
+        self.start = Some(start);
+        self.due = Some(start);
+        self
+    }
+
+    fn rate_at(&self, ms: f64) -> f64 {
+        self.trace.iter().take_while(|(from, _)| *from <= ms).last().map_or(0.0, |(_, r)| *r)
+    }
+}
+
+impl Ingress for TraceGen {
+    fn recv(&mut self, now: Instant, max: usize, out: &mut Vec<Arrival>) {
+        if self.frames.is_empty() {
+            return;
+        }
+        let start = *self.start.get_or_insert(now);
+        for _ in 0..max {
+            let due = *self.due.get_or_insert(now);
+            if due > now {
+                break;
+            }
+            let ms = due.saturating_duration_since(start).as_secs_f64() * 1e3;
+            let rate = self.rate_at(ms);
+            if rate.is_nan() || rate <= 0.0 {
+                // Nothing offered until the next step.
+                let next = self.trace.iter().map(|(f, _)| *f).find(|&f| f > ms);
+                self.due = next.map(|f| start + Duration::from_secs_f64(f / 1e3));
+                if self.due.is_none() {
+                    self.frames.clear();
+                }
+                break;
+            }
+            self.due = Some(due + Duration::from_secs_f64(1.0 / rate));
+            let Some(p) = copy_in(&self.pool, &self.frames[self.next]) else { return };
+            self.next = (self.next + 1) % self.frames.len();
+            out.push(Arrival { packet: p, at: due, port: 0 });
+        }
+    }
+}
+
+/// A run of the autoscaler on the running data path.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ScaleRun {
+    /// Every `bin_ms`: (end of the bin, ms; packets a second offered by the trace and
+    /// delivered at the sinks over the bin; instances in service at its end).
+    pub bins: Vec<(f64, f64, f64, usize)>,
+    /// Each epoch's decision: (ms, load in instances, instances recommended, launched).
+    pub epochs: Vec<(f64, f64, usize, usize)>,
+    /// Launches in all.
+    pub launches: u64,
+}
+
+/// Runs one stateless tenant on `plan` in `cfg` (its `instances` built, `region_pps` each
+/// region's bandwidth) with its `frames` offered at the rates of `trace` (`(from_ms, packets a
+/// second)`) from the start, [`Scaling`](crate::runtime::Scaling) ticking (`prelaunched`
+/// instances in service at the start, a launch serving after `pr`, epochs of `epoch`); samples
+/// the delivered rate and the instances in service every `bin_ms` until `end_ms`.
+#[allow(clippy::too_many_arguments)]
+pub fn measure_scaling(
+    tenants: &[Tenant],
+    plan: &Plan,
+    cfg: Config,
+    frames: Vec<Vec<u8>>,
+    trace: &[(f64, f64)],
+    prelaunched: usize,
+    pr: Duration,
+    epoch: Duration,
+    bin_ms: f64,
+    end_ms: f64,
+) -> Result<ScaleRun, String> {
+    let pool = Pool::new(1 << 15, tern_io::DEFAULT_BUF_SIZE);
+    let mut keys = Keys::default();
+    let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut keys);
+    let rt = Runtime::new(plan.clone(), tenants.to_vec(), cfg, &mut factory)?;
+    let stopper = rt.stopper();
+    let launcher = rt.launcher();
+    let tally = Arc::new(Tally::default());
+    let cores = cfg.cores.max(1);
+    let egress: Vec<Box<dyn Egress>> =
+        (0..cores).map(|_| Box::new(Sink::new(&pool, &tally)) as Box<dyn Egress>).collect();
+    let mut scaling = crate::runtime::Scaling::new(&rt, prelaunched, pr, 1.0, epoch);
+    // The trace's time and the autoscaler's from the same instant.
+    let start = scaling.start();
+    let ingress: Vec<Box<dyn Ingress>> = vec![Box::new(TraceGen::new(&pool, frames, trace).starting(start))];
+    let rate_at = |ms: f64| trace.iter().take_while(|(f, _)| *f <= ms).last().map_or(0.0, |(_, r)| *r);
+    let bin = Duration::from_secs_f64(bin_ms.max(0.1) / 1e3);
+    let (run, stats) = std::thread::scope(|s| {
+        let t2 = tally.clone();
+        let control = s.spawn(move || {
+            let mut bins = Vec::new();
+            let mut epochs = Vec::new();
+            let mut next_bin = start + bin;
+            let mut last = (start, 0u64);
+            loop {
+                let wake = next_bin.min(scaling.next_due());
+                std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+                let now = Instant::now();
+                let ms = now.saturating_duration_since(start).as_secs_f64() * 1e3;
+                for d in scaling.tick(now).into_iter().flatten() {
+                    epochs.push((ms, d.0, d.1.recommended, d.1.launched));
+                }
+                if now >= next_bin {
+                    let got = t2.delivered();
+                    let dt = now.saturating_duration_since(last.0).as_secs_f64().max(1e-9);
+                    let active = launcher.active().first().copied().unwrap_or(0);
+                    bins.push((ms, rate_at(ms - bin_ms / 2.0), (got - last.1) as f64 / dt, active));
+                    last = (now, got);
+                    next_bin += bin;
+                }
+                if ms >= end_ms {
+                    break;
+                }
+            }
+            stopper.stop();
+            let launches = scaling.scalers().iter().flatten().map(|a| a.launches()).sum();
+            ScaleRun { bins, epochs, launches }
+        });
+        let stats = rt.run(&pool, ingress, egress);
+        (control.join(), stats)
+    });
+    stats?;
+    run.map_err(|_| "the control thread panicked".to_string())
+}

@@ -175,11 +175,23 @@ pub struct Config {
     pub queue: usize,
     /// Pin core `k`'s thread to CPU `k`.
     pub pin: bool,
+    /// Each region carries at most this many packets a second, as a region of a board
+    /// carries at most its bandwidth (None: as fast as its core runs it).
+    pub region_pps: Option<f64>,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { mode: Mode::Snic, cores: 2, instances: 0, credits: 8, batch: 32, queue: 4096, pin: false }
+        Config {
+            mode: Mode::Snic,
+            cores: 2,
+            instances: 0,
+            credits: 8,
+            batch: 32,
+            queue: 4096,
+            pin: false,
+            region_pps: None,
+        }
     }
 }
 
@@ -574,6 +586,9 @@ struct Region {
     turn: usize,
     /// Out of service until then (a launch's partial reconfiguration).
     dark_until: Option<Instant>,
+    /// With [`Config::region_pps`]: packets it may take now, and when they were counted.
+    tokens: f64,
+    refilled: Option<Instant>,
 }
 
 /// A region's segments: (chain, instance, segment, the segment's wrappers).
@@ -1046,7 +1061,15 @@ impl Runtime {
                         }
                         region_core.push((ri + k * nreg) % cores);
                         region_of.push((ri, k));
-                        by_id.push(Region { id, segments, inputs: Vec::new(), turn: 0, dark_until: None });
+                        by_id.push(Region {
+                            id,
+                            segments,
+                            inputs: Vec::new(),
+                            turn: 0,
+                            dark_until: None,
+                            tokens: 0.0,
+                            refilled: None,
+                        });
                     }
                 }
             }
@@ -1067,6 +1090,8 @@ impl Runtime {
                                 inputs: Vec::new(),
                                 turn: 0,
                                 dark_until: None,
+                                tokens: 0.0,
+                                refilled: None,
                             });
                             next_core += 1;
                         }
@@ -1481,27 +1506,44 @@ impl FairShares {
     }
 }
 
-/// Autoscaling on a running [`Runtime`] (docs/chain.md, "Autoscaling"): at each
-/// [`tick`](Scaling::tick) (every epoch), each stateless chain's load — the time its tasks ran
-/// since the last tick, over the tick's length: cores busy — goes to its
-/// [`crate::scale::Autoscaler`], and the instances it has serving are put in service
-/// ([`Launcher::set_active`]). An instance is one of those the runtime built; its launch is
-/// the PR time before it serves. Stateful chains keep all their instances (moving flows would
-/// lose their state).
+/// Autoscaling on a running [`Runtime`] (docs/chain.md, "Autoscaling"): each stateless
+/// chain's [`crate::scale::Autoscaler`] (the policy `tern chain sim` simulates), counting load
+/// in instances. At each epoch a chain's load is the most of: its tasks' measured time over
+/// the epoch, in cores, over the share of a core an instance is counted full at (`target`);
+/// with [`Config::region_pps`], what its tenants offered over what an instance carries; and,
+/// while a tenant of the chain has its queue half full or more (offering so much more than is
+/// carried that what it offers will soon not be seen), one instance more than serve. Instances launched serve after
+/// the PR time, from the first [`tick`] after it ([`Launcher::set_active`]); an instance is
+/// one of those the runtime built. Stateful chains keep all their instances (moving flows
+/// would lose their state). The caller keeps the time: call [`tick`] at [`next_due`] (or more
+/// often).
+///
+/// [`tick`]: Scaling::tick
+/// [`next_due`]: Scaling::next_due
 #[derive(Debug)]
 pub struct Scaling {
     monitor: Monitor,
     launcher: Launcher,
+    limiter: Limiter,
     scalers: Vec<Option<crate::scale::Autoscaler>>,
+    /// By chain: its tenants.
+    tenants: Vec<Vec<usize>>,
+    target: f64,
+    region_pps: Option<f64>,
+    backlog: u64,
+    epoch: Duration,
     start: Instant,
-    last: Option<(Instant, Vec<u64>)>,
+    next_epoch: Instant,
+    /// At the last epoch: when, each chain's tasks' time (ns) and packets offered.
+    last: Option<(Instant, Vec<u64>, Vec<u64>)>,
 }
 
 impl Scaling {
     /// For `rt`'s chains: `prelaunched` instances of each in service from the start, a launch
     /// serving after `pr`, an instance counted full at `target` of a core (0.8: a chain busy
-    /// 1.2 cores needs 2).
-    pub fn new(rt: &Runtime, prelaunched: usize, pr: Duration, target: f64) -> Scaling {
+    /// 1.2 cores needs 2) or at the runtime's `region_pps`, an epoch every `epoch` (the first
+    /// now).
+    pub fn new(rt: &Runtime, prelaunched: usize, pr: Duration, target: f64, epoch: Duration) -> Scaling {
         let launcher = rt.launcher();
         let n = rt.instances.max(1);
         let scalers = (0..rt.plan.chains.len())
@@ -1509,35 +1551,96 @@ impl Scaling {
                 if rt.stateful.get(ci).copied().unwrap_or(true) {
                     return None;
                 }
-                let a = crate::scale::Autoscaler::new(target, n, pr.as_nanos() as u64, prelaunched);
+                let a = crate::scale::Autoscaler::new(1.0, n, pr.as_nanos() as u64, prelaunched);
                 let _ = launcher.set_active(ci, a.ready());
                 Some(a)
             })
             .collect();
-        Scaling { monitor: rt.monitor(), launcher, scalers, start: Instant::now(), last: None }
+        let now = Instant::now();
+        Scaling {
+            monitor: rt.monitor(),
+            launcher,
+            limiter: rt.limiter(),
+            scalers,
+            tenants: rt.plan.chains.iter().map(|c| c.tenants.clone()).collect(),
+            target: if target.is_finite() && target > 0.0 { target } else { 1.0 },
+            region_pps: rt.cfg.region_pps.filter(|p| p.is_finite() && *p > 0.0),
+            backlog: (rt.cfg.queue as u64 / 2).max(1),
+            epoch: epoch.max(Duration::from_micros(100)),
+            start: now,
+            next_epoch: now,
+            last: None,
+        }
     }
 
-    /// One epoch at `now`: by chain, its load (cores busy) and the autoscaler's decision (None:
-    /// a stateful chain, or the first tick, which only notes the totals).
+    /// When it started (its first epoch, and time 0 of the autoscaler's clock).
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
+    /// When the next tick has something to do: an epoch, or a launched instance's PR ending.
+    pub fn next_due(&self) -> Instant {
+        let pr_end = self
+            .scalers
+            .iter()
+            .flatten()
+            .filter_map(|a| a.next_ready())
+            .min()
+            .map(|ns| self.start + Duration::from_nanos(ns));
+        pr_end.map_or(self.next_epoch, |t| t.min(self.next_epoch))
+    }
+
+    /// At `now`: instances whose PR has ended go into service; and if an epoch is due, by
+    /// chain its load (instances) and the autoscaler's decision (None: a stateful chain, no
+    /// epoch due, or the first epoch, which only notes the totals).
     pub fn tick(&mut self, now: Instant) -> Vec<Option<(f64, crate::scale::Decision)>> {
+        let at = now.saturating_duration_since(self.start).as_nanos() as u64;
+        for (ci, sc) in self.scalers.iter_mut().enumerate() {
+            if let Some(sc) = sc {
+                let before = sc.ready();
+                sc.advance(at);
+                if sc.ready() != before {
+                    let _ = self.launcher.set_active(ci, sc.ready());
+                }
+            }
+        }
+        if now < self.next_epoch {
+            return vec![None; self.scalers.len()];
+        }
+        while self.next_epoch <= now {
+            self.next_epoch += self.epoch;
+        }
         let live = self.monitor.live();
+        let offered_t = self.limiter.offered();
         let mut busy = vec![0u64; self.scalers.len()];
         for w in &live.stats.wrappers {
             if let Some(b) = busy.get_mut(w.chain) {
                 *b += w.ns;
             }
         }
-        let prev = self.last.replace((now, busy.clone()));
-        let Some((then, before)) = prev else { return vec![None; self.scalers.len()] };
+        let offered: Vec<u64> =
+            self.tenants.iter().map(|ts| ts.iter().filter_map(|&t| offered_t.get(t)).map(|o| o.0).sum()).collect();
+        let prev = self.last.replace((now, busy.clone(), offered.clone()));
+        let Some((then, busy0, offered0)) = prev else { return vec![None; self.scalers.len()] };
         let dt = now.saturating_duration_since(then).as_nanos() as f64;
-        let at = now.saturating_duration_since(self.start).as_nanos() as u64;
         let mut out = Vec::with_capacity(self.scalers.len());
         for (ci, sc) in self.scalers.iter_mut().enumerate() {
             let Some(sc) = sc else {
                 out.push(None);
                 continue;
             };
-            let load = if dt > 0.0 { busy[ci].saturating_sub(before[ci]) as f64 / dt } else { 0.0 };
+            let mut load = 0.0;
+            if dt > 0.0 {
+                load = busy[ci].saturating_sub(busy0[ci]) as f64 / dt / self.target;
+                if let Some(pps) = self.region_pps {
+                    load = load.max(offered[ci].saturating_sub(offered0[ci]) as f64 / (dt / 1e9) / pps);
+                }
+            }
+            let backlogged =
+                self.tenants[ci].iter().any(|&t| live.queue_depth.get(t).is_some_and(|&q| q >= self.backlog));
+            if backlogged {
+                load = load.max(sc.ready() as f64 + 0.5);
+            }
             let d = sc.epoch(at, load);
             let _ = self.launcher.set_active(ci, sc.ready());
             out.push(Some((load, d)));
@@ -2272,7 +2375,18 @@ fn run_region(
         }
         r.dark_until = None;
     }
-    let take = region_take(cfg);
+    let mut take = region_take(cfg);
+    if let Some(pps) = cfg.region_pps {
+        // A region's bandwidth: a token a packet, at most a take's worth saved up.
+        let now = Instant::now();
+        let dt = r.refilled.map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64());
+        r.refilled = Some(now);
+        r.tokens = (r.tokens + dt * pps.max(0.0)).min(take as f64);
+        take = take.min(r.tokens as usize);
+        if take == 0 {
+            return 0;
+        }
+    }
     let n_in = r.inputs.len();
     for j in 0..n_in {
         let input = &mut r.inputs[(r.turn + j) % n_in];
@@ -2288,6 +2402,9 @@ fn run_region(
     let n = st.batch.len();
     if n == 0 {
         return 0;
+    }
+    if cfg.region_pps.is_some() {
+        r.tokens -= n as f64;
     }
     let now = Instant::now();
     // Items of one segment are run together; a region holding several segments sorts them.

@@ -94,6 +94,16 @@ impl Autoscaler {
         self.pending.len()
     }
 
+    /// When the first instance in PR serves, ns (None: none in PR).
+    pub fn next_ready(&self) -> Option<u64> {
+        self.pending.iter().copied().min()
+    }
+
+    /// What one instance carries.
+    pub fn per_instance(&self) -> f64 {
+        self.per_instance
+    }
+
     /// Launches so far.
     pub fn launches(&self) -> u64 {
         self.launches
@@ -116,12 +126,16 @@ pub struct Sample {
     /// Regions used: serving, and in PR.
     pub serving: usize,
     pub in_pr: usize,
+    /// Instances launched at the epochs since the sample before.
+    pub launched: usize,
 }
 
 /// A simulation (labelled so wherever it is shown) of one chain under a load trace: the trace
 /// is `(from_ms, load)` steps, in order; the autoscaler runs every `epoch_ms` (first at 0) and
 /// the timeline is sampled every `step_ms` until `end_ms`. The carried load is the offered
-/// load up to the serving instances' capacity.
+/// load up to the serving instances' capacity. At each epoch the autoscaler sees what the
+/// running data path measures ([`crate::runtime::Scaling`]): the mean load offered over the
+/// epoch before (at 0, the load then).
 pub fn simulate(
     scaler: &mut Autoscaler,
     trace: &[(f64, f64)],
@@ -137,8 +151,12 @@ pub fn simulate(
     let steps = (end_ms.max(0.0) / step_ms).floor() as usize;
     for k in 0..=steps {
         let ms = k as f64 * step_ms;
+        let mut launched = 0;
         while next_epoch <= ms + 1e-9 {
-            scaler.epoch(ns(next_epoch), load_at(next_epoch));
+            scaler.advance(ns(next_epoch));
+            let load =
+                if next_epoch <= 0.0 { load_at(0.0) } else { mean_load(trace, next_epoch - epoch_ms, next_epoch) };
+            launched += scaler.epoch(ns(next_epoch), load).launched;
             next_epoch += epoch_ms;
         }
         scaler.advance(ns(ms));
@@ -149,9 +167,26 @@ pub fn simulate(
             carried: offered.min(scaler.capacity()),
             serving: scaler.ready(),
             in_pr: scaler.pending(),
+            launched,
         });
     }
     out
+}
+
+/// The mean of a `(from_ms, load)` step trace over `(a, b]` (its load before the first step: 0).
+pub fn mean_load(trace: &[(f64, f64)], a: f64, b: f64) -> f64 {
+    if b <= a {
+        return 0.0;
+    }
+    let mut sum = 0.0;
+    for (i, &(from, load)) in trace.iter().enumerate() {
+        let to = trace.get(i + 1).map_or(f64::INFINITY, |n| n.0);
+        let (lo, hi) = (from.max(a), to.min(b));
+        if hi > lo {
+            sum += load * (hi - lo);
+        }
+    }
+    sum / (b - a)
 }
 
 /// Figure 15's load (§5.3): 1× (10 Gbit/s) from 0, 2× at 20 ms, 3× at 30, 1.5× at 70 and 3×

@@ -3,6 +3,9 @@
 
 mod common;
 
+/// The tests that run the data path against the clock take turns (each wants both cores).
+static CORES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 use tern_chain::runtime::{Config, Mode};
 use tern_chain::scale::{Autoscaler, FIGURE15_TRACE, simulate};
 use tern_chain::tenant::Tenant;
@@ -35,16 +38,31 @@ fn figure_15_one_launch_none_at_the_second_peak() {
     }
 }
 
-/// Under `cpu` there is no PR: the launch serves at once.
+/// Under `cpu` there is no PR: the launch serves at once. The 20 ms epoch sees the mean of the
+/// 20 ms before (1×: one instance does); the 40 ms epoch 2.5× and launches the second.
 #[test]
 fn without_pr_a_launch_serves_at_once() {
     let mut a = Autoscaler::new(10.0, 2, 0, 1);
     let t = simulate(&mut a, &FIGURE15_TRACE, 20.0, 1.0, 60.0);
     // Bounded by 2 (cores): 3x is never carried in full.
     assert!(t.iter().all(|s| s.serving <= 2));
-    assert_eq!(t.iter().find(|s| s.ms == 20.0).unwrap().serving, 2);
+    assert_eq!(t.iter().find(|s| s.ms == 20.0).unwrap().serving, 1);
+    assert_eq!(t.iter().find(|s| s.ms == 39.0).unwrap().serving, 1);
+    assert_eq!(t.iter().find(|s| s.ms == 40.0).unwrap().serving, 2);
     assert_eq!(t.iter().find(|s| s.ms == 40.0).unwrap().carried, 20.0);
     assert_eq!(a.launches(), 1);
+}
+
+/// The mean of a step trace over an interval.
+#[test]
+fn mean_load_of_a_step_trace() {
+    use tern_chain::scale::mean_load;
+    assert_eq!(mean_load(&FIGURE15_TRACE, 0.0, 20.0), 10.0);
+    assert_eq!(mean_load(&FIGURE15_TRACE, 20.0, 40.0), 25.0);
+    assert_eq!(mean_load(&FIGURE15_TRACE, 60.0, 80.0), 22.5);
+    assert_eq!(mean_load(&FIGURE15_TRACE, 100.0, 200.0), 30.0);
+    assert_eq!(mean_load(&[(10.0, 4.0)], 0.0, 20.0), 2.0, "nothing before the first step");
+    assert_eq!(mean_load(&FIGURE15_TRACE, 5.0, 5.0), 0.0);
 }
 
 #[test]
@@ -110,6 +128,7 @@ fn packets_go_to_the_instances_in_service() {
 /// and packets reach it.
 #[test]
 fn a_saturated_chain_scales_up_on_the_running_data_path() {
+    let _cores = CORES.lock().unwrap_or_else(|e| e.into_inner());
     let t = Tenant::parse(
         "tenant = \"t\"\ndag = \"a -> b\"\n[ingress]\ndst = \"10.0.1.0/24\"\n[nt.a]\nkind = \"dummy\"\nns_per_packet = 5000\n[nt.b]\nkind = \"dummy\"\nns_per_packet = 5000\n",
     )
@@ -125,7 +144,8 @@ fn a_saturated_chain_scales_up_on_the_running_data_path() {
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ticking = done.clone();
     let (out, _, ticker) = common::run_with(&ts, cfg, &pool, packets, n as usize, |rt| {
-        let mut s = tern_chain::runtime::Scaling::new(rt, 1, std::time::Duration::ZERO, 0.8);
+        let epoch = std::time::Duration::from_millis(20);
+        let mut s = tern_chain::runtime::Scaling::new(rt, 1, std::time::Duration::ZERO, 0.8, epoch);
         assert_eq!(rt.launcher().active(), [1]);
         std::thread::spawn(move || {
             let mut decisions = Vec::new();
@@ -143,4 +163,54 @@ fn a_saturated_chain_scales_up_on_the_running_data_path() {
     assert_eq!(out.len(), n as usize);
     assert_eq!(launches, 1, "{decisions:?}");
     assert!(out.iter().any(|(d, _)| d.instance == 1), "no packet reached the launched instance");
+}
+
+/// One load trace fed to the simulation and to the running data path (`snic`, three instances
+/// built, two in service, an instance a region carrying 10,000 packets a second, 10 ms of PR,
+/// 20 ms epochs): Figure 15's shape at CPU rates — 0.9 of an instance, 1.5 from 20 ms, 2.5 from
+/// 40, 1.5 from 80 and 2.5 again from 100 — its steps on epochs and each level half an instance
+/// from a bound, so a measurement a few percent off (or an epoch a few ms late) decides the
+/// same. Both make the same scaling decisions: one launch, at the 60 ms epoch (the first to see
+/// 2.5), and none at the second peak. No time is asserted.
+#[test]
+fn the_simulation_and_the_running_data_path_make_the_same_decisions() {
+    let _cores = CORES.lock().unwrap_or_else(|e| e.into_inner());
+    use std::time::Duration;
+    let per = 10_000.0;
+    let trace: Vec<(f64, f64)> =
+        [(0.0, 0.9), (20.0, 1.5), (40.0, 2.5), (80.0, 1.5), (100.0, 2.5)].iter().map(|&(t, l)| (t, l * per)).collect();
+    let end = 130.0;
+    // The simulation: the same policy code, the same trace.
+    let mut a = Autoscaler::new(per, 3, 10_000_000, 2);
+    let sim = simulate(&mut a, &trace, 20.0, 1.0, end);
+    let sim_launches: Vec<(u64, usize)> =
+        sim.iter().filter(|s| s.launched > 0).map(|s| (s.ms.round() as u64, s.launched)).collect();
+    assert_eq!(sim_launches, [(60, 1)]);
+    // The running data path.
+    let t = Tenant::parse("tenant = \"t\"\ndag = \"d\"\n[ingress]\ndst = \"10.0.1.0/24\"\n[nt.d]\nkind = \"dummy\"\n")
+        .unwrap();
+    let ts = vec![t];
+    let p = tern_chain::plan::plan(&ts, &common::area, 8, 100_000).unwrap();
+    let cfg = Config { mode: Mode::Snic, cores: 2, instances: 3, region_pps: Some(per), ..Config::default() };
+    let frames = tern_chain::bench::frames([10, 0, 1, 0], 64, 64);
+    let run = tern_chain::bench::measure_scaling(
+        &ts,
+        &p,
+        cfg,
+        frames,
+        &trace,
+        2,
+        Duration::from_millis(10),
+        Duration::from_millis(20),
+        5.0,
+        end,
+    )
+    .unwrap();
+    // Each epoch's decision, at the epoch it belongs to (its tick a little after).
+    let run_launches: Vec<(u64, usize)> =
+        run.epochs.iter().filter(|e| e.3 > 0).map(|e| (((e.0 / 20.0).round() * 20.0) as u64, e.3)).collect();
+    assert_eq!(run_launches, sim_launches, "epochs: {:?}", run.epochs);
+    assert_eq!(run.launches, a.launches());
+    // And the launched instance went into service.
+    assert!(run.bins.iter().any(|b| b.3 == 3), "{:?}", run.bins);
 }

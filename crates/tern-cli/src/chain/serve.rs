@@ -723,18 +723,24 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     });
     // Autoscaling: every epoch, each stateless chain's measured load drives its autoscaler.
     let scaling = a.autoscale.then(|| {
-        let mut sc = Scaling::new(&rt, 1, pr, 0.8);
+        let mut sc = Scaling::new(&rt, 1, pr, 0.8, epoch);
         let json_out = a.json;
-        every(epoch, done.clone(), move || {
-            for (ci, d) in sc.tick(Instant::now()).iter().enumerate() {
-                if let Some((load, d)) = d
-                    && d.launched > 0
-                {
-                    let msg = format!(
-                        "chain {ci}: {load:.2} cores busy, {} instance(s) needed: {} launched",
-                        d.recommended, d.launched
-                    );
-                    if json_out { eprintln!("{msg}") } else { println!("{msg}") }
+        let done = done.clone();
+        // Wakes at each epoch and when a launched instance's PR ends (it serves from then).
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let wait = sc.next_due().saturating_duration_since(Instant::now());
+                std::thread::sleep(wait.min(Duration::from_millis(100)));
+                for (ci, d) in sc.tick(Instant::now()).iter().enumerate() {
+                    if let Some((load, d)) = d
+                        && d.launched > 0
+                    {
+                        let msg = format!(
+                            "chain {ci}: load {load:.2} instance(s), {} needed: {} launched",
+                            d.recommended, d.launched
+                        );
+                        if json_out { eprintln!("{msg}") } else { println!("{msg}") }
+                    }
                 }
             }
         })
