@@ -493,16 +493,28 @@ pub struct FairPhase {
 /// When the measured time began: the delivered and offered counts then.
 type Mark = (Instant, [u64; TENANT_SLOTS], Vec<(u64, u64)>);
 
+/// How tenants' ingress limits are set in a fairness phase.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Allocation {
+    /// No limits (the scheduler's virtual-time order alone).
+    None,
+    /// Fair shares every epoch on what each offered ([`crate::runtime::FairShares`]).
+    Epoch,
+    /// Limits set once at the start (Gbit/s a tenant; None: none) and never changed: a static
+    /// allocation.
+    Fixed(Vec<Option<f64>>),
+}
+
 /// Runs `tenants` on `plan` with a stream a tenant (its frames and packets a second; None: as
-/// fast as taken) and, if `fair`, fair shares ticked every `epoch`; measures each tenant's
-/// offered and delivered rate over `secs` after `warmup`.
+/// fast as taken) and limits set as `allocation` says (fair shares ticked every `epoch`);
+/// measures each tenant's offered and delivered rate over `secs` after `warmup`.
 #[allow(clippy::too_many_arguments)]
 pub fn measure_fair(
     tenants: &[Tenant],
     plan: &Plan,
     cfg: Config,
     streams: Vec<(Vec<Vec<u8>>, Option<f64>)>,
-    fair: bool,
+    allocation: &Allocation,
     epoch: Duration,
     warmup: Duration,
     secs: Duration,
@@ -514,7 +526,12 @@ pub fn measure_fair(
     let stopper = rt.stopper();
     let limiter = rt.limiter();
     let monitor = rt.monitor();
-    let mut shares = fair.then(|| crate::runtime::FairShares::new(&rt));
+    let mut shares = (*allocation == Allocation::Epoch).then(|| crate::runtime::FairShares::new(&rt));
+    if let Allocation::Fixed(limits) = allocation {
+        for (t, l) in limits.iter().enumerate() {
+            limiter.set(t, *l)?;
+        }
+    }
     let tally = Arc::new(Tally::default());
     let cores = cfg.cores.max(1);
     let ingress: Vec<Box<dyn Ingress>> = vec![Box::new(MixGen::new(&pool, streams))];

@@ -462,12 +462,13 @@ fn chain_part() -> Result<bool, Box<dyn std::error::Error>> {
     for fair in [false, true] {
         let streams = vec![(bench::frames([10, 0, 1, 0], 64, 64), None), (bench::frames([10, 0, 2, 0], 64, 64), None)];
         let cfg = Config { mode: Mode::Snic, cores: 2, ..Config::default() };
+        let allocation = if fair { bench::Allocation::Epoch } else { bench::Allocation::None };
         let ph = bench::measure_fair(
             &users,
             &uplan,
             cfg,
             streams,
-            fair,
+            &allocation,
             epoch,
             Duration::from_millis(100),
             Duration::from_millis(300),

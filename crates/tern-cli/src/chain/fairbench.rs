@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use serde_json::json;
-use tern_chain::bench::{self, FairPhase, ScaleRun, UpdatePhase, median};
+use tern_chain::bench::{self, Allocation, FairPhase, ScaleRun, UpdatePhase, median};
 use tern_chain::fair::{TenantLoad, jain, time_share};
 use tern_chain::plan;
 use tern_chain::runtime::{Config, Mode};
@@ -53,6 +53,65 @@ fn drf_shares(ns: &[Vec<f64>], cores: usize, size: f64) -> Vec<(f64, f64)> {
     time_share(&vec![1.0; cores], &loads).iter().map(|s| (s.dominant, s.allowed_gbps * 1e9 / 8.0 / size)).collect()
 }
 
+/// What the cores carry, packets a second, for tenants offering `offered` packets a second
+/// (None: without bound), shared fairly (DRF over the cores' time) from their measured costs.
+fn capacity(ns: &[Vec<f64>], cores: usize, size: f64, offered: &[Option<f64>]) -> f64 {
+    let loads: Vec<TenantLoad> = ns
+        .iter()
+        .zip(offered)
+        .map(|(n, o)| TenantLoad {
+            offered_gbps: o.map_or(f64::INFINITY, |pps| pps * size * 8.0 / 1e9),
+            mean_bytes: size,
+            weight: 1.0,
+            ns_per_packet: n.clone(),
+        })
+        .collect();
+    time_share(&vec![1.0; cores], &loads).iter().map(|s| s.allowed_gbps * 1e9 / 8.0 / size).sum()
+}
+
+/// One allocation scheme in one case, over the rounds.
+struct AllocRow {
+    case: &'static str,
+    allocation: &'static str,
+    phases: Vec<FairPhase>,
+    capacity_pps: f64,
+    aggregate_over_capacity: f64,
+}
+
+impl AllocRow {
+    fn new(case: &'static str, allocation: &'static str, phases: Vec<FairPhase>, capacity_pps: f64) -> AllocRow {
+        let agg = median(&phases.iter().map(|p| p.delivered_pps.iter().sum::<f64>()).collect::<Vec<_>>());
+        AllocRow { case, allocation, phases, capacity_pps, aggregate_over_capacity: agg / capacity_pps.max(1.0) }
+    }
+
+    fn med(&self, f: &dyn Fn(&FairPhase) -> f64) -> f64 {
+        median(&self.phases.iter().map(f).collect::<Vec<_>>())
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "case {} {:>8}: user1 {:.3} Mpps (dominant {:.3}), user2 {:.3} Mpps ({:.3}); Jain {:.4}; aggregate {:.3} Mpps, {:.2} of what the cores carry for this mix ({:.3} Mpps)",
+            self.case,
+            self.allocation,
+            self.med(&|p| p.delivered_pps[0]) / 1e6,
+            self.med(&|p| p.dominant[0]),
+            self.med(&|p| p.delivered_pps[1]) / 1e6,
+            self.med(&|p| p.dominant[1]),
+            self.med(&|p| jain(&p.dominant)),
+            self.med(&|p| p.delivered_pps.iter().sum()) / 1e6,
+            self.aggregate_over_capacity,
+            self.capacity_pps / 1e6,
+        )
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "case": self.case, "allocation": self.allocation, "capacity_pps": self.capacity_pps,
+            "aggregate_over_capacity": self.aggregate_over_capacity, "phases": self.phases,
+        })
+    }
+}
+
 /// `tern bench chain --fairness`.
 pub fn run(a: &ChainBenchArgs) -> CmdResult {
     let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 });
@@ -84,7 +143,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
     // cores before and after the run.
     let rtt_before = bench::core_round_trip_ns(super::bench::RTT_BOUNCES);
     say(format!("cores: a cache line's round trip between cores 0 and 1: {rtt_before:.0} ns"));
-    let bar = crate::progress::bar((rounds * 4) as u64, "bench chain --fairness", a.json);
+    let bar = crate::progress::bar((rounds * 5) as u64, "bench chain --fairness", a.json);
 
     // 1. Both users offer without bound.
     let (mut off, mut on): (Vec<FairPhase>, Vec<FairPhase>) = (Vec::new(), Vec::new());
@@ -92,7 +151,8 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         let order = if r % 2 == 0 { [false, true] } else { [true, false] };
         for fair in order {
             let streams = vec![(frames(1), None), (frames(2), None)];
-            let ph = bench::measure_fair(&ts, &p, cfg, streams, fair, epoch, warmup, phase)?;
+            let alloc = if fair { Allocation::Epoch } else { Allocation::None };
+            let ph = bench::measure_fair(&ts, &p, cfg, streams, &alloc, epoch, warmup, phase)?;
             if fair { on.push(ph) } else { off.push(ph) }
         }
         bar.inc(1);
@@ -137,6 +197,60 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         }
     });
 
+    // 1b. The paper's baselines beside (§5.3): Static (each user its own chain and an equal
+    // half of each core) and DRF-only (its own chain, limits at the DRF shares set once): both
+    // users without bound (A), and user 1 offering 40% of its DRF share with user 2 without
+    // bound (B), where fair shares on what each offers give user 2 what user 1 leaves.
+    let mut alloc_rows: Vec<AllocRow> = Vec::new();
+    if let (Some(last), [(_, r1), (_, _)]) = (on.last(), &drf[..]) {
+        let r1 = *r1;
+        let sep = plan::plan_with(
+            &ts,
+            &|t| tenant::area(t, &profile),
+            model.regions,
+            model.region_luts,
+            plan::Options { share: false, concatenate: true },
+        )?;
+        let gbps = |pps: f64| pps * size as f64 * 8.0 / 1e9;
+        let drf_limits: Vec<Option<f64>> =
+            drf_shares(&last.ns_per_packet, a.cores, size as f64).iter().map(|(_, r)| Some(gbps(*r))).collect();
+        let static_limits: Vec<Option<f64>> = last
+            .ns_per_packet
+            .iter()
+            .map(|ns| {
+                let r = ns.iter().filter(|&&n| n > 0.0).map(|n| 0.5e9 / n).fold(f64::INFINITY, f64::min);
+                r.is_finite().then(|| gbps(r))
+            })
+            .collect();
+        let capacity_b = capacity(&last.ns_per_packet, a.cores, size as f64, &[Some(0.4 * r1), None]);
+        let capacity_a = capacity(&last.ns_per_packet, a.cores, size as f64, &[None, None]);
+        for (case, user1, cap) in [("A", None, capacity_a), ("B", Some(0.4 * r1), capacity_b)] {
+            for (name, plan_of, alloc) in [
+                ("static", &sep, Allocation::Fixed(static_limits.clone())),
+                ("DRF-only", &sep, Allocation::Fixed(drf_limits.clone())),
+                ("sNIC", &p, Allocation::Epoch),
+            ] {
+                let mut phases = Vec::new();
+                for _ in 0..rounds {
+                    let streams = vec![(frames(1), user1), (frames(2), None)];
+                    phases.push(bench::measure_fair(&ts, plan_of, cfg, streams, &alloc, epoch, warmup, phase)?);
+                }
+                alloc_rows.push(AllocRow::new(case, name, phases, cap));
+            }
+        }
+        bar.inc(rounds as u64);
+        bar.suspend(|| {
+            for r in &alloc_rows {
+                say(r.line());
+            }
+        });
+    }
+    let aggregate_over_capacity = alloc_rows
+        .iter()
+        .filter(|r| r.allocation == "sNIC")
+        .map(|r| r.aggregate_over_capacity)
+        .fold(f64::INFINITY, f64::min);
+
     // 2. User1 offers five times its DRF share, user2 its share.
     let mut kept_off = Vec::new();
     let mut kept_on = Vec::new();
@@ -146,7 +260,8 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
             let order = if r % 2 == 0 { [false, true] } else { [true, false] };
             for fair in order {
                 let streams = vec![(frames(1), Some(5.0 * r1)), (frames(2), Some(r2))];
-                let ph = bench::measure_fair(&ts, &p, cfg, streams, fair, epoch, warmup, phase)?;
+                let alloc = if fair { Allocation::Epoch } else { Allocation::None };
+                let ph = bench::measure_fair(&ts, &p, cfg, streams, &alloc, epoch, warmup, phase)?;
                 // Against the rate it was to offer: a generator (as a port) that the ingress cannot
                 // keep up with falls behind, and what it never got to offer is lost too.
                 let kept = ph.delivered_pps[1] / r2.max(1.0);
@@ -241,6 +356,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "victim_rate_kept": k_on.0,
         "update_lost_packets": update_lost,
         "update_p99_ratio": p99r.0,
+        "aggregate_over_capacity": aggregate_over_capacity,
         "autoscale_launches": scale_sum.launches,
         "autoscale_ms_to_3x": scale_sum.ms_to_3x,
     });
@@ -252,10 +368,11 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "options": {"rounds": rounds, "phase_secs": secs, "cores": a.cores, "task_ns": TASK_NS, "frame_bytes": size, "epoch_ms": epoch.as_secs_f64() * 1e3},
         "two_users": {"without": off, "with": on, "jain_without": jain_of(&off), "drf_shares": drf.iter().map(|(d, r)| json!({"dominant": d, "pps": r})).collect::<Vec<_>>(), "share_errors": share_errors},
         "aggressor": {"victim_kept_with": kept_on, "victim_kept_without": kept_off, "with": agg_on, "without": agg_off},
+        "allocations": alloc_rows.iter().map(AllocRow::json).collect::<Vec<_>>(),
         "autoscaling": {"instance_pps": SCALE_PPS, "trace_pps": scale_trace(), "runs": scale_runs, "simulated": scale_sum.simulated},
         "updates": {"per_round": updates, "with": upd_on, "without": upd_off, "p99_ratios": p99_ratios, "victim_lost_without": lost_without},
         "targets": {"jain_index": 0.99, "max_share_error": 0.05, "victim_rate_kept": 0.95, "update_lost_packets": 0, "update_p99_ratio": 1.5},
-        "not_built": ["static and DRF-only allocations beside", "aggregate against min(offered, capacity)", "YCSB"],
+        "not_built": ["YCSB"],
     });
     let path = write_report(&a.out, "chain-fairness.json", &mut report, &summary)?;
     say(format!("wrote {}", path.display()));
