@@ -557,6 +557,7 @@ fn publish(shared: &Shared, core: usize, st: &CoreState, sched: Option<&Schedule
             .map(|s| (s.decisions, s.ns_estimate(), s.credit_waits, s.buffer_peak, s.unknown_tenant, s.malformed)),
         queued: sched.map(|s| s.queues.iter().map(|q| q.len() as u64).collect()).unwrap_or_default(),
         credits: sched.map(|s| s.credits.clone()).unwrap_or_default(),
+        load: st.load(),
     };
     if let Some(m) = shared.snaps.get(core) {
         *m.lock().unwrap_or_else(|e| e.into_inner()) = snap;
@@ -804,6 +805,17 @@ struct CoreSnap {
     sched: Option<(u64, u64, u64, u64, u64, u64)>,
     queued: Vec<u64>,
     credits: Vec<u64>,
+    /// The core's busy time (running, less its idle spells) and its region visits.
+    load: CoreLoad,
+}
+
+/// A core's time and work, as it last published them.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct CoreLoad {
+    /// Time it was not idle since it started, ns.
+    pub busy_ns: u64,
+    /// Packets its regions took (a packet through two of its regions counts twice).
+    pub visits: u64,
 }
 
 /// Reads a running [`Runtime`]'s counters (as each core last published them).
@@ -821,6 +833,8 @@ pub struct Live {
     pub credits: Vec<(usize, u64)>,
     /// Launches taken, by region.
     pub launches: Vec<u64>,
+    /// By core: its busy time and region visits.
+    pub cores: Vec<CoreLoad>,
 }
 
 impl Monitor {
@@ -829,6 +843,7 @@ impl Monitor {
         let mut live = Live::default();
         for m in &self.0.snaps {
             let snap = m.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            live.cores.push(snap.load);
             live.stats.add_tenants(&snap.tenants);
             live.stats.wrappers.extend(snap.wrappers);
             live.stats.unknown_tenant += snap.unknown_tenant;
@@ -855,10 +870,15 @@ impl Monitor {
     }
 
     /// By tenant, the time one of its packets takes of each core, ns, from what `live`'s
-    /// wrappers measured (`snic`, `panic`): each task it does not skip, at its wrapper's ns a
-    /// packet, on its region's core, over the chain's instances (packets are spread over them);
-    /// and core 0's scheduler, at its ns a packet taken in. A task that has run no packet yet
-    /// counts nothing. Empty in `rtc` (no scheduler to limit at).
+    /// wrappers and cores measured (`snic`, `panic`): each task it does not skip, at its
+    /// wrapper's ns a packet, on its region's core, weighted by the share of the chain's
+    /// packets its instance took (each wrapper counts every packet through it, run or
+    /// skipped); core 0's scheduler, at its ns a packet taken in; and each core's
+    /// time outside the tasks and the scheduler (taking packets from rings, moving them on,
+    /// giving credits back, sending them out, receiving on core 0), at its busy time not
+    /// otherwise counted over its visits — one a packet a region takes, and on core 0 one a
+    /// decision — for each visit the tenant's packet makes there. A task that has run no
+    /// packet yet counts nothing. Empty in `rtc` (no scheduler to limit at).
     pub fn ns_per_packet(&self, live: &Live) -> Vec<Vec<f64>> {
         let sh = &self.0;
         if sh.mode == Mode::Rtc {
@@ -866,22 +886,64 @@ impl Monitor {
         }
         let taken: u64 = live.stats.tenants.iter().map(|t| t.packets_in).sum();
         let sched = if taken > 0 { live.stats.scheduler_ns as f64 / taken as f64 } else { 0.0 };
-        let share = 1.0 / sh.instances.max(1) as f64;
+        let even = 1.0 / sh.instances.max(1) as f64;
+        // By chain and instance: the share of the chain's packets that instance took.
+        let mut through: Vec<Vec<u64>> = vec![vec![0; sh.instances.max(1)]; sh.route.len()];
+        for w in &live.stats.wrappers {
+            if let Some(m) = through.get_mut(w.chain).and_then(|c| c.get_mut(w.instance)) {
+                *m = (*m).max(w.packets + w.skipped);
+            }
+        }
+        let share = |chain: usize, k: usize| -> f64 {
+            let Some(c) = through.get(chain) else { return even };
+            let all: u64 = c.iter().sum();
+            if all == 0 { even } else { c.get(k).copied().unwrap_or(0) as f64 / all as f64 }
+        };
+        let core_of = |w: &WrapperStats| w.region.and_then(|r| sh.region_core.get(r)).copied().unwrap_or(0);
+        // Each core's time a visit outside the tasks and the scheduler.
+        let mut tasks_ns = vec![0u64; sh.cores];
+        for w in &live.stats.wrappers {
+            if let Some(t) = tasks_ns.get_mut(core_of(w)) {
+                *t += w.ns;
+            }
+        }
+        let overhead: Vec<f64> = (0..sh.cores)
+            .map(|c| {
+                let Some(load) = live.cores.get(c) else { return 0.0 };
+                let (sched_ns, decisions) =
+                    if c == 0 { (live.stats.scheduler_ns, live.stats.decisions) } else { (0, 0) };
+                let rest = load.busy_ns.saturating_sub(tasks_ns[c]).saturating_sub(sched_ns);
+                let visits = load.visits + decisions;
+                if visits > 0 { rest as f64 / visits as f64 } else { 0.0 }
+            })
+            .collect();
         sh.placements
             .iter()
             .map(|(chain, skip)| {
                 let (chain, skip) = (*chain, skip.load(Ordering::Relaxed));
                 let mut ns = vec![0.0; sh.cores];
                 if let Some(c0) = ns.first_mut() {
-                    *c0 = sched;
+                    *c0 = sched + overhead[0];
                 }
                 for w in live.stats.wrappers.iter().filter(|w| w.chain == chain && w.packets > 0) {
                     if skip >> (w.position & 63) & 1 == 1 {
                         continue;
                     }
-                    let core = w.region.and_then(|r| sh.region_core.get(r)).copied().unwrap_or(0);
-                    if let Some(c) = ns.get_mut(core) {
-                        *c += w.ns as f64 / w.packets as f64 * share;
+                    if let Some(c) = ns.get_mut(core_of(w)) {
+                        *c += w.ns as f64 / w.packets as f64 * share(chain, w.instance);
+                    }
+                }
+                // Its visits to each core's regions: each segment (snic) or each position it
+                // does not skip (panic), by instance.
+                for (k, stops) in sh.route.get(chain).into_iter().flatten().enumerate() {
+                    for (i, &region) in stops.iter().enumerate() {
+                        if sh.mode == Mode::Panic && skip >> (i & 63) & 1 == 1 {
+                            continue;
+                        }
+                        let c = sh.region_core.get(region).copied().unwrap_or(0);
+                        if let (Some(n), Some(o)) = (ns.get_mut(c), overhead.get(c)) {
+                            *n += o * share(chain, k);
+                        }
                     }
                 }
                 ns
@@ -913,6 +975,12 @@ struct CoreState {
     /// `Shared::done`), and the counts as last stored there.
     done: Vec<u64>,
     done_stored: Vec<u64>,
+    /// When it started, the time of its idle spells so far (ns) and when the current one
+    /// began; packets its regions took.
+    started: Instant,
+    idle_ns: u64,
+    idle_since: Option<Instant>,
+    visits: u64,
 }
 
 impl CoreState {
@@ -933,7 +1001,19 @@ impl CoreState {
             malformed: 0,
             done: vec![0; ntenants * 2],
             done_stored: vec![0; ntenants * 2],
+            started: Instant::now(),
+            idle_ns: 0,
+            idle_since: None,
+            visits: 0,
         }
+    }
+
+    /// Its busy time and visits so far (an idle spell under way not counted as busy).
+    fn load(&self) -> CoreLoad {
+        let now = Instant::now();
+        let idle = self.idle_ns + self.idle_since.map_or(0, |t| now.saturating_duration_since(t).as_nanos() as u64);
+        let ran = now.saturating_duration_since(self.started).as_nanos() as u64;
+        CoreLoad { busy_ns: ran.saturating_sub(idle), visits: self.visits }
     }
 
     /// A packet (of `d`) left its chain: its credit goes back to `pool`.
@@ -2026,6 +2106,8 @@ fn worker_loop(
     let mut published = Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
         rounds = rounds.wrapping_add(1);
+        // In an idle spell, when this round starts (it ends the spell if it finds work).
+        let round_start = st.idle_since.map(|_| Instant::now());
         if rounds.is_multiple_of(64) && published.elapsed() >= PUBLISH {
             publish(shared, core, st, sched.as_deref(), region_wrappers(regions));
             published = Instant::now();
@@ -2065,10 +2147,17 @@ fn worker_loop(
         }
         st.store_done(shared, core);
         if work == 0 {
+            if idle == 0 {
+                // An idle spell begins (its time is not the core's busy time).
+                st.idle_since = Some(Instant::now());
+            }
             idle = idle.saturating_add(1);
             rest(idle);
         } else {
             idle = 0;
+            if let (Some(t), Some(end)) = (st.idle_since.take(), round_start) {
+                st.idle_ns += end.saturating_duration_since(t).as_nanos() as u64;
+            }
         }
     }
     publish(shared, core, st, sched.as_deref(), region_wrappers(regions));
@@ -2406,6 +2495,7 @@ fn run_region(
     if cfg.region_pps.is_some() {
         r.tokens -= n as f64;
     }
+    st.visits += n as u64;
     let now = Instant::now();
     // Items of one segment are run together; a region holding several segments sorts them.
     if r.segments.len() > 1 {
