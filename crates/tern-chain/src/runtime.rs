@@ -1058,15 +1058,11 @@ pub struct Runtime {
     /// By core: the regions it runs (`snic`, `panic`), or every chain's wrappers (`rtc`).
     cores: Vec<Vec<Region>>,
     rtc: Vec<Vec<Vec<Wrapper>>>,
+    /// What every core shares (with the instances of each chain, whether each chain keeps
+    /// state, and by tenant its packets' steering to an instance or to one).
     shared: Arc<Shared>,
-    instances: usize,
-    /// Whether each chain keeps state (its instances are chosen by flow).
-    stateful: Vec<bool>,
     /// By core: its ends of the rings; core 0's ends of the rings back (`panic`).
     links: Vec<Links>,
-    /// By tenant: its packets steered to an instance (a NAT's replies), or all to one.
-    steer: Vec<Option<Steer>>,
-    one: Vec<bool>,
     back_in: Vec<rtrb::Consumer<Item>>,
 }
 
@@ -1251,24 +1247,11 @@ impl Runtime {
             update: std::sync::Mutex::new(crate::update::UpdateState::new(plan.clone())),
             generations: (0..nt).map(|_| AtomicU64::new(0)).collect(),
             running: AtomicBool::new(false),
-            steer: steer.clone(),
-            one: one.clone(),
-            stateful: stateful.clone(),
-        });
-        Ok(Runtime {
             steer,
             one,
-            cfg,
-            plan,
-            tenants,
-            cores: core_regions,
-            rtc,
-            shared,
-            instances,
             stateful,
-            links,
-            back_in,
-        })
+        });
+        Ok(Runtime { cfg, plan, tenants, cores: core_regions, rtc, shared, links, back_in })
     }
 
     /// The plan it runs.
@@ -1279,8 +1262,8 @@ impl Runtime {
     /// The classifier its scheduler uses (and an `rtc` ingress should shard flows by: a
     /// packet's core is its hash modulo the cores), with the tasks' steering.
     pub fn classify(&self) -> Classify {
-        let n = if self.cfg.mode == Mode::Rtc { self.cfg.cores.max(1) } else { self.instances };
-        Classify::new(&self.tenants).with_steering(self.steer.clone(), self.one.clone(), n)
+        let n = if self.cfg.mode == Mode::Rtc { self.cfg.cores.max(1) } else { self.shared.instances };
+        Classify::new(&self.tenants).with_steering(self.shared.steer.clone(), self.shared.one.clone(), n)
     }
 
     /// A handle that sets tenants' ingress limits and reads what they offer, while it runs.
@@ -1301,7 +1284,7 @@ impl Runtime {
 
     /// Chain instances (of each chain).
     pub fn instances(&self) -> usize {
-        self.instances
+        self.shared.instances
     }
 
     /// A handle that reads the counters while it runs.
@@ -1341,8 +1324,8 @@ impl Runtime {
             &self.plan,
             &self.tenants,
             &cfg,
-            self.instances,
-            self.stateful.clone(),
+            self.shared.instances,
+            self.shared.stateful.clone(),
             &self.shared.route,
             pools,
         );
@@ -1625,10 +1608,10 @@ impl Scaling {
     /// now).
     pub fn new(rt: &Runtime, prelaunched: usize, pr: Duration, target: f64, epoch: Duration) -> Scaling {
         let launcher = rt.launcher();
-        let n = rt.instances.max(1);
+        let n = rt.shared.instances.max(1);
         let scalers = (0..rt.plan.chains.len())
             .map(|ci| {
-                if rt.stateful.get(ci).copied().unwrap_or(true) {
+                if rt.shared.stateful.get(ci).copied().unwrap_or(true) {
                     return None;
                 }
                 let a = crate::scale::Autoscaler::new(1.0, n, pr.as_nanos() as u64, prelaunched);
