@@ -35,3 +35,4 @@ pub mod task;
 pub mod tenant;
 pub mod trace;
 pub mod update;
+pub mod ycsb;

@@ -143,7 +143,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
     // cores before and after the run.
     let rtt_before = bench::core_round_trip_ns(super::bench::RTT_BOUNCES);
     say(format!("cores: a cache line's round trip between cores 0 and 1: {rtt_before:.0} ns"));
-    let bar = crate::progress::bar((rounds * 5) as u64, "bench chain --fairness", a.json);
+    let bar = crate::progress::bar((rounds * 6) as u64, "bench chain --fairness", a.json);
 
     // 1. Both users offer without bound.
     let (mut off, mut on): (Vec<FairPhase>, Vec<FairPhase>) = (Vec::new(), Vec::new());
@@ -307,6 +307,10 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
             }
         }
     }
+    // 5. YCSB through go-back-N and the KV cache against go-back-N alone, the server behind a
+    // link a tenth as fast.
+    let (ycsb_rows, ycsb_link) = ycsb_runs(rounds, a.cores, phase, warmup, &profile, &model)?;
+    bar.inc(rounds as u64);
     // 4. Autoscaling on Figure 15's trace at CPU rates: a stateless chain of one dummy task,
     // three instances built (two in service), each region carrying at most SCALE_PPS.
     let scale_runs = scaling_runs(rounds, a.cores, &profile, &model)?;
@@ -347,6 +351,14 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
             apply.iter().copied().fold(0.0, f64::max),
         ));
     }
+    say(format!(
+        "YCSB, 10,000 keys of 1 KB (Zipf 0.99), 32 go-back-N clients of one request at a time, a KV cache of 1,000 keys; the server's link capped at {:.1} MB/s, a tenth of what go-back-N alone carried to an unlimited server:",
+        ycsb_link / 1e6
+    ));
+    for r in &ycsb_rows {
+        say(r.line());
+    }
+    let ycsb_ratio = |w: char| ycsb_rows.iter().find(|r| r.workload.name == w).map_or(f64::NAN, |r| r.ratio.0);
     let scale_sum = summarize_scaling(&scale_runs, &model);
     say(scale_sum.line.clone());
     say(format!("cores after the run: round trip {rtt_after:.0} ns"));
@@ -354,6 +366,8 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "jain_index": jain_of(&on),
         "max_share_error": max_share_error,
         "victim_rate_kept": k_on.0,
+        "ycsb_b_over_gbn": ycsb_ratio('B'),
+        "ycsb_c_over_gbn": ycsb_ratio('C'),
         "update_lost_packets": update_lost,
         "update_p99_ratio": p99r.0,
         "aggregate_over_capacity": aggregate_over_capacity,
@@ -369,10 +383,11 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "two_users": {"without": off, "with": on, "jain_without": jain_of(&off), "drf_shares": drf.iter().map(|(d, r)| json!({"dominant": d, "pps": r})).collect::<Vec<_>>(), "share_errors": share_errors},
         "aggressor": {"victim_kept_with": kept_on, "victim_kept_without": kept_off, "with": agg_on, "without": agg_off},
         "allocations": alloc_rows.iter().map(AllocRow::json).collect::<Vec<_>>(),
+        "ycsb": {"setup": YCSB_SETUP, "server_link_bytes_per_s": ycsb_link, "cache_keys": YCSB_SETUP.keys / 10, "workloads": ycsb_rows.iter().map(YcsbRow::json).collect::<Vec<_>>()},
         "autoscaling": {"instance_pps": SCALE_PPS, "trace_pps": scale_trace(), "runs": scale_runs, "simulated": scale_sum.simulated},
         "updates": {"per_round": updates, "with": upd_on, "without": upd_off, "p99_ratios": p99_ratios, "victim_lost_without": lost_without},
         "targets": {"jain_index": 0.99, "max_share_error": 0.05, "victim_rate_kept": 0.95, "update_lost_packets": 0, "update_p99_ratio": 1.5},
-        "not_built": ["YCSB"],
+        "not_built": [],
     });
     let path = write_report(&a.out, "chain-fairness.json", &mut report, &summary)?;
     say(format!("wrote {}", path.display()));
@@ -458,4 +473,92 @@ fn summarize_scaling(runs: &[ScaleRun], model: &tern_hw::chain::ChainModel) -> S
         a.launches(),
     );
     ScaleSummary { line, launches: l.0, ms_to_3x: t.0, simulated }
+}
+
+/// YCSB's shape: 10,000 keys of 1 KB, Zipf 0.99, 32 client connections with one request
+/// outstanding each (YCSB's synchronous client threads; more requests in flight at once send
+/// more GETs of a popular key past the cache while its value is on the way, or just after a SET
+/// took it out); the server's link is set at the run's start (a tenth of what it carries
+/// unlimited).
+const YCSB_SETUP: tern_chain::ycsb::Setup = tern_chain::ycsb::Setup {
+    keys: 10_000,
+    value_bytes: 1024,
+    theta: 0.99,
+    clients: 32,
+    window: 1,
+    server_link_bytes: f64::INFINITY,
+};
+
+/// One workload, with the cache and without, over the rounds.
+struct YcsbRow {
+    workload: tern_chain::ycsb::Workload,
+    with: Vec<tern_chain::ycsb::YcsbPhase>,
+    without: Vec<tern_chain::ycsb::YcsbPhase>,
+    ratio: (f64, f64, f64),
+}
+
+impl YcsbRow {
+    fn line(&self) -> String {
+        let med = |v: &[tern_chain::ycsb::YcsbPhase], f: &dyn Fn(&tern_chain::ycsb::YcsbPhase) -> f64| {
+            median(&v.iter().map(f).collect::<Vec<_>>())
+        };
+        format!(
+            "YCSB {} ({:.0}% reads): gbn + KV cache {:.1} kops/s ({:.1} kops/s reached the server), gbn alone {:.1} kops/s: {:.2}x [{:.2}-{:.2}]",
+            self.workload.name,
+            100.0 * self.workload.reads,
+            med(&self.with, &|p| p.ops_per_s) / 1e3,
+            med(&self.with, &|p| p.server_ops_per_s) / 1e3,
+            med(&self.without, &|p| p.ops_per_s) / 1e3,
+            self.ratio.0,
+            self.ratio.1,
+            self.ratio.2,
+        )
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({"workload": self.workload, "with_cache": self.with, "gbn_alone": self.without, "ratio": self.ratio.0, "ratio_min": self.ratio.1, "ratio_max": self.ratio.2})
+    }
+}
+
+/// Runs YCSB A, B and C `rounds` times each, with the cache and without in turn, the server's
+/// link capped at a tenth of what go-back-N alone carries to an unlimited server (workload C,
+/// measured first); returns the rows and that cap (bytes a second).
+fn ycsb_runs(
+    rounds: usize,
+    cores: usize,
+    phase: Duration,
+    warmup: Duration,
+    profile: &tern_hw::Profile,
+    model: &tern_hw::chain::ChainModel,
+) -> Result<(Vec<YcsbRow>, f64), String> {
+    use tern_chain::ycsb;
+    let mut setup = YCSB_SETUP;
+    let plan_of = |t: &Tenant| -> Result<(Vec<Tenant>, plan::Plan), String> {
+        let ts = vec![t.clone()];
+        let p = plan::plan(&ts, &|t| tenant::area(t, profile), model.regions, model.region_luts)?;
+        Ok((ts, p))
+    };
+    let (cached, cached_plan) = plan_of(&ycsb::tenant(Some(setup.keys / 10), setup.value_bytes)?)?;
+    let (plain, plain_plan) = plan_of(&ycsb::tenant(None, setup.value_bytes)?)?;
+    let cfg = Config { mode: Mode::Snic, cores, pin: true, ..Config::default() };
+    let unlimited = ycsb::run(&plain, &plain_plan, cfg, setup, ycsb::WORKLOADS[2], warmup, phase)?;
+    setup.server_link_bytes = unlimited.server_link_bytes_per_s / 10.0;
+    let mut rows = Vec::new();
+    for w in ycsb::WORKLOADS {
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for r in 0..rounds {
+            let order = if r % 2 == 0 { [true, false] } else { [false, true] };
+            for cache in order {
+                let (ts, p) = if cache { (&cached, &cached_plan) } else { (&plain, &plain_plan) };
+                let ph = ycsb::run(ts, p, cfg, setup, w, warmup, phase)?;
+                if cache { with.push(ph) } else { without.push(ph) }
+            }
+        }
+        let ratios: Vec<f64> = with.iter().zip(&without).map(|(a, b)| a.ops_per_s / b.ops_per_s.max(1.0)).collect();
+        let m = |v: &[ycsb::YcsbPhase]| median(&v.iter().map(|p| p.ops_per_s).collect::<Vec<_>>());
+        let pairs = super::bench::spread(&ratios);
+        let ratio = (m(&with) / m(&without).max(1.0), pairs.1, pairs.2);
+        rows.push(YcsbRow { workload: w, with, without, ratio });
+    }
+    Ok((rows, setup.server_link_bytes))
 }
