@@ -56,8 +56,10 @@ pub struct ChainBenchArgs {
     /// Print the JSON report on stdout (the table goes to stderr).
     #[arg(long)]
     pub json: bool,
-    /// Instead: fair shares on real traffic (§5.3's two users with and without them, and a
-    /// tenant offering five times its share beside one offering its share); writes
+    /// Instead: §5.3–5.4 on real traffic: fair shares (the two users with and without them,
+    /// beside the paper's Static and DRF-only allocations, and a tenant offering five times its
+    /// share), one user's tasks updated live 20 times a round, autoscaling on Figure 15's trace,
+    /// and YCSB A/B/C through go-back-N with and without the KV cache; writes
     /// reports/chain-fairness.json [default rounds 5 of 1 s phases; quick 3 of 0.4 s].
     #[arg(long)]
     pub fairness: bool,
