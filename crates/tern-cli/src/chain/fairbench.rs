@@ -391,6 +391,16 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
     });
     let path = write_report(&a.out, "chain-fairness.json", &mut report, &summary)?;
     say(format!("wrote {}", path.display()));
+    let med = |v: &[tern_chain::ycsb::YcsbPhase]| median(&v.iter().map(|p| p.ops_per_s / 1e3).collect::<Vec<_>>());
+    let figure = super::plot::FairnessFigure {
+        allocations: alloc_rows.iter().map(|r| (r.case, r.allocation, r.aggregate_over_capacity)).collect(),
+        scaling: scale_runs.first().map(|r| r.bins.clone()).unwrap_or_default(),
+        instance_pps: SCALE_PPS,
+        ycsb: ycsb_rows.iter().map(|r| (r.workload.name, med(&r.with), med(&r.without))).collect(),
+    };
+    for p in super::plot::fairness(&figure, &a.out)? {
+        say(format!("wrote {}", p.display()));
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     }
