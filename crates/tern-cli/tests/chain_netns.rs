@@ -63,19 +63,14 @@ except OSError:
     print("telnet refused or dropped", flush=True)
 "#;
 
-#[test]
-#[ignore = "needs root: network namespaces and veth pairs"]
-fn nat_and_firewall_between_two_hosts() {
-    let Some(py) = python() else {
-        eprintln!("skipped: python3 is not installed");
-        return;
-    };
-    let id = std::process::id() % 10_000;
-    let (h1, h2) = (format!("tcn-h1-{id}"), format!("tcn-h2-{id}"));
-    let (s0, s1) = (format!("tcn0-{id}"), format!("tcn1-{id}"));
-    let mut guard = Cleanup { netns: vec![h1.clone(), h2.clone()], links: vec![s0.clone(), s1.clone()], child: None };
-    let (mac1, mac2) = ("02:00:00:00:00:01", "02:00:00:00:00:02");
-    for (ns, sw, mac, addr) in [(&h1, &s0, mac1, "10.0.0.1/24"), (&h2, &s1, mac2, "198.51.100.2/24")] {
+/// Two hosts in namespaces `TAG-h1-ID` and `TAG-h2-ID`, each behind a veth (`TAG0-ID`,
+/// `TAG1-ID` on this side, `eth0` with the MAC and address given inside), IPv6 off; the guard
+/// removes them.
+fn two_hosts(tag: &str, id: u32, hosts: [(&str, &str); 2]) -> (String, String, String, String, Cleanup) {
+    let (h1, h2) = (format!("{tag}-h1-{id}"), format!("{tag}-h2-{id}"));
+    let (s0, s1) = (format!("{tag}0-{id}"), format!("{tag}1-{id}"));
+    let guard = Cleanup { netns: vec![h1.clone(), h2.clone()], links: vec![s0.clone(), s1.clone()], child: None };
+    for ((ns, sw), (mac, addr)) in [(&h1, &s0), (&h2, &s1)].into_iter().zip(hosts) {
         ip(&format!("netns add {ns}"));
         run(&["ip", "netns", "exec", ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6"]);
         ip(&format!("link add {sw} type veth peer name eth0 netns {ns}"));
@@ -85,6 +80,19 @@ fn nat_and_firewall_between_two_hosts() {
         ip(&format!("-n {ns} link set lo up"));
         ip(&format!("-n {ns} addr add {addr} dev eth0"));
     }
+    (h1, h2, s0, s1, guard)
+}
+
+#[test]
+#[ignore = "needs root: network namespaces and veth pairs"]
+fn nat_and_firewall_between_two_hosts() {
+    let Some(py) = python() else {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    };
+    let id = std::process::id() % 10_000;
+    let (mac1, mac2) = ("02:00:00:00:00:01", "02:00:00:00:00:02");
+    let (h1, h2, s0, s1, mut guard) = two_hosts("tcn", id, [(mac1, "10.0.0.1/24"), (mac2, "198.51.100.2/24")]);
     // Host 1 reaches the outside through a gateway whose MAC is host 2's; host 2 answers the
     // NAT's address at host 1's MAC. The chain answers no ARP.
     ip(&format!("-n {h1} route add default via 10.0.0.254"));
@@ -219,20 +227,8 @@ fn fifty_live_updates_of_one_tenant_leave_the_others_stream_whole() {
         return;
     };
     let id = std::process::id() % 10_000;
-    let (h1, h2) = (format!("tcu-h1-{id}"), format!("tcu-h2-{id}"));
-    let (s0, s1) = (format!("tcu0-{id}"), format!("tcu1-{id}"));
-    let mut guard = Cleanup { netns: vec![h1.clone(), h2.clone()], links: vec![s0.clone(), s1.clone()], child: None };
     let (mac1, mac2) = ("02:00:00:00:01:01", "02:00:00:00:01:02");
-    for (ns, sw, mac, addr) in [(&h1, &s0, mac1, "10.9.0.1/24"), (&h2, &s1, mac2, "10.9.0.2/24")] {
-        ip(&format!("netns add {ns}"));
-        run(&["ip", "netns", "exec", ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6"]);
-        ip(&format!("link add {sw} type veth peer name eth0 netns {ns}"));
-        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{sw}/disable_ipv6"), "1");
-        ip(&format!("link set {sw} up"));
-        ip(&format!("-n {ns} link set eth0 address {mac} up"));
-        ip(&format!("-n {ns} link set lo up"));
-        ip(&format!("-n {ns} addr add {addr} dev eth0"));
-    }
+    let (h1, h2, s0, s1, mut guard) = two_hosts("tcu", id, [(mac1, "10.9.0.1/24"), (mac2, "10.9.0.2/24")]);
     ip(&format!("-n {h1} neigh replace 10.9.0.2 lladdr {mac2} dev eth0"));
     ip(&format!("-n {h2} neigh replace 10.9.0.1 lladdr {mac1} dev eth0"));
     let dir = std::env::temp_dir().join(format!("tern-chain-update-{id}"));
