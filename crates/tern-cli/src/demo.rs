@@ -543,6 +543,25 @@ fn chain_part() -> Result<bool, Box<dyn std::error::Error>> {
         "   rises to 3x at 30 ms; {} launch, 3x carried from {full:.0} ms, and none needed at the second peak.",
         a.launches()
     );
+    // The same policy on the running data path, Figure 15's trace at CPU rates.
+    let runs = crate::chain::fairbench::scaling_runs(1, 2, &profile, &m)?;
+    if let Some(r) = runs.first() {
+        let launch = r.epochs.iter().find(|e| e.3 > 0).map_or(f64::NAN, |e| (e.0 / 20.0).round() * 20.0);
+        let serving = r.bins.iter().find(|b| b.3 == 3).map_or(f64::NAN, |b| b.0);
+        let peak = crate::chain::fairbench::scale_trace()[2].1;
+        let carried = r.bins.iter().find(|b| b.0 > 30.0 && b.2 >= 0.95 * peak).map_or(f64::NAN, |b| b.0 - 30.0);
+        let second: usize = r.epochs.iter().filter(|e| e.0 > 80.0).map(|e| e.3).sum();
+        ok &= r.launches >= 1;
+        println!(
+            "   On the data path, the same trace at CPU rates ({:.0} kpps a region, 0.9 of each multiple, 2 of 3",
+            crate::chain::fairbench::SCALE_PPS / 1e3
+        );
+        println!(
+            "   instances in service): {} launch at the {launch:.0} ms epoch, in service by {serving:.0} ms, 95% of the load",
+            r.launches
+        );
+        println!("   carried {carried:.0} ms after the rise, {second} launch(es) at the second peak.");
+    }
     println!("   Next: `tern chain check examples/chain/figure10-*.toml`, `tern bench chain --quick`,");
     println!("   `tern bench chain --fairness --quick`, `tern chain sim`.");
     Ok(ok)

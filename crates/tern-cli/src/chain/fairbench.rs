@@ -408,17 +408,17 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
 }
 
 /// What one instance (a region) of the autoscaling case carries, packets a second.
-const SCALE_PPS: f64 = 100_000.0;
+pub(crate) const SCALE_PPS: f64 = 100_000.0;
 
 /// Figure 15's trace (1×, 2× from 20 ms, 3× from 30, 1.5× from 70, 3× from 90) in packets a
 /// second, at 0.9 of each multiple of an instance: a measured load a few percent high does not
 /// cross an instance's bound (2.0× measured as 2.02 would take a third instance).
-fn scale_trace() -> Vec<(f64, f64)> {
+pub(crate) fn scale_trace() -> Vec<(f64, f64)> {
     FIGURE15_TRACE.iter().map(|&(ms, gbps)| (ms, gbps / 10.0 * 0.9 * SCALE_PPS)).collect()
 }
 
 /// Runs the autoscaling case `rounds` times.
-fn scaling_runs(
+pub(crate) fn scaling_runs(
     rounds: usize,
     cores: usize,
     profile: &tern_hw::Profile,
