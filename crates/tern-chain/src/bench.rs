@@ -262,6 +262,16 @@ pub struct Load {
     pub secs: Duration,
 }
 
+/// A pool for a run's packets and `tenants`' runtime on `plan` in `cfg`'s mode, their tasks
+/// built from their files (one AES key space for the run).
+pub fn runtime(tenants: &[Tenant], plan: &Plan, cfg: Config) -> Result<(Pool, Runtime), String> {
+    let pool = Pool::new(1 << 15, tern_io::DEFAULT_BUF_SIZE);
+    let mut keys = Keys::default();
+    let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut keys);
+    let rt = Runtime::new(plan.clone(), tenants.to_vec(), cfg, &mut factory)?;
+    Ok((pool, rt))
+}
+
 /// Runs `tenants` on `plan` in `cfg`'s mode with `frames` (interleaved tenants' traffic) as
 /// `load` says.
 pub fn measure(
@@ -272,10 +282,7 @@ pub fn measure(
     load: Load,
 ) -> Result<(Phase, RunStats), String> {
     let Load { rate_pps, latency, warmup, secs } = load;
-    let pool = Pool::new(1 << 15, tern_io::DEFAULT_BUF_SIZE);
-    let mut keys = Keys::default();
-    let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut keys);
-    let rt = Runtime::new(plan.clone(), tenants.to_vec(), cfg, &mut factory)?;
+    let (pool, rt) = runtime(tenants, plan, cfg)?;
     let stopper = rt.stopper();
     let tally = Arc::new(Tally::default());
     let cores = cfg.cores.max(1);
@@ -519,10 +526,7 @@ pub fn measure_fair(
     warmup: Duration,
     secs: Duration,
 ) -> Result<FairPhase, String> {
-    let pool = Pool::new(1 << 15, tern_io::DEFAULT_BUF_SIZE);
-    let mut keys = Keys::default();
-    let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut keys);
-    let rt = Runtime::new(plan.clone(), tenants.to_vec(), cfg, &mut factory)?;
+    let (pool, rt) = runtime(tenants, plan, cfg)?;
     let stopper = rt.stopper();
     let limiter = rt.limiter();
     let monitor = rt.monitor();
@@ -812,10 +816,7 @@ pub fn measure_scaling(
     bin_ms: f64,
     end_ms: f64,
 ) -> Result<ScaleRun, String> {
-    let pool = Pool::new(1 << 15, tern_io::DEFAULT_BUF_SIZE);
-    let mut keys = Keys::default();
-    let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut keys);
-    let rt = Runtime::new(plan.clone(), tenants.to_vec(), cfg, &mut factory)?;
+    let (pool, rt) = runtime(tenants, plan, cfg)?;
     let stopper = rt.stopper();
     let launcher = rt.launcher();
     let tally = Arc::new(Tally::default());

@@ -99,11 +99,6 @@ impl Autoscaler {
         self.pending.iter().copied().min()
     }
 
-    /// What one instance carries.
-    pub fn per_instance(&self) -> f64 {
-        self.per_instance
-    }
-
     /// Launches so far.
     pub fn launches(&self) -> u64 {
         self.launches

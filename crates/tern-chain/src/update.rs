@@ -232,8 +232,7 @@ impl Updater {
         // What left first, then what went in: every packet counted as left was counted as
         // moved in before it reached a region (the ring's release and the count's acquire
         // order the two), so the difference never goes below what is really in flight.
-        let done: u64 =
-            (0..sh.cores).filter_map(|c| sh.done.get(i * sh.cores + c)).map(|l| l.0.load(Ordering::Acquire)).sum();
+        let done = left_chain(sh, i);
         let started = sh.started.get(i).map_or(0, |l| l.0.load(Ordering::Acquire));
         started.saturating_sub(done)
     }
@@ -251,6 +250,12 @@ impl Updater {
     fn send(&self, id: usize, swap: Swap) {
         send(&self.0, id, swap);
     }
+}
+
+/// Packets of tenant and generation parity `i` (`t × 2 + g mod 2`) that every core has seen
+/// leave their chain.
+fn left_chain(sh: &Shared, i: usize) -> u64 {
+    (0..sh.cores).filter_map(|c| sh.done.get(i * sh.cores + c)).map(|l| l.0.load(Ordering::Acquire)).sum()
 }
 
 /// Hands `swap` to region `id`, taken at its next batch boundary.
@@ -333,11 +338,7 @@ impl Progress {
                     continue;
                 }
                 let i = t * 2 + (g.wrapping_sub(1) & 1) as usize;
-                let left: u64 = (0..sh.cores)
-                    .filter_map(|c| sh.done.get(i * sh.cores + c))
-                    .map(|l| l.0.load(Ordering::Acquire))
-                    .sum();
-                if s.started.get(i).copied().unwrap_or(0) > left {
+                if s.started.get(i).copied().unwrap_or(0) > left_chain(sh, i) {
                     busy = true;
                     continue;
                 }

@@ -26,8 +26,7 @@ use tern_io::Pool;
 use crate::gbn;
 use crate::kv::{Msg, Op};
 use crate::plan::Plan;
-use crate::runtime::{Arrival, Config, Egress, Ingress, Item, Runtime};
-use crate::task::{self, Keys};
+use crate::runtime::{Arrival, Config, Egress, Ingress, Item};
 use crate::tenant::Tenant;
 
 /// A YCSB workload: the share of requests that are reads (the rest are SETs).
@@ -389,10 +388,7 @@ pub fn run(
     warmup: Duration,
     secs: Duration,
 ) -> Result<YcsbPhase, String> {
-    let pool = Pool::new(1 << 14, tern_io::DEFAULT_BUF_SIZE);
-    let mut keys = Keys::default();
-    let mut factory = |t: usize, n: usize| task::build(&tenants[t].tasks[n], &mut keys);
-    let rt = Runtime::new(plan.clone(), tenants.to_vec(), cfg, &mut factory)?;
+    let (pool, rt) = crate::bench::runtime(tenants, plan, cfg)?;
     let stopper = rt.stopper();
     let world = Arc::new(Mutex::new(World::new(setup, workload, 2026)));
     let inbox = Arc::new(Mutex::new(Vec::new()));
@@ -437,9 +433,4 @@ pub fn run(
     });
     stats?;
     window.map_err(|_| "the timer panicked".to_string())
-}
-
-/// Rank popularity: the most popular `k` of `n` keys under Zipf(θ) take this share of draws.
-pub fn head_share(n: usize, theta: f64, k: usize) -> f64 {
-    Zipf::new(n, theta).head(k)
 }

@@ -83,6 +83,25 @@ fn two_hosts(tag: &str, id: u32, hosts: [(&str, &str); 2]) -> (String, String, S
     (h1, h2, s0, s1, guard)
 }
 
+/// Waits (at most 10 s) until the server's metrics address takes connections.
+fn wait_for(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "tern chain serve did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The server's `/metrics` (the whole HTTP response).
+fn metrics(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap();
+    let mut t = String::new();
+    s.read_to_string(&mut t).unwrap();
+    t
+}
+
 #[test]
 #[ignore = "needs root: network namespaces and veth pairs"]
 fn nat_and_firewall_between_two_hosts() {
@@ -126,11 +145,7 @@ ports = "40000-40999"
             .spawn()
             .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(&metrics_addr).is_err() {
-        assert!(Instant::now() < deadline, "tern chain serve did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(&metrics_addr);
     let udp = 5;
     let mut server = Command::new("ip")
         .args(["netns", "exec", &h2, &py, "-c", HOST2, &udp.to_string()])
@@ -157,14 +172,7 @@ ports = "40000-40999"
     assert!(udp_lines.iter().all(|l| l.ends_with("from 198.51.100.1")), "{stdout}");
     assert!(stdout.contains("tcp over tcp from 198.51.100.1"), "{stdout}");
     assert!(stdout.contains("telnet refused or dropped"), "{stdout}");
-    let m = {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(&metrics_addr).unwrap();
-        write!(s, "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap();
-        let mut t = String::new();
-        s.read_to_string(&mut t).unwrap();
-        t
-    };
+    let m = metrics(&metrics_addr);
     assert!(m.contains("tern_chain_drops_packets_total{tenant=\"lan\",reason=\"denied\"}"), "{m}");
 }
 
@@ -260,11 +268,7 @@ fn fifty_live_updates_of_one_tenant_leave_the_others_stream_whole() {
         }
     });
     guard.child = Some(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(&metrics_addr).is_err() {
-        assert!(Instant::now() < deadline, "tern chain serve did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(&metrics_addr);
     let mut counter = Command::new("ip")
         .args(["netns", "exec", &h2, &py, "-c", COUNTER, "9000"])
         .stdout(Stdio::piped())
@@ -307,14 +311,7 @@ fn fifty_live_updates_of_one_tenant_leave_the_others_stream_whole() {
     }
     let _ = counter.wait();
     assert_eq!(summary.trim(), format!("got {n} out_of_order 0 last {}", n - 1), "tenant b's receiver");
-    let m = {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(&metrics_addr).unwrap();
-        write!(s, "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap();
-        let mut t = String::new();
-        s.read_to_string(&mut t).unwrap();
-        t
-    };
+    let m = metrics(&metrics_addr);
     assert!(m.contains("tern_chain_generation{tenant=\"a\"} 50"), "{m}");
     assert!(m.contains("tern_chain_generation{tenant=\"b\"} 0"), "{m}");
     assert!(!m.contains("tern_chain_drops_packets_total{tenant=\"b\""), "{m}");
