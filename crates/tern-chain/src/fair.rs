@@ -21,6 +21,8 @@
 
 use std::time::{Duration, Instant};
 
+pub mod sim;
+
 /// One claimant: what one unit of its allocation uses of each resource, the most units it wants
 /// (`f64::INFINITY`: no bound), and its weight (its dominant share rises at `weight` times the
 /// common pace; 1 for plain DRF).
@@ -272,19 +274,33 @@ pub struct Share {
 /// `ns_per_packet[r] / (8 × mean_bytes)` seconds a second of resource `r`, up to what it
 /// offered, weighted by its weight. Limits are set only while some resource is full.
 pub fn time_share(capacity: &[f64], loads: &[TenantLoad]) -> Vec<Share> {
-    let claim = |l: &TenantLoad, cap: f64| Claim {
-        per_unit: l
-            .ns_per_packet
-            .iter()
-            .map(|&ns| if l.mean_bytes > 0.0 && ns.is_finite() && ns > 0.0 { ns / (8.0 * l.mean_bytes) } else { 0.0 })
-            .collect(),
-        cap,
-        weight: l.weight,
-    };
-    let claims: Vec<Claim> = loads.iter().map(|l| claim(l, l.offered_gbps.max(0.0))).collect();
-    let a = drf(capacity, &claims);
+    let claims: Vec<Claim> = loads
+        .iter()
+        .map(|l| Claim {
+            per_unit: l
+                .ns_per_packet
+                .iter()
+                .map(
+                    |&ns| {
+                        if l.mean_bytes > 0.0 && ns.is_finite() && ns > 0.0 { ns / (8.0 * l.mean_bytes) } else { 0.0 }
+                    },
+                )
+                .collect(),
+            cap: l.offered_gbps.max(0.0),
+            weight: l.weight,
+        })
+        .collect();
+    shares(capacity, &claims)
+}
+
+/// The shares of claims capped at what each tenant offers (units of its ingress rate): [`drf`]
+/// over them and, for each, the limit to set at its ingress as [`Share::limit_gbps`] says
+/// (what it is allowed if a full resource holds it back; else, while some resource is full,
+/// what it would get offering without bound, the others as they are; else none).
+pub fn shares(capacity: &[f64], claims: &[Claim]) -> Vec<Share> {
+    let a = drf(capacity, claims);
     let contended = a.stop.iter().any(|s| matches!(s, Stop::Full(_)));
-    (0..loads.len())
+    (0..claims.len())
         .map(|i| {
             let limit = match a.stop[i] {
                 _ if !contended => None,
@@ -292,7 +308,7 @@ pub fn time_share(capacity: &[f64], loads: &[TenantLoad]) -> Vec<Share> {
                 // Held back by nothing it offered: its limit is what it would get offering
                 // without bound, the others as they are.
                 Stop::Cap | Stop::Nothing => {
-                    let mut c = claims.clone();
+                    let mut c = claims.to_vec();
                     c[i].cap = f64::INFINITY;
                     let x = drf(capacity, &c).units[i];
                     x.is_finite().then_some(x)

@@ -267,3 +267,43 @@ proptest! {
         }
     }
 }
+
+/// Figures 16–17 simulated (`fair::sim`), checked against the values worked by hand from the
+/// model's amounts (8 regions, 10 GB, 100 Gbit/s links, a dummy task 25 Gbit/s; user 1's
+/// 1 Gbit/s takes 0.02 of the regions and 0.014 of the memory, user 2's 0.01 and 0.012):
+/// - Static: user 1 at most 25 (half the regions), user 2 41.67 (half the memory);
+/// - DRF on the 60 each asked: the regions fill at a dominant share of 6/11 each: 27.27 and
+///   45.45, whatever they then offer;
+/// - sNIC: while user 1 offers 15, user 2 takes the rest of the shared resources (60, all it
+///   offers); once user 1 offers 60, both at 6/11 of their dominant resource (Jain 1).
+#[test]
+fn figures_16_17_simulated_match_the_worked_values() {
+    use tern_chain::fair::sim::{Scheme, figure16, simulate};
+    let f = figure16(8.0, 10.0, 100.0, 25.0);
+    let cap = f.capacity();
+    let at = |t: &[tern_chain::fair::sim::Sample], s: f64| t.iter().find(|x| (x.s - s).abs() < 1e-9).unwrap().clone();
+    let near = |a: f64, b: f64| (a - b).abs() < 1e-6 * (1.0 + b.abs());
+    let want: [(Scheme, [f64; 2], [f64; 2]); 3] = [
+        (Scheme::Static, [15.0, 125.0 / 3.0], [25.0, 125.0 / 3.0]),
+        (Scheme::Drf, [15.0, 500.0 / 11.0], [300.0 / 11.0, 500.0 / 11.0]),
+        (Scheme::Snic, [15.0, 60.0], [300.0 / 11.0, 500.0 / 11.0]),
+    ];
+    let mut agg = Vec::new();
+    for (scheme, before, after) in want {
+        let t = simulate(scheme, &cap, &f.users, 0.02, 0.5, 100.0);
+        assert_eq!(t.len(), 201);
+        let (b, a) = (at(&t, 25.0), at(&t, 75.0));
+        for u in 0..2 {
+            assert!(near(b.carried[u], before[u]), "{scheme:?} before: {b:?}");
+            assert!(near(a.carried[u], after[u]), "{scheme:?} after: {a:?}");
+        }
+        // The step at 50 s is seen at once: the epoch at 50 s lifts no limit user 1 needs.
+        assert!(near(at(&t, 50.0).carried[0], after[0]), "{scheme:?}");
+        agg.push((b.aggregate(), a.aggregate(), a.jain()));
+    }
+    // sNIC carries the most before the rise and as much as DRF after; DRF beats Static.
+    let (st, dr, sn) = (agg[0], agg[1], agg[2]);
+    assert!(sn.0 > dr.0 && dr.0 > st.0, "{agg:?}");
+    assert!(near(sn.1, dr.1) && dr.1 > st.1, "{agg:?}");
+    assert!(near(sn.2, 1.0), "{agg:?}");
+}

@@ -487,6 +487,23 @@ fn chain_part() -> Result<bool, Box<dyn std::error::Error>> {
             }
         );
     }
+    // The same policy, simulated at the paper's scale (Figures 16–17).
+    let memory_gb =
+        profile.capacity(tern_hw::resource::CHAIN_BOARD_MEMORY_BYTES).unwrap_or(0) as f64 / (1u64 << 30) as f64;
+    let f16 = tern_chain::fair::sim::figure16(m.regions as f64, memory_gb, m.line_gbps, 25.0);
+    let agg: Vec<String> = tern_chain::fair::sim::Scheme::ALL
+        .iter()
+        .map(|&sc| {
+            let t = tern_chain::fair::sim::simulate(sc, &f16.capacity(), &f16.users, m.epoch_ns / 1e9, 0.5, 100.0);
+            let (a, b) = (t[25].aggregate(), t[150].aggregate());
+            format!("{} {a:.1} then {b:.1}", sc.name())
+        })
+        .collect();
+    println!(
+        "   SIMULATION of Figures 16-17 at the paper's scale ({} regions, {memory_gb:.0} GB, {:.0} Gbit/s; assumed task sizes):",
+        m.regions, m.line_gbps
+    );
+    println!("   user 1 offers 15 Gbit/s, then 60 from 50 s, user 2 60; aggregate Gbit/s: {}.", agg.join(", "));
     // A hot update: user 1's tasks replaced while both users send, user 2 watched.
     let variants = [crate::chain::fairbench::TASK_NS, crate::chain::fairbench::TASK_NS + 1]
         .iter()

@@ -847,21 +847,39 @@ fn chain_check_reads_tenants_and_names_what_is_wrong() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// `tern chain sim` simulates Figure 15 with the autoscaler: labelled a simulation, one launch,
-/// 3x carried from 50 ms, its JSON and plots written.
+/// `tern chain sim` simulates Figure 15 with the autoscaler (labelled a simulation, one launch,
+/// 3x carried from 50 ms) and Figures 16–17 with the allocator (sNIC's aggregate above DRF's
+/// and Static's while user 1 offers less than its share; equal dominant shares after its
+/// rise), its JSON and plots written.
 #[test]
-fn chain_sim_figure_15() {
+fn chain_sim_figures_15_to_17() {
     let out_dir = std::env::temp_dir().join(format!("tern-chain-sim-{}", std::process::id()));
     let (ok, out, err) = tern(&["chain", "sim", "--json", "--out", out_dir.to_str().unwrap()]);
     assert!(ok, "{err}");
-    assert!(err.contains("SIMULATION (not a measurement)"), "{err}");
+    assert!(err.contains("SIMULATION (not a measurement) of SuperNIC's Figure 15"), "{err}");
+    assert!(err.contains("SIMULATION (not a measurement) of SuperNIC's Figures 16-17"), "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["simulation"], true);
-    assert_eq!(v["launches"], 1);
-    assert_eq!(v["full_at_ms"], 50.0);
-    assert!(out_dir.join("chain-sim-fig15.json").exists() && out_dir.join("chain-sim-fig15.png").exists());
-    let (ok, _, err) = tern(&["chain", "sim", "--instance-gbps", "0", "--out", out_dir.to_str().unwrap()]);
-    assert!(!ok && err.contains("--instance-gbps"), "{err}");
+    let f15 = &v["figure_15"];
+    assert_eq!(f15["simulation"], true);
+    assert_eq!(f15["launches"], 1);
+    assert_eq!(f15["full_at_ms"], 50.0);
+    let f16 = &v["figures_16_17"];
+    assert_eq!(f16["simulation"], true);
+    let agg = |scheme: &str, phase: usize| f16["schemes"][scheme][phase]["aggregate_gbps"].as_f64().unwrap();
+    assert!(agg("snic", 0) > agg("drf", 0) && agg("drf", 0) > agg("static", 0), "{f16}");
+    assert!(f16["schemes"]["snic"][1]["jain"].as_f64().unwrap() > 0.999, "{f16}");
+    for f in ["chain-sim-fig15.json", "chain-sim-fig15.png", "chain-sim-fig16-17.json", "chain-sim-fig16-17.svg"] {
+        assert!(out_dir.join(f).exists(), "{f}");
+    }
+    // One figure: its report alone.
+    let (ok, out, err) = tern(&["chain", "sim", "--figure", "15", "--json", "--out", out_dir.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["figure"], 15);
+    for bad in [["--instance-gbps", "0"], ["--task-gbps", "NaN"]] {
+        let (ok, _, err) = tern(&["chain", "sim", bad[0], bad[1], "--out", out_dir.to_str().unwrap()]);
+        assert!(!ok && err.contains(bad[0]), "{err}");
+    }
     std::fs::remove_dir_all(&out_dir).unwrap();
 }
 

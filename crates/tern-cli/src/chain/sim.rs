@@ -1,53 +1,105 @@
-//! `tern chain sim`: the autoscaler (`tern_chain::scale`, the policy code itself) on a
-//! discrete-event clock with the profile's timings, for SuperNIC's Figure 15 at the paper's
-//! scale. Every line and file it writes says it is a simulation.
+//! `tern chain sim`: SuperNIC's policy code on a discrete-event clock with the profile's
+//! timings, at the paper's scale: the autoscaler (`tern_chain::scale`) for Figure 15, and the
+//! fair-share allocator (`tern_chain::fair::sim`) for Figures 16–17. Every line and file it
+//! writes says it is a simulation.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use plotters::prelude::*;
-use serde_json::json;
+use serde_json::{Value, json};
+use tern_chain::fair::sim::{Figure16, Scheme, figure16, simulate as simulate_shares};
 use tern_chain::scale::{Autoscaler, FIGURE15_TRACE, Sample, simulate};
+use tern_hw::chain::ChainModel;
 
 use crate::CmdResult;
 use crate::plot::{COLORS, legend, register_font};
 
+/// Which of the paper's figures to simulate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Figure {
+    /// Figure 15: autoscaling with pre-launch.
+    #[value(name = "15")]
+    F15,
+    /// Figures 16 and 17: dominant shares and aggregate throughput of two users under Static,
+    /// DRF and sNIC.
+    #[value(name = "16")]
+    F16,
+    /// Both.
+    All,
+}
+
 /// Options of `tern chain sim`.
 #[derive(Debug, Args)]
 pub struct SimArgs {
-    /// The hardware profile whose PR time, epoch and regions the simulation uses.
+    /// Which figures: 15 (autoscaling), 16 (fair shares; Figure 17 is its aggregate), or all.
+    #[arg(long, value_enum, default_value = "all")]
+    pub figure: Figure,
+    /// The hardware profile whose PR time, epoch, regions, memory and line rate the simulation
+    /// uses.
     #[arg(long, default_value = "supernic-htg9200")]
     pub profile: String,
-    /// Instances of the chain launched when it is deployed.
+    /// Figure 15: instances of the chain launched when it is deployed.
     #[arg(long, default_value_t = 2)]
     pub prelaunched: usize,
-    /// Gbit/s one instance (one region) carries (the paper's dummy chain: 10).
+    /// Figure 15: Gbit/s one instance (one region) carries (the paper's dummy chain: 10).
     #[arg(long, default_value_t = 10.0)]
     pub instance_gbps: f64,
-    /// Directory for chain-sim-fig15.json and its plots.
+    /// Figures 16–17: Gbit/s one dummy task carries in its region (an assumption: the paper
+    /// gives none).
+    #[arg(long, default_value_t = 25.0)]
+    pub task_gbps: f64,
+    /// Directory for the JSON and plots (chain-sim-fig15.*, chain-sim-fig16-17.*).
     #[arg(long, default_value = "reports")]
     pub out: PathBuf,
-    /// Print the JSON on stdout (the table goes to stderr).
+    /// Print the JSON on stdout (the tables go to stderr): the figure's report, or with
+    /// `--figure all` an object of both (`figure_15`, `figures_16_17`).
     #[arg(long)]
     pub json: bool,
 }
 
 /// `tern chain sim`.
 pub fn run(a: &SimArgs) -> CmdResult {
-    if !(a.instance_gbps.is_finite() && a.instance_gbps > 0.0) {
-        return Err("--instance-gbps: give a positive rate".into());
+    for (name, v) in [("--instance-gbps", a.instance_gbps), ("--task-gbps", a.task_gbps)] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(format!("{name}: give a positive rate, not {v}").into());
+        }
     }
     crate::check_count("prelaunched", a.prelaunched as u64, 1024)?;
     let profile = tern_hw::Profile::resolve(&a.profile).map_err(|e| e.to_string())?;
-    let model = tern_hw::chain::ChainModel::from_profile(&profile)?;
+    let model = ChainModel::from_profile(&profile)?;
+    let memory = profile
+        .capacity(tern_hw::resource::CHAIN_BOARD_MEMORY_BYTES)
+        .ok_or_else(|| format!("profile {} has no {}", profile.name, tern_hw::resource::CHAIN_BOARD_MEMORY_BYTES))?;
+    let say = |s: String| if a.json { eprintln!("{s}") } else { println!("{s}") };
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
+    let mut reports = Vec::new();
+    if matches!(a.figure, Figure::F15 | Figure::All) {
+        reports.push(("figure_15", figure15(a, &profile.name, &model, &say)?));
+    }
+    if matches!(a.figure, Figure::F16 | Figure::All) {
+        let f = figure16(model.regions as f64, memory as f64 / (1u64 << 30) as f64, model.line_gbps, a.task_gbps);
+        reports.push(("figures_16_17", figures16_17(a, &profile.name, &model, &f, &say)?));
+    }
+    if a.json {
+        let v = match &reports[..] {
+            [(_, one)] => one.clone(),
+            _ => Value::Object(reports.into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
+        };
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Figure 15: prints the timeline, writes its JSON and plots, returns the JSON.
+fn figure15(a: &SimArgs, profile: &str, model: &ChainModel, say: &dyn Fn(String)) -> Result<Value, String> {
     let (pr_ms, epoch_ms) = (model.pr_ns / 1e6, model.epoch_ns / 1e6);
     let mut scaler = Autoscaler::new(a.instance_gbps, model.regions as usize, model.pr_ns as u64, a.prelaunched);
     let timeline = simulate(&mut scaler, &FIGURE15_TRACE, epoch_ms, 1.0, 110.0);
-    let say = |s: String| if a.json { eprintln!("{s}") } else { println!("{s}") };
     say(format!(
-        "SIMULATION (not a measurement) of SuperNIC's Figure 15 on {}: one chain, {} Gbit/s an instance (a region), {} pre-launched, at most {} regions, PR {pr_ms} ms, epoch {epoch_ms} ms; load 1x = 10 Gbit/s, 2x at 20 ms, 3x at 30, 1.5x at 70, 3x at 90",
-        profile.name, a.instance_gbps, a.prelaunched, model.regions
+        "SIMULATION (not a measurement) of SuperNIC's Figure 15 on {profile}: one chain, {} Gbit/s an instance (a region), {} pre-launched, at most {} regions, PR {pr_ms} ms, epoch {epoch_ms} ms; load 1x = 10 Gbit/s, 2x at 20 ms, 3x at 30, 1.5x at 70, 3x at 90",
+        a.instance_gbps, a.prelaunched, model.regions
     ));
     say("  ms   offered  carried  regions serving  in PR   (simulated)".to_string());
     let mut last: Option<(f64, f64, usize, usize)> = None;
@@ -68,7 +120,7 @@ pub fn run(a: &SimArgs) -> CmdResult {
     let report = json!({
         "simulation": true,
         "figure": 15,
-        "profile": profile.name,
+        "profile": profile,
         "pr_ms": pr_ms,
         "epoch_ms": epoch_ms,
         "instance_gbps": a.instance_gbps,
@@ -77,18 +129,178 @@ pub fn run(a: &SimArgs) -> CmdResult {
         "full_at_ms": full,
         "timeline": timeline,
     });
-    std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
     let path = a.out.join("chain-sim-fig15.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
+    std::fs::write(&path, serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n")
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     let mut written = vec![path];
     written.extend(plot(&timeline, &a.out)?);
     for w in &written {
         say(format!("wrote {}", w.display()));
     }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(report)
+}
+
+/// The mean of `f` over the samples in `[from, to)` seconds.
+fn mean_over(
+    t: &[tern_chain::fair::sim::Sample],
+    from: f64,
+    to: f64,
+    f: impl Fn(&tern_chain::fair::sim::Sample) -> f64,
+) -> f64 {
+    let v: Vec<f64> = t.iter().filter(|s| s.s >= from && s.s < to).map(f).collect();
+    if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 }
+}
+
+/// Figures 16–17: prints each scheme's shares and aggregate before and after user 1's load
+/// rises, writes the JSON and plots, returns the JSON.
+fn figures16_17(
+    a: &SimArgs,
+    profile: &str,
+    model: &ChainModel,
+    f: &Figure16,
+    say: &dyn Fn(String),
+) -> Result<Value, String> {
+    let epoch_s = model.epoch_ns / 1e9;
+    let cap = f.capacity();
+    say(format!(
+        "SIMULATION (not a measurement) of SuperNIC's Figures 16-17 on {profile}: {} regions, {:.0} GB of board memory, {} Gbit/s links; user 1 runs dummy tasks 1-4, user 2 tasks 3-4 (a subset); a task fills a region and carries {} Gbit/s (assumed) and holds {:?} GB (assumed); both ask 60 Gbit/s; user 2 offers 60, user 1 15 and 60 from 50 s; {} ms epochs over 100 s",
+        cap[0],
+        cap[1],
+        cap[2],
+        f.task_gbps,
+        f.task_memory_gb,
+        model.epoch_ns / 1e6
+    ));
+    say("  scheme   phase      user 1 Gbit/s  user 2 Gbit/s  aggregate  dominant shares  Jain   (simulated)"
+        .to_string());
+    let mut runs = Vec::new();
+    let mut summary = serde_json::Map::new();
+    for scheme in Scheme::ALL {
+        let t = simulate_shares(scheme, &cap, &f.users, epoch_s, 0.5, 100.0);
+        let mut phases = Vec::new();
+        for (phase, from, to) in [("0-50 s", 0.0, 50.0), ("50-100 s", 50.0, 100.0 + 1e-9)] {
+            let x: Vec<f64> = (0..2).map(|u| mean_over(&t, from, to, |s| s.carried[u])).collect();
+            let d: Vec<f64> = (0..2).map(|u| mean_over(&t, from, to, |s| s.dominant[u])).collect();
+            let agg = mean_over(&t, from, to, |s| s.aggregate());
+            let jain = tern_chain::fair::jain(&d);
+            say(format!(
+                "  {:8} {:10} {:13.1} {:14.1} {:10.1}  {:.3} / {:.3}   {:.3}",
+                scheme.name(),
+                phase,
+                x[0],
+                x[1],
+                agg,
+                d[0],
+                d[1],
+                jain
+            ));
+            phases.push(json!({"phase": phase, "carried_gbps": x, "aggregate_gbps": agg, "dominant": d, "jain": jain}));
+        }
+        summary.insert(scheme.name().to_lowercase(), Value::Array(phases));
+        runs.push((scheme, t));
     }
-    Ok(ExitCode::SUCCESS)
+    let report = json!({
+        "simulation": true,
+        "figure": [16, 17],
+        "profile": profile,
+        "epoch_ms": model.epoch_ns / 1e6,
+        "resources": f.resources,
+        "task_gbps": f.task_gbps,
+        "task_memory_gb": f.task_memory_gb,
+        "users": f.users,
+        "schemes": summary,
+        "timelines": runs.iter().map(|(s, t)| json!({"scheme": s.name(), "timeline": t})).collect::<Vec<_>>(),
+    });
+    let path = a.out.join("chain-sim-fig16-17.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n")
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let mut written = vec![path];
+    written.extend(plot_shares(&runs, &a.out)?);
+    for w in &written {
+        say(format!("wrote {}", w.display()));
+    }
+    Ok(report)
+}
+
+type Runs = [(Scheme, Vec<tern_chain::fair::sim::Sample>)];
+
+fn figure_shares<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, runs: &Runs) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root
+        .titled("SIMULATION: SuperNIC Figures 16-17, two users under Static, DRF and sNIC", ("sans-serif", 18))
+        .map_err(err)?;
+    let panels = root.split_evenly((1, 2));
+    let end = runs.iter().filter_map(|(_, t)| t.last()).map(|s| s.s).fold(1.0, f64::max);
+    // Figure 16: each user's dominant share (user 1 solid, user 2 dashed).
+    let mut chart = ChartBuilder::on(&panels[0])
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..end, 0.0..1.0)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("time (s, simulated)")
+        .y_desc("dominant share")
+        .label_style(("sans-serif", 13))
+        .light_line_style(TRANSPARENT)
+        .draw()
+        .map_err(err)?;
+    for (i, (scheme, t)) in runs.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(t.iter().map(|s| (s.s, s.dominant[0])), c.stroke_width(2)))
+            .map_err(err)?
+            .label(format!("{} user 1", scheme.name()))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+        chart
+            .draw_series(DashedLineSeries::new(t.iter().map(|s| (s.s, s.dominant[1])), 6, 4, c.stroke_width(2)))
+            .map_err(err)?
+            .label(format!("{} user 2 (dashed)", scheme.name()))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 6, y)], c.stroke_width(2)));
+    }
+    legend(&mut chart)?;
+    // Figure 17: the aggregate.
+    let y_max = runs.iter().flat_map(|(_, t)| t.iter().map(|s| s.aggregate())).fold(0.0f64, f64::max);
+    let mut chart = ChartBuilder::on(&panels[1])
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..end, 0.0..(y_max * 1.2).max(1.0))
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("time (s, simulated)")
+        .y_desc("aggregate Gbit/s")
+        .label_style(("sans-serif", 13))
+        .light_line_style(TRANSPARENT)
+        .draw()
+        .map_err(err)?;
+    for (i, (scheme, t)) in runs.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(t.iter().map(|s| (s.s, s.aggregate())), c.stroke_width(2)))
+            .map_err(err)?
+            .label(scheme.name())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+    }
+    legend(&mut chart)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// Writes chain-sim-fig16-17.png and .svg into `dir`.
+fn plot_shares(runs: &Runs, dir: &Path) -> Result<Vec<PathBuf>, String> {
+    register_font()?;
+    let png = dir.join("chain-sim-fig16-17.png");
+    let svg = dir.join("chain-sim-fig16-17.svg");
+    figure_shares(BitMapBackend::new(&png, (1200, 440)).into_drawing_area(), runs)?;
+    figure_shares(SVGBackend::new(&svg, (1200, 440)).into_drawing_area(), runs)?;
+    Ok(vec![png, svg])
 }
 
 fn figure<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, t: &[Sample]) -> Result<(), String>
