@@ -166,13 +166,15 @@ pub fn drf(capacity: &[f64], claims: &[Claim]) -> Allocation {
 }
 
 /// A tenant's demand for FPGA area (§4.5): its DAG's `area` scaled by the bandwidth it asked
-/// for over the most the DAG carries (4 units at 10 Gbit/s of a DAG that carries 40: 1 unit).
-/// A DAG with no bound (`max_gbps` 0 or not finite) needs its whole area.
+/// for over the most the DAG carries (4 units at 10 Gbit/s of a DAG that carries 40: 1 unit;
+/// at 80, 8 units: two instances). A DAG with no bound (`max_gbps` 0 or not finite) needs its
+/// area once.
 pub fn space_demand(area: f64, requested_gbps: f64, max_gbps: f64) -> f64 {
     if !(max_gbps.is_finite() && max_gbps > 0.0) {
         return area.max(0.0);
     }
-    area.max(0.0) * (requested_gbps.max(0.0) / max_gbps).min(1.0)
+    let r = if requested_gbps.is_finite() { requested_gbps.max(0.0) } else { 0.0 };
+    area.max(0.0) * r / max_gbps
 }
 
 /// Jain's fairness index of `x` (1: all equal; 1/n: one has everything).

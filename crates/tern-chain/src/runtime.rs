@@ -1287,6 +1287,12 @@ impl Runtime {
         self.shared.instances
     }
 
+    /// By chain: whether it keeps per-flow state (its flows spread over all its instances,
+    /// which all stay in service).
+    pub fn stateful(&self) -> &[bool] {
+        &self.shared.stateful
+    }
+
     /// A handle that reads the counters while it runs.
     pub fn monitor(&self) -> Monitor {
         Monitor(self.shared.clone())
@@ -1599,6 +1605,12 @@ pub struct Scaling {
     next_epoch: Instant,
     /// At the last epoch: when, each chain's tasks' time (ns) and packets offered.
     last: Option<(Instant, Vec<u64>, Vec<u64>)>,
+    /// The board's regions and the tenants' space shares ([`Scaling::with_space`]), and each
+    /// chain's share at the last epoch.
+    space: Option<crate::scale::Space>,
+    shares: Vec<usize>,
+    /// Instances each chain may have at most (those built).
+    built: usize,
 }
 
 impl Scaling {
@@ -1633,7 +1645,43 @@ impl Scaling {
             start: now,
             next_epoch: now,
             last: None,
+            space: None,
+            shares: Vec::new(),
+            built: n,
         }
+    }
+
+    /// Instances launched only into the board's regions `space` describes, every epoch each
+    /// chain's space share recomputed (the tenants' DRF shares: [`crate::scale::Space`]): a
+    /// launch takes a free region, or one of a chain holding more than its share while the
+    /// launching chain is below its own (that chain gives an instance up); a launched
+    /// instance otherwise stays. The pre-launched instances are cut to what fits.
+    pub fn with_space(mut self, space: crate::scale::Space) -> Scaling {
+        let shares = space.shares();
+        let held = self.held();
+        let ones: Vec<usize> = held.iter().enumerate().map(|(c, &h)| if space.fixed[c] { h } else { 1 }).collect();
+        let fit = space.arbitrate(&ones, &held, &shares);
+        for (ci, sc) in self.scalers.iter_mut().enumerate() {
+            if let Some(sc) = sc
+                && fit[ci] < sc.held()
+            {
+                sc.shrink_to(fit[ci]);
+                let _ = self.launcher.set_active(ci, sc.ready());
+            }
+        }
+        self.shares = shares;
+        self.space = Some(space);
+        self
+    }
+
+    /// By chain: instances serving and in PR (a stateful chain: all it was built with).
+    fn held(&self) -> Vec<usize> {
+        self.scalers.iter().map(|s| s.as_ref().map_or(self.built, |a| a.held())).collect()
+    }
+
+    /// Each chain's space share at the last epoch (empty without [`with_space`](Self::with_space)).
+    pub fn shares(&self) -> &[usize] {
+        &self.shares
     }
 
     /// When it started (its first epoch, and time 0 of the autoscaler's clock).
@@ -1686,12 +1734,9 @@ impl Scaling {
         let prev = self.last.replace((now, busy.clone(), offered.clone()));
         let Some((then, busy0, offered0)) = prev else { return vec![None; self.scalers.len()] };
         let dt = now.saturating_duration_since(then).as_nanos() as f64;
-        let mut out = Vec::with_capacity(self.scalers.len());
-        for (ci, sc) in self.scalers.iter_mut().enumerate() {
-            let Some(sc) = sc else {
-                out.push(None);
-                continue;
-            };
+        let mut loads = vec![0.0; self.scalers.len()];
+        for (ci, sc) in self.scalers.iter().enumerate() {
+            let Some(sc) = sc else { continue };
             let mut load = 0.0;
             if dt > 0.0 {
                 load = busy[ci].saturating_sub(busy0[ci]) as f64 / dt / self.target;
@@ -1704,9 +1749,36 @@ impl Scaling {
             if backlogged {
                 load = load.max(sc.ready() as f64 + 0.5);
             }
-            let d = sc.epoch(at, load);
+            loads[ci] = load;
+        }
+        // The regions each chain may hold this epoch (without a board: what it was built with).
+        let most = match &self.space {
+            Some(space) => {
+                self.shares = space.shares();
+                let want: Vec<usize> = self
+                    .scalers
+                    .iter()
+                    .zip(&loads)
+                    .map(|(s, &l)| s.as_ref().map_or(self.built, |a| a.recommend(l)))
+                    .collect();
+                space.arbitrate(&self.held(), &want, &self.shares)
+            }
+            None => vec![self.built; self.scalers.len()],
+        };
+        let mut out = Vec::with_capacity(self.scalers.len());
+        for (ci, sc) in self.scalers.iter_mut().enumerate() {
+            let Some(sc) = sc else {
+                out.push(None);
+                continue;
+            };
+            let d = if most[ci] < sc.held() {
+                let evicted = sc.shrink_to(most[ci]);
+                crate::scale::Decision { recommended: sc.recommend(loads[ci]), launched: 0, evicted }
+            } else {
+                sc.epoch_within(at, loads[ci], most[ci])
+            };
             let _ = self.launcher.set_active(ci, sc.ready());
-            out.push(Some((load, d)));
+            out.push(Some((loads[ci], d)));
         }
         out
     }

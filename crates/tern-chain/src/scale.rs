@@ -15,6 +15,8 @@ pub struct Decision {
     pub recommended: usize,
     /// New instances launched now.
     pub launched: usize,
+    /// Instances given up now (their regions needed by another chain: [`Space::arbitrate`]).
+    pub evicted: usize,
 }
 
 /// The autoscaler of one chain.
@@ -59,16 +61,22 @@ impl Autoscaler {
     /// serve from now; if the load needs more than are serving and launching, the rest are
     /// launched (serving after the PR time).
     pub fn epoch(&mut self, now_ns: u64, load: f64) -> Decision {
+        self.epoch_within(now_ns, load, self.bound)
+    }
+
+    /// [`epoch`](Self::epoch), launching only while the instances serving and in PR stay
+    /// within `most` (the regions the board can give it now: [`Space::arbitrate`]).
+    pub fn epoch_within(&mut self, now_ns: u64, load: f64, most: usize) -> Decision {
         self.advance(now_ns);
         let recommended = self.recommend(load);
         let have = self.ready + self.pending.len();
-        let launched = recommended.saturating_sub(have);
+        let launched = recommended.min(most).saturating_sub(have);
         for _ in 0..launched {
             self.pending.push(now_ns + self.pr_ns);
         }
         self.launches += launched as u64;
         self.advance(now_ns);
-        Decision { recommended, launched }
+        Decision { recommended, launched, evicted: 0 }
     }
 
     /// Instances whose PR has ended by `now_ns` start serving.
@@ -82,6 +90,32 @@ impl Autoscaler {
     /// stays).
     pub fn evict(&mut self, n: usize) {
         self.ready = self.ready.saturating_sub(n).max(1);
+    }
+
+    /// Another chain needs its regions: keeps at most `n` instances serving and in PR (at least
+    /// one), cancelling launches still in PR first (the latest first), then serving ones.
+    /// Returns how many went.
+    pub fn shrink_to(&mut self, n: usize) -> usize {
+        let n = n.max(1);
+        let before = self.held();
+        self.pending.sort_unstable();
+        while self.held() > n && !self.pending.is_empty() {
+            self.pending.pop();
+        }
+        if self.held() > n {
+            self.ready = n.saturating_sub(self.pending.len()).max(1);
+        }
+        before - self.held()
+    }
+
+    /// Instances serving and in PR: the regions it holds (an instance's worth each).
+    pub fn held(&self) -> usize {
+        self.ready + self.pending.len()
+    }
+
+    /// The most instances it may have.
+    pub fn bound(&self) -> usize {
+        self.bound
     }
 
     /// Instances serving.
@@ -187,3 +221,193 @@ pub fn mean_load(trace: &[(f64, f64)], a: f64, b: f64) -> f64 {
 /// Figure 15's load (§5.3): 1× (10 Gbit/s) from 0, 2× at 20 ms, 3× at 30, 1.5× at 70 and 3×
 /// again at 90, on a chain whose instance (one region) carries 10 Gbit/s.
 pub const FIGURE15_TRACE: [(f64, f64); 5] = [(0.0, 10.0), (20.0, 20.0), (30.0, 30.0), (70.0, 15.0), (90.0, 30.0)];
+
+/// A tenant in the space step: its chain, what one instance of that chain takes of each space
+/// resource (regions, memory), what it asked for and the most one instance carries.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SpaceTenant {
+    pub chain: usize,
+    pub per_instance: Vec<f64>,
+    pub requested_gbps: f64,
+    pub max_gbps: f64,
+}
+
+/// The space step (§4.5's first step) over a board's regions (§4.3), sans I/O: how many
+/// instances of each chain the tenants' DRF shares give it, and, as launches want regions,
+/// who gets them (docs/chain.md, "Space").
+///
+/// Shares: every tenant claims instances of its chain — one instance takes the chain's
+/// regions and memory — up to its demand, its requested bandwidth over what an instance
+/// carries ([`crate::fair::space_demand`] in instances); [`crate::fair::drf`] shares them out;
+/// a chain's share is the instances its tenants were given, summed and rounded down, at least
+/// one (a deployed chain keeps one). Regions: a plan region hosts segments of one chain or,
+/// concatenated, of several; its instance `k` is in use while any of its chains holds more
+/// than `k` instances (serving or in PR).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Space {
+    /// The space resources' capacities: regions, memory.
+    pub capacity: Vec<f64>,
+    /// By plan region: the chains with a segment in it.
+    pub region_chains: Vec<Vec<usize>>,
+    pub tenants: Vec<SpaceTenant>,
+    /// Chains, and those whose instances all stay (stateful: flows are spread over all of
+    /// them), by chain.
+    pub fixed: Vec<bool>,
+}
+
+impl Space {
+    /// Regions in use when chain `c` holds `held[c]` instances.
+    pub fn used(&self, held: &[usize]) -> usize {
+        self.region_chains
+            .iter()
+            .map(|cs| cs.iter().map(|&c| held.get(c).copied().unwrap_or(0)).max().unwrap_or(0))
+            .sum()
+    }
+
+    /// The regions there are.
+    pub fn regions(&self) -> usize {
+        self.capacity.first().map_or(0, |&r| if r.is_finite() && r > 0.0 { r as usize } else { 0 })
+    }
+
+    /// Each tenant's instances (fractional) by DRF over the space resources.
+    pub fn tenant_shares(&self) -> Vec<f64> {
+        let claims: Vec<crate::fair::Claim> = self
+            .tenants
+            .iter()
+            .map(|t| {
+                crate::fair::Claim::new(
+                    t.per_instance.clone(),
+                    crate::fair::space_demand(1.0, t.requested_gbps, t.max_gbps),
+                )
+            })
+            .collect();
+        crate::fair::drf(&self.capacity, &claims).units
+    }
+
+    /// Each chain's share, instances: its tenants' summed and rounded down, at least 1.
+    pub fn shares(&self) -> Vec<usize> {
+        let mut sum = vec![0.0; self.fixed.len()];
+        for (t, x) in self.tenants.iter().zip(self.tenant_shares()) {
+            if let Some(s) = sum.get_mut(t.chain)
+                && x.is_finite()
+            {
+                *s += x;
+            }
+        }
+        sum.iter().map(|&x| ((x + 1e-9).floor() as usize).max(1)).collect()
+    }
+
+    /// The instances each chain may hold after this epoch, given what each holds and wants
+    /// and each one's `share`: a chain wanting fewer keeps what it holds (launched instances
+    /// stay); one wanting more gets free regions, one instance at a time, the chain farthest
+    /// below its share first; when none are free, a chain still below its share takes the
+    /// regions of one holding more than its share (one wanting fewer than it holds first), and
+    /// a chain at or above its share waits for free ones. Fixed chains keep what they hold and
+    /// give nothing up.
+    pub fn arbitrate(&self, held: &[usize], want: &[usize], share: &[usize]) -> Vec<usize> {
+        let n = held.len();
+        let total = self.regions();
+        let mut target = held.to_vec();
+        let fixed = |c: usize| self.fixed.get(c).copied().unwrap_or(false);
+        let share_of = |c: usize| share.get(c).copied().unwrap_or(1).max(1);
+        // What each chain still wants; lowered to what it has when it must wait.
+        let mut wanting: Vec<usize> = (0..n).map(|c| want.get(c).copied().unwrap_or(0)).collect();
+        // Each step grants an instance or stops a chain; a grant that evicts moves an instance
+        // from above a share to within one, so the steps are bounded.
+        for _ in 0..(n + 1) * (total + n + 1) * 2 {
+            // The chain that wants more, farthest below its share (then the lowest index).
+            let next = (0..n).filter(|&c| !fixed(c) && wanting[c] > target[c]).min_by(|&a, &b| {
+                let ra = target[a] as f64 / share_of(a) as f64;
+                let rb = target[b] as f64 / share_of(b) as f64;
+                ra.total_cmp(&rb).then(a.cmp(&b))
+            });
+            let Some(c) = next else { break };
+            target[c] += 1;
+            if self.used(&target) <= total {
+                continue;
+            }
+            // No free region: below its share, it takes one from a chain above its own (one
+            // wanting fewer than it holds first, then the one most above its share).
+            let victim = (target[c] <= share_of(c))
+                .then(|| {
+                    (0..n).filter(|&v| v != c && !fixed(v) && target[v] > share_of(v)).max_by_key(|&v| {
+                        let idle = wanting[v] < target[v];
+                        (idle, target[v] - share_of(v), std::cmp::Reverse(v))
+                    })
+                })
+                .flatten();
+            if let Some(v) = victim {
+                target[v] -= 1;
+                if self.used(&target) <= total {
+                    continue;
+                }
+                // Its region instance is not one c can use (a region both share): undo.
+                target[v] += 1;
+            }
+            target[c] -= 1;
+            wanting[c] = target[c];
+        }
+        target
+    }
+}
+
+/// The blocks of sNIC's own that sit beside the regions and use on-chip memory (Figure 6).
+const OWN_BLOCKS: [&str; 4] = ["core", "packet_store", "phy_mac", "ddr4"];
+
+impl Space {
+    /// The space step of `plan`'s chains on `profile`'s board: its regions, and its on-chip
+    /// memory (`device.bram_kb` less sNIC's own blocks': the memory Figure 6 gives per task,
+    /// `nt.NAME.bram_kb`, 0 where it gives none); each tenant's demand is its
+    /// `bandwidth_gbps` over the least of its tasks' maxima (`nt.NAME.gbps`, a dummy's cap,
+    /// else the line). `stateful` (by chain) marks chains whose instances all stay.
+    pub fn from_plan(
+        plan: &crate::plan::Plan,
+        tenants: &[crate::tenant::Tenant],
+        profile: &tern_hw::Profile,
+        stateful: &[bool],
+    ) -> Result<Space, String> {
+        let model = tern_hw::chain::ChainModel::from_profile(profile)?;
+        let kb = |block: &str| profile.area.get(&format!("{block}.bram_kb")).copied().unwrap_or(0.0);
+        let memory = (kb("device") - OWN_BLOCKS.iter().map(|b| kb(b)).sum::<f64>()).max(0.0);
+        let region_chains: Vec<Vec<usize>> = plan
+            .regions
+            .iter()
+            .map(|r| {
+                let mut cs: Vec<usize> = r.segments.iter().map(|&(c, _)| c).collect();
+                cs.sort_unstable();
+                cs.dedup();
+                cs
+            })
+            .collect();
+        let regions_of = |c: usize| region_chains.iter().filter(|cs| cs.contains(&c)).count() as f64;
+        let memory_of = |c: usize| -> f64 {
+            plan.chains
+                .get(c)
+                .map(|ch| ch.slots.iter().map(|s| kb(&format!("nt.{}", crate::tenant::profile_name(s.kind)))).sum())
+                .unwrap_or(0.0)
+        };
+        let mut out = Vec::with_capacity(tenants.len());
+        for (t, p) in tenants.iter().zip(&plan.tenants) {
+            let max_gbps = t
+                .tasks
+                .iter()
+                .map(|task| match task {
+                    crate::tenant::TaskSpec::Dummy { gbps, .. } if *gbps > 0.0 => gbps.min(model.line_gbps),
+                    _ => model.task_gbps(crate::tenant::profile_name(task.kind())),
+                })
+                .fold(model.line_gbps, f64::min);
+            out.push(SpaceTenant {
+                chain: p.chain,
+                per_instance: vec![regions_of(p.chain), memory_of(p.chain)],
+                requested_gbps: t.bandwidth_gbps,
+                max_gbps,
+            });
+        }
+        Ok(Space {
+            capacity: vec![model.regions as f64, memory],
+            region_chains,
+            tenants: out,
+            fixed: (0..plan.chains.len()).map(|c| stateful.get(c).copied().unwrap_or(true)).collect(),
+        })
+    }
+}

@@ -70,8 +70,9 @@ fn odd_inputs() {
 #[test]
 fn space_demand_paper_example() {
     assert_eq!(space_demand(4.0, 10.0, 40.0), 1.0);
-    // Asking for more than the DAG carries needs its whole area, no more.
-    assert_eq!(space_demand(4.0, 80.0, 40.0), 4.0);
+    // Beyond what one instance carries: more instances (§4.5: the first step decides how many
+    // instances of a chain to launch).
+    assert_eq!(space_demand(4.0, 80.0, 40.0), 8.0);
     assert_eq!(space_demand(4.0, 10.0, 0.0), 4.0);
 }
 

@@ -214,3 +214,165 @@ fn the_simulation_and_the_running_data_path_make_the_same_decisions() {
     // And the launched instance went into service.
     assert!(run.bins.iter().any(|b| b.3 == 3), "{:?}", run.bins);
 }
+
+/// A board of `regions` regions with one plan region a chain (chain c in region c), none
+/// fixed.
+fn board(regions: f64, chains: usize) -> tern_chain::scale::Space {
+    tern_chain::scale::Space {
+        capacity: vec![regions, 0.0],
+        region_chains: (0..chains).map(|c| vec![c]).collect(),
+        tenants: Vec::new(),
+        fixed: vec![false; chains],
+    }
+}
+
+/// The space step's arbitration (§4.3–4.5): launches take free regions; a chain below its
+/// share takes the region of one above its share (an idle one first); a chain at its share
+/// waits; launched instances otherwise stay; fixed chains keep theirs.
+#[test]
+fn regions_go_to_chains_below_their_share() {
+    let b = board(4.0, 2);
+    // Free regions: chain 0 takes three, beyond its share of 2 (nobody else wants them).
+    assert_eq!(b.arbitrate(&[1, 1], &[4, 1], &[2, 2]), [3, 1]);
+    // Chain 1 wants more: below its share, it takes one of chain 0's (idle, above its share);
+    // beyond its share it waits.
+    assert_eq!(b.arbitrate(&[3, 1], &[1, 3], &[2, 2]), [2, 2]);
+    // Nobody needs them: launched instances stay.
+    assert_eq!(b.arbitrate(&[3, 1], &[1, 1], &[2, 2]), [3, 1]);
+    // Both want more than there is: each up to its share.
+    assert_eq!(b.arbitrate(&[1, 1], &[4, 4], &[2, 2]), [2, 2]);
+    // A chain at its share takes nothing from one within its own.
+    assert_eq!(b.arbitrate(&[2, 2], &[3, 2], &[2, 2]), [2, 2]);
+    // Of two chains above their shares, the idle one gives its region up.
+    let b3 = board(5.0, 3);
+    assert_eq!(b3.arbitrate(&[2, 2, 1], &[2, 1, 2], &[1, 1, 3]), [2, 1, 2]);
+    // A fixed chain keeps its regions and is never a victim.
+    let mut f = board(3.0, 2);
+    f.fixed[0] = true;
+    assert_eq!(f.arbitrate(&[2, 1], &[2, 3], &[1, 2]), [2, 1]);
+    // Concatenated: both chains' segments in one plan region; its instance k is in use while
+    // either holds more than k.
+    let c = tern_chain::scale::Space { region_chains: vec![vec![0, 1]], ..board(2.0, 2) };
+    assert_eq!(c.used(&[2, 1]), 2);
+    assert_eq!(c.arbitrate(&[1, 1], &[2, 2], &[1, 1]), [2, 2]);
+}
+
+/// The space step's shares: DRF over regions and memory on each tenant's demand (its requested
+/// bandwidth over what an instance carries). Worked by hand: 8 regions and 1000 KB; tenant 0's
+/// instance takes 2 regions and 100 KB and it asks for 4 instances' worth (40 of 10 Gbit/s);
+/// tenant 1's takes 1 region and 400 KB, 3 instances' worth. Dominant shares rise together
+/// (0.25 and 0.4 an instance) until the memory is full at 2.86 and 1.79 instances: shares 2
+/// and 1. A chain whose tenant asks for nothing keeps one.
+#[test]
+fn space_shares_by_drf_over_regions_and_memory() {
+    use tern_chain::scale::{Space, SpaceTenant};
+    let t = |chain, per: [f64; 2], req| SpaceTenant {
+        chain,
+        per_instance: per.to_vec(),
+        requested_gbps: req,
+        max_gbps: 10.0,
+    };
+    let s = Space {
+        capacity: vec![8.0, 1000.0],
+        region_chains: vec![vec![0], vec![0], vec![1], vec![2]],
+        tenants: vec![t(0, [2.0, 100.0], 40.0), t(1, [1.0, 400.0], 30.0), t(2, [1.0, 0.0], 0.0)],
+        fixed: vec![false; 3],
+    };
+    let x = s.tenant_shares();
+    assert!((x[0] - 20.0 / 7.0).abs() < 1e-9 && (x[1] - 25.0 / 14.0).abs() < 1e-9, "{x:?}");
+    assert_eq!(s.shares(), [2, 1, 1]);
+    // Two plan regions for chain 0: an instance of it takes both.
+    assert_eq!(s.used(&[2, 1, 1]), 6);
+}
+
+/// Giving regions up: launches still in PR go first, then serving instances; one always stays.
+#[test]
+fn shrinking_cancels_launches_first() {
+    let mut a = Autoscaler::new(1.0, 8, 1_000, 2);
+    assert_eq!(a.epoch(0, 5.0).launched, 3);
+    assert_eq!((a.ready(), a.pending(), a.held()), (2, 3, 5));
+    assert_eq!(a.shrink_to(3), 2);
+    assert_eq!((a.ready(), a.pending()), (2, 1));
+    assert_eq!(a.shrink_to(0), 2);
+    assert_eq!((a.ready(), a.pending()), (1, 0));
+    // A launch within a limit.
+    assert_eq!(a.epoch_within(10, 6.0, 4).launched, 3);
+    assert_eq!(a.held(), 4);
+}
+
+/// Tenant `a`'s chain saturated (as in the test above) beside tenant `b`'s idle chain, on a
+/// board of `spare` regions beyond the two chains' one instance each; `a` asks for far more
+/// than an instance carries, `b` for nothing. Returns `a`'s launches, the most instances its
+/// load asked for, and whether a packet reached its second instance.
+fn saturated_beside_idle_on_a_board(spare: usize) -> (u64, usize, bool) {
+    let dummy = |name: &str, dst: &str, task: &str, bw: u32| {
+        Tenant::parse(&format!(
+            "tenant = \"{name}\"\ndag = \"{task}1 -> {task}2\"\nbandwidth_gbps = {bw}\n[ingress]\ndst = \"{dst}\"\n[nt.{task}1]\nkind = \"dummy\"\nns_per_packet = 5000\n[nt.{task}2]\nkind = \"dummy\"\nns_per_packet = 5000\n"
+        ))
+        .unwrap()
+    };
+    let ts = vec![dummy("a", "10.0.1.0/24", "x", 400), dummy("b", "10.0.2.0/24", "y", 0)];
+    let pool = Pool::new(1 << 14, 2048);
+    let n = 20_000u32;
+    let packets = (0..n)
+        .map(|i| common::udp(&pool, [10, 9, 0, 1], [10, 0, 1, 7], 1000 + (i % 50_000) as u16, 80, b"x"))
+        .collect();
+    let cfg = Config { mode: Mode::Snic, cores: 2, instances: 2, queue: 1 << 15, ..Config::default() };
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ticking = done.clone();
+    let (out, _, ticker) = common::run_with(&ts, cfg, &pool, packets, n as usize, |rt| {
+        let plan = rt.plan();
+        assert_eq!(plan.chains.len(), 2, "two chains: {plan:?}");
+        let region_chains: Vec<Vec<usize>> =
+            plan.regions.iter().map(|r| r.segments.iter().map(|s| s.0).collect()).collect();
+        let space = tern_chain::scale::Space {
+            capacity: vec![(region_chains.len() + spare) as f64, 0.0],
+            region_chains,
+            tenants: plan
+                .tenants
+                .iter()
+                .zip(&ts)
+                .map(|(p, t)| tern_chain::scale::SpaceTenant {
+                    chain: p.chain,
+                    per_instance: vec![1.0, 0.0],
+                    requested_gbps: t.bandwidth_gbps,
+                    max_gbps: 100.0,
+                })
+                .collect(),
+            fixed: vec![false; 2],
+        };
+        let epoch = std::time::Duration::from_millis(20);
+        let mut s = tern_chain::runtime::Scaling::new(rt, 1, std::time::Duration::ZERO, 0.8, epoch).with_space(space);
+        let a_chain = plan.tenants[0].chain;
+        std::thread::spawn(move || {
+            let mut asked = 0;
+            for _ in 0..400 {
+                if ticking.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                if let Some(Some((_, d))) = s.tick(std::time::Instant::now()).get(a_chain) {
+                    asked = asked.max(d.recommended);
+                }
+            }
+            (s.scalers()[a_chain].as_ref().map_or(0, |a| a.launches()), asked)
+        })
+    });
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (launches, asked) = ticker.join().unwrap();
+    assert_eq!(out.len(), n as usize);
+    (launches, asked, out.iter().any(|(d, _)| d.instance == 1))
+}
+
+/// The space step on the running data path: a saturated chain asks for a second instance; on
+/// a board with no region free (the idle chain keeps its one, and is within its share) it does
+/// not get it, every packet served by its first; with one region spare it launches into it.
+#[test]
+fn launches_on_the_data_path_take_only_regions_the_board_has() {
+    let _cores = CORES.lock().unwrap_or_else(|e| e.into_inner());
+    let (launches, asked, second) = saturated_beside_idle_on_a_board(0);
+    assert!(asked >= 2, "the load never asked for a second instance");
+    assert_eq!((launches, second), (0, false));
+    let (launches, _, second) = saturated_beside_idle_on_a_board(1);
+    assert_eq!((launches, second), (1, true));
+}

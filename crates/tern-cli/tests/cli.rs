@@ -1041,6 +1041,8 @@ fn chain_serve_round_trip(mode: &str) {
         assert!(body.contains("tern_chain_dominant_share{tenant=\"lan\"}"), "{body}");
         // A stateful chain (the NAT) keeps all its instances: two, one a core.
         assert!(body.contains("tern_chain_instances_in_service{tenant=\"lan\"} 2"), "{body}");
+        // Its space share (it asks for no bandwidth: the one instance a deployed chain keeps).
+        assert!(body.contains("tern_chain_space_share_instances{tenant=\"lan\"} 1"), "{body}");
     }
     let (ok, out, err) = tern(&["chain", "dump", "--server", &metrics]);
     assert!(ok, "{err}");

@@ -77,7 +77,10 @@ pub struct ServeArgs {
     pub no_fair: bool,
     /// Scale stateless chains with their load (snic, panic): one instance of each in service at
     /// the start, more put in service (after the profile's PR time) while the chain's tasks
-    /// keep more than 0.8 of a core busy per instance, up to --instances.
+    /// keep more than 0.8 of a core busy per instance, up to --instances and into the
+    /// profile's regions: a launch takes a free region, or, for a chain below its space share
+    /// (DRF of the board's regions and on-chip memory over the tenants' bandwidth_gbps), one of
+    /// a chain above its own.
     #[arg(long)]
     pub autoscale: bool,
     /// Stop after this many seconds.
@@ -236,6 +239,8 @@ struct ChainCollector {
     tenants: Vec<String>,
     /// By tenant: its chain.
     chain_of: Vec<usize>,
+    /// By chain: its space share, instances (with --autoscale).
+    space_shares: Option<Vec<usize>>,
 }
 
 /// Each tenant's share at the last epoch (None before the first, or without fairness).
@@ -328,6 +333,20 @@ impl Collector for ChainCollector {
             "Instances of each tenant's chain in service (the autoscaler's; all built without it).",
             &rows,
         )?;
+        if let Some(shares) = &self.space_shares {
+            let rows: Vec<_> = self
+                .chain_of
+                .iter()
+                .zip(&self.tenants)
+                .map(|(&c, n)| (label("tenant", n), shares.get(c).copied().unwrap_or(0) as i64))
+                .collect();
+            gauge_family(
+                &mut enc,
+                "tern_chain_space_share_instances",
+                "Instances of each tenant's chain its space share gives (DRF over the board's regions and on-chip memory; --autoscale).",
+                &rows,
+            )?;
+        }
         gauge_family(
             &mut enc,
             "tern_chain_dominant_share",
@@ -612,11 +631,21 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     for l in &plan_text {
         say(format!("  {l}"));
     }
-    if a.autoscale {
+    // The space step: the tenants' DRF shares of the board's regions and on-chip memory, which
+    // bound the autoscaler's launches.
+    let space = if a.autoscale {
+        Some(tern_chain::scale::Space::from_plan(&plan, &tenants, &profile, rt.stateful())?)
+    } else {
+        None
+    };
+    if let Some(space) = &space {
         say(format!(
-            "autoscaling every {} ms: one instance of each stateless chain in service, up to {instances}, each new one after {} ms of PR",
+            "autoscaling every {} ms: one instance of each stateless chain in service, up to {instances}, each new one after {} ms of PR, into the board's {} regions ({:.0} KB of on-chip memory); space shares by chain (instances): {:?}",
             epoch.as_secs_f64() * 1e3,
-            pr.as_millis()
+            pr.as_millis(),
+            space.regions(),
+            space.capacity.get(1).copied().unwrap_or(0.0),
+            space.shares()
         ));
     }
     if fair_on {
@@ -638,6 +667,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             fair: shares.clone(),
             tenants: names.clone(),
             chain_of: plan.tenants.iter().map(|p| p.chain).collect(),
+            space_shares: space.as_ref().map(|s| s.shares()),
         }));
         let (m2, n2, p2, mode) = (monitor.clone(), names.clone(), plan_text.clone(), a.mode);
         let extra: crate::metrics::Extra =
@@ -722,8 +752,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         }
     });
     // Autoscaling: every epoch, each stateless chain's measured load drives its autoscaler.
-    let scaling = a.autoscale.then(|| {
-        let mut sc = Scaling::new(&rt, 1, pr, 0.8, epoch);
+    let scaling = space.map(|space| {
+        let mut sc = Scaling::new(&rt, 1, pr, 0.8, epoch).with_space(space);
         let json_out = a.json;
         let done = done.clone();
         // Wakes at each epoch and when a launched instance's PR ends (it serves from then).
@@ -733,11 +763,11 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
                 std::thread::sleep(wait.min(Duration::from_millis(100)));
                 for (ci, d) in sc.tick(Instant::now()).iter().enumerate() {
                     if let Some((load, d)) = d
-                        && d.launched > 0
+                        && d.launched + d.evicted > 0
                     {
                         let msg = format!(
-                            "chain {ci}: load {load:.2} instance(s), {} needed: {} launched",
-                            d.recommended, d.launched
+                            "chain {ci}: load {load:.2} instance(s), {} needed: {} launched, {} given up to another chain",
+                            d.recommended, d.launched, d.evicted
                         );
                         if json_out { eprintln!("{msg}") } else { println!("{msg}") }
                     }
