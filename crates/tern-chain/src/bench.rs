@@ -798,8 +798,8 @@ pub struct ScaleRun {
     pub launches: u64,
 }
 
-/// Runs one stateless tenant on `plan` in `cfg` (its `instances` built, `region_pps` each
-/// region's bandwidth) with its `frames` offered at the rates of `trace` (`(from_ms, packets a
+/// Runs one stateless tenant on `plan` in `cfg` (its `instances` built; a capped task paces
+/// its regions) with its `frames` offered at the rates of `trace` (`(from_ms, packets a
 /// second)`) from the start, [`Scaling`](crate::runtime::Scaling) ticking (`prelaunched`
 /// instances in service at the start, a launch serving after `pr`, epochs of `epoch`); samples
 /// the delivered rate and the instances in service every `bin_ms` until `end_ms`.

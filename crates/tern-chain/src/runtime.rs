@@ -175,23 +175,11 @@ pub struct Config {
     pub queue: usize,
     /// Pin core `k`'s thread to CPU `k`.
     pub pin: bool,
-    /// Each region carries at most this many packets a second, as a region of a board
-    /// carries at most its bandwidth (None: as fast as its core runs it).
-    pub region_pps: Option<f64>,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config {
-            mode: Mode::Snic,
-            cores: 2,
-            instances: 0,
-            credits: 8,
-            batch: 32,
-            queue: 4096,
-            pin: false,
-            region_pps: None,
-        }
+        Config { mode: Mode::Snic, cores: 2, instances: 0, credits: 8, batch: 32, queue: 4096, pin: false }
     }
 }
 
@@ -587,9 +575,27 @@ struct Region {
     turn: usize,
     /// Out of service until then (a launch's partial reconfiguration).
     dark_until: Option<Instant>,
-    /// With [`Config::region_pps`]: packets it may take now, and when they were counted.
+    /// Its pace: the least cap (`Cost::gbps`) of its tasks, bytes a ns (None: no task capped:
+    /// as fast as its core runs it); the bytes it may take now (below 0: a batch taken on
+    /// credit, paid for before the next), and when they were counted.
+    pace: Option<f64>,
     tokens: f64,
     refilled: Option<Instant>,
+}
+
+/// The most bytes a paced region saves up while idle: one full-size frame.
+const PACE_BURST_BYTES: f64 = 1518.0;
+
+/// A region's pace: the least cap of any task in its segments (any tenant's), bytes a ns.
+fn region_pace(segments: &Segments) -> Option<f64> {
+    segments
+        .iter()
+        .flat_map(|s| s.3.iter())
+        .flat_map(|w| w.tasks.iter().flatten())
+        .filter_map(|t| t.cost().gbps)
+        .filter(|g| g.is_finite() && *g > 0.0)
+        .reduce(f64::min)
+        .map(|g| g / 8.0)
 }
 
 /// A region's segments: (chain, instance, segment, the segment's wrappers).
@@ -766,6 +772,9 @@ pub(crate) struct Shared {
     pub(crate) steer: Vec<Option<Steer>>,
     pub(crate) one: Vec<bool>,
     pub(crate) stateful: Vec<bool>,
+    /// By chain: what an instance carries at most, Gbit/s, its tasks' least cap (None: none
+    /// capped).
+    pub(crate) chain_gbps: Vec<Option<f64>>,
 }
 
 /// A tenant's new tasks for a region, or the end of its previous generation there.
@@ -1099,8 +1108,17 @@ impl Runtime {
         // kept to one instance.
         let mut steer: Vec<Option<Steer>> = vec![None; nt];
         let mut one: Vec<bool> = vec![false; nt];
+        let mut chain_gbps = Vec::new();
         for first in built.first().into_iter().flatten() {
             stateful.push(first.iter().any(|w| w.tasks.iter().flatten().any(|t| t.cost().stateful)));
+            chain_gbps.push(
+                first
+                    .iter()
+                    .flat_map(|w| w.tasks.iter().flatten())
+                    .filter_map(|t| t.cost().gbps)
+                    .filter(|g| g.is_finite() && *g > 0.0)
+                    .reduce(f64::min),
+            );
             for w in first {
                 for (t, task) in w.tasks.iter().enumerate() {
                     if let Some(task) = task {
@@ -1139,6 +1157,7 @@ impl Runtime {
                         region_of.push((ri, k));
                         by_id.push(Region {
                             id,
+                            pace: region_pace(&segments),
                             segments,
                             inputs: Vec::new(),
                             turn: 0,
@@ -1160,9 +1179,11 @@ impl Runtime {
                             let id = by_id.len();
                             ids.push(id);
                             region_core.push(next_core % cores);
+                            let segments = vec![(ci, k, w.position, vec![w])];
                             by_id.push(Region {
                                 id,
-                                segments: vec![(ci, k, w.position, vec![w])],
+                                pace: region_pace(&segments),
+                                segments,
                                 inputs: Vec::new(),
                                 turn: 0,
                                 dark_until: None,
@@ -1250,6 +1271,7 @@ impl Runtime {
             steer,
             one,
             stateful,
+            chain_gbps,
         });
         Ok(Runtime { cfg, plan, tenants, cores: core_regions, rtc, shared, links, back_in })
     }
@@ -1579,7 +1601,8 @@ impl FairShares {
 /// chain's [`crate::scale::Autoscaler`] (the policy `tern chain sim` simulates), counting load
 /// in instances. At each epoch a chain's load is the most of: its tasks' measured time over
 /// the epoch, in cores, over the share of a core an instance is counted full at (`target`);
-/// with [`Config::region_pps`], what its tenants offered over what an instance carries; and,
+/// for a chain with a capped task (`Cost::gbps`: its regions are paced to it), what its tenants
+/// offered (bytes) over what an instance carries; and,
 /// while a tenant of the chain has its queue half full or more (offering so much more than is
 /// carried that what it offers will soon not be seen), one instance more than serve. Instances launched serve after
 /// the PR time, from the first [`tick`] after it ([`Launcher::set_active`]); an instance is
@@ -1598,12 +1621,13 @@ pub struct Scaling {
     /// By chain: its tenants.
     tenants: Vec<Vec<usize>>,
     target: f64,
-    region_pps: Option<f64>,
+    /// By chain: what an instance carries, Gbit/s (None: no task capped).
+    chain_gbps: Vec<Option<f64>>,
     backlog: u64,
     epoch: Duration,
     start: Instant,
     next_epoch: Instant,
-    /// At the last epoch: when, each chain's tasks' time (ns) and packets offered.
+    /// At the last epoch: when, each chain's tasks' time (ns) and bytes offered.
     last: Option<(Instant, Vec<u64>, Vec<u64>)>,
     /// The board's regions and the tenants' space shares ([`Scaling::with_space`]), and each
     /// chain's share at the last epoch.
@@ -1616,8 +1640,7 @@ pub struct Scaling {
 impl Scaling {
     /// For `rt`'s chains: `prelaunched` instances of each in service from the start, a launch
     /// serving after `pr`, an instance counted full at `target` of a core (0.8: a chain busy
-    /// 1.2 cores needs 2) or at the runtime's `region_pps`, an epoch every `epoch` (the first
-    /// now).
+    /// 1.2 cores needs 2) or at its tasks' least cap, an epoch every `epoch` (the first now).
     pub fn new(rt: &Runtime, prelaunched: usize, pr: Duration, target: f64, epoch: Duration) -> Scaling {
         let launcher = rt.launcher();
         let n = rt.shared.instances.max(1);
@@ -1639,7 +1662,7 @@ impl Scaling {
             scalers,
             tenants: rt.plan.chains.iter().map(|c| c.tenants.clone()).collect(),
             target: if target.is_finite() && target > 0.0 { target } else { 1.0 },
-            region_pps: rt.cfg.region_pps.filter(|p| p.is_finite() && *p > 0.0),
+            chain_gbps: rt.shared.chain_gbps.clone(),
             backlog: (rt.cfg.queue as u64 / 2).max(1),
             epoch: epoch.max(Duration::from_micros(100)),
             start: now,
@@ -1730,7 +1753,7 @@ impl Scaling {
             }
         }
         let offered: Vec<u64> =
-            self.tenants.iter().map(|ts| ts.iter().filter_map(|&t| offered_t.get(t)).map(|o| o.0).sum()).collect();
+            self.tenants.iter().map(|ts| ts.iter().filter_map(|&t| offered_t.get(t)).map(|o| o.1).sum()).collect();
         let prev = self.last.replace((now, busy.clone(), offered.clone()));
         let Some((then, busy0, offered0)) = prev else { return vec![None; self.scalers.len()] };
         let dt = now.saturating_duration_since(then).as_nanos() as f64;
@@ -1740,8 +1763,9 @@ impl Scaling {
             let mut load = 0.0;
             if dt > 0.0 {
                 load = busy[ci].saturating_sub(busy0[ci]) as f64 / dt / self.target;
-                if let Some(pps) = self.region_pps {
-                    load = load.max(offered[ci].saturating_sub(offered0[ci]) as f64 / (dt / 1e9) / pps);
+                if let Some(gbps) = self.chain_gbps.get(ci).copied().flatten() {
+                    // Bytes a ns times 8 is Gbit/s.
+                    load = load.max(offered[ci].saturating_sub(offered0[ci]) as f64 * 8.0 / dt / gbps);
                 }
             }
             let backlogged =
@@ -2492,6 +2516,7 @@ fn take_launch(r: &mut Region, shared: &Shared) {
             }
         }
     }
+    r.pace = region_pace(&r.segments);
 }
 
 /// The most packets a region takes at once: half its chain's credits (the other half is being
@@ -2519,15 +2544,15 @@ fn run_region(
         }
         r.dark_until = None;
     }
-    let mut take = region_take(cfg);
-    if let Some(pps) = cfg.region_pps {
-        // A region's bandwidth: a token a packet, at most a take's worth saved up.
+    let take = region_take(cfg);
+    if let Some(rate) = r.pace {
+        // Its tasks' caps: bytes go through at the slowest one's rate, as a board's region
+        // carries at most its task's bandwidth; the core is free meanwhile.
         let now = Instant::now();
-        let dt = r.refilled.map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64());
+        let dt = r.refilled.map_or(0.0, |t| now.saturating_duration_since(t).as_nanos() as f64);
         r.refilled = Some(now);
-        r.tokens = (r.tokens + dt * pps.max(0.0)).min(take as f64);
-        take = take.min(r.tokens as usize);
-        if take == 0 {
+        r.tokens = (r.tokens + dt * rate).min(PACE_BURST_BYTES);
+        if r.tokens <= 0.0 {
             return 0;
         }
     }
@@ -2547,8 +2572,8 @@ fn run_region(
     if n == 0 {
         return 0;
     }
-    if cfg.region_pps.is_some() {
-        r.tokens -= n as f64;
+    if r.pace.is_some() {
+        r.tokens -= st.batch.iter().map(|i| i.packet.len() as f64).sum::<f64>();
     }
     st.visits += n as u64;
     let now = Instant::now();
@@ -2570,7 +2595,7 @@ fn run_region(
             Some(seg) => {
                 // The batch's first group starts at `now`; a later one at its own reading.
                 let start = if first_group { now } else { Instant::now() };
-                let mut cx = Cx { now: start, pool, emitted: &mut st.emitted };
+                let mut cx = Cx { now: start, pool, emitted: &mut st.emitted, paced: true };
                 run_batch(&mut seg.3, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc);
             }
             None => {
@@ -2879,7 +2904,7 @@ fn run_rtc_batch(chains: &mut [Vec<Wrapper>], pool: &Pool, st: &mut CoreState, n
         let ci = items[0].desc.chain;
         let end = items.iter().take_while(|i| i.desc.chain == ci).count();
         if let Some(ws) = chains.get_mut(usize::from(ci)) {
-            let mut cx = Cx { now, pool, emitted: &mut st.emitted };
+            let mut cx = Cx { now, pool, emitted: &mut st.emitted, paced: false };
             run_batch(ws, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc);
         } else {
             st.fates.clear();

@@ -62,6 +62,11 @@ pub struct Cx<'a> {
     pub pool: &'a Pool,
     /// Packets a task sends of its own, back towards the packet's source.
     pub emitted: &'a mut Vec<Packet>,
+    /// Whether what runs the task paces its packets to the tasks' caps (`Cost::gbps`), as a
+    /// region does, holding its next packets back for the time a capped task takes: such a
+    /// task then spends only its own time. Otherwise (a whole chain on a core, `rtc`; a trace)
+    /// a capped task spends the time its cap says itself.
+    pub paced: bool,
 }
 
 /// A network task: one instance, holding one tenant's state.
@@ -538,9 +543,9 @@ struct Dummy {
 }
 
 impl Dummy {
-    fn spend(&self, len: usize) {
+    fn spend(&self, len: usize, paced: bool) {
         let mut ns = self.ns as f64;
-        if self.gbps > 0.0 {
+        if self.gbps > 0.0 && !paced {
             ns = ns.max(len as f64 * 8.0 / self.gbps);
         }
         if ns <= 0.0 {
@@ -562,8 +567,8 @@ impl NetworkTask for Dummy {
         let gbps = (self.gbps > 0.0).then_some(self.gbps);
         Cost { ns_per_packet: self.ns as f64, luts: Some(self.luts), gbps, stateful: false, modifies: false }
     }
-    fn process(&mut self, p: &mut Packet, _: &mut Cx<'_>) -> Verdict {
-        self.spend(p.len());
+    fn process(&mut self, p: &mut Packet, cx: &mut Cx<'_>) -> Verdict {
+        self.spend(p.len(), cx.paced);
         self.passed += 1;
         Verdict::Pass
     }

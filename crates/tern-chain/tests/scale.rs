@@ -166,7 +166,8 @@ fn a_saturated_chain_scales_up_on_the_running_data_path() {
 }
 
 /// One load trace fed to the simulation and to the running data path (`snic`, three instances
-/// built, two in service, an instance a region carrying 10,000 packets a second, 10 ms of PR,
+/// built, two in service, an instance a region whose dummy task is capped at 10,000 packets a
+/// second (its region paced to it), 10 ms of PR,
 /// 20 ms epochs): Figure 15's shape at CPU rates — 0.9 of an instance, 1.5 from 20 ms, 2.5 from
 /// 40, 1.5 from 80 and 2.5 again from 100 — its steps on epochs and each level half an instance
 /// from a bound, so a measurement a few percent off (or an epoch a few ms late) decides the
@@ -186,12 +187,15 @@ fn the_simulation_and_the_running_data_path_make_the_same_decisions() {
     let sim_launches: Vec<(u64, usize)> =
         sim.iter().filter(|s| s.launched > 0).map(|s| (s.ms.round() as u64, s.launched)).collect();
     assert_eq!(sim_launches, [(60, 1)]);
-    // The running data path.
-    let t = Tenant::parse("tenant = \"t\"\ndag = \"d\"\n[ingress]\ndst = \"10.0.1.0/24\"\n[nt.d]\nkind = \"dummy\"\n")
-        .unwrap();
+    // The running data path: a dummy task capped at 10,000 of its 64-byte frames a second.
+    let gbps = per * 64.0 * 8.0 / 1e9;
+    let t = Tenant::parse(&format!(
+        "tenant = \"t\"\ndag = \"d\"\n[ingress]\ndst = \"10.0.1.0/24\"\n[nt.d]\nkind = \"dummy\"\ngbps = {gbps}\n"
+    ))
+    .unwrap();
     let ts = vec![t];
     let p = tern_chain::plan::plan(&ts, &common::area, 8, 100_000).unwrap();
-    let cfg = Config { mode: Mode::Snic, cores: 2, instances: 3, region_pps: Some(per), ..Config::default() };
+    let cfg = Config { mode: Mode::Snic, cores: 2, instances: 3, ..Config::default() };
     let frames = tern_chain::bench::frames([10, 0, 1, 0], 64, 64);
     let run = tern_chain::bench::measure_scaling(
         &ts,

@@ -56,7 +56,7 @@ fn task_of(nt: &str) -> Box<dyn NetworkTask> {
 
 fn run(t: &mut dyn NetworkTask, p: &mut Packet, pool: &Pool) -> (Verdict, Vec<Packet>) {
     let mut emitted = Vec::new();
-    let v = t.process(p, &mut Cx { now: Instant::now(), pool, emitted: &mut emitted });
+    let v = t.process(p, &mut Cx { now: Instant::now(), pool, emitted: &mut emitted, paced: false });
     (v, emitted)
 }
 

@@ -570,7 +570,7 @@ fn chain_part() -> Result<bool, Box<dyn std::error::Error>> {
         let second: usize = r.epochs.iter().filter(|e| e.0 > 80.0).map(|e| e.3).sum();
         ok &= r.launches >= 1;
         println!(
-            "   On the data path, the same trace at CPU rates ({:.0} kpps a region, 0.9 of each multiple, 2 of 3",
+            "   On the data path, the same trace at CPU rates (a dummy task capped at {:.0} kpps a region, 0.9 of each multiple, 2 of 3",
             crate::chain::fairbench::SCALE_PPS / 1e3
         );
         println!(

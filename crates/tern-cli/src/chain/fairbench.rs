@@ -312,7 +312,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
     let (ycsb_rows, ycsb_link) = ycsb_runs(rounds, a.cores, phase, warmup, &profile, &model)?;
     bar.inc(rounds as u64);
     // 4. Autoscaling on Figure 15's trace at CPU rates: a stateless chain of one dummy task,
-    // three instances built (two in service), each region carrying at most SCALE_PPS.
+    // three instances built (two in service), its task capped at SCALE_PPS (its region paced).
     let scale_runs = scaling_runs(rounds, a.cores, &profile, &model)?;
     bar.inc(rounds as u64);
     bar.finish_and_clear();
@@ -407,8 +407,12 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What one instance (a region) of the autoscaling case carries, packets a second.
+/// What one instance (a region) of the autoscaling case carries, packets a second: its dummy
+/// task's cap ([`SCALE_FRAME`]-byte frames).
 pub(crate) const SCALE_PPS: f64 = 100_000.0;
+
+/// The autoscaling case's frame size, bytes.
+const SCALE_FRAME: usize = 64;
 
 /// Figure 15's trace (1×, 2× from 20 ms, 3× from 30, 1.5× from 70, 3× from 90) in packets a
 /// second, at 0.9 of each multiple of an instance: a measured load a few percent high does not
@@ -424,18 +428,20 @@ pub(crate) fn scaling_runs(
     profile: &tern_hw::Profile,
     model: &tern_hw::chain::ChainModel,
 ) -> Result<Vec<ScaleRun>, String> {
-    let t =
-        Tenant::parse("tenant = \"scaled\"\ndag = \"d\"\n[ingress]\ndst = \"10.0.3.0/24\"\n[nt.d]\nkind = \"dummy\"\n")
-            .map_err(|e| e.to_string())?;
+    // A dummy task capped at SCALE_PPS of the case's frames: its region is paced to it.
+    let gbps = SCALE_PPS * SCALE_FRAME as f64 * 8.0 / 1e9;
+    let t = Tenant::parse(&format!(
+        "tenant = \"scaled\"\ndag = \"d\"\n[ingress]\ndst = \"10.0.3.0/24\"\n[nt.d]\nkind = \"dummy\"\ngbps = {gbps}\n"
+    ))
+    .map_err(|e| e.to_string())?;
     let ts = vec![t];
     let p = plan::plan(&ts, &|t| tenant::area(t, profile), model.regions, model.region_luts)?;
-    let cfg =
-        Config { mode: Mode::Snic, cores, instances: 3, region_pps: Some(SCALE_PPS), pin: true, ..Config::default() };
+    let cfg = Config { mode: Mode::Snic, cores, instances: 3, pin: true, ..Config::default() };
     let pr = Duration::from_nanos(model.pr_ns as u64);
     let epoch = Duration::from_secs_f64(model.epoch_ns / 1e9);
     (0..rounds)
         .map(|_| {
-            let frames = bench::frames([10, 0, 3, 0], 64, 64);
+            let frames = bench::frames([10, 0, 3, 0], 64, SCALE_FRAME);
             bench::measure_scaling(&ts, &p, cfg, frames, &scale_trace(), 2, pr, epoch, 2.0, 110.0)
         })
         .collect()
