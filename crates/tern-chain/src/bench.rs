@@ -613,7 +613,7 @@ impl<I: Ingress> Ingress for Gated<I> {
 /// victim).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct UpdatePhase {
-    /// Updates applied to the other tenant during the measured time.
+    /// Updates applied to the other tenant during the measured time (0 in a baseline).
     pub updates: usize,
     /// The victim's packets offered (classified) and delivered over the whole run (the
     /// ingress closes at the end and the chains drain), and the difference.
@@ -629,11 +629,13 @@ pub struct UpdatePhase {
 }
 
 /// Runs the tenants of `variants[0]` (tenants and their plan) with a stream a tenant (as
-/// [`measure_fair`]) and, over the measured `secs` after `warmup`, applies `updates` live
-/// updates to tenant `updated`, evenly spaced: generation `g` is `variants[g mod len]`
-/// (planned before the run, as a file is checked before it is applied; each update builds its
-/// new task instances and applies them). Then it closes the ingress, lets the chains drain,
-/// and reports what tenant `victim` offered, got and lost, and its latency.
+/// [`measure_fair`]) and, over the measured `secs` after `warmup`, builds `builds` live
+/// updates of tenant `updated`, evenly spaced, and with `apply` applies them: generation `g` is
+/// `variants[g mod len]` (planned before the run, as a file is checked before it is applied;
+/// each update builds its new task instances, off the data path, and applies them). Without
+/// `apply` the same control thread builds the same instances at the same times and drops
+/// them: a baseline with the same work beside the data path, differing only in the swaps.
+/// Then it closes the ingress, lets the chains drain, and reports what tenant `victim` offered, got and lost, and its latency.
 #[allow(clippy::too_many_arguments)]
 pub fn measure_updates(
     variants: &[(Vec<Tenant>, Plan)],
@@ -641,7 +643,8 @@ pub fn measure_updates(
     streams: Vec<(Vec<Vec<u8>>, Option<f64>)>,
     victim: usize,
     updated: usize,
-    updates: usize,
+    builds: usize,
+    apply: bool,
     warmup: Duration,
     secs: Duration,
 ) -> Result<UpdatePhase, String> {
@@ -676,13 +679,16 @@ pub fn measure_updates(
                 t2.measuring.store(true, Ordering::Relaxed);
                 let start = Instant::now();
                 let mut apply_ms = Vec::new();
-                for g in 1..=updates as u64 {
-                    let due = start + secs.mul_f64(g as f64 / (updates as f64 + 1.0));
+                for g in 1..=builds as u64 {
+                    let due = start + secs.mul_f64(g as f64 / (builds as f64 + 1.0));
                     std::thread::sleep(due.saturating_duration_since(Instant::now()));
                     let (ts, p) = &variants[g as usize % variants.len()];
                     let mut k = keys.lock().unwrap_or_else(|e| e.into_inner());
                     let mut factory = |t: usize, n: usize| task::build(&ts[t].tasks[n], &mut k);
                     let u = updater.build(p, updated, &mut factory)?;
+                    if !apply {
+                        continue;
+                    }
                     let t0 = Instant::now();
                     updater.apply(u, Duration::from_secs(1))?;
                     apply_ms.push(t0.elapsed().as_secs_f64() * 1e3);
@@ -714,7 +720,7 @@ pub fn measure_updates(
     let mut lat = std::mem::take(&mut *tally.latencies.lock().unwrap_or_else(|e| e.into_inner()));
     lat.sort_unstable();
     Ok(UpdatePhase {
-        updates,
+        updates: apply_ms.len(),
         victim_offered: offered,
         victim_delivered: delivered,
         victim_lost: offered.saturating_sub(delivered),

@@ -535,7 +535,27 @@ fn push_wrapper_stats(
 }
 
 /// Publishes a core's counters for [`Monitor`].
-fn publish(shared: &Shared, core: usize, st: &CoreState, sched: Option<&Scheduler>, wrappers: Vec<WrapperStats>) {
+/// A lock the data path takes without waiting: `None` while another thread (the control
+/// plane: a reader of the counters, an update) holds it; the data path tries again later
+/// rather than stall its packets behind a thread that may be descheduled.
+pub(crate) fn try_lock<T>(m: &std::sync::Mutex<T>) -> Option<std::sync::MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
+/// Publishes a core's counters for the [`Monitor`]: at once if no reader holds its slot
+/// (else skipped: the next one comes a `PUBLISH` later), or with `last` waiting for it.
+fn publish(
+    shared: &Shared,
+    core: usize,
+    st: &CoreState,
+    sched: Option<&Scheduler>,
+    wrappers: Vec<WrapperStats>,
+    last: bool,
+) {
     let snap = CoreSnap {
         tenants: st.tenants.clone(),
         wrappers,
@@ -548,7 +568,10 @@ fn publish(shared: &Shared, core: usize, st: &CoreState, sched: Option<&Schedule
         load: st.load(),
     };
     if let Some(m) = shared.snaps.get(core) {
-        *m.lock().unwrap_or_else(|e| e.into_inner()) = snap;
+        let slot = if last { Some(m.lock().unwrap_or_else(|e| e.into_inner())) } else { try_lock(m) };
+        if let Some(mut slot) = slot {
+            *slot = snap;
+        }
     }
 }
 
@@ -2188,7 +2211,7 @@ fn worker_loop(
         // In an idle spell, when this round starts (it ends the spell if it finds work).
         let round_start = st.idle_since.map(|_| Instant::now());
         if rounds.is_multiple_of(64) && published.elapsed() >= PUBLISH {
-            publish(shared, core, st, sched.as_deref(), region_wrappers(regions));
+            publish(shared, core, st, sched.as_deref(), region_wrappers(regions), false);
             published = Instant::now();
         }
         let mut work = 0;
@@ -2239,7 +2262,7 @@ fn worker_loop(
             }
         }
     }
-    publish(shared, core, st, sched.as_deref(), region_wrappers(regions));
+    publish(shared, core, st, sched.as_deref(), region_wrappers(regions), true);
 }
 
 /// What an idle core does after `idle` empty rounds: spin, then yield, and after a long idle
@@ -2472,11 +2495,17 @@ fn schedule(
 }
 
 /// Swaps a waiting launch's instances into `r` (between its batches) and takes it out of
-/// service for the launch's PR time.
+/// service for the launch's PR time. While the control plane holds the launch's or the swaps'
+/// lock, it leaves them for a later batch.
 fn take_launch(r: &mut Region, shared: &Shared) {
+    let (Some(mut launch), Some(mut swaps)) = (try_lock(&shared.launch[r.id]), try_lock(&shared.swaps[r.id])) else {
+        return;
+    };
+    // Cleared under the locks: a launch or swap sent after this sets it again.
     shared.launch_waiting[r.id].store(false, Ordering::Release);
-    let launch = shared.launch[r.id].lock().unwrap_or_else(|e| e.into_inner()).take();
-    let swaps = std::mem::take(&mut *shared.swaps[r.id].lock().unwrap_or_else(|e| e.into_inner()));
+    let launch = launch.take();
+    // Drained into a vector of this core's (the control plane's keeps its buffer).
+    let swaps: Vec<Swap> = swaps.drain(..).collect();
     if let Some(l) = launch {
         for (ci, k, si, mut ws) in l.segments {
             if let Some(seg) = r.segments.iter_mut().find(|s| (s.0, s.1, s.2) == (ci, k, si)) {
@@ -2861,7 +2890,7 @@ fn rtc_loop(
     while !shared.stop.load(Ordering::Relaxed) {
         let now = Instant::now();
         if now.duration_since(published) >= PUBLISH {
-            publish(shared, core, st, None, chain_wrappers(chains));
+            publish(shared, core, st, None, chain_wrappers(chains), false);
             published = now;
         }
         ing.recv(now, cfg.batch, &mut arrivals);
@@ -2893,7 +2922,7 @@ fn rtc_loop(
         run_rtc_batch(chains, pool, st, Instant::now());
         flush(st, egress, now);
     }
-    publish(shared, core, st, None, chain_wrappers(chains));
+    publish(shared, core, st, None, chain_wrappers(chains), true);
 }
 
 /// Runs a batch through whole chains, packets of one chain together.
@@ -3002,6 +3031,25 @@ impl Egress for Collect {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The data path's lock never waits: held elsewhere, none; poisoned, the value anyway.
+    #[test]
+    fn try_lock_never_waits() {
+        let m = std::sync::Arc::new(std::sync::Mutex::new(5));
+        {
+            let _held = m.lock().unwrap();
+            assert!(try_lock(&m).is_none());
+        }
+        assert_eq!(try_lock(&m).map(|g| *g), Some(5));
+        let m2 = m.clone();
+        let _ = std::thread::spawn(move || {
+            let _g = m2.lock().unwrap();
+            panic!("poisons the lock");
+        })
+        .join();
+        assert!(m.is_poisoned());
+        assert_eq!(try_lock(&m).map(|g| *g), Some(5));
+    }
 
     fn item(pool: &Pool, n: u8) -> Item {
         let mut p = pool.packet();

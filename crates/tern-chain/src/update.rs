@@ -304,9 +304,17 @@ impl Progress {
     pub(crate) fn step(&mut self, s: &mut Scheduler, sh: &Shared) {
         let changed = sh.generation_changed.load(Ordering::Acquire);
         if changed != self.seen {
+            // Read without waiting on an update that holds a tenant's slot: all of them, or
+            // again next round.
+            let mut next = Vec::with_capacity(sh.next_generation.len());
+            for slot in &sh.next_generation {
+                match crate::runtime::try_lock(slot) {
+                    Some(n) => next.push(*n),
+                    None => return,
+                }
+            }
             self.seen = changed;
-            for (t, next) in sh.next_generation.iter().enumerate() {
-                let n = *next.lock().unwrap_or_else(|e| e.into_inner());
+            for (t, n) in next.into_iter().enumerate() {
                 if n.0 != s.generation(t) {
                     self.pending[t] = Some(n);
                     self.busy = true;

@@ -32,7 +32,7 @@ pub struct ChainBenchArgs {
     /// Rounds (each runs every mode once per case, in a rotating order) [default: 5, quick 3].
     #[arg(long)]
     pub rounds: Option<usize>,
-    /// Measured seconds a phase [default: 0.5, quick 0.2].
+    /// Measured seconds a phase [default: 0.5, quick 0.2; with --fairness 1.0, quick 0.4].
     #[arg(long)]
     pub phase_secs: Option<f64>,
     /// Chain lengths of the dummy-task runs.
