@@ -8,19 +8,24 @@
 //! - [`classifier`]: a tuple-space-search classifier of prioritized masked rules over addresses,
 //!   protocol and port ranges (Open vSwitch's), with its naive twin; AccelSDP's slow path
 //!   (`tern-flow`) and SuperNIC's firewall (`tern-chain`) use it.
-//! - [`naive`]: the reference twins — plain lists scanned the way a CAM searches — that property
-//!   tests compare the fast tables with.
+//! - [`sketch`]: a count-min sketch of register arrays ([`sketch::CountMin`]), and [`bloom`]: a
+//!   partitioned Bloom filter ([`bloom::Bloom`]) — CLIP's heavy-hitter counter and new-flow
+//!   filters (seed 004, §III-D), each with its register cost ([`sketch::RegisterCost`]).
+//! - [`naive`]: the reference twins — plain lists scanned the way a CAM searches, and sketches
+//!   and filters of plain nested vectors — that property tests compare the fast tables with.
 //!
 //! Every table has batch lookup, insert / update / remove, and says what it costs in hardware
 //! ([`HwTable`]): which profile resource its entries occupy, so an engine can claim them from a
 //! [`tern_hw::Ledger`].
 #![deny(unsafe_code)]
 
+pub mod bloom;
 pub mod classifier;
 pub mod em;
 mod huge;
 pub mod lpm;
 pub mod naive;
+pub mod sketch;
 pub mod workload;
 
 /// Errors changing a table. A failed change leaves the table as it was.
@@ -33,6 +38,14 @@ pub enum TableError {
         value: u32,
         /// The largest value an entry holds.
         max: u32,
+    },
+    /// A shape a structure cannot take (ways, width).
+    #[error("{what}: {detail}")]
+    Shape {
+        /// The structure.
+        what: &'static str,
+        /// What is wrong, with the value given.
+        detail: String,
     },
     /// A structure inside the table is exhausted.
     #[error("{what} exhausted ({capacity})")]

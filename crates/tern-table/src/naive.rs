@@ -97,3 +97,76 @@ impl<K: EmKey> NaiveExact<K> {
         self.entries.is_empty()
     }
 }
+
+/// A count-min sketch as nested vectors of 64-bit counters (one vector a way), indexed as
+/// [`crate::sketch::CountMin`] is.
+#[derive(Debug, Clone)]
+pub struct NaiveCountMin {
+    seed: u64,
+    rows: Vec<Vec<u64>>,
+}
+
+impl NaiveCountMin {
+    /// `ways` rows of `width` counters (the shape checked by the fast sketch, not here).
+    pub fn new(ways: usize, width: usize, seed: u64) -> NaiveCountMin {
+        NaiveCountMin { seed, rows: vec![vec![0; width]; ways] }
+    }
+
+    /// Adds `n` to `key` in every row; its new estimate (at most `u32::MAX`, as a register).
+    pub fn add(&mut self, key: u64, n: u32) -> u32 {
+        let seed = self.seed;
+        for (w, row) in self.rows.iter_mut().enumerate() {
+            let i = crate::sketch::way_index(key, w, row.len(), seed);
+            row[i] = (row[i] + u64::from(n)).min(u64::from(u32::MAX));
+        }
+        self.estimate(key)
+    }
+
+    /// The least of `key`'s counters.
+    pub fn estimate(&self, key: u64) -> u32 {
+        self.rows
+            .iter()
+            .enumerate()
+            .map(|(w, row)| row[crate::sketch::way_index(key, w, row.len(), self.seed)])
+            .min()
+            .unwrap_or(0) as u32
+    }
+}
+
+/// A Bloom filter as nested vectors of booleans (one vector a way), indexed as
+/// [`crate::bloom::Bloom`] is.
+#[derive(Debug, Clone)]
+pub struct NaiveBloom {
+    seed: u64,
+    rows: Vec<Vec<bool>>,
+}
+
+impl NaiveBloom {
+    /// `ways` rows of `width` bits.
+    pub fn new(ways: usize, width: usize, seed: u64) -> NaiveBloom {
+        NaiveBloom { seed, rows: vec![vec![false; width]; ways] }
+    }
+
+    /// Whether every row has `key`'s bit.
+    pub fn contains(&self, key: u64) -> bool {
+        self.rows.iter().enumerate().all(|(w, row)| row[crate::sketch::way_index(key, w, row.len(), self.seed)])
+    }
+
+    /// Sets `key`'s bits; whether they all were set before.
+    pub fn insert(&mut self, key: u64) -> bool {
+        let was = self.contains(key);
+        let seed = self.seed;
+        for (w, row) in self.rows.iter_mut().enumerate() {
+            let i = crate::sketch::way_index(key, w, row.len(), seed);
+            row[i] = true;
+        }
+        was
+    }
+
+    /// Empties it.
+    pub fn clear(&mut self) {
+        for row in &mut self.rows {
+            row.fill(false);
+        }
+    }
+}
