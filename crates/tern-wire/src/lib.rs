@@ -8,9 +8,12 @@
 //! - [`frame`]: Ethernet / VLAN / IPv4 / IPv6 / TCP / UDP / ICMP headers as a flow pipeline sees
 //!   them, Internet checksums and their incremental update.
 //! - [`qnp`]: the QingNiao request protocol header (QingNiao Figure 11), see `docs/qnp.md`.
+//! - [`clip`]: CLIP's request/response header between a switch and its servers, see
+//!   `docs/clip.md`.
 //! - [`tlv`]: the QingNiao on-wire payload format: type-length-value records.
 #![forbid(unsafe_code)]
 
+pub mod clip;
 pub mod frame;
 pub mod qnp;
 pub mod tlv;
