@@ -1,0 +1,10 @@
+//! CLIP (seed 004) in software: a programmable switch extended by a group of commodity servers
+//! (docs/clip.md).
+//!
+//! - [`group`]: the server group behind the switch and how a flow finds its server while the
+//!   group grows and shrinks (§III-D, Appendix B): versioned groups of ECMP buckets, the `cur`
+//!   register and two alternating Bloom filters, and a bounded table of pinned flows the
+//!   controller fills before a filter is cleared, so no flow ever changes server.
+#![forbid(unsafe_code)]
+
+pub mod group;
