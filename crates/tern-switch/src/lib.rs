@@ -4,7 +4,11 @@
 //! - [`group`]: the server group behind the switch and how a flow finds its server while the
 //!   group grows and shrinks (§III-D, Appendix B): versioned groups of ECMP buckets, the `cur`
 //!   register and two alternating Bloom filters, and a bounded table of pinned flows the
-//!   controller fills before a filter is cleared, so no flow ever changes server.
+//!   controller fills before a filter is cleared, so no flow ever changes server;
+//! - [`offload`]: heavy-hitter offload: a count-min sketch counts what the switch's table did
+//!   not serve, and each interval the heaviest flows' entries move from the servers' mirrored
+//!   table into the switch's (or flows drawn at random, the paper's "w/ R").
 #![forbid(unsafe_code)]
 
 pub mod group;
+pub mod offload;
