@@ -160,3 +160,28 @@ fn register_costs() {
     let b = Bloom::new(2, 1 << 16).unwrap().cost();
     assert_eq!((b.arrays, b.entries, b.entry_bits, b.hash_bits, b.bits()), (2, 65_536, 1, 32, 131_072));
 }
+
+/// Count-mean-min: never above the count-min estimate nor below 0, and over a stream of
+/// 10,000 keys in 2 × 1024 counters its error on the keys is far smaller than count-min's
+/// (which always overcounts by about a counter's share of the rest).
+#[test]
+fn count_mean_min_is_nearly_unbiased() {
+    let mut s = CountMin::new(2, 1024).unwrap();
+    let mut exact: HashMap<u64, u32> = HashMap::new();
+    let mut x = 99u64;
+    for _ in 0..200_000u64 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        // Skewed: keys below 100 take about half the packets.
+        let k = if x >> 63 == 1 { (x >> 33) % 100 } else { (x >> 33) % 10_000 };
+        s.add(k, 1);
+        *exact.entry(k).or_default() += 1;
+    }
+    let (mut cm_err, mut cmm_err) = (0.0, 0.0);
+    for (&k, &c) in &exact {
+        let (cm, cmm) = (f64::from(s.estimate(k)), s.estimate_debiased(k));
+        assert!((0.0..=cm).contains(&cmm), "{cmm} outside 0..={cm}");
+        cm_err += (cm - f64::from(c)).abs();
+        cmm_err += (cmm - f64::from(c)).abs();
+    }
+    assert!(cmm_err < 0.5 * cm_err, "count-mean-min {cmm_err} against count-min {cm_err}");
+}
