@@ -50,6 +50,9 @@ pub enum GroupError {
     /// A shape the filters or buckets cannot take.
     #[error("{0}")]
     Shape(String),
+    /// A failover naming a server that is not in the group, or itself.
+    #[error("server {server}: {why}")]
+    Failover { server: ServerId, why: &'static str },
 }
 
 /// One version of the server group: its members and its ECMP buckets.
@@ -99,6 +102,8 @@ impl Group {
 pub enum Path {
     /// Its flow was pinned.
     Pinned,
+    /// A new flow whose server is busy (back-pressure): pinned to another of the current group.
+    Diverted,
     /// A new flow (not in the previous filter): the current group.
     Current,
     /// A flow from before the last change (or a false positive of the previous filter): the
@@ -130,7 +135,13 @@ pub struct SelectorStats {
     pub pinned: u64,
     pub current: u64,
     pub previous: u64,
+    /// New flows diverted from a busy server, and those that could not be (no room to pin
+    /// them, or every server busy: they went to their busy server).
+    pub diverted: u64,
+    pub not_diverted: u64,
     pub changes: u64,
+    /// Servers failed over.
+    pub failovers: u64,
     /// Pins the last change put in.
     pub last_pins: usize,
 }
@@ -144,6 +155,8 @@ pub struct Selector {
     groups: [Option<Group>; 2],
     filters: [Bloom; 2],
     pins: HashMap<FlowId, ServerId>,
+    /// Servers that said they are near their queue limit.
+    busy: Vec<ServerId>,
     stats: SelectorStats,
 }
 
@@ -157,6 +170,7 @@ impl Selector {
             groups: [Some(Group::new(0, members, cfg.buckets)?), None],
             filters: [filter()?, filter()?],
             pins: HashMap::new(),
+            busy: Vec::new(),
             stats: SelectorStats::default(),
         })
     }
@@ -169,17 +183,94 @@ impl Selector {
             return (s, Path::Pinned);
         }
         let (c, o) = (self.cur, 1 - self.cur);
-        self.filters[c].insert(flow);
+        let seen = self.filters[c].insert(flow);
         match &self.groups[o] {
             Some(prev) if self.filters[o].contains(flow) => {
                 self.stats.previous += 1;
                 (prev.pick(flow), Path::Previous)
             }
             _ => {
+                let s = self.current().pick(flow);
+                // A flow neither filter has seen is new: it may go elsewhere than a busy
+                // server, pinned there so that its later packets follow.
+                if !seen && self.busy.contains(&s) {
+                    match self.divert(flow, s) {
+                        Some(to) => {
+                            self.stats.diverted += 1;
+                            return (to, Path::Diverted);
+                        }
+                        None => self.stats.not_diverted += 1,
+                    }
+                }
                 self.stats.current += 1;
-                (self.current().pick(flow), Path::Current)
+                (s, Path::Current)
             }
         }
+    }
+
+    /// Pins new `flow` to the first server of the current group after `busy`'s bucket that is
+    /// not busy (None: every server busy, or no room to pin).
+    fn divert(&mut self, flow: FlowId, busy: ServerId) -> Option<ServerId> {
+        if self.pins.len() >= self.cfg.pins {
+            return None;
+        }
+        let g = self.current();
+        let n = g.buckets.len();
+        let start = g.buckets.iter().position(|&s| s == busy).unwrap_or(0);
+        let to = (1..n).map(|i| g.buckets[(start + i) % n]).find(|s| !self.busy.contains(s))?;
+        self.pins.insert(flow, to);
+        Some(to)
+    }
+
+    /// Back-pressure: `server` says it is near its queue limit (`busy`) or no longer is. While
+    /// busy it gets no new flows (they are diverted and pinned); its flows keep going to it.
+    pub fn set_busy(&mut self, server: ServerId, busy: bool) {
+        self.busy.retain(|&s| s != server);
+        if busy {
+            self.busy.push(server);
+        }
+    }
+
+    /// Whether `server` is marked busy.
+    pub fn is_busy(&self, server: ServerId) -> bool {
+        self.busy.contains(&server)
+    }
+
+    /// Fails `dead` over to `buddy` (a live server of the current group that holds replicas
+    /// of `dead`'s state): every bucket of `dead` in both group slots, and every pin to it, now
+    /// names `buddy`, so `dead`'s flows go on at `buddy` with the same state. The versions do
+    /// not change (the groups' shapes do not). Refused, changing nothing, if `dead` is in
+    /// neither slot and has no pin, if `buddy` is not in the current group, or if they are the
+    /// same server.
+    pub fn fail_over(&mut self, dead: ServerId, buddy: ServerId) -> Result<(), GroupError> {
+        if dead == buddy {
+            return Err(GroupError::Failover { server: dead, why: "cannot fail over to itself" });
+        }
+        if !self.serves(dead) {
+            return Err(GroupError::Failover { server: dead, why: "is not a server the switch sends to" });
+        }
+        if !self.current().members.contains(&buddy) {
+            return Err(GroupError::Failover { server: buddy, why: "is not in the current group" });
+        }
+        for g in self.groups.iter_mut().flatten() {
+            for b in &mut g.buckets {
+                if *b == dead {
+                    *b = buddy;
+                }
+            }
+            g.members.retain(|&m| m != dead);
+            if !g.members.contains(&buddy) {
+                g.members.push(buddy);
+            }
+        }
+        for s in self.pins.values_mut() {
+            if *s == dead {
+                *s = buddy;
+            }
+        }
+        self.busy.retain(|&s| s != dead);
+        self.stats.failovers += 1;
+        Ok(())
     }
 
     /// Where the next packet of `flow` would go, without changing anything (no filter
@@ -268,5 +359,43 @@ impl Selector {
     /// What it did so far.
     pub fn stats(&self) -> SelectorStats {
         self.stats
+    }
+}
+
+/// How long a server may go unheard before it is taken for dead, by default (ns).
+pub const DEFAULT_HEARTBEAT_BOUND_NS: u64 = 300_000_000;
+
+/// The servers' heartbeats (a server failing is the paper's open point, §VI), sans I/O: each
+/// server's last beat; one not heard from for longer than the bound is dead. Checked every
+/// `period`, a failure is found within the bound and one period of the last beat.
+#[derive(Debug, Clone)]
+pub struct Heartbeats {
+    bound_ns: u64,
+    last: HashMap<ServerId, u64>,
+}
+
+impl Heartbeats {
+    /// Heartbeats taken for dead after `bound_ns` of silence.
+    pub fn new(bound_ns: u64) -> Heartbeats {
+        Heartbeats { bound_ns, last: HashMap::new() }
+    }
+
+    /// `server` was heard from at `now_ns` (a heartbeat, or any response).
+    pub fn beat(&mut self, server: ServerId, now_ns: u64) {
+        let t = self.last.entry(server).or_insert(now_ns);
+        *t = (*t).max(now_ns);
+    }
+
+    /// Stops watching `server` (it retired, or was failed over).
+    pub fn forget(&mut self, server: ServerId) {
+        self.last.remove(&server);
+    }
+
+    /// The servers silent for longer than the bound at `now_ns`, in order.
+    pub fn dead(&self, now_ns: u64) -> Vec<ServerId> {
+        let mut d: Vec<ServerId> =
+            self.last.iter().filter(|&(_, &t)| now_ns.saturating_sub(t) > self.bound_ns).map(|(&s, _)| s).collect();
+        d.sort_unstable();
+        d
     }
 }

@@ -207,3 +207,94 @@ fn small_filters_make_false_positives_that_do_no_harm() {
         assert_eq!(sel.select(f).0, s);
     }
 }
+
+/// Failover: every way a flow reaches a dead server — its bucket in the current group, in the
+/// previous group, a pin — leads to its buddy after `fail_over`; no other flow moves.
+#[test]
+fn a_dead_servers_flows_go_on_at_its_buddy() {
+    let mut sel = Selector::new(cfg(1 << 12, 64), &[1, 2]).unwrap();
+    let before: Vec<FlowId> = (0..40u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1).collect();
+    let mut owner: Vec<(FlowId, ServerId)> = before.iter().map(|&f| (f, sel.select(f).0)).collect();
+    sel.change(&[2, 3], &owner).unwrap();
+    let after: Vec<FlowId> = (100..140u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1).collect();
+    owner.extend(after.iter().map(|&f| (f, sel.select(f).0)));
+    sel.change(&[2, 3, 4], &owner).unwrap();
+    assert!(owner.iter().any(|&(_, s)| s == 2) && sel.pins() > 0);
+    sel.fail_over(2, 3).unwrap();
+    for &(f, s) in &owner {
+        let want = if s == 2 { 3 } else { s };
+        assert_eq!(sel.select(f).0, want, "flow of server {s}");
+    }
+    assert!(!sel.serves(2));
+    assert_eq!(sel.stats().failovers, 1);
+    // Refusals change nothing.
+    assert!(matches!(sel.fail_over(2, 3), Err(GroupError::Failover { server: 2, .. })));
+    assert!(matches!(sel.fail_over(3, 9), Err(GroupError::Failover { server: 9, .. })));
+    assert!(matches!(sel.fail_over(3, 3), Err(GroupError::Failover { .. })));
+}
+
+/// Back-pressure: while a server is busy no new flow goes to it (diverted to another server of
+/// the current group, and pinned so its later packets follow, busy or not); its own flows still
+/// reach it. With every server busy, or no room to pin, a new flow goes where it would have
+/// (counted).
+#[test]
+fn a_busy_server_gets_no_new_flows() {
+    let mut sel = Selector::new(cfg(1 << 14, 1000), &[1, 2, 3]).unwrap();
+    let old = flow_to(&sel, 2, 1);
+    assert_eq!(sel.select(old).0, 2);
+    sel.set_busy(2, true);
+    assert!(sel.is_busy(2));
+    assert_eq!(sel.select(old), (2, Path::Current), "an existing flow stays");
+    let mut went = Vec::new();
+    for i in 0..300u64 {
+        let f = (i + 1000).wrapping_mul(0x2545_f491_4f6c_dd1d) | 1;
+        let (s, path) = sel.select(f);
+        assert_ne!(s, 2, "a new flow went to the busy server");
+        if sel.current().pick(f) == 2 {
+            assert_eq!(path, Path::Diverted);
+        }
+        went.push((f, s));
+    }
+    assert!(sel.stats().diverted > 50);
+    sel.set_busy(2, false);
+    for &(f, s) in &went {
+        assert_eq!(sel.select(f).0, s, "a diverted flow moved");
+    }
+    // Everyone busy: nowhere to divert.
+    for s in [1, 2, 3] {
+        sel.set_busy(s, true);
+    }
+    let f = flow_to(&sel, 1, 5000);
+    assert_eq!(sel.select(f), (1, Path::Current));
+    assert_eq!(sel.stats().not_diverted, 1);
+}
+
+/// Heartbeats: a server silent for more than the bound (300 ms by default) is dead; checked
+/// every 50 ms, it is found within 350 ms of its last beat; a beat keeps it alive.
+#[test]
+fn heartbeats_find_a_dead_server_within_the_bound() {
+    use tern_switch::group::{DEFAULT_HEARTBEAT_BOUND_NS, Heartbeats};
+    let ms = 1_000_000u64;
+    let mut h = Heartbeats::new(DEFAULT_HEARTBEAT_BOUND_NS);
+    for s in [1, 2, 3] {
+        h.beat(s, 0);
+    }
+    // Servers 1 and 3 beat every 100 ms; server 2 stops after 120 ms.
+    h.beat(2, 120 * ms);
+    let mut found = None;
+    for t in (0..=1000).step_by(50) {
+        if t % 100 == 0 {
+            h.beat(1, t * ms);
+            h.beat(3, t * ms);
+        }
+        let d = h.dead(t * ms);
+        if !d.is_empty() && found.is_none() {
+            assert_eq!(d, [2]);
+            found = Some(t);
+        }
+    }
+    let t = found.expect("server 2 was never found dead");
+    assert!(t > 120 + 300 && t <= 120 + 350, "found at {t} ms");
+    h.forget(2);
+    assert!(h.dead(2000 * ms).iter().all(|&s| s != 2));
+}
