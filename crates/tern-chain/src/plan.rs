@@ -426,7 +426,9 @@ impl Plan {
         }
         for (ri, r) in self.regions.iter().enumerate() {
             let segs: Vec<String> = r.segments.iter().map(|(c, s)| format!("chain {c} segment {s}")).collect();
-            out.push(format!("region {ri}: {} of {} LUTs: {}", r.luts, self.region_luts, segs.join(", ")));
+            // A region of more LUTs than any device has: a plan without a board (Tern on a CPU).
+            let of = if self.region_luts >= 1 << 40 { "unbounded".to_string() } else { self.region_luts.to_string() };
+            out.push(format!("region {ri}: {} of {of} LUTs: {}", r.luts, segs.join(", ")));
         }
         out.push(format!("regions: {} of {}", self.regions.len(), self.regions_available));
         out

@@ -960,6 +960,52 @@ fn chain_serve_translates_between_udp_ports() {
     }
 }
 
+/// On `cpu` (no SuperNIC board: no `chain.*` values) `tern chain serve --autoscale` plans on
+/// unbounded regions, launches without PR and bounds instances by cores; a frame crosses a
+/// firewall and a NAT whose areas the profile does not give.
+#[test]
+fn chain_serve_runs_on_the_cpu_profile() {
+    use std::net::UdpSocket;
+    use std::time::Duration;
+    let dir = std::env::temp_dir().join(format!("tern-chain-serve-cpu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tenant = dir.join("lan.toml");
+    std::fs::write(
+        &tenant,
+        "tenant = \"lan\"\ndag = \"fw -> nat\"\n[ingress]\nproto = \"udp\"\n[nt.fw]\nkind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\" }]\n[nt.nat]\nkind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20100\"\n",
+    )
+    .unwrap();
+    let inside = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let outside = UdpSocket::bind("127.0.0.1:0").unwrap();
+    outside.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let free = || UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (p1, p2) = (free(), free());
+    let port1 = format!("udp:{p1}={}", inside.local_addr().unwrap());
+    let port2 = format!("udp:{p2}={}", outside.local_addr().unwrap());
+    let child = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["chain", "serve", tenant.to_str().unwrap(), "--port", &port1, "--port", &port2])
+        .args(["--profile", "cpu", "--autoscale", "--duration", "2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let mut f = Vec::new();
+    tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 0, 0, 5], [8, 8, 8, 8], 4000, 53, 64, b"query");
+    inside.send_to(&f, p1).unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, _) = outside.recv_from(&mut buf).expect("the translated frame leaves on the other port");
+    let h = etherparse::PacketHeaders::from_ethernet_slice(&buf[..n]).unwrap();
+    let Some(etherparse::NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not IPv4") };
+    assert_eq!(ip.source, [192, 0, 2, 1]);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("no board on cpu") && stdout.contains("after 0 ms of PR"), "{stdout}");
+    assert!(stdout.contains("of unbounded LUTs"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn chain_serve_round_trip(mode: &str) {
     use std::net::UdpSocket;
     use std::time::Duration;

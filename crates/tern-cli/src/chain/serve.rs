@@ -60,7 +60,9 @@ pub struct ServeArgs {
     /// Pin core k to CPU k.
     #[arg(long)]
     pub pin: bool,
-    /// The hardware profile the plan must fit (built-in name or TOML file).
+    /// The hardware profile the plan must fit (built-in name or TOML file): its regions, PR
+    /// time and epoch. `cpu` has no SuperNIC board: regions unbounded, no PR, a 20 ms epoch,
+    /// instances bounded by cores alone.
     #[arg(long, default_value = "supernic-htg9200")]
     pub profile: String,
     /// Serve Prometheus metrics (`/metrics`), `/runtime` (JSON: the plan and each task's
@@ -464,9 +466,65 @@ pub fn load_tenants(files: &[PathBuf]) -> Result<Vec<Tenant>, String> {
 /// The plan of `tenants` on `profile`'s regions.
 pub fn plan_on(tenants: &[Tenant], profile: &str) -> Result<(Plan, tern_hw::Profile), String> {
     let profile = tern_hw::Profile::resolve(profile).map_err(|e| e.to_string())?;
-    let model = tern_hw::chain::ChainModel::from_profile(&profile)?;
-    let p = plan::plan(tenants, &|t| tenant::area(t, &profile), model.regions, model.region_luts)?;
+    let p = plan_on_board(tenants, &profile, &Board::of(&profile)?)?;
     Ok((p, profile))
+}
+
+/// What serving takes from a profile: the regions to plan on, the partial-reconfiguration time
+/// and the fairness epoch. A profile with a SuperNIC board (`chain.*` values) gives its own; one
+/// without any (`cpu`: Tern on a CPU) has no board: regions bounded only by what a plan can
+/// hold, no PR, the 20 ms epoch, and instances bounded by cores alone (no space step).
+#[derive(Debug, Clone)]
+pub struct Board {
+    pub model: Option<tern_hw::chain::ChainModel>,
+    pub regions: u64,
+    pub region_luts: u64,
+    pub pr: Duration,
+    pub epoch: Duration,
+}
+
+/// The epoch on a profile without a board (SuperNIC's, §4.5).
+const CPU_EPOCH: Duration = Duration::from_millis(20);
+
+impl Board {
+    /// `profile`'s board; an error names what a profile with some `chain.*` values lacks.
+    pub fn of(profile: &tern_hw::Profile) -> Result<Board, String> {
+        use tern_hw::{cost, latency, resource};
+        let any_chain = [resource::CHAIN_REGIONS, resource::CHAIN_REGION_LUTS, resource::CHAIN_CREDITS]
+            .iter()
+            .any(|k| profile.capacity(k).is_some())
+            || [latency::CHAIN_PR, latency::CHAIN_EPOCH, latency::CHAIN_CORE]
+                .iter()
+                .any(|k| profile.latency_ns.contains_key(*k))
+            || profile.cycles(cost::CHAIN_SCHEDULE).is_some();
+        if !any_chain {
+            return Ok(Board {
+                model: None,
+                regions: tern_chain::plan::MAX_CHAIN as u64,
+                region_luts: u64::MAX / 2,
+                pr: Duration::ZERO,
+                epoch: CPU_EPOCH,
+            });
+        }
+        let m = tern_hw::chain::ChainModel::from_profile(profile)?;
+        Ok(Board {
+            regions: m.regions,
+            region_luts: m.region_luts,
+            pr: Duration::from_nanos(m.pr_ns as u64),
+            epoch: Duration::from_secs_f64(m.epoch_ns / 1e9),
+            model: Some(m),
+        })
+    }
+}
+
+/// The plan of `tenants` on `board` (a task's area from `profile`; on a board-less profile a
+/// task the profile gives no area counts as none).
+fn plan_on_board(tenants: &[Tenant], profile: &tern_hw::Profile, board: &Board) -> Result<Plan, String> {
+    let area = |t: &tern_chain::tenant::TaskSpec| match tenant::area(t, profile) {
+        Err(_) if board.model.is_none() => Ok(0),
+        r => r,
+    };
+    plan::plan(tenants, &area, board.regions, board.region_luts)
 }
 
 fn mtimes(files: &[PathBuf]) -> Vec<Option<std::time::SystemTime>> {
@@ -489,8 +547,7 @@ fn reload(
     pool: &Pool,
 ) -> Result<Vec<Result<String, String>>, String> {
     let tenants = load_tenants(files)?;
-    let model = tern_hw::chain::ChainModel::from_profile(profile)?;
-    let plan = plan::plan(&tenants, &|t| tenant::area(t, profile), model.regions, model.region_luts)?;
+    let plan = plan_on_board(&tenants, profile, &Board::of(profile)?)?;
     let mut k = keys.lock().map_err(|_| "keys lock")?;
     let mut out = Vec::new();
     for &t in changed {
@@ -606,12 +663,15 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     };
     let launcher = rt.launcher();
     let instances = rt.instances();
-    let model = tern_hw::chain::ChainModel::from_profile(&profile)?;
-    let pr = Duration::from_nanos(model.pr_ns as u64);
+    let board = Board::of(&profile)?;
+    let pr = board.pr;
     let monitor = rt.monitor();
     let limiter = rt.limiter();
     let stopper = rt.stopper();
-    let epoch = Duration::from_secs_f64(a.epoch_ms.unwrap_or(model.epoch_ns / 1e6).max(0.0) / 1e3);
+    let epoch = match a.epoch_ms {
+        Some(ms) => Duration::from_secs_f64(ms.max(0.0) / 1e3),
+        None => board.epoch,
+    };
     if epoch.is_zero() {
         return Err("--epoch-ms: give a positive number of milliseconds".into());
     }
@@ -634,7 +694,10 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     // The space step: the tenants' DRF shares of the board's regions and on-chip memory, which
     // bound the autoscaler's launches.
     let space = if a.autoscale {
-        Some(tern_chain::scale::Space::from_plan(&plan, &tenants, &profile, rt.stateful())?)
+        match board.model {
+            Some(_) => Some(tern_chain::scale::Space::from_plan(&plan, &tenants, &profile, rt.stateful())?),
+            None => None,
+        }
     } else {
         None
     };
@@ -646,6 +709,13 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             space.regions(),
             space.capacity.get(1).copied().unwrap_or(0.0),
             space.shares()
+        ));
+    } else if a.autoscale {
+        say(format!(
+            "autoscaling every {} ms: one instance of each stateless chain in service, up to {instances} (no board on {}: instances are bounded by cores, and a launch serves after {} ms of PR)",
+            epoch.as_secs_f64() * 1e3,
+            profile.name,
+            pr.as_millis()
         ));
     }
     if fair_on {
@@ -752,8 +822,11 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         }
     });
     // Autoscaling: every epoch, each stateless chain's measured load drives its autoscaler.
-    let scaling = space.map(|space| {
-        let mut sc = Scaling::new(&rt, 1, pr, 0.8, epoch).with_space(space);
+    let scaling = a.autoscale.then(|| {
+        let mut sc = Scaling::new(&rt, 1, pr, 0.8, epoch);
+        if let Some(space) = space {
+            sc = sc.with_space(space);
+        }
         let json_out = a.json;
         let done = done.clone();
         // Wakes at each epoch and when a launched instance's PR ends (it serves from then).
