@@ -1003,6 +1003,10 @@ fn chain_serve_runs_on_the_cpu_profile() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("no board on cpu") && stdout.contains("after 0 ms of PR"), "{stdout}");
     assert!(stdout.contains("of unbounded LUTs"), "{stdout}");
+    // `check` on cpu: nothing limited, the same plan.
+    let (ok, out, err) = tern(&["chain", "check", tenant.to_str().unwrap(), "--profile", "cpu"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("plan on cpu (no board: regions unbounded)"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -16,8 +16,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use serde_json::json;
-use tern_chain::plan;
-use tern_chain::tenant::{self, Tenant};
+use tern_chain::tenant::Tenant;
 
 use crate::CmdResult;
 
@@ -26,7 +25,8 @@ pub struct CheckArgs {
     /// Tenant files (TOML; examples/chain/web.toml).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
-    /// The hardware profile (built-in name or TOML file).
+    /// The hardware profile (built-in name or TOML file); `cpu` has no SuperNIC board: nothing
+    /// is limited and the plan's regions are unbounded.
     #[arg(long, default_value = "supernic-htg9200")]
     pub profile: String,
     /// Print JSON.
@@ -37,7 +37,8 @@ pub struct CheckArgs {
 /// `tern chain check`: exit 0 when every file is usable and fits, 1 otherwise.
 pub fn check(a: &CheckArgs) -> CmdResult {
     let profile = tern_hw::Profile::resolve(&a.profile)?;
-    let model = tern_hw::chain::ChainModel::from_profile(&profile)?;
+    // On a profile without a SuperNIC board (`cpu`) nothing is limited: no uses to check.
+    let board = serve::Board::of(&profile)?;
     let mut all_ok = true;
     let mut out = Vec::new();
     let mut loaded = Vec::new();
@@ -54,7 +55,10 @@ pub fn check(a: &CheckArgs) -> CmdResult {
                 continue;
             }
         };
-        let uses = t.uses(&profile, &model)?;
+        let uses = match &board.model {
+            Some(model) => t.uses(&profile, model)?,
+            None => Vec::new(),
+        };
         loaded.push(t.clone());
         let fits = uses.iter().all(|u| u.fits());
         all_ok &= fits;
@@ -86,11 +90,16 @@ pub fn check(a: &CheckArgs) -> CmdResult {
     // The plan of every usable tenant together, on the profile's regions.
     let mut plan_json = serde_json::Value::Null;
     if !loaded.is_empty() {
-        match plan::plan(&loaded, &|t| tenant::area(t, &profile), model.regions, model.region_luts) {
+        match serve::plan_on_board(&loaded, &profile, &board) {
             Ok(p) => {
                 let lines = p.describe(&loaded);
                 if !a.json {
-                    println!("plan on {} ({} regions of {} LUTs):", profile.name, model.regions, model.region_luts);
+                    match &board.model {
+                        Some(m) => {
+                            println!("plan on {} ({} regions of {} LUTs):", profile.name, m.regions, m.region_luts)
+                        }
+                        None => println!("plan on {} (no board: regions unbounded):", profile.name),
+                    }
                     for l in &lines {
                         println!("  {l}");
                     }

@@ -519,7 +519,7 @@ impl Board {
 
 /// The plan of `tenants` on `board` (a task's area from `profile`; on a board-less profile a
 /// task the profile gives no area counts as none).
-fn plan_on_board(tenants: &[Tenant], profile: &tern_hw::Profile, board: &Board) -> Result<Plan, String> {
+pub(crate) fn plan_on_board(tenants: &[Tenant], profile: &tern_hw::Profile, board: &Board) -> Result<Plan, String> {
     let area = |t: &tern_chain::tenant::TaskSpec| match tenant::area(t, profile) {
         Err(_) if board.model.is_none() => Ok(0),
         r => r,
