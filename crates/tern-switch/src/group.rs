@@ -399,3 +399,21 @@ impl Heartbeats {
         d
     }
 }
+
+/// The baseline the paper's design is set against: BMv2-style ECMP by `hash mod members`, with
+/// no memory of where a flow went — a change of membership re-deals most flows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HashMod {
+    pub members: Vec<ServerId>,
+}
+
+impl HashMod {
+    /// The server of `flow`: member `hash mod n` (the same hash of the flow id as [`Group`]).
+    pub fn pick(&self, flow: FlowId) -> Option<ServerId> {
+        if self.members.is_empty() {
+            return None;
+        }
+        let h = ((flow >> 32) ^ (flow & 0xffff_ffff)) as usize;
+        Some(self.members[h % self.members.len()])
+    }
+}
