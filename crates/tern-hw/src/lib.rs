@@ -164,15 +164,18 @@ pub mod chain;
 pub mod flow;
 pub mod rpc;
 pub mod rsd;
+pub mod switch;
 
 /// Names of the built-in profiles.
-pub const BUILTIN: &[&str] = &["cpu", "qingniao-u250", "accelsdp-n3000", "rpcnic-u280", "supernic-htg9200"];
+pub const BUILTIN: &[&str] =
+    &["cpu", "qingniao-u250", "accelsdp-n3000", "rpcnic-u280", "supernic-htg9200", "clip-tofino"];
 
 const CPU_TOML: &str = include_str!("../../../examples/profiles/cpu.toml");
 const QINGNIAO_U250_TOML: &str = include_str!("../../../examples/profiles/qingniao-u250.toml");
 const ACCELSDP_N3000_TOML: &str = include_str!("../../../examples/profiles/accelsdp-n3000.toml");
 const RPCNIC_U280_TOML: &str = include_str!("../../../examples/profiles/rpcnic-u280.toml");
 const SUPERNIC_HTG9200_TOML: &str = include_str!("../../../examples/profiles/supernic-htg9200.toml");
+const CLIP_TOFINO_TOML: &str = include_str!("../../../examples/profiles/clip-tofino.toml");
 
 /// QNP parameters of a profile. A profile that does not model QNP gets the paper's defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -267,6 +270,7 @@ impl Profile {
             "accelsdp-n3000" => ACCELSDP_N3000_TOML,
             "rpcnic-u280" => RPCNIC_U280_TOML,
             "supernic-htg9200" => SUPERNIC_HTG9200_TOML,
+            "clip-tofino" => CLIP_TOFINO_TOML,
             _ => return Err(ProfileError::Unknown { name: name.to_string() }),
         };
         Profile::from_toml(text, name)
