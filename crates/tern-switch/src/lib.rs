@@ -5,10 +5,13 @@
 //!   group grows and shrinks (§III-D, Appendix B): versioned groups of ECMP buckets, the `cur`
 //!   register and two alternating Bloom filters, and a bounded table of pinned flows the
 //!   controller fills before a filter is cleared, so no flow ever changes server;
+//! - [`mirror`]: mirrored tables: a bounded original in the switch, an unbounded twin on the
+//!   servers, entries moved between them make-before-break;
 //! - [`offload`]: heavy-hitter offload: a count-min sketch counts what the switch's table did
 //!   not serve, and each interval the heaviest flows' entries move from the servers' mirrored
 //!   table into the switch's (or flows drawn at random, the paper's "w/ R").
 #![forbid(unsafe_code)]
 
 pub mod group;
+pub mod mirror;
 pub mod offload;
