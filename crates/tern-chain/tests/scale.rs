@@ -122,6 +122,17 @@ fn packets_go_to_the_instances_in_service() {
     }
 }
 
+/// 20,000 packets to 10.0.1.7 (for chains of two 5 µs tasks: 200 ms on one core), their pool,
+/// and a `snic` runtime of two instances on two cores with room to queue them all.
+fn saturating() -> (Pool, Vec<tern_io::Packet>, u32, Config) {
+    let pool = Pool::new(1 << 14, 2048);
+    let n = 20_000u32;
+    let packets = (0..n)
+        .map(|i| common::udp(&pool, [10, 9, 0, 1], [10, 0, 1, 7], 1000 + (i % 50_000) as u16, 80, b"x"))
+        .collect();
+    (pool, packets, n, Config { mode: Mode::Snic, cores: 2, instances: 2, queue: 1 << 15, ..Config::default() })
+}
+
 /// Autoscaling on the running data path: a stateless chain of two 5 µs tasks, one instance of
 /// two in service, offered far more than one core carries. Its measured load (about a core
 /// busy) is more than one instance's 0.8, so the autoscaler launches the second (no PR here)
@@ -134,13 +145,7 @@ fn a_saturated_chain_scales_up_on_the_running_data_path() {
     )
     .unwrap();
     let ts = vec![t];
-    let pool = Pool::new(1 << 14, 2048);
-    // 20,000 packets of 10 µs: 200 ms on one core.
-    let n = 20_000u32;
-    let packets = (0..n)
-        .map(|i| common::udp(&pool, [10, 9, 0, 1], [10, 0, 1, 7], 1000 + (i % 50_000) as u16, 80, b"x"))
-        .collect();
-    let cfg = Config { mode: Mode::Snic, cores: 2, instances: 2, queue: 1 << 15, ..Config::default() };
+    let (pool, packets, n, cfg) = saturating();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ticking = done.clone();
     let (out, _, ticker) = common::run_with(&ts, cfg, &pool, packets, n as usize, |rt| {
@@ -316,12 +321,7 @@ fn saturated_beside_idle_on_a_board(spare: usize) -> (u64, usize, bool) {
         .unwrap()
     };
     let ts = vec![dummy("a", "10.0.1.0/24", "x", 400), dummy("b", "10.0.2.0/24", "y", 0)];
-    let pool = Pool::new(1 << 14, 2048);
-    let n = 20_000u32;
-    let packets = (0..n)
-        .map(|i| common::udp(&pool, [10, 9, 0, 1], [10, 0, 1, 7], 1000 + (i % 50_000) as u16, 80, b"x"))
-        .collect();
-    let cfg = Config { mode: Mode::Snic, cores: 2, instances: 2, queue: 1 << 15, ..Config::default() };
+    let (pool, packets, n, cfg) = saturating();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ticking = done.clone();
     let (out, _, ticker) = common::run_with(&ts, cfg, &pool, packets, n as usize, |rt| {

@@ -960,45 +960,78 @@ fn chain_serve_translates_between_udp_ports() {
     }
 }
 
+/// `tern chain serve` of one tenant, `lan` (a firewall allowing UDP, then a NAT to 192.0.2.1),
+/// between two UDP ports whose far ends are `inside` and `outside`, started with `args`.
+struct LanServe {
+    dir: std::path::PathBuf,
+    tenant: std::path::PathBuf,
+    inside: std::net::UdpSocket,
+    outside: std::net::UdpSocket,
+    p1: std::net::SocketAddr,
+    p2: std::net::SocketAddr,
+    child: std::process::Child,
+}
+
+impl LanServe {
+    fn start(tag: &str, args: &[&str]) -> LanServe {
+        use std::net::UdpSocket;
+        use std::time::Duration;
+        let dir = std::env::temp_dir().join(format!("tern-chain-serve-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tenant = dir.join("lan.toml");
+        std::fs::write(
+            &tenant,
+            "tenant = \"lan\"\ndag = \"fw -> nat\"\n[ingress]\nproto = \"udp\"\n[nt.fw]\nkind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\" }]\n[nt.nat]\nkind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20100\"\n",
+        )
+        .unwrap();
+        let inside = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let outside = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for s in [&inside, &outside] {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        }
+        let free = || UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let (p1, p2) = (free(), free());
+        let port1 = format!("udp:{p1}={}", inside.local_addr().unwrap());
+        let port2 = format!("udp:{p2}={}", outside.local_addr().unwrap());
+        let child = Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(["chain", "serve", tenant.to_str().unwrap(), "--port", &port1, "--port", &port2])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        LanServe { dir, tenant, inside, outside, p1, p2, child }
+    }
+
+    /// A DNS query from 10.0.0.5:4000 to 8.8.8.8:53 as a frame.
+    fn query() -> Vec<u8> {
+        let mut f = Vec::new();
+        tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 0, 0, 5], [8, 8, 8, 8], 4000, 53, 64, b"query");
+        f
+    }
+
+    /// Sends the query in on the inside port; the frame that leaves on the outside one.
+    fn send_query(&self) -> Vec<u8> {
+        self.inside.send_to(&Self::query(), self.p1).unwrap();
+        let mut buf = [0u8; 2048];
+        let (n, _) = self.outside.recv_from(&mut buf).expect("the translated frame leaves on the other port");
+        buf[..n].to_vec()
+    }
+}
+
 /// On `cpu` (no SuperNIC board: no `chain.*` values) `tern chain serve --autoscale` plans on
 /// unbounded regions, launches without PR and bounds instances by cores; a frame crosses a
 /// firewall and a NAT whose areas the profile does not give.
 #[test]
 fn chain_serve_runs_on_the_cpu_profile() {
-    use std::net::UdpSocket;
-    use std::time::Duration;
-    let dir = std::env::temp_dir().join(format!("tern-chain-serve-cpu-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let tenant = dir.join("lan.toml");
-    std::fs::write(
-        &tenant,
-        "tenant = \"lan\"\ndag = \"fw -> nat\"\n[ingress]\nproto = \"udp\"\n[nt.fw]\nkind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\" }]\n[nt.nat]\nkind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20100\"\n",
-    )
-    .unwrap();
-    let inside = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let outside = UdpSocket::bind("127.0.0.1:0").unwrap();
-    outside.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let free = || UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let (p1, p2) = (free(), free());
-    let port1 = format!("udp:{p1}={}", inside.local_addr().unwrap());
-    let port2 = format!("udp:{p2}={}", outside.local_addr().unwrap());
-    let child = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(["chain", "serve", tenant.to_str().unwrap(), "--port", &port1, "--port", &port2])
-        .args(["--profile", "cpu", "--autoscale", "--duration", "2"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    let mut f = Vec::new();
-    tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 0, 0, 5], [8, 8, 8, 8], 4000, 53, 64, b"query");
-    inside.send_to(&f, p1).unwrap();
-    let mut buf = [0u8; 2048];
-    let (n, _) = outside.recv_from(&mut buf).expect("the translated frame leaves on the other port");
-    let h = etherparse::PacketHeaders::from_ethernet_slice(&buf[..n]).unwrap();
+    let s = LanServe::start("cpu", &["--profile", "cpu", "--autoscale", "--duration", "2"]);
+    let out = s.send_query();
+    let h = etherparse::PacketHeaders::from_ethernet_slice(&out).unwrap();
     let Some(etherparse::NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not IPv4") };
     assert_eq!(ip.source, [192, 0, 2, 1]);
-    let out = child.wait_with_output().unwrap();
+    let (dir, tenant) = (s.dir.clone(), s.tenant.clone());
+    let out = s.child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("no board on cpu") && stdout.contains("after 0 ms of PR"), "{stdout}");
@@ -1011,52 +1044,18 @@ fn chain_serve_runs_on_the_cpu_profile() {
 }
 
 fn chain_serve_round_trip(mode: &str) {
-    use std::net::UdpSocket;
     use std::time::Duration;
-    let dir = std::env::temp_dir().join(format!("tern-chain-serve-{mode}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let tenant = dir.join("lan.toml");
-    std::fs::write(
-        &tenant,
-        "tenant = \"lan\"\ndag = \"fw -> nat\"\n[ingress]\nproto = \"udp\"\n[nt.fw]\nkind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\" }]\n[nt.nat]\nkind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20100\"\n",
-    )
-    .unwrap();
-    let inside = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let outside = UdpSocket::bind("127.0.0.1:0").unwrap();
-    for s in [&inside, &outside] {
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    }
-    let free = || UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let (p1, p2) = (free(), free());
-    let port1 = format!("udp:{p1}={}", inside.local_addr().unwrap());
-    let port2 = format!("udp:{p2}={}", outside.local_addr().unwrap());
     let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    let child = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args([
-            "chain",
-            "serve",
-            tenant.to_str().unwrap(),
-            "--port",
-            &port1,
-            "--port",
-            &port2,
-            "--duration",
-            "3",
-            "--json",
-        ])
-        .args(["--mode", mode, "--metrics", &metrics])
-        .args(if mode == "rtc" { &[][..] } else { &["--autoscale"][..] })
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    let mut f = Vec::new();
-    tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 0, 0, 5], [8, 8, 8, 8], 4000, 53, 64, b"query");
-    inside.send_to(&f, p1).unwrap();
+    let mut args = vec!["--duration", "3", "--json", "--mode", mode, "--metrics", &metrics];
+    if mode != "rtc" {
+        args.push("--autoscale");
+    }
+    let serve = LanServe::start(mode, &args);
+    let f = LanServe::query();
+    let got = serve.send_query();
+    let LanServe { dir, tenant, inside, outside, p1, p2, child } = serve;
     let mut buf = [0u8; 2048];
-    let (n, _) = outside.recv_from(&mut buf).expect("the translated frame leaves on the other port");
-    let h = etherparse::PacketHeaders::from_ethernet_slice(&buf[..n]).unwrap();
+    let h = etherparse::PacketHeaders::from_ethernet_slice(&got).unwrap();
     let Some(etherparse::NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not IPv4") };
     assert_eq!(ip.source, [192, 0, 2, 1]);
     assert_eq!(ip.header_checksum, ip.calc_header_checksum());
@@ -1139,7 +1138,7 @@ fn chain_serve_round_trip(mode: &str) {
         "serve",
         tenant.to_str().unwrap(),
         "--port",
-        &port1,
+        &format!("udp:{p1}={}", inside.local_addr().unwrap()),
         "--port",
         &format!("udp:127.0.0.1:0={}", outside.local_addr().unwrap()),
         "--duration",

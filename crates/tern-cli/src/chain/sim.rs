@@ -129,15 +129,19 @@ fn figure15(a: &SimArgs, profile: &str, model: &ChainModel, say: &dyn Fn(String)
         "full_at_ms": full,
         "timeline": timeline,
     });
-    let path = a.out.join("chain-sim-fig15.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n")
+    write(&a.out, "chain-sim-fig15", &report, plot(&timeline, &a.out)?, say)?;
+    Ok(report)
+}
+
+/// Writes `report` as `dir/NAME.json` and says so, and the plots already written.
+fn write(dir: &Path, name: &str, report: &Value, plots: Vec<PathBuf>, say: &dyn Fn(String)) -> Result<(), String> {
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(report).map_err(|e| e.to_string())? + "\n")
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    let mut written = vec![path];
-    written.extend(plot(&timeline, &a.out)?);
-    for w in &written {
+    for w in std::iter::once(&path).chain(&plots) {
         say(format!("wrote {}", w.display()));
     }
-    Ok(report)
+    Ok(())
 }
 
 /// The mean of `f` over the samples in `[from, to)` seconds.
@@ -211,14 +215,7 @@ fn figures16_17(
         "schemes": summary,
         "timelines": runs.iter().map(|(s, t)| json!({"scheme": s.name(), "timeline": t})).collect::<Vec<_>>(),
     });
-    let path = a.out.join("chain-sim-fig16-17.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n")
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    let mut written = vec![path];
-    written.extend(plot_shares(&runs, &a.out)?);
-    for w in &written {
-        say(format!("wrote {}", w.display()));
-    }
+    write(&a.out, "chain-sim-fig16-17", &report, plot_shares(&runs, &a.out)?, say)?;
     Ok(report)
 }
 
