@@ -221,6 +221,37 @@ fn figures16_17(
 
 type Runs = [(Scheme, Vec<tern_chain::fair::sim::Sample>)];
 
+type Panel<'a, DB> =
+    ChartContext<'a, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>;
+
+/// A panel of simulated time (0 to `end` s) against 0 to `y_max`, its mesh drawn.
+fn panel<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, plotters::coord::Shift>,
+    end: f64,
+    y_max: f64,
+    y_desc: &str,
+) -> Result<Panel<'a, DB>, String>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let mut chart = ChartBuilder::on(area)
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..end, 0.0..y_max)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("time (s, simulated)")
+        .y_desc(y_desc)
+        .label_style(("sans-serif", 13))
+        .light_line_style(TRANSPARENT)
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
+}
+
 fn figure_shares<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, runs: &Runs) -> Result<(), String>
 where
     DB::ErrorType: 'static,
@@ -233,20 +264,7 @@ where
     let panels = root.split_evenly((1, 2));
     let end = runs.iter().filter_map(|(_, t)| t.last()).map(|s| s.s).fold(1.0, f64::max);
     // Figure 16: each user's dominant share (user 1 solid, user 2 dashed).
-    let mut chart = ChartBuilder::on(&panels[0])
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0.0..end, 0.0..1.0)
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_desc("time (s, simulated)")
-        .y_desc("dominant share")
-        .label_style(("sans-serif", 13))
-        .light_line_style(TRANSPARENT)
-        .draw()
-        .map_err(err)?;
+    let mut chart = panel(&panels[0], end, 1.0, "dominant share")?;
     for (i, (scheme, t)) in runs.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
         chart
@@ -263,20 +281,7 @@ where
     legend(&mut chart)?;
     // Figure 17: the aggregate.
     let y_max = runs.iter().flat_map(|(_, t)| t.iter().map(|s| s.aggregate())).fold(0.0f64, f64::max);
-    let mut chart = ChartBuilder::on(&panels[1])
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0.0..end, 0.0..(y_max * 1.2).max(1.0))
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_desc("time (s, simulated)")
-        .y_desc("aggregate Gbit/s")
-        .label_style(("sans-serif", 13))
-        .light_line_style(TRANSPARENT)
-        .draw()
-        .map_err(err)?;
+    let mut chart = panel(&panels[1], end, (y_max * 1.2).max(1.0), "aggregate Gbit/s")?;
     for (i, (scheme, t)) in runs.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
         chart
