@@ -9,9 +9,12 @@
 //!   servers, entries moved between them make-before-break;
 //! - [`offload`]: heavy-hitter offload: a count-min sketch counts what the switch's table did
 //!   not serve, and each interval the heaviest flows' entries move from the servers' mirrored
-//!   table into the switch's (or flows drawn at random, the paper's "w/ R").
+//!   table into the switch's (or flows drawn at random, the paper's "w/ R");
+//! - [`place`]: the placement pass: tables and register arrays into a pipe's stages by their
+//!   dependencies and the stages' resources (`tern_hw::switch`).
 #![forbid(unsafe_code)]
 
 pub mod group;
 pub mod mirror;
 pub mod offload;
+pub mod place;
