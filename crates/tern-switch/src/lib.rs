@@ -10,6 +10,9 @@
 //! - [`offload`]: heavy-hitter offload: a count-min sketch counts what the switch's table did
 //!   not serve, and each interval the heaviest flows' entries move from the servers' mirrored
 //!   table into the switch's (or flows drawn at random, the paper's "w/ R");
+//! - [`program`]: switch programs as data (TOML in P4's vocabulary): request and response
+//!   parameters, metadata, registers, tables, actions of primitives, `pre_processing` and
+//!   `post_processing` around a named remote handler; checked, and placed by [`place`];
 //! - [`place`]: the placement pass: tables and register arrays into a pipe's stages by their
 //!   dependencies and the stages' resources (`tern_hw::switch`).
 #![forbid(unsafe_code)]
@@ -18,3 +21,4 @@ pub mod group;
 pub mod mirror;
 pub mod offload;
 pub mod place;
+pub mod program;

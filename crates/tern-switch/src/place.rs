@@ -46,6 +46,10 @@ pub struct RegisterSpec {
     /// Fields its index and its ALU read, and fields its ALU writes.
     pub reads: Vec<String>,
     pub writes: Vec<String>,
+    /// The table whose actions drive it (placed earlier): its stateful ALU runs in that
+    /// table's stage, so it goes in the table's first stage. None: placed by its own
+    /// dependencies.
+    pub owner: Option<String>,
 }
 
 /// A table or a register array.
@@ -166,7 +170,14 @@ pub fn place(model: &SwitchModel, items: &[Item]) -> Result<Placement, PlaceErro
         let l = match it {
             Item::Register(r) => {
                 let u = model.registers(1, r.entries, r.bits);
-                let s = (from..stages).find(|&s| fits(&used[s], &u, &cap)).ok_or_else(|| PlaceError::DoesNotFit {
+                // Driven by a table's actions: that table's first stage, and only there.
+                let owner = r.owner.as_ref().and_then(|o| landed.iter().find(|l| l.name == *o)).map(|l| l.first);
+                let range = match owner {
+                    Some(s) => s..s + 1,
+                    None => from..stages,
+                };
+                let from = range.start;
+                let s = range.clone().find(|&s| fits(&used[s], &u, &cap)).ok_or_else(|| PlaceError::DoesNotFit {
                     what: "register",
                     name: r.name.clone(),
                     need: format!("{} SRAM blocks and {} hash bits in one stage", u.sram_blocks, u.hash_bits),

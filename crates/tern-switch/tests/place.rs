@@ -27,6 +27,7 @@ fn register(name: &str, index: &str, writes: &[&str]) -> Item {
         bits: 32,
         reads: vec![index.into()],
         writes: writes.iter().map(|s| s.to_string()).collect(),
+        owner: None,
     })
 }
 
@@ -101,4 +102,26 @@ fn what_does_not_fit_is_named() {
     assert!(e.to_string().contains("table `huge`") && e.to_string().contains("SRAM"), "{e}");
     let e = place(&m, &[exact("a", "x", 1, &[]), register("a", "y", &[])]).unwrap_err();
     assert_eq!(e, PlaceError::Duplicate("a".into()));
+}
+
+/// A register driven by a table's action goes in that table's stage, though its index reads a
+/// field the same table's other action writes; without an owner it would go after it.
+#[test]
+fn an_owned_register_goes_with_its_table() {
+    let m = model();
+    let table = exact("nat", "ipv4.src", 1024, &["udp.src_port"]);
+    let reg = |owner: Option<&str>| {
+        Item::Register(RegisterSpec {
+            name: "count".into(),
+            entries: 1024,
+            bits: 32,
+            reads: vec!["udp.src_port".into()],
+            writes: vec![],
+            owner: owner.map(String::from),
+        })
+    };
+    let p = place(&m, &[table.clone(), reg(Some("nat"))]).unwrap();
+    assert_eq!((p.items[0].first, p.items[1].first), (0, 0));
+    let p = place(&m, &[table, reg(None)]).unwrap();
+    assert_eq!((p.items[0].first, p.items[1].first), (0, 1));
 }

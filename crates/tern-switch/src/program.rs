@@ -1,0 +1,626 @@
+//! Switch programs as data (CLIP §III-C; docs/clip.md, "Programs"): a TOML file in P4's
+//! vocabulary — the request and response parameters the program's packets carry to and from a
+//! server, metadata, register arrays, match-action tables and actions built from primitive
+//! operations, and the `pre_processing` and `post_processing` controls that apply them, with a
+//! named remote handler between them. [`Program::parse`] checks every name and width, naming
+//! the bad item; [`Program::placement`] puts its tables and registers in a pipe's stages.
+//!
+//! The program runs as the paper's top-level control: `pre_processing` (which may set `flight`
+//! and the request's parameters), the remote handler when `flight` is set, then
+//! `post_processing` on the response. `post_processing` may not send to a server (no `flight`
+//! or `ecmp` in its actions): a response never goes back to a server, so no packet loops.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::place::{self, Item, MatchKind, RegisterSpec, TableSpec};
+
+/// Header fields the parser extracts (its states: ethernet, then ipv4, then tcp or udp), with
+/// their widths in bits, and the standard metadata.
+pub const HEADER_FIELDS: [(&str, u32); 17] = [
+    ("ethernet.dst", 48),
+    ("ethernet.src", 48),
+    ("ethernet.type", 16),
+    ("ipv4.tos", 8),
+    ("ipv4.ttl", 8),
+    ("ipv4.proto", 8),
+    ("ipv4.src", 32),
+    ("ipv4.dst", 32),
+    ("tcp.src_port", 16),
+    ("tcp.dst_port", 16),
+    ("tcp.seq", 32),
+    ("tcp.flags", 8),
+    ("udp.src_port", 16),
+    ("udp.dst_port", 16),
+    ("meta.ingress_port", 9),
+    ("meta.egress_port", 9),
+    ("meta.flight", 1),
+];
+
+/// Bytes of parameters a CLIP header carries at most (`param_len` is one byte).
+pub const MAX_PARAM_BYTES: u32 = 255;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    name: String,
+    program: u16,
+    #[serde(default)]
+    handler: Option<String>,
+    #[serde(default)]
+    request: Vec<RawField>,
+    #[serde(default)]
+    response: Vec<RawField>,
+    #[serde(default)]
+    metadata: Vec<RawField>,
+    #[serde(default)]
+    register: Vec<RawRegister>,
+    #[serde(default)]
+    table: Vec<RawTable>,
+    #[serde(default)]
+    action: Vec<RawAction>,
+    #[serde(default)]
+    pre_processing: Vec<String>,
+    #[serde(default)]
+    post_processing: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawField {
+    name: String,
+    bits: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRegister {
+    name: String,
+    entries: u64,
+    bits: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKey {
+    field: String,
+    #[serde(rename = "match")]
+    kind: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTable {
+    name: String,
+    key: Vec<RawKey>,
+    size: u64,
+    actions: Vec<String>,
+    default: String,
+    #[serde(default)]
+    mirrored: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAction {
+    name: String,
+    #[serde(default)]
+    params: Vec<RawField>,
+    ops: Vec<toml::Table>,
+}
+
+/// An operand: a field (header, metadata, request, response, or an action's parameter) or a
+/// constant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Operand {
+    Field(String),
+    Const(u64),
+}
+
+/// A primitive operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// `dst = src`.
+    Set { dst: String, src: Operand },
+    /// `dst = a OP b` (wrapping at `dst`'s width).
+    Alu { kind: AluKind, dst: String, a: Operand, b: Operand },
+    /// `dst = hash(fields)` (the switch's hash unit over the fields' bytes).
+    Hash { dst: String, fields: Vec<String> },
+    /// `dst = register[index]`.
+    RegRead { register: String, index: Operand, dst: String },
+    /// `register[index] = src`.
+    RegWrite { register: String, index: Operand, src: Operand },
+    /// `register[index] += value`, and `dst` (if any) gets the new value: one read-modify-write.
+    RegAdd { register: String, index: Operand, value: Operand, dst: Option<String> },
+    /// Send out of a port.
+    Egress { port: Operand },
+    /// Send to the server group (ECMP over its members) and set `flight`.
+    Ecmp,
+    /// Set `flight`: the remote handler runs.
+    Flight,
+    /// Drop the packet.
+    Drop,
+}
+
+/// An arithmetic or bitwise operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AluKind {
+    Add,
+    Sub,
+    And,
+    Or,
+    Xor,
+}
+
+/// A named parameterized action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Action {
+    pub name: String,
+    pub params: Vec<(String, u32)>,
+    pub ops: Vec<Op>,
+}
+
+/// A match-action table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    pub name: String,
+    pub key: Vec<(String, MatchKind)>,
+    pub size: u64,
+    pub actions: Vec<String>,
+    pub default: String,
+    /// A server-side twin holds its entries beyond the switch's (`crate::mirror`).
+    pub mirrored: bool,
+}
+
+/// A register array.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Register {
+    pub name: String,
+    pub entries: u64,
+    pub bits: u32,
+}
+
+/// A checked program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    pub name: String,
+    /// Its id in the CLIP header.
+    pub id: u16,
+    /// The remote handler's name (None: the program never sends to a server).
+    pub handler: Option<String>,
+    pub request: Vec<(String, u32)>,
+    pub response: Vec<(String, u32)>,
+    pub metadata: Vec<(String, u32)>,
+    pub registers: Vec<Register>,
+    pub tables: Vec<Table>,
+    pub actions: Vec<Action>,
+    /// The controls: table or action names, applied in order.
+    pub pre_processing: Vec<String>,
+    pub post_processing: Vec<String>,
+}
+
+fn check_name(what: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("{what} `{name}`: a name is letters, digits and `_`"));
+    }
+    Ok(())
+}
+
+fn fields(what: &str, raw: &[RawField], prefix: &str) -> Result<Vec<(String, u32)>, String> {
+    let mut out: Vec<(String, u32)> = Vec::new();
+    for f in raw {
+        check_name(what, &f.name)?;
+        if !(1..=64).contains(&f.bits) {
+            return Err(format!("{what} `{}`: {} bits (1 to 64)", f.name, f.bits));
+        }
+        let full = format!("{prefix}{}", f.name);
+        if out.iter().any(|(n, _)| *n == full) {
+            return Err(format!("{what} `{}` is declared twice", f.name));
+        }
+        out.push((full, f.bits));
+    }
+    Ok(out)
+}
+
+impl Program {
+    /// Parses and checks a program; an error names the item.
+    pub fn parse(text: &str) -> Result<Program, String> {
+        let raw: Raw = toml::from_str(text).map_err(|e| e.message().to_string())?;
+        check_name("program", &raw.name)?;
+        let request = fields("request parameter", &raw.request, "req.")?;
+        let response = fields("response parameter", &raw.response, "res.")?;
+        for (what, f) in [("request", &request), ("response", &response)] {
+            let bytes: u32 = f.iter().map(|(_, b)| b.div_ceil(8)).sum();
+            if bytes > MAX_PARAM_BYTES {
+                return Err(format!("{what}: {bytes} bytes of parameters; a CLIP header carries {MAX_PARAM_BYTES}"));
+            }
+        }
+        let metadata = fields("metadata", &raw.metadata, "meta.")?;
+        if let Some((n, _)) = metadata.iter().find(|(n, _)| HEADER_FIELDS.iter().any(|(h, _)| h == n)) {
+            return Err(format!("metadata `{n}` is standard metadata already"));
+        }
+        let mut registers = Vec::new();
+        for r in &raw.register {
+            check_name("register", &r.name)?;
+            if registers.iter().any(|x: &Register| x.name == r.name) {
+                return Err(format!("register `{}` is declared twice", r.name));
+            }
+            if r.entries == 0 || !matches!(r.bits, 1 | 8 | 16 | 32 | 64) {
+                return Err(format!(
+                    "register `{}`: {} entries of {} bits (entries at least 1; bits 1, 8, 16, 32 or 64)",
+                    r.name, r.entries, r.bits
+                ));
+            }
+            registers.push(Register { name: r.name.clone(), entries: r.entries, bits: r.bits });
+        }
+        // Every field the program may name, with its width.
+        let mut known: BTreeMap<String, u32> = HEADER_FIELDS.iter().map(|&(n, b)| (n.to_string(), b)).collect();
+        for (n, b) in request.iter().chain(&response).chain(&metadata) {
+            known.insert(n.clone(), *b);
+        }
+        let mut actions: Vec<Action> = Vec::new();
+        for a in &raw.action {
+            check_name("action", &a.name)?;
+            if actions.iter().any(|x| x.name == a.name) {
+                return Err(format!("action `{}` is declared twice", a.name));
+            }
+            let params = fields(&format!("action `{}`: parameter", a.name), &a.params, "param.")?;
+            let mut scope = known.clone();
+            for (n, b) in &params {
+                scope.insert(n.clone(), *b);
+            }
+            let ops = a
+                .ops
+                .iter()
+                .enumerate()
+                .map(|(i, t)| op(t, &scope, &registers).map_err(|e| format!("action `{}`: op {}: {e}", a.name, i + 1)))
+                .collect::<Result<Vec<_>, _>>()?;
+            actions.push(Action {
+                name: a.name.clone(),
+                params: params.into_iter().map(|(n, b)| (n.trim_start_matches("param.").to_string(), b)).collect(),
+                ops,
+            });
+        }
+        let mut tables: Vec<Table> = Vec::new();
+        for t in &raw.table {
+            check_name("table", &t.name)?;
+            if tables.iter().any(|x| x.name == t.name) || actions.iter().any(|x| x.name == t.name) {
+                return Err(format!("table `{}`: the name is taken", t.name));
+            }
+            if t.size == 0 {
+                return Err(format!("table `{}`: size 0", t.name));
+            }
+            let mut key = Vec::new();
+            for k in &t.key {
+                if !known.contains_key(&k.field) {
+                    return Err(format!("table `{}`: key field `{}` is not a field", t.name, k.field));
+                }
+                let kind = match k.kind.as_str() {
+                    "exact" => MatchKind::Exact,
+                    "lpm" => MatchKind::Lpm,
+                    "ternary" => MatchKind::Ternary,
+                    other => return Err(format!("table `{}`: match `{other}` (exact, lpm or ternary)", t.name)),
+                };
+                key.push((k.field.clone(), kind));
+            }
+            if key.iter().filter(|k| k.1 == MatchKind::Lpm).count() > 1 {
+                return Err(format!("table `{}`: more than one lpm key", t.name));
+            }
+            for a in t.actions.iter().chain(std::iter::once(&t.default)) {
+                if !actions.iter().any(|x| x.name == *a) {
+                    return Err(format!("table `{}`: action `{a}` is not declared", t.name));
+                }
+            }
+            if actions.iter().any(|x| x.name == t.default && !x.params.is_empty()) {
+                return Err(format!(
+                    "table `{}`: default action `{}` takes parameters (a miss has none)",
+                    t.name, t.default
+                ));
+            }
+            tables.push(Table {
+                name: t.name.clone(),
+                key,
+                size: t.size,
+                actions: t.actions.clone(),
+                default: t.default.clone(),
+                mirrored: t.mirrored,
+            });
+        }
+        let step_actions = |control: &str, steps: &[String]| -> Result<Vec<&Action>, String> {
+            let mut out = Vec::new();
+            for s in steps {
+                if let Some(t) = tables.iter().find(|t| t.name == *s) {
+                    for a in t.actions.iter().chain(std::iter::once(&t.default)) {
+                        out.extend(actions.iter().find(|x| x.name == *a));
+                    }
+                } else if let Some(a) = actions.iter().find(|a| a.name == *s) {
+                    if !a.params.is_empty() {
+                        return Err(format!("{control}: action `{s}` takes parameters; apply it through a table"));
+                    }
+                    out.push(a);
+                } else {
+                    return Err(format!("{control}: `{s}` is neither a table nor an action"));
+                }
+            }
+            Ok(out)
+        };
+        let pre = step_actions("pre_processing", &raw.pre_processing)?;
+        let post = step_actions("post_processing", &raw.post_processing)?;
+        if let Some(a) = post.iter().find(|a| a.ops.iter().any(|o| matches!(o, Op::Flight | Op::Ecmp))) {
+            return Err(format!(
+                "post_processing: action `{}` sends to a server; a response would go back to one (a loop)",
+                a.name
+            ));
+        }
+        let flies = pre.iter().any(|a| a.ops.iter().any(|o| matches!(o, Op::Flight | Op::Ecmp)));
+        if flies && raw.handler.is_none() {
+            return Err("pre_processing sends to a server but the program names no `handler`".into());
+        }
+        if let Some(h) = &raw.handler {
+            check_name("handler", h)?;
+        }
+        Ok(Program {
+            name: raw.name,
+            id: raw.program,
+            handler: raw.handler,
+            request,
+            response,
+            metadata,
+            registers,
+            tables,
+            actions,
+            pre_processing: raw.pre_processing,
+            post_processing: raw.post_processing,
+        })
+    }
+
+    /// Loads and checks a program file; an error names the file and the item.
+    pub fn load(path: &std::path::Path) -> Result<Program, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Program::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// A field's width in bits (header, metadata, request or response fields).
+    pub fn width(&self, field: &str) -> Option<u32> {
+        HEADER_FIELDS.iter().find(|(n, _)| *n == field).map(|(_, b)| *b).or_else(|| {
+            self.request.iter().chain(&self.response).chain(&self.metadata).find(|(n, _)| n == field).map(|(_, b)| *b)
+        })
+    }
+
+    fn action(&self, name: &str) -> Option<&Action> {
+        self.actions.iter().find(|a| a.name == name)
+    }
+
+    /// The items to place, in control order (`pre_processing`, then `post_processing`): each
+    /// table with its key, size, action data (its widest action's parameters), the fields its
+    /// actions read and write and their primitives; each action applied on its own as a table
+    /// of no key and no entries; each register array with the first item whose actions use
+    /// it, in that item's stage (its stateful ALU runs with the item's action).
+    pub fn items(&self) -> Vec<Item> {
+        let mut items = Vec::new();
+        let mut placed_regs: Vec<&str> = Vec::new();
+        for (control, steps) in [("pre", &self.pre_processing), ("post", &self.post_processing)] {
+            for step in steps.iter() {
+                let (name, key, size, acts): (String, Keys, u64, Vec<&Action>) = match self
+                    .tables
+                    .iter()
+                    .find(|t| t.name == *step)
+                {
+                    Some(t) => (
+                        t.name.clone(),
+                        t.key.iter().map(|(f, k)| (f.clone(), u64::from(self.width(f).unwrap_or(0)), *k)).collect(),
+                        t.size,
+                        t.actions.iter().chain(std::iter::once(&t.default)).filter_map(|a| self.action(a)).collect(),
+                    ),
+                    None => (format!("{control}.{step}"), Vec::new(), 0, self.action(step).into_iter().collect()),
+                };
+                let mut reads = Vec::new();
+                let mut writes = Vec::new();
+                let mut regs: Vec<(&str, Vec<String>, Vec<String>)> = Vec::new();
+                for a in &acts {
+                    for o in &a.ops {
+                        let (r, w) = op_fields(o);
+                        reads.extend(r.iter().filter(|f| !f.starts_with("param.")).cloned());
+                        writes.extend(w.iter().cloned());
+                        if let Some(reg) = op_register(o)
+                            && !placed_regs.contains(&reg)
+                        {
+                            regs.push((reg, r, w));
+                        }
+                    }
+                }
+                let action_bits =
+                    acts.iter().map(|a| a.params.iter().map(|p| u64::from(p.1)).sum::<u64>()).max().unwrap_or(0);
+                let primitives = acts.iter().map(|a| a.ops.len() as u64).sum();
+                items.push(Item::Table(TableSpec {
+                    name: name.clone(),
+                    keys: key,
+                    entries: size,
+                    action_bits,
+                    reads,
+                    writes,
+                    primitives,
+                }));
+                for (reg, r, w) in regs {
+                    if placed_regs.contains(&reg) {
+                        continue;
+                    }
+                    placed_regs.push(reg);
+                    if let Some(def) = self.registers.iter().find(|x| x.name == reg) {
+                        items.push(Item::Register(RegisterSpec {
+                            name: def.name.clone(),
+                            entries: def.entries,
+                            bits: u64::from(def.bits),
+                            reads: r.into_iter().filter(|f| !f.starts_with("param.")).collect(),
+                            writes: w,
+                            owner: Some(name.clone()),
+                        }));
+                    }
+                }
+            }
+        }
+        items
+    }
+
+    /// Its tables and registers placed in `model`'s stages.
+    pub fn placement(&self, model: &tern_hw::switch::SwitchModel) -> Result<place::Placement, place::PlaceError> {
+        place::place(model, &self.items())
+    }
+}
+
+/// A placement item's key fields: name, bits, how matched.
+type Keys = Vec<(String, u64, MatchKind)>;
+
+/// The fields an operation reads and writes.
+fn op_fields(o: &Op) -> (Vec<String>, Vec<String>) {
+    let f = |x: &Operand| match x {
+        Operand::Field(s) => vec![s.clone()],
+        Operand::Const(_) => vec![],
+    };
+    match o {
+        Op::Set { dst, src } => (f(src), vec![dst.clone()]),
+        Op::Alu { dst, a, b, .. } => ([f(a), f(b)].concat(), vec![dst.clone()]),
+        Op::Hash { dst, fields } => (fields.clone(), vec![dst.clone()]),
+        Op::RegRead { index, dst, .. } => (f(index), vec![dst.clone()]),
+        Op::RegWrite { index, src, .. } => ([f(index), f(src)].concat(), vec![]),
+        Op::RegAdd { index, value, dst, .. } => ([f(index), f(value)].concat(), dst.iter().cloned().collect()),
+        Op::Egress { port } => (f(port), vec!["meta.egress_port".into()]),
+        Op::Ecmp | Op::Flight => (vec![], vec!["meta.flight".into()]),
+        Op::Drop => (vec![], vec![]),
+    }
+}
+
+fn op_register(o: &Op) -> Option<&str> {
+    match o {
+        Op::RegRead { register, .. } | Op::RegWrite { register, .. } | Op::RegAdd { register, .. } => Some(register),
+        _ => None,
+    }
+}
+
+/// One operation from its table, its fields checked against `scope` and registers against
+/// `registers`.
+fn op(t: &toml::Table, scope: &BTreeMap<String, u32>, registers: &[Register]) -> Result<Op, String> {
+    let kind = t.get("op").and_then(|v| v.as_str()).ok_or("no `op`")?;
+    let allowed: &[&str] = match kind {
+        "set" => &["op", "dst", "src"],
+        "add" | "sub" | "and" | "or" | "xor" => &["op", "dst", "a", "b"],
+        "hash" => &["op", "dst", "fields"],
+        "reg_read" => &["op", "register", "index", "dst"],
+        "reg_write" => &["op", "register", "index", "src"],
+        "reg_add" => &["op", "register", "index", "value", "dst"],
+        "egress" => &["op", "port"],
+        "ecmp" | "flight" | "drop" => &["op"],
+        other => {
+            return Err(format!(
+                "`{other}` is not an operation (set, add, sub, and, or, xor, hash, reg_read, reg_write, reg_add, egress, ecmp, flight, drop)"
+            ));
+        }
+    };
+    if let Some(k) = t.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(format!("`{kind}` takes no `{k}`"));
+    }
+    let field = |key: &str| -> Result<String, String> {
+        let name = t.get(key).and_then(|v| v.as_str()).ok_or_else(|| format!("`{kind}` needs `{key}`, a field"))?;
+        if !scope.contains_key(name) {
+            return Err(format!("`{name}` is not a field"));
+        }
+        if name.starts_with("param.") && key == "dst" {
+            return Err(format!("`{name}`: an action's parameter cannot be written"));
+        }
+        Ok(name.to_string())
+    };
+    let operand = |key: &str, width: u32| -> Result<Operand, String> {
+        match t.get(key) {
+            Some(toml::Value::Integer(i)) => {
+                let v = u64::try_from(*i).map_err(|_| format!("`{key}` = {i}: negative"))?;
+                if width < 64 && v >> width != 0 {
+                    return Err(format!("`{key}` = {v}: wider than {width} bits"));
+                }
+                Ok(Operand::Const(v))
+            }
+            Some(toml::Value::String(s)) => {
+                if let Some(hex) = s.strip_prefix("0x") {
+                    let v = u64::from_str_radix(hex, 16).map_err(|_| format!("`{key}` = {s}: not a number"))?;
+                    if width < 64 && v >> width != 0 {
+                        return Err(format!("`{key}` = {s}: wider than {width} bits"));
+                    }
+                    return Ok(Operand::Const(v));
+                }
+                if !scope.contains_key(s.as_str()) {
+                    return Err(format!("`{s}` is not a field"));
+                }
+                Ok(Operand::Field(s.clone()))
+            }
+            _ => Err(format!("`{kind}` needs `{key}`, a field or a number")),
+        }
+    };
+    let register = || -> Result<(String, u32, u64), String> {
+        let name = t.get("register").and_then(|v| v.as_str()).ok_or_else(|| format!("`{kind}` needs `register`"))?;
+        let r =
+            registers.iter().find(|r| r.name == name).ok_or_else(|| format!("register `{name}` is not declared"))?;
+        Ok((name.to_string(), r.bits, r.entries))
+    };
+    let width_of = |f: &str| scope.get(f).copied().unwrap_or(64);
+    // A register's index: a field, or a constant below its entries.
+    let index = |entries: u64| -> Result<Operand, String> {
+        let o = operand("index", 64)?;
+        if let Operand::Const(v) = o
+            && v >= entries
+        {
+            return Err(format!("`index` = {v}: the register has {entries} entries"));
+        }
+        Ok(o)
+    };
+    Ok(match kind {
+        "set" => {
+            let dst = field("dst")?;
+            Op::Set { src: operand("src", width_of(&dst))?, dst }
+        }
+        "add" | "sub" | "and" | "or" | "xor" => {
+            let dst = field("dst")?;
+            let w = width_of(&dst);
+            let kind = match kind {
+                "add" => AluKind::Add,
+                "sub" => AluKind::Sub,
+                "and" => AluKind::And,
+                "or" => AluKind::Or,
+                _ => AluKind::Xor,
+            };
+            Op::Alu { kind, a: operand("a", w)?, b: operand("b", w)?, dst }
+        }
+        "hash" => {
+            let dst = field("dst")?;
+            let list = t.get("fields").and_then(|v| v.as_array()).ok_or("`hash` needs `fields`, a list of fields")?;
+            let mut fields = Vec::new();
+            for v in list {
+                let s = v.as_str().ok_or("`fields`: each a field name")?;
+                if !scope.contains_key(s) {
+                    return Err(format!("`{s}` is not a field"));
+                }
+                fields.push(s.to_string());
+            }
+            if fields.is_empty() {
+                return Err("`hash` of no fields".into());
+            }
+            Op::Hash { dst, fields }
+        }
+        "reg_read" => {
+            let (register, _, entries) = register()?;
+            Op::RegRead { index: index(entries)?, dst: field("dst")?, register }
+        }
+        "reg_write" => {
+            let (register, bits, entries) = register()?;
+            Op::RegWrite { index: index(entries)?, src: operand("src", bits)?, register }
+        }
+        "reg_add" => {
+            let (register, bits, entries) = register()?;
+            let dst = if t.contains_key("dst") { Some(field("dst")?) } else { None };
+            Op::RegAdd { index: index(entries)?, value: operand("value", bits)?, dst, register }
+        }
+        "egress" => Op::Egress { port: operand("port", 9)? },
+        "ecmp" => Op::Ecmp,
+        "flight" => Op::Flight,
+        _ => Op::Drop,
+    })
+}

@@ -1,0 +1,90 @@
+//! Switch programs (docs/clip.md, "Programs"): the SNAT example checked and placed, and each
+//! kind of bad item refused by name.
+
+use tern_hw::Profile;
+use tern_hw::switch::SwitchModel;
+use tern_switch::program::{Op, Operand, Program};
+
+fn snat() -> String {
+    std::fs::read_to_string(format!("{}/../../examples/switch/snat.toml", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+/// Appendix A's SNAT: parsed, its tables and actions as written, and placed on `clip-tofino`:
+/// the `nat` table in stage 0 (2,048 entries of a 104-bit key and 48 bits of action data),
+/// the register it counts in beside it, and `rewrite` (which writes what `nat` matches on)
+/// after it.
+#[test]
+fn snat_parses_and_places() {
+    let p = Program::parse(&snat()).unwrap();
+    assert_eq!((p.name.as_str(), p.id, p.handler.as_deref()), ("snat", 1, Some("snat")));
+    assert_eq!(p.tables[0].key.len(), 5);
+    assert!(p.tables[0].mirrored);
+    let translate = &p.actions[0];
+    assert_eq!(translate.params, [("addr".to_string(), 32), ("port".to_string(), 16)]);
+    assert_eq!(translate.ops[0], Op::Set { dst: "ipv4.src".into(), src: Operand::Field("param.addr".into()) });
+    let m = SwitchModel::from_profile(&Profile::builtin("clip-tofino").unwrap()).unwrap();
+    let pl = p.placement(&m).unwrap();
+    let at: Vec<(&str, usize)> = pl.items.iter().map(|l| (l.name.as_str(), l.first)).collect();
+    assert_eq!(at, [("nat", 0), ("to_server", 0), ("post.rewrite", 1)]);
+    // 104 + 48 + 4 bits: two rows an entry, 4,096 rows, 4 blocks; 13 bytes of key.
+    assert_eq!((pl.items[0].uses.sram_blocks, pl.items[0].uses.crossbar_bytes), (4, 13));
+}
+
+/// Each bad item is refused, naming it.
+#[test]
+fn bad_programs_are_refused_by_name() {
+    let base = snat();
+    let cases: [(&str, &str, &str); 12] = [
+        (
+            "{ field = \"udp.dst_port\", match = \"exact\" },",
+            "{ field = \"udp.dport\", match = \"exact\" },",
+            "key field `udp.dport` is not a field",
+        ),
+        (
+            "{ field = \"ipv4.src\", match = \"exact\" },",
+            "{ field = \"ipv4.src\", match = \"range\" },",
+            "match `range`",
+        ),
+        ("default = \"ask_server\"", "default = \"translate\"", "default action `translate` takes parameters"),
+        ("actions = [\"translate\"]", "actions = [\"translat\"]", "action `translat` is not declared"),
+        ("src = \"param.addr\"", "src = \"param.adr\"", "action `translate`: op 1: `param.adr` is not a field"),
+        ("{ op = \"ecmp\" }", "{ op = \"jump\" }", "`jump` is not an operation"),
+        ("register = \"to_server\"", "register = \"to_servers\"", "register `to_servers` is not declared"),
+        ("index = \"udp.src_port\"", "index = 1024", "`index` = 1024: the register has 1024 entries"),
+        (
+            "post_processing = [\"rewrite\"]",
+            "post_processing = [\"ask_server\"]",
+            "post_processing: action `ask_server` sends to a server",
+        ),
+        (
+            "pre_processing = [\"nat\"]",
+            "pre_processing = [\"natt\"]",
+            "pre_processing: `natt` is neither a table nor an action",
+        ),
+        ("handler = \"snat\"\n", "", "pre_processing sends to a server but the program names no `handler`"),
+        (
+            "request = [{ name = \"flow\", bits = 64 }]",
+            "request = [{ name = \"flow\", bits = 65 }]",
+            "request parameter `flow`: 65 bits",
+        ),
+    ];
+    for (from, to, want) in cases {
+        assert!(base.contains(from), "{from}");
+        let e = Program::parse(&base.replacen(from, to, 1)).unwrap_err();
+        assert!(e.contains(want), "{to}: {e}");
+    }
+    // A constant wider than its field; a parameter written; an unknown key in an op.
+    let e = Program::parse(&base.replacen("src = \"param.port\"", "src = 70000", 1)).unwrap_err();
+    assert!(e.contains("`src` = 70000: wider than 16 bits"), "{e}");
+    let e = Program::parse(&base.replacen(
+        "dst = \"ipv4.src\", src = \"param.addr\"",
+        "dst = \"param.addr\", src = \"ipv4.src\"",
+        1,
+    ))
+    .unwrap_err();
+    assert!(e.contains("cannot be written"), "{e}");
+    let e = Program::parse(&base.replacen("{ op = \"ecmp\" }", "{ op = \"ecmp\", port = 3 }", 1)).unwrap_err();
+    assert!(e.contains("`ecmp` takes no `port`"), "{e}");
+    // Not TOML of a program at all.
+    assert!(Program::parse("name = 3").is_err());
+}
