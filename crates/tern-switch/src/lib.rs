@@ -13,6 +13,8 @@
 //! - [`program`]: switch programs as data (TOML in P4's vocabulary): request and response
 //!   parameters, metadata, registers, tables, actions of primitives, `pre_processing` and
 //!   `post_processing` around a named remote handler; checked, and placed by [`place`];
+//! - [`pipeline`]: a program run on frames: parser, tables, primitives, registers, deparser
+//!   (checksums), `flight` to a server and the response's `post_processing`;
 //! - [`place`]: the placement pass: tables and register arrays into a pipe's stages by their
 //!   dependencies and the stages' resources (`tern_hw::switch`).
 #![forbid(unsafe_code)]
@@ -20,5 +22,6 @@
 pub mod group;
 pub mod mirror;
 pub mod offload;
+pub mod pipeline;
 pub mod place;
 pub mod program;

@@ -1,0 +1,179 @@
+//! The pipeline on Appendix A's SNAT (docs/clip.md, "The pipeline"): a miss goes to a server
+//! with the flow's hash; an entry translates in the switch; a server's response is written by
+//! post-processing; checksums stay valid (re-parsed with etherparse).
+
+use tern_switch::pipeline::{KeyMatch, Outcome, Pipeline};
+use tern_switch::program::Program;
+
+fn snat() -> Pipeline {
+    let text =
+        std::fs::read_to_string(format!("{}/../../examples/switch/snat.toml", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    Pipeline::new(Program::parse(&text).unwrap())
+}
+
+fn udp(src: [u8; 4], sport: u16) -> Vec<u8> {
+    let mut f = Vec::new();
+    tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], src, [8, 8, 8, 8], sport, 53, 64, b"query");
+    f
+}
+
+/// The frame's IPv4 source, UDP source port, and whether both checksums are right.
+fn seen(f: &[u8]) -> ([u8; 4], u16, bool) {
+    let h = etherparse::PacketHeaders::from_ethernet_slice(f).unwrap();
+    let Some(etherparse::NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not IPv4") };
+    let Some(etherparse::TransportHeader::Udp(u)) = &h.transport else { panic!("not UDP") };
+    let ok = ip.header_checksum == ip.calc_header_checksum()
+        && u.checksum == u.calc_checksum_ipv4(ip, h.payload.slice()).unwrap();
+    (ip.source, u.source_port, ok)
+}
+
+fn key(src: [u8; 4], sport: u16) -> Vec<KeyMatch> {
+    vec![
+        KeyMatch::Exact(u64::from(u32::from_be_bytes(src))),
+        KeyMatch::Exact(u64::from(u32::from_be_bytes([8, 8, 8, 8]))),
+        KeyMatch::Exact(17),
+        KeyMatch::Exact(u64::from(sport)),
+        KeyMatch::Exact(53),
+    ]
+}
+
+#[test]
+fn a_miss_goes_to_a_server_and_its_answer_is_written_back() {
+    let mut p = snat();
+    let mut f = udp([10, 0, 0, 5], 4000);
+    let original = f.clone();
+    let Outcome::ToServer { request } = p.pre(&mut f, 1) else { panic!("a miss stays in the switch") };
+    // The request: the flow's 64-bit hash; the same flow, the same hash; another, another.
+    assert_eq!(request.len(), 8);
+    let mut g = udp([10, 0, 0, 5], 4000);
+    assert_eq!(p.pre(&mut g, 1), Outcome::ToServer { request: request.clone() });
+    let mut h = udp([10, 0, 0, 6], 4000);
+    assert_ne!(p.pre(&mut h, 1), Outcome::ToServer { request });
+    // The frame is unchanged on its way to the server; the register counted the three.
+    assert_eq!(f, original);
+    assert_eq!(p.register("to_server").unwrap()[4000 % 1024], 3);
+    assert_eq!(p.table_counts("nat"), Some((0, 3)));
+    // The server answers 192.0.2.9:30000; post-processing writes it, checksums fixed.
+    let mut response = vec![192, 0, 2, 9];
+    response.extend_from_slice(&30000u16.to_be_bytes());
+    assert_eq!(p.post(&mut f, &response), Outcome::Forward { port: None });
+    assert_eq!(seen(&f), ([192, 0, 2, 9], 30000, true));
+    // A response of the wrong length is dropped by name.
+    assert_eq!(p.post(&mut f, &response[..5]), Outcome::Drop("response_length"));
+}
+
+#[test]
+fn an_entry_translates_in_the_switch() {
+    let mut p = snat();
+    p.insert("nat", &key([10, 0, 0, 5], 4000), 0, "translate", &[u64::from(u32::from_be_bytes([192, 0, 2, 1])), 20000])
+        .unwrap();
+    let mut f = udp([10, 0, 0, 5], 4000);
+    assert_eq!(p.pre(&mut f, 1), Outcome::Forward { port: None });
+    assert_eq!(seen(&f), ([192, 0, 2, 1], 20000, true));
+    assert_eq!(p.table_counts("nat"), Some((1, 0)));
+    // Another flow misses; removing the entry makes the first miss again.
+    let mut g = udp([10, 0, 0, 5], 4001);
+    assert!(matches!(p.pre(&mut g, 1), Outcome::ToServer { .. }));
+    assert!(p.remove("nat", &key([10, 0, 0, 5], 4000)));
+    let mut f = udp([10, 0, 0, 5], 4000);
+    assert!(matches!(p.pre(&mut f, 1), Outcome::ToServer { .. }));
+}
+
+#[test]
+fn bad_entries_and_frames_are_refused() {
+    let mut p = snat();
+    let k = key([10, 0, 0, 5], 4000);
+    assert!(p.insert("nat", &k[..4], 0, "translate", &[1, 2]).unwrap_err().contains("5 key fields"));
+    assert!(p.insert("nat", &k, 0, "ask_server", &[]).unwrap_err().contains("not one of its actions"));
+    assert!(p.insert("nat", &k, 0, "translate", &[1]).unwrap_err().contains("2 parameters"));
+    assert!(
+        p.insert("nat", &k, 0, "translate", &[1, 70000]).unwrap_err().contains("`port` = 70000 is wider than 16 bits")
+    );
+    assert!(p.insert("nats", &k, 0, "translate", &[1, 2]).unwrap_err().contains("no table `nats`"));
+    let mut lpm = k.clone();
+    lpm[0] = KeyMatch::Lpm(0, 8);
+    assert!(p.insert("nat", &lpm, 0, "translate", &[1, 2]).unwrap_err().contains("matched Exact"));
+    // Shorter than Ethernet: dropped by name; an ARP frame runs with no IPv4 fields (a miss).
+    assert_eq!(p.pre(&mut [0u8; 10], 1), Outcome::Drop("malformed"));
+    let mut arp = vec![0xffu8; 12];
+    arp.extend_from_slice(&[0x08, 0x06]);
+    arp.extend_from_slice(&[0; 28]);
+    assert!(matches!(p.pre(&mut arp, 1), Outcome::ToServer { .. }));
+}
+
+/// A forwarding program: an LPM route table sets the egress port (the longest prefix wins), a
+/// ternary ACL after it drops by priority, and TTL is decremented with a checksum fix.
+#[test]
+fn lpm_routes_and_a_ternary_acl() {
+    let prog = Program::parse(
+        r#"
+name = "router"
+program = 2
+pre_processing = ["route", "acl"]
+
+[[table]]
+name = "route"
+key = [{ field = "ipv4.dst", match = "lpm" }]
+size = 16
+actions = ["out"]
+default = "nowhere"
+
+[[table]]
+name = "acl"
+key = [{ field = "udp.dst_port", match = "ternary" }]
+size = 16
+actions = ["deny", "allow"]
+default = "allow"
+
+[[action]]
+name = "out"
+params = [{ name = "port", bits = 9 }]
+ops = [
+  { op = "egress", port = "param.port" },
+  { op = "sub", dst = "ipv4.ttl", a = "ipv4.ttl", b = 1 },
+]
+
+[[action]]
+name = "nowhere"
+ops = [{ op = "drop" }]
+
+[[action]]
+name = "deny"
+ops = [{ op = "drop" }]
+
+[[action]]
+name = "allow"
+ops = []
+"#,
+    )
+    .unwrap();
+    let mut p = Pipeline::new(prog);
+    let net = |a: [u8; 4]| u64::from(u32::from_be_bytes(a));
+    p.insert("route", &[KeyMatch::Lpm(net([8, 0, 0, 0]), 8)], 0, "out", &[1]).unwrap();
+    p.insert("route", &[KeyMatch::Lpm(net([8, 8, 0, 0]), 16)], 0, "out", &[2]).unwrap();
+    p.insert("route", &[KeyMatch::Lpm(net([8, 8, 8, 0]), 24)], 0, "out", &[3]).unwrap();
+    // Ports 5000-5001 (mask 0xfffe) denied at priority 2; everything else allowed at 1.
+    p.insert("acl", &[KeyMatch::Ternary(5000, 0xfffe)], 2, "deny", &[]).unwrap();
+    p.insert("acl", &[KeyMatch::Ternary(0, 0)], 1, "allow", &[]).unwrap();
+    let frame = |dst: [u8; 4], dport: u16| {
+        let mut f = Vec::new();
+        tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 0, 0, 5], dst, 4000, dport, 64, b"x");
+        f
+    };
+    for (dst, port) in [([8, 8, 8, 8], 3), ([8, 8, 9, 9], 2), ([8, 1, 1, 1], 1)] {
+        let mut f = frame(dst, 53);
+        assert_eq!(p.pre(&mut f, 7), Outcome::Forward { port: Some(port) }, "{dst:?}");
+        let h = etherparse::PacketHeaders::from_ethernet_slice(&f).unwrap();
+        let Some(etherparse::NetHeaders::Ipv4(ip, _)) = &h.net else { panic!() };
+        assert_eq!(ip.time_to_live, 63);
+        assert_eq!(ip.header_checksum, ip.calc_header_checksum());
+    }
+    let mut f = frame([9, 9, 9, 9], 53);
+    assert_eq!(p.pre(&mut f, 7), Outcome::Drop("dropped_by_program"), "no route");
+    for dport in [5000, 5001] {
+        let mut f = frame([8, 8, 8, 8], dport);
+        assert_eq!(p.pre(&mut f, 7), Outcome::Drop("dropped_by_program"), "{dport}");
+    }
+    let mut f = frame([8, 8, 8, 8], 5002);
+    assert_eq!(p.pre(&mut f, 7), Outcome::Forward { port: Some(3) });
+}
