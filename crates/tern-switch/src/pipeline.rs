@@ -30,7 +30,8 @@ pub enum KeyMatch {
 /// What happens to a packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// It leaves, out of `meta.egress_port` if an action set it (None: by regular forwarding).
+    /// It leaves, out of `meta.egress_port` if an action set it (None: by regular forwarding;
+    /// port 0 reads as unset).
     Forward { port: Option<u16> },
     /// It goes to a server with these request parameters (each `req.*` field in declaration
     /// order, big-endian, `ceil(bits / 8)` bytes).
