@@ -12,6 +12,7 @@
 //! index is taken modulo the array's size (indexes are often hashes).
 
 use hashbrown::HashMap;
+use tern_table::sketch::fmix64;
 
 use crate::place::MatchKind;
 use crate::program::{Action, AluKind, HEADER_FIELDS, Op, Operand, Program};
@@ -80,14 +81,6 @@ pub struct Pipeline {
 
 fn mask(bits: u32) -> u64 {
     if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 }
-}
-
-fn fmix64(mut k: u64) -> u64 {
-    k ^= k >> 33;
-    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    k ^= k >> 33;
-    k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    k ^ (k >> 33)
 }
 
 fn be(b: &[u8]) -> u64 {

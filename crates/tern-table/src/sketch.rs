@@ -27,9 +27,10 @@ const SEEDS: [u64; 8] = [
 /// The most ways a sketch or Bloom filter has (a switch spends a stage on each).
 pub const MAX_WAYS: usize = SEEDS.len();
 
-/// MurmurHash3's 64-bit finalizer: every input bit moves every output bit.
+/// MurmurHash3's 64-bit finalizer: every input bit moves every output bit (the hash the
+/// sketches, filters and CLIP's pipeline use).
 #[inline]
-fn fmix64(mut k: u64) -> u64 {
+pub fn fmix64(mut k: u64) -> u64 {
     k ^= k >> 33;
     k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
     k ^= k >> 33;
