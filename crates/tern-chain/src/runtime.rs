@@ -609,16 +609,35 @@ struct Region {
 /// The most bytes a paced region saves up while idle: one full-size frame.
 const PACE_BURST_BYTES: f64 = 1518.0;
 
-/// A region's pace: the least cap of any task in its segments (any tenant's), bytes a ns.
-fn region_pace(segments: &Segments) -> Option<f64> {
-    segments
-        .iter()
-        .flat_map(|s| s.3.iter())
+/// The least cap (`Cost::gbps`) of any tenant's task in `wrappers`, Gbit/s (None: none capped).
+fn least_cap<'a>(wrappers: impl IntoIterator<Item = &'a Wrapper>) -> Option<f64> {
+    wrappers
+        .into_iter()
         .flat_map(|w| w.tasks.iter().flatten())
         .filter_map(|t| t.cost().gbps)
         .filter(|g| g.is_finite() && *g > 0.0)
         .reduce(f64::min)
-        .map(|g| g / 8.0)
+}
+
+/// A region's pace: the least cap of any task in its segments, bytes a ns.
+fn region_pace(segments: &Segments) -> Option<f64> {
+    least_cap(segments.iter().flat_map(|s| s.3.iter())).map(|g| g / 8.0)
+}
+
+impl Region {
+    /// Region `id` running `segments`, in service, paced to its tasks' caps.
+    fn new(id: usize, segments: Segments) -> Region {
+        Region {
+            id,
+            pace: region_pace(&segments),
+            segments,
+            inputs: Vec::new(),
+            turn: 0,
+            dark_until: None,
+            tokens: 0.0,
+            refilled: None,
+        }
+    }
 }
 
 /// A region's segments: (chain, instance, segment, the segment's wrappers).
@@ -1134,14 +1153,7 @@ impl Runtime {
         let mut chain_gbps = Vec::new();
         for first in built.first().into_iter().flatten() {
             stateful.push(first.iter().any(|w| w.tasks.iter().flatten().any(|t| t.cost().stateful)));
-            chain_gbps.push(
-                first
-                    .iter()
-                    .flat_map(|w| w.tasks.iter().flatten())
-                    .filter_map(|t| t.cost().gbps)
-                    .filter(|g| g.is_finite() && *g > 0.0)
-                    .reduce(f64::min),
-            );
+            chain_gbps.push(least_cap(first));
             for w in first {
                 for (t, task) in w.tasks.iter().enumerate() {
                     if let Some(task) = task {
@@ -1178,16 +1190,7 @@ impl Runtime {
                         }
                         region_core.push((ri + k * nreg) % cores);
                         region_of.push((ri, k));
-                        by_id.push(Region {
-                            id,
-                            pace: region_pace(&segments),
-                            segments,
-                            inputs: Vec::new(),
-                            turn: 0,
-                            dark_until: None,
-                            tokens: 0.0,
-                            refilled: None,
-                        });
+                        by_id.push(Region::new(id, segments));
                     }
                 }
             }
@@ -1202,17 +1205,7 @@ impl Runtime {
                             let id = by_id.len();
                             ids.push(id);
                             region_core.push(next_core % cores);
-                            let segments = vec![(ci, k, w.position, vec![w])];
-                            by_id.push(Region {
-                                id,
-                                pace: region_pace(&segments),
-                                segments,
-                                inputs: Vec::new(),
-                                turn: 0,
-                                dark_until: None,
-                                tokens: 0.0,
-                                refilled: None,
-                            });
+                            by_id.push(Region::new(id, vec![(ci, k, w.position, vec![w])]));
                             next_core += 1;
                         }
                         route[ci].push(ids);

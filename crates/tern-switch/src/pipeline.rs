@@ -67,10 +67,22 @@ struct Offsets {
     udp: Option<usize>,
 }
 
+/// A control's step, resolved when the program loads.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Table(usize),
+    Action(usize),
+}
+
 /// A loaded program: its tables' entries and its registers.
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     prog: Program,
+    /// The program's actions, shared so that running one borrows nothing of the pipeline.
+    actions: std::sync::Arc<[Action]>,
+    /// `pre_processing` and `post_processing`, resolved.
+    pre: Vec<Step>,
+    post: Vec<Step>,
     /// Field name → PHV slot; slot widths.
     slots: HashMap<String, usize>,
     widths: Vec<u32>,
@@ -110,7 +122,18 @@ impl Pipeline {
         let tables = vec![TableState::default(); prog.tables.len()];
         let registers = prog.registers.iter().map(|r| vec![0; r.entries as usize]).collect();
         let phv = vec![0; widths.len()];
-        Pipeline { prog, slots, widths, tables, registers, phv }
+        let resolve = |steps: &[String]| -> Vec<Step> {
+            steps
+                .iter()
+                .filter_map(|s| match prog.tables.iter().position(|t| t.name == *s) {
+                    Some(t) => Some(Step::Table(t)),
+                    None => prog.actions.iter().position(|a| a.name == *s).map(Step::Action),
+                })
+                .collect()
+        };
+        let (pre, post) = (resolve(&prog.pre_processing), resolve(&prog.post_processing));
+        let actions = prog.actions.clone().into();
+        Pipeline { prog, actions, pre, post, slots, widths, tables, registers, phv }
     }
 
     /// The program.
@@ -204,8 +227,7 @@ impl Pipeline {
     pub fn pre(&mut self, frame: &mut [u8], ingress_port: u16) -> Outcome {
         let Some(off) = self.parse(frame) else { return Outcome::Drop("malformed") };
         self.set("meta.ingress_port", u64::from(ingress_port));
-        let steps = self.prog.pre_processing.clone();
-        if let Some(d) = self.run(&steps) {
+        if let Some(d) = self.run(false) {
             return d;
         }
         if self.get("meta.flight") == 1 {
@@ -236,8 +258,7 @@ impl Pipeline {
             self.set(&n, be(&response[at..at + k]) & mask(b));
             at += k;
         }
-        let steps = self.prog.post_processing.clone();
-        if let Some(d) = self.run(&steps) {
+        if let Some(d) = self.run(true) {
             return d;
         }
         self.deparse(frame, off);
@@ -341,18 +362,18 @@ impl Pipeline {
         }
     }
 
-    /// Runs control steps (table or action names); Some if an action dropped the packet.
-    fn run(&mut self, steps: &[String]) -> Option<Outcome> {
-        for step in steps {
-            if let Some(ti) = self.prog.tables.iter().position(|t| t.name == *step) {
-                let (ai, params) = self.lookup(ti);
-                let action = self.prog.actions[ai].clone();
-                if let Some(d) = self.exec(&action, &params) {
-                    return Some(d);
-                }
-            } else if let Some(a) = self.prog.actions.iter().find(|a| a.name == *step).cloned()
-                && let Some(d) = self.exec(&a, &[])
-            {
+    /// Runs `pre_processing` (or, `post`, `post_processing`); Some if an action dropped the
+    /// packet.
+    fn run(&mut self, post: bool) -> Option<Outcome> {
+        let actions = self.actions.clone();
+        let n = if post { self.post.len() } else { self.pre.len() };
+        for i in 0..n {
+            let step = if post { self.post[i] } else { self.pre[i] };
+            let (ai, params) = match step {
+                Step::Table(ti) => self.lookup(ti),
+                Step::Action(ai) => (ai, Vec::new()),
+            };
+            if let Some(d) = self.exec(&actions[ai], &params) {
                 return Some(d);
             }
         }
