@@ -10,12 +10,17 @@
 //! entry by entry (the longest prefix, then the highest priority, then the earliest entry).
 //! A field of a header the packet lacks reads as 0 and writes to it are dropped. A register
 //! index is taken modulo the array's size (indexes are often hashes).
+//!
+//! Loading compiles the program: every field an operation or key names becomes a slot of the
+//! PHV, every action and table an index, so a packet runs without looking a name up or
+//! allocating (the key, the matched entry's parameters and the request are built in buffers
+//! the pipeline keeps).
 
 use hashbrown::HashMap;
 use tern_table::sketch::fmix64;
 
 use crate::place::MatchKind;
-use crate::program::{Action, AluKind, HEADER_FIELDS, Op, Operand, Program};
+use crate::program::{AluKind, HEADER_FIELDS, Op, Operand, Program};
 
 /// One key field of an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -29,30 +34,49 @@ pub enum KeyMatch {
 }
 
 /// What happens to a packet.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// It leaves, out of `meta.egress_port` if an action set it (None: by regular forwarding;
     /// port 0 reads as unset).
     Forward { port: Option<u16> },
-    /// It goes to a server with these request parameters (each `req.*` field in declaration
-    /// order, big-endian, `ceil(bits / 8)` bytes).
-    ToServer { request: Vec<u8> },
+    /// It goes to a server with the request parameters [`Pipeline::request`] holds (each
+    /// `req.*` field in declaration order, big-endian, `ceil(bits / 8)` bytes).
+    ToServer,
     /// It is dropped, and why.
     Drop(&'static str),
 }
+
+// The PHV slots of the header fields and standard metadata: their places in `HEADER_FIELDS`.
+const ETH_DST: usize = 0;
+const ETH_SRC: usize = 1;
+const ETH_TYPE: usize = 2;
+const IP_TOS: usize = 3;
+const IP_TTL: usize = 4;
+const IP_PROTO: usize = 5;
+const IP_SRC: usize = 6;
+const IP_DST: usize = 7;
+const TCP_SRC: usize = 8;
+const TCP_DST: usize = 9;
+const TCP_SEQ: usize = 10;
+const TCP_FLAGS: usize = 11;
+const UDP_SRC: usize = 12;
+const UDP_DST: usize = 13;
+const INGRESS: usize = 14;
+const EGRESS: usize = 15;
+const FLIGHT: usize = 16;
 
 #[derive(Debug, Clone)]
 struct Entry {
     key: Vec<KeyMatch>,
     priority: u32,
     action: usize,
-    params: Vec<u64>,
+    params: Box<[u64]>,
 }
 
 #[derive(Debug, Clone, Default)]
 struct TableState {
     /// All-exact keys: key values → entry.
-    exact: HashMap<Vec<u64>, Entry>,
+    exact: HashMap<Box<[u64]>, Entry>,
     /// Otherwise, entries in insertion order.
     list: Vec<Entry>,
     hits: u64,
@@ -74,21 +98,78 @@ enum Step {
     Action(usize),
 }
 
+/// An operand compiled: a PHV slot, the matched entry's parameter, or a constant.
+#[derive(Debug, Clone, Copy)]
+enum Src {
+    Slot(usize),
+    Param(usize),
+    Const(u64),
+}
+
+/// An operation compiled to slots and register indexes.
+#[derive(Debug, Clone)]
+enum COp {
+    Set { dst: usize, src: Src },
+    Alu { kind: AluKind, dst: usize, a: Src, b: Src },
+    Hash { dst: usize, fields: Box<[usize]> },
+    RegRead { reg: usize, index: Src, dst: usize },
+    RegWrite { reg: usize, index: Src, src: Src },
+    RegAdd { reg: usize, index: Src, value: Src, dst: Option<usize> },
+    Egress { port: Src },
+    Flight,
+    Drop,
+}
+
+/// A table compiled: its key's slots, widths and kinds.
+#[derive(Debug, Clone)]
+struct CTable {
+    key: Vec<(usize, u32, MatchKind)>,
+    all_exact: bool,
+    default: usize,
+}
+
+/// The compiled program: what a packet reads and never changes.
+#[derive(Debug, Clone)]
+struct Code {
+    actions: Vec<Vec<COp>>,
+    tables: Vec<CTable>,
+    pre: Vec<Step>,
+    post: Vec<Step>,
+    widths: Vec<u32>,
+    /// `req.*` and `res.*` slots with their bytes on the wire.
+    request: Vec<(usize, usize)>,
+    response: Vec<(usize, usize)>,
+    register_bits: Vec<u32>,
+    /// The first mirrored table, and its learn action with the response slots of its
+    /// parameters.
+    mirrored: Option<usize>,
+    learn: Option<(usize, Vec<usize>)>,
+}
+
+/// What a packet changes: the PHV, registers, tables' counters, and the buffers it is built in.
+#[derive(Debug, Clone)]
+struct State {
+    tables: Vec<TableState>,
+    registers: Vec<Vec<u64>>,
+    phv: Vec<u64>,
+    key: Vec<u64>,
+    params: Vec<u64>,
+    request: Vec<u8>,
+    parsed_len: u16,
+    /// Whether the mirrored table hit this packet (None: it was not applied).
+    mirrored_hit: Option<bool>,
+    /// The last response's entry of the mirrored table: its key and the learn action's
+    /// parameters, taken before `post_processing` changes the PHV.
+    learn_key: Vec<u64>,
+    learn_params: Vec<u64>,
+}
+
 /// A loaded program: its tables' entries and its registers.
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     prog: Program,
-    /// The program's actions, shared so that running one borrows nothing of the pipeline.
-    actions: std::sync::Arc<[Action]>,
-    /// `pre_processing` and `post_processing`, resolved.
-    pre: Vec<Step>,
-    post: Vec<Step>,
-    /// Field name → PHV slot; slot widths.
-    slots: HashMap<String, usize>,
-    widths: Vec<u32>,
-    tables: Vec<TableState>,
-    registers: Vec<Vec<u64>>,
-    phv: Vec<u64>,
+    code: Code,
+    st: State,
 }
 
 fn mask(bits: u32) -> u64 {
@@ -106,22 +187,76 @@ fn put_be(b: &mut [u8], v: u64) {
     }
 }
 
-impl Pipeline {
-    /// `prog` with empty tables and zeroed registers.
-    pub fn new(prog: Program) -> Pipeline {
-        let mut slots = HashMap::new();
+/// The hash unit: the values folded through a 64-bit finalizer (the `hash` operation, and a
+/// flow's id from its mirrored table's key).
+#[inline]
+pub fn hash_values(values: &[u64]) -> u64 {
+    values.iter().fold(0x9e37_79b9_7f4a_7c15u64, |acc, &v| fmix64(acc ^ v))
+}
+
+impl Code {
+    fn compile(prog: &Program) -> Code {
+        let mut slots: HashMap<&str, usize> = HashMap::new();
         let mut widths = Vec::new();
         for (n, b) in HEADER_FIELDS
             .iter()
-            .map(|&(n, b)| (n.to_string(), b))
-            .chain(prog.request.iter().chain(&prog.response).chain(&prog.metadata).cloned())
+            .map(|&(n, b)| (n, b))
+            .chain(prog.request.iter().chain(&prog.response).chain(&prog.metadata).map(|(n, b)| (n.as_str(), *b)))
         {
             slots.insert(n, widths.len());
             widths.push(b);
         }
-        let tables = vec![TableState::default(); prog.tables.len()];
-        let registers = prog.registers.iter().map(|r| vec![0; r.entries as usize]).collect();
-        let phv = vec![0; widths.len()];
+        // A checked program names only fields it declares; slot 0 stands in otherwise.
+        let slot = |f: &str| slots.get(f).copied().unwrap_or(0);
+        let reg = |r: &str| prog.registers.iter().position(|x| x.name == r).unwrap_or(0);
+        let actions = prog
+            .actions
+            .iter()
+            .map(|a| {
+                let src = |o: &Operand| match o {
+                    Operand::Const(v) => Src::Const(*v),
+                    Operand::Field(f) => match f.strip_prefix("param.") {
+                        Some(p) => Src::Param(a.params.iter().position(|(n, _)| n == p).unwrap_or(usize::MAX)),
+                        None => Src::Slot(slot(f)),
+                    },
+                };
+                a.ops
+                    .iter()
+                    .map(|op| match op {
+                        Op::Set { dst, src: s } => COp::Set { dst: slot(dst), src: src(s) },
+                        Op::Alu { kind, dst, a: x, b: y } => COp::Alu { kind: *kind, dst: slot(dst), a: src(x), b: src(y) },
+                        Op::Hash { dst, fields } => {
+                            COp::Hash { dst: slot(dst), fields: fields.iter().map(|f| slot(f)).collect() }
+                        }
+                        Op::RegRead { register, index, dst } => {
+                            COp::RegRead { reg: reg(register), index: src(index), dst: slot(dst) }
+                        }
+                        Op::RegWrite { register, index, src: s } => {
+                            COp::RegWrite { reg: reg(register), index: src(index), src: src(s) }
+                        }
+                        Op::RegAdd { register, index, value, dst } => COp::RegAdd {
+                            reg: reg(register),
+                            index: src(index),
+                            value: src(value),
+                            dst: dst.as_deref().map(slot),
+                        },
+                        Op::Egress { port } => COp::Egress { port: src(port) },
+                        Op::Ecmp | Op::Flight => COp::Flight,
+                        Op::Drop => COp::Drop,
+                    })
+                    .collect()
+            })
+            .collect();
+        let action = |n: &str| prog.actions.iter().position(|a| a.name == n).unwrap_or(0);
+        let tables = prog
+            .tables
+            .iter()
+            .map(|t| CTable {
+                key: t.key.iter().map(|(f, k)| (slot(f), widths[slot(f)], *k)).collect(),
+                all_exact: t.key.iter().all(|k| k.1 == MatchKind::Exact),
+                default: action(&t.default),
+            })
+            .collect();
         let resolve = |steps: &[String]| -> Vec<Step> {
             steps
                 .iter()
@@ -131,14 +266,294 @@ impl Pipeline {
                 })
                 .collect()
         };
-        let (pre, post) = (resolve(&prog.pre_processing), resolve(&prog.post_processing));
-        let actions = prog.actions.clone().into();
-        Pipeline { prog, actions, pre, post, slots, widths, tables, registers, phv }
+        let wire = |fields: &[(String, u32)]| -> Vec<(usize, usize)> {
+            fields.iter().map(|(n, b)| (slot(n), b.div_ceil(8) as usize)).collect()
+        };
+        let mirrored = prog.tables.iter().position(|t| t.mirrored);
+        let learn = mirrored.and_then(|m| prog.tables[m].learn.as_deref()).map(|l| {
+            let a = &prog.actions[action(l)];
+            (action(l), a.params.iter().map(|(p, _)| slot(&format!("res.{p}"))).collect())
+        });
+        Code {
+            actions,
+            tables,
+            pre: resolve(&prog.pre_processing),
+            post: resolve(&prog.post_processing),
+            request: wire(&prog.request),
+            response: wire(&prog.response),
+            register_bits: prog.registers.iter().map(|r| r.bits).collect(),
+            widths,
+            mirrored,
+            learn,
+        }
+    }
+}
+
+impl State {
+    #[inline]
+    fn set(&mut self, widths: &[u32], slot: usize, v: u64) {
+        self.phv[slot] = v & mask(widths[slot]);
+    }
+
+    #[inline]
+    fn value(&self, s: Src) -> u64 {
+        match s {
+            Src::Slot(i) => self.phv[i],
+            Src::Param(i) => self.params.get(i).copied().unwrap_or(0),
+            Src::Const(v) => v,
+        }
+    }
+
+    #[inline]
+    fn cell(&self, reg: usize, index: Src) -> usize {
+        let n = self.registers[reg].len() as u64;
+        (self.value(index) % n) as usize
+    }
+
+    /// Runs a control's steps; Some if an action dropped the packet.
+    fn run(&mut self, code: &Code, post: bool) -> Option<Outcome> {
+        let steps = if post { &code.post } else { &code.pre };
+        for &step in steps {
+            let ai = match step {
+                Step::Table(ti) => self.lookup(code, ti),
+                Step::Action(ai) => {
+                    self.params.clear();
+                    ai
+                }
+            };
+            if let Some(d) = self.exec(code, ai) {
+                return Some(d);
+            }
+        }
+        None
+    }
+
+    /// The action table `ti` gives the PHV's key (its default on a miss), its parameters put
+    /// in `params`.
+    fn lookup(&mut self, code: &Code, ti: usize) -> usize {
+        let t = &code.tables[ti];
+        self.key.clear();
+        for &(slot, _, _) in &t.key {
+            self.key.push(self.phv[slot]);
+        }
+        let st = &self.tables[ti];
+        let hit = if t.all_exact {
+            st.exact.get(&self.key[..])
+        } else {
+            let matches = |e: &Entry| {
+                e.key.iter().zip(&self.key).zip(&t.key).all(|((k, &v), &(_, w, _))| match *k {
+                    KeyMatch::Exact(x) => x == v,
+                    KeyMatch::Lpm(x, len) => {
+                        let len = u32::from(len).min(w);
+                        let m = if len == 0 { 0 } else { mask(len) << (w - len) };
+                        x & m == v & m
+                    }
+                    KeyMatch::Ternary(x, m) => x & m == v & m,
+                })
+            };
+            let lpm_len = |e: &Entry| {
+                e.key.iter().map(|k| if let KeyMatch::Lpm(_, l) = k { u32::from(*l) } else { 0 }).sum::<u32>()
+            };
+            let mut best: Option<&Entry> = None;
+            for e in st.list.iter().filter(|e| matches(e)) {
+                if best.is_none_or(|b| (lpm_len(e), e.priority) > (lpm_len(b), b.priority)) {
+                    best = Some(e);
+                }
+            }
+            best
+        };
+        self.params.clear();
+        let (ai, hit) = match hit {
+            Some(e) => {
+                self.params.extend_from_slice(&e.params);
+                (e.action, true)
+            }
+            None => (t.default, false),
+        };
+        if hit {
+            self.tables[ti].hits += 1;
+        } else {
+            self.tables[ti].misses += 1;
+        }
+        if code.mirrored == Some(ti) && self.mirrored_hit.is_none() {
+            self.mirrored_hit = Some(hit);
+        }
+        ai
+    }
+
+    /// Runs an action's operations; Some if it dropped the packet.
+    fn exec(&mut self, code: &Code, ai: usize) -> Option<Outcome> {
+        let w = &code.widths;
+        for op in &code.actions[ai] {
+            match *op {
+                COp::Set { dst, src } => {
+                    let v = self.value(src);
+                    self.set(w, dst, v);
+                }
+                COp::Alu { kind, dst, a, b } => {
+                    let (x, y) = (self.value(a), self.value(b));
+                    let v = match kind {
+                        AluKind::Add => x.wrapping_add(y),
+                        AluKind::Sub => x.wrapping_sub(y),
+                        AluKind::And => x & y,
+                        AluKind::Or => x | y,
+                        AluKind::Xor => x ^ y,
+                    };
+                    self.set(w, dst, v);
+                }
+                COp::Hash { dst, ref fields } => {
+                    let h = fields.iter().fold(0x9e37_79b9_7f4a_7c15u64, |acc, &f| fmix64(acc ^ self.phv[f]));
+                    self.set(w, dst, h);
+                }
+                COp::RegRead { reg, index, dst } => {
+                    let i = self.cell(reg, index);
+                    let v = self.registers[reg][i];
+                    self.set(w, dst, v);
+                }
+                COp::RegWrite { reg, index, src } => {
+                    let i = self.cell(reg, index);
+                    self.registers[reg][i] = self.value(src) & mask(code.register_bits[reg]);
+                }
+                COp::RegAdd { reg, index, value, dst } => {
+                    let i = self.cell(reg, index);
+                    let v = self.registers[reg][i].wrapping_add(self.value(value)) & mask(code.register_bits[reg]);
+                    self.registers[reg][i] = v;
+                    if let Some(d) = dst {
+                        self.set(w, d, v);
+                    }
+                }
+                COp::Egress { port } => {
+                    let p = self.value(port);
+                    self.set(w, EGRESS, p);
+                }
+                COp::Flight => self.phv[FLIGHT] = 1,
+                COp::Drop => return Some(Outcome::Drop("dropped_by_program")),
+            }
+        }
+        None
+    }
+
+    /// Extracts the headers into a cleared PHV; None for a frame shorter than Ethernet.
+    fn parse(&mut self, f: &[u8]) -> Option<Offsets> {
+        if f.len() < 14 {
+            return None;
+        }
+        self.phv.fill(0);
+        self.mirrored_hit = None;
+        self.parsed_len = 0;
+        let mut off = Offsets::default();
+        self.phv[ETH_DST] = be(&f[0..6]);
+        self.phv[ETH_SRC] = be(&f[6..12]);
+        let ty = be(&f[12..14]);
+        self.phv[ETH_TYPE] = ty;
+        if ty == 0x0800 && f.len() >= 34 && f[14] >> 4 == 4 && (f[14] & 0xf) >= 5 {
+            let l3 = 14;
+            let ihl = usize::from(f[l3] & 0xf) * 4;
+            if f.len() >= l3 + ihl {
+                off.ipv4 = Some(l3);
+                self.parsed_len = ihl as u16;
+                self.phv[IP_TOS] = u64::from(f[l3 + 1]);
+                self.phv[IP_TTL] = u64::from(f[l3 + 8]);
+                self.phv[IP_PROTO] = u64::from(f[l3 + 9]);
+                self.phv[IP_SRC] = be(&f[l3 + 12..l3 + 16]);
+                self.phv[IP_DST] = be(&f[l3 + 16..l3 + 20]);
+                let l4 = l3 + ihl;
+                match f[l3 + 9] {
+                    6 if f.len() >= l4 + 20 => {
+                        off.tcp = Some(l4);
+                        self.parsed_len += 20;
+                        self.phv[TCP_SRC] = be(&f[l4..l4 + 2]);
+                        self.phv[TCP_DST] = be(&f[l4 + 2..l4 + 4]);
+                        self.phv[TCP_SEQ] = be(&f[l4 + 4..l4 + 8]);
+                        self.phv[TCP_FLAGS] = u64::from(f[l4 + 13]);
+                    }
+                    17 if f.len() >= l4 + 8 => {
+                        off.udp = Some(l4);
+                        self.parsed_len += 8;
+                        self.phv[UDP_SRC] = be(&f[l4..l4 + 2]);
+                        self.phv[UDP_DST] = be(&f[l4 + 2..l4 + 4]);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Some(off)
+    }
+
+    /// Writes the header fields back into `f` and recomputes the checksums they cover.
+    fn deparse(&self, f: &mut [u8], off: Offsets) {
+        let p = &self.phv;
+        put_be(&mut f[0..6], p[ETH_DST]);
+        put_be(&mut f[6..12], p[ETH_SRC]);
+        put_be(&mut f[12..14], p[ETH_TYPE]);
+        let Some(l3) = off.ipv4 else { return };
+        let mut before = [0u8; 20];
+        before.copy_from_slice(&f[l3..l3 + 20]);
+        f[l3 + 1] = p[IP_TOS] as u8;
+        f[l3 + 8] = p[IP_TTL] as u8;
+        f[l3 + 9] = p[IP_PROTO] as u8;
+        put_be(&mut f[l3 + 12..l3 + 16], p[IP_SRC]);
+        put_be(&mut f[l3 + 16..l3 + 20], p[IP_DST]);
+        let ip_changed = f[l3..l3 + 20] != before[..];
+        if ip_changed {
+            tern_wire::frame::ipv4_fill_checksum(f, l3);
+        }
+        let total = (be(&f[l3 + 2..l3 + 4]) as usize + l3).min(f.len());
+        let (l4, csum_at, proto, ports) = if let Some(l4) = off.tcp {
+            (l4, l4 + 16, 6u8, (TCP_SRC, TCP_DST))
+        } else if let Some(l4) = off.udp {
+            (l4, l4 + 6, 17u8, (UDP_SRC, UDP_DST))
+        } else {
+            return;
+        };
+        let mut before4 = [0u8; 4];
+        before4.copy_from_slice(&f[l4..l4 + 4]);
+        put_be(&mut f[l4..l4 + 2], p[ports.0]);
+        put_be(&mut f[l4 + 2..l4 + 4], p[ports.1]);
+        if proto == 6 {
+            put_be(&mut f[l4 + 4..l4 + 8], p[TCP_SEQ]);
+            f[l4 + 13] = p[TCP_FLAGS] as u8;
+        }
+        let l4_changed = f[l4..l4 + 4] != before4[..];
+        // A UDP checksum of 0 means none was computed: left so.
+        let udp_none = proto == 17 && f[csum_at..csum_at + 2] == [0, 0];
+        if (ip_changed || l4_changed || proto == 6) && !udp_none && total > csum_at + 1 && total <= f.len() {
+            tern_wire::frame::fill_l4_checksum(f, (l3 + 12, l3 + 16), (l3 + 16, l3 + 20), proto, l4, total, csum_at);
+        }
+    }
+
+    fn forward(&self) -> Outcome {
+        let port = self.phv[EGRESS];
+        Outcome::Forward { port: (port != 0).then_some(port as u16) }
+    }
+}
+
+impl Pipeline {
+    /// `prog` with empty tables and zeroed registers.
+    pub fn new(prog: Program) -> Pipeline {
+        let code = Code::compile(&prog);
+        let st = State {
+            tables: vec![TableState::default(); prog.tables.len()],
+            registers: prog.registers.iter().map(|r| vec![0; r.entries as usize]).collect(),
+            phv: vec![0; code.widths.len()],
+            key: Vec::with_capacity(8),
+            params: Vec::with_capacity(8),
+            request: Vec::with_capacity(prog.request.iter().map(|(_, b)| b.div_ceil(8) as usize).sum()),
+            parsed_len: 0,
+            mirrored_hit: None,
+            learn_key: Vec::with_capacity(8),
+            learn_params: Vec::with_capacity(8),
+        };
+        Pipeline { prog, code, st }
     }
 
     /// The program.
     pub fn program(&self) -> &Program {
         &self.prog
+    }
+
+    fn table_index(&self, table: &str) -> Result<usize, String> {
+        self.prog.tables.iter().position(|t| t.name == table).ok_or_else(|| format!("no table `{table}`"))
     }
 
     /// Adds an entry to `table`: its key (one match a key field, of the field's kind), a
@@ -152,7 +567,7 @@ impl Pipeline {
         action: &str,
         params: &[u64],
     ) -> Result<(), String> {
-        let ti = self.prog.tables.iter().position(|t| t.name == table).ok_or_else(|| format!("no table `{table}`"))?;
+        let ti = self.table_index(table)?;
         let t = &self.prog.tables[ti];
         if key.len() != t.key.len() {
             return Err(format!("table `{table}`: {} key fields, not {}", t.key.len(), key.len()));
@@ -180,10 +595,10 @@ impl Pipeline {
         if let Some(((n, b), v)) = a.params.iter().zip(params).find(|((_, b), v)| **v & !mask(*b) != 0) {
             return Err(format!("action `{action}`: parameter `{n}` = {v} is wider than {b} bits"));
         }
-        let e = Entry { key: key.to_vec(), priority, action: ai, params: params.to_vec() };
-        let st = &mut self.tables[ti];
-        if t.key.iter().all(|k| k.1 == MatchKind::Exact) {
-            let vals = key.iter().map(|k| if let KeyMatch::Exact(v) = k { *v } else { 0 }).collect();
+        let e = Entry { key: key.to_vec(), priority, action: ai, params: params.into() };
+        let st = &mut self.st.tables[ti];
+        if self.code.tables[ti].all_exact {
+            let vals: Box<[u64]> = key.iter().map(|k| if let KeyMatch::Exact(v) = k { *v } else { 0 }).collect();
             if !st.exact.contains_key(&vals) && st.exact.len() as u64 >= t.size {
                 return Err(format!("table `{table}` is full ({} entries)", t.size));
             }
@@ -199,12 +614,12 @@ impl Pipeline {
 
     /// Removes `table`'s entry with exactly this key; whether there was one.
     pub fn remove(&mut self, table: &str, key: &[KeyMatch]) -> bool {
-        let Some(ti) = self.prog.tables.iter().position(|t| t.name == table) else { return false };
-        let st = &mut self.tables[ti];
+        let Ok(ti) = self.table_index(table) else { return false };
+        let st = &mut self.st.tables[ti];
         let vals: Option<Vec<u64>> =
             key.iter().map(|k| if let KeyMatch::Exact(v) = k { Some(*v) } else { None }).collect();
         if let Some(v) = vals
-            && st.exact.remove(&v).is_some()
+            && st.exact.remove(&v[..]).is_some()
         {
             return true;
         }
@@ -213,296 +628,131 @@ impl Pipeline {
         st.list.len() != before
     }
 
+    /// A table's entries: key, priority, action name, parameters (exact tables in no order).
+    pub fn entries(&self, table: &str) -> Option<Vec<(Vec<KeyMatch>, u32, &str, Vec<u64>)>> {
+        let ti = self.table_index(table).ok()?;
+        let st = &self.st.tables[ti];
+        Some(
+            st.exact
+                .values()
+                .chain(&st.list)
+                .map(|e| (e.key.clone(), e.priority, self.prog.actions[e.action].name.as_str(), e.params.to_vec()))
+                .collect(),
+        )
+    }
+
+    /// Entries in a table.
+    pub fn len(&self, table: &str) -> usize {
+        self.table_index(table).map_or(0, |ti| self.st.tables[ti].exact.len() + self.st.tables[ti].list.len())
+    }
+
     /// A register array's cells.
     pub fn register(&self, name: &str) -> Option<&[u64]> {
-        self.prog.registers.iter().position(|r| r.name == name).map(|i| self.registers[i].as_slice())
+        self.prog.registers.iter().position(|r| r.name == name).map(|i| self.st.registers[i].as_slice())
     }
 
     /// A table's hits and misses so far.
     pub fn table_counts(&self, name: &str) -> Option<(u64, u64)> {
-        self.prog.tables.iter().position(|t| t.name == name).map(|i| (self.tables[i].hits, self.tables[i].misses))
+        self.table_index(name).ok().map(|i| (self.st.tables[i].hits, self.st.tables[i].misses))
     }
 
     /// Runs `pre_processing` on `frame` (received on `ingress_port`), changing it in place.
     pub fn pre(&mut self, frame: &mut [u8], ingress_port: u16) -> Outcome {
-        let Some(off) = self.parse(frame) else { return Outcome::Drop("malformed") };
-        self.set("meta.ingress_port", u64::from(ingress_port));
-        if let Some(d) = self.run(false) {
+        let Some(off) = self.st.parse(frame) else { return Outcome::Drop("malformed") };
+        self.st.set(&self.code.widths, INGRESS, u64::from(ingress_port));
+        if let Some(d) = self.st.run(&self.code, false) {
             return d;
         }
-        if self.get("meta.flight") == 1 {
-            let mut request = Vec::new();
-            for (n, b) in &self.prog.request {
-                let mut bytes = vec![0u8; b.div_ceil(8) as usize];
-                put_be(&mut bytes, self.get(n));
-                request.extend_from_slice(&bytes);
+        if self.st.phv[FLIGHT] == 1 {
+            self.st.request.clear();
+            for &(slot, bytes) in &self.code.request {
+                let mut b = [0u8; 8];
+                put_be(&mut b[8 - bytes..], self.st.phv[slot]);
+                self.st.request.extend_from_slice(&b[8 - bytes..]);
             }
-            return Outcome::ToServer { request };
+            return Outcome::ToServer;
         }
-        self.deparse(frame, off);
-        self.forward()
+        self.st.deparse(frame, off);
+        self.st.forward()
+    }
+
+    /// The request parameters of the last packet [`pre`](Self::pre) sent to a server.
+    pub fn request(&self) -> &[u8] {
+        &self.st.request
+    }
+
+    /// Bytes of the last frame parsed after its EtherType (its IPv4 header and TCP or UDP
+    /// header): a CLIP header's `parsed_len`.
+    pub fn parsed_len(&self) -> u16 {
+        self.st.parsed_len
+    }
+
+    /// Bytes of request (and of response) parameters the program's packets carry.
+    pub fn param_len(&self) -> usize {
+        self.code.request.iter().map(|r| r.1).sum()
+    }
+
+    /// Whether the program's mirrored table matched the last packet (None: no mirrored table,
+    /// or the packet did not reach it).
+    pub fn mirrored_hit(&self) -> Option<bool> {
+        self.st.mirrored_hit
+    }
+
+    /// The program's mirrored table's name.
+    pub fn mirrored_table(&self) -> Option<&str> {
+        self.code.mirrored.map(|m| self.prog.tables[m].name.as_str())
+    }
+
+    /// The mirrored table's key of the last frame parsed (empty without a mirrored table).
+    pub fn mirrored_key(&self, out: &mut Vec<u64>) {
+        out.clear();
+        if let Some(m) = self.code.mirrored {
+            out.extend(self.code.tables[m].key.iter().map(|&(slot, _, _)| self.st.phv[slot]));
+        }
+    }
+
+    /// After [`post`](Self::post): the mirrored table's entry the response answers — its key
+    /// (in `key`) and its learn action's parameters (in `params`, from the response's fields).
+    /// False (nothing written) when the program has no learn action.
+    pub fn learned(&self, key: &mut Vec<u64>, params: &mut Vec<u64>) -> bool {
+        if self.code.learn.is_none() {
+            return false;
+        }
+        key.clone_from(&self.st.learn_key);
+        params.clone_from(&self.st.learn_params);
+        true
+    }
+
+    /// The mirrored table's learn action's name.
+    pub fn learn_action(&self) -> Option<&str> {
+        self.code.learn.as_ref().map(|(a, _)| self.prog.actions[*a].name.as_str())
     }
 
     /// Runs `post_processing` on a server's response: `frame` is the original frame (its CLIP
     /// header taken out), `response` the response's parameters (as [`Outcome::ToServer`] lays
     /// out a request's). A response of the wrong length is dropped.
     pub fn post(&mut self, frame: &mut [u8], response: &[u8]) -> Outcome {
-        let want: usize = self.prog.response.iter().map(|(_, b)| b.div_ceil(8) as usize).sum();
+        let want: usize = self.code.response.iter().map(|r| r.1).sum();
         if response.len() != want {
             return Outcome::Drop("response_length");
         }
-        let Some(off) = self.parse(frame) else { return Outcome::Drop("malformed") };
+        let Some(off) = self.st.parse(frame) else { return Outcome::Drop("malformed") };
         let mut at = 0;
-        for (n, b) in self.prog.response.clone() {
-            let k = b.div_ceil(8) as usize;
-            self.set(&n, be(&response[at..at + k]) & mask(b));
+        for &(slot, k) in &self.code.response {
+            self.st.set(&self.code.widths, slot, be(&response[at..at + k]));
             at += k;
         }
-        if let Some(d) = self.run(true) {
+        if let (Some(m), Some((_, slots))) = (self.code.mirrored, &self.code.learn) {
+            let st = &mut self.st;
+            st.learn_key.clear();
+            st.learn_key.extend(self.code.tables[m].key.iter().map(|&(slot, _, _)| st.phv[slot]));
+            st.learn_params.clear();
+            st.learn_params.extend(slots.iter().map(|&s| st.phv[s]));
+        }
+        if let Some(d) = self.st.run(&self.code, true) {
             return d;
         }
-        self.deparse(frame, off);
-        self.forward()
-    }
-
-    fn forward(&self) -> Outcome {
-        let port = self.get("meta.egress_port");
-        Outcome::Forward { port: (port != 0).then_some(port as u16) }
-    }
-
-    fn get(&self, field: &str) -> u64 {
-        self.slots.get(field).map_or(0, |&i| self.phv[i])
-    }
-
-    fn set(&mut self, field: &str, v: u64) {
-        if let Some(&i) = self.slots.get(field) {
-            self.phv[i] = v & mask(self.widths[i]);
-        }
-    }
-
-    /// Extracts the headers into a cleared PHV; None for a frame shorter than Ethernet.
-    fn parse(&mut self, f: &[u8]) -> Option<Offsets> {
-        if f.len() < 14 {
-            return None;
-        }
-        self.phv.fill(0);
-        let mut off = Offsets::default();
-        self.set("ethernet.dst", be(&f[0..6]));
-        self.set("ethernet.src", be(&f[6..12]));
-        let ty = be(&f[12..14]);
-        self.set("ethernet.type", ty);
-        if ty == 0x0800 && f.len() >= 34 && f[14] >> 4 == 4 && (f[14] & 0xf) >= 5 {
-            let l3 = 14;
-            let ihl = usize::from(f[l3] & 0xf) * 4;
-            if f.len() >= l3 + ihl {
-                off.ipv4 = Some(l3);
-                self.set("ipv4.tos", u64::from(f[l3 + 1]));
-                self.set("ipv4.ttl", u64::from(f[l3 + 8]));
-                self.set("ipv4.proto", u64::from(f[l3 + 9]));
-                self.set("ipv4.src", be(&f[l3 + 12..l3 + 16]));
-                self.set("ipv4.dst", be(&f[l3 + 16..l3 + 20]));
-                let l4 = l3 + ihl;
-                match f[l3 + 9] {
-                    6 if f.len() >= l4 + 20 => {
-                        off.tcp = Some(l4);
-                        self.set("tcp.src_port", be(&f[l4..l4 + 2]));
-                        self.set("tcp.dst_port", be(&f[l4 + 2..l4 + 4]));
-                        self.set("tcp.seq", be(&f[l4 + 4..l4 + 8]));
-                        self.set("tcp.flags", u64::from(f[l4 + 13]));
-                    }
-                    17 if f.len() >= l4 + 8 => {
-                        off.udp = Some(l4);
-                        self.set("udp.src_port", be(&f[l4..l4 + 2]));
-                        self.set("udp.dst_port", be(&f[l4 + 2..l4 + 4]));
-                    }
-                    _ => {}
-                }
-            }
-        }
-        Some(off)
-    }
-
-    /// Writes the header fields back into `f` and recomputes the checksums they cover.
-    fn deparse(&self, f: &mut [u8], off: Offsets) {
-        let put = |f: &mut [u8], at: std::ops::Range<usize>, v: u64| put_be(&mut f[at], v);
-        put(f, 0..6, self.get("ethernet.dst"));
-        put(f, 6..12, self.get("ethernet.src"));
-        put(f, 12..14, self.get("ethernet.type"));
-        let Some(l3) = off.ipv4 else { return };
-        let before: Vec<u8> = f[l3..l3 + 20].to_vec();
-        f[l3 + 1] = self.get("ipv4.tos") as u8;
-        f[l3 + 8] = self.get("ipv4.ttl") as u8;
-        f[l3 + 9] = self.get("ipv4.proto") as u8;
-        put(f, l3 + 12..l3 + 16, self.get("ipv4.src"));
-        put(f, l3 + 16..l3 + 20, self.get("ipv4.dst"));
-        let ip_changed = f[l3..l3 + 20] != before[..];
-        if ip_changed {
-            tern_wire::frame::ipv4_fill_checksum(f, l3);
-        }
-        let total = (be(&f[l3 + 2..l3 + 4]) as usize + l3).min(f.len());
-        let (l4, csum_at, proto, ports) = if let Some(l4) = off.tcp {
-            (l4, l4 + 16, 6u8, ("tcp.src_port", "tcp.dst_port"))
-        } else if let Some(l4) = off.udp {
-            (l4, l4 + 6, 17u8, ("udp.src_port", "udp.dst_port"))
-        } else {
-            return;
-        };
-        let before4: Vec<u8> = f[l4..l4 + 4].to_vec();
-        put(f, l4..l4 + 2, self.get(ports.0));
-        put(f, l4 + 2..l4 + 4, self.get(ports.1));
-        if proto == 6 {
-            put(f, l4 + 4..l4 + 8, self.get("tcp.seq"));
-            f[l4 + 13] = self.get("tcp.flags") as u8;
-        }
-        let l4_changed = f[l4..l4 + 4] != before4[..];
-        // A UDP checksum of 0 means none was computed: left so.
-        let udp_none = proto == 17 && f[csum_at..csum_at + 2] == [0, 0];
-        if (ip_changed || l4_changed || proto == 6) && !udp_none && total > csum_at + 1 && total <= f.len() {
-            tern_wire::frame::fill_l4_checksum(f, (l3 + 12, l3 + 16), (l3 + 16, l3 + 20), proto, l4, total, csum_at);
-        }
-    }
-
-    /// Runs `pre_processing` (or, `post`, `post_processing`); Some if an action dropped the
-    /// packet.
-    fn run(&mut self, post: bool) -> Option<Outcome> {
-        let actions = self.actions.clone();
-        let n = if post { self.post.len() } else { self.pre.len() };
-        for i in 0..n {
-            let step = if post { self.post[i] } else { self.pre[i] };
-            let (ai, params) = match step {
-                Step::Table(ti) => self.lookup(ti),
-                Step::Action(ai) => (ai, Vec::new()),
-            };
-            if let Some(d) = self.exec(&actions[ai], &params) {
-                return Some(d);
-            }
-        }
-        None
-    }
-
-    /// The action and parameters table `ti` gives the PHV's key (its default on a miss).
-    fn lookup(&mut self, ti: usize) -> (usize, Vec<u64>) {
-        let t = &self.prog.tables[ti];
-        let vals: Vec<u64> = t.key.iter().map(|(f, _)| self.get(f)).collect();
-        let widths: Vec<u32> = t.key.iter().map(|(f, _)| self.prog.width(f).unwrap_or(64)).collect();
-        let st = &self.tables[ti];
-        let hit = if t.key.iter().all(|k| k.1 == MatchKind::Exact) {
-            st.exact.get(&vals).cloned()
-        } else {
-            let matches = |e: &Entry| {
-                e.key.iter().zip(&vals).zip(&widths).all(|((k, &v), &w)| match *k {
-                    KeyMatch::Exact(x) => x == v,
-                    KeyMatch::Lpm(x, len) => {
-                        let len = u32::from(len).min(w);
-                        let m = if len == 0 { 0 } else { mask(len) << (w - len) };
-                        x & m == v & m
-                    }
-                    KeyMatch::Ternary(x, m) => x & m == v & m,
-                })
-            };
-            let lpm_len = |e: &Entry| {
-                e.key.iter().map(|k| if let KeyMatch::Lpm(_, l) = k { u32::from(*l) } else { 0 }).sum::<u32>()
-            };
-            let mut best: Option<&Entry> = None;
-            for e in st.list.iter().filter(|e| matches(e)) {
-                let better = match best {
-                    None => true,
-                    Some(b) => (lpm_len(e), e.priority) > (lpm_len(b), b.priority),
-                };
-                if better {
-                    best = Some(e);
-                }
-            }
-            best.cloned()
-        };
-        match hit {
-            Some(e) => {
-                self.tables[ti].hits += 1;
-                (e.action, e.params)
-            }
-            None => {
-                self.tables[ti].misses += 1;
-                let d = self.prog.actions.iter().position(|a| a.name == t.default).unwrap_or(0);
-                (d, Vec::new())
-            }
-        }
-    }
-
-    fn value(&self, o: &Operand, action: &Action, params: &[u64]) -> u64 {
-        match o {
-            Operand::Const(v) => *v,
-            Operand::Field(f) => match f.strip_prefix("param.") {
-                Some(p) => {
-                    action.params.iter().position(|(n, _)| n == p).and_then(|i| params.get(i)).copied().unwrap_or(0)
-                }
-                None => self.get(f),
-            },
-        }
-    }
-
-    fn reg_index(&self, name: &str) -> Option<usize> {
-        self.prog.registers.iter().position(|r| r.name == name)
-    }
-
-    /// Runs an action's operations; Some if it dropped the packet.
-    fn exec(&mut self, a: &Action, params: &[u64]) -> Option<Outcome> {
-        for op in &a.ops {
-            match op {
-                Op::Set { dst, src } => {
-                    let v = self.value(src, a, params);
-                    self.set(dst, v);
-                }
-                Op::Alu { kind, dst, a: x, b: y } => {
-                    let (x, y) = (self.value(x, a, params), self.value(y, a, params));
-                    let v = match kind {
-                        AluKind::Add => x.wrapping_add(y),
-                        AluKind::Sub => x.wrapping_sub(y),
-                        AluKind::And => x & y,
-                        AluKind::Or => x | y,
-                        AluKind::Xor => x ^ y,
-                    };
-                    self.set(dst, v);
-                }
-                Op::Hash { dst, fields } => {
-                    let h = fields.iter().fold(0x9e37_79b9_7f4a_7c15u64, |acc, f| fmix64(acc ^ self.get(f)));
-                    self.set(dst, h);
-                }
-                Op::RegRead { register, index, dst } => {
-                    if let Some(r) = self.reg_index(register) {
-                        let n = self.registers[r].len() as u64;
-                        let i = (self.value(index, a, params) % n) as usize;
-                        let v = self.registers[r][i];
-                        self.set(dst, v);
-                    }
-                }
-                Op::RegWrite { register, index, src } => {
-                    if let Some(r) = self.reg_index(register) {
-                        let n = self.registers[r].len() as u64;
-                        let i = (self.value(index, a, params) % n) as usize;
-                        let bits = self.prog.registers[r].bits;
-                        self.registers[r][i] = self.value(src, a, params) & mask(bits);
-                    }
-                }
-                Op::RegAdd { register, index, value, dst } => {
-                    if let Some(r) = self.reg_index(register) {
-                        let n = self.registers[r].len() as u64;
-                        let i = (self.value(index, a, params) % n) as usize;
-                        let bits = self.prog.registers[r].bits;
-                        let v = self.registers[r][i].wrapping_add(self.value(value, a, params)) & mask(bits);
-                        self.registers[r][i] = v;
-                        if let Some(d) = dst {
-                            self.set(d, v);
-                        }
-                    }
-                }
-                Op::Egress { port } => {
-                    let p = self.value(port, a, params);
-                    self.set("meta.egress_port", p);
-                }
-                Op::Ecmp | Op::Flight => self.set("meta.flight", 1),
-                Op::Drop => return Some(Outcome::Drop("dropped_by_program")),
-            }
-        }
-        None
+        self.st.deparse(frame, off);
+        self.st.forward()
     }
 }

@@ -99,6 +99,8 @@ struct RawTable {
     default: String,
     #[serde(default)]
     mirrored: bool,
+    #[serde(default)]
+    learn: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -171,6 +173,10 @@ pub struct Table {
     pub default: String,
     /// A server-side twin holds its entries beyond the switch's (`crate::mirror`).
     pub mirrored: bool,
+    /// A mirrored table's entries as the servers answer them: this action of the table's, its
+    /// parameters the response's fields of the same names (the switch learns an entry from a
+    /// flow's response when the controller wants it in the original table).
+    pub learn: Option<String>,
 }
 
 /// A register array.
@@ -318,6 +324,29 @@ impl Program {
                     t.name, t.default
                 ));
             }
+            if let Some(l) = &t.learn {
+                if !t.mirrored {
+                    return Err(format!("table `{}`: `learn` is for a mirrored table", t.name));
+                }
+                if !t.actions.contains(l) {
+                    return Err(format!("table `{}`: learn action `{l}` is not one of its actions", t.name));
+                }
+                let a = actions.iter().find(|x| x.name == *l).ok_or_else(|| format!("action `{l}` is not declared"))?;
+                for (p, b) in &a.params {
+                    match response.iter().find(|(n, _)| n.strip_prefix("res.") == Some(p.as_str())) {
+                        Some((_, w)) if w == b => {}
+                        _ => {
+                            return Err(format!(
+                                "table `{}`: learn action `{l}`'s parameter `{p}` ({b} bits) is not a response field of that name and width",
+                                t.name
+                            ));
+                        }
+                    }
+                }
+            }
+            if key.is_empty() {
+                return Err(format!("table `{}`: no key fields", t.name));
+            }
             tables.push(Table {
                 name: t.name.clone(),
                 key,
@@ -325,6 +354,7 @@ impl Program {
                 actions: t.actions.clone(),
                 default: t.default.clone(),
                 mirrored: t.mirrored,
+                learn: t.learn.clone(),
             });
         }
         let step_actions = |control: &str, steps: &[String]| -> Result<Vec<&Action>, String> {

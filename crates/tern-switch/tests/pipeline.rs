@@ -42,13 +42,20 @@ fn a_miss_goes_to_a_server_and_its_answer_is_written_back() {
     let mut p = snat();
     let mut f = udp([10, 0, 0, 5], 4000);
     let original = f.clone();
-    let Outcome::ToServer { request } = p.pre(&mut f, 1) else { panic!("a miss stays in the switch") };
+    assert_eq!(p.pre(&mut f, 1), Outcome::ToServer, "a miss goes to a server");
     // The request: the flow's 64-bit hash; the same flow, the same hash; another, another.
+    let request = p.request().to_vec();
     assert_eq!(request.len(), 8);
+    assert_eq!(p.param_len(), 8);
+    // parsed_len: the IPv4 and UDP headers.
+    assert_eq!(p.parsed_len(), 28);
+    assert_eq!(p.mirrored_hit(), Some(false));
     let mut g = udp([10, 0, 0, 5], 4000);
-    assert_eq!(p.pre(&mut g, 1), Outcome::ToServer { request: request.clone() });
+    assert_eq!(p.pre(&mut g, 1), Outcome::ToServer);
+    assert_eq!(p.request(), &request[..]);
     let mut h = udp([10, 0, 0, 6], 4000);
-    assert_ne!(p.pre(&mut h, 1), Outcome::ToServer { request });
+    assert_eq!(p.pre(&mut h, 1), Outcome::ToServer);
+    assert_ne!(p.request(), &request[..]);
     // The frame is unchanged on its way to the server; the register counted the three.
     assert_eq!(f, original);
     assert_eq!(p.register("to_server").unwrap()[4000 % 1024], 3);
@@ -58,6 +65,14 @@ fn a_miss_goes_to_a_server_and_its_answer_is_written_back() {
     response.extend_from_slice(&30000u16.to_be_bytes());
     assert_eq!(p.post(&mut f, &response), Outcome::Forward { port: None });
     assert_eq!(seen(&f), ([192, 0, 2, 9], 30000, true));
+    // The response is the flow's entry: translate(addr, port) keyed by the frame's 5-tuple as
+    // it came in (post-processing has rewritten the PHV's source since).
+    let (mut k, mut params) = (Vec::new(), Vec::new());
+    assert!(p.learned(&mut k, &mut params));
+    let want: Vec<u64> = key([10, 0, 0, 5], 4000).iter().map(|m| if let KeyMatch::Exact(v) = m { *v } else { 0 }).collect();
+    assert_eq!(k, want);
+    assert_eq!(params, [u64::from(u32::from_be_bytes([192, 0, 2, 9])), 30000]);
+    assert_eq!(p.learn_action(), Some("translate"));
     // A response of the wrong length is dropped by name.
     assert_eq!(p.post(&mut f, &response[..5]), Outcome::Drop("response_length"));
 }
@@ -71,12 +86,14 @@ fn an_entry_translates_in_the_switch() {
     assert_eq!(p.pre(&mut f, 1), Outcome::Forward { port: None });
     assert_eq!(seen(&f), ([192, 0, 2, 1], 20000, true));
     assert_eq!(p.table_counts("nat"), Some((1, 0)));
+    assert_eq!(p.mirrored_hit(), Some(true));
+    assert_eq!(p.len("nat"), 1);
     // Another flow misses; removing the entry makes the first miss again.
     let mut g = udp([10, 0, 0, 5], 4001);
-    assert!(matches!(p.pre(&mut g, 1), Outcome::ToServer { .. }));
+    assert!(matches!(p.pre(&mut g, 1), Outcome::ToServer));
     assert!(p.remove("nat", &key([10, 0, 0, 5], 4000)));
     let mut f = udp([10, 0, 0, 5], 4000);
-    assert!(matches!(p.pre(&mut f, 1), Outcome::ToServer { .. }));
+    assert!(matches!(p.pre(&mut f, 1), Outcome::ToServer));
 }
 
 #[test]
@@ -98,7 +115,7 @@ fn bad_entries_and_frames_are_refused() {
     let mut arp = vec![0xffu8; 12];
     arp.extend_from_slice(&[0x08, 0x06]);
     arp.extend_from_slice(&[0; 28]);
-    assert!(matches!(p.pre(&mut arp, 1), Outcome::ToServer { .. }));
+    assert!(matches!(p.pre(&mut arp, 1), Outcome::ToServer));
 }
 
 /// A forwarding program: an LPM route table sets the egress port (the longest prefix wins), a
