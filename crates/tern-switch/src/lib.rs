@@ -15,13 +15,22 @@
 //!   `post_processing` around a named remote handler; checked, and placed by [`place`];
 //! - [`pipeline`]: a program run on frames: parser, tables, primitives, registers, deparser
 //!   (checksums), `flight` to a server and the response's `post_processing`;
+//! - [`switch`]: the switch itself: the pipeline, the server selection and the offload joined
+//!   on frames — requests out to servers with CLIP's header, responses back, regular
+//!   forwarding and ARP, every drop a named counter; [`flow`]: a flow's id, as the switch and
+//!   the servers compute it;
+//! - [`server`]: a server of the group: requests answered in place by the program's remote
+//!   handler ([`server::Snat`], Appendix A's), its live flows kept for the controller;
 //! - [`place`]: the placement pass: tables and register arrays into a pipe's stages by their
 //!   dependencies and the stages' resources (`tern_hw::switch`).
 #![forbid(unsafe_code)]
 
+pub mod flow;
 pub mod group;
 pub mod mirror;
 pub mod offload;
 pub mod pipeline;
 pub mod place;
 pub mod program;
+pub mod server;
+pub mod switch;

@@ -76,6 +76,9 @@ pub struct IntervalReport {
     /// Entries installed into and evicted from the original table.
     pub installed: usize,
     pub evicted: usize,
+    /// Which: the flows whose entries go into and out of the original table.
+    pub installed_flows: Vec<FlowId>,
+    pub evicted_flows: Vec<FlowId>,
 }
 
 /// The switch's original table, its sketch and the controller's choice.
@@ -131,37 +134,79 @@ impl Offload {
 
     /// A packet of `flow` (the data plane).
     pub fn packet(&mut self, flow: FlowId) -> Served {
-        if self.cfg.mode == Mode::Random {
-            self.sample(flow);
-        }
+        self.packet_digest(flow).0
+    }
+
+    /// A packet of `flow`, and whether it made the flow a candidate this interval (its first
+    /// digest; random mode: its first draw into the sample).
+    pub fn packet_digest(&mut self, flow: FlowId) -> (Served, bool) {
+        let drawn = self.cfg.mode == Mode::Random && self.sample(flow);
         if let Some(hits) = self.original.get_mut(&flow) {
             *hits += 1;
             self.switch_packets += 1;
-            return Served::Switch;
+            return (Served::Switch, false);
         }
         self.server_packets += 1;
-        if self.cfg.mode == Mode::Sketch && self.sketch.add(flow, 1) >= self.cfg.threshold && self.digested.insert(flow)
-        {
-            self.digests.push(flow);
+        match self.cfg.mode {
+            Mode::Sketch => {
+                let d = self.cfg.capacity > 0
+                    && self.sketch.add(flow, 1) >= self.cfg.threshold
+                    && self.digested.insert(flow);
+                if d {
+                    self.digests.push(flow);
+                }
+                (Served::Server, d)
+            }
+            Mode::Random => (Served::Server, drawn),
         }
-        Served::Server
     }
 
-    /// Random mode: reservoir sampling over the interval's packets (a flow kept once).
-    fn sample(&mut self, flow: FlowId) {
+    /// Takes `flow`'s entry out of the original table (its install failed, or an operator
+    /// removed it); whether it was there.
+    pub fn forget(&mut self, flow: FlowId) -> bool {
+        self.history.remove(&flow);
+        self.original.remove(&flow).is_some()
+    }
+
+    /// Puts `flow`'s entry in the original table outside the interval's choice (an operator's
+    /// or a benchmark's); false if the table is full.
+    pub fn adopt(&mut self, flow: FlowId) -> bool {
+        if self.original.contains_key(&flow) {
+            return true;
+        }
+        if self.original.len() >= self.cfg.capacity {
+            return false;
+        }
+        self.original.insert(flow, 0);
+        true
+    }
+
+    /// Whether the interval's choice runs (sketch or random); false when the original table
+    /// has no room.
+    pub fn enabled(&self) -> bool {
+        self.cfg.capacity > 0
+    }
+
+    /// Random mode: reservoir sampling over the interval's packets (a flow kept once); whether
+    /// the flow went into the sample.
+    fn sample(&mut self, flow: FlowId) -> bool {
         self.seen += 1;
-        if self.in_reservoir.contains(&flow) {
-            return;
+        if self.cfg.capacity == 0 || self.in_reservoir.contains(&flow) {
+            return false;
         }
         if self.reservoir.len() < self.cfg.capacity {
             self.reservoir.push(flow);
             self.in_reservoir.insert(flow);
+            true
         } else {
             let j = (self.next_random() % self.seen) as usize;
             if j < self.reservoir.len() {
                 let out = std::mem::replace(&mut self.reservoir[j], flow);
                 self.in_reservoir.remove(&out);
                 self.in_reservoir.insert(flow);
+                true
+            } else {
+                false
             }
         }
     }
@@ -199,13 +244,21 @@ impl Offload {
         };
         ranked.truncate(self.cfg.capacity);
         let keep: HashSet<FlowId> = ranked.iter().map(|r| r.1).collect();
-        let before = self.original.len();
-        self.original.retain(|f, _| keep.contains(f));
-        report.evicted = before - self.original.len();
+        let mut evicted = Vec::new();
+        self.original.retain(|f, _| {
+            let k = keep.contains(f);
+            if !k {
+                evicted.push(*f);
+            }
+            k
+        });
+        report.evicted = evicted.len();
+        report.evicted_flows = evicted;
         for &(_, f) in &ranked {
             if let hashbrown::hash_map::Entry::Vacant(v) = self.original.entry(f) {
                 v.insert(0);
                 report.installed += 1;
+                report.installed_flows.push(f);
             }
         }
         for h in self.original.values_mut() {

@@ -33,6 +33,9 @@ pub enum KeyMatch {
     Ternary(u64, u64),
 }
 
+/// A table entry as read back: key, priority, action name, parameters.
+pub type EntryView<'a> = (Vec<KeyMatch>, u32, &'a str, Vec<u64>);
+
 /// What happens to a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -93,9 +96,16 @@ struct Offsets {
 
 /// A control's step, resolved when the program loads.
 #[derive(Debug, Clone, Copy)]
-enum Step {
+enum StepKind {
     Table(usize),
     Action(usize),
+}
+
+/// A step and its guard: (slot, equal, value).
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    kind: StepKind,
+    guard: Option<(usize, bool, u64)>,
 }
 
 /// An operand compiled: a PHV slot, the matched entry's parameter, or a constant.
@@ -158,6 +168,8 @@ struct State {
     parsed_len: u16,
     /// Whether the mirrored table hit this packet (None: it was not applied).
     mirrored_hit: Option<bool>,
+    /// Its key, as looked up (actions after may change the fields).
+    mirrored_key: Vec<u64>,
     /// The last response's entry of the mirrored table: its key and the learn action's
     /// parameters, taken before `post_processing` changes the PHV.
     learn_key: Vec<u64>,
@@ -224,7 +236,9 @@ impl Code {
                     .iter()
                     .map(|op| match op {
                         Op::Set { dst, src: s } => COp::Set { dst: slot(dst), src: src(s) },
-                        Op::Alu { kind, dst, a: x, b: y } => COp::Alu { kind: *kind, dst: slot(dst), a: src(x), b: src(y) },
+                        Op::Alu { kind, dst, a: x, b: y } => {
+                            COp::Alu { kind: *kind, dst: slot(dst), a: src(x), b: src(y) }
+                        }
                         Op::Hash { dst, fields } => {
                             COp::Hash { dst: slot(dst), fields: fields.iter().map(|f| slot(f)).collect() }
                         }
@@ -257,12 +271,17 @@ impl Code {
                 default: action(&t.default),
             })
             .collect();
-        let resolve = |steps: &[String]| -> Vec<Step> {
+        let resolve = |steps: &[String], guards: &[Option<crate::program::Guard>]| -> Vec<Step> {
             steps
                 .iter()
-                .filter_map(|s| match prog.tables.iter().position(|t| t.name == *s) {
-                    Some(t) => Some(Step::Table(t)),
-                    None => prog.actions.iter().position(|a| a.name == *s).map(Step::Action),
+                .enumerate()
+                .filter_map(|(i, s)| {
+                    let kind = match prog.tables.iter().position(|t| t.name == *s) {
+                        Some(t) => Some(StepKind::Table(t)),
+                        None => prog.actions.iter().position(|a| a.name == *s).map(StepKind::Action),
+                    }?;
+                    let guard = guards.get(i).and_then(|g| g.as_ref()).map(|g| (slot(&g.field), g.equal, g.value));
+                    Some(Step { kind, guard })
                 })
                 .collect()
         };
@@ -277,8 +296,8 @@ impl Code {
         Code {
             actions,
             tables,
-            pre: resolve(&prog.pre_processing),
-            post: resolve(&prog.post_processing),
+            pre: resolve(&prog.pre_processing, &prog.pre_guards),
+            post: resolve(&prog.post_processing, &prog.post_guards),
             request: wire(&prog.request),
             response: wire(&prog.response),
             register_bits: prog.registers.iter().map(|r| r.bits).collect(),
@@ -314,9 +333,14 @@ impl State {
     fn run(&mut self, code: &Code, post: bool) -> Option<Outcome> {
         let steps = if post { &code.post } else { &code.pre };
         for &step in steps {
-            let ai = match step {
-                Step::Table(ti) => self.lookup(code, ti),
-                Step::Action(ai) => {
+            if let Some((slot, equal, value)) = step.guard
+                && (self.phv[slot] == value) != equal
+            {
+                continue;
+            }
+            let ai = match step.kind {
+                StepKind::Table(ti) => self.lookup(code, ti),
+                StepKind::Action(ai) => {
                     self.params.clear();
                     ai
                 }
@@ -377,6 +401,7 @@ impl State {
         }
         if code.mirrored == Some(ti) && self.mirrored_hit.is_none() {
             self.mirrored_hit = Some(hit);
+            self.mirrored_key.clone_from(&self.key);
         }
         ai
     }
@@ -541,6 +566,7 @@ impl Pipeline {
             request: Vec::with_capacity(prog.request.iter().map(|(_, b)| b.div_ceil(8) as usize).sum()),
             parsed_len: 0,
             mirrored_hit: None,
+            mirrored_key: Vec::with_capacity(8),
             learn_key: Vec::with_capacity(8),
             learn_params: Vec::with_capacity(8),
         };
@@ -629,7 +655,7 @@ impl Pipeline {
     }
 
     /// A table's entries: key, priority, action name, parameters (exact tables in no order).
-    pub fn entries(&self, table: &str) -> Option<Vec<(Vec<KeyMatch>, u32, &str, Vec<u64>)>> {
+    pub fn entries(&self, table: &str) -> Option<Vec<EntryView<'_>>> {
         let ti = self.table_index(table).ok()?;
         let st = &self.st.tables[ti];
         Some(
@@ -703,12 +729,10 @@ impl Pipeline {
         self.code.mirrored.map(|m| self.prog.tables[m].name.as_str())
     }
 
-    /// The mirrored table's key of the last frame parsed (empty without a mirrored table).
-    pub fn mirrored_key(&self, out: &mut Vec<u64>) {
-        out.clear();
-        if let Some(m) = self.code.mirrored {
-            out.extend(self.code.tables[m].key.iter().map(|&(slot, _, _)| self.st.phv[slot]));
-        }
+    /// The key the last packet looked the mirrored table up with (valid while
+    /// [`mirrored_hit`](Self::mirrored_hit) is Some).
+    pub fn mirrored_key(&self) -> &[u64] {
+        &self.st.mirrored_key
     }
 
     /// After [`post`](Self::post): the mirrored table's entry the response answers — its key

@@ -204,6 +204,41 @@ pub struct Program {
     /// The controls: table or action names, applied in order.
     pub pre_processing: Vec<String>,
     pub post_processing: Vec<String>,
+    /// Each step's guard (`"nat if meta.ingress_port == 1"`): applied only when it holds.
+    pub pre_guards: Vec<Option<Guard>>,
+    pub post_guards: Vec<Option<Guard>>,
+}
+
+/// A step's condition: a field equal (or not) to a constant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guard {
+    pub field: String,
+    pub equal: bool,
+    pub value: u64,
+}
+
+/// Splits a control's step into its name and guard: `NAME` or `NAME if FIELD == VALUE` (or
+/// `!=`; VALUE decimal or 0x hex); the field checked against `known`.
+fn split_step(control: &str, step: &str, known: &BTreeMap<String, u32>) -> Result<(String, Option<Guard>), String> {
+    let Some((name, cond)) = step.split_once(" if ") else { return Ok((step.trim().to_string(), None)) };
+    let bad = || format!("{control}: step `{step}`: a guard is `FIELD == VALUE` or `FIELD != VALUE`");
+    let (field, equal, value) = if let Some((f, v)) = cond.split_once("==") {
+        (f.trim(), true, v.trim())
+    } else if let Some((f, v)) = cond.split_once("!=") {
+        (f.trim(), false, v.trim())
+    } else {
+        return Err(bad());
+    };
+    let width = *known.get(field).ok_or_else(|| format!("{control}: step `{step}`: `{field}` is not a field"))?;
+    let value = match value.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => value.parse::<u64>(),
+    }
+    .map_err(|_| bad())?;
+    if width < 64 && value >> width != 0 {
+        return Err(format!("{control}: step `{step}`: {value} is wider than `{field}` ({width} bits)"));
+    }
+    Ok((name.trim().to_string(), Some(Guard { field: field.to_string(), equal, value })))
 }
 
 fn check_name(what: &str, name: &str) -> Result<(), String> {
@@ -375,8 +410,20 @@ impl Program {
             }
             Ok(out)
         };
-        let pre = step_actions("pre_processing", &raw.pre_processing)?;
-        let post = step_actions("post_processing", &raw.post_processing)?;
+        let split = |control: &str, steps: &[String]| -> Result<(Vec<String>, Vec<Option<Guard>>), String> {
+            let mut names = Vec::new();
+            let mut guards = Vec::new();
+            for s in steps {
+                let (n, g) = split_step(control, s, &known)?;
+                names.push(n);
+                guards.push(g);
+            }
+            Ok((names, guards))
+        };
+        let (pre_names, pre_guards) = split("pre_processing", &raw.pre_processing)?;
+        let (post_names, post_guards) = split("post_processing", &raw.post_processing)?;
+        let pre = step_actions("pre_processing", &pre_names)?;
+        let post = step_actions("post_processing", &post_names)?;
         if let Some(a) = post.iter().find(|a| a.ops.iter().any(|o| matches!(o, Op::Flight | Op::Ecmp))) {
             return Err(format!(
                 "post_processing: action `{}` sends to a server; a response would go back to one (a loop)",
@@ -400,8 +447,10 @@ impl Program {
             registers,
             tables,
             actions,
-            pre_processing: raw.pre_processing,
-            post_processing: raw.post_processing,
+            pre_processing: pre_names,
+            post_processing: post_names,
+            pre_guards,
+            post_guards,
         })
     }
 

@@ -69,7 +69,8 @@ fn a_miss_goes_to_a_server_and_its_answer_is_written_back() {
     // it came in (post-processing has rewritten the PHV's source since).
     let (mut k, mut params) = (Vec::new(), Vec::new());
     assert!(p.learned(&mut k, &mut params));
-    let want: Vec<u64> = key([10, 0, 0, 5], 4000).iter().map(|m| if let KeyMatch::Exact(v) = m { *v } else { 0 }).collect();
+    let want: Vec<u64> =
+        key([10, 0, 0, 5], 4000).iter().map(|m| if let KeyMatch::Exact(v) = m { *v } else { 0 }).collect();
     assert_eq!(k, want);
     assert_eq!(params, [u64::from(u32::from_be_bytes([192, 0, 2, 9])), 30000]);
     assert_eq!(p.learn_action(), Some("translate"));

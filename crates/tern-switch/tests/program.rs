@@ -34,7 +34,7 @@ fn snat_parses_and_places() {
 #[test]
 fn bad_programs_are_refused_by_name() {
     let base = snat();
-    let cases: [(&str, &str, &str); 12] = [
+    let cases: [(&str, &str, &str); 18] = [
         (
             "{ field = \"udp.dst_port\", match = \"exact\" },",
             "{ field = \"udp.dport\", match = \"exact\" },",
@@ -57,9 +57,19 @@ fn bad_programs_are_refused_by_name() {
             "post_processing: action `ask_server` sends to a server",
         ),
         (
-            "pre_processing = [\"nat\"]",
-            "pre_processing = [\"natt\"]",
+            "pre_processing = [\"nat if",
+            "pre_processing = [\"natt if",
             "pre_processing: `natt` is neither a table nor an action",
+        ),
+        ("meta.ingress_port == 1", "meta.ingress == 1", "`meta.ingress` is not a field"),
+        ("meta.ingress_port == 1", "meta.ingress_port == 512", "512 is wider than `meta.ingress_port` (9 bits)"),
+        ("meta.ingress_port == 1", "meta.ingress_port < 1", "a guard is `FIELD == VALUE`"),
+        ("learn = \"translate\"", "learn = \"ask_server\"", "learn action `ask_server` is not one of its actions"),
+        ("mirrored = true", "mirrored = false", "`learn` is for a mirrored table"),
+        (
+            "{ name = \"port\", bits = 16 }]",
+            "{ name = \"port\", bits = 24 }]",
+            "learn action `translate`'s parameter `port` (16 bits) is not a response field",
         ),
         ("handler = \"snat\"\n", "", "pre_processing sends to a server but the program names no `handler`"),
         (

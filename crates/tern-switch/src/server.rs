@@ -1,0 +1,354 @@
+//! A server of the group (CLIP §III-C; docs/clip.md, "Servers"), sans I/O: it takes request
+//! frames from the switch, runs the program's remote handler on each and answers in place —
+//! the header's `kind` turned into a response, its parameters rewritten, its `BUSY` flag set
+//! while the server is near its queue limit — and keeps the list of its live flows that the
+//! controller takes before a membership change.
+//!
+//! A frame that is not a request of the server's program is dropped by name
+//! ([`ServerDrop`]); a handler's refusal is a drop too. No frame is answered twice: each
+//! request frame becomes exactly one response or one drop.
+
+use hashbrown::HashMap;
+use tern_io::{Batch, Pool};
+use tern_wire::clip::{self, Header, Kind};
+
+use crate::group::FlowId;
+
+/// A program's remote handler: the code a switch cannot run (§III-C).
+pub trait RemoteHandler: Send {
+    /// Its name, as programs name it (`handler = "..."`).
+    fn name(&self) -> &'static str;
+    /// Handles one request: `flow` its flow's id, `l3` the original frame from its byte 14
+    /// (the bytes after its EtherType), `request` the request's parameters; writes the
+    /// response's parameters into `response` (the header's parameter bytes: the program's
+    /// response fields first). `Err` drops it, naming why.
+    fn handle(&mut self, flow: FlowId, l3: &[u8], request: &[u8], response: &mut [u8]) -> Result<(), &'static str>;
+    /// Entries the handler holds (its mirrored table).
+    fn entries(&self) -> usize;
+}
+
+/// Why a server dropped a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServerDrop {
+    /// Not a CLIP frame, or a header error.
+    NotClip,
+    /// A response, not a request.
+    NotRequest,
+    /// Another program's request.
+    UnknownProgram,
+    /// The handler refused it.
+    Handler,
+}
+
+impl ServerDrop {
+    pub const ALL: [ServerDrop; 4] =
+        [ServerDrop::NotClip, ServerDrop::NotRequest, ServerDrop::UnknownProgram, ServerDrop::Handler];
+
+    /// Its name in metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            ServerDrop::NotClip => "not_clip",
+            ServerDrop::NotRequest => "not_request",
+            ServerDrop::UnknownProgram => "unknown_program",
+            ServerDrop::Handler => "handler",
+        }
+    }
+}
+
+/// A server's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    pub requests: u64,
+    pub responses: u64,
+    /// Responses sent with `BUSY` set.
+    pub busy_responses: u64,
+    pub drops: [u64; 4],
+}
+
+/// A server: its handler and its live flows.
+pub struct Server {
+    ethertype: u16,
+    program: u16,
+    handler: Box<dyn RemoteHandler>,
+    /// Live flows: last packet's time (ns).
+    live: HashMap<FlowId, u64>,
+    idle_ns: u64,
+    stats: ServerStats,
+    kept: Vec<tern_io::Packet>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("program", &self.program)
+            .field("handler", &self.handler.name())
+            .field("live", &self.live.len())
+            .finish()
+    }
+}
+
+impl Server {
+    /// A server of `program` running `handler`; a flow is live until `idle_ns` pass without its
+    /// packets.
+    pub fn new(ethertype: u16, program: u16, handler: Box<dyn RemoteHandler>, idle_ns: u64) -> Server {
+        Server {
+            ethertype,
+            program,
+            handler,
+            live: HashMap::new(),
+            idle_ns,
+            stats: ServerStats::default(),
+            kept: Vec::new(),
+        }
+    }
+
+    /// Answers every request of `batch` in place, at `now_ns`; `busy` sets the responses'
+    /// `BUSY` flag. Dropped frames go back to `pool`; the answered stay in `batch`.
+    pub fn process(&mut self, now_ns: u64, batch: &mut Batch, busy: bool, pool: &Pool) {
+        let mut kept = std::mem::take(&mut self.kept);
+        for mut p in batch.drain() {
+            match self.answer(now_ns, p.data_mut(), busy) {
+                Ok(()) => kept.push(p),
+                Err(d) => {
+                    self.stats.drops[ServerDrop::ALL.iter().position(|&x| x == d).unwrap_or(0)] += 1;
+                    pool.put(p);
+                }
+            }
+        }
+        // The answered go back in the batch, whose emptied vector becomes the next scratch.
+        batch.exchange(&mut kept);
+        self.kept = kept;
+    }
+
+    /// Answers one request frame in place.
+    pub fn answer(&mut self, now_ns: u64, f: &mut [u8], busy: bool) -> Result<(), ServerDrop> {
+        let (repr, _) = clip::peek(f, self.ethertype).map_err(|_| ServerDrop::NotClip)?;
+        if repr.kind != Kind::Request {
+            return Err(ServerDrop::NotRequest);
+        }
+        if repr.program != self.program {
+            return Err(ServerDrop::UnknownProgram);
+        }
+        self.stats.requests += 1;
+        let hl = repr.header_len();
+        let (head, l3) = f.split_at_mut(clip::ETH_LEN + hl);
+        let flow = crate::flow::flow_id_l3(l3).unwrap_or(0);
+        let mut h = Header::new_unchecked(&mut head[clip::ETH_LEN..]);
+        let mut request = [0u8; 255];
+        let plen = usize::from(repr.param_len);
+        request[..plen].copy_from_slice(h.params());
+        self.handler.handle(flow, l3, &request[..plen], h.params_mut()).map_err(|_| ServerDrop::Handler)?;
+        h.set_kind(Kind::Response);
+        h.set_flags(if busy { clip::FLAG_BUSY } else { 0 });
+        self.live.insert(flow, now_ns);
+        self.stats.responses += 1;
+        self.stats.busy_responses += u64::from(busy);
+        Ok(())
+    }
+
+    /// Forgets flows idle for the idle time; returns them (ended flows, for the switch's pins).
+    pub fn expire(&mut self, now_ns: u64) -> Vec<FlowId> {
+        let idle = self.idle_ns;
+        let mut ended = Vec::new();
+        self.live.retain(|&f, &mut t| {
+            let live = now_ns.saturating_sub(t) < idle;
+            if !live {
+                ended.push(f);
+            }
+            live
+        });
+        ended
+    }
+
+    /// Its live flows.
+    pub fn live_flows(&self) -> impl Iterator<Item = FlowId> + '_ {
+        self.live.keys().copied()
+    }
+
+    /// Whether it has live flows.
+    pub fn is_idle(&self) -> bool {
+        self.live.is_empty()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ServerStats {
+        self.stats
+    }
+
+    /// The handler.
+    pub fn handler(&self) -> &dyn RemoteHandler {
+        self.handler.as_ref()
+    }
+}
+
+/// CLIP's SNAT (Appendix A) as a remote handler: the server's mirror of the switch's `nat`
+/// table maps a flow's 5-tuple to its public address and port; a flow without one gets the
+/// next free pair (addresses of a pool, ports of a range), which it keeps. The response: the
+/// address (4 bytes) and port (2), big-endian — the program's `res.addr` and `res.port`.
+#[derive(Debug, Clone)]
+pub struct Snat {
+    addrs: Vec<u32>,
+    ports: (u16, u16),
+    table: HashMap<[u64; 5], (u32, u16)>,
+    next: u64,
+    /// Work a request also costs, in ns spent (models a server path's cost; 0: none).
+    pub cost_ns: u64,
+}
+
+impl Snat {
+    /// A SNAT over public `addrs` and ports `ports.0..=ports.1`.
+    pub fn new(addrs: Vec<u32>, ports: (u16, u16)) -> Result<Snat, String> {
+        if addrs.is_empty() || ports.0 > ports.1 {
+            return Err("snat: at least one address and a port range low to high".into());
+        }
+        Ok(Snat { addrs, ports, table: HashMap::new(), next: 0, cost_ns: 0 })
+    }
+
+    /// Pairs it can hand out.
+    pub fn capacity(&self) -> u64 {
+        self.addrs.len() as u64 * (u64::from(self.ports.1 - self.ports.0) + 1)
+    }
+
+    /// The pair a flow holds.
+    pub fn get(&self, tuple: &[u64; 5]) -> Option<(u32, u16)> {
+        self.table.get(tuple).copied()
+    }
+
+    /// Takes over another server's entries (failover replicas): flows it does not hold.
+    pub fn adopt(&mut self, entries: impl IntoIterator<Item = ([u64; 5], (u32, u16))>) {
+        for (k, v) in entries {
+            self.table.entry(k).or_insert(v);
+        }
+    }
+
+    /// Its entries.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u64; 5], &(u32, u16))> {
+        self.table.iter()
+    }
+}
+
+/// Spins for `ns` nanoseconds (a modelled per-request cost).
+pub fn spin_ns(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let t = std::time::Instant::now();
+    while (t.elapsed().as_nanos() as u64) < ns {
+        std::hint::spin_loop();
+    }
+}
+
+impl RemoteHandler for Snat {
+    fn name(&self) -> &'static str {
+        "snat"
+    }
+
+    fn handle(&mut self, _flow: FlowId, l3: &[u8], _request: &[u8], response: &mut [u8]) -> Result<(), &'static str> {
+        let tuple = crate::flow::five_tuple_l3(l3).ok_or("not_ipv4")?;
+        let (addr, port) = match self.table.get(&tuple) {
+            Some(&v) => v,
+            None => {
+                if self.next >= self.capacity() {
+                    return Err("exhausted");
+                }
+                let span = u64::from(self.ports.1 - self.ports.0) + 1;
+                let v = (self.addrs[(self.next / span) as usize], self.ports.0 + (self.next % span) as u16);
+                self.next += 1;
+                self.table.insert(tuple, v);
+                v
+            }
+        };
+        if response.len() < 6 {
+            return Err("response_length");
+        }
+        response[..4].copy_from_slice(&addr.to_be_bytes());
+        response[4..6].copy_from_slice(&port.to_be_bytes());
+        response[6..].fill(0);
+        spin_ns(self.cost_ns);
+        Ok(())
+    }
+
+    fn entries(&self) -> usize {
+        self.table.len()
+    }
+}
+
+/// A switch and its servers in one thread, frames handed between them directly (tests, the
+/// demo, `tern switch trace`): each frame a host sends runs through the switch, through a
+/// server if it needs one and back, until it leaves by a host port or is dropped.
+#[derive(Debug)]
+pub struct Cluster {
+    pub switch: crate::switch::Switch,
+    /// Server `s` of the switch's configuration.
+    pub servers: Vec<Server>,
+    /// Servers marked busy (their responses carry `BUSY`).
+    pub busy: Vec<bool>,
+    pool: Pool,
+    outs: Vec<Batch>,
+    input: Batch,
+    /// The clock servers see, ns.
+    pub now_ns: u64,
+}
+
+impl Cluster {
+    /// `switch` with `servers` behind its server ports, in order.
+    pub fn new(switch: crate::switch::Switch, servers: Vec<Server>) -> Cluster {
+        let ports = usize::from(switch.config().ports) + 1;
+        let busy = vec![false; servers.len()];
+        Cluster {
+            switch,
+            servers,
+            busy,
+            pool: Pool::new(4096, 2048),
+            outs: (0..ports).map(|_| Batch::new(256)).collect(),
+            input: Batch::new(256),
+            now_ns: 0,
+        }
+    }
+
+    /// Sends `frames` in on host port `port` (at most 256 a call); returns what left by host
+    /// ports, with the port, in order.
+    pub fn send(&mut self, port: u16, frames: &[&[u8]]) -> Vec<(u16, Vec<u8>)> {
+        for f in frames.iter().take(256) {
+            let mut p = self.pool.packet();
+            p.reserve_headroom(tern_io::DEFAULT_HEADROOM);
+            if p.extend_from_slice(f).is_err() {
+                self.pool.put(p);
+                continue;
+            }
+            let _ = self.input.push(p);
+        }
+        self.switch.process(port, &mut self.input, &mut self.outs, &self.pool);
+        let mut left = Vec::new();
+        // Servers answer, the switch takes the responses, until nothing is at a server.
+        loop {
+            let mut moved = false;
+            for s in 0..self.servers.len() {
+                let sp = self.switch.config().servers[s];
+                let mut b = std::mem::replace(&mut self.outs[usize::from(sp)], Batch::new(256));
+                if b.is_empty() {
+                    self.outs[usize::from(sp)] = b;
+                    continue;
+                }
+                moved = true;
+                self.servers[s].process(self.now_ns, &mut b, self.busy[s], &self.pool);
+                self.switch.process(sp, &mut b, &mut self.outs, &self.pool);
+            }
+            if !moved {
+                break;
+            }
+        }
+        for (port, b) in self.outs.iter_mut().enumerate() {
+            for p in b.drain() {
+                left.push((port as u16, p.data().to_vec()));
+                self.pool.put(p);
+            }
+        }
+        left
+    }
+
+    /// The servers' live flows, ⟨flow, server⟩ (what the controller takes before a change).
+    pub fn live_flows(&self) -> Vec<(FlowId, crate::group::ServerId)> {
+        self.servers.iter().enumerate().flat_map(|(s, v)| v.live_flows().map(move |f| (f, s as u16))).collect()
+    }
+}

@@ -1,0 +1,733 @@
+//! The switch (CLIP §III, Figure 3; docs/clip.md, "The switch"), sans I/O: a loaded program's
+//! [`Pipeline`], the server group's [`Selector`], the heavy-hitter [`Offload`] of the program's
+//! mirrored table, and regular forwarding, joined on frames in batches.
+//!
+//! Ports are numbered from 1. Some are *server ports* (server `s` of the group sits behind
+//! `servers[s]`); the others are *host ports*.
+//!
+//! A frame from a host port:
+//! 1. CLIP's EtherType: dropped (`spoofed_header`: only servers speak CLIP);
+//! 2. ARP: a request for the switch's own address is answered out of the same port; any other
+//!    ARP frame is dropped (`arp_not_ours`);
+//! 3. otherwise `pre_processing` runs. `flight` set: the frame gets a request header (the
+//!    program's parameters, `parsed_len`, the chosen group's version, a request id) and goes to
+//!    the server the selector picks for its flow — never to a host port. Otherwise it leaves by
+//!    the port an action set (a server port is refused: `egress_to_server`) or by regular
+//!    forwarding: the longest prefix of its IPv4 destination among the routes gives a port and
+//!    the next hop's MAC address (the source becomes the switch's); no route: `no_route`; not
+//!    IPv4: `not_ipv4`.
+//!
+//! A frame from a server port must be a response of the loaded program from a server the
+//! selector still sends to (else `server_not_clip`, a header error by its field, `not_response`,
+//! `unknown_program`, `not_member`, `param_len`); its `BUSY` flag marks the server busy or not;
+//! its header comes out (the original frame back, byte for byte) and `post_processing` runs with
+//! the response's parameters; it then leaves as above, never to a server (no loops).
+//!
+//! The offload: each packet that reaches the mirrored table is counted by [`Offload::packet`]
+//! under its entry's id (the hash of the table's key); a flow whose estimate crosses the digest
+//! threshold is learned from its next response (the program's `learn` action, its parameters
+//! from the response's fields); [`Switch::interval`] (the controller) moves the chosen entries
+//! into the switch's table and evicts those that fell out.
+
+use std::net::Ipv4Addr;
+
+use hashbrown::HashMap;
+use ipnet::Ipv4Net;
+use tern_io::{Batch, Packet, Pool};
+use tern_table::lpm::Lpm4;
+use tern_wire::clip::{self, FIXED_LEN, Header, Kind, Repr};
+
+use crate::group::{FlowId, GroupError, Path, Selector, SelectorConfig, ServerId};
+use crate::offload::{IntervalReport, Offload, OffloadConfig, Served};
+use crate::pipeline::{KeyMatch, Outcome, Pipeline, hash_values};
+use crate::program::Program;
+
+/// A route of regular forwarding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub prefix: Ipv4Net,
+    pub port: u16,
+    /// The next hop's MAC address (the frame's new destination).
+    pub mac: [u8; 6],
+}
+
+/// How a switch is built.
+#[derive(Debug, Clone)]
+pub struct SwitchConfig {
+    /// CLIP's EtherType on this network.
+    pub ethertype: u16,
+    /// The switch's own addresses (ARP answers, the source of routed frames).
+    pub mac: [u8; 6],
+    pub ip: Ipv4Addr,
+    /// Ports 1..=ports.
+    pub ports: u16,
+    /// Server `s`'s port is `servers[s]`.
+    pub servers: Vec<u16>,
+    /// The first group's members.
+    pub members: Vec<ServerId>,
+    pub routes: Vec<Route>,
+    pub selector: SelectorConfig,
+    /// The offload of the program's mirrored table (its capacity is at most the table's size).
+    pub offload: OffloadConfig,
+    /// Whether the offload runs (off: every miss of the mirrored table goes to a server).
+    pub offload_enabled: bool,
+    /// Candidates whose entries the switch learns an interval at most.
+    pub learn_capacity: usize,
+}
+
+impl Default for SwitchConfig {
+    fn default() -> SwitchConfig {
+        SwitchConfig {
+            ethertype: clip::DEFAULT_ETHERTYPE,
+            mac: [0x02, 0, 0, 0, 0, 0xfe],
+            ip: Ipv4Addr::new(10, 0, 0, 254),
+            ports: 2,
+            servers: Vec::new(),
+            members: Vec::new(),
+            routes: Vec::new(),
+            selector: SelectorConfig::default(),
+            offload: OffloadConfig::default(),
+            offload_enabled: true,
+            learn_capacity: 8192,
+        }
+    }
+}
+
+/// Why the switch dropped a frame: each a counter (`tern_switch_drops_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Shorter than an Ethernet header.
+    Malformed,
+    /// A CLIP header from a host port.
+    SpoofedHeader,
+    /// A frame from a server port without CLIP's EtherType.
+    ServerNotClip,
+    /// The header's fields (as `tern_wire::clip` names them).
+    HeaderTruncated,
+    HeaderVersion,
+    HeaderKind,
+    HeaderFlags,
+    HeaderLoadType,
+    HeaderParsedLen,
+    /// A request from a server.
+    NotResponse,
+    /// A program id the switch has not loaded.
+    UnknownProgram,
+    /// From a server the switch no longer sends to (or a port no server is behind).
+    NotMember,
+    /// `param_len` other than the program's.
+    ParamLen,
+    /// The program's `drop`.
+    DroppedByProgram,
+    /// `post_processing` refused the response (its length).
+    ResponseLength,
+    /// No route for the destination.
+    NoRoute,
+    /// Neither IPv4 nor ARP, and no port set.
+    NotIpv4,
+    /// ARP not asking for the switch.
+    ArpNotOurs,
+    /// An action sent a frame to a server port, or to a port the switch lacks.
+    EgressToServer,
+    BadPort,
+    /// No room in the buffer for the header.
+    NoHeadroom,
+    /// An output batch was full.
+    TxFull,
+}
+
+impl DropReason {
+    /// Every reason, in the order of [`SwitchStats::drops`].
+    pub const ALL: [DropReason; 22] = [
+        DropReason::Malformed,
+        DropReason::SpoofedHeader,
+        DropReason::ServerNotClip,
+        DropReason::HeaderTruncated,
+        DropReason::HeaderVersion,
+        DropReason::HeaderKind,
+        DropReason::HeaderFlags,
+        DropReason::HeaderLoadType,
+        DropReason::HeaderParsedLen,
+        DropReason::NotResponse,
+        DropReason::UnknownProgram,
+        DropReason::NotMember,
+        DropReason::ParamLen,
+        DropReason::DroppedByProgram,
+        DropReason::ResponseLength,
+        DropReason::NoRoute,
+        DropReason::NotIpv4,
+        DropReason::ArpNotOurs,
+        DropReason::EgressToServer,
+        DropReason::BadPort,
+        DropReason::NoHeadroom,
+        DropReason::TxFull,
+    ];
+
+    /// Its name in metrics and docs.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Malformed => "malformed",
+            DropReason::SpoofedHeader => "spoofed_header",
+            DropReason::ServerNotClip => "server_not_clip",
+            DropReason::HeaderTruncated => "header_truncated",
+            DropReason::HeaderVersion => "header_version",
+            DropReason::HeaderKind => "header_kind",
+            DropReason::HeaderFlags => "header_flags",
+            DropReason::HeaderLoadType => "header_load_type",
+            DropReason::HeaderParsedLen => "header_parsed_len",
+            DropReason::NotResponse => "not_response",
+            DropReason::UnknownProgram => "unknown_program",
+            DropReason::NotMember => "not_member",
+            DropReason::ParamLen => "param_len",
+            DropReason::DroppedByProgram => "dropped_by_program",
+            DropReason::ResponseLength => "response_length",
+            DropReason::NoRoute => "no_route",
+            DropReason::NotIpv4 => "not_ipv4",
+            DropReason::ArpNotOurs => "arp_not_ours",
+            DropReason::EgressToServer => "egress_to_server",
+            DropReason::BadPort => "bad_port",
+            DropReason::NoHeadroom => "no_headroom",
+            DropReason::TxFull => "tx_full",
+        }
+    }
+
+    fn from_header(e: tern_wire::Error) -> DropReason {
+        match e {
+            tern_wire::Error::Truncated => DropReason::HeaderTruncated,
+            tern_wire::Error::Malformed("version") => DropReason::HeaderVersion,
+            tern_wire::Error::Malformed("kind") => DropReason::HeaderKind,
+            tern_wire::Error::Malformed("flags") => DropReason::HeaderFlags,
+            tern_wire::Error::Malformed("load_type") => DropReason::HeaderLoadType,
+            tern_wire::Error::Malformed("parsed_len") => DropReason::HeaderParsedLen,
+            tern_wire::Error::Malformed(_) => DropReason::ServerNotClip,
+        }
+    }
+}
+
+/// What the switch has done.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SwitchStats {
+    /// Frames that left without a server: by the program's table (offloaded entries) or
+    /// otherwise (regular traffic, other tables).
+    pub switch_only: u64,
+    /// Of those, frames the mirrored table's original served.
+    pub offloaded: u64,
+    /// Requests sent to servers, by how the selector found the server: pinned, diverted,
+    /// current, previous.
+    pub to_server: [u64; 4],
+    /// Responses taken back and sent on.
+    pub responses: u64,
+    /// ARP requests answered.
+    pub arp_replies: u64,
+    /// Drops, one per [`DropReason::ALL`].
+    pub drops: [u64; 22],
+    /// Offload: candidates whose entry was not learned in time to install, and candidates
+    /// beyond the learning table.
+    pub unlearned: u64,
+    pub learn_full: u64,
+    /// The mirrored table and the offload's account disagreed (a bug if ever above 0).
+    pub offload_mismatch: u64,
+    /// Requests and responses by server.
+    pub requests_by_server: Vec<u64>,
+}
+
+impl SwitchStats {
+    /// A drop counter by reason.
+    pub fn drop_count(&self, r: DropReason) -> u64 {
+        self.drops[DropReason::ALL.iter().position(|&x| x == r).unwrap_or(0)]
+    }
+
+    /// All drops.
+    pub fn dropped(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    /// Requests sent to servers.
+    pub fn requests(&self) -> u64 {
+        self.to_server.iter().sum()
+    }
+}
+
+fn path_index(p: Path) -> usize {
+    match p {
+        Path::Pinned => 0,
+        Path::Diverted => 1,
+        Path::Current => 2,
+        Path::Previous => 3,
+    }
+}
+
+/// A learned entry of the mirrored table: its key and its learn action's parameters.
+type Learned = (Box<[u64]>, Box<[u64]>);
+
+/// The switch: data plane and controller.
+#[derive(Debug)]
+pub struct Switch {
+    cfg: SwitchConfig,
+    pipeline: Pipeline,
+    selector: Selector,
+    offload: Offload,
+    routes: Lpm4,
+    /// Server port → server id (`u16::MAX`: a host port), by port.
+    server_of: Vec<u16>,
+    /// Bytes of parameters the header carries; of them, the response's.
+    param_len: usize,
+    response_len: usize,
+    next_request: u32,
+    /// Offload: entries being learned this interval (None until the flow's response), and
+    /// the installed entries' keys.
+    learning: HashMap<FlowId, Option<Learned>>,
+    installed: HashMap<FlowId, Box<[u64]>>,
+    key: Vec<u64>,
+    params: Vec<u64>,
+    response: [u8; 255],
+    stats: SwitchStats,
+}
+
+/// An error building a switch; names the item.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SwitchError {
+    #[error("{0}")]
+    Config(String),
+    #[error(transparent)]
+    Group(#[from] GroupError),
+}
+
+impl Switch {
+    /// A switch running `program` (its tables empty), as `cfg` describes.
+    pub fn new(program: Program, cfg: SwitchConfig) -> Result<Switch, SwitchError> {
+        let bad = |s: String| Err(SwitchError::Config(s));
+        if cfg.ports == 0 {
+            return bad("a switch needs ports".into());
+        }
+        let mut server_of = vec![u16::MAX; usize::from(cfg.ports) + 1];
+        for (s, &p) in cfg.servers.iter().enumerate() {
+            if p == 0 || p > cfg.ports {
+                return bad(format!("server {s}: port {p} is not a port of the switch (1 to {})", cfg.ports));
+            }
+            if server_of[usize::from(p)] != u16::MAX {
+                return bad(format!("port {p} is named for two servers"));
+            }
+            server_of[usize::from(p)] = s as u16;
+        }
+        if let Some(m) = cfg.members.iter().find(|&&m| usize::from(m) >= cfg.servers.len()) {
+            return bad(format!("member {m}: no such server ({} servers)", cfg.servers.len()));
+        }
+        let mut routes = Lpm4::new();
+        for (i, r) in cfg.routes.iter().enumerate() {
+            if r.port == 0 || r.port > cfg.ports || server_of[usize::from(r.port)] != u16::MAX {
+                return bad(format!("route {}: port {} is not a host port", r.prefix, r.port));
+            }
+            routes
+                .insert(r.prefix.trunc(), i as u32)
+                .map_err(|e| SwitchError::Config(format!("route {}: {e}", r.prefix)))?;
+        }
+        let pipeline = Pipeline::new(program);
+        let response_len = pipeline.program().response.iter().map(|(_, b)| b.div_ceil(8) as usize).sum();
+        let param_len = pipeline.param_len().max(response_len);
+        let mut ocfg = cfg.offload;
+        if let Some(t) = pipeline.program().tables.iter().find(|t| t.mirrored) {
+            ocfg.capacity = ocfg.capacity.min(t.size as usize);
+        }
+        if !cfg.offload_enabled || pipeline.learn_action().is_none() {
+            ocfg.capacity = 0;
+        }
+        let offload = Offload::new(ocfg).map_err(|e| SwitchError::Config(format!("offload: {e}")))?;
+        let members = if cfg.members.is_empty() && !cfg.servers.is_empty() { vec![0] } else { cfg.members.clone() };
+        let selector = if members.is_empty() {
+            // No servers: a group of a server that never gets a request (flight is refused
+            // below before the selector runs).
+            Selector::new(cfg.selector, &[0])?
+        } else {
+            Selector::new(cfg.selector, &members)?
+        };
+        let stats = SwitchStats { requests_by_server: vec![0; cfg.servers.len()], ..SwitchStats::default() };
+        Ok(Switch {
+            pipeline,
+            selector,
+            offload,
+            routes,
+            server_of,
+            param_len,
+            response_len,
+            next_request: 0,
+            learning: HashMap::new(),
+            installed: HashMap::new(),
+            key: Vec::with_capacity(8),
+            params: Vec::with_capacity(8),
+            response: [0; 255],
+            stats,
+            cfg,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SwitchConfig {
+        &self.cfg
+    }
+
+    /// The pipeline (its tables and registers).
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    /// The pipeline, to add and remove entries.
+    pub fn pipeline_mut(&mut self) -> &mut Pipeline {
+        &mut self.pipeline
+    }
+
+    /// The server selection.
+    pub fn selector(&self) -> &Selector {
+        &self.selector
+    }
+
+    /// The offload's state.
+    pub fn offload(&self) -> &Offload {
+        &self.offload
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &SwitchStats {
+        &self.stats
+    }
+
+    /// Bytes of parameters a header of this program carries (`param_len`).
+    pub fn param_len(&self) -> usize {
+        self.param_len
+    }
+
+    /// Whether `port` is a server port.
+    pub fn is_server_port(&self, port: u16) -> bool {
+        self.server_of.get(usize::from(port)).is_some_and(|&s| s != u16::MAX)
+    }
+
+    fn count(&mut self, r: DropReason) {
+        if let Some(i) = DropReason::ALL.iter().position(|&x| x == r) {
+            self.stats.drops[i] += 1;
+        }
+    }
+
+    /// Takes every frame of `input` (received on `in_port`) and appends what leaves to
+    /// `out[port]` (`out` has a batch for each port and one unused for port 0); drops go back
+    /// to `pool`.
+    pub fn process(&mut self, in_port: u16, input: &mut Batch, out: &mut [Batch], pool: &Pool) {
+        let from_server = self.is_server_port(in_port);
+        for mut p in input.drain() {
+            let verdict =
+                if from_server { self.server_frame(in_port, &mut p) } else { self.host_frame(in_port, &mut p) };
+            match verdict {
+                Ok(port) => match out.get_mut(usize::from(port)) {
+                    Some(b) => {
+                        if let Some(back) = b.push(p) {
+                            self.count(DropReason::TxFull);
+                            pool.put(back);
+                        }
+                    }
+                    None => {
+                        self.count(DropReason::BadPort);
+                        pool.put(p);
+                    }
+                },
+                Err(r) => {
+                    self.count(r);
+                    pool.put(p);
+                }
+            }
+        }
+    }
+
+    /// One frame from a host port: the port it leaves by.
+    fn host_frame(&mut self, in_port: u16, p: &mut Packet) -> Result<u16, DropReason> {
+        let f = p.data_mut();
+        if f.len() < 14 {
+            return Err(DropReason::Malformed);
+        }
+        let ty = u16::from_be_bytes([f[12], f[13]]);
+        if ty == self.cfg.ethertype {
+            return Err(DropReason::SpoofedHeader);
+        }
+        if ty == 0x0806 {
+            return self.arp(in_port, f);
+        }
+        match self.pipeline.pre(f, in_port) {
+            Outcome::Drop(why) => Err(program_drop(why)),
+            Outcome::ToServer => {
+                let served = self.account_offload(false);
+                debug_assert_ne!(served, Some(Served::Switch));
+                self.flight(p)
+            }
+            Outcome::Forward { port } => {
+                if self.account_offload(true) == Some(Served::Switch) {
+                    self.stats.offloaded += 1;
+                }
+                let out = self.egress(p, port)?;
+                self.stats.switch_only += 1;
+                Ok(out)
+            }
+        }
+    }
+
+    /// Counts a packet that reached the mirrored table in the offload; `forwarded`: the switch
+    /// kept it. Returns where the offload says it was served.
+    fn account_offload(&mut self, forwarded: bool) -> Option<Served> {
+        let hit = self.pipeline.mirrored_hit()?;
+        let id = hash_values(self.pipeline.mirrored_key());
+        let (served, digest) = self.offload.packet_digest(id);
+        if (served == Served::Switch) != hit || (hit && !forwarded) {
+            self.stats.offload_mismatch += 1;
+        }
+        if digest && !self.learning.contains_key(&id) {
+            if self.learning.len() < self.cfg.learn_capacity {
+                self.learning.insert(id, None);
+            } else {
+                self.stats.learn_full += 1;
+            }
+        }
+        Some(served)
+    }
+
+    /// Puts the request header on `p` and picks its server.
+    fn flight(&mut self, p: &mut Packet) -> Result<u16, DropReason> {
+        if self.cfg.servers.is_empty() {
+            return Err(DropReason::NotMember);
+        }
+        let Some(flow) = crate::flow::flow_id(p.data()) else {
+            // Not IPv4: a flow of its Ethernet addresses and type.
+            let f = p.data();
+            let id = hash_values(&[be(&f[0..6]), be(&f[6..12]), be(&f[12..14])]);
+            return self.send_to(p, id);
+        };
+        self.send_to(p, flow)
+    }
+
+    fn send_to(&mut self, p: &mut Packet, flow: FlowId) -> Result<u16, DropReason> {
+        let (server, path) = self.selector.select(flow);
+        let version = match path {
+            Path::Previous => self.selector.previous().map_or(0, |g| g.version),
+            _ => self.selector.current().version,
+        };
+        let hl = FIXED_LEN + self.param_len;
+        if !p.push_front(hl) {
+            return Err(DropReason::NoHeadroom);
+        }
+        let f = p.data_mut();
+        f.copy_within(hl..hl + 12, 0);
+        let load_type = u16::from_be_bytes([f[hl + 12], f[hl + 13]]);
+        f[12..14].copy_from_slice(&self.cfg.ethertype.to_be_bytes());
+        let repr = Repr {
+            kind: Kind::Request,
+            flags: 0,
+            load_type,
+            parsed_len: self.pipeline.parsed_len(),
+            program: self.pipeline.program().id,
+            group_version: version,
+            request_id: self.next_request,
+            param_len: self.param_len as u8,
+        };
+        self.next_request = self.next_request.wrapping_add(1);
+        let mut h = Header::new_unchecked(&mut f[14..]);
+        repr.emit(&mut h);
+        let params = h.params_mut();
+        let req = self.pipeline.request();
+        params[..req.len()].copy_from_slice(req);
+        params[req.len()..].fill(0);
+        self.stats.to_server[path_index(path)] += 1;
+        if let Some(c) = self.stats.requests_by_server.get_mut(usize::from(server)) {
+            *c += 1;
+        }
+        Ok(self.cfg.servers[usize::from(server)])
+    }
+
+    /// One frame from server port `in_port`.
+    fn server_frame(&mut self, in_port: u16, p: &mut Packet) -> Result<u16, DropReason> {
+        let server = self.server_of[usize::from(in_port)];
+        let f = p.data();
+        if f.len() < 14 {
+            return Err(DropReason::Malformed);
+        }
+        let (repr, params) = clip::peek(f, self.cfg.ethertype).map_err(DropReason::from_header)?;
+        if repr.kind != Kind::Response {
+            return Err(DropReason::NotResponse);
+        }
+        if repr.program != self.pipeline.program().id {
+            return Err(DropReason::UnknownProgram);
+        }
+        if !self.selector.serves(server) {
+            return Err(DropReason::NotMember);
+        }
+        if usize::from(repr.param_len) != self.param_len {
+            return Err(DropReason::ParamLen);
+        }
+        if usize::from(repr.parsed_len) > f.len() - 14 - repr.header_len() {
+            return Err(DropReason::HeaderParsedLen);
+        }
+        self.response[..self.response_len].copy_from_slice(&params[..self.response_len]);
+        self.selector.set_busy(server, repr.flags & clip::FLAG_BUSY != 0);
+        // The header comes out: the addresses move up over it and `load_type` goes back.
+        let hl = repr.header_len();
+        let f = p.data_mut();
+        f.copy_within(0..12, hl);
+        p.pull_front(hl);
+        let f = p.data_mut();
+        f[12..14].copy_from_slice(&repr.load_type.to_be_bytes());
+        let response = self.response;
+        match self.pipeline.post(f, &response[..self.response_len]) {
+            Outcome::Drop(why) => Err(program_drop(why)),
+            Outcome::ToServer => Err(DropReason::EgressToServer),
+            Outcome::Forward { port } => {
+                self.learn();
+                self.stats.responses += 1;
+                self.egress(p, port)
+            }
+        }
+    }
+
+    /// After a response: keeps its entry if the controller is waiting for it.
+    fn learn(&mut self) {
+        if self.learning.is_empty() || !self.pipeline.learned(&mut self.key, &mut self.params) {
+            return;
+        }
+        let id = hash_values(&self.key);
+        if let Some(slot @ None) = self.learning.get_mut(&id) {
+            *slot = Some((self.key.as_slice().into(), self.params.as_slice().into()));
+        }
+    }
+
+    /// The port a frame the switch keeps leaves by: `port` if an action set it, else the
+    /// route of its destination (its Ethernet addresses rewritten).
+    fn egress(&mut self, p: &mut Packet, port: Option<u16>) -> Result<u16, DropReason> {
+        if let Some(port) = port {
+            if port > self.cfg.ports {
+                return Err(DropReason::BadPort);
+            }
+            if self.is_server_port(port) {
+                return Err(DropReason::EgressToServer);
+            }
+            return Ok(port);
+        }
+        let f = p.data_mut();
+        if f.len() < 34 || f[12..14] != [0x08, 0x00] {
+            return Err(DropReason::NotIpv4);
+        }
+        let dst = Ipv4Addr::new(f[30], f[31], f[32], f[33]);
+        let Some(r) = self.routes.lookup(dst).map(|i| self.cfg.routes[i as usize]) else {
+            return Err(DropReason::NoRoute);
+        };
+        f[0..6].copy_from_slice(&r.mac);
+        f[6..12].copy_from_slice(&self.cfg.mac);
+        Ok(r.port)
+    }
+
+    /// Answers an ARP request for the switch's address, in place.
+    fn arp(&mut self, in_port: u16, f: &mut [u8]) -> Result<u16, DropReason> {
+        // htype 1, ptype IPv4, hlen 6, plen 4, op 1 (request), target the switch.
+        let ours = f.len() >= 42 && f[14..22] == [0, 1, 8, 0, 6, 4, 0, 1] && f[38..42] == self.cfg.ip.octets();
+        if !ours {
+            return Err(DropReason::ArpNotOurs);
+        }
+        let mut sha = [0u8; 6];
+        sha.copy_from_slice(&f[22..28]);
+        let mut spa = [0u8; 4];
+        spa.copy_from_slice(&f[28..32]);
+        f[0..6].copy_from_slice(&sha);
+        f[6..12].copy_from_slice(&self.cfg.mac);
+        f[21] = 2;
+        f[22..28].copy_from_slice(&self.cfg.mac);
+        f[28..32].copy_from_slice(&self.cfg.ip.octets());
+        f[32..38].copy_from_slice(&sha);
+        f[38..42].copy_from_slice(&spa);
+        self.stats.arp_replies += 1;
+        Ok(in_port)
+    }
+
+    /// The controller's interval: the offload's choice applied to the mirrored table
+    /// (evictions first, then installs of the entries learned; a candidate whose entry was not
+    /// learned is not installed and is counted).
+    pub fn interval(&mut self) -> IntervalReport {
+        let mut report = self.offload.interval();
+        let Some(table) = self.pipeline.mirrored_table().map(str::to_string) else { return report };
+        let action = self.pipeline.learn_action().unwrap_or_default().to_string();
+        for id in &report.evicted_flows {
+            if let Some(k) = self.installed.remove(id) {
+                let key: Vec<KeyMatch> = k.iter().map(|&v| KeyMatch::Exact(v)).collect();
+                self.pipeline.remove(&table, &key);
+            }
+        }
+        let mut failed = Vec::new();
+        for &id in &report.installed_flows {
+            match self.learning.get(&id) {
+                Some(Some((k, params))) => {
+                    let key: Vec<KeyMatch> = k.iter().map(|&v| KeyMatch::Exact(v)).collect();
+                    match self.pipeline.insert(&table, &key, 0, &action, params) {
+                        Ok(()) => {
+                            self.installed.insert(id, k.clone());
+                        }
+                        Err(_) => failed.push(id),
+                    }
+                }
+                _ => failed.push(id),
+            }
+        }
+        for id in failed {
+            self.offload.forget(id);
+            self.stats.unlearned += 1;
+            report.installed -= 1;
+            report.installed_flows.retain(|&f| f != id);
+        }
+        // Candidates not chosen are learned again if they come back.
+        self.learning.clear();
+        report
+    }
+
+    /// Installs an entry of the mirrored table in the switch's original table directly (the
+    /// ideal choice in benchmarks, or an operator's pin): counted by the offload as its own.
+    pub fn install(&mut self, key: &[u64], params: &[u64]) -> Result<(), String> {
+        let table = self.pipeline.mirrored_table().ok_or("the program has no mirrored table")?.to_string();
+        let action = self.pipeline.learn_action().ok_or("the mirrored table has no learn action")?.to_string();
+        let id = hash_values(key);
+        if !self.offload.adopt(id) {
+            return Err(format!("the original table is full ({} entries)", self.offload.entries()));
+        }
+        let km: Vec<KeyMatch> = key.iter().map(|&v| KeyMatch::Exact(v)).collect();
+        if let Err(e) = self.pipeline.insert(&table, &km, 0, &action, params) {
+            self.offload.forget(id);
+            return Err(e);
+        }
+        self.installed.insert(id, key.into());
+        Ok(())
+    }
+
+    /// A membership change (§III-D): the new group of `members`, with the servers' live
+    /// flows (⟨flow, server⟩) to pin the ones that would lose their server.
+    pub fn change_group(&mut self, members: &[ServerId], live: &[(FlowId, ServerId)]) -> Result<u16, SwitchError> {
+        if let Some(m) = members.iter().find(|&&m| usize::from(m) >= self.cfg.servers.len()) {
+            return Err(SwitchError::Config(format!(
+                "member {m}: no such server ({} servers)",
+                self.cfg.servers.len()
+            )));
+        }
+        Ok(self.selector.change(members, live)?)
+    }
+
+    /// Fails `dead` over to `buddy` (§VI): its buckets and pins go to the buddy.
+    pub fn fail_over(&mut self, dead: ServerId, buddy: ServerId) -> Result<(), SwitchError> {
+        Ok(self.selector.fail_over(dead, buddy)?)
+    }
+
+    /// Flows that ended (servers' reports): their pins go.
+    pub fn unpin(&mut self, ended: &[FlowId]) {
+        self.selector.unpin(ended);
+    }
+}
+
+fn be(b: &[u8]) -> u64 {
+    b.iter().fold(0u64, |a, &x| (a << 8) | u64::from(x))
+}
+
+fn program_drop(why: &str) -> DropReason {
+    match why {
+        "malformed" => DropReason::Malformed,
+        "response_length" => DropReason::ResponseLength,
+        _ => DropReason::DroppedByProgram,
+    }
+}
