@@ -12,8 +12,10 @@ mod metrics;
 mod plot;
 mod progress;
 mod qnp;
+mod reports;
 mod rpc;
 mod signals;
+mod switch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -150,6 +152,13 @@ enum BenchCommand {
     /// DAG-A and DAG-C sharing DAG-D's chain against separate chains (throughput per region).
     /// Writes reports/chain.json and plots; --quick runs in under two minutes.
     Chain(chain::bench::ChainBenchArgs),
+    /// CLIP's heavy-hitter offload (SNAT, 64 B frames, Zipf α over 10^4 flows): throughput with
+    /// the count-min sketch's choice against every miss through a server (all-server), beside
+    /// random selection and the exact top N, the switch on one core and the server on another,
+    /// whose cost a request is the kernel path's measured here (or --server-ns); and Figure 7's
+    /// group changes under CLIP's selection beside hash-mod ECMP (flows moved). Writes
+    /// reports/switch.json and plots; --quick runs in under two minutes.
+    Switch(switch::bench::SwitchBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -294,6 +303,7 @@ fn main() -> ExitCode {
         Command::Bench { command: BenchCommand::Flow(a) } => flow::bench::run(&a),
         Command::Bench { command: BenchCommand::Rpc(a) } => rpc::bench::run(&a),
         Command::Bench { command: BenchCommand::Chain(a) } => chain::bench::run(&a),
+        Command::Bench { command: BenchCommand::Switch(a) } => switch::bench::run(&a),
         Command::Rpc { command: RpcCommand::Check(a) } => rpc::check(&a),
         Command::Rpc { command: RpcCommand::Decode(a) } => rpc::decode(&a),
         Command::Rpc { command: RpcCommand::Encode(a) } => rpc::encode(&a),

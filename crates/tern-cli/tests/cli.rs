@@ -1253,3 +1253,50 @@ fn chain_runs_a_flow_switch_as_a_task() {
     assert!(!ok && err.contains("nt.router") && err.contains("/nonexistent/flow.toml"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `tern bench switch --json` prints the four promised keys at top level (tiny phases: what is
+/// checked is the report, not the figures, but for the scaling experiment, which is
+/// deterministic: CLIP moves no flow, hash-mod moves some), writes its files, and refuses
+/// zero rounds and a bad α.
+#[test]
+fn bench_switch_json_has_the_promised_keys() {
+    let out_dir = std::env::temp_dir().join(format!("tern-bench-switch-{}", std::process::id()));
+    let (ok, out, err) = tern(&[
+        "bench",
+        "switch",
+        "--rounds",
+        "1",
+        "--phase-secs",
+        "0.02",
+        "--alphas",
+        "0.9,1.2",
+        "--warmup-intervals",
+        "1",
+        "--interval-packets",
+        "20000",
+        "--scaling-flows",
+        "50",
+        "--server-ns",
+        "500",
+        "--json",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for key in ["offload_over_all_server_a09", "offload_over_all_server_a12"] {
+        assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {}", v[key]);
+    }
+    assert_eq!(v["flows_moved"], 0);
+    assert!(v["flows_moved_hash_mod"].as_u64().unwrap() > 0);
+    assert_eq!(v["offload"].as_array().unwrap().len(), 2);
+    assert_eq!(v["options"]["server_ns"], 500);
+    for f in ["switch.json", "switch-offload.png", "switch-scaling.svg"] {
+        assert!(out_dir.join(f).exists(), "{f}");
+    }
+    std::fs::remove_dir_all(&out_dir).unwrap();
+    let (ok, _, err) = tern(&["bench", "switch", "--rounds", "0"]);
+    assert!(!ok && err.contains("--rounds"), "{err}");
+    let (ok, _, err) = tern(&["bench", "switch", "--alphas", "0"]);
+    assert!(!ok && err.contains("--alphas"), "{err}");
+}

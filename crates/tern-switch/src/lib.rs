@@ -25,6 +25,7 @@
 //!   dependencies and the stages' resources (`tern_hw::switch`).
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod flow;
 pub mod group;
 pub mod mirror;

@@ -75,6 +75,9 @@ pub struct Server {
     idle_ns: u64,
     stats: ServerStats,
     kept: Vec<tern_io::Packet>,
+    /// What a request's trip through the server costs beyond the handler, ns (spent on each;
+    /// models a server path's receive and send in benchmarks; 0: none).
+    pub path_ns: u64,
 }
 
 impl std::fmt::Debug for Server {
@@ -97,6 +100,7 @@ impl Server {
             handler,
             live: HashMap::new(),
             idle_ns,
+            path_ns: 0,
             stats: ServerStats::default(),
             kept: Vec::new(),
         }
@@ -140,6 +144,7 @@ impl Server {
         self.handler.handle(flow, l3, &request[..plen], h.params_mut()).map_err(|_| ServerDrop::Handler)?;
         h.set_kind(Kind::Response);
         h.set_flags(if busy { clip::FLAG_BUSY } else { 0 });
+        spin_ns(self.path_ns);
         self.live.insert(flow, now_ns);
         self.stats.responses += 1;
         self.stats.busy_responses += u64::from(busy);
@@ -191,8 +196,6 @@ pub struct Snat {
     ports: (u16, u16),
     table: HashMap<[u64; 5], (u32, u16)>,
     next: u64,
-    /// Work a request also costs, in ns spent (models a server path's cost; 0: none).
-    pub cost_ns: u64,
 }
 
 impl Snat {
@@ -201,7 +204,7 @@ impl Snat {
         if addrs.is_empty() || ports.0 > ports.1 {
             return Err("snat: at least one address and a port range low to high".into());
         }
-        Ok(Snat { addrs, ports, table: HashMap::new(), next: 0, cost_ns: 0 })
+        Ok(Snat { addrs, ports, table: HashMap::new(), next: 0 })
     }
 
     /// Pairs it can hand out.
@@ -264,7 +267,6 @@ impl RemoteHandler for Snat {
         response[..4].copy_from_slice(&addr.to_be_bytes());
         response[4..6].copy_from_slice(&port.to_be_bytes());
         response[6..].fill(0);
-        spin_ns(self.cost_ns);
         Ok(())
     }
 

@@ -16,6 +16,7 @@ use tern_chain::runtime::{Config, Mode};
 use tern_chain::tenant::{self, TaskSpec};
 
 use crate::CmdResult;
+pub(crate) use crate::reports::{spread, write_report};
 
 /// Bounces of the cache line timed before and after each case (about 0.4 to 2.5 ms): the host
 /// may move the two vCPUs between near and far cores in the middle of a run, so each case says
@@ -82,31 +83,6 @@ impl ByMode {
         let r: Vec<f64> = self.phases[a].iter().zip(&self.phases[b]).map(|(x, y)| f(x) / f(y).max(1e-9)).collect();
         spread(&r)
     }
-}
-
-/// Puts `summary`'s keys at the top level of `report` and writes it as `name` under `out`.
-pub(super) fn write_report(
-    out: &std::path::Path,
-    name: &str,
-    report: &mut serde_json::Value,
-    summary: &serde_json::Value,
-) -> Result<PathBuf, Box<dyn std::error::Error>> {
-    if let (Some(r), Some(s)) = (report.as_object_mut(), summary.as_object()) {
-        for (k, v) in s {
-            r.insert(k.clone(), v.clone());
-        }
-    }
-    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let path = out.join(name);
-    std::fs::write(&path, serde_json::to_string_pretty(report)? + "\n")?;
-    Ok(path)
-}
-
-/// Median, min and max of per-round values.
-pub(super) fn spread(r: &[f64]) -> (f64, f64, f64) {
-    let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (median(r), lo, hi)
 }
 
 fn area(t: &TaskSpec, profile: &tern_hw::Profile) -> Result<u64, String> {

@@ -1,0 +1,199 @@
+//! `tern bench switch` (docs/clip.md, "Benchmark"): heavy-hitter offload against every miss
+//! through a server, beside random selection and the ideal choice, over Zipf α; and Figure 7's
+//! group changes under CLIP's selection beside hash-mod ECMP. JSON and plots under `reports/`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::json;
+use tern_switch::bench::{self as sb, OffloadPhase, OffloadRun, Scheme};
+
+use crate::CmdResult;
+use crate::env::Environment;
+use crate::reports::{spread, write_report};
+
+/// Options of `tern bench switch`.
+#[derive(Debug, Clone, Args)]
+pub struct SwitchBenchArgs {
+    /// Fewer α, shorter phases and fewer rounds: under two minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Rounds (each runs every scheme once per α, in a rotating order) [default: 5, quick 3].
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Measured seconds a phase [default: 0.5, quick 0.25].
+    #[arg(long)]
+    pub phase_secs: Option<f64>,
+    /// Zipf α of the traffic [default: 0.5,0.8,0.9,1.0,1.2; quick 0.9,1.2].
+    #[arg(long, value_delimiter = ',')]
+    pub alphas: Vec<f64>,
+    /// Flows in the traffic.
+    #[arg(long, default_value_t = 10_000)]
+    pub flows: usize,
+    /// Entries of the switch's table the offload fills (the program's `nat` holds 2048).
+    #[arg(long, default_value_t = 2048)]
+    pub capacity: usize,
+    /// Packets between two of the controller's intervals.
+    #[arg(long, default_value_t = 100_000)]
+    pub interval_packets: u64,
+    /// Intervals learned before each measured phase (not timed).
+    #[arg(long, default_value_t = 5)]
+    pub warmup_intervals: usize,
+    /// The server's cost a request beyond its handler, ns [default: measured here: a small
+    /// frame's receive and send through the kernel's UDP stack on loopback].
+    #[arg(long)]
+    pub server_ns: Option<u64>,
+    /// Flows a set in the scaling experiment (four sets).
+    #[arg(long, default_value_t = 1000)]
+    pub scaling_flows: u32,
+    /// Directory for switch.json and the plots.
+    #[arg(long, default_value = "reports")]
+    pub out: PathBuf,
+    /// Print the JSON report on stdout (the table goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tern bench switch`.
+pub fn run(a: &SwitchBenchArgs) -> CmdResult {
+    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 });
+    crate::check_count("rounds", rounds as u64, 1000)?;
+    crate::check_count("flows", a.flows as u64, 1 << 24)?;
+    crate::check_count("capacity", a.capacity as u64, 1 << 20)?;
+    crate::check_count("interval-packets", a.interval_packets, 1 << 32)?;
+    crate::check_count("scaling-flows", u64::from(a.scaling_flows), 1 << 20)?;
+    if a.warmup_intervals > 1000 {
+        return Err("--warmup-intervals: at most 1000".into());
+    }
+    let secs = a.phase_secs.unwrap_or(if a.quick { 0.25 } else { 0.5 });
+    if !(secs > 0.0 && secs <= 60.0) {
+        return Err("--phase-secs must be in (0, 60]".into());
+    }
+    let alphas = if !a.alphas.is_empty() {
+        a.alphas.clone()
+    } else if a.quick {
+        vec![0.9, 1.2]
+    } else {
+        vec![0.5, 0.8, 0.9, 1.0, 1.2]
+    };
+    if let Some(bad) = alphas.iter().find(|&&x| !(x > 0.0 && x <= 5.0)) {
+        return Err(format!("--alphas: {bad} is not in (0, 5]").into());
+    }
+    let env = Environment::current();
+    let say = |s: String| if a.json { eprintln!("{s}") } else { println!("{s}") };
+    say(format!("environment: {}", env.describe()));
+    let measured_path = sb::server_path_ns(20_000).map_err(|e| format!("measuring the server path: {e}"))?;
+    let server_ns = a.server_ns.unwrap_or(measured_path.round() as u64);
+    say(format!(
+        "server path: a small frame's receive and send through the kernel's UDP stack here: {measured_path:.0} ns; the server spends {server_ns} ns a request{} beyond its SNAT handler",
+        if a.server_ns.is_some() { " (--server-ns)" } else { "" }
+    ));
+    say(format!(
+        "offload: {} flows, 64 B frames, Zipf α {alphas:?}, switch table {} entries, controller interval {} packets, {} warm-up intervals (not timed); the switch and its traffic on core 0, the server on core 1; {rounds} rounds of {secs} s phases, schemes in a rotating order",
+        a.flows, a.capacity, a.interval_packets, a.warmup_intervals
+    ));
+    let steps = (alphas.len() * rounds) as u64 + 1;
+    let bar = crate::progress::bar(steps, "bench switch", a.json);
+    let frames: Vec<Vec<u8>> = (0..a.flows as u32).map(|f| sb::flow_frame(f, 64)).collect();
+    let mut by_alpha = Vec::new();
+    let mut summary = serde_json::Map::new();
+    let mut plot_rows = Vec::new();
+    for &alpha in &alphas {
+        bar.set_message(format!("α {alpha:.1}"));
+        let trace = sb::zipf_trace(a.flows, alpha, 1 << 20, 7)?;
+        let run = OffloadRun {
+            flows: a.flows,
+            alpha,
+            capacity: a.capacity,
+            interval_packets: a.interval_packets,
+            warmup_intervals: a.warmup_intervals,
+            server_ns,
+            frame_bytes: 64,
+            secs,
+            seed: 11,
+        };
+        let mut phases: [Vec<OffloadPhase>; 4] = Default::default();
+        for r in 0..rounds {
+            for k in 0..4 {
+                let s = (r + k) % 4;
+                let ph = sb::measure_offload(Scheme::ALL[s], &run, &frames, &trace)?;
+                phases[s].push(ph);
+            }
+            bar.inc(1);
+        }
+        let med = |s: usize, f: fn(&OffloadPhase) -> f64| {
+            tern_chain::bench::median(&phases[s].iter().map(f).collect::<Vec<_>>())
+        };
+        let ratio = |s: usize| {
+            spread(&phases[s].iter().zip(&phases[0]).map(|(x, b)| x.pps / b.pps.max(1.0)).collect::<Vec<_>>())
+        };
+        let (rr, rs, ri) = (ratio(1), ratio(2), ratio(3));
+        let drops: u64 = phases.iter().flatten().map(|p| p.drops).sum();
+        bar.suspend(|| {
+            say(format!(
+                "α {alpha:.1}: kpps all-server {:.0} random {:.0} sketch {:.0} ideal {:.0} | over all-server: random {:.2}x [{:.2}-{:.2}] sketch {:.2}x [{:.2}-{:.2}] ideal {:.2}x [{:.2}-{:.2}] | switch served: random {:.0}% sketch {:.0}% ideal {:.0}%{}",
+                med(0, |p| p.pps) / 1e3,
+                med(1, |p| p.pps) / 1e3,
+                med(2, |p| p.pps) / 1e3,
+                med(3, |p| p.pps) / 1e3,
+                rr.0, rr.1, rr.2, rs.0, rs.1, rs.2, ri.0, ri.1, ri.2,
+                100.0 * med(1, |p| p.switch_share),
+                100.0 * med(2, |p| p.switch_share),
+                100.0 * med(3, |p| p.switch_share),
+                if drops > 0 { format!(" | {drops} drops") } else { String::new() }
+            ))
+        });
+        let key = format!("offload_over_all_server_a{}", format!("{alpha:.1}").replace('.', ""));
+        summary.insert(key, json!(rs.0));
+        plot_rows.push((
+            alpha,
+            [1.0, rr.0, rs.0, ri.0],
+            [med(0, |p| p.pps), med(1, |p| p.pps), med(2, |p| p.pps), med(3, |p| p.pps)],
+        ));
+        let scheme_json = |s: usize| json!({"median_pps": med(s, |p| p.pps), "median_switch_share": med(s, |p| p.switch_share), "phases": phases[s]});
+        by_alpha.push(json!({
+            "alpha": alpha,
+            "all_server": scheme_json(0), "random": scheme_json(1), "sketch": scheme_json(2), "ideal": scheme_json(3),
+            "random_over_all_server": {"median": rr.0, "min": rr.1, "max": rr.2},
+            "sketch_over_all_server": {"median": rs.0, "min": rs.1, "max": rs.2},
+            "ideal_over_all_server": {"median": ri.0, "min": ri.1, "max": ri.2},
+        }));
+    }
+    bar.set_message("scaling");
+    let scaling = sb::scaling(a.scaling_flows)?;
+    bar.finish_and_clear();
+    say(format!(
+        "scaling (Figure 7 on frames: 4 sets of {} flows, group {{0}} -> {{0,1}} -> {{0,1,2}} -> {{1,2}} at slots 10, 20, 30 with {:?} live flows): flows moved: CLIP {} of {}, hash-mod ECMP {}; {} of {} packets delivered",
+        a.scaling_flows,
+        scaling.live_at_changes,
+        scaling.flows_moved,
+        4 * a.scaling_flows,
+        scaling.flows_moved_hash_mod,
+        scaling.delivered,
+        scaling.packets
+    ));
+    summary.insert("flows_moved".into(), json!(scaling.flows_moved));
+    summary.insert("flows_moved_hash_mod".into(), json!(scaling.flows_moved_hash_mod));
+    let summary = serde_json::Value::Object(summary);
+    say(format!("summary: {summary}"));
+    let mut report = json!({
+        "bench": "switch",
+        "environment": env,
+        "server_path_ns_measured": measured_path,
+        "options": {"rounds": rounds, "phase_secs": secs, "flows": a.flows, "capacity": a.capacity, "interval_packets": a.interval_packets, "warmup_intervals": a.warmup_intervals, "server_ns": server_ns, "frame_bytes": 64},
+        "offload": by_alpha,
+        "scaling": scaling,
+        "targets": {"offload_over_all_server_a09": 2.4, "offload_over_all_server_a12": 3.4, "flows_moved": 0},
+    });
+    let mut written = vec![write_report(&a.out, "switch.json", &mut report, &summary)?];
+    written.extend(super::plot::offload(&plot_rows, &a.out)?);
+    written.extend(super::plot::scaling(&scaling, &a.out)?);
+    for w in &written {
+        say(format!("wrote {}", w.display()));
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,5 @@
+//! `tern switch` and `tern bench switch`: CLIP (seed 004), a switch extended by servers
+//! (docs/clip.md).
+
+pub mod bench;
+pub mod plot;
