@@ -586,6 +586,123 @@ fn chain_part() -> Result<bool, Box<dyn std::error::Error>> {
     Ok(ok)
 }
 
+/// Part 9: CLIP's switch extended by two servers, in this process: Appendix A's SNAT, heavy
+/// flows moving into the switch under Zipf traffic, and a scale-out that moves no flow.
+fn switch_part() -> Result<bool, Box<dyn std::error::Error>> {
+    use std::collections::HashMap;
+    use tern_switch::bench as sb;
+    use tern_switch::program::Program;
+    use tern_switch::server::{Cluster, Server, Snat};
+    use tern_switch::switch::{Route, Switch, SwitchConfig};
+    println!("\n9. CLIP (seed 004): a programmable switch extended by servers. Appendix A's SNAT as a switch");
+    println!("   program (examples/switch/snat.toml): the switch translates flows its `nat` table holds; a");
+    println!("   miss goes to a server with CLIP's request header, whose remote handler allocates the flow");
+    println!("   an address and port and answers; post-processing writes them. Placed on `clip-tofino`:");
+    let program = Program::parse(sb::SNAT_PROGRAM)?;
+    let profile = tern_hw::Profile::builtin("clip-tofino")?;
+    let model = tern_hw::switch::SwitchModel::from_profile(&profile)?;
+    let placement = program.placement(&model).map_err(|e| e.to_string())?;
+    for l in &placement.items {
+        let st =
+            if l.first == l.last { format!("stage {}", l.first) } else { format!("stages {}-{}", l.first, l.last) };
+        println!(
+            "   {:<24} {st:<10} {} SRAM blocks, {} TCAM, {} crossbar bytes, {} hash bits, {} VLIW slots",
+            l.name, l.uses.sram_blocks, l.uses.tcam_blocks, l.uses.crossbar_bytes, l.uses.hash_bits, l.uses.vliw_slots
+        );
+    }
+    let pct = model.percent(&placement.total());
+    println!(
+        "   in all {} of {} stages; SRAM {:.2}%, crossbar {:.2}%, hash bits {:.2}%, VLIW {:.2}% of the pipe.",
+        placement.depth(),
+        model.stages,
+        pct[0],
+        pct[2],
+        pct[3],
+        pct[4]
+    );
+    let cfg = SwitchConfig {
+        ports: 5,
+        servers: vec![3, 4, 5],
+        members: vec![0, 1],
+        routes: vec![Route { prefix: "0.0.0.0/0".parse()?, port: sb::OUTSIDE, mac: [2, 0, 0, 0, 0, 9] }],
+        ..SwitchConfig::default()
+    };
+    let switch = Switch::new(program, cfg)?;
+    let servers = (0..3u8)
+        .map(|s| {
+            let snat = Snat::new(vec![u32::from(std::net::Ipv4Addr::new(192, 0, 2, s + 1))], (1024, 65535))?;
+            Ok(Server::new(tern_wire::clip::DEFAULT_ETHERTYPE, 1, Box::new(snat), u64::MAX))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let mut c = Cluster::new(switch, servers);
+    let flows = 4000u32;
+    let frames: Vec<Vec<u8>> = (0..flows).map(|f| sb::flow_frame(f, 64)).collect();
+    let trace = sb::zipf_trace(flows as usize, 1.0, 400_000, 3)?;
+    println!("   Two servers (of three ports); {flows} flows, Zipf α 1.0, 64-byte frames; the controller's interval");
+    println!("   every 40,000 packets moves the sketch's heaviest flows' entries (learned from their responses)");
+    println!("   into the switch's 2048-entry table:");
+    let mut pair: HashMap<u32, (u8, u16)> = HashMap::new();
+    let (mut sent, mut out, mut moved) = (0u64, 0u64, std::collections::HashSet::new());
+    let mut run = |c: &mut Cluster, frames_of: &[u32], pair: &mut HashMap<u32, (u8, u16)>| {
+        for chunk in frames_of.chunks(32) {
+            let batch: Vec<&[u8]> = chunk.iter().map(|&f| frames[f as usize].as_slice()).collect();
+            let got = c.send(sb::INSIDE, &batch);
+            sent += chunk.len() as u64;
+            out += got.len() as u64;
+            // Frames the switch served leave before those a server answered: each says its flow.
+            for (_, g) in &got {
+                let Some(f) = sb::frame_flow(g) else { continue };
+                let p = (g[29], u16::from_be_bytes([g[34], g[35]]));
+                if *pair.entry(f).or_insert(p) != p {
+                    moved.insert(f);
+                }
+            }
+        }
+    };
+    let mut last_share = 0.0;
+    for i in 0..5 {
+        let before = c.switch.stats().clone();
+        run(&mut c, &trace[i * 40_000..(i + 1) * 40_000], &mut pair);
+        let st = c.switch.stats().clone();
+        let kept = st.offloaded - before.offloaded;
+        last_share = kept as f64 / 40_000.0;
+        let report = c.switch.interval();
+        println!(
+            "   interval {}: the switch served {:>4.1}% itself, servers {:>5} requests; {} entries moved in, {} out",
+            i + 1,
+            100.0 * last_share,
+            st.requests() - before.requests(),
+            report.installed,
+            report.evicted
+        );
+    }
+    println!("   Scale-out: a third server joins. The controller pins the live flows the new group would send");
+    println!("   elsewhere (from the servers' own lists), so every flow keeps its server and its address:");
+    let live = c.live_flows();
+    let version = c.switch.change_group(&[0, 1, 2], &live)?;
+    run(&mut c, &trace[200_000..280_000], &mut pair);
+    let new_flows: Vec<u32> = (flows..flows + 600).collect();
+    let frames_new: Vec<Vec<u8>> = new_flows.iter().map(|&f| sb::flow_frame(f, 64)).collect();
+    let mut to_third = 0;
+    for frame in &frames_new {
+        let got = c.send(sb::INSIDE, &[frame]);
+        sent += 1;
+        out += got.len() as u64;
+        if let Some((_, g)) = got.first() {
+            to_third += u32::from(g[29] == 3);
+        }
+    }
+    let st = c.switch.stats();
+    println!(
+        "   group version {version}: {} pins; flows that ever changed their pair: {}; of 600 new",
+        c.switch.selector().pins(),
+        moved.len()
+    );
+    println!("   flows {to_third} went to the new server. Frames in {sent}, out {out}, drops {}.", st.dropped());
+    println!("   Next: `tern bench switch --quick` (offload against all-server, scaling against hash-mod).");
+    Ok(moved.is_empty() && sent == out && st.dropped() == 0 && last_share > 0.5 && to_third > 0)
+}
+
 fn pingpong(requests: u64, loss: f64) -> Result<PingPongReport, Box<dyn std::error::Error>> {
     let args = PingpongArgs {
         requests,
@@ -615,10 +732,11 @@ pub fn run(a: &DemoArgs) -> CmdResult {
         return Err("--dispatch-secs must be in (0, 600]".into());
     }
     println!("Tern runs SmartNIC offloads from five papers in software, and checks each configuration");
-    println!("against the paper's hardware. This tour shows four: QingNiao (its request protocol QNP and");
-    println!("its receive-side L7 dispatcher, RSD), AccelSDP (cached rules of a software switch in OFUs),");
-    println!("RpcNIC (protobuf deserialized into host or NIC memory by a schema table, and RPC kernels on");
-    println!("compute units) and SuperNIC (tenants' DAGs of network tasks on shared chains).\n");
+    println!("against the paper's hardware. This tour shows all five: QingNiao (its request protocol QNP");
+    println!("and its receive-side L7 dispatcher, RSD), AccelSDP (cached rules of a software switch in");
+    println!("OFUs), RpcNIC (protobuf deserialized into host or NIC memory by a schema table, and RPC");
+    println!("kernels on compute units), SuperNIC (tenants' DAGs of network tasks on shared chains) and");
+    println!("CLIP (a programmable switch extended by servers).\n");
 
     let profile = tern_hw::Profile::builtin("qingniao-u250")?;
     println!("1. The hardware profile `{}`: {}", profile.name, profile.description);
@@ -659,14 +777,16 @@ pub fn run(a: &DemoArgs) -> CmdResult {
     let rpc_ok = rpc_part()?;
     let image_ok = image_part()?;
     let chain_ok = chain_part()?;
+    let switch_ok = switch_part()?;
     // (The flow part prints as it goes; its phases take about --dispatch-secs in all.)
     println!();
-    if ok(&clean) && ok(&lossy) && kv_ok && flow_ok && rpc_ok && image_ok && chain_ok {
+    if ok(&clean) && ok(&lossy) && kv_ok && flow_ok && rpc_ok && image_ok && chain_ok && switch_ok {
         println!("Every request completed exactly once, with and without loss, every GET was answered right,");
         println!("every frame through the switch came out, nearly all on the cached fast path, and every");
         println!("protobuf message decoded and re-encoded to its own bytes, and the image service moved its");
         println!("image once when its compute unit went away, and both tenants' packets went through their");
-        println!("shared chain in both designs, and a tenant's hot updates cost the other no packet.");
+        println!("shared chain in both designs, and a tenant's hot updates cost the other no packet, and every");
+        println!("frame through the CLIP switch came out translated, its flow keeping its server through a scale-out.");
         println!(
             "Next: `tern dispatch serve --help`, `tern bench dispatch --quick`, `tern hw report examples/dispatch/kv.toml`,"
         );
@@ -676,7 +796,7 @@ pub fn run(a: &DemoArgs) -> CmdResult {
         Ok(ExitCode::SUCCESS)
     } else {
         println!(
-            "Something did not hold (requests exactly once, GETs right, frames through the switch, messages re-encoded, the image moved once, packets through the chain): see above."
+            "Something did not hold (requests exactly once, GETs right, frames through the switch, messages re-encoded, the image moved once, packets through the chain, frames through the CLIP switch): see above."
         );
         Ok(ExitCode::FAILURE)
     }

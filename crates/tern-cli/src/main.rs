@@ -77,12 +77,33 @@ enum Command {
         #[command(subcommand)]
         command: IdlCommand,
     },
+    /// CLIP: a programmable switch extended by servers. `switch check` reads switch programs
+    /// (TOML in P4's vocabulary) and places them in a Tofino pipe's stages; `switch trace`
+    /// follows one frame through a program, its servers and back.
+    Switch {
+        #[command(subcommand)]
+        command: SwitchCommand,
+    },
     /// Hardware profiles, and projections of a configuration onto one: a dispatch rule file
     /// (QingNiao's Matcher on the U250) or a flow switch config (AccelSDP's OFUs on the N3000).
     Hw {
         #[command(subcommand)]
         command: HwCommand,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum SwitchCommand {
+    /// Check switch programs without running them: errors naming the file and item; each
+    /// table, register and control; where the placement puts each table and register in the
+    /// profile's stages and what the program takes of the pipe. Exit 0 if every program loads
+    /// and fits, 1 otherwise.
+    Check(switch::inspect::CheckArgs),
+    /// Trace one frame through a switch running the program (its tables empty) and servers
+    /// running its remote handler, in this process: the tables pre-processing applied, the
+    /// request header and the server chosen, the response, post-processing, and the frame that
+    /// left (or the drop, by name).
+    Trace(switch::inspect::TraceArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -304,6 +325,8 @@ fn main() -> ExitCode {
         Command::Bench { command: BenchCommand::Rpc(a) } => rpc::bench::run(&a),
         Command::Bench { command: BenchCommand::Chain(a) } => chain::bench::run(&a),
         Command::Bench { command: BenchCommand::Switch(a) } => switch::bench::run(&a),
+        Command::Switch { command: SwitchCommand::Check(a) } => switch::inspect::check(&a),
+        Command::Switch { command: SwitchCommand::Trace(a) } => switch::inspect::trace(&a),
         Command::Rpc { command: RpcCommand::Check(a) } => rpc::check(&a),
         Command::Rpc { command: RpcCommand::Decode(a) } => rpc::decode(&a),
         Command::Rpc { command: RpcCommand::Encode(a) } => rpc::encode(&a),

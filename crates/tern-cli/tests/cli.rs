@@ -1300,3 +1300,56 @@ fn bench_switch_json_has_the_promised_keys() {
     let (ok, _, err) = tern(&["bench", "switch", "--alphas", "0"]);
     assert!(!ok && err.contains("--alphas"), "{err}");
 }
+
+/// `tern switch check`: the SNAT example loads and fits (its placement in JSON); a broken
+/// program exits 1 naming the file and the item; so does one too big for the pipe.
+#[test]
+fn switch_check_places_or_names_the_problem() {
+    let snat = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml");
+    let (ok, out, err) = tern(&["switch", "check", snat, "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ok"], true);
+    let items = v["programs"][0]["placement"]["items"].as_array().unwrap();
+    assert_eq!(items[0]["name"], "nat");
+    assert_eq!(items[0]["first"], 0);
+    let dir = std::env::temp_dir().join(format!("tern-switch-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(snat).unwrap();
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, text.replace("src = \"param.addr\"", "src = \"param.adr\"")).unwrap();
+    let (ok, out, _) = tern(&["switch", "check", bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(out.contains("bad.toml") && out.contains("`param.adr` is not a field"), "{out}");
+    let big = dir.join("big.toml");
+    std::fs::write(&big, text.replace("size = 2048", "size = 2000000")).unwrap();
+    let (ok, out, _) = tern(&["switch", "check", big.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(out.contains("does not fit clip-tofino"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `tern switch trace`: an inside UDP frame misses `nat`, flies to a server with a request
+/// header, and leaves by port 2 translated to the server's address; from port 2 it is routed
+/// untouched; a frame carrying CLIP's EtherType from a host port is dropped by name.
+#[test]
+fn switch_trace_follows_a_frame_through_a_server() {
+    let snat = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml");
+    let pkt = "udp,nw_src=10.0.0.5,nw_dst=198.51.100.1,tp_src=4000,tp_dst=53";
+    let (ok, out, err) = tern(&["switch", "trace", snat, "--packet", pkt, "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["out_port"], 2);
+    let steps: Vec<&str> = v["steps"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    assert!(steps.iter().any(|s| s.starts_with("flight: to server")), "{steps:?}");
+    assert!(steps.last().unwrap().contains("ipv4 192.0.2."), "{steps:?}");
+    let (ok, out, _) = tern(&["switch", "trace", snat, "--packet", pkt, "--port", "2"]);
+    assert!(ok);
+    assert!(out.contains("ipv4 10.0.0.5 -> 198.51.100.1") && !out.contains("flight"), "{out}");
+    let clip_frame = "0200000000fe020000000001 88b5 0101000008000000000100000000000100";
+    let (ok, out, _) = tern(&["switch", "trace", snat, "--packet", clip_frame]);
+    assert!(ok);
+    assert!(out.contains("dropped: spoofed_header"), "{out}");
+    let (ok, _, err) = tern(&["switch", "trace", snat, "--packet", pkt, "--port", "3"]);
+    assert!(!ok && err.contains("--port 3"), "{err}");
+}

@@ -63,13 +63,20 @@ impl Scheme {
 }
 
 /// One flow's frame: UDP from 10.x.y.z:4000 (the flow's index) to 198.51.100.1:53, `size`
-/// bytes with the Ethernet header.
+/// bytes with the Ethernet header (at least 46); the payload starts with the flow's index
+/// (4 bytes, big-endian: [`frame_flow`] reads it back after translation).
 pub fn flow_frame(flow: u32, size: usize) -> Vec<u8> {
     let mut f = Vec::with_capacity(size);
     let src = [10, (flow >> 16) as u8, (flow >> 8) as u8, flow as u8];
-    let payload = vec![0x42u8; size.saturating_sub(42)];
+    let mut payload = vec![0x42u8; size.saturating_sub(42).max(4)];
+    payload[..4].copy_from_slice(&flow.to_be_bytes());
     tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], src, [198, 51, 100, 1], 4000, 53, 64, &payload);
     f
+}
+
+/// The flow index a [`flow_frame`] carries in its payload.
+pub fn frame_flow(f: &[u8]) -> Option<u32> {
+    f.get(42..46).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// `n` draws of flow indexes 0..flows by Zipf rank (`alpha`; index 0 the heaviest).

@@ -93,7 +93,7 @@ impl Item {
 }
 
 /// Where an item landed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Landed {
     pub name: String,
     /// Its first and last stage (equal unless it spans stages).
@@ -104,7 +104,7 @@ pub struct Landed {
 }
 
 /// A placed program.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Placement {
     pub items: Vec<Landed>,
     /// What each stage uses.

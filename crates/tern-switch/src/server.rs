@@ -354,3 +354,15 @@ impl Cluster {
         self.servers.iter().enumerate().flat_map(|(s, v)| v.live_flows().map(move |f| (f, s as u16))).collect()
     }
 }
+
+/// The remote handlers Tern has, by the name programs give (`handler = "..."`): server `index`
+/// of a group gets its own (SNAT: addresses 192.0.2.`index+1`, ports 1024–65535).
+pub fn handler(name: &str, index: u16) -> Result<Box<dyn RemoteHandler>, String> {
+    match name {
+        "snat" => {
+            let last = u8::try_from(index + 1).map_err(|_| format!("snat: server {index}: at most 254 servers"))?;
+            Ok(Box::new(Snat::new(vec![u32::from(std::net::Ipv4Addr::new(192, 0, 2, last))], (1024, 65535))?))
+        }
+        other => Err(format!("no remote handler `{other}` (Tern has: snat)")),
+    }
+}

@@ -2,4 +2,5 @@
 //! (docs/clip.md).
 
 pub mod bench;
+pub mod inspect;
 pub mod plot;
