@@ -1,11 +1,17 @@
-//! Any frame through a switch program (`tern_switch::pipeline`): Appendix A's SNAT with an
-//! entry, run on arbitrary bytes as a frame on any port, and on arbitrary bytes as a response:
-//! nothing may panic; a frame the program forwards keeps its length.
+//! Any frame on any port of a CLIP switch (`tern_switch::pipeline`, `tern_switch::switch`,
+//! `tern_switch::server`): Appendix A's SNAT with an entry, run on arbitrary bytes as a frame on
+//! any port and as a response; and the switch with two servers taking the bytes on any of its
+//! ports (host or server), a server answering whatever reaches it, and the switch taking the
+//! answers back. Nothing may panic; a frame the program forwards keeps its length; every frame
+//! in is out or counted as a drop (none lost, none made twice).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use tern_io::{Batch, Pool};
 use tern_switch::pipeline::{KeyMatch, Outcome, Pipeline};
 use tern_switch::program::Program;
+use tern_switch::server::{self, Server};
+use tern_switch::switch::{Route, Switch, SwitchConfig};
 
 const SNAT: &str = include_str!("../../examples/switch/snat.toml");
 
@@ -31,4 +37,62 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(f.len(), len);
     }
     let _ = p.post(&mut f, resp);
+
+    // The whole switch (built once: its state carries over between inputs, as a running
+    // switch's would), taking the bytes on any port.
+    RIG.with(|rig| {
+        let mut rig = rig.borrow_mut();
+        let Rig { sw, servers, pool } = &mut *rig;
+        let mut outs: Vec<Batch> = (0..5).map(|_| Batch::new(8)).collect();
+        let mut input = Batch::new(8);
+        let mut pk = pool.packet();
+        pk.reserve_headroom(64);
+        if pk.extend_from_slice(rest).is_err() {
+            pool.put(pk);
+            return;
+        }
+        let _ = input.push(pk);
+        let before = sw.stats().dropped();
+        let server_drops = |v: &[Server]| -> u64 { v.iter().map(|s| s.stats().drops.iter().sum::<u64>()).sum() };
+        let sd_before = server_drops(servers);
+        let in_port = 1 + u16::from(port % 4);
+        sw.process(in_port, &mut input, &mut outs, pool);
+        for s in 0..2usize {
+            let sp = 3 + s;
+            let mut b = std::mem::replace(&mut outs[sp], Batch::new(8));
+            servers[s].process(0, &mut b, port & 0x80 != 0, pool);
+            sw.process(sp as u16, &mut b, &mut outs, pool);
+        }
+        let out: usize = outs.iter().map(|b| b.len()).sum();
+        for b in &mut outs {
+            b.recycle(pool);
+        }
+        let dropped = sw.stats().dropped() - before + server_drops(servers) - sd_before;
+        assert_eq!(out as u64 + dropped, 1, "one frame in, one out or dropped");
+        assert_eq!(sw.stats().offload_mismatch, 0);
+    });
 });
+
+/// A switch with ports 1–2 for hosts and 3–4 for two servers (both in the group), and the
+/// servers.
+struct Rig {
+    sw: Switch,
+    servers: Vec<Server>,
+    pool: Pool,
+}
+
+thread_local! {
+    static RIG: std::cell::RefCell<Rig> = std::cell::RefCell::new({
+        let cfg = SwitchConfig {
+            ports: 4,
+            servers: vec![3, 4],
+            members: vec![0, 1],
+            routes: vec![Route { prefix: "0.0.0.0/0".parse().unwrap(), port: 2, mac: [2, 0, 0, 0, 0, 9] }],
+            ..SwitchConfig::default()
+        };
+        let program = Program::parse(SNAT).expect("the example parses");
+        let sw = Switch::new(program, cfg).expect("a valid switch");
+        let servers = (0..2).map(|s| Server::new(0x88B5, 1, server::handler("snat", s).expect("snat"), u64::MAX)).collect();
+        Rig { sw, servers, pool: Pool::new(64, 2048) }
+    });
+}

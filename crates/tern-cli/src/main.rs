@@ -10,6 +10,7 @@ mod frames;
 mod hw;
 mod metrics;
 mod plot;
+mod ports;
 mod progress;
 mod qnp;
 mod reports;
@@ -104,6 +105,23 @@ enum SwitchCommand {
     /// request header and the server chosen, the response, post-processing, and the frame that
     /// left (or the drop, by name).
     Trace(switch::inspect::TraceArgs),
+    /// Run a switch and its controller on ports from a configuration (examples/switch/
+    /// serve.toml): host ports and server ports (`afpacket:IFNAME`, or `udp:BIND=PEER` carrying
+    /// one Ethernet frame a datagram), routes, the server group, the offload's interval and
+    /// heartbeats. Frames needing the program's handler go to a server with CLIP's header;
+    /// regular traffic is routed; ARP for the switch is answered. --metrics serves Prometheus
+    /// tern_switch_*, /tables, /group and POST /scale. The configuration is watched and
+    /// reloaded (a generation). SIGINT/SIGTERM stop it with a summary.
+    Serve(switch::serve::ServeArgs),
+    /// Run one remote-handler server of a switch on a port: it answers requests in place;
+    /// --control serves /metrics, /ready (heartbeats), /flows (its live flows) and /entries.
+    Server(switch::server::ServerArgs),
+    /// Change a running switch's server group (its controller pins the live flows the new
+    /// group would move, taken from the servers, so none moves).
+    Scale(switch::control::ScaleArgs),
+    /// Show a running switch's mirrored table: the entries in the switch with their hit
+    /// counters, and each server's mirror.
+    DumpTables(switch::control::DumpArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -327,6 +345,10 @@ fn main() -> ExitCode {
         Command::Bench { command: BenchCommand::Switch(a) } => switch::bench::run(&a),
         Command::Switch { command: SwitchCommand::Check(a) } => switch::inspect::check(&a),
         Command::Switch { command: SwitchCommand::Trace(a) } => switch::inspect::trace(&a),
+        Command::Switch { command: SwitchCommand::Serve(a) } => switch::serve::serve(&a),
+        Command::Switch { command: SwitchCommand::Server(a) } => switch::server::run(&a),
+        Command::Switch { command: SwitchCommand::Scale(a) } => switch::control::scale(&a),
+        Command::Switch { command: SwitchCommand::DumpTables(a) } => switch::control::dump(&a),
         Command::Rpc { command: RpcCommand::Check(a) } => rpc::check(&a),
         Command::Rpc { command: RpcCommand::Decode(a) } => rpc::decode(&a),
         Command::Rpc { command: RpcCommand::Encode(a) } => rpc::encode(&a),

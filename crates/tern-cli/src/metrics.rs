@@ -49,6 +49,12 @@ pub(crate) fn counter(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v
     ConstCounter::new(v).encode(m)
 }
 
+/// One gauge without labels.
+pub(crate) fn gauge(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: i64) -> Result<(), std::fmt::Error> {
+    let m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    ConstGauge::new(v).encode(m)
+}
+
 pub(crate) fn label(k: &'static str, v: impl ToString) -> Labels {
     vec![(Cow::Borrowed(k), v.to_string())]
 }
@@ -57,6 +63,11 @@ pub(crate) fn label(k: &'static str, v: impl ToString) -> Labels {
 pub type ExtraFn = dyn Fn(&str) -> Option<String> + Send + Sync;
 /// See [`ExtraFn`].
 pub type Extra = Box<ExtraFn>;
+/// POST requests: given the URL (path and query), the answer (`Ok`: 200 with a JSON body;
+/// `Err((status, message))`), or `None`: not a POST path.
+pub type PostFn = dyn Fn(&str) -> Option<Result<String, (u16, String)>> + Send + Sync;
+/// See [`PostFn`].
+pub type Post = Box<PostFn>;
 
 /// Threads answering requests. Connections are read (and slow clients waited for) on
 /// tiny_http's own per-connection threads, so these only encode and write answers.
@@ -72,20 +83,32 @@ pub fn serve(
     stop: Arc<AtomicBool>,
     extra: Option<Extra>,
 ) -> std::io::Result<SocketAddr> {
+    serve_with_post(addr, registry, config, stop, extra, None)
+}
+
+/// As [`serve`], and POST requests answered by `post` (control actions: `tern switch scale`).
+pub fn serve_with_post(
+    addr: SocketAddr,
+    registry: Registry,
+    config: Arc<Mutex<String>>,
+    stop: Arc<AtomicBool>,
+    extra: Option<Extra>,
+    post: Option<Post>,
+) -> std::io::Result<SocketAddr> {
     let server = tiny_http::Server::http(addr)
         .map_err(|e| std::io::Error::other(format!("cannot serve metrics on {addr}: {e}")))?;
     let bound = server
         .server_addr()
         .to_ip()
         .ok_or_else(|| std::io::Error::other(format!("metrics endpoint on {addr} has no IP address")))?;
-    let shared = Arc::new((server, registry, config, extra));
+    let shared = Arc::new((server, registry, config, extra, post));
     for i in 0..HANDLERS {
         let (shared, stop) = (shared.clone(), stop.clone());
         thread::Builder::new().name(format!("tern-metrics-{i}")).spawn(move || {
-            let (server, registry, config, extra) = &*shared;
+            let (server, registry, config, extra, post) = &*shared;
             while !stop.load(Ordering::Relaxed) {
                 match server.recv_timeout(Duration::from_millis(100)) {
-                    Ok(Some(req)) => answer(req, registry, config, extra.as_deref()),
+                    Ok(Some(req)) => answer(req, registry, config, extra.as_deref(), post.as_deref()),
                     Ok(None) => {}
                     Err(_) => thread::sleep(Duration::from_millis(20)),
                 }
@@ -99,12 +122,34 @@ fn header(name: &str, value: &str) -> tiny_http::Header {
     tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("valid header")
 }
 
-fn answer(req: tiny_http::Request, registry: &Registry, config: &Mutex<String>, extra: Option<&ExtraFn>) {
+fn answer(
+    req: tiny_http::Request,
+    registry: &Registry,
+    config: &Mutex<String>,
+    extra: Option<&ExtraFn>,
+    post: Option<&PostFn>,
+) {
     use tiny_http::Method;
+    if *req.method() == Method::Post
+        && let Some(p) = post
+    {
+        let url = req.url().to_string();
+        let (status, body) = match p(&url) {
+            Some(Ok(body)) => (200, body),
+            Some(Err((status, msg))) => (status, format!("{msg}\n")),
+            None => (404, "no such control path\n".into()),
+        };
+        let ctype = if status == 200 { "application/json" } else { "text/plain; charset=utf-8" };
+        let resp =
+            tiny_http::Response::from_string(body).with_status_code(status).with_header(header("Content-Type", ctype));
+        let _ = req.respond(resp);
+        return;
+    }
     if !matches!(req.method(), Method::Get | Method::Head) {
-        let resp = tiny_http::Response::from_string("only GET and HEAD\n")
+        let allow = if post.is_some() { "GET, HEAD, POST" } else { "GET, HEAD" };
+        let resp = tiny_http::Response::from_string(format!("only {allow}\n"))
             .with_status_code(405)
-            .with_header(header("Allow", "GET, HEAD"));
+            .with_header(header("Allow", allow));
         let _ = req.respond(resp);
         return;
     }

@@ -1353,3 +1353,124 @@ fn switch_trace_follows_a_frame_through_a_server() {
     let (ok, _, err) = tern(&["switch", "trace", snat, "--packet", pkt, "--port", "3"]);
     assert!(!ok && err.contains("--port 3"), "{err}");
 }
+
+/// `tern switch serve` with two `tern switch server` processes, frames carried in UDP
+/// datagrams: inside flows leave translated by server 0 (the only member); `tern switch scale
+/// --add 1` grows the group — old flows keep their server's address, new ones reach server 1
+/// too; a CLIP frame from a host port is a named drop; the metrics, `dump-tables` and a reload
+/// (generation 2) say so; both stop on their own with summaries.
+#[test]
+fn switch_serve_with_two_servers_scales_without_moving_flows() {
+    use std::net::UdpSocket;
+    use std::process::Stdio;
+    use std::time::Duration;
+    let dir = std::env::temp_dir().join(format!("tern-switch-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let snat = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml");
+    let inside = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let outside = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for s in [&inside, &outside] {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    }
+    let free = || UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let tcp = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (p1, p2, p3, p4, s0, s1) = (free(), free(), free(), free(), free(), free());
+    let (c0, c1, m) = (tcp(), tcp(), tcp());
+    let config = dir.join("serve.toml");
+    let text = format!(
+        "program = \"{snat}\"\nports = [\"udp:{p1}={}\", \"udp:{p2}={}\", \"udp:{p3}={s0}\", \"udp:{p4}={s1}\"]\nservers = [3, 4]\ncontrol = [\"{c0}\", \"{c1}\"]\n[group]\nmembers = [0]\n[[route]]\nprefix = \"0.0.0.0/0\"\nport = 2\nmac = \"02:00:00:00:00:99\"\n",
+        inside.local_addr().unwrap(),
+        outside.local_addr().unwrap()
+    );
+    std::fs::write(&config, &text).unwrap();
+    let spawn = |args: Vec<String>| {
+        Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let server = |i: usize, bind, peer, ctl| {
+        spawn(
+            format!("switch server {snat} --index {i} --port udp:{bind}={peer} --control {ctl} --duration 9 --json")
+                .split(' ')
+                .map(String::from)
+                .collect(),
+        )
+    };
+    let servers = [server(0, s0, p3, c0), server(1, s1, p4, c1)];
+    let serve = spawn(
+        format!("switch serve {} --metrics {m} --duration 8 --json", config.display())
+            .split(' ')
+            .map(String::from)
+            .collect(),
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    let frame = |flow: u8| {
+        let mut f = Vec::new();
+        tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 0, 1, flow], [8, 8, 8, 8], 4000, 53, 64, b"query");
+        f
+    };
+    let mut buf = [0u8; 2048];
+    // Each frame sent, its translation read (source address, port), by flow.
+    let mut exchange = |flows: std::ops::Range<u8>| -> Vec<([u8; 4], u16)> {
+        flows
+            .map(|f| {
+                inside.send_to(&frame(f), p1).unwrap();
+                let (n, _) = outside.recv_from(&mut buf).expect("a translated frame");
+                let h = etherparse::PacketHeaders::from_ethernet_slice(&buf[..n]).unwrap();
+                let Some(etherparse::NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not IPv4") };
+                let Some(etherparse::TransportHeader::Udp(u)) = &h.transport else { panic!("not UDP") };
+                (ip.source, u.source_port)
+            })
+            .collect()
+    };
+    let first = exchange(0..20);
+    assert!(first.iter().all(|t| t.0 == [192, 0, 2, 1]), "{first:?}");
+    let (ok, out, err) = tern(&["switch", "scale", "--server", &m.to_string(), "--add", "1"]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("group version 1"), "{out}");
+    assert_eq!(exchange(0..20), first, "no old flow moved");
+    let new = exchange(100..160);
+    assert!(new.iter().any(|t| t.0 == [192, 0, 2, 2]), "new flows reach the new server: {new:?}");
+    // A CLIP frame from a host port: dropped by name.
+    let mut spoof = frame(1);
+    spoof[12..14].copy_from_slice(&[0x88, 0xb5]);
+    inside.send_to(&spoof, p1).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(3))).build().into();
+    let metrics = agent.get(&format!("http://{m}/metrics")).call().unwrap().into_body().read_to_string().unwrap();
+    assert!(metrics.contains("tern_switch_drops_total{reason=\"spoofed_header\"} 1"), "{metrics}");
+    assert!(metrics.contains("tern_switch_group_version 1"), "{metrics}");
+    assert!(metrics.contains("tern_switch_packets_total{path=\"response\"}"), "{metrics}");
+    let (ok, out, err) = tern(&["switch", "dump-tables", "--server", &m.to_string(), "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["table"], "nat");
+    let mirrored: u64 = v["mirrors"].as_array().unwrap().iter().map(|s| s["entries"].as_u64().unwrap()).sum();
+    assert_eq!(mirrored, 80, "each flow's entry on its server");
+    // A reload (another route) makes generation 2; a broken one is refused and changes nothing.
+    std::fs::write(
+        &config,
+        text.replace(
+            "[group]",
+            "[[route]]\nprefix = \"203.0.113.0/24\"\nport = 1\nmac = \"02:00:00:00:00:98\"\n[group]",
+        ),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let metrics = agent.get(&format!("http://{m}/metrics")).call().unwrap().into_body().read_to_string().unwrap();
+    assert!(metrics.contains("tern_switch_generation 2"), "{metrics}");
+    let out = serve.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["drops"]["spoofed_header"], 1);
+    assert!(v["responses"].as_u64().unwrap() >= 60, "{v}");
+    assert_eq!(v["generation"], 2);
+    for s in servers {
+        let out = s.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

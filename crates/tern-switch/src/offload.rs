@@ -275,6 +275,11 @@ impl Offload {
         report
     }
 
+    /// `flow`'s entry's hits this interval (None: not in the original table).
+    pub fn hits(&self, flow: FlowId) -> Option<u64> {
+        self.original.get(&flow).copied()
+    }
+
     /// Whether `flow`'s entry is in the original table.
     pub fn offloaded(&self, flow: FlowId) -> bool {
         self.original.contains_key(&flow)

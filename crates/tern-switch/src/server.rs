@@ -25,6 +25,11 @@ pub trait RemoteHandler: Send {
     fn handle(&mut self, flow: FlowId, l3: &[u8], request: &[u8], response: &mut [u8]) -> Result<(), &'static str>;
     /// Entries the handler holds (its mirrored table).
     fn entries(&self) -> usize;
+    /// Up to `max` of its entries, each as (key, value) in words (for `dump-tables`).
+    fn dump(&self, max: usize) -> Vec<(String, String)> {
+        let _ = max;
+        Vec::new()
+    }
 }
 
 /// Why a server dropped a frame.
@@ -272,6 +277,25 @@ impl RemoteHandler for Snat {
 
     fn entries(&self) -> usize {
         self.table.len()
+    }
+
+    fn dump(&self, max: usize) -> Vec<(String, String)> {
+        let ip = |v: u64| std::net::Ipv4Addr::from(v as u32);
+        let proto = |p: u64| match p {
+            6 => "tcp".to_string(),
+            17 => "udp".to_string(),
+            p => p.to_string(),
+        };
+        self.table
+            .iter()
+            .take(max)
+            .map(|(k, &(a, p))| {
+                (
+                    format!("{} {}:{} -> {}:{}", proto(k[2]), ip(k[0]), k[3], ip(k[1]), k[4]),
+                    format!("{}:{p}", std::net::Ipv4Addr::from(a)),
+                )
+            })
+            .collect()
     }
 }
 

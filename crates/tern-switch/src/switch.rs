@@ -697,6 +697,53 @@ impl Switch {
         Ok(())
     }
 
+    /// The mirrored table's entries in the switch's original table: key, the learn action's
+    /// parameters, and the entry's hits this interval (the controller's hit counters).
+    pub fn original_entries(&self) -> Vec<(Vec<u64>, Vec<u64>, u64)> {
+        let Some(table) = self.pipeline.mirrored_table() else { return Vec::new() };
+        let mut out: Vec<(Vec<u64>, Vec<u64>, u64)> = self
+            .pipeline
+            .entries(table)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(key, _, _, params)| {
+                let k: Vec<u64> = key.iter().map(|m| if let KeyMatch::Exact(v) = m { *v } else { 0 }).collect();
+                let hits = self.offload.hits(hash_values(&k)).unwrap_or(0);
+                (k, params, hits)
+            })
+            .collect();
+        out.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+        out
+    }
+
+    /// Loads a new program (a reload): new tables (the mirrored entries are learned again from
+    /// the servers' answers) and offload; the server group, its filters and pins, and the
+    /// counters stay, so no flow changes server. Refused, changing nothing, as `new` refuses.
+    pub fn reload(&mut self, program: Program) -> Result<(), SwitchError> {
+        let mut fresh = Switch::new(program, self.cfg.clone())?;
+        std::mem::swap(&mut fresh.selector, &mut self.selector);
+        fresh.stats = std::mem::take(&mut self.stats);
+        fresh.next_request = self.next_request;
+        *self = fresh;
+        Ok(())
+    }
+
+    /// Replaces the routes (a reload): refused, changing nothing, as `new` refuses a route.
+    pub fn set_routes(&mut self, routes: Vec<Route>) -> Result<(), SwitchError> {
+        let mut table = Lpm4::new();
+        for (i, r) in routes.iter().enumerate() {
+            if r.port == 0 || r.port > self.cfg.ports || self.is_server_port(r.port) {
+                return Err(SwitchError::Config(format!("route {}: port {} is not a host port", r.prefix, r.port)));
+            }
+            table
+                .insert(r.prefix.trunc(), i as u32)
+                .map_err(|e| SwitchError::Config(format!("route {}: {e}", r.prefix)))?;
+        }
+        self.routes = table;
+        self.cfg.routes = routes;
+        Ok(())
+    }
+
     /// A membership change (§III-D): the new group of `members`, with the servers' live
     /// flows (⟨flow, server⟩) to pin the ones that would lose their server.
     pub fn change_group(&mut self, members: &[ServerId], live: &[(FlowId, ServerId)]) -> Result<u16, SwitchError> {

@@ -25,12 +25,11 @@ use tern_chain::runtime::{
 use tern_chain::task::Keys;
 use tern_chain::tenant::{self, Tenant};
 use tern_chain::update::Updater;
-use tern_io::afpacket::AfPacketPort;
-use tern_io::udp::{UdpConfig, UdpPort};
-use tern_io::{Batch, Pool, Port, PortStats};
+use tern_io::{Batch, Pool, PortStats};
 
 use crate::CmdResult;
 use crate::metrics::{Labels, counter, counter_family, gauge_family, label};
+use crate::ports::FramePort;
 
 /// Options of `tern chain serve`.
 #[derive(Debug, Args)]
@@ -93,45 +92,7 @@ pub struct ServeArgs {
     pub json: bool,
 }
 
-/// A port of the chain server.
-enum ChainPort {
-    AfPacket(AfPacketPort),
-    Udp(UdpPort, SocketAddr),
-}
-
-impl ChainPort {
-    fn open(spec: &str, pool: &Pool) -> Result<ChainPort, String> {
-        if let Some(ifname) = spec.strip_prefix("afpacket:") {
-            return AfPacketPort::open(ifname, pool).map(ChainPort::AfPacket).map_err(|e| format!("port {spec}: {e}"));
-        }
-        if let Some(rest) = spec.strip_prefix("udp:") {
-            let (bind, peer) =
-                rest.split_once('=').ok_or_else(|| format!("port {spec}: give udp:BIND=PEER (two addresses)"))?;
-            let bind: SocketAddr = bind.parse().map_err(|_| format!("port {spec}: `{bind}` is not an address:port"))?;
-            let peer: SocketAddr = peer.parse().map_err(|_| format!("port {spec}: `{peer}` is not an address:port"))?;
-            let p = UdpPort::bind(bind, pool, &UdpConfig::default())
-                .map_err(|e| format!("port {spec}: cannot bind {bind}: {e}"))?;
-            return Ok(ChainPort::Udp(p, peer));
-        }
-        Err(format!("port {spec}: not afpacket:IFNAME or udp:BIND=PEER"))
-    }
-
-    fn port(&mut self) -> &mut dyn Port {
-        match self {
-            ChainPort::AfPacket(p) => p,
-            ChainPort::Udp(p, _) => p,
-        }
-    }
-
-    fn peer(&self) -> Option<SocketAddr> {
-        match self {
-            ChainPort::AfPacket(_) => None,
-            ChainPort::Udp(_, peer) => Some(*peer),
-        }
-    }
-}
-
-type Ports = Arc<Vec<Mutex<ChainPort>>>;
+type Ports = Arc<Vec<Mutex<FramePort>>>;
 
 /// Receives from both ports in turn (a batch from each, the first port taking turns).
 struct PortIngress {
@@ -643,8 +604,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let say = |m: String| if a.json { eprintln!("{m}") } else { println!("{m}") };
     let signals = crate::signals::stop_flag()?;
     let pool = Pool::new(16_384, tern_io::DEFAULT_BUF_SIZE);
-    let ports: Vec<Mutex<ChainPort>> =
-        a.ports.iter().map(|s| ChainPort::open(s, &pool).map(Mutex::new)).collect::<Result<_, _>>()?;
+    let ports: Vec<Mutex<FramePort>> =
+        a.ports.iter().map(|s| FramePort::open(s, &pool).map(Mutex::new)).collect::<Result<_, _>>()?;
     let ports: Ports = Arc::new(ports);
     let cfg = Config {
         mode: a.mode,

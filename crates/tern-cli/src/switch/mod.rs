@@ -2,5 +2,8 @@
 //! (docs/clip.md).
 
 pub mod bench;
+pub mod control;
 pub mod inspect;
 pub mod plot;
+pub mod serve;
+pub mod server;

@@ -1,0 +1,625 @@
+//! `tern switch serve`: a CLIP switch and its controller on real ports (docs/clip.md, "Running
+//! a switch and its servers"). The data loop runs the switch on this thread; the controller's
+//! actions (the offload's interval, group changes, failover, reload) are applied by the same
+//! loop between batches, so the data path takes no lock. The control endpoint serves
+//! Prometheus `tern_switch_*`, `/tables` and `/group`, and takes `POST /scale`.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant, SystemTime};
+
+use clap::Args;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::registry::Registry;
+use serde::Deserialize;
+use serde_json::json;
+use tern_io::{Batch, Pool};
+use tern_switch::group::{FlowId, SelectorConfig, ServerId};
+use tern_switch::offload::{Mode, OffloadConfig};
+use tern_switch::program::Program;
+use tern_switch::switch::{DropReason, Route, Switch, SwitchConfig, SwitchStats};
+
+use crate::CmdResult;
+use crate::metrics::{Labels, counter, counter_family, gauge, gauge_family, label};
+use crate::ports::FramePort;
+
+/// Options of `tern switch serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The switch's configuration (TOML; examples/switch/serve.toml): its program, ports,
+    /// servers, routes, group, offload and heartbeats. Watched: a change reloads it.
+    pub config: PathBuf,
+    /// Serve the control endpoint here: Prometheus `/metrics` (tern_switch_*), `/tables` (the
+    /// mirrored table's entries in the switch, with hit counters), `/group`, and
+    /// `POST /scale?add=S`, `?remove=S` or `?members=S,T` (what `tern switch scale` sends).
+    #[arg(long)]
+    pub metrics: Option<SocketAddr>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    prefix: String,
+    port: u16,
+    mac: String,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawOffload {
+    enabled: Option<bool>,
+    capacity: Option<usize>,
+    threshold: Option<u32>,
+    sketch_ways: Option<usize>,
+    sketch_width: Option<usize>,
+    mode: Option<String>,
+    interval_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    members: Option<Vec<u16>>,
+    buckets: Option<usize>,
+    filter_ways: Option<usize>,
+    filter_width: Option<usize>,
+    pins: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    program: PathBuf,
+    ports: Vec<String>,
+    servers: Vec<u16>,
+    #[serde(default)]
+    control: Vec<SocketAddr>,
+    ethertype: Option<String>,
+    mac: Option<String>,
+    ip: Option<Ipv4Addr>,
+    heartbeat_ms: Option<u64>,
+    #[serde(default)]
+    route: Vec<RawRoute>,
+    #[serde(default)]
+    offload: RawOffload,
+    #[serde(default)]
+    group: RawGroup,
+}
+
+/// A loaded configuration.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub program: Program,
+    pub program_path: PathBuf,
+    pub ports: Vec<String>,
+    pub switch: SwitchConfig,
+    /// Each server's control endpoint (live flows, heartbeats), by server.
+    pub control: Vec<SocketAddr>,
+    pub heartbeat: Duration,
+    pub interval: Duration,
+}
+
+/// Reads and checks a configuration; errors name the file and item.
+pub fn load(path: &Path) -> Result<ServeConfig, String> {
+    let at = |e: String| format!("{}: {e}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|e| at(e.to_string()))?;
+    let raw: RawConfig = toml::from_str(&text).map_err(|e| at(e.message().to_string()))?;
+    let program_path = path.parent().unwrap_or(Path::new(".")).join(&raw.program);
+    let program = Program::load(&program_path)?;
+    let ports = u16::try_from(raw.ports.len()).map_err(|_| at("too many ports".into()))?;
+    if ports == 0 {
+        return Err(at("`ports`: at least one".into()));
+    }
+    if !raw.control.is_empty() && raw.control.len() != raw.servers.len() {
+        return Err(at(format!(
+            "`control`: one endpoint a server ({} servers, {} endpoints)",
+            raw.servers.len(),
+            raw.control.len()
+        )));
+    }
+    let mut routes = Vec::new();
+    for r in &raw.route {
+        routes.push(Route {
+            prefix: r.prefix.parse().map_err(|_| at(format!("route `{}`: not a prefix", r.prefix)))?,
+            port: r.port,
+            mac: tern_wire::frame::parse_mac(&r.mac).map_err(|e| at(format!("route {}: {e}", r.prefix)))?,
+        });
+    }
+    let d = SwitchConfig::default();
+    let mut offload = OffloadConfig::default();
+    let o = &raw.offload;
+    offload.capacity = o.capacity.unwrap_or(offload.capacity);
+    offload.threshold = o.threshold.unwrap_or(offload.threshold);
+    offload.sketch_ways = o.sketch_ways.unwrap_or(offload.sketch_ways);
+    offload.sketch_width = o.sketch_width.unwrap_or(offload.sketch_width);
+    offload.mode = match o.mode.as_deref() {
+        None | Some("sketch") => Mode::Sketch,
+        Some("random") => Mode::Random,
+        Some(m) => return Err(at(format!("offload mode `{m}` (sketch or random)"))),
+    };
+    let dg = SelectorConfig::default();
+    let g = &raw.group;
+    let selector = SelectorConfig {
+        buckets: g.buckets.unwrap_or(dg.buckets),
+        filter_ways: g.filter_ways.unwrap_or(dg.filter_ways),
+        filter_width: g.filter_width.unwrap_or(dg.filter_width),
+        pins: g.pins.unwrap_or(dg.pins),
+    };
+    let switch = SwitchConfig {
+        ethertype: match &raw.ethertype {
+            Some(e) => super::server::parse_ethertype(e).map_err(|e| at(format!("ethertype {e}")))?,
+            None => d.ethertype,
+        },
+        mac: match &raw.mac {
+            Some(m) => tern_wire::frame::parse_mac(m).map_err(|e| at(format!("mac: {e}")))?,
+            None => d.mac,
+        },
+        ip: raw.ip.unwrap_or(d.ip),
+        ports,
+        servers: raw.servers.clone(),
+        members: g.members.clone().unwrap_or_else(|| (0..raw.servers.len() as u16).collect()),
+        routes,
+        selector,
+        offload,
+        offload_enabled: o.enabled.unwrap_or(true),
+        learn_capacity: d.learn_capacity,
+    };
+    let interval = Duration::from_millis(o.interval_ms.unwrap_or(100).max(1));
+    let heartbeat = Duration::from_millis(raw.heartbeat_ms.unwrap_or(300).max(10));
+    // Built once here so that every refusal comes now, naming the item.
+    Switch::new(program.clone(), switch.clone()).map_err(|e| at(e.to_string()))?;
+    Ok(ServeConfig { program, program_path, ports: raw.ports, switch, control: raw.control, heartbeat, interval })
+}
+
+/// What the controller asks the data loop.
+enum Ctl {
+    Change { members: Vec<ServerId>, live: Vec<(FlowId, ServerId)>, reply: mpsc::Sender<Result<u16, String>> },
+    FailOver { dead: ServerId, buddy: ServerId },
+    Tables(mpsc::Sender<serde_json::Value>),
+    Reload(Box<ServeConfig>),
+}
+
+/// The switch's state as the data loop last published it.
+#[derive(Debug, Clone, Default)]
+struct Snap {
+    stats: SwitchStats,
+    version: u16,
+    members: Vec<ServerId>,
+    previous: Option<Vec<ServerId>>,
+    pins: usize,
+    fill: [f64; 2],
+    entries: usize,
+    busy: Vec<bool>,
+    failovers: u64,
+    generation: u64,
+}
+
+fn snapshot(sw: &Switch, failovers: u64, generation: u64) -> Snap {
+    let sel = sw.selector();
+    Snap {
+        stats: sw.stats().clone(),
+        version: sel.current().version,
+        members: sel.current().members.clone(),
+        previous: sel.previous().map(|g| g.members.clone()),
+        pins: sel.pins(),
+        fill: sel.filter_fill(),
+        entries: sw.offload().entries(),
+        busy: (0..sw.config().servers.len() as u16).map(|s| sel.is_busy(s)).collect(),
+        failovers,
+        generation,
+    }
+}
+
+#[derive(Debug)]
+struct SwitchCollector(Arc<Mutex<Snap>>);
+
+impl Collector for SwitchCollector {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let s = self.0.lock().map(|s| s.clone()).unwrap_or_default();
+        let st = &s.stats;
+        let path = |p: &str, v: u64| (label("path", p), v);
+        counter_family(
+            &mut enc,
+            "tern_switch_packets",
+            "Frames by path: switch (left without a server; offloaded: of them, served by the mirrored table's original), to_server by how the server was found (pinned, diverted, current, previous), response (back from a server and sent on), arp_reply.",
+            &[
+                path("switch", st.switch_only),
+                path("offloaded", st.offloaded),
+                path("to_server_pinned", st.to_server[0]),
+                path("to_server_diverted", st.to_server[1]),
+                path("to_server_current", st.to_server[2]),
+                path("to_server_previous", st.to_server[3]),
+                path("response", st.responses),
+                path("arp_reply", st.arp_replies),
+            ],
+        )?;
+        let drops: Vec<(Labels, u64)> =
+            DropReason::ALL.iter().zip(st.drops).map(|(r, v)| (label("reason", r.name()), v)).collect();
+        counter_family(&mut enc, "tern_switch_drops", "Frames dropped, by reason (docs/clip.md).", &drops)?;
+        let by_server: Vec<(Labels, u64)> =
+            st.requests_by_server.iter().enumerate().map(|(i, &v)| (label("server", i), v)).collect();
+        counter_family(&mut enc, "tern_switch_server_requests", "Requests sent to each server.", &by_server)?;
+        gauge(&mut enc, "tern_switch_group_version", "The current group's version.", i64::from(s.version))?;
+        gauge(&mut enc, "tern_switch_group_members", "Servers in the current group.", s.members.len() as i64)?;
+        gauge(&mut enc, "tern_switch_pins", "Pinned flows (before a filter was cleared, or diverted).", s.pins as i64)?;
+        let fill: Vec<(Labels, f64)> = s.fill.iter().enumerate().map(|(i, &f)| (label("filter", i), f)).collect();
+        gauge_family(&mut enc, "tern_switch_filter_fill", "Share of each Bloom filter's bits set.", &fill)?;
+        gauge(
+            &mut enc,
+            "tern_switch_offloaded_entries",
+            "Entries of the mirrored table in the switch's original table.",
+            s.entries as i64,
+        )?;
+        let busy: Vec<(Labels, i64)> =
+            s.busy.iter().enumerate().map(|(i, &b)| (label("server", i), i64::from(b))).collect();
+        gauge_family(&mut enc, "tern_switch_server_busy", "1 while a server says it is near its queue limit.", &busy)?;
+        counter(
+            &mut enc,
+            "tern_switch_unlearned",
+            "Offload candidates not installed: no response taught their entry in time.",
+            st.unlearned,
+        )?;
+        counter(&mut enc, "tern_switch_learn_full", "Offload candidates beyond the learning table.", st.learn_full)?;
+        counter(&mut enc, "tern_switch_failovers", "Servers failed over after missed heartbeats.", s.failovers)?;
+        gauge(
+            &mut enc,
+            "tern_switch_generation",
+            "Configuration generation (1 at start; each reload adds one).",
+            s.generation as i64,
+        )
+    }
+}
+
+/// GETs `url` within `timeout`: the body, or why not.
+fn get(url: &str, timeout: Duration) -> Result<String, String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(timeout)).build().into();
+    agent
+        .get(url)
+        .call()
+        .map_err(|e| format!("{url}: {e}"))?
+        .into_body()
+        .read_to_string()
+        .map_err(|e| format!("{url}: {e}"))
+}
+
+/// The live flows of every server with a control endpoint, ⟨flow, server⟩.
+fn live_flows(control: &[SocketAddr]) -> Result<Vec<(FlowId, ServerId)>, String> {
+    let mut live = Vec::new();
+    for (s, addr) in control.iter().enumerate() {
+        let body = get(&format!("http://{addr}/flows"), Duration::from_secs(2))
+            .map_err(|e| format!("server {s}'s live flows: {e}"))?;
+        let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| format!("server {s}: not JSON: {e}"))?;
+        for f in v["flows"].as_array().into_iter().flatten() {
+            if let Some(f) = f.as_u64() {
+                live.push((f, s as ServerId));
+            }
+        }
+    }
+    Ok(live)
+}
+
+/// `POST /scale?...`: the new members, from the current ones.
+fn new_members(query: &str, current: &[ServerId], servers: usize) -> Result<Vec<ServerId>, String> {
+    let (k, v) = query.split_once('=').ok_or("give add=S, remove=S or members=S,T")?;
+    let num = |s: &str| -> Result<ServerId, String> {
+        let n: ServerId = s.trim().parse().map_err(|_| format!("`{s}` is not a server index"))?;
+        if usize::from(n) >= servers {
+            return Err(format!("server {n}: no such server ({servers} configured)"));
+        }
+        Ok(n)
+    };
+    let mut m = current.to_vec();
+    match k {
+        "add" => {
+            let s = num(v)?;
+            if m.contains(&s) {
+                return Err(format!("server {s} is in the group already"));
+            }
+            m.push(s);
+        }
+        "remove" => {
+            let s = num(v)?;
+            if !m.contains(&s) {
+                return Err(format!("server {s} is not in the group"));
+            }
+            m.retain(|&x| x != s);
+        }
+        "members" => m = v.split(',').map(num).collect::<Result<_, _>>()?,
+        other => return Err(format!("`{other}`: give add=S, remove=S or members=S,T")),
+    }
+    if m.is_empty() {
+        return Err("a group needs at least one server".into());
+    }
+    Ok(m)
+}
+
+fn mtime(p: &Path) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// `tern switch serve`.
+pub fn serve(a: &ServeArgs) -> CmdResult {
+    let cfg = load(&a.config)?;
+    let mut sw = Switch::new(cfg.program.clone(), cfg.switch.clone())?;
+    let pool = Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
+    let mut ports = Vec::new();
+    for spec in &cfg.ports {
+        ports.push(FramePort::open(spec, &pool)?);
+    }
+    let stop = crate::signals::stop_flag()?;
+    let snap = Arc::new(Mutex::new(snapshot(&sw, 0, 1)));
+    let (ctl_tx, ctl_rx) = mpsc::channel::<Ctl>();
+    let http_stop = Arc::new(AtomicBool::new(false));
+    let failovers = Arc::new(AtomicU64::new(0));
+    let control = Arc::new(Mutex::new(cfg.control.clone()));
+    let endpoint = match a.metrics {
+        Some(addr) => {
+            let mut registry = Registry::default();
+            registry.register_collector(Box::new(SwitchCollector(snap.clone())));
+            let ask = Mutex::new(ctl_tx.clone());
+            let snap_g = snap.clone();
+            let control_g = control.clone();
+            let extra: crate::metrics::Extra = Box::new(move |path| match path {
+                "/tables" => {
+                    let (tx, rx) = mpsc::channel();
+                    ask.lock().ok()?.send(Ctl::Tables(tx)).ok()?;
+                    let mut v = rx.recv_timeout(Duration::from_secs(2)).ok()?;
+                    v["servers"] = json!(control_g.lock().map(|c| c.clone()).unwrap_or_default());
+                    Some(v.to_string())
+                }
+                "/group" => {
+                    let s = snap_g.lock().ok()?.clone();
+                    Some(json!({"version": s.version, "members": s.members, "previous": s.previous, "pins": s.pins, "filter_fill": s.fill, "busy": s.busy}).to_string())
+                }
+                _ => None,
+            });
+            let ask = Mutex::new(ctl_tx.clone());
+            let snap_p = snap.clone();
+            let control_p = control.clone();
+            let servers = cfg.switch.servers.len();
+            let post: crate::metrics::Post = Box::new(move |url| {
+                let (path, query) = url.split_once('?').unwrap_or((url, ""));
+                if path != "/scale" {
+                    return None;
+                }
+                let current = snap_p.lock().map(|s| s.members.clone()).unwrap_or_default();
+                let members = match new_members(query, &current, servers) {
+                    Ok(m) => m,
+                    Err(e) => return Some(Err((400, e))),
+                };
+                let addrs = control_p.lock().map(|c| c.clone()).unwrap_or_default();
+                let live = match live_flows(&addrs) {
+                    Ok(l) => l,
+                    Err(e) => return Some(Err((502, e))),
+                };
+                let (tx, rx) = mpsc::channel();
+                let sent =
+                    ask.lock().map(|a| a.send(Ctl::Change { members: members.clone(), live: live.clone(), reply: tx }));
+                if !matches!(sent, Ok(Ok(()))) {
+                    return Some(Err((503, "the switch is stopping".into())));
+                }
+                Some(match rx.recv_timeout(Duration::from_secs(5)) {
+                    Ok(Ok(version)) => {
+                        Ok(json!({"version": version, "members": members, "live_flows": live.len()}).to_string())
+                    }
+                    Ok(Err(e)) => Err((409, e)),
+                    Err(_) => Err((504, "the switch did not answer".into())),
+                })
+            });
+            let text = std::fs::read_to_string(&a.config).unwrap_or_default();
+            let config = Arc::new(Mutex::new(text));
+            Some(crate::metrics::serve_with_post(addr, registry, config, http_stop.clone(), Some(extra), Some(post))?)
+        }
+        None => None,
+    };
+    // Heartbeats: each server's /ready polled every third of the bound; a member silent for
+    // the bound is failed over to the next live member.
+    let hb_stop = http_stop.clone();
+    let hb_tx = ctl_tx.clone();
+    let hb_snap = snap.clone();
+    let hb_control = control.clone();
+    let bound = cfg.heartbeat;
+    let heartbeats = std::thread::Builder::new().name("tern-switch-heartbeats".into()).spawn(move || {
+        let addrs = hb_control.lock().map(|c| c.clone()).unwrap_or_default();
+        let mut last_ok: Vec<Instant> = vec![Instant::now(); addrs.len()];
+        let mut failed = vec![false; addrs.len()];
+        while !hb_stop.load(Ordering::Relaxed) && !addrs.is_empty() {
+            let round = Instant::now();
+            for (s, addr) in addrs.iter().enumerate() {
+                if get(&format!("http://{addr}/ready"), bound / 3).is_ok() {
+                    last_ok[s] = Instant::now();
+                    failed[s] = false;
+                }
+            }
+            let members = hb_snap.lock().map(|s| s.members.clone()).unwrap_or_default();
+            for &m in &members {
+                let s = usize::from(m);
+                if s < addrs.len() && !failed[s] && last_ok[s].elapsed() >= bound {
+                    let buddy = members.iter().copied().find(|&b| b != m && last_ok[usize::from(b)].elapsed() < bound);
+                    if let Some(buddy) = buddy {
+                        failed[s] = true;
+                        let _ = hb_tx.send(Ctl::FailOver { dead: m, buddy });
+                    }
+                }
+            }
+            std::thread::sleep((bound / 3).saturating_sub(round.elapsed()));
+        }
+    })?;
+    // Reload: the configuration and its program watched; a change that loads is applied.
+    let watch_stop = http_stop.clone();
+    let watch_tx = ctl_tx.clone();
+    let (config_path, program_path) = (a.config.clone(), cfg.program_path.clone());
+    let watcher = std::thread::Builder::new().name("tern-switch-watch".into()).spawn(move || {
+        let mut seen = (mtime(&config_path), mtime(&program_path));
+        while !watch_stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = (mtime(&config_path), mtime(&program_path));
+            if now == seen {
+                continue;
+            }
+            seen = now;
+            match load(&config_path) {
+                Ok(c) => {
+                    let _ = watch_tx.send(Ctl::Reload(Box::new(c)));
+                }
+                Err(e) => eprintln!("reload refused (the running configuration stays): {e}"),
+            }
+        }
+    })?;
+    drop(ctl_tx);
+    if !a.json {
+        eprintln!(
+            "switch serve: program `{}` on {} ports ({} servers, group {:?}){}; Ctrl-C stops",
+            cfg.program.name,
+            cfg.ports.len(),
+            cfg.switch.servers.len(),
+            cfg.switch.members,
+            endpoint.map(|e| format!(", control on http://{e}")).unwrap_or_default()
+        );
+    }
+    let start = Instant::now();
+    let deadline = a.duration.map(|d| start + Duration::from_secs_f64(d.max(0.0)));
+    let peers: Vec<_> = ports.iter().map(|p| p.peer()).collect();
+    let mut outs: Vec<Batch> = (0..=ports.len()).map(|_| Batch::new(4 * tern_io::DEFAULT_BATCH)).collect();
+    let mut input = Batch::new(tern_io::DEFAULT_BATCH);
+    let mut generation = 1u64;
+    let (mut last_interval, mut last_publish) = (start, start);
+    let mut cfg = cfg;
+    loop {
+        let now = Instant::now();
+        if crate::signals::stopping(&stop) || deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        let mut any = false;
+        for (i, p) in ports.iter_mut().enumerate() {
+            if p.port().recv(now, &mut input).unwrap_or(0) > 0 {
+                any = true;
+                sw.process(i as u16 + 1, &mut input, &mut outs, &pool);
+            }
+        }
+        for (j, b) in outs.iter_mut().enumerate().skip(1) {
+            if b.is_empty() {
+                continue;
+            }
+            if let Some(peer) = peers[j - 1] {
+                for p in b.iter_mut() {
+                    p.peer = peer;
+                }
+            }
+            let _ = ports[j - 1].port().send(now, b);
+            b.recycle(&pool);
+        }
+        if !any {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        if now.duration_since(last_interval) >= cfg.interval {
+            last_interval = now;
+            sw.interval();
+        }
+        while let Ok(c) = ctl_rx.try_recv() {
+            match c {
+                Ctl::Change { members, live, reply } => {
+                    let _ = reply.send(sw.change_group(&members, &live).map_err(|e| e.to_string()));
+                }
+                Ctl::FailOver { dead, buddy } => {
+                    if sw.fail_over(dead, buddy).is_ok() {
+                        failovers.fetch_add(1, Ordering::Relaxed);
+                        eprintln!(
+                            "server {dead} missed its heartbeats for {} ms: failed over to server {buddy}",
+                            cfg.heartbeat.as_millis()
+                        );
+                    }
+                }
+                Ctl::Tables(reply) => {
+                    let table = sw.pipeline().mirrored_table().unwrap_or("").to_string();
+                    let rows: Vec<_> = sw
+                        .original_entries()
+                        .into_iter()
+                        .map(|(k, p, hits)| json!({"key": k, "params": p, "hits": hits}))
+                        .collect();
+                    let _ = reply.send(json!({
+                        "table": table, "action": sw.pipeline().learn_action(), "capacity": sw.config().offload.capacity,
+                        "original": rows, "generation": generation,
+                    }));
+                }
+                Ctl::Reload(new) => {
+                    if new.ports != cfg.ports || new.switch.servers != cfg.switch.servers {
+                        eprintln!(
+                            "reload refused: ports and servers change only with a restart (the running configuration stays)"
+                        );
+                        continue;
+                    }
+                    if let Err(e) = sw.set_routes(new.switch.routes.clone()) {
+                        eprintln!("reload refused: {e}");
+                        continue;
+                    }
+                    let program_changed = new.program != cfg.program;
+                    if program_changed {
+                        // A new program: new tables, the group and its pins kept (no flow moves);
+                        // the mirrored entries are learned again from the servers' answers.
+                        match sw.reload(new.program.clone()) {
+                            Ok(()) => {}
+                            Err(e) => {
+                                eprintln!("reload refused: {e}");
+                                continue;
+                            }
+                        }
+                    }
+                    generation += 1;
+                    eprintln!(
+                        "reloaded {} (generation {generation}{})",
+                        a.config.display(),
+                        if program_changed { ", new program" } else { "" }
+                    );
+                    cfg = *new;
+                }
+            }
+        }
+        if now.duration_since(last_publish) >= Duration::from_millis(100) {
+            last_publish = now;
+            if let Ok(mut s) = snap.try_lock() {
+                *s = snapshot(&sw, failovers.load(Ordering::Relaxed), generation);
+            }
+        }
+    }
+    http_stop.store(true, Ordering::Relaxed);
+    let _ = heartbeats.join();
+    let _ = watcher.join();
+    let st = sw.stats();
+    let drops: serde_json::Map<String, serde_json::Value> = DropReason::ALL
+        .iter()
+        .filter(|&&r| st.drop_count(r) > 0)
+        .map(|&r| (r.name().to_string(), json!(st.drop_count(r))))
+        .collect();
+    let summary = json!({
+        "switch_only": st.switch_only, "offloaded": st.offloaded, "requests": st.requests(), "responses": st.responses,
+        "arp_replies": st.arp_replies, "drops": drops, "group_version": sw.selector().current().version,
+        "entries": sw.offload().entries(), "generation": generation, "seconds": start.elapsed().as_secs_f64(),
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!(
+            "switch serve: {} frames kept by the switch ({} by offloaded entries), {} requests to servers, {} responses, {} dropped{}, group version {}, generation {generation}, {:.1} s",
+            st.switch_only,
+            st.offloaded,
+            st.requests(),
+            st.responses,
+            st.dropped(),
+            if drops.is_empty() { String::new() } else { format!(" ({})", serde_json::Value::Object(drops)) },
+            sw.selector().current().version,
+            start.elapsed().as_secs_f64()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,242 @@
+//! `tern switch server`: one remote-handler server of a CLIP switch (docs/clip.md, "Running a
+//! switch and its servers"): it answers the requests that reach its port in place and sends
+//! them back; its control endpoint gives the switch's controller its live flows (before a
+//! group change) and answers heartbeats.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use tern_io::{Batch, Pool};
+use tern_switch::program::Program;
+use tern_switch::server::{self, Server, ServerDrop, ServerStats};
+
+use crate::CmdResult;
+use crate::metrics::{counter, counter_family, gauge, label};
+use crate::ports::FramePort;
+
+/// Options of `tern switch server`.
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// The switch program whose remote handler this server runs (TOML).
+    pub program: PathBuf,
+    /// Its port to the switch: `afpacket:IFNAME` (whole frames on an interface; root) or
+    /// `udp:BIND=PEER` (each datagram's payload one Ethernet frame).
+    #[arg(long)]
+    pub port: String,
+    /// This server's index in the switch's group (its handler's own share: SNAT hands out
+    /// 192.0.2.INDEX+1).
+    #[arg(long, default_value_t = 0)]
+    pub index: u16,
+    /// Serve the control endpoint here: Prometheus `/metrics` (tern_switch_server_*), `/ready`
+    /// (the switch's heartbeat), `/flows` (its live flows, JSON) and `/entries` (its handler's
+    /// table, JSON).
+    #[arg(long)]
+    pub control: Option<SocketAddr>,
+    /// A flow is live until this many ms pass without its packets.
+    #[arg(long, default_value_t = 10_000)]
+    pub idle_ms: u64,
+    /// Answer with BUSY set after this many full receive batches in a row (its queue is
+    /// backing up), until a batch comes back short.
+    #[arg(long, default_value_t = 4)]
+    pub busy_batches: u32,
+    /// CLIP's EtherType (hex or decimal).
+    #[arg(long, default_value = "0x88B5", value_parser = parse_ethertype)]
+    pub ethertype: u16,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// An EtherType, `0x88B5` or decimal: at least 0x0600 (below is an 802.3 length).
+pub fn parse_ethertype(s: &str) -> Result<u16, String> {
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u16::from_str_radix(h, 16),
+        None => s.parse::<u16>(),
+    }
+    .map_err(|_| format!("`{s}` is not a 16-bit number"))?;
+    if v < 0x0600 {
+        return Err(format!("{s}: an EtherType is at least 0x0600"));
+    }
+    Ok(v)
+}
+
+/// What the control endpoint asks the data loop.
+enum Ask {
+    Flows(mpsc::Sender<Vec<u64>>),
+    Entries(mpsc::Sender<(usize, Vec<(String, String)>)>),
+}
+
+/// The server's counters, published by the data loop.
+#[derive(Debug, Default, Clone)]
+struct Snap {
+    stats: ServerStats,
+    live: usize,
+    entries: usize,
+    busy: bool,
+}
+
+#[derive(Debug)]
+struct ServerCollector(Arc<Mutex<Snap>>);
+
+impl Collector for ServerCollector {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let s = self.0.lock().map(|s| s.clone()).unwrap_or_default();
+        counter(&mut enc, "tern_switch_server_requests", "Requests taken from the switch.", s.stats.requests)?;
+        counter(&mut enc, "tern_switch_server_responses", "Responses sent back.", s.stats.responses)?;
+        counter(
+            &mut enc,
+            "tern_switch_server_busy_responses",
+            "Responses sent with BUSY set.",
+            s.stats.busy_responses,
+        )?;
+        let drops: Vec<_> =
+            ServerDrop::ALL.iter().zip(s.stats.drops).map(|(d, v)| (label("reason", d.name()), v)).collect();
+        counter_family(&mut enc, "tern_switch_server_drops", "Frames dropped, by reason.", &drops)?;
+        gauge(&mut enc, "tern_switch_server_live_flows", "Flows live now.", s.live as i64)?;
+        gauge(
+            &mut enc,
+            "tern_switch_server_entries",
+            "Entries the handler holds (its mirrored table).",
+            s.entries as i64,
+        )?;
+        gauge(&mut enc, "tern_switch_server_busy", "1 while answering with BUSY.", i64::from(s.busy))
+    }
+}
+
+/// `tern switch server`.
+pub fn run(a: &ServerArgs) -> CmdResult {
+    let program = Program::load(&a.program)?;
+    let name =
+        program.handler.clone().ok_or_else(|| format!("{}: the program names no handler", a.program.display()))?;
+    let handler = server::handler(&name, a.index)?;
+    let idle_ns = a.idle_ms.saturating_mul(1_000_000);
+    let mut srv = Server::new(a.ethertype, program.id, handler, idle_ns);
+    let pool = Pool::new(4096, tern_io::DEFAULT_BUF_SIZE);
+    let mut port = FramePort::open(&a.port, &pool)?;
+    let stop = crate::signals::stop_flag()?;
+    let snap = Arc::new(Mutex::new(Snap::default()));
+    let (ask_tx, ask_rx) = mpsc::channel::<Ask>();
+    let http_stop = Arc::new(AtomicBool::new(false));
+    let control = match a.control {
+        Some(addr) => {
+            let mut registry = Registry::default();
+            registry.register_collector(Box::new(ServerCollector(snap.clone())));
+            let ask = Mutex::new(ask_tx);
+            let index = a.index;
+            let extra: crate::metrics::Extra = Box::new(move |path| {
+                let ask = ask.lock().ok()?;
+                match path {
+                    "/flows" => {
+                        let (tx, rx) = mpsc::channel();
+                        ask.send(Ask::Flows(tx)).ok()?;
+                        let flows = rx.recv_timeout(Duration::from_secs(1)).ok()?;
+                        Some(json!({"server": index, "flows": flows}).to_string())
+                    }
+                    "/entries" => {
+                        let (tx, rx) = mpsc::channel();
+                        ask.send(Ask::Entries(tx)).ok()?;
+                        let (n, e) = rx.recv_timeout(Duration::from_secs(1)).ok()?;
+                        let rows: Vec<_> = e.iter().map(|(k, v)| json!({"key": k, "value": v})).collect();
+                        Some(json!({"server": index, "entries": n, "shown": rows}).to_string())
+                    }
+                    _ => None,
+                }
+            });
+            let config = Arc::new(Mutex::new(format!("switch server {} of {}\n", a.index, a.program.display())));
+            Some(crate::metrics::serve(addr, registry, config, http_stop.clone(), Some(extra))?)
+        }
+        None => None,
+    };
+    if !a.json {
+        eprintln!(
+            "switch server {}: handler `{name}` of program `{}` (id {}) on {}{}; Ctrl-C stops",
+            a.index,
+            program.name,
+            program.id,
+            a.port,
+            control.map(|c| format!(", control on http://{c}")).unwrap_or_default()
+        );
+    }
+    let start = Instant::now();
+    let deadline = a.duration.map(|d| start + Duration::from_secs_f64(d.max(0.0)));
+    let mut batch = Batch::new(tern_io::DEFAULT_BATCH);
+    let peer = port.peer();
+    let mut full_streak = 0u32;
+    let mut last_publish = start;
+    loop {
+        let now = Instant::now();
+        if crate::signals::stopping(&stop) || deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        let now_ns = now.duration_since(start).as_nanos() as u64;
+        let n = port.port().recv(now, &mut batch).unwrap_or(0);
+        let busy = n > 0 && batch.is_full() && full_streak + 1 >= a.busy_batches;
+        if n == 0 {
+            full_streak = 0;
+            let _ = port.port().wait(Duration::from_millis(2));
+        } else {
+            full_streak = if batch.is_full() { full_streak + 1 } else { 0 };
+            srv.process(now_ns, &mut batch, busy, &pool);
+            if let Some(peer) = peer {
+                for p in batch.iter_mut() {
+                    p.peer = peer;
+                }
+            }
+            let _ = port.port().send(now, &mut batch);
+            batch.recycle(&pool);
+        }
+        while let Ok(ask) = ask_rx.try_recv() {
+            match ask {
+                Ask::Flows(reply) => {
+                    srv.expire(now_ns);
+                    let _ = reply.send(srv.live_flows().collect());
+                }
+                Ask::Entries(reply) => {
+                    let _ = reply.send((srv.handler().entries(), srv.handler().dump(1000)));
+                }
+            }
+        }
+        if now.duration_since(last_publish) >= Duration::from_millis(100) {
+            last_publish = now;
+            srv.expire(now_ns);
+            if let Ok(mut s) = snap.try_lock() {
+                *s =
+                    Snap { stats: srv.stats(), live: srv.live_flows().count(), entries: srv.handler().entries(), busy };
+            }
+        }
+    }
+    http_stop.store(true, Ordering::Relaxed);
+    let st = srv.stats();
+    let drops: u64 = st.drops.iter().sum();
+    let summary = json!({
+        "server": a.index, "requests": st.requests, "responses": st.responses, "busy_responses": st.busy_responses,
+        "drops": ServerDrop::ALL.iter().zip(st.drops).map(|(d, v)| (d.name().to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "entries": srv.handler().entries(), "seconds": start.elapsed().as_secs_f64(),
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!(
+            "switch server {}: {} requests, {} responses ({} with BUSY), {drops} dropped, {} entries, {:.1} s",
+            a.index,
+            st.requests,
+            st.responses,
+            st.busy_responses,
+            srv.handler().entries(),
+            start.elapsed().as_secs_f64()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
