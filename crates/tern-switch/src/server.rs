@@ -25,6 +25,17 @@ pub trait RemoteHandler: Send {
     fn handle(&mut self, flow: FlowId, l3: &[u8], request: &[u8], response: &mut [u8]) -> Result<(), &'static str>;
     /// Entries the handler holds (its mirrored table).
     fn entries(&self) -> usize;
+    /// Moves the entries it made since the last call into `out`, each a record for
+    /// [`adopt_replica`](Self::adopt_replica) on its buddy (replication for failover).
+    fn take_new(&mut self, out: &mut Vec<Vec<u8>>) {
+        let _ = out;
+    }
+    /// Takes a replica of another server's entry (a record from its `take_new`); a record it
+    /// cannot read is refused, naming why.
+    fn adopt_replica(&mut self, record: &[u8]) -> Result<(), &'static str> {
+        let _ = record;
+        Err("no replicas")
+    }
     /// Up to `max` of its entries, each as (key, value) in words (for `dump-tables`).
     fn dump(&self, max: usize) -> Vec<(String, String)> {
         let _ = max;
@@ -83,6 +94,11 @@ pub struct Server {
     /// What a request's trip through the server costs beyond the handler, ns (spent on each;
     /// models a server path's receive and send in benchmarks; 0: none).
     pub path_ns: u64,
+    /// Whether it collects its handler's new entries for a buddy ([`take_replicas`]).
+    ///
+    /// [`take_replicas`]: Self::take_replicas
+    pub replicate: bool,
+    replicas: Vec<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Server {
@@ -106,6 +122,8 @@ impl Server {
             live: HashMap::new(),
             idle_ns,
             path_ns: 0,
+            replicate: false,
+            replicas: Vec::new(),
             stats: ServerStats::default(),
             kept: Vec::new(),
         }
@@ -127,6 +145,21 @@ impl Server {
         // The answered go back in the batch, whose emptied vector becomes the next scratch.
         batch.exchange(&mut kept);
         self.kept = kept;
+        if self.replicate {
+            self.handler.take_new(&mut self.replicas);
+        }
+    }
+
+    /// The records of the entries its handler made since the last call, for its buddy: the
+    /// runtime hands them over before it sends the batch's responses (so a failover finds
+    /// every entry a response has told of).
+    pub fn take_replicas(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.replicas)
+    }
+
+    /// Takes another server's replicas; returns how many were refused.
+    pub fn adopt_replicas(&mut self, records: &[Vec<u8>]) -> usize {
+        records.iter().filter(|r| self.handler.adopt_replica(r).is_err()).count()
     }
 
     /// Answers one request frame in place.
@@ -201,6 +234,8 @@ pub struct Snat {
     ports: (u16, u16),
     table: HashMap<[u64; 5], (u32, u16)>,
     next: u64,
+    /// Entries made since the last `take_new`.
+    fresh: Vec<[u64; 5]>,
 }
 
 impl Snat {
@@ -209,7 +244,7 @@ impl Snat {
         if addrs.is_empty() || ports.0 > ports.1 {
             return Err("snat: at least one address and a port range low to high".into());
         }
-        Ok(Snat { addrs, ports, table: HashMap::new(), next: 0 })
+        Ok(Snat { addrs, ports, table: HashMap::new(), next: 0, fresh: Vec::new() })
     }
 
     /// Pairs it can hand out.
@@ -263,6 +298,7 @@ impl RemoteHandler for Snat {
                 let v = (self.addrs[(self.next / span) as usize], self.ports.0 + (self.next % span) as u16);
                 self.next += 1;
                 self.table.insert(tuple, v);
+                self.fresh.push(tuple);
                 v
             }
         };
@@ -277,6 +313,35 @@ impl RemoteHandler for Snat {
 
     fn entries(&self) -> usize {
         self.table.len()
+    }
+
+    /// A record: the 5-tuple (five 8-byte words), the address (4 bytes) and port (2), big-endian.
+    fn take_new(&mut self, out: &mut Vec<Vec<u8>>) {
+        for k in self.fresh.drain(..) {
+            if let Some(&(a, p)) = self.table.get(&k) {
+                let mut r = Vec::with_capacity(46);
+                for w in k {
+                    r.extend_from_slice(&w.to_be_bytes());
+                }
+                r.extend_from_slice(&a.to_be_bytes());
+                r.extend_from_slice(&p.to_be_bytes());
+                out.push(r);
+            }
+        }
+    }
+
+    fn adopt_replica(&mut self, r: &[u8]) -> Result<(), &'static str> {
+        if r.len() != 46 {
+            return Err("record_length");
+        }
+        let mut k = [0u64; 5];
+        for (i, w) in k.iter_mut().enumerate() {
+            *w = u64::from_be_bytes(r[8 * i..8 * i + 8].try_into().map_err(|_| "record_length")?);
+        }
+        let a = u32::from_be_bytes(r[40..44].try_into().map_err(|_| "record_length")?);
+        let p = u16::from_be_bytes([r[44], r[45]]);
+        self.table.entry(k).or_insert((a, p));
+        Ok(())
     }
 
     fn dump(&self, max: usize) -> Vec<(String, String)> {
@@ -309,6 +374,16 @@ pub struct Cluster {
     pub servers: Vec<Server>,
     /// Servers marked busy (their responses carry `BUSY`).
     pub busy: Vec<bool>,
+    /// Servers running (a dead one drops what reaches it, counted in `lost`).
+    pub alive: Vec<bool>,
+    /// Each server's buddy: it takes the server's replicas before the server's responses go
+    /// on, and its flows if it fails.
+    pub buddy: Vec<Option<usize>>,
+    /// Frames sent to a dead server.
+    pub lost: u64,
+    /// Servers failed over so far.
+    pub failed_over: Vec<(crate::group::ServerId, crate::group::ServerId)>,
+    heartbeats: crate::group::Heartbeats,
     pool: Pool,
     outs: Vec<Batch>,
     input: Batch,
@@ -320,11 +395,20 @@ impl Cluster {
     /// `switch` with `servers` behind its server ports, in order.
     pub fn new(switch: crate::switch::Switch, servers: Vec<Server>) -> Cluster {
         let ports = usize::from(switch.config().ports) + 1;
-        let busy = vec![false; servers.len()];
+        let n = servers.len();
+        let mut heartbeats = crate::group::Heartbeats::new(crate::group::DEFAULT_HEARTBEAT_BOUND_NS);
+        for s in 0..n {
+            heartbeats.beat(s as u16, 0);
+        }
         Cluster {
             switch,
             servers,
-            busy,
+            busy: vec![false; n],
+            alive: vec![true; n],
+            buddy: vec![None; n],
+            lost: 0,
+            failed_over: Vec::new(),
+            heartbeats,
             pool: Pool::new(4096, 2048),
             outs: (0..ports).map(|_| Batch::new(256)).collect(),
             input: Batch::new(256),
@@ -357,10 +441,26 @@ impl Cluster {
                     continue;
                 }
                 moved = true;
-                self.servers[s].process(self.now_ns, &mut b, self.busy[s], &self.pool);
+                if !self.alive[s] {
+                    self.lost += b.len() as u64;
+                    b.recycle(&self.pool);
+                    self.outs[usize::from(sp)] = b;
+                    continue;
+                }
+                let srv = &mut self.servers[s];
+                srv.replicate = self.buddy[s].is_some();
+                srv.process(self.now_ns, &mut b, self.busy[s], &self.pool);
+                // Replicas reach the buddy before the responses go on.
+                let replicas = srv.take_replicas();
+                if let Some(d) = self.buddy[s]
+                    && self.alive.get(d) == Some(&true)
+                {
+                    self.servers[d].adopt_replicas(&replicas);
+                }
                 self.switch.process(sp, &mut b, &mut self.outs, &self.pool);
             }
-            if !moved {
+            self.switch.tick(self.now_ns, &mut self.outs);
+            if !moved && self.switch.config().servers.iter().all(|&sp| self.outs[usize::from(sp)].is_empty()) {
                 break;
             }
         }
@@ -371,6 +471,27 @@ impl Cluster {
             }
         }
         left
+    }
+
+    /// Heartbeats at the cluster's clock: every live server beats; a member silent for the
+    /// bound (300 ms) is failed over to its buddy (which holds its replicas). Returns the
+    /// servers failed over now.
+    pub fn heartbeats(&mut self) -> Vec<crate::group::ServerId> {
+        for (s, &a) in self.alive.iter().enumerate() {
+            if a {
+                self.heartbeats.beat(s as u16, self.now_ns);
+            }
+        }
+        let mut out = Vec::new();
+        for dead in self.heartbeats.dead(self.now_ns) {
+            let Some(buddy) = self.buddy[usize::from(dead)] else { continue };
+            if self.switch.fail_over(dead, buddy as u16).is_ok() {
+                self.heartbeats.forget(dead);
+                self.failed_over.push((dead, buddy as u16));
+                out.push(dead);
+            }
+        }
+        out
     }
 
     /// The servers' live flows, ⟨flow, server⟩ (what the controller takes before a change).

@@ -73,6 +73,11 @@ pub struct SwitchConfig {
     pub offload_enabled: bool,
     /// Candidates whose entries the switch learns an interval at most.
     pub learn_capacity: usize,
+    /// Requests held for each busy server at most (more are shed).
+    pub hold_capacity: usize,
+    /// A server's BUSY mark lapses this long after its last BUSY response, ns (so that held
+    /// requests go out even if it has none of the switch's requests left to answer).
+    pub busy_timeout_ns: u64,
 }
 
 impl Default for SwitchConfig {
@@ -89,6 +94,8 @@ impl Default for SwitchConfig {
             offload: OffloadConfig::default(),
             offload_enabled: true,
             learn_capacity: 8192,
+            hold_capacity: 1024,
+            busy_timeout_ns: 1_000_000,
         }
     }
 }
@@ -134,11 +141,13 @@ pub enum DropReason {
     NoHeadroom,
     /// An output batch was full.
     TxFull,
+    /// A busy server's held queue was full.
+    Shed,
 }
 
 impl DropReason {
     /// Every reason, in the order of [`SwitchStats::drops`].
-    pub const ALL: [DropReason; 22] = [
+    pub const ALL: [DropReason; 23] = [
         DropReason::Malformed,
         DropReason::SpoofedHeader,
         DropReason::ServerNotClip,
@@ -161,6 +170,7 @@ impl DropReason {
         DropReason::BadPort,
         DropReason::NoHeadroom,
         DropReason::TxFull,
+        DropReason::Shed,
     ];
 
     /// Its name in metrics and docs.
@@ -188,6 +198,7 @@ impl DropReason {
             DropReason::BadPort => "bad_port",
             DropReason::NoHeadroom => "no_headroom",
             DropReason::TxFull => "tx_full",
+            DropReason::Shed => "shed",
         }
     }
 
@@ -220,7 +231,9 @@ pub struct SwitchStats {
     /// ARP requests answered.
     pub arp_replies: u64,
     /// Drops, one per [`DropReason::ALL`].
-    pub drops: [u64; 22],
+    pub drops: [u64; 23],
+    /// Requests held for a busy server (sent when it is no longer busy).
+    pub held: u64,
     /// Offload: candidates whose entry was not learned in time to install, and candidates
     /// beyond the learning table.
     pub unlearned: u64,
@@ -282,6 +295,12 @@ pub struct Switch {
     params: Vec<u64>,
     response: [u8; 255],
     stats: SwitchStats,
+    /// Requests held for busy servers, by server; the server the last request was held for.
+    held: Vec<std::collections::VecDeque<Packet>>,
+    hold: Option<u16>,
+    /// The runtime's clock ([`tick`](Self::tick)) and each server's last BUSY response.
+    now_ns: u64,
+    last_busy_ns: Vec<u64>,
 }
 
 /// An error building a switch; names the item.
@@ -357,6 +376,10 @@ impl Switch {
             params: Vec::with_capacity(8),
             response: [0; 255],
             stats,
+            held: (0..cfg.servers.len()).map(|_| std::collections::VecDeque::new()).collect(),
+            hold: None,
+            now_ns: 0,
+            last_busy_ns: vec![0; cfg.servers.len()],
             cfg,
         })
     }
@@ -415,6 +438,17 @@ impl Switch {
         for mut p in input.drain() {
             let verdict =
                 if from_server { self.server_frame(in_port, &mut p) } else { self.host_frame(in_port, &mut p) };
+            if let Some(s) = self.hold.take() {
+                let q = &mut self.held[usize::from(s)];
+                if q.len() < self.cfg.hold_capacity {
+                    q.push_back(p);
+                    self.stats.held += 1;
+                } else {
+                    self.count(DropReason::Shed);
+                    pool.put(p);
+                }
+                continue;
+            }
             match verdict {
                 Ok(port) => match out.get_mut(usize::from(port)) {
                     Some(b) => {
@@ -434,6 +468,39 @@ impl Switch {
                 }
             }
         }
+        self.release(out);
+    }
+
+    /// The runtime's clock: BUSY marks older than `busy_timeout_ns` lapse, and requests held
+    /// for servers no longer busy go out into `out`.
+    pub fn tick(&mut self, now_ns: u64, out: &mut [Batch]) {
+        self.now_ns = now_ns;
+        for s in 0..self.last_busy_ns.len() {
+            let s16 = s as u16;
+            if self.selector.is_busy(s16) && now_ns.saturating_sub(self.last_busy_ns[s]) >= self.cfg.busy_timeout_ns {
+                self.selector.set_busy(s16, false);
+            }
+        }
+        self.release(out);
+    }
+
+    /// Sends requests held for servers that are no longer busy, as room allows.
+    fn release(&mut self, out: &mut [Batch]) {
+        for (s, q) in self.held.iter_mut().enumerate() {
+            if q.is_empty() || self.selector.is_busy(s as u16) {
+                continue;
+            }
+            let Some(b) = out.get_mut(usize::from(self.cfg.servers[s])) else { continue };
+            while !b.is_full() {
+                let Some(p) = q.pop_front() else { break };
+                let _ = b.push(p);
+            }
+        }
+    }
+
+    /// Requests held for busy servers now.
+    pub fn held(&self) -> usize {
+        self.held.iter().map(|q| q.len()).sum()
     }
 
     /// One frame from a host port: the port it leaves by.
@@ -535,6 +602,10 @@ impl Switch {
         if let Some(c) = self.stats.requests_by_server.get_mut(usize::from(server)) {
             *c += 1;
         }
+        // A busy server's flows wait for it (its new flows were diverted by the selector).
+        if self.selector.is_busy(server) {
+            self.hold = Some(server);
+        }
         Ok(self.cfg.servers[usize::from(server)])
     }
 
@@ -562,7 +633,11 @@ impl Switch {
             return Err(DropReason::HeaderParsedLen);
         }
         self.response[..self.response_len].copy_from_slice(&params[..self.response_len]);
-        self.selector.set_busy(server, repr.flags & clip::FLAG_BUSY != 0);
+        let busy = repr.flags & clip::FLAG_BUSY != 0;
+        self.selector.set_busy(server, busy);
+        if busy && let Some(t) = self.last_busy_ns.get_mut(usize::from(server)) {
+            *t = self.now_ns;
+        }
         // The header comes out: the addresses move up over it and `load_type` goes back.
         let hl = repr.header_len();
         let f = p.data_mut();

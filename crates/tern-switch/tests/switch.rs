@@ -242,7 +242,7 @@ fn hostile_frames_are_named_drops() {
 }
 
 #[test]
-fn busy_flag_diverts_new_flows() {
+fn busy_flag_diverts_new_flows_and_holds_its_own() {
     let mut c = cluster(2, &[0, 1], false);
     // Each flow's server, by the address it was given (server s: 192.0.2.s+1).
     let mut of_server0 = Vec::new();
@@ -255,7 +255,7 @@ fn busy_flag_diverts_new_flows() {
     assert!(!of_server0.is_empty());
     // Server 0 answers with BUSY set: the switch marks it.
     c.busy[0] = true;
-    c.send(INSIDE, &[&udp(of_server0[0])]);
+    assert_eq!(c.send(INSIDE, &[&udp(of_server0[0])]).len(), 1);
     assert!(c.switch.selector().is_busy(0));
     let before = c.switch.stats().requests_by_server.clone();
     for flow in 100..140 {
@@ -266,15 +266,90 @@ fn busy_flag_diverts_new_flows() {
     assert_eq!(after[0], before[0], "new flows go elsewhere while server 0 is busy");
     assert_eq!(after[1], before[1] + 40);
     assert!(c.switch.selector().stats().diverted > 0);
-    // Its own flows stay with it, with their pairs.
+    // Its own flows wait for it in the switch: held, not sent, not lost.
     for &flow in &of_server0 {
-        let out = c.send(INSIDE, &[&udp(flow)]);
-        assert_eq!(translated(&out[0].1).0, Ipv4Addr::new(192, 0, 2, 1));
+        assert!(c.send(INSIDE, &[&udp(flow)]).is_empty(), "flow {flow} held");
     }
-    // No longer busy: new flows reach it again.
+    assert_eq!(c.switch.held(), of_server0.len());
+    // No longer busy (its mark lapses a millisecond after its last BUSY answer): the held
+    // requests go out, each flow with its own pair.
     c.busy[0] = false;
-    c.send(INSIDE, &[&udp(of_server0[0])]);
+    c.now_ns += 2_000_000;
+    let out = c.send(INSIDE, &[]);
+    assert_eq!(out.len(), of_server0.len());
+    assert!(out.iter().all(|(_, f)| translated(f).0 == Ipv4Addr::new(192, 0, 2, 1)));
+    assert_eq!(c.switch.held(), 0);
     assert!(!c.switch.selector().is_busy(0));
+    assert_eq!(c.switch.stats().dropped(), 0);
+}
+
+/// A busy server's held queue is bounded: beyond it, requests are shed and counted.
+#[test]
+fn a_full_hold_queue_sheds_by_name() {
+    let cfg = SwitchConfig {
+        ports: 3,
+        servers: vec![3],
+        members: vec![0],
+        routes: vec![Route { prefix: "0.0.0.0/0".parse().unwrap(), port: OUTSIDE, mac: [2, 0, 0, 0, 0, 9] }],
+        offload_enabled: false,
+        hold_capacity: 10,
+        ..SwitchConfig::default()
+    };
+    let snat = Snat::new(vec![u32::from(Ipv4Addr::new(192, 0, 2, 1))], (1024, 65535)).unwrap();
+    let server = Server::new(clip::DEFAULT_ETHERTYPE, 1, Box::new(snat), u64::MAX);
+    let mut c = Cluster::new(Switch::new(program(), cfg).unwrap(), vec![server]);
+    c.busy[0] = true;
+    assert_eq!(c.send(INSIDE, &[&udp(1)]).len(), 1, "the answer that says BUSY goes on");
+    for _ in 0..15 {
+        assert!(c.send(INSIDE, &[&udp(1)]).is_empty());
+    }
+    assert_eq!(c.switch.held(), 10);
+    assert_eq!(c.switch.stats().drop_count(DropReason::Shed), 5);
+}
+
+/// A server fails (§VI): its heartbeats stop; within the bound (300 ms) its flows go to its
+/// buddy, which holds replicas of its entries (handed over before each response left), so every
+/// flow keeps its pair; only the packets sent to it before detection are lost, and counted.
+#[test]
+fn a_failed_server_s_flows_go_on_at_its_buddy_with_their_state() {
+    let mut c = cluster(3, &[0, 1, 2], false);
+    c.buddy = vec![Some(1), Some(2), Some(0)];
+    let mut pair = std::collections::HashMap::new();
+    let flows = 0..90u32;
+    for f in flows.clone() {
+        let out = c.send(INSIDE, &[&udp(f)]);
+        pair.insert(f, translated(&out[0].1));
+    }
+    let of1: Vec<u32> = flows.clone().filter(|f| pair[f].0 == Ipv4Addr::new(192, 0, 2, 2)).collect();
+    assert!(!of1.is_empty());
+    // Server 1 dies at t = 1 s. Every 10 ms each flow sends a packet and heartbeats are checked.
+    c.now_ns = 1_000_000_000;
+    c.heartbeats();
+    c.alive[1] = false;
+    let died = c.now_ns;
+    let (mut sent_after, mut got_after, mut detected) = (0u64, 0u64, None);
+    for _ in 0..50 {
+        c.now_ns += 10_000_000;
+        if !c.heartbeats().is_empty() {
+            detected = Some(c.now_ns);
+        }
+        for f in flows.clone() {
+            let out = c.send(INSIDE, &[&udp(f)]);
+            sent_after += 1;
+            got_after += out.len() as u64;
+            if let Some((_, g)) = out.first() {
+                assert_eq!(translated(g), pair[&f], "flow {f} changed its pair");
+            }
+        }
+    }
+    let detected = detected.expect("the failure is detected");
+    assert!(detected - died <= 300_000_000 + 10_000_000, "detected {} ms after", (detected - died) / 1_000_000);
+    assert_eq!(c.failed_over, vec![(1, 2)]);
+    // Lost: exactly the packets sent to server 1 before detection, and counted.
+    assert_eq!(sent_after - got_after, c.lost);
+    let rounds_before = (detected - died) / 10_000_000 - 1;
+    assert_eq!(c.lost, rounds_before * of1.len() as u64);
+    assert_eq!(c.switch.stats().dropped(), 0);
 }
 
 /// Figure 7 on frames: the group goes 1 → 2 → 3 → 2 servers under traffic; every flow keeps

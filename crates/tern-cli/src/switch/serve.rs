@@ -173,6 +173,8 @@ pub fn load(path: &Path) -> Result<ServeConfig, String> {
         offload,
         offload_enabled: o.enabled.unwrap_or(true),
         learn_capacity: d.learn_capacity,
+        hold_capacity: d.hold_capacity,
+        busy_timeout_ns: d.busy_timeout_ns,
     };
     let interval = Duration::from_millis(o.interval_ms.unwrap_or(100).max(1));
     let heartbeat = Duration::from_millis(raw.heartbeat_ms.unwrap_or(300).max(10));
@@ -231,7 +233,7 @@ impl Collector for SwitchCollector {
         counter_family(
             &mut enc,
             "tern_switch_packets",
-            "Frames by path: switch (left without a server; offloaded: of them, served by the mirrored table's original), to_server by how the server was found (pinned, diverted, current, previous), response (back from a server and sent on), arp_reply.",
+            "Frames by path: switch (left without a server; offloaded: of them, served by the mirrored table's original), to_server by how the server was found (pinned, diverted, current, previous), response (back from a server and sent on), arp_reply, held (requests held for a busy server, sent when it is no longer busy).",
             &[
                 path("switch", st.switch_only),
                 path("offloaded", st.offloaded),
@@ -241,6 +243,7 @@ impl Collector for SwitchCollector {
                 path("to_server_previous", st.to_server[3]),
                 path("response", st.responses),
                 path("arp_reply", st.arp_replies),
+                path("held", st.held),
             ],
         )?;
         let drops: Vec<(Labels, u64)> =
@@ -507,6 +510,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
                 sw.process(i as u16 + 1, &mut input, &mut outs, &pool);
             }
         }
+        // Busy marks lapse; requests held for a server no longer busy go out.
+        sw.tick(now.duration_since(start).as_nanos() as u64, &mut outs);
         for (j, b) in outs.iter_mut().enumerate().skip(1) {
             if b.is_empty() {
                 continue;
