@@ -63,9 +63,9 @@ pub(crate) fn label(k: &'static str, v: impl ToString) -> Labels {
 pub type ExtraFn = dyn Fn(&str) -> Option<String> + Send + Sync;
 /// See [`ExtraFn`].
 pub type Extra = Box<ExtraFn>;
-/// POST requests: given the URL (path and query), the answer (`Ok`: 200 with a JSON body;
-/// `Err((status, message))`), or `None`: not a POST path.
-pub type PostFn = dyn Fn(&str) -> Option<Result<String, (u16, String)>> + Send + Sync;
+/// POST requests: given the URL (path and query) and the body (at most 1 MiB), the answer
+/// (`Ok`: 200 with a JSON body; `Err((status, message))`), or `None`: not a POST path.
+pub type PostFn = dyn Fn(&str, &[u8]) -> Option<Result<String, (u16, String)>> + Send + Sync;
 /// See [`PostFn`].
 pub type Post = Box<PostFn>;
 
@@ -123,7 +123,7 @@ fn header(name: &str, value: &str) -> tiny_http::Header {
 }
 
 fn answer(
-    req: tiny_http::Request,
+    mut req: tiny_http::Request,
     registry: &Registry,
     config: &Mutex<String>,
     extra: Option<&ExtraFn>,
@@ -134,7 +134,13 @@ fn answer(
         && let Some(p) = post
     {
         let url = req.url().to_string();
-        let (status, body) = match p(&url) {
+        let mut data = Vec::new();
+        let read = std::io::Read::read_to_end(&mut std::io::Read::take(req.as_reader(), 1 << 20), &mut data);
+        let answer = match read {
+            Ok(_) => p(&url, &data),
+            Err(e) => Some(Err((400, format!("reading the body: {e}")))),
+        };
+        let (status, body) = match answer {
             Some(Ok(body)) => (200, body),
             Some(Err((status, msg))) => (status, format!("{msg}\n")),
             None => (404, "no such control path\n".into()),

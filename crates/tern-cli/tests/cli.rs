@@ -1474,3 +1474,82 @@ fn switch_serve_with_two_servers_scales_without_moving_flows() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Failover between processes: two servers, each the other's buddy (`--buddy`: its new entries
+/// reach the buddy before their responses leave); server 0 is killed; within the heartbeat
+/// bound the switch fails it over to server 1, and every flow — server 0's included — leaves
+/// with the translation it had.
+#[test]
+fn switch_fails_a_dead_server_over_to_its_buddy_with_its_entries() {
+    use std::net::UdpSocket;
+    use std::process::Stdio;
+    use std::time::Duration;
+    let dir = std::env::temp_dir().join(format!("tern-switch-failover-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let snat = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml");
+    let inside = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let outside = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for s in [&inside, &outside] {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    }
+    let free = || UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let tcp = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (p1, p2, p3, p4, s0, s1) = (free(), free(), free(), free(), free(), free());
+    let (c0, c1, m) = (tcp(), tcp(), tcp());
+    let config = dir.join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "program = \"{snat}\"\nports = [\"udp:{p1}={}\", \"udp:{p2}={}\", \"udp:{p3}={s0}\", \"udp:{p4}={s1}\"]\nservers = [3, 4]\ncontrol = [\"{c0}\", \"{c1}\"]\nbuddies = [1, 0]\nheartbeat_ms = 300\n[group]\nmembers = [0, 1]\n[[route]]\nprefix = \"0.0.0.0/0\"\nport = 2\nmac = \"02:00:00:00:00:99\"\n",
+            inside.local_addr().unwrap(),
+            outside.local_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    let spawn = |args: String| {
+        Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(args.split(' '))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut server0 =
+        spawn(format!("switch server {snat} --index 0 --port udp:{s0}={p3} --control {c0} --buddy {c1} --duration 8"));
+    let server1 = spawn(format!(
+        "switch server {snat} --index 1 --port udp:{s1}={p4} --control {c1} --buddy {c0} --duration 8 --json"
+    ));
+    let serve = spawn(format!("switch serve {} --metrics {m} --duration 7 --json", config.display()));
+    std::thread::sleep(Duration::from_millis(1200));
+    let mut buf = [0u8; 2048];
+    let mut exchange = |flows: std::ops::Range<u8>| -> Vec<([u8; 4], u16)> {
+        flows
+            .map(|f| {
+                let mut fr = Vec::new();
+                tern_wire::frame::build_udp4(&mut fr, [2; 6], [4; 6], [10, 0, 2, f], [8, 8, 8, 8], 4000, 53, 64, b"q");
+                inside.send_to(&fr, p1).unwrap();
+                let (n, _) = outside.recv_from(&mut buf).expect("a translated frame");
+                let h = etherparse::PacketHeaders::from_ethernet_slice(&buf[..n]).unwrap();
+                let Some(etherparse::NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not IPv4") };
+                let Some(etherparse::TransportHeader::Udp(u)) = &h.transport else { panic!("not UDP") };
+                (ip.source, u.source_port)
+            })
+            .collect()
+    };
+    let before = exchange(0..30);
+    let of0 = before.iter().filter(|t| t.0 == [192, 0, 2, 1]).count();
+    assert!(of0 > 0 && of0 < 30, "both servers serve: {before:?}");
+    server0.kill().unwrap();
+    let _ = server0.wait();
+    std::thread::sleep(Duration::from_millis(900));
+    assert_eq!(exchange(0..30), before, "every flow keeps its translation at the buddy");
+    let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(3))).build().into();
+    let metrics = agent.get(&format!("http://{m}/metrics")).call().unwrap().into_body().read_to_string().unwrap();
+    assert!(metrics.contains("tern_switch_failovers_total 1"), "{metrics}");
+    let out = serve.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = server1.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["replicas_adopted"], of0, "{v}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

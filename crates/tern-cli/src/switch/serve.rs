@@ -84,6 +84,8 @@ struct RawConfig {
     servers: Vec<u16>,
     #[serde(default)]
     control: Vec<SocketAddr>,
+    #[serde(default)]
+    buddies: Vec<u16>,
     ethertype: Option<String>,
     mac: Option<String>,
     ip: Option<Ipv4Addr>,
@@ -105,6 +107,9 @@ pub struct ServeConfig {
     pub switch: SwitchConfig,
     /// Each server's control endpoint (live flows, heartbeats), by server.
     pub control: Vec<SocketAddr>,
+    /// Each server's buddy (it holds the server's replicas: `tern switch server --buddy`), by
+    /// server; empty: the next live member.
+    pub buddies: Vec<u16>,
     pub heartbeat: Duration,
     pub interval: Duration,
 }
@@ -119,6 +124,15 @@ pub fn load(path: &Path) -> Result<ServeConfig, String> {
     let ports = u16::try_from(raw.ports.len()).map_err(|_| at("too many ports".into()))?;
     if ports == 0 {
         return Err(at("`ports`: at least one".into()));
+    }
+    if !raw.buddies.is_empty()
+        && (raw.buddies.len() != raw.servers.len()
+            || raw.buddies.iter().enumerate().any(|(s, &b)| usize::from(b) >= raw.servers.len() || usize::from(b) == s))
+    {
+        return Err(at(format!(
+            "`buddies`: one a server ({} servers), each another server's index",
+            raw.servers.len()
+        )));
     }
     if !raw.control.is_empty() && raw.control.len() != raw.servers.len() {
         return Err(at(format!(
@@ -180,7 +194,16 @@ pub fn load(path: &Path) -> Result<ServeConfig, String> {
     let heartbeat = Duration::from_millis(raw.heartbeat_ms.unwrap_or(300).max(10));
     // Built once here so that every refusal comes now, naming the item.
     Switch::new(program.clone(), switch.clone()).map_err(|e| at(e.to_string()))?;
-    Ok(ServeConfig { program, program_path, ports: raw.ports, switch, control: raw.control, heartbeat, interval })
+    Ok(ServeConfig {
+        program,
+        program_path,
+        ports: raw.ports,
+        switch,
+        control: raw.control,
+        buddies: raw.buddies,
+        heartbeat,
+        interval,
+    })
 }
 
 /// What the controller asks the data loop.
@@ -390,7 +413,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             let snap_p = snap.clone();
             let control_p = control.clone();
             let servers = cfg.switch.servers.len();
-            let post: crate::metrics::Post = Box::new(move |url| {
+            let post: crate::metrics::Post = Box::new(move |url, _body| {
                 let (path, query) = url.split_once('?').unwrap_or((url, ""));
                 if path != "/scale" {
                     return None;
@@ -432,6 +455,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let hb_snap = snap.clone();
     let hb_control = control.clone();
     let bound = cfg.heartbeat;
+    let buddies = cfg.buddies.clone();
     let heartbeats = std::thread::Builder::new().name("tern-switch-heartbeats".into()).spawn(move || {
         let addrs = hb_control.lock().map(|c| c.clone()).unwrap_or_default();
         let mut last_ok: Vec<Instant> = vec![Instant::now(); addrs.len()];
@@ -448,7 +472,12 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             for &m in &members {
                 let s = usize::from(m);
                 if s < addrs.len() && !failed[s] && last_ok[s].elapsed() >= bound {
-                    let buddy = members.iter().copied().find(|&b| b != m && last_ok[usize::from(b)].elapsed() < bound);
+                    let live = |b: ServerId| b != m && last_ok.get(usize::from(b)).is_some_and(|t| t.elapsed() < bound);
+                    // Its configured buddy holds its replicas; without one, the next live member.
+                    let buddy = match buddies.get(s) {
+                        Some(&b) => Some(b).filter(|&b| live(b) && members.contains(&b)),
+                        None => members.iter().copied().find(|&b| live(b)),
+                    };
                     if let Some(buddy) = buddy {
                         failed[s] = true;
                         let _ = hb_tx.send(Ctl::FailOver { dead: m, buddy });

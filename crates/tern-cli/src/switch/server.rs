@@ -41,6 +41,11 @@ pub struct ServerArgs {
     /// table, JSON).
     #[arg(long)]
     pub control: Option<SocketAddr>,
+    /// Its buddy's control endpoint: the entries its handler makes are sent there (`POST
+    /// /replicas`) before the responses that tell of them leave, so that the switch can fail
+    /// this server over to the buddy with its state (the switch's `buddies` must agree).
+    #[arg(long)]
+    pub buddy: Option<SocketAddr>,
     /// A flow is live until this many ms pass without its packets.
     #[arg(long, default_value_t = 10_000)]
     pub idle_ms: u64,
@@ -85,6 +90,34 @@ struct Snap {
     live: usize,
     entries: usize,
     busy: bool,
+    /// Replicas sent to the buddy, refused there or failed to send; taken from another server.
+    replicas_sent: u64,
+    replicas_failed: u64,
+    replicas_adopted: u64,
+}
+
+/// Records in a body: each a 2-byte length (big-endian) and the record.
+fn encode_records(records: &[Vec<u8>]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for r in records {
+        b.extend_from_slice(&(r.len() as u16).to_be_bytes());
+        b.extend_from_slice(r);
+    }
+    b
+}
+
+fn decode_records(mut b: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        if b.len() < 2 {
+            return Err("a record's length is cut short".into());
+        }
+        let n = usize::from(u16::from_be_bytes([b[0], b[1]]));
+        let r = b.get(2..2 + n).ok_or("a record is cut short")?;
+        out.push(r.to_vec());
+        b = &b[2 + n..];
+    }
+    Ok(out)
 }
 
 #[derive(Debug)]
@@ -111,7 +144,25 @@ impl Collector for ServerCollector {
             "Entries the handler holds (its mirrored table).",
             s.entries as i64,
         )?;
-        gauge(&mut enc, "tern_switch_server_busy", "1 while answering with BUSY.", i64::from(s.busy))
+        gauge(&mut enc, "tern_switch_server_busy", "1 while answering with BUSY.", i64::from(s.busy))?;
+        counter(
+            &mut enc,
+            "tern_switch_server_replicas_sent",
+            "Entries sent to the buddy before their responses left.",
+            s.replicas_sent,
+        )?;
+        counter(
+            &mut enc,
+            "tern_switch_server_replicas_failed",
+            "Entries the buddy did not take (it answered no, or not in time).",
+            s.replicas_failed,
+        )?;
+        counter(
+            &mut enc,
+            "tern_switch_server_replicas_adopted",
+            "Another server's entries taken as its buddy.",
+            s.replicas_adopted,
+        )
     }
 }
 
@@ -123,11 +174,20 @@ pub fn run(a: &ServerArgs) -> CmdResult {
     let handler = server::handler(&name, a.index)?;
     let idle_ns = a.idle_ms.saturating_mul(1_000_000);
     let mut srv = Server::new(a.ethertype, program.id, handler, idle_ns);
+    srv.replicate = a.buddy.is_some();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_millis(200)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let (mut replicas_sent, mut replicas_failed, mut replicas_adopted) = (0u64, 0u64, 0u64);
     let pool = Pool::new(4096, tern_io::DEFAULT_BUF_SIZE);
     let mut port = FramePort::open(&a.port, &pool)?;
     let stop = crate::signals::stop_flag()?;
     let snap = Arc::new(Mutex::new(Snap::default()));
     let (ask_tx, ask_rx) = mpsc::channel::<Ask>();
+    // Replicas from the server this one is buddy to: queued by the endpoint, taken by the loop.
+    let inbox: Arc<Mutex<Vec<Vec<u8>>>> = Arc::new(Mutex::new(Vec::new()));
     let http_stop = Arc::new(AtomicBool::new(false));
     let control = match a.control {
         Some(addr) => {
@@ -155,7 +215,25 @@ pub fn run(a: &ServerArgs) -> CmdResult {
                 }
             });
             let config = Arc::new(Mutex::new(format!("switch server {} of {}\n", a.index, a.program.display())));
-            Some(crate::metrics::serve(addr, registry, config, http_stop.clone(), Some(extra))?)
+            let inbox_p = inbox.clone();
+            let post: crate::metrics::Post = Box::new(move |url, body| {
+                if url != "/replicas" {
+                    return None;
+                }
+                let records = match decode_records(body) {
+                    Ok(r) => r,
+                    Err(e) => return Some(Err((400, e))),
+                };
+                let n = records.len();
+                match inbox_p.lock() {
+                    Ok(mut q) if q.len() < 1 << 20 => {
+                        q.extend(records);
+                        Some(Ok(json!({"queued": n}).to_string()))
+                    }
+                    _ => Some(Err((503, "replica queue full".into()))),
+                }
+            });
+            Some(crate::metrics::serve_with_post(addr, registry, config, http_stop.clone(), Some(extra), Some(post))?)
         }
         None => None,
     };
@@ -189,6 +267,18 @@ pub fn run(a: &ServerArgs) -> CmdResult {
         } else {
             full_streak = if batch.is_full() { full_streak + 1 } else { 0 };
             srv.process(now_ns, &mut batch, busy, &pool);
+            // The buddy takes the batch's new entries before its responses leave.
+            if let Some(buddy) = a.buddy {
+                let records = srv.take_replicas();
+                if !records.is_empty() {
+                    let n = records.len() as u64;
+                    let url = format!("http://{buddy}/replicas");
+                    match agent.post(&url).send(&encode_records(&records)[..]) {
+                        Ok(r) if r.status().as_u16() == 200 => replicas_sent += n,
+                        _ => replicas_failed += n,
+                    }
+                }
+            }
             if let Some(peer) = peer {
                 for p in batch.iter_mut() {
                     p.peer = peer;
@@ -196,6 +286,11 @@ pub fn run(a: &ServerArgs) -> CmdResult {
             }
             let _ = port.port().send(now, &mut batch);
             batch.recycle(&pool);
+        }
+        let adopted = inbox.try_lock().map(|mut q| std::mem::take(&mut *q)).unwrap_or_default();
+        if !adopted.is_empty() {
+            let refused = srv.adopt_replicas(&adopted);
+            replicas_adopted += (adopted.len() - refused) as u64;
         }
         while let Ok(ask) = ask_rx.try_recv() {
             match ask {
@@ -212,8 +307,15 @@ pub fn run(a: &ServerArgs) -> CmdResult {
             last_publish = now;
             srv.expire(now_ns);
             if let Ok(mut s) = snap.try_lock() {
-                *s =
-                    Snap { stats: srv.stats(), live: srv.live_flows().count(), entries: srv.handler().entries(), busy };
+                *s = Snap {
+                    stats: srv.stats(),
+                    live: srv.live_flows().count(),
+                    entries: srv.handler().entries(),
+                    busy,
+                    replicas_sent,
+                    replicas_failed,
+                    replicas_adopted,
+                };
             }
         }
     }
@@ -224,6 +326,7 @@ pub fn run(a: &ServerArgs) -> CmdResult {
         "server": a.index, "requests": st.requests, "responses": st.responses, "busy_responses": st.busy_responses,
         "drops": ServerDrop::ALL.iter().zip(st.drops).map(|(d, v)| (d.name().to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "entries": srv.handler().entries(), "seconds": start.elapsed().as_secs_f64(),
+        "replicas_sent": replicas_sent, "replicas_failed": replicas_failed, "replicas_adopted": replicas_adopted,
     });
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
