@@ -627,6 +627,17 @@ fn switch_part() -> Result<bool, Box<dyn std::error::Error>> {
         routes: vec![Route { prefix: "0.0.0.0/0".parse()?, port: sb::OUTSIDE, mac: [2, 0, 0, 0, 0, 9] }],
         ..SwitchConfig::default()
     };
+    let mods = tern_switch::modules::project(&model, &cfg).map_err(|e| e.to_string())?;
+    let line: Vec<String> = mods
+        .iter()
+        .zip(tern_switch::modules::TABLE_II)
+        .map(|(m, (_, t))| {
+            let p = model.percent(&m.total);
+            format!("{} SRAM {:.2}% [{:.2}], TCAM {:.2}% [{:.2}]", m.name, p[0], t[1], p[1], t[2])
+        })
+        .collect();
+    println!("   CLIP's own modules on the same pipe (the paper's Table II in brackets): {};", line[0]);
+    println!("   {}; {} (`tern hw report examples/switch/serve.toml` for all of it).", line[1], line[2]);
     let switch = Switch::new(program, cfg)?;
     let servers = (0..3u8)
         .map(|s| {

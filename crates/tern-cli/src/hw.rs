@@ -10,22 +10,23 @@ use crate::CmdResult;
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     /// A dispatch rule file (QingNiao), a flow switch config (AccelSDP), an RPC service config
-    /// (RpcNIC, `examples/rpc/image.toml`) or a SuperNIC tenant file (`examples/chain/`), told
-    /// apart by content.
+    /// (RpcNIC, `examples/rpc/image.toml`), a SuperNIC tenant file (`examples/chain/`) or a CLIP
+    /// switch configuration (`examples/switch/serve.toml`), told apart by content.
     pub config: PathBuf,
     /// More tenant files planned beside a tenant file (they share task instances and regions).
     #[arg(long = "with")]
     pub with: Vec<PathBuf>,
     /// Hardware profile (built-in name or TOML file). Default: qingniao-u250 for a dispatch
     /// rule file; for a flow config, its own profile, or accelsdp-n3000 if that is `cpu`; for an
-    /// RPC service config, its own profile; supernic-htg9200 for tenant files.
+    /// RPC service config, its own profile; supernic-htg9200 for tenant files; clip-tofino for a
+    /// switch configuration.
     #[arg(long)]
     pub profile: Option<String>,
     /// Packets per request in the projection (dispatch).
     #[arg(long, default_value_t = 1)]
     pub packets: u32,
     /// Bytes per frame (Ethernet header to the end of the payload) in the projection
-    /// (default 128 for dispatch; 64 and 1500 for flow).
+    /// (default 128 for dispatch; 64 and 1500 for flow; 64 for a switch).
     #[arg(long)]
     pub frame_bytes: Option<u32>,
     /// Print JSON.
@@ -43,6 +44,9 @@ pub fn report(a: &ReportArgs) -> CmdResult {
     }
     if crate::chain::report::is_tenant_file(&a.config) {
         return crate::chain::report::report(a);
+    }
+    if crate::switch::report::is_switch_config(&a.config) {
+        return crate::switch::report::report(a);
     }
     if !a.with.is_empty() {
         return Err("--with is for tenant files (SuperNIC)".into());

@@ -1553,3 +1553,26 @@ fn switch_fails_a_dead_server_over_to_its_buddy_with_its_entries() {
     assert_eq!(v["replicas_adopted"], of0, "{v}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `tern hw report` on a switch configuration: CLIP's three modules with their use and the
+/// paper's Table II beside, the program's placement, and the two paths' projected rates (the
+/// remote path bounded by the servers, from the handler's rate measured here).
+#[test]
+fn hw_report_projects_a_switch_configuration() {
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/serve.toml");
+    let (ok, out, err) = tern(&["hw", "report", cfg, "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mods = v["modules"].as_array().unwrap();
+    assert_eq!(mods.len(), 3);
+    assert_eq!(mods[2]["module"], "forwarding");
+    assert_eq!(mods[2]["uses"]["tcam_blocks"], 1);
+    assert_eq!(mods[0]["table_ii_percent"]["sram"], 3.75);
+    assert_eq!(v["program"]["name"], "snat");
+    assert!(v["remote_path"]["handler_pps_per_core_measured"].as_f64().unwrap() > 0.0);
+    let remote = v["remote_path"]["pps"].as_f64().unwrap();
+    assert!(remote > 0.0 && remote < v["switch_path"]["pps"].as_f64().unwrap());
+    let (ok, out, _) = tern(&["hw", "report", cfg]);
+    assert!(ok);
+    assert!(out.contains("selecting") && out.contains("[3.75]") && out.contains("remote path"), "{out}");
+}

@@ -21,6 +21,8 @@
 //!   the servers compute it;
 //! - [`server`]: a server of the group: requests answered in place by the program's remote
 //!   handler ([`server::Snat`], Appendix A's), its live flows kept for the controller;
+//! - [`modules`]: CLIP's own modules (selecting, scalability, forwarding) as placement items,
+//!   for the projection beside the paper's Table II;
 //! - [`place`]: the placement pass: tables and register arrays into a pipe's stages by their
 //!   dependencies and the stages' resources (`tern_hw::switch`).
 #![forbid(unsafe_code)]
@@ -29,6 +31,7 @@ pub mod bench;
 pub mod flow;
 pub mod group;
 pub mod mirror;
+pub mod modules;
 pub mod offload;
 pub mod pipeline;
 pub mod place;

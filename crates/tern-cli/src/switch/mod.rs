@@ -5,5 +5,6 @@ pub mod bench;
 pub mod control;
 pub mod inspect;
 pub mod plot;
+pub mod report;
 pub mod serve;
 pub mod server;
