@@ -6,8 +6,9 @@
 //! recomputed) and the packet leaves. A server's response comes back through
 //! [`Pipeline::post`]: its parameters become `res.*` and `post_processing` runs.
 //!
-//! Tables: an all-exact key is a hash lookup; a key with an `lpm` or `ternary` field is matched
-//! entry by entry (the longest prefix, then the highest priority, then the earliest entry).
+//! Tables: an all-exact key is a hash lookup; a key with an `lpm` or `ternary` field is looked
+//! up in tern-table's masked table (tuple space search: one probe a distinct mask; the longest
+//! prefix, then the highest priority, then the earliest entry).
 //! A field of a header the packet lacks reads as 0 and writes to it are dropped. A register
 //! index is taken modulo the array's size (indexes are often hashes).
 //!
@@ -74,16 +75,38 @@ struct Entry {
     priority: u32,
     action: usize,
     params: Box<[u64]>,
+    /// Its order among the table's entries, and its rank in the masked table.
+    id: u64,
+    rank: u128,
 }
 
-#[derive(Debug, Clone, Default)]
+/// What a matched entry gives: its action, its parameters, and its id.
+type Hit = (usize, Box<[u64]>, u64);
+
+#[derive(Debug, Clone)]
 struct TableState {
     /// All-exact keys: key values → entry.
     exact: HashMap<Box<[u64]>, Entry>,
-    /// Otherwise, entries in insertion order.
+    /// Otherwise: entries in insertion order (to list and remove them), and the masked-key
+    /// table lookups use (tern-table's tuple space search).
     list: Vec<Entry>,
+    masked: tern_table::masked::MaskedTable<Hit>,
+    next_id: u64,
     hits: u64,
     misses: u64,
+}
+
+impl TableState {
+    fn new(words: usize) -> TableState {
+        TableState {
+            exact: HashMap::new(),
+            list: Vec::new(),
+            masked: tern_table::masked::MaskedTable::new(words),
+            next_id: 0,
+            hits: 0,
+            misses: 0,
+        }
+    }
 }
 
 /// Where the parser found each header (None: the packet has none).
@@ -163,6 +186,8 @@ struct State {
     registers: Vec<Vec<u64>>,
     phv: Vec<u64>,
     key: Vec<u64>,
+    /// The masked table's probe.
+    probe: Vec<u64>,
     params: Vec<u64>,
     request: Vec<u8>,
     parsed_len: u16,
@@ -197,6 +222,26 @@ fn put_be(b: &mut [u8], v: u64) {
     for (i, x) in b.iter_mut().enumerate() {
         *x = (v >> (8 * (n - 1 - i))) as u8;
     }
+}
+
+/// An entry's key as words and masks for the masked table: an exact field all its width, a
+/// prefix its top bits, a ternary field its mask (within the width).
+fn masked_key(key: &[KeyMatch], fields: &[(usize, u32, MatchKind)]) -> (Vec<u64>, Vec<u64>) {
+    key.iter()
+        .zip(fields)
+        .map(|(k, &(_, w, _))| {
+            let all = mask(w);
+            match *k {
+                KeyMatch::Exact(v) => (v & all, all),
+                KeyMatch::Lpm(v, len) => {
+                    let len = u32::from(len).min(w);
+                    let m = if len == 0 { 0 } else { mask(len) << (w - len) };
+                    (v & m, m)
+                }
+                KeyMatch::Ternary(v, m) => (v & m & all, m & all),
+            }
+        })
+        .unzip()
 }
 
 /// The hash unit: the values folded through a 64-bit finalizer (the `hash` operation, and a
@@ -361,36 +406,16 @@ impl State {
             self.key.push(self.phv[slot]);
         }
         let st = &self.tables[ti];
-        let hit = if t.all_exact {
-            st.exact.get(&self.key[..])
+        let hit: Option<(usize, &[u64])> = if t.all_exact {
+            st.exact.get(&self.key[..]).map(|e| (e.action, &e.params[..]))
         } else {
-            let matches = |e: &Entry| {
-                e.key.iter().zip(&self.key).zip(&t.key).all(|((k, &v), &(_, w, _))| match *k {
-                    KeyMatch::Exact(x) => x == v,
-                    KeyMatch::Lpm(x, len) => {
-                        let len = u32::from(len).min(w);
-                        let m = if len == 0 { 0 } else { mask(len) << (w - len) };
-                        x & m == v & m
-                    }
-                    KeyMatch::Ternary(x, m) => x & m == v & m,
-                })
-            };
-            let lpm_len = |e: &Entry| {
-                e.key.iter().map(|k| if let KeyMatch::Lpm(_, l) = k { u32::from(*l) } else { 0 }).sum::<u32>()
-            };
-            let mut best: Option<&Entry> = None;
-            for e in st.list.iter().filter(|e| matches(e)) {
-                if best.is_none_or(|b| (lpm_len(e), e.priority) > (lpm_len(b), b.priority)) {
-                    best = Some(e);
-                }
-            }
-            best
+            st.masked.lookup(&self.key, &mut self.probe).map(|h| (h.0, &h.1[..]))
         };
         self.params.clear();
         let (ai, hit) = match hit {
-            Some(e) => {
-                self.params.extend_from_slice(&e.params);
-                (e.action, true)
+            Some((action, params)) => {
+                self.params.extend_from_slice(params);
+                (action, true)
             }
             None => (t.default, false),
         };
@@ -558,10 +583,11 @@ impl Pipeline {
     pub fn new(prog: Program) -> Pipeline {
         let code = Code::compile(&prog);
         let st = State {
-            tables: vec![TableState::default(); prog.tables.len()],
+            tables: prog.tables.iter().map(|t| TableState::new(t.key.len())).collect(),
             registers: prog.registers.iter().map(|r| vec![0; r.entries as usize]).collect(),
             phv: vec![0; code.widths.len()],
             key: Vec::with_capacity(8),
+            probe: Vec::with_capacity(8),
             params: Vec::with_capacity(8),
             request: Vec::with_capacity(prog.request.iter().map(|(_, b)| b.div_ceil(8) as usize).sum()),
             parsed_len: 0,
@@ -621,9 +647,15 @@ impl Pipeline {
         if let Some(((n, b), v)) = a.params.iter().zip(params).find(|((_, b), v)| **v & !mask(*b) != 0) {
             return Err(format!("action `{action}`: parameter `{n}` = {v} is wider than {b} bits"));
         }
-        let e = Entry { key: key.to_vec(), priority, action: ai, params: params.into() };
         let st = &mut self.st.tables[ti];
-        if self.code.tables[ti].all_exact {
+        let id = st.next_id;
+        let ct = &self.code.tables[ti];
+        let (words, masks) = masked_key(key, &ct.key);
+        let lpm: u32 = key.iter().map(|k| if let KeyMatch::Lpm(_, l) = k { u32::from(*l) } else { 0 }).sum();
+        // The longest prefix, then the highest priority, then the earliest entry.
+        let rank = (u128::from(lpm) << 96) | (u128::from(priority) << 64) | u128::from(u64::MAX - id);
+        let e = Entry { key: key.to_vec(), priority, action: ai, params: params.into(), id, rank };
+        if ct.all_exact {
             let vals: Box<[u64]> = key.iter().map(|k| if let KeyMatch::Exact(v) = k { *v } else { 0 }).collect();
             if !st.exact.contains_key(&vals) && st.exact.len() as u64 >= t.size {
                 return Err(format!("table `{table}` is full ({} entries)", t.size));
@@ -633,8 +665,10 @@ impl Pipeline {
             if st.list.len() as u64 >= t.size {
                 return Err(format!("table `{table}` is full ({} entries)", t.size));
             }
+            st.masked.insert(&words, &masks, rank, (ai, e.params.clone(), id));
             st.list.push(e);
         }
+        st.next_id += 1;
         Ok(())
     }
 
@@ -649,9 +683,11 @@ impl Pipeline {
         {
             return true;
         }
-        let before = st.list.len();
-        st.list.retain(|e| e.key != key);
-        st.list.len() != before
+        let Some(i) = st.list.iter().position(|e| e.key == key) else { return false };
+        let e = st.list.remove(i);
+        let (words, masks) = masked_key(&e.key, &self.code.tables[ti].key);
+        st.masked.remove(&words, &masks, e.rank, |h| h.2 == e.id);
+        true
     }
 
     /// A table's entries: key, priority, action name, parameters (exact tables in no order).

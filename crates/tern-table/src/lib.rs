@@ -11,6 +11,8 @@
 //! - [`sketch`]: a count-min sketch of register arrays ([`sketch::CountMin`]), and [`bloom`]: a
 //!   partitioned Bloom filter ([`bloom::Bloom`]) — CLIP's heavy-hitter counter and new-flow
 //!   filters (seed 004, §III-D), each with its register cost ([`sketch::RegisterCost`]).
+//! - [`masked`]: a masked-key table over keys of several 64-bit words by tuple space search
+//!   (a switch pipeline's ternary and LPM tables: CLIP's), highest rank winning;
 //! - [`naive`]: the reference twins — plain lists scanned the way a CAM searches, and sketches
 //!   and filters of plain nested vectors — that property tests compare the fast tables with.
 //!
@@ -24,6 +26,7 @@ pub mod classifier;
 pub mod em;
 mod huge;
 pub mod lpm;
+pub mod masked;
 pub mod naive;
 pub mod sketch;
 pub mod workload;

@@ -170,3 +170,46 @@ impl NaiveBloom {
         }
     }
 }
+
+/// Masked keys as a list of (key, mask, rank, value), scanned entry by entry: the twin of
+/// [`crate::masked::MaskedTable`].
+#[derive(Debug, Clone, Default)]
+pub struct NaiveMasked<V> {
+    entries: Vec<(Vec<u64>, Vec<u64>, u128, V)>,
+}
+
+impl<V: Clone> NaiveMasked<V> {
+    /// An empty table.
+    pub fn new() -> Self {
+        NaiveMasked { entries: Vec::new() }
+    }
+    /// Adds an entry.
+    pub fn insert(&mut self, key: &[u64], mask: &[u64], rank: u128, value: V) {
+        self.entries.push((key.to_vec(), mask.to_vec(), rank, value));
+    }
+    /// Removes the first entry of this key (under its mask), mask and rank for which `is` holds.
+    pub fn remove(&mut self, key: &[u64], mask: &[u64], rank: u128, is: impl Fn(&V) -> bool) -> Option<V> {
+        let same = |a: &[u64], b: &[u64]| a.iter().zip(b).zip(mask).all(|((x, y), m)| x & m == y & m);
+        let i = self.entries.iter().position(|(k, m, r, v)| *m == mask && same(k, key) && *r == rank && is(v))?;
+        Some(self.entries.remove(i).3)
+    }
+    /// The best-ranked match (the earliest of equal ranks).
+    pub fn lookup(&self, key: &[u64]) -> Option<&V> {
+        let mut best: Option<(u128, &V)> = None;
+        for (k, m, r, v) in &self.entries {
+            let hit = k.len() == key.len() && k.iter().zip(m).zip(key).all(|((k, m), x)| k & m == x & m);
+            if hit && best.is_none_or(|(b, _)| *r > b) {
+                best = Some((*r, v));
+            }
+        }
+        best.map(|(_, v)| v)
+    }
+    /// Entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
