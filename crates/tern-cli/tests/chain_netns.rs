@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{Cleanup, ip, python, run};
+use common::{Cleanup, ip, metrics, python, run, wait_for};
 
 /// Host 2: a UDP and a TCP echo server (and a listener on 23 the firewall keeps closed); each
 /// answer carries the address the request came from.
@@ -81,25 +81,6 @@ fn two_hosts(tag: &str, id: u32, hosts: [(&str, &str); 2]) -> (String, String, S
         ip(&format!("-n {ns} addr add {addr} dev eth0"));
     }
     (h1, h2, s0, s1, guard)
-}
-
-/// Waits (at most 10 s) until the server's metrics address takes connections.
-fn wait_for(addr: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "tern chain serve did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The server's `/metrics` (the whole HTTP response).
-fn metrics(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap();
-    let mut t = String::new();
-    s.read_to_string(&mut t).unwrap();
-    t
 }
 
 #[test]

@@ -1354,6 +1354,60 @@ fn switch_trace_follows_a_frame_through_a_server() {
     assert!(!ok && err.contains("--port 3"), "{err}");
 }
 
+/// The two hosts of the `tern switch serve` tests: UDP sockets whose datagrams carry frames to
+/// the switch's inside port and from its outside port.
+struct SwitchHosts {
+    inside: std::net::UdpSocket,
+    outside: std::net::UdpSocket,
+}
+
+impl SwitchHosts {
+    fn new() -> SwitchHosts {
+        let inside = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let outside = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for s in [&inside, &outside] {
+            s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        }
+        SwitchHosts { inside, outside }
+    }
+
+    /// A free UDP address, and a free TCP one.
+    fn udp_addr() -> std::net::SocketAddr {
+        std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    }
+    fn tcp_addr() -> std::net::SocketAddr {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    }
+
+    /// Sends a UDP frame from 10.0.`net`.`flow`:4000 for each flow in on `port`; each
+    /// translation read on the outside (source address and port), in order.
+    fn exchange(&self, port: std::net::SocketAddr, net: u8, flows: std::ops::Range<u8>) -> Vec<([u8; 4], u16)> {
+        let mut buf = [0u8; 2048];
+        flows
+            .map(|f| {
+                let mut fr = Vec::new();
+                tern_wire::frame::build_udp4(
+                    &mut fr,
+                    [2; 6],
+                    [4; 6],
+                    [10, 0, net, f],
+                    [8, 8, 8, 8],
+                    4000,
+                    53,
+                    64,
+                    b"q",
+                );
+                self.inside.send_to(&fr, port).unwrap();
+                let (n, _) = self.outside.recv_from(&mut buf).expect("a translated frame");
+                let h = etherparse::PacketHeaders::from_ethernet_slice(&buf[..n]).unwrap();
+                let Some(etherparse::NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not IPv4") };
+                let Some(etherparse::TransportHeader::Udp(u)) = &h.transport else { panic!("not UDP") };
+                (ip.source, u.source_port)
+            })
+            .collect()
+    }
+}
+
 /// `tern switch serve` with two `tern switch server` processes, frames carried in UDP
 /// datagrams: inside flows leave translated by server 0 (the only member); `tern switch scale
 /// --add 1` grows the group — old flows keep their server's address, new ones reach server 1
@@ -1361,19 +1415,15 @@ fn switch_trace_follows_a_frame_through_a_server() {
 /// (generation 2) say so; both stop on their own with summaries.
 #[test]
 fn switch_serve_with_two_servers_scales_without_moving_flows() {
-    use std::net::UdpSocket;
     use std::process::Stdio;
     use std::time::Duration;
     let dir = std::env::temp_dir().join(format!("tern-switch-serve-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let snat = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml");
-    let inside = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let outside = UdpSocket::bind("127.0.0.1:0").unwrap();
-    for s in [&inside, &outside] {
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    }
-    let free = || UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let tcp = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let hosts = SwitchHosts::new();
+    let (inside, outside) = (&hosts.inside, &hosts.outside);
+    let free = SwitchHosts::udp_addr;
+    let tcp = SwitchHosts::tcp_addr;
     let (p1, p2, p3, p4, s0, s1) = (free(), free(), free(), free(), free(), free());
     let (c0, c1, m) = (tcp(), tcp(), tcp());
     let config = dir.join("serve.toml");
@@ -1407,25 +1457,7 @@ fn switch_serve_with_two_servers_scales_without_moving_flows() {
             .collect(),
     );
     std::thread::sleep(Duration::from_millis(1200));
-    let frame = |flow: u8| {
-        let mut f = Vec::new();
-        tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 0, 1, flow], [8, 8, 8, 8], 4000, 53, 64, b"query");
-        f
-    };
-    let mut buf = [0u8; 2048];
-    // Each frame sent, its translation read (source address, port), by flow.
-    let mut exchange = |flows: std::ops::Range<u8>| -> Vec<([u8; 4], u16)> {
-        flows
-            .map(|f| {
-                inside.send_to(&frame(f), p1).unwrap();
-                let (n, _) = outside.recv_from(&mut buf).expect("a translated frame");
-                let h = etherparse::PacketHeaders::from_ethernet_slice(&buf[..n]).unwrap();
-                let Some(etherparse::NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not IPv4") };
-                let Some(etherparse::TransportHeader::Udp(u)) = &h.transport else { panic!("not UDP") };
-                (ip.source, u.source_port)
-            })
-            .collect()
-    };
+    let exchange = |flows| hosts.exchange(p1, 1, flows);
     let first = exchange(0..20);
     assert!(first.iter().all(|t| t.0 == [192, 0, 2, 1]), "{first:?}");
     let (ok, out, err) = tern(&["switch", "scale", "--server", &m.to_string(), "--add", "1"]);
@@ -1435,7 +1467,8 @@ fn switch_serve_with_two_servers_scales_without_moving_flows() {
     let new = exchange(100..160);
     assert!(new.iter().any(|t| t.0 == [192, 0, 2, 2]), "new flows reach the new server: {new:?}");
     // A CLIP frame from a host port: dropped by name.
-    let mut spoof = frame(1);
+    let mut spoof = Vec::new();
+    tern_wire::frame::build_udp4(&mut spoof, [2; 6], [4; 6], [10, 0, 1, 1], [8, 8, 8, 8], 4000, 53, 64, b"q");
     spoof[12..14].copy_from_slice(&[0x88, 0xb5]);
     inside.send_to(&spoof, p1).unwrap();
     std::thread::sleep(Duration::from_millis(300));
@@ -1481,19 +1514,15 @@ fn switch_serve_with_two_servers_scales_without_moving_flows() {
 /// with the translation it had.
 #[test]
 fn switch_fails_a_dead_server_over_to_its_buddy_with_its_entries() {
-    use std::net::UdpSocket;
     use std::process::Stdio;
     use std::time::Duration;
     let dir = std::env::temp_dir().join(format!("tern-switch-failover-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let snat = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml");
-    let inside = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let outside = UdpSocket::bind("127.0.0.1:0").unwrap();
-    for s in [&inside, &outside] {
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    }
-    let free = || UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let tcp = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let hosts = SwitchHosts::new();
+    let (inside, outside) = (&hosts.inside, &hosts.outside);
+    let free = SwitchHosts::udp_addr;
+    let tcp = SwitchHosts::tcp_addr;
     let (p1, p2, p3, p4, s0, s1) = (free(), free(), free(), free(), free(), free());
     let (c0, c1, m) = (tcp(), tcp(), tcp());
     let config = dir.join("serve.toml");
@@ -1521,21 +1550,7 @@ fn switch_fails_a_dead_server_over_to_its_buddy_with_its_entries() {
     ));
     let serve = spawn(format!("switch serve {} --metrics {m} --duration 7 --json", config.display()));
     std::thread::sleep(Duration::from_millis(1200));
-    let mut buf = [0u8; 2048];
-    let mut exchange = |flows: std::ops::Range<u8>| -> Vec<([u8; 4], u16)> {
-        flows
-            .map(|f| {
-                let mut fr = Vec::new();
-                tern_wire::frame::build_udp4(&mut fr, [2; 6], [4; 6], [10, 0, 2, f], [8, 8, 8, 8], 4000, 53, 64, b"q");
-                inside.send_to(&fr, p1).unwrap();
-                let (n, _) = outside.recv_from(&mut buf).expect("a translated frame");
-                let h = etherparse::PacketHeaders::from_ethernet_slice(&buf[..n]).unwrap();
-                let Some(etherparse::NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not IPv4") };
-                let Some(etherparse::TransportHeader::Udp(u)) = &h.transport else { panic!("not UDP") };
-                (ip.source, u.source_port)
-            })
-            .collect()
-    };
+    let exchange = |flows| hosts.exchange(p1, 2, flows);
     let before = exchange(0..30);
     let of0 = before.iter().filter(|t| t.0 == [192, 0, 2, 1]).count();
     assert!(of0 > 0 && of0 < 30, "both servers serve: {before:?}");

@@ -7,10 +7,9 @@
 //! address and port while new flows reach the new server too.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 mod common;
-use common::{Cleanup, ip, python, run};
+use common::{Cleanup, ip, metrics, python, run, wait_for};
 
 /// Host 2: prints, for each datagram until none comes for 3 s, its payload and source.
 const HOST2: &str = r#"
@@ -42,23 +41,6 @@ for rep in range(2):
         time.sleep(0.002)
 print("sent", flush=True)
 "#;
-
-fn wait_for(addr: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "{addr} did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn metrics(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap();
-    let mut t = String::new();
-    s.read_to_string(&mut t).unwrap();
-    t
-}
 
 #[test]
 #[ignore = "needs root: network namespaces and veth pairs"]

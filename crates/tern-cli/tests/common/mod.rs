@@ -44,3 +44,22 @@ pub fn python() -> Option<String> {
     let out = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
+
+/// Waits (at most 10 s) until a server's address takes connections.
+pub fn wait_for(addr: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(std::time::Instant::now() < deadline, "{addr} did not come up");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A server's `/metrics` (the whole HTTP response).
+pub fn metrics(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap();
+    let mut t = String::new();
+    s.read_to_string(&mut t).unwrap();
+    t
+}
