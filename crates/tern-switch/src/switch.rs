@@ -791,6 +791,17 @@ impl Switch {
         out
     }
 
+    /// Where the mirrored table's entry of `key` lives, as the controller knows it: in the
+    /// switch's original table, and so also in the servers' mirror (`Both`: the mirror is
+    /// never emptied, so a move either way is make-before-break), or in the mirror alone.
+    pub fn location(&self, key: &[u64]) -> crate::mirror::Location {
+        if self.installed.contains_key(&hash_values(key)) {
+            crate::mirror::Location::Both
+        } else {
+            crate::mirror::Location::Mirror
+        }
+    }
+
     /// Loads a new program (a reload): new tables (the mirrored entries are learned again from
     /// the servers' answers) and offload; the server group, its filters and pins, and the
     /// counters stay, so no flow changes server. Refused, changing nothing, as `new` refuses.

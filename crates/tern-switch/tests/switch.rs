@@ -22,7 +22,12 @@ fn program() -> Program {
 /// A switch with host ports 1 (inside) and 2 (outside, the default route), and `n` servers on
 /// ports 3.. — server `s` hands out 192.0.2.`s+1`:1024.. — of which `members` are the group.
 fn cluster(n: u16, members: &[u16], offload: bool) -> Cluster {
-    let cfg = SwitchConfig {
+    cluster_of(n, members, offload, 2048)
+}
+
+/// As [`cluster`], the switch's table holding `capacity` entries of the offload.
+fn cluster_of(n: u16, members: &[u16], offload: bool, capacity: usize) -> Cluster {
+    let mut cfg = SwitchConfig {
         ports: 2 + n,
         servers: (0..n).map(|s| 3 + s).collect(),
         members: members.to_vec(),
@@ -30,8 +35,8 @@ fn cluster(n: u16, members: &[u16], offload: bool) -> Cluster {
         offload_enabled: offload,
         ..SwitchConfig::default()
     };
+    cfg.offload.capacity = capacity;
     let switch = Switch::new(program(), cfg).unwrap();
-
     let servers = (0..n)
         .map(|s| {
             let snat = Snat::new(vec![u32::from(Ipv4Addr::new(192, 0, 2, s as u8 + 1))], (1024, 65535)).unwrap();
@@ -93,7 +98,8 @@ fn misses_go_through_a_server_and_come_back_translated() {
 
 #[test]
 fn heavy_flows_move_into_the_switch_with_the_servers_answers() {
-    let mut c = cluster(1, &[0], true);
+    // Room for four entries in the switch.
+    let mut c = cluster_of(1, &[0], true, 4);
     // Flow 7 is heavy: 200 packets; 100 others send 2 each.
     let mut before = None;
     for i in 0..200u32 {
@@ -117,22 +123,27 @@ fn heavy_flows_move_into_the_switch_with_the_servers_answers() {
     assert_eq!(c.servers[0].stats().responses, served_before, "no request reached the server");
     assert_eq!(c.switch.stats().offloaded, 50);
     assert_eq!(c.switch.stats().offload_mismatch, 0);
+    let key7 = tern_switch::flow::five_tuple(&udp(7)).unwrap();
+    assert_eq!(c.switch.location(&key7), tern_switch::mirror::Location::Both);
     // A light flow still goes to the server and keeps its pair.
     let out = c.send(INSIDE, &[&udp(1003)]);
     assert_eq!(out.len(), 1);
     assert_eq!(c.servers[0].stats().responses, served_before + 1);
-    // Next intervals with flow 7 silent: its entry is evicted, and its packets go back to the
-    // server, which still holds its pair (make-before-break: the mirror never lost it).
-    for i in 0..300u32 {
-        c.send(INSIDE, &[&udp(2000 + i % 30)]);
+    // Next interval, flow 7 silent while four other flows send 150 packets each: they take
+    // the four entries (flow 7's score, averaged with its last, is 100), flow 7's is evicted,
+    // and its packets go back to the server, which still holds its pair (make-before-break:
+    // the mirror never lost it).
+    for i in 0..600u32 {
+        c.send(INSIDE, &[&udp(2000 + i % 4)]);
     }
-    c.switch.interval();
-    for i in 0..300u32 {
-        c.send(INSIDE, &[&udp(2000 + i % 30)]);
-    }
-    c.switch.interval();
+    let report = c.switch.interval();
+    assert!(!report.evicted_flows.is_empty(), "{report:?}");
+    assert_eq!(c.switch.location(&key7), tern_switch::mirror::Location::Mirror);
+    assert_eq!(c.switch.pipeline().len("nat"), 4);
+    let served = c.servers[0].stats().responses;
     let out = c.send(INSIDE, &[&udp(7)]);
     assert_eq!(Some(translated(&out[0].1)), before);
+    assert_eq!(c.servers[0].stats().responses, served + 1, "flow 7 is served by its server again");
     assert_eq!(c.switch.stats().dropped(), 0);
 }
 
