@@ -161,6 +161,9 @@ struct CTable {
     default: usize,
 }
 
+/// A declared header compiled: its bytes, and each field's slot, bit offset and width.
+type HeaderLayout = (usize, Vec<(usize, usize, u32)>);
+
 /// The compiled program: what a packet reads and never changes.
 #[derive(Debug, Clone)]
 struct Code {
@@ -177,6 +180,11 @@ struct Code {
     /// parameters.
     mirrored: Option<usize>,
     learn: Option<(usize, Vec<usize>)>,
+    /// Declared headers: bytes, and each field's slot, bit offset and width.
+    headers: Vec<HeaderLayout>,
+    /// Parser states: the header they follow (built-in 0–3: ethernet, ipv4, tcp, udp; then
+    /// declared ones from 4), the select slot and value, the header extracted.
+    states: Vec<(usize, usize, u64, usize)>,
 }
 
 /// What a packet changes: the PHV, registers, tables' counters, and the buffers it is built in.
@@ -191,6 +199,8 @@ struct State {
     params: Vec<u64>,
     request: Vec<u8>,
     parsed_len: u16,
+    /// Where each declared header was found in the frame (None: the packet has none).
+    custom: Vec<Option<usize>>,
     /// Whether the mirrored table hit this packet (None: it was not applied).
     mirrored_hit: Option<bool>,
     /// Its key, as looked up (actions after may change the fields).
@@ -215,6 +225,30 @@ fn mask(bits: u32) -> u64 {
 
 fn be(b: &[u8]) -> u64 {
     b.iter().fold(0u64, |a, &x| (a << 8) | u64::from(x))
+}
+
+/// `width` bits of `b` from bit `bit` (most significant first), as a number.
+fn get_bits(b: &[u8], bit: usize, width: u32) -> u64 {
+    if bit.is_multiple_of(8) && width.is_multiple_of(8) {
+        return be(&b[bit / 8..bit / 8 + width as usize / 8]);
+    }
+    (0..width as usize).fold(0u64, |v, i| (v << 1) | u64::from((b[(bit + i) / 8] >> (7 - (bit + i) % 8)) & 1))
+}
+
+/// Writes the low `width` bits of `v` at bit `bit` of `b` (most significant first).
+fn set_bits(b: &mut [u8], bit: usize, width: u32, v: u64) {
+    if bit.is_multiple_of(8) && width.is_multiple_of(8) {
+        return put_be(&mut b[bit / 8..bit / 8 + width as usize / 8], v);
+    }
+    for i in 0..width as usize {
+        let on = (v >> (width as usize - 1 - i)) & 1 == 1;
+        let (byte, m) = ((bit + i) / 8, 0x80u8 >> ((bit + i) % 8));
+        if on {
+            b[byte] |= m;
+        } else {
+            b[byte] &= !m;
+        }
+    }
 }
 
 fn put_be(b: &mut [u8], v: u64) {
@@ -253,13 +287,17 @@ pub fn hash_values(values: &[u64]) -> u64 {
 
 impl Code {
     fn compile(prog: &Program) -> Code {
+        let header_fields = prog.header_fields();
         let mut slots: HashMap<&str, usize> = HashMap::new();
         let mut widths = Vec::new();
-        for (n, b) in HEADER_FIELDS
-            .iter()
-            .map(|&(n, b)| (n, b))
-            .chain(prog.request.iter().chain(&prog.response).chain(&prog.metadata).map(|(n, b)| (n.as_str(), *b)))
-        {
+        for (n, b) in HEADER_FIELDS.iter().map(|&(n, b)| (n, b)).chain(
+            prog.request
+                .iter()
+                .chain(&prog.response)
+                .chain(&prog.metadata)
+                .chain(&header_fields)
+                .map(|(n, b)| (n.as_str(), *b)),
+        ) {
             slots.insert(n, widths.len());
             widths.push(b);
         }
@@ -338,7 +376,38 @@ impl Code {
             let a = &prog.actions[action(l)];
             (action(l), a.params.iter().map(|(p, _)| slot(&format!("res.{p}"))).collect())
         });
+        let headers: Vec<HeaderLayout> = prog
+            .headers
+            .iter()
+            .map(|h| {
+                let mut at = 0usize;
+                let fields = h
+                    .fields
+                    .iter()
+                    .map(|(f, b)| {
+                        let x = (slot(&format!("{}.{f}", h.name)), at, *b);
+                        at += *b as usize;
+                        x
+                    })
+                    .collect();
+                (h.bytes(), fields)
+            })
+            .collect();
+        let header_id = |n: &str| -> usize {
+            crate::program::BUILTIN_HEADERS
+                .iter()
+                .position(|b| *b == n)
+                .or_else(|| prog.headers.iter().position(|h| h.name == n).map(|i| i + 4))
+                .unwrap_or(0)
+        };
+        let states = prog
+            .parser
+            .iter()
+            .map(|st| (header_id(&st.after), slot(&st.select), st.value, header_id(&st.extract) - 4))
+            .collect();
         Code {
+            headers,
+            states,
             actions,
             tables,
             pre: resolve(&prog.pre_processing, &prog.pre_guards),
@@ -483,8 +552,9 @@ impl State {
         None
     }
 
-    /// Extracts the headers into a cleared PHV; None for a frame shorter than Ethernet.
-    fn parse(&mut self, f: &[u8]) -> Option<Offsets> {
+    /// Extracts the headers into a cleared PHV — the built-in states, then the program's —
+    /// None for a frame shorter than Ethernet.
+    fn parse(&mut self, code: &Code, f: &[u8]) -> Option<Offsets> {
         if f.len() < 14 {
             return None;
         }
@@ -527,11 +597,68 @@ impl State {
                 }
             }
         }
+        self.parse_declared(code, f, off);
         Some(off)
     }
 
+    /// The program's parser states: each extracts its header right after the header it
+    /// follows when its select field holds its value (a header followed once, by the first
+    /// state that matches), until no state applies.
+    fn parse_declared(&mut self, code: &Code, f: &[u8], off: Offsets) {
+        if code.states.is_empty() {
+            return;
+        }
+        self.custom.fill(None);
+        // Where each header ends (built-in: ethernet, ipv4, tcp, udp; then declared).
+        let mut end: Vec<Option<usize>> = vec![None; 4 + code.headers.len()];
+        end[0] = Some(14);
+        if let Some(l3) = off.ipv4 {
+            end[1] = Some(l3 + usize::from(f[l3] & 0xf) * 4);
+        }
+        end[2] = off.tcp.map(|l4| l4 + 20);
+        end[3] = off.udp.map(|l4| l4 + 8);
+        let mut followed = vec![false; end.len()];
+        loop {
+            let mut progress = false;
+            for &(after, select, value, h) in &code.states {
+                let (Some(at), false) = (end[after], followed[after]) else { continue };
+                if self.custom[h].is_some() || self.phv[select] != value {
+                    continue;
+                }
+                let (bytes, fields) = &code.headers[h];
+                if f.len() < at + bytes {
+                    continue;
+                }
+                for &(slot, bit, width) in fields {
+                    self.phv[slot] = get_bits(&f[at..at + bytes], bit, width);
+                }
+                self.custom[h] = Some(at);
+                end[4 + h] = Some(at + bytes);
+                followed[after] = true;
+                self.parsed_len = self.parsed_len.max((at + bytes - 14) as u16);
+                progress = true;
+            }
+            if !progress {
+                break;
+            }
+        }
+    }
+
     /// Writes the header fields back into `f` and recomputes the checksums they cover.
-    fn deparse(&self, f: &mut [u8], off: Offsets) {
+    fn deparse(&self, code: &Code, f: &mut [u8], off: Offsets) {
+        // Declared headers first; one that changed inside a TCP or UDP payload makes its
+        // checksum recomputed below.
+        let mut custom_changed = false;
+        for (h, at) in self.custom.iter().enumerate() {
+            let Some(at) = *at else { continue };
+            let (bytes, fields) = &code.headers[h];
+            let mut before = [0u8; 64];
+            before[..*bytes].copy_from_slice(&f[at..at + bytes]);
+            for &(slot, bit, width) in fields {
+                set_bits(&mut f[at..at + bytes], bit, width, self.phv[slot]);
+            }
+            custom_changed |= f[at..at + bytes] != before[..*bytes];
+        }
         let p = &self.phv;
         put_be(&mut f[0..6], p[ETH_DST]);
         put_be(&mut f[6..12], p[ETH_SRC]);
@@ -567,7 +694,11 @@ impl State {
         let l4_changed = f[l4..l4 + 4] != before4[..];
         // A UDP checksum of 0 means none was computed: left so.
         let udp_none = proto == 17 && f[csum_at..csum_at + 2] == [0, 0];
-        if (ip_changed || l4_changed || proto == 6) && !udp_none && total > csum_at + 1 && total <= f.len() {
+        if (ip_changed || l4_changed || custom_changed || proto == 6)
+            && !udp_none
+            && total > csum_at + 1
+            && total <= f.len()
+        {
             tern_wire::frame::fill_l4_checksum(f, (l3 + 12, l3 + 16), (l3 + 16, l3 + 20), proto, l4, total, csum_at);
         }
     }
@@ -591,6 +722,7 @@ impl Pipeline {
             params: Vec::with_capacity(8),
             request: Vec::with_capacity(prog.request.iter().map(|(_, b)| b.div_ceil(8) as usize).sum()),
             parsed_len: 0,
+            custom: vec![None; code.headers.len()],
             mirrored_hit: None,
             mirrored_key: Vec::with_capacity(8),
             learn_key: Vec::with_capacity(8),
@@ -720,7 +852,7 @@ impl Pipeline {
 
     /// Runs `pre_processing` on `frame` (received on `ingress_port`), changing it in place.
     pub fn pre(&mut self, frame: &mut [u8], ingress_port: u16) -> Outcome {
-        let Some(off) = self.st.parse(frame) else { return Outcome::Drop("malformed") };
+        let Some(off) = self.st.parse(&self.code, frame) else { return Outcome::Drop("malformed") };
         self.st.set(&self.code.widths, INGRESS, u64::from(ingress_port));
         if let Some(d) = self.st.run(&self.code, false) {
             return d;
@@ -734,7 +866,7 @@ impl Pipeline {
             }
             return Outcome::ToServer;
         }
-        self.st.deparse(frame, off);
+        self.st.deparse(&self.code, frame, off);
         self.st.forward()
     }
 
@@ -796,7 +928,7 @@ impl Pipeline {
         if response.len() != want {
             return Outcome::Drop("response_length");
         }
-        let Some(off) = self.st.parse(frame) else { return Outcome::Drop("malformed") };
+        let Some(off) = self.st.parse(&self.code, frame) else { return Outcome::Drop("malformed") };
         let mut at = 0;
         for &(slot, k) in &self.code.response {
             self.st.set(&self.code.widths, slot, be(&response[at..at + k]));
@@ -812,7 +944,7 @@ impl Pipeline {
         if let Some(d) = self.st.run(&self.code, true) {
             return d;
         }
-        self.st.deparse(frame, off);
+        self.st.deparse(&self.code, frame, off);
         self.st.forward()
     }
 }

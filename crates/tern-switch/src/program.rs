@@ -64,6 +64,26 @@ struct Raw {
     pre_processing: Vec<String>,
     #[serde(default)]
     post_processing: Vec<String>,
+    #[serde(default)]
+    header: Vec<RawHeader>,
+    #[serde(default)]
+    parser: Vec<RawState>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHeader {
+    name: String,
+    fields: Vec<RawField>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawState {
+    after: String,
+    select: String,
+    value: u64,
+    extract: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -187,6 +207,34 @@ pub struct Register {
     pub bits: u32,
 }
 
+/// A header the program declares: its fields, most significant first, in bits (a whole
+/// number of bytes in all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderType {
+    pub name: String,
+    pub fields: Vec<(String, u32)>,
+}
+
+impl HeaderType {
+    /// Its length in bytes.
+    pub fn bytes(&self) -> usize {
+        (self.fields.iter().map(|f| f.1).sum::<u32>() / 8) as usize
+    }
+}
+
+/// A parser state the program adds to the built-in ones (ethernet → ipv4 → tcp | udp): once
+/// header `after` is extracted, if `select` equals `value`, header `extract` follows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParserState {
+    pub after: String,
+    pub select: String,
+    pub value: u64,
+    pub extract: String,
+}
+
+/// The built-in parser's headers.
+pub const BUILTIN_HEADERS: [&str; 4] = ["ethernet", "ipv4", "tcp", "udp"];
+
 /// A checked program.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Program {
@@ -207,6 +255,9 @@ pub struct Program {
     /// Each step's guard (`"nat if meta.ingress_port == 1"`): applied only when it holds.
     pub pre_guards: Vec<Option<Guard>>,
     pub post_guards: Vec<Option<Guard>>,
+    /// Headers it declares, and the parser states that extract them.
+    pub headers: Vec<HeaderType>,
+    pub parser: Vec<ParserState>,
 }
 
 /// A step's condition: a field equal (or not) to a constant.
@@ -299,6 +350,74 @@ impl Program {
         let mut known: BTreeMap<String, u32> = HEADER_FIELDS.iter().map(|&(n, b)| (n.to_string(), b)).collect();
         for (n, b) in request.iter().chain(&response).chain(&metadata) {
             known.insert(n.clone(), *b);
+        }
+        let mut headers: Vec<HeaderType> = Vec::new();
+        for h in &raw.header {
+            check_name("header", &h.name)?;
+            if BUILTIN_HEADERS.contains(&h.name.as_str())
+                || ["req", "res", "meta", "param"].contains(&h.name.as_str())
+                || headers.iter().any(|x| x.name == h.name)
+            {
+                return Err(format!("header `{}`: the name is taken", h.name));
+            }
+            let fields = fields(&format!("header `{}`: field", h.name), &h.fields, &format!("{}.", h.name))?;
+            let bits: u32 = fields.iter().map(|f| f.1).sum();
+            if bits == 0 || !bits.is_multiple_of(8) || bits > 8 * 64 {
+                return Err(format!("header `{}`: {bits} bits (a whole number of bytes, at most 64)", h.name));
+            }
+            for (n, b) in &fields {
+                known.insert(n.clone(), *b);
+            }
+            headers.push(HeaderType {
+                name: h.name.clone(),
+                fields: fields
+                    .into_iter()
+                    .map(|(n, b)| (n.trim_start_matches(&format!("{}.", h.name)).to_string(), b))
+                    .collect(),
+            });
+        }
+        let mut parser: Vec<ParserState> = Vec::new();
+        for st in &raw.parser {
+            let what = format!("parser state extracting `{}`", st.extract);
+            let declared = |n: &str| headers.iter().any(|h| h.name == n);
+            if !BUILTIN_HEADERS.contains(&st.after.as_str()) && !declared(&st.after) {
+                return Err(format!("{what}: `after` = `{}` is not a header", st.after));
+            }
+            if !declared(&st.extract) {
+                return Err(format!("{what}: `{}` is not a declared header", st.extract));
+            }
+            if parser.iter().any(|p| p.extract == st.extract) {
+                return Err(format!("{what}: another state extracts it (a header is extracted once)"));
+            }
+            let w =
+                *known.get(&st.select).ok_or_else(|| format!("{what}: `select` = `{}` is not a field", st.select))?;
+            if !st.select.starts_with(&format!("{}.", st.after)) {
+                return Err(format!("{what}: `select` = `{}` is not a field of `{}`", st.select, st.after));
+            }
+            if w < 64 && st.value >> w != 0 {
+                return Err(format!("{what}: `value` = {} is wider than `{}` ({w} bits)", st.value, st.select));
+            }
+            parser.push(ParserState {
+                after: st.after.clone(),
+                select: st.select.clone(),
+                value: st.value,
+                extract: st.extract.clone(),
+            });
+        }
+        // No loops: following `after` back from any state reaches a built-in header.
+        for st in &parser {
+            let mut at = st.after.as_str();
+            let mut steps = 0;
+            while !BUILTIN_HEADERS.contains(&at) {
+                steps += 1;
+                match parser.iter().find(|p| p.extract == at) {
+                    Some(p) if steps <= parser.len() => at = p.after.as_str(),
+                    Some(_) => return Err(format!("parser: the states extracting `{}` form a loop", st.extract)),
+                    None => {
+                        return Err(format!("parser: no state extracts `{at}`, which `{}` follows", st.extract));
+                    }
+                }
+            }
         }
         let mut actions: Vec<Action> = Vec::new();
         for a in &raw.action {
@@ -451,6 +570,8 @@ impl Program {
             post_processing: post_names,
             pre_guards,
             post_guards,
+            headers,
+            parser,
         })
     }
 
@@ -462,9 +583,27 @@ impl Program {
 
     /// A field's width in bits (header, metadata, request or response fields).
     pub fn width(&self, field: &str) -> Option<u32> {
-        HEADER_FIELDS.iter().find(|(n, _)| *n == field).map(|(_, b)| *b).or_else(|| {
-            self.request.iter().chain(&self.response).chain(&self.metadata).find(|(n, _)| n == field).map(|(_, b)| *b)
-        })
+        HEADER_FIELDS
+            .iter()
+            .find(|(n, _)| *n == field)
+            .map(|(_, b)| *b)
+            .or_else(|| {
+                self.request
+                    .iter()
+                    .chain(&self.response)
+                    .chain(&self.metadata)
+                    .find(|(n, _)| n == field)
+                    .map(|(_, b)| *b)
+            })
+            .or_else(|| {
+                let (h, f) = field.split_once('.')?;
+                self.headers.iter().find(|x| x.name == h)?.fields.iter().find(|x| x.0 == f).map(|x| x.1)
+            })
+    }
+
+    /// Every field of its declared headers, `HEADER.FIELD` with its width.
+    pub fn header_fields(&self) -> Vec<(String, u32)> {
+        self.headers.iter().flat_map(|h| h.fields.iter().map(move |(f, b)| (format!("{}.{f}", h.name), *b))).collect()
     }
 
     fn action(&self, name: &str) -> Option<&Action> {

@@ -195,3 +195,73 @@ ops = []
     let mut f = frame([8, 8, 8, 8], 5002);
     assert_eq!(p.pre(&mut f, 7), Outcome::Forward { port: Some(3) });
 }
+
+/// A program with its own header and parser state: VXLAN after UDP port 4789. Its `vni` is a
+/// key and is rewritten; the UDP checksum follows; `parsed_len` counts the header; a frame to
+/// another port has no VXLAN (its fields read 0). A header with fields off byte boundaries is
+/// read and written bit by bit.
+#[test]
+fn declared_headers_are_parsed_matched_and_written_back() {
+    let text = r#"
+name = "vni"
+program = 2
+pre_processing = ["remap", "tag_id"]
+[[header]]
+name = "vxlan"
+fields = [{ name = "flags", bits = 8 }, { name = "reserved", bits = 24 }, { name = "vni", bits = 24 }, { name = "reserved2", bits = 8 }]
+[[header]]
+name = "tag"
+fields = [{ name = "ver", bits = 4 }, { name = "id", bits = 12 }, { name = "rest", bits = 16 }]
+[[parser]]
+after = "udp"
+select = "udp.dst_port"
+value = 4789
+extract = "vxlan"
+[[parser]]
+after = "vxlan"
+select = "vxlan.flags"
+value = 8
+extract = "tag"
+[[table]]
+name = "remap"
+key = [{ field = "vxlan.vni", match = "exact" }]
+size = 16
+actions = ["set_vni"]
+default = "pass"
+[[action]]
+name = "set_vni"
+params = [{ name = "vni", bits = 24 }]
+ops = [{ op = "set", dst = "vxlan.vni", src = "param.vni" }, { op = "egress", port = 3 }]
+[[action]]
+name = "pass"
+ops = []
+[[action]]
+name = "tag_id"
+ops = [{ op = "add", dst = "tag.id", a = "tag.id", b = 1 }]
+"#;
+    let prog = Program::parse(text).unwrap();
+    let mut p = Pipeline::new(prog);
+    p.insert("remap", &[KeyMatch::Exact(100)], 0, "set_vni", &[200]).unwrap();
+    let mut payload = vec![0x08, 0, 0, 0, 0, 0, 100, 0];
+    payload.extend_from_slice(&[0x1a, 0xbc, 0xde, 0xf0]);
+    payload.extend_from_slice(b"inner");
+    let mut f = Vec::new();
+    tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 0, 0, 1], [10, 0, 0, 2], 5000, 4789, 64, &payload);
+    assert_eq!(p.pre(&mut f, 1), Outcome::Forward { port: Some(3) });
+    assert_eq!(p.parsed_len(), 20 + 8 + 8 + 4);
+    // The VNI is 200 now; the tag's 12-bit id (0xabc) went up by one; the rest is unchanged.
+    assert_eq!(&f[42..50], &[0x08, 0, 0, 0, 0, 0, 200, 0]);
+    assert_eq!(&f[50..54], &[0x1a, 0xbd, 0xde, 0xf0]);
+    let h = etherparse::PacketHeaders::from_ethernet_slice(&f).unwrap();
+    let Some(etherparse::NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not IPv4") };
+    let Some(etherparse::TransportHeader::Udp(u)) = &h.transport else { panic!("not UDP") };
+    assert_eq!(u.checksum, u.calc_checksum_ipv4(ip, h.payload.slice()).unwrap(), "UDP checksum follows");
+    // Another port: no VXLAN, no tag; the table misses on vni 0 and the frame is unchanged.
+    let mut g = Vec::new();
+    tern_wire::frame::build_udp4(&mut g, [2; 6], [4; 6], [10, 0, 0, 1], [10, 0, 0, 2], 5000, 53, 64, &payload);
+    let before = g.clone();
+    assert_eq!(p.pre(&mut g, 1), Outcome::Forward { port: None });
+    assert_eq!(g, before);
+    assert_eq!(p.parsed_len(), 28);
+    assert_eq!(p.table_counts("remap"), Some((1, 1)));
+}

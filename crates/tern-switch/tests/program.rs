@@ -98,3 +98,53 @@ fn bad_programs_are_refused_by_name() {
     // Not TOML of a program at all.
     assert!(Program::parse("name = 3").is_err());
 }
+
+/// Declared headers and parser states: a loop, a header no state reaches, a field of another
+/// header as the select, a value too wide, a header of part of a byte, a taken name, and a
+/// header extracted twice are refused by name; the good one parses.
+#[test]
+fn headers_and_parser_states_are_checked() {
+    let base = r#"
+name = "p"
+program = 3
+[[header]]
+name = "a"
+fields = [{ name = "x", bits = 8 }, { name = "y", bits = 8 }]
+[[header]]
+name = "b"
+fields = [{ name = "z", bits = 16 }]
+[[parser]]
+after = "udp"
+select = "udp.dst_port"
+value = 9000
+extract = "a"
+[[parser]]
+after = "a"
+select = "a.x"
+value = 1
+extract = "b"
+"#;
+    let p = Program::parse(base).unwrap();
+    assert_eq!(p.headers.len(), 2);
+    assert_eq!(p.width("b.z"), Some(16));
+    assert_eq!(p.parser[1].after, "a");
+    let cases = [
+        (
+            "after = \"udp\"\nselect = \"udp.dst_port\"\nvalue = 9000",
+            "after = \"b\"\nselect = \"b.z\"\nvalue = 9000",
+            "form a loop",
+        ),
+        ("after = \"a\"", "after = \"c\"", "`after` = `c` is not a header"),
+        ("select = \"a.x\"", "select = \"udp.dst_port\"", "is not a field of `a`"),
+        ("value = 9000", "value = 70000", "wider than `udp.dst_port`"),
+        ("{ name = \"z\", bits = 16 }", "{ name = \"z\", bits = 12 }", "header `b`: 12 bits"),
+        ("name = \"b\"", "name = \"ipv4\"", "header `ipv4`: the name is taken"),
+        ("extract = \"b\"", "extract = \"a\"", "another state extracts it"),
+        ("extract = \"b\"", "extract = \"q\"", "`q` is not a declared header"),
+    ];
+    for (from, to, want) in cases {
+        assert!(base.contains(from), "{from}");
+        let e = Program::parse(&base.replacen(from, to, 1)).unwrap_err();
+        assert!(e.contains(want), "{to}: {e}");
+    }
+}
