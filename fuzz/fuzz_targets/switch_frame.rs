@@ -14,6 +14,17 @@ use tern_switch::server::{self, Server};
 use tern_switch::switch::{Route, Switch, SwitchConfig};
 
 const SNAT: &str = include_str!("../../examples/switch/snat.toml");
+/// A program with its own headers and parser states (VXLAN after UDP 4789, a tag after it).
+const VXLAN: &str = include_str!("../../examples/switch/vxlan.toml");
+
+fn vxlan() -> &'static Pipeline {
+    static P: std::sync::OnceLock<Pipeline> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        let mut p = Pipeline::new(Program::parse(VXLAN).expect("the example parses"));
+        p.insert("remap", &[KeyMatch::Exact(100)], 0, "set_vni", &[200]).expect("an entry");
+        p
+    })
+}
 
 /// The program with its entry (10.0.0.5:4000 → 8.8.8.8:53 over UDP, translated to
 /// 192.0.2.1:20000), loaded once; each input runs on a copy.
@@ -37,6 +48,13 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(f.len(), len);
     }
     let _ = p.post(&mut f, resp);
+    // Declared headers at any offset the bytes give.
+    let mut v = vxlan().clone();
+    let mut g = frame.to_vec();
+    let glen = g.len();
+    if let Outcome::Forward { .. } = v.pre(&mut g, u16::from(port)) {
+        assert_eq!(g.len(), glen);
+    }
 
     // The whole switch (built once: its state carries over between inputs, as a running
     // switch's would), taking the bytes on any port.

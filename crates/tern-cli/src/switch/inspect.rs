@@ -73,6 +73,16 @@ pub fn check(a: &CheckArgs) -> CmdResult {
                     }
                 );
             }
+            for h in &p.headers {
+                let fields: Vec<String> = h.fields.iter().map(|(f, b)| format!("{f} {b}")).collect();
+                let how: Vec<String> = p
+                    .parser
+                    .iter()
+                    .filter(|st| st.extract == h.name)
+                    .map(|st| format!("after {} when {} == {}", st.after, st.select, st.value))
+                    .collect();
+                println!("  header {:<14} {} bytes [{}], {}", h.name, h.bytes(), fields.join(", "), how.join("; "));
+            }
             for r in &p.registers {
                 println!("  register {:<13} {} × {} bits", r.name, r.entries, r.bits);
             }
