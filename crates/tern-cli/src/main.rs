@@ -39,10 +39,12 @@ enum Command {
     /// dispatch of a KV GET service, Tern's RSD against a software dispatcher, with the U250
     /// projection; AccelSDP's cached-rule switch, fast path against slow path, with the N3000
     /// projection; RpcNIC's protobuf deserializer on HyperProtoBench, one-shot against
-    /// field-by-field writes with their projected PCIe cost, and its speed against prost; and
+    /// field-by-field writes with their projected PCIe cost, and its speed against prost;
     /// RpcNIC's image service on a compute unit taken away at request 4 (moves per request with
-    /// and without automatic field updating, host CPU per request, the U280 projection). Exit 0
-    /// when every check holds.
+    /// and without automatic field updating, host CPU per request, the U280 projection);
+    /// SuperNIC's tenants on shared chains; and CLIP's switch with two servers (Appendix A's
+    /// SNAT, heavy flows moved into the switch under Zipf traffic, a scale-out that moves no
+    /// flow, the modules on the Tofino pipe beside Table II). Exit 0 when every check holds.
     Demo(demo::DemoArgs),
     /// QingNiao: the QNP request protocol and its applications.
     Dispatch {
