@@ -1591,3 +1591,30 @@ fn hw_report_projects_a_switch_configuration() {
     assert!(ok);
     assert!(out.contains("selecting") && out.contains("[3.75]") && out.contains("remote path"), "{out}");
 }
+
+/// A taken port is an error naming it: `tern switch serve` on a bound UDP address, and `tern
+/// switch server` on a taken control address; a configuration naming an unknown key is refused
+/// naming the file.
+#[test]
+fn switch_serve_and_server_name_a_taken_port() {
+    let snat = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml");
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = std::env::temp_dir().join(format!("tern-switch-taken-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("serve.toml");
+    std::fs::write(&config, format!("program = \"{snat}\"\nports = [\"udp:{addr}=127.0.0.1:9\"]\nservers = []\n"))
+        .unwrap();
+    let (ok, _, err) = tern(&["switch", "serve", config.to_str().unwrap(), "--duration", "1"]);
+    assert!(!ok && err.contains(&addr.to_string()), "{err}");
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let ctl = tcp.local_addr().unwrap().to_string();
+    let free = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let port = format!("udp:{free}=127.0.0.1:9");
+    let (ok, _, err) = tern(&["switch", "server", snat, "--port", &port, "--control", &ctl, "--duration", "1"]);
+    assert!(!ok && err.contains(&ctl), "{err}");
+    std::fs::write(&config, format!("program = \"{snat}\"\nports = []\nservers = []\nbogus = 1\n")).unwrap();
+    let (ok, _, err) = tern(&["switch", "serve", config.to_str().unwrap()]);
+    assert!(!ok && err.contains("serve.toml") && err.contains("bogus"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
