@@ -199,6 +199,8 @@ struct State {
     params: Vec<u64>,
     request: Vec<u8>,
     parsed_len: u16,
+    /// The built-in header fields as parsed (the deparser writes only what changed).
+    orig: [u64; 14],
     /// Where each declared header was found in the frame (None: the packet has none).
     custom: Vec<Option<usize>>,
     /// Whether the mirrored table hit this packet (None: it was not applied).
@@ -597,6 +599,7 @@ impl State {
                 }
             }
         }
+        self.orig.copy_from_slice(&self.phv[..14]);
         self.parse_declared(code, f, off);
         Some(off)
     }
@@ -659,47 +662,103 @@ impl State {
             }
             custom_changed |= f[at..at + bytes] != before[..*bytes];
         }
-        let p = &self.phv;
-        put_be(&mut f[0..6], p[ETH_DST]);
-        put_be(&mut f[6..12], p[ETH_SRC]);
-        put_be(&mut f[12..14], p[ETH_TYPE]);
+        let (p, o) = (&self.phv, &self.orig);
+        for (slot, r) in [(ETH_DST, 0..6), (ETH_SRC, 6..12), (ETH_TYPE, 12..14)] {
+            if p[slot] != o[slot] {
+                put_be(&mut f[r], p[slot]);
+            }
+        }
         let Some(l3) = off.ipv4 else { return };
-        let mut before = [0u8; 20];
-        before.copy_from_slice(&f[l3..l3 + 20]);
-        f[l3 + 1] = p[IP_TOS] as u8;
-        f[l3 + 8] = p[IP_TTL] as u8;
-        f[l3 + 9] = p[IP_PROTO] as u8;
-        put_be(&mut f[l3 + 12..l3 + 16], p[IP_SRC]);
-        put_be(&mut f[l3 + 16..l3 + 20], p[IP_DST]);
-        let ip_changed = f[l3..l3 + 20] != before[..];
-        if ip_changed {
-            tern_wire::frame::ipv4_fill_checksum(f, l3);
-        }
         let total = (be(&f[l3 + 2..l3 + 4]) as usize + l3).min(f.len());
-        let (l4, csum_at, proto, ports) = if let Some(l4) = off.tcp {
-            (l4, l4 + 16, 6u8, (TCP_SRC, TCP_DST))
-        } else if let Some(l4) = off.udp {
-            (l4, l4 + 6, 17u8, (UDP_SRC, UDP_DST))
-        } else {
-            return;
+        let l4 = match (off.tcp, off.udp) {
+            (Some(l4), _) => Some((l4, l4 + 16, 6u8)),
+            (None, Some(l4)) => Some((l4, l4 + 6, 17u8)),
+            _ => None,
         };
-        let mut before4 = [0u8; 4];
-        before4.copy_from_slice(&f[l4..l4 + 4]);
-        put_be(&mut f[l4..l4 + 2], p[ports.0]);
-        put_be(&mut f[l4 + 2..l4 + 4], p[ports.1]);
-        if proto == 6 {
-            put_be(&mut f[l4 + 4..l4 + 8], p[TCP_SEQ]);
-            f[l4 + 13] = p[TCP_FLAGS] as u8;
+        // The L4 checksum is kept up to date if the packet holds it and (UDP) one was computed
+        // (a UDP checksum of 0 means none: it stays 0).
+        let l4_csum =
+            l4.filter(|&(_, c, proto)| total > c + 1 && total <= f.len() && !(proto == 17 && f[c..c + 2] == [0, 0]));
+        if p[IP_PROTO] != o[IP_PROTO] || custom_changed {
+            // A new protocol, or a declared header changed in the payload: every field written
+            // and both checksums computed afresh.
+            f[l3 + 1] = p[IP_TOS] as u8;
+            f[l3 + 8] = p[IP_TTL] as u8;
+            f[l3 + 9] = p[IP_PROTO] as u8;
+            put_be(&mut f[l3 + 12..l3 + 16], p[IP_SRC]);
+            put_be(&mut f[l3 + 16..l3 + 20], p[IP_DST]);
+            tern_wire::frame::ipv4_fill_checksum(f, l3);
+            if let Some((l4, c, proto)) = l4 {
+                let ports = if proto == 6 { (TCP_SRC, TCP_DST) } else { (UDP_SRC, UDP_DST) };
+                put_be(&mut f[l4..l4 + 2], p[ports.0]);
+                put_be(&mut f[l4 + 2..l4 + 4], p[ports.1]);
+                if proto == 6 {
+                    put_be(&mut f[l4 + 4..l4 + 8], p[TCP_SEQ]);
+                    f[l4 + 13] = p[TCP_FLAGS] as u8;
+                }
+                if l4_csum.is_some() {
+                    tern_wire::frame::fill_l4_checksum(f, (l3 + 12, l3 + 16), (l3 + 16, l3 + 20), proto, l4, total, c);
+                }
+            }
+            return;
         }
-        let l4_changed = f[l4..l4 + 4] != before4[..];
-        // A UDP checksum of 0 means none was computed: left so.
-        let udp_none = proto == 17 && f[csum_at..csum_at + 2] == [0, 0];
-        if (ip_changed || l4_changed || custom_changed || proto == 6)
-            && !udp_none
-            && total > csum_at + 1
-            && total <= f.len()
-        {
-            tern_wire::frame::fill_l4_checksum(f, (l3 + 12, l3 + 16), (l3 + 16, l3 + 20), proto, l4, total, csum_at);
+        // Otherwise only the fields that changed are written, and the checksums that cover
+        // them are updated incrementally (RFC 1624), a 16-bit word at a time, from the fields'
+        // old and new values.
+        use tern_wire::frame::checksum_adjust as adj;
+        /// `sum` adjusted for a field of `bytes` changing from `old` to `new`; `odd`: a
+        /// one-byte field in the low byte of its word.
+        fn fold(sum: u16, old: u64, new: u64, bytes: usize, odd: bool) -> u16 {
+            match bytes {
+                1 if odd => adj(sum, old as u16, new as u16),
+                1 => adj(sum, (old as u16) << 8, (new as u16) << 8),
+                2 => adj(sum, old as u16, new as u16),
+                _ => adj(adj(sum, (old >> 16) as u16, (new >> 16) as u16), old as u16, new as u16),
+            }
+        }
+        let mut ip_sum = u16::from_be_bytes([f[l3 + 10], f[l3 + 11]]);
+        let mut l4_sum = l4_csum.map(|(_, c, _)| u16::from_be_bytes([f[c], f[c + 1]]));
+        let (mut ip_dirty, mut l4_dirty) = (false, false);
+        // (slot, offset, bytes, in the IPv4 header's checksum, in the L4 checksum)
+        let ip_fields = [
+            (IP_TOS, l3 + 1, 1, true, false),
+            (IP_TTL, l3 + 8, 1, true, false),
+            (IP_SRC, l3 + 12, 4, true, true),
+            (IP_DST, l3 + 16, 4, true, true),
+        ];
+        let l4_fields: &[(usize, usize, usize, bool, bool)] = match l4 {
+            Some((l4, _, 6)) => &[
+                (TCP_SRC, l4, 2, false, true),
+                (TCP_DST, l4 + 2, 2, false, true),
+                (TCP_SEQ, l4 + 4, 4, false, true),
+                (TCP_FLAGS, l4 + 13, 1, false, true),
+            ],
+            Some((l4, _, _)) => &[(UDP_SRC, l4, 2, false, true), (UDP_DST, l4 + 2, 2, false, true)],
+            None => &[],
+        };
+        for &(slot, at, len, ip, l4c) in ip_fields.iter().chain(l4_fields) {
+            let (old, new) = (o[slot], p[slot]);
+            if old == new {
+                continue;
+            }
+            put_be(&mut f[at..at + len], new);
+            let odd = at % 2 == 1;
+            if ip {
+                ip_sum = fold(ip_sum, old, new, len, odd);
+                ip_dirty = true;
+            }
+            if l4c && let Some(s) = l4_sum.as_mut() {
+                *s = fold(*s, old, new, len, odd);
+                l4_dirty = true;
+            }
+        }
+        if ip_dirty {
+            f[l3 + 10..l3 + 12].copy_from_slice(&ip_sum.to_be_bytes());
+        }
+        if let (true, Some(s), Some((_, c, proto))) = (l4_dirty, l4_sum, l4_csum) {
+            // A UDP checksum that comes out 0 is sent as 0xffff (0 means none).
+            let s = if s == 0 && proto == 17 { 0xffff } else { s };
+            f[c..c + 2].copy_from_slice(&s.to_be_bytes());
         }
     }
 
@@ -722,6 +781,7 @@ impl Pipeline {
             params: Vec::with_capacity(8),
             request: Vec::with_capacity(prog.request.iter().map(|(_, b)| b.div_ceil(8) as usize).sum()),
             parsed_len: 0,
+            orig: [0; 14],
             custom: vec![None; code.headers.len()],
             mirrored_hit: None,
             mirrored_key: Vec::with_capacity(8),

@@ -265,3 +265,94 @@ ops = [{ op = "add", dst = "tag.id", a = "tag.id", b = 1 }]
     assert_eq!(p.parsed_len(), 28);
     assert_eq!(p.table_counts("remap"), Some((1, 1)));
 }
+
+/// The deparser writes only the fields that changed and updates the checksums incrementally:
+/// any mix of rewritten addresses, TTL, TOS, ports, TCP sequence and flags, on TCP and UDP
+/// frames of any payload, leaves both checksums right (re-parsed with etherparse) and the
+/// fields as written; the same values written back change no byte.
+mod incremental {
+    use super::*;
+    use proptest::prelude::*;
+
+    const REWRITE: &str = r#"
+name = "rewrite"
+program = 9
+pre_processing = ["rw"]
+[[table]]
+name = "rw"
+key = [{ field = "meta.ingress_port", match = "exact" }]
+size = 4
+actions = ["set"]
+default = "none"
+[[action]]
+name = "set"
+params = [{ name = "src", bits = 32 }, { name = "dst", bits = 32 }, { name = "ttl", bits = 8 }, { name = "tos", bits = 8 }, { name = "sp", bits = 16 }, { name = "dp", bits = 16 }, { name = "seq", bits = 32 }, { name = "flags", bits = 8 }]
+ops = [
+  { op = "set", dst = "ipv4.src", src = "param.src" },
+  { op = "set", dst = "ipv4.dst", src = "param.dst" },
+  { op = "set", dst = "ipv4.ttl", src = "param.ttl" },
+  { op = "set", dst = "ipv4.tos", src = "param.tos" },
+  { op = "set", dst = "udp.src_port", src = "param.sp" },
+  { op = "set", dst = "udp.dst_port", src = "param.dp" },
+  { op = "set", dst = "tcp.src_port", src = "param.sp" },
+  { op = "set", dst = "tcp.dst_port", src = "param.dp" },
+  { op = "set", dst = "tcp.seq", src = "param.seq" },
+  { op = "set", dst = "tcp.flags", src = "param.flags" },
+]
+[[action]]
+name = "none"
+ops = []
+"#;
+
+    proptest! {
+        #[test]
+        fn checksums_stay_right(
+            tcp in any::<bool>(),
+            src in any::<[u8; 4]>(), dst in any::<[u8; 4]>(), sp in any::<u16>(), dp in any::<u16>(),
+            payload in prop::collection::vec(any::<u8>(), 0..40),
+            new in (any::<u32>(), any::<u32>(), any::<u8>(), any::<u8>(), any::<u16>(), any::<u16>(), any::<u32>(), any::<u8>()),
+            keep in prop::collection::vec(any::<bool>(), 8),
+        ) {
+            let mut f = Vec::new();
+            if tcp {
+                tern_wire::frame::build_tcp4(&mut f, [2; 6], [4; 6], src, dst, sp, dp, 64, &payload);
+            } else {
+                tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], src, dst, sp, dp, 64, &payload);
+            }
+            let original = f.clone();
+            // Each value either new or the frame's own (unchanged).
+            let l4 = 34;
+            let own = [
+                u64::from(u32::from_be_bytes(src)), u64::from(u32::from_be_bytes(dst)), 64, 0,
+                u64::from(sp), u64::from(dp),
+                if tcp { u64::from(u32::from_be_bytes([f[l4 + 4], f[l4 + 5], f[l4 + 6], f[l4 + 7]])) } else { 0 },
+                if tcp { u64::from(f[l4 + 13]) } else { 0 },
+            ];
+            let fresh = [u64::from(new.0), u64::from(new.1), u64::from(new.2), u64::from(new.3), u64::from(new.4), u64::from(new.5), u64::from(new.6), u64::from(new.7)];
+            let vals: Vec<u64> = (0..8).map(|i| if keep[i] { own[i] } else { fresh[i] }).collect();
+            let mut p = Pipeline::new(Program::parse(REWRITE).unwrap());
+            p.insert("rw", &[KeyMatch::Exact(1)], 0, "set", &vals).unwrap();
+            prop_assert_eq!(p.pre(&mut f, 1), Outcome::Forward { port: None });
+            let h = etherparse::PacketHeaders::from_ethernet_slice(&f).unwrap();
+            let Some(etherparse::NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not IPv4") };
+            prop_assert_eq!(ip.header_checksum, ip.calc_header_checksum());
+            prop_assert_eq!(u64::from(u32::from_be_bytes(ip.source)), vals[0]);
+            prop_assert_eq!(u64::from(u32::from_be_bytes(ip.destination)), vals[1]);
+            prop_assert_eq!(u64::from(ip.time_to_live), vals[2]);
+            match &h.transport {
+                Some(etherparse::TransportHeader::Tcp(t)) => {
+                    prop_assert_eq!(t.checksum, t.calc_checksum_ipv4(ip, h.payload.slice()).unwrap());
+                    prop_assert_eq!((u64::from(t.source_port), u64::from(t.sequence_number)), (vals[4], vals[6]));
+                }
+                Some(etherparse::TransportHeader::Udp(u)) => {
+                    prop_assert_eq!(u.checksum, u.calc_checksum_ipv4(ip, h.payload.slice()).unwrap());
+                    prop_assert_eq!(u64::from(u.destination_port), vals[5]);
+                }
+                other => panic!("{other:?}"),
+            }
+            if keep.iter().all(|&k| k) {
+                prop_assert_eq!(f, original, "nothing changed, no byte written");
+            }
+        }
+    }
+}
