@@ -23,8 +23,10 @@ pub fn five_tuple_l3(ip: &[u8]) -> Option<[u64; 5]> {
     let ihl = usize::from(ip[0] & 0xf) * 4;
     let proto = ip[9];
     let addr = |at: usize| u64::from(u32::from_be_bytes([ip[at], ip[at + 1], ip[at + 2], ip[at + 3]]));
+    // A fragment after the first carries no ports.
+    let first_fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff == 0;
     let (sp, dp) = match proto {
-        6 | 17 if ip.len() >= ihl + 4 => (
+        6 | 17 if first_fragment && ip.len() >= ihl + 4 => (
             u64::from(u16::from_be_bytes([ip[ihl], ip[ihl + 1]])),
             u64::from(u16::from_be_bytes([ip[ihl + 2], ip[ihl + 3]])),
         ),

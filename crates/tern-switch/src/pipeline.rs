@@ -580,7 +580,9 @@ impl State {
                 self.phv[IP_SRC] = be(&f[l3 + 12..l3 + 16]);
                 self.phv[IP_DST] = be(&f[l3 + 16..l3 + 20]);
                 let l4 = l3 + ihl;
-                match f[l3 + 9] {
+                // A fragment after the first carries no TCP or UDP header: its L4 is not read.
+                let first_fragment = u16::from_be_bytes([f[l3 + 6], f[l3 + 7]]) & 0x1fff == 0;
+                match if first_fragment { f[l3 + 9] } else { 0 } {
                     6 if f.len() >= l4 + 20 => {
                         off.tcp = Some(l4);
                         self.parsed_len += 20;

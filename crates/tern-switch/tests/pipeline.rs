@@ -356,3 +356,28 @@ ops = []
         }
     }
 }
+
+/// A UDP checksum of 0 (none computed) stays 0 when the ports or addresses are rewritten; a
+/// fragment after the first has no ports: its payload is not read as UDP and not rewritten.
+#[test]
+fn no_udp_checksum_stays_none_and_later_fragments_have_no_ports() {
+    let mut p = snat();
+    p.insert("nat", &key([10, 0, 0, 5], 4000), 0, "translate", &[u64::from(u32::from_be_bytes([192, 0, 2, 1])), 20000])
+        .unwrap();
+    let mut f = udp([10, 0, 0, 5], 4000);
+    f[40..42].copy_from_slice(&[0, 0]);
+    assert_eq!(p.pre(&mut f, 1), Outcome::Forward { port: None });
+    assert_eq!(&f[26..30], &[192, 0, 2, 1]);
+    assert_eq!(&f[34..36], &20000u16.to_be_bytes());
+    assert_eq!(&f[40..42], &[0, 0], "no checksum stays none");
+    // The same frame as a later fragment (offset 8 × 8 bytes): no ports, so the exact key
+    // (with ports 4000 and 53) misses and the bytes after the IPv4 header stay as they were.
+    let mut g = udp([10, 0, 0, 5], 4000);
+    g[20..22].copy_from_slice(&8u16.to_be_bytes());
+    tern_wire::frame::ipv4_fill_checksum(&mut g, 14);
+    let payload = g[34..].to_vec();
+    assert_eq!(p.pre(&mut g, 1), Outcome::ToServer);
+    assert_eq!(p.parsed_len(), 20);
+    assert_eq!(&g[34..], &payload[..]);
+    assert_eq!(tern_switch::flow::five_tuple(&g).unwrap()[3..], [0, 0]);
+}
