@@ -2957,13 +2957,7 @@ fn finish(st: &mut CoreState, pool: &Pool, mut item: Item, fate: Fate) {
     }
 }
 
-/// Busy-waits `d` (for pacing).
-pub fn spin_for(d: Duration) {
-    let s = Instant::now();
-    while s.elapsed() < d {
-        std::hint::spin_loop();
-    }
-}
+pub use tern_io::spin_for;
 
 /// An ingress of packets given in advance, every one arrived when first asked for (tests,
 /// `tern chain trace`).

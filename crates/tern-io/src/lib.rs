@@ -216,6 +216,14 @@ pub trait BatchStage: Send {
     fn process(&mut self, now: Instant, in_port: u16, input: &mut Batch, outputs: &mut [Batch]);
 }
 
+/// Busy-waits `d` (pacing, and modelled per-packet costs in benchmarks).
+pub fn spin_for(d: std::time::Duration) {
+    let s = std::time::Instant::now();
+    while s.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
 /// Pins the calling thread to `core` (Linux); returns whether it worked.
 pub fn pin_to_core(core: usize) -> bool {
     if core >= libc::CPU_SETSIZE as usize {

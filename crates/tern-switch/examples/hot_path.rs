@@ -8,10 +8,7 @@ fn main() {
     let pool = Pool::new(1024, 2048);
     let mut cl = snat_cluster(Scheme::Ideal, 2048, 0, 1).unwrap();
     for f in &frames {
-        let out = cl.send(INSIDE, &[f]);
-        let key = tern_switch::flow::five_tuple(f).unwrap();
-        let t = tern_switch::flow::five_tuple(&out[0].1).unwrap();
-        cl.switch.install(&key, &[t[0], t[3]]).unwrap();
+        tern_switch::bench::install_answered(&mut cl, f).unwrap();
     }
     let mut sw = cl.switch;
     let mut outs: Vec<Batch> = (0..4).map(|_| Batch::new(64)).collect();

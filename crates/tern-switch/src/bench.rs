@@ -177,6 +177,16 @@ pub fn snat_cluster(scheme: Scheme, capacity: usize, server_ns: u64, seed: u64) 
     Ok(Cluster::new(switch, vec![server]))
 }
 
+/// Sends `frame` through `c` once and installs its SNAT entry — the address and port its server
+/// gave it — in the switch's table.
+pub fn install_answered(c: &mut Cluster, frame: &[u8]) -> Result<(), String> {
+    let out = c.send(INSIDE, &[frame]);
+    let (_, g) = out.first().ok_or("no answer")?;
+    let key = crate::flow::five_tuple(frame).ok_or("not IPv4")?;
+    let translated = crate::flow::five_tuple(g).ok_or("not IPv4")?;
+    c.switch.install(&key, &[translated[0], translated[3]])
+}
+
 /// Runs `scheme` on `frames` (one a flow) drawn by `trace`, measured for `run.secs` on two
 /// threads (the switch with its traffic, and the server).
 pub fn measure_offload(
@@ -205,12 +215,7 @@ pub fn measure_offload(
             top.sort_unstable_by(|a, b| b.cmp(a));
             top.truncate(run.capacity);
             for (_, f) in top {
-                let frame = &frames[f as usize];
-                let out = c.send(INSIDE, &[frame]);
-                let Some((_, g)) = out.first() else { return Err(format!("flow {f}: no answer in warm-up")) };
-                let key = crate::flow::five_tuple(frame).ok_or("not IPv4")?;
-                let translated = crate::flow::five_tuple(g).ok_or("not IPv4")?;
-                c.switch.install(&key, &[translated[0], translated[3]])?;
+                install_answered(&mut c, &frames[f as usize])?;
             }
         }
         Scheme::Random | Scheme::Sketch => {

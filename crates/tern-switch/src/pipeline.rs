@@ -284,7 +284,13 @@ fn masked_key(key: &[KeyMatch], fields: &[(usize, u32, MatchKind)]) -> (Vec<u64>
 /// flow's id from its mirrored table's key).
 #[inline]
 pub fn hash_values(values: &[u64]) -> u64 {
-    values.iter().fold(0x9e37_79b9_7f4a_7c15u64, |acc, &v| fmix64(acc ^ v))
+    hash_iter(values.iter().copied())
+}
+
+/// [`hash_values`] over values as they come.
+#[inline]
+fn hash_iter(values: impl Iterator<Item = u64>) -> u64 {
+    values.fold(0x9e37_79b9_7f4a_7c15u64, |acc, v| fmix64(acc ^ v))
 }
 
 impl Code {
@@ -523,7 +529,7 @@ impl State {
                     self.set(w, dst, v);
                 }
                 COp::Hash { dst, ref fields } => {
-                    let h = fields.iter().fold(0x9e37_79b9_7f4a_7c15u64, |acc, &f| fmix64(acc ^ self.phv[f]));
+                    let h = hash_iter(fields.iter().map(|&f| self.phv[f]));
                     self.set(w, dst, h);
                 }
                 COp::RegRead { reg, index, dst } => {

@@ -182,7 +182,9 @@ impl Server {
         self.handler.handle(flow, l3, &request[..plen], h.params_mut()).map_err(|_| ServerDrop::Handler)?;
         h.set_kind(Kind::Response);
         h.set_flags(if busy { clip::FLAG_BUSY } else { 0 });
-        spin_ns(self.path_ns);
+        if self.path_ns > 0 {
+            tern_io::spin_for(std::time::Duration::from_nanos(self.path_ns));
+        }
         self.live.insert(flow, now_ns);
         self.stats.responses += 1;
         self.stats.busy_responses += u64::from(busy);
@@ -267,17 +269,6 @@ impl Snat {
     /// Its entries.
     pub fn iter(&self) -> impl Iterator<Item = (&[u64; 5], &(u32, u16))> {
         self.table.iter()
-    }
-}
-
-/// Spins for `ns` nanoseconds (a modelled per-request cost).
-pub fn spin_ns(ns: u64) {
-    if ns == 0 {
-        return;
-    }
-    let t = std::time::Instant::now();
-    while (t.elapsed().as_nanos() as u64) < ns {
-        std::hint::spin_loop();
     }
 }
 
@@ -387,6 +378,8 @@ pub struct Cluster {
     pool: Pool,
     outs: Vec<Batch>,
     input: Batch,
+    /// A server's batch while it is answered.
+    spare: Batch,
     /// The clock servers see, ns.
     pub now_ns: u64,
 }
@@ -412,6 +405,7 @@ impl Cluster {
             pool: Pool::new(4096, 2048),
             outs: (0..ports).map(|_| Batch::new(256)).collect(),
             input: Batch::new(256),
+            spare: Batch::new(256),
             now_ns: 0,
         }
     }
@@ -435,21 +429,21 @@ impl Cluster {
             let mut moved = false;
             for s in 0..self.servers.len() {
                 let sp = self.switch.config().servers[s];
-                let mut b = std::mem::replace(&mut self.outs[usize::from(sp)], Batch::new(256));
-                if b.is_empty() {
-                    self.outs[usize::from(sp)] = b;
+                if self.outs[usize::from(sp)].is_empty() {
                     continue;
                 }
+                // The server's batch changes places with the spare, which comes back empty.
+                std::mem::swap(&mut self.outs[usize::from(sp)], &mut self.spare);
+                let b = &mut self.spare;
                 moved = true;
                 if !self.alive[s] {
                     self.lost += b.len() as u64;
                     b.recycle(&self.pool);
-                    self.outs[usize::from(sp)] = b;
                     continue;
                 }
                 let srv = &mut self.servers[s];
                 srv.replicate = self.buddy[s].is_some();
-                srv.process(self.now_ns, &mut b, self.busy[s], &self.pool);
+                srv.process(self.now_ns, b, self.busy[s], &self.pool);
                 // Replicas reach the buddy before the responses go on.
                 let replicas = srv.take_replicas();
                 if let Some(d) = self.buddy[s]
@@ -457,7 +451,7 @@ impl Cluster {
                 {
                     self.servers[d].adopt_replicas(&replicas);
                 }
-                self.switch.process(sp, &mut b, &mut self.outs, &self.pool);
+                self.switch.process(sp, b, &mut self.outs, &self.pool);
             }
             self.switch.tick(self.now_ns, &mut self.outs);
             if !moved && self.switch.config().servers.iter().all(|&sp| self.outs[usize::from(sp)].is_empty()) {

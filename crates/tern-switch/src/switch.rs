@@ -100,8 +100,10 @@ impl Default for SwitchConfig {
     }
 }
 
-/// Why the switch dropped a frame: each a counter (`tern_switch_drops_total{reason}`).
+/// Why the switch dropped a frame: each a counter (`tern_switch_drops_total{reason}`), indexed
+/// by its place in [`DropReason::ALL`] (the declaration order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
 pub enum DropReason {
     /// Shorter than an Ethernet header.
     Malformed,
@@ -231,7 +233,7 @@ pub struct SwitchStats {
     /// ARP requests answered.
     pub arp_replies: u64,
     /// Drops, one per [`DropReason::ALL`].
-    pub drops: [u64; 23],
+    pub drops: [u64; DropReason::ALL.len()],
     /// Requests held for a busy server (sent when it is no longer busy).
     pub held: u64,
     /// Offload: candidates whose entry was not learned in time to install, and candidates
@@ -247,7 +249,7 @@ pub struct SwitchStats {
 impl SwitchStats {
     /// A drop counter by reason.
     pub fn drop_count(&self, r: DropReason) -> u64 {
-        self.drops[DropReason::ALL.iter().position(|&x| x == r).unwrap_or(0)]
+        self.drops[r as usize]
     }
 
     /// All drops.
@@ -425,9 +427,7 @@ impl Switch {
     }
 
     fn count(&mut self, r: DropReason) {
-        if let Some(i) = DropReason::ALL.iter().position(|&x| x == r) {
-            self.stats.drops[i] += 1;
-        }
+        self.stats.drops[r as usize] += 1;
     }
 
     /// Takes every frame of `input` (received on `in_port`) and appends what leaves to
@@ -802,32 +802,22 @@ impl Switch {
         }
     }
 
-    /// Loads a new program (a reload): new tables (the mirrored entries are learned again from
-    /// the servers' answers) and offload; the server group, its filters and pins, and the
-    /// counters stay, so no flow changes server. Refused, changing nothing, as `new` refuses.
-    pub fn reload(&mut self, program: Program) -> Result<(), SwitchError> {
-        let mut fresh = Switch::new(program, self.cfg.clone())?;
+    /// A reload with a new program: becomes `fresh` (a switch built from the new configuration,
+    /// off the data path), keeping the server group — its versions, filters, pins and busy
+    /// marks — the counters and the request ids, so no flow changes server; the mirrored
+    /// entries are learned again from the servers' answers.
+    pub fn replace_with(&mut self, mut fresh: Switch) {
         std::mem::swap(&mut fresh.selector, &mut self.selector);
         fresh.stats = std::mem::take(&mut self.stats);
         fresh.next_request = self.next_request;
         *self = fresh;
-        Ok(())
     }
 
-    /// Replaces the routes (a reload): refused, changing nothing, as `new` refuses a route.
-    pub fn set_routes(&mut self, routes: Vec<Route>) -> Result<(), SwitchError> {
-        let mut table = Lpm4::new();
-        for (i, r) in routes.iter().enumerate() {
-            if r.port == 0 || r.port > self.cfg.ports || self.is_server_port(r.port) {
-                return Err(SwitchError::Config(format!("route {}: port {} is not a host port", r.prefix, r.port)));
-            }
-            table
-                .insert(r.prefix.trunc(), i as u32)
-                .map_err(|e| SwitchError::Config(format!("route {}: {e}", r.prefix)))?;
-        }
-        self.routes = table;
-        self.cfg.routes = routes;
-        Ok(())
+    /// A reload of the routes alone: takes `fresh`'s (built off the data path), keeping
+    /// everything else.
+    pub fn take_routes(&mut self, fresh: &mut Switch) {
+        std::mem::swap(&mut self.routes, &mut fresh.routes);
+        self.cfg.routes = std::mem::take(&mut fresh.cfg.routes);
     }
 
     /// A membership change (§III-D): the new group of `members`, with the servers' live

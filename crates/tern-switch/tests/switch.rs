@@ -416,3 +416,15 @@ fn group_changes_move_no_flow_on_frames() {
     c.switch.change_group(&[1, 2], &live).unwrap();
     assert!(!c.switch.selector().serves(0), "server 0 retires");
 }
+
+/// Each drop reason's counter is its place in `DropReason::ALL`, named once.
+#[test]
+fn drop_reasons_index_their_counters() {
+    for (i, r) in DropReason::ALL.iter().enumerate() {
+        assert_eq!(*r as usize, i, "{}", r.name());
+    }
+    let mut names: Vec<&str> = DropReason::ALL.iter().map(|r| r.name()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), DropReason::ALL.len());
+}

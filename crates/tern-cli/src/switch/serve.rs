@@ -114,8 +114,9 @@ pub struct ServeConfig {
     pub interval: Duration,
 }
 
-/// Reads and checks a configuration; errors name the file and item.
-pub fn load(path: &Path) -> Result<ServeConfig, String> {
+/// Reads and checks a configuration and builds its switch (every refusal comes now, naming
+/// the item); errors name the file.
+pub fn load(path: &Path) -> Result<(ServeConfig, Switch), String> {
     let at = |e: String| format!("{}: {e}", path.display());
     let text = std::fs::read_to_string(path).map_err(|e| at(e.to_string()))?;
     let raw: RawConfig = toml::from_str(&text).map_err(|e| at(e.message().to_string()))?;
@@ -192,9 +193,8 @@ pub fn load(path: &Path) -> Result<ServeConfig, String> {
     };
     let interval = Duration::from_millis(o.interval_ms.unwrap_or(100).max(1));
     let heartbeat = Duration::from_millis(raw.heartbeat_ms.unwrap_or(300).max(10));
-    // Built once here so that every refusal comes now, naming the item.
-    Switch::new(program.clone(), switch.clone()).map_err(|e| at(e.to_string()))?;
-    Ok(ServeConfig {
+    let built = Switch::new(program.clone(), switch.clone()).map_err(|e| at(e.to_string()))?;
+    let cfg = ServeConfig {
         program,
         program_path,
         ports: raw.ports,
@@ -203,15 +203,24 @@ pub fn load(path: &Path) -> Result<ServeConfig, String> {
         buddies: raw.buddies,
         heartbeat,
         interval,
-    })
+    };
+    Ok((cfg, built))
 }
 
 /// What the controller asks the data loop.
 enum Ctl {
-    Change { members: Vec<ServerId>, live: Vec<(FlowId, ServerId)>, reply: mpsc::Sender<Result<u16, String>> },
-    FailOver { dead: ServerId, buddy: ServerId },
+    Change {
+        members: Vec<ServerId>,
+        live: Vec<(FlowId, ServerId)>,
+        reply: mpsc::Sender<Result<u16, String>>,
+    },
+    FailOver {
+        dead: ServerId,
+        buddy: ServerId,
+    },
     Tables(mpsc::Sender<serde_json::Value>),
-    Reload(Box<ServeConfig>),
+    /// A configuration that loaded, with its switch built by the watcher (off the data path).
+    Reload(Box<(ServeConfig, Switch)>),
 }
 
 /// The switch's state as the data loop last published it.
@@ -375,8 +384,7 @@ fn mtime(p: &Path) -> Option<SystemTime> {
 
 /// `tern switch serve`.
 pub fn serve(a: &ServeArgs) -> CmdResult {
-    let cfg = load(&a.config)?;
-    let mut sw = Switch::new(cfg.program.clone(), cfg.switch.clone())?;
+    let (cfg, mut sw) = load(&a.config)?;
     let pool = Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
     let mut ports = Vec::new();
     for spec in &cfg.ports {
@@ -501,8 +509,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             }
             seen = now;
             match load(&config_path) {
-                Ok(c) => {
-                    let _ = watch_tx.send(Ctl::Reload(Box::new(c)));
+                Ok(loaded) => {
+                    let _ = watch_tx.send(Ctl::Reload(Box::new(loaded)));
                 }
                 Err(e) => eprintln!("reload refused (the running configuration stays): {e}"),
             }
@@ -586,28 +594,21 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
                         "original": rows, "generation": generation,
                     }));
                 }
-                Ctl::Reload(new) => {
+                Ctl::Reload(loaded) => {
+                    let (new, mut fresh) = *loaded;
                     if new.ports != cfg.ports || new.switch.servers != cfg.switch.servers {
                         eprintln!(
                             "reload refused: ports and servers change only with a restart (the running configuration stays)"
                         );
                         continue;
                     }
-                    if let Err(e) = sw.set_routes(new.switch.routes.clone()) {
-                        eprintln!("reload refused: {e}");
-                        continue;
-                    }
                     let program_changed = new.program != cfg.program;
                     if program_changed {
                         // A new program: new tables, the group and its pins kept (no flow moves);
                         // the mirrored entries are learned again from the servers' answers.
-                        match sw.reload(new.program.clone()) {
-                            Ok(()) => {}
-                            Err(e) => {
-                                eprintln!("reload refused: {e}");
-                                continue;
-                            }
-                        }
+                        sw.replace_with(fresh);
+                    } else {
+                        sw.take_routes(&mut fresh);
                     }
                     generation += 1;
                     eprintln!(
@@ -615,7 +616,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
                         a.config.display(),
                         if program_changed { ", new program" } else { "" }
                     );
-                    cfg = *new;
+                    cfg = new;
                 }
             }
         }
