@@ -32,6 +32,7 @@ pub mod flow;
 pub mod group;
 pub mod mirror;
 pub mod modules;
+pub mod nat;
 pub mod offload;
 pub mod pipeline;
 pub mod place;
