@@ -641,7 +641,7 @@ fn switch_part() -> Result<bool, Box<dyn std::error::Error>> {
     let switch = Switch::new(program, cfg)?;
     let servers = (0..3u8)
         .map(|s| {
-            let snat = Snat::new(vec![u32::from(std::net::Ipv4Addr::new(192, 0, 2, s + 1))], (1024, 65535))?;
+            let snat = Snat::for_server(u16::from(s))?;
             Ok(Server::new(tern_wire::clip::DEFAULT_ETHERTYPE, 1, Box::new(snat), u64::MAX))
         })
         .collect::<Result<Vec<_>, String>>()?;

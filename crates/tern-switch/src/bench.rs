@@ -14,7 +14,6 @@
 //! the switch, on frames) and under hash-mod ECMP (BMv2's, a flow's server its hash modulo the
 //! members) on the same events.
 
-use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use hashbrown::HashMap;
@@ -171,7 +170,7 @@ pub fn snat_cluster(scheme: Scheme, capacity: usize, server_ns: u64, seed: u64) 
     cfg.offload.seed = seed;
     cfg.offload.mode = if scheme == Scheme::Random { Mode::Random } else { Mode::Sketch };
     let switch = Switch::new(program, cfg).map_err(|e| e.to_string())?;
-    let snat = Snat::new(vec![u32::from(Ipv4Addr::new(192, 0, 2, 1))], (1024, 65535))?;
+    let snat = Snat::for_server(0)?;
     let mut server = Server::new(tern_wire::clip::DEFAULT_ETHERTYPE, 1, Box::new(snat), u64::MAX);
     server.path_ns = server_ns;
     Ok(Cluster::new(switch, vec![server]))
@@ -398,7 +397,7 @@ pub fn scaling(per_set: u32) -> Result<Scaling, String> {
     let switch = Switch::new(program, cfg).map_err(|e| e.to_string())?;
     let servers = (0..3u8)
         .map(|s| {
-            let snat = Snat::new(vec![u32::from(Ipv4Addr::new(192, 0, 2, s + 1))], (1024, 65535))?;
+            let snat = Snat::for_server(u16::from(s))?;
             Ok(Server::new(tern_wire::clip::DEFAULT_ETHERTYPE, 1, Box::new(snat), 3))
         })
         .collect::<Result<Vec<_>, String>>()?;

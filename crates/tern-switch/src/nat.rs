@@ -394,7 +394,7 @@ pub fn choose_port(
 }
 
 /// A connection's timeout after a packet.
-fn timeout(t: &Timeouts, c: &Connection) -> u64 {
+pub fn timeout(t: &Timeouts, c: &Connection) -> u64 {
     match (c.orig.proto, c.tcp) {
         (_, Some(s)) => t.tcp[s as usize],
         (UDP, _) if c.replied => t.udp_stream,
@@ -680,6 +680,50 @@ fn l4_sum(proto: u8, l4: usize, end: usize) -> Option<(usize, bool)> {
     (at + 2 <= end).then_some((at, proto == UDP))
 }
 
+/// A packet as the NAT reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parsed {
+    /// A TCP or UDP segment or an ICMP echo (a request going out, a reply coming in): its
+    /// tuple as it travels, its TCP flags, where its transport header starts and the packet
+    /// ends.
+    Conn { t: Tuple, flags: u8, l4: usize, end: usize },
+    /// An ICMP error: its header at `ihl`, the packet ending at `end`.
+    IcmpError { ihl: usize, end: usize },
+}
+
+/// Reads an IPv4 packet (`ip` from its first byte) going `dir`, or says why it cannot be
+/// translated.
+pub fn parse(ip: &[u8], dir: Dir) -> Result<Parsed, NatDrop> {
+    let (ihl, end, proto) = ipv4_bounds(ip)?;
+    if rd16(ip, 6) & 0x1fff != 0 {
+        return Err(NatDrop::Fragment);
+    }
+    let l4 = ihl;
+    let need = match proto {
+        TCP => 20,
+        UDP | ICMP => 8,
+        _ => return Err(NatDrop::Protocol),
+    };
+    if l4 + need > end {
+        return Err(NatDrop::Malformed);
+    }
+    if proto == ICMP && ICMP_ERRORS.contains(&ip[l4]) {
+        return Ok(Parsed::IcmpError { ihl, end });
+    }
+    let (sport, dport, flags) = match proto {
+        ICMP => {
+            let want = if dir == Dir::Out { ECHO_REQUEST } else { ECHO_REPLY };
+            if ip[l4] != want || ip[l4 + 1] != 0 {
+                return Err(NatDrop::Protocol);
+            }
+            let id = rd16(ip, l4 + 4);
+            if dir == Dir::Out { (id, 0, 0) } else { (0, id, 0) }
+        }
+        _ => (rd16(ip, l4), rd16(ip, l4 + 2), if proto == TCP { ip[l4 + 13] } else { 0 }),
+    };
+    Ok(Parsed::Conn { t: Tuple { proto, src: rd32(ip, 12), sport, dst: rd32(ip, 16), dport }, flags, l4, end })
+}
+
 impl Nat {
     /// Translates an IPv4 packet (`ip` from its first byte) going `dir` at `now`, in place:
     /// out, its source address and port (an echo request's id) become the connection's public
@@ -687,34 +731,12 @@ impl Nat {
     /// connection has the packet it quotes translated as well (and its checksums). Checksums
     /// are updated incrementally; an ICMP error's own checksum is computed afresh.
     pub fn translate(&mut self, ip: &mut [u8], dir: Dir, now: u64) -> Result<Translated, NatDrop> {
-        let (ihl, end, proto) = ipv4_bounds(ip).map_err(|d| self.count(d))?;
-        if rd16(ip, 6) & 0x1fff != 0 {
-            return Err(self.count(NatDrop::Fragment));
-        }
-        let l4 = ihl;
-        let need = match proto {
-            TCP => 20,
-            UDP | ICMP => 8,
-            _ => return Err(self.count(NatDrop::Protocol)),
+        let (t, flags, l4, end) = match parse(ip, dir) {
+            Ok(Parsed::Conn { t, flags, l4, end }) => (t, flags, l4, end),
+            Ok(Parsed::IcmpError { ihl, end }) => return self.translate_icmp_error(ip, dir, (ihl, end), now),
+            Err(d) => return Err(self.count(d)),
         };
-        if l4 + need > end {
-            return Err(self.count(NatDrop::Malformed));
-        }
-        if proto == ICMP && ICMP_ERRORS.contains(&ip[l4]) {
-            return self.translate_icmp_error(ip, dir, (ihl, end), now);
-        }
-        let (sport, dport, flags) = match proto {
-            ICMP => {
-                let want = if dir == Dir::Out { ECHO_REQUEST } else { ECHO_REPLY };
-                if ip[l4] != want || ip[l4 + 1] != 0 {
-                    return Err(self.count(NatDrop::Protocol));
-                }
-                let id = rd16(ip, l4 + 4);
-                if dir == Dir::Out { (id, 0, 0) } else { (0, id, 0) }
-            }
-            _ => (rd16(ip, l4), rd16(ip, l4 + 2), if proto == TCP { ip[l4 + 13] } else { 0 }),
-        };
-        let t = Tuple { proto, src: rd32(ip, 12), sport, dst: rd32(ip, 16), dport };
+        let proto = t.proto;
         let l4s = l4_sum(proto, l4, end);
         // The pseudo-header covers the addresses for TCP and UDP, not for ICMP.
         let addr_sums: &[(usize, bool)] = match (proto, l4s) {
@@ -727,19 +749,41 @@ impl Nat {
             (_, Dir::In) => l4 + 2,
         };
         let port_sums: Vec<(usize, bool)> = l4s.into_iter().collect();
+        let tr = self.track_tuple(t, flags, dir, now)?;
         match dir {
             Dir::Out => {
-                let (a, p) = self.outbound(t, flags, now)?;
-                put(ip, 12, &a.to_be_bytes(), addr_sums);
-                put(ip, port_at, &p.to_be_bytes(), &port_sums);
-                Ok(Translated { orig: t, public: (a, p), icmp_error: false })
+                put(ip, 12, &tr.public.0.to_be_bytes(), addr_sums);
+                put(ip, port_at, &tr.public.1.to_be_bytes(), &port_sums);
             }
             Dir::In => {
-                let (a, p) = self.inbound(t, flags, now)?;
-                let orig = self.get_reply_orig(&t);
-                put(ip, 16, &a.to_be_bytes(), addr_sums);
-                put(ip, port_at, &p.to_be_bytes(), &port_sums);
-                Ok(Translated { orig, public: (t.dst, t.dport), icmp_error: false })
+                put(ip, 16, &tr.orig.src.to_be_bytes(), addr_sums);
+                put(ip, port_at, &tr.orig.sport.to_be_bytes(), &port_sums);
+            }
+        }
+        Ok(tr)
+    }
+
+    /// The connection a TCP, UDP or ICMP echo packet going `dir` belongs to (made if new and
+    /// going out), its state and timeout moved on, the packet left as it is: what the switch's
+    /// post-processing needs to rewrite it. An ICMP error is refused (`protocol`): only
+    /// [`translate`](Self::translate) rewrites one.
+    pub fn track(&mut self, ip: &[u8], dir: Dir, now: u64) -> Result<Translated, NatDrop> {
+        match parse(ip, dir) {
+            Ok(Parsed::Conn { t, flags, .. }) => self.track_tuple(t, flags, dir, now),
+            Ok(Parsed::IcmpError { .. }) => Err(self.count(NatDrop::Protocol)),
+            Err(d) => Err(self.count(d)),
+        }
+    }
+
+    fn track_tuple(&mut self, t: Tuple, flags: u8, dir: Dir, now: u64) -> Result<Translated, NatDrop> {
+        match dir {
+            Dir::Out => {
+                let public = self.outbound(t, flags, now)?;
+                Ok(Translated { orig: t, public, icmp_error: false })
+            }
+            Dir::In => {
+                self.inbound(t, flags, now)?;
+                Ok(Translated { orig: self.get_reply_orig(&t), public: (t.dst, t.dport), icmp_error: false })
             }
         }
     }

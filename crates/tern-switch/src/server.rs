@@ -13,16 +13,25 @@ use tern_io::{Batch, Pool};
 use tern_wire::clip::{self, Header, Kind};
 
 use crate::group::FlowId;
+use crate::nat::{self, Connection, Dir, Nat, NatConfig, NatDrop, Parsed, TcpState, Tuple};
 
 /// A program's remote handler: the code a switch cannot run (§III-C).
 pub trait RemoteHandler: Send {
     /// Its name, as programs name it (`handler = "..."`).
     fn name(&self) -> &'static str;
-    /// Handles one request: `flow` its flow's id, `l3` the original frame from its byte 14
-    /// (the bytes after its EtherType), `request` the request's parameters; writes the
+    /// Handles one request at `now_ns`: `flow` its flow's id, `l3` the original frame from its
+    /// byte 14 (the bytes after its EtherType; a handler may rewrite them in place, as SNAT
+    /// does an ICMP error's quoted packet), `request` the request's parameters; writes the
     /// response's parameters into `response` (the header's parameter bytes: the program's
     /// response fields first). `Err` drops it, naming why.
-    fn handle(&mut self, flow: FlowId, l3: &[u8], request: &[u8], response: &mut [u8]) -> Result<(), &'static str>;
+    fn handle(
+        &mut self,
+        now_ns: u64,
+        flow: FlowId,
+        l3: &mut [u8],
+        request: &[u8],
+        response: &mut [u8],
+    ) -> Result<(), &'static str>;
     /// Entries the handler holds (its mirrored table).
     fn entries(&self) -> usize;
     /// Moves the entries it made since the last call into `out`, each a record for
@@ -30,10 +39,10 @@ pub trait RemoteHandler: Send {
     fn take_new(&mut self, out: &mut Vec<Vec<u8>>) {
         let _ = out;
     }
-    /// Takes a replica of another server's entry (a record from its `take_new`); a record it
-    /// cannot read is refused, naming why.
-    fn adopt_replica(&mut self, record: &[u8]) -> Result<(), &'static str> {
-        let _ = record;
+    /// Takes a replica of another server's entry (a record from its `take_new`) at `now_ns`; a
+    /// record it cannot read is refused, naming why.
+    fn adopt_replica(&mut self, now_ns: u64, record: &[u8]) -> Result<(), &'static str> {
+        let _ = (now_ns, record);
         Err("no replicas")
     }
     /// Up to `max` of its entries, each as (key, value) in words (for `dump-tables`).
@@ -157,9 +166,9 @@ impl Server {
         std::mem::take(&mut self.replicas)
     }
 
-    /// Takes another server's replicas; returns how many were refused.
-    pub fn adopt_replicas(&mut self, records: &[Vec<u8>]) -> usize {
-        records.iter().filter(|r| self.handler.adopt_replica(r).is_err()).count()
+    /// Takes another server's replicas at `now_ns`; returns how many were refused.
+    pub fn adopt_replicas(&mut self, now_ns: u64, records: &[Vec<u8>]) -> usize {
+        records.iter().filter(|r| self.handler.adopt_replica(now_ns, r).is_err()).count()
     }
 
     /// Answers one request frame in place.
@@ -179,7 +188,7 @@ impl Server {
         let mut request = [0u8; 255];
         let plen = usize::from(repr.param_len);
         request[..plen].copy_from_slice(h.params());
-        self.handler.handle(flow, l3, &request[..plen], h.params_mut()).map_err(|_| ServerDrop::Handler)?;
+        self.handler.handle(now_ns, flow, l3, &request[..plen], h.params_mut()).map_err(|_| ServerDrop::Handler)?;
         h.set_kind(Kind::Response);
         h.set_flags(if busy { clip::FLAG_BUSY } else { 0 });
         if self.path_ns > 0 {
@@ -226,49 +235,43 @@ impl Server {
     }
 }
 
-/// CLIP's SNAT (Appendix A) as a remote handler: the server's mirror of the switch's `nat`
-/// table maps a flow's 5-tuple to its public address and port; a flow without one gets the
-/// next free pair (addresses of a pool, ports of a range), which it keeps. The response: the
-/// address (4 bytes) and port (2), big-endian — the program's `res.addr` and `res.port`.
-#[derive(Debug, Clone)]
+/// CLIP's SNAT (Appendix A; docs/clip.md, "SNAT") as a remote handler: the server's mirror of
+/// the switch's `nat` table is a [`Nat`] — netfilter's port choice, timeouts and TCP states —
+/// over the server's own public addresses (or its slice of shared ones). A request's `dir`
+/// (its byte 8: 0 out, 1 in; absent: out) says which way the packet goes. A TCP or UDP
+/// packet's connection is found or made and the response says what to write: the public
+/// address and port going out (`dir` 0: the switch rewrites the source), the inside host's
+/// coming in (`dir` 1: the destination); an ICMP echo or error is translated here, in place
+/// (`dir` 2: nothing left to rewrite). The response: address (4 bytes), port (2), `dir` (1),
+/// big-endian — the program's `res.addr`, `res.port` and `res.dir`.
+#[derive(Debug)]
 pub struct Snat {
-    addrs: Vec<u32>,
-    ports: (u16, u16),
-    table: HashMap<[u64; 5], (u32, u16)>,
-    next: u64,
-    /// Entries made since the last `take_new`.
-    fresh: Vec<[u64; 5]>,
+    nat: Nat,
+    /// Connections made since the last `take_new`.
+    fresh: Vec<Tuple>,
 }
 
+/// A replica record's bytes.
+const SNAT_RECORD: usize = 21;
+
 impl Snat {
-    /// A SNAT over public `addrs` and ports `ports.0..=ports.1`.
-    pub fn new(addrs: Vec<u32>, ports: (u16, u16)) -> Result<Snat, String> {
-        if addrs.is_empty() || ports.0 > ports.1 {
-            return Err("snat: at least one address and a port range low to high".into());
-        }
-        Ok(Snat { addrs, ports, table: HashMap::new(), next: 0, fresh: Vec::new() })
+    /// A SNAT with `cfg`.
+    pub fn new(cfg: NatConfig) -> Result<Snat, String> {
+        Ok(Snat { nat: Nat::new(cfg)?, fresh: Vec::new() })
     }
 
-    /// Pairs it can hand out.
-    pub fn capacity(&self) -> u64 {
-        self.addrs.len() as u64 * (u64::from(self.ports.1 - self.ports.0) + 1)
+    /// Server `index`'s SNAT: its own address 192.0.2.`index+1`, every port (docs/clip.md).
+    pub fn for_server(index: u16) -> Result<Snat, String> {
+        let last = u8::try_from(index + 1).map_err(|_| format!("snat: server {index}: at most 254 servers"))?;
+        Snat::new(NatConfig {
+            seed: u64::from(index) + 1,
+            ..NatConfig::new(u32::from(std::net::Ipv4Addr::new(192, 0, 2, last)))
+        })
     }
 
-    /// The pair a flow holds.
-    pub fn get(&self, tuple: &[u64; 5]) -> Option<(u32, u16)> {
-        self.table.get(tuple).copied()
-    }
-
-    /// Takes over another server's entries (failover replicas): flows it does not hold.
-    pub fn adopt(&mut self, entries: impl IntoIterator<Item = ([u64; 5], (u32, u16))>) {
-        for (k, v) in entries {
-            self.table.entry(k).or_insert(v);
-        }
-    }
-
-    /// Its entries.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u64; 5], &(u32, u16))> {
-        self.table.iter()
+    /// Its translation state.
+    pub fn nat(&self) -> &Nat {
+        &self.nat
     }
 }
 
@@ -277,78 +280,107 @@ impl RemoteHandler for Snat {
         "snat"
     }
 
-    fn handle(&mut self, _flow: FlowId, l3: &[u8], _request: &[u8], response: &mut [u8]) -> Result<(), &'static str> {
-        let tuple = crate::flow::five_tuple_l3(l3).ok_or("not_ipv4")?;
-        let (addr, port) = match self.table.get(&tuple) {
-            Some(&v) => v,
-            None => {
-                if self.next >= self.capacity() {
-                    return Err("exhausted");
-                }
-                let span = u64::from(self.ports.1 - self.ports.0) + 1;
-                let v = (self.addrs[(self.next / span) as usize], self.ports.0 + (self.next % span) as u16);
-                self.next += 1;
-                self.table.insert(tuple, v);
-                self.fresh.push(tuple);
-                v
-            }
-        };
-        if response.len() < 6 {
+    fn handle(
+        &mut self,
+        now_ns: u64,
+        _flow: FlowId,
+        l3: &mut [u8],
+        request: &[u8],
+        response: &mut [u8],
+    ) -> Result<(), &'static str> {
+        if response.len() < 7 {
             return Err("response_length");
         }
+        let dir = match request.get(8) {
+            None | Some(0) => Dir::Out,
+            Some(1) => Dir::In,
+            Some(_) => return Err("request_dir"),
+        };
+        let made = self.nat.counters.created;
+        let (tr, code) = match nat::parse(l3, dir) {
+            Ok(Parsed::Conn { t, .. }) if t.proto != nat::ICMP => (self.nat.track(l3, dir, now_ns), dir as u8),
+            _ => (self.nat.translate(l3, dir, now_ns), 2),
+        };
+        let tr = tr.map_err(NatDrop::name)?;
+        if self.nat.counters.created > made {
+            self.fresh.push(tr.orig);
+        }
+        let (addr, port) = if dir == Dir::Out { tr.public } else { (tr.orig.src, tr.orig.sport) };
         response[..4].copy_from_slice(&addr.to_be_bytes());
         response[4..6].copy_from_slice(&port.to_be_bytes());
-        response[6..].fill(0);
+        response[6] = code;
+        response[7..].fill(0);
         Ok(())
     }
 
     fn entries(&self) -> usize {
-        self.table.len()
+        self.nat.len()
     }
 
-    /// A record: the 5-tuple (five 8-byte words), the address (4 bytes) and port (2), big-endian.
+    /// A record: the original tuple (protocol 1 byte, source 4, port 2, destination 4, port 2),
+    /// the public address (4) and port (2), the TCP state (1: its index, 0xff none) and
+    /// whether a reply came (1); big-endian.
     fn take_new(&mut self, out: &mut Vec<Vec<u8>>) {
-        for k in self.fresh.drain(..) {
-            if let Some(&(a, p)) = self.table.get(&k) {
-                let mut r = Vec::with_capacity(46);
-                for w in k {
-                    r.extend_from_slice(&w.to_be_bytes());
-                }
-                r.extend_from_slice(&a.to_be_bytes());
-                r.extend_from_slice(&p.to_be_bytes());
-                out.push(r);
-            }
+        for t in self.fresh.drain(..) {
+            let Some(c) = self.nat.get(&t, 0) else { continue };
+            let mut r = Vec::with_capacity(SNAT_RECORD);
+            r.push(t.proto);
+            r.extend_from_slice(&t.src.to_be_bytes());
+            r.extend_from_slice(&t.sport.to_be_bytes());
+            r.extend_from_slice(&t.dst.to_be_bytes());
+            r.extend_from_slice(&t.dport.to_be_bytes());
+            r.extend_from_slice(&c.public.0.to_be_bytes());
+            r.extend_from_slice(&c.public.1.to_be_bytes());
+            r.push(c.tcp.map_or(0xff, |s| s as u8));
+            r.push(u8::from(c.replied));
+            out.push(r);
         }
     }
 
-    fn adopt_replica(&mut self, r: &[u8]) -> Result<(), &'static str> {
-        if r.len() != 46 {
+    /// A replica's connection keeps its public address and port; its timeout starts at
+    /// `now_ns`, and a TCP connection still opening is taken as established (its buddy saw
+    /// its first packet only; netfilter's loose pick-up does the same).
+    fn adopt_replica(&mut self, now_ns: u64, r: &[u8]) -> Result<(), &'static str> {
+        if r.len() != SNAT_RECORD {
             return Err("record_length");
         }
-        let mut k = [0u64; 5];
-        for (i, w) in k.iter_mut().enumerate() {
-            *w = u64::from_be_bytes(r[8 * i..8 * i + 8].try_into().map_err(|_| "record_length")?);
+        let u16_at = |i: usize| u16::from_be_bytes([r[i], r[i + 1]]);
+        let u32_at = |i: usize| u32::from_be_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
+        let orig = Tuple { proto: r[0], src: u32_at(1), sport: u16_at(5), dst: u32_at(7), dport: u16_at(11) };
+        if !matches!(orig.proto, nat::TCP | nat::UDP | nat::ICMP) {
+            return Err("record_protocol");
         }
-        let a = u32::from_be_bytes(r[40..44].try_into().map_err(|_| "record_length")?);
-        let p = u16::from_be_bytes([r[44], r[45]]);
-        self.table.entry(k).or_insert((a, p));
-        Ok(())
+        let tcp = match r[19] {
+            0xff if orig.proto != nat::TCP => None,
+            s if orig.proto == nat::TCP => match TcpState::ALL.get(usize::from(s)) {
+                Some(TcpState::SynSent | TcpState::SynRecv) => Some(TcpState::Established),
+                Some(&st) => Some(st),
+                None => return Err("record_state"),
+            },
+            _ => return Err("record_state"),
+        };
+        let mut c = Connection { orig, public: (u32_at(13), u16_at(17)), tcp, replied: r[20] != 0, deadline: 0 };
+        c.deadline = now_ns.saturating_add(nat::timeout(&self.nat.config().timeouts, &c));
+        self.nat.adopt(c)
     }
 
     fn dump(&self, max: usize) -> Vec<(String, String)> {
-        let ip = |v: u64| std::net::Ipv4Addr::from(v as u32);
-        let proto = |p: u64| match p {
-            6 => "tcp".to_string(),
-            17 => "udp".to_string(),
+        let ip = |v: u32| std::net::Ipv4Addr::from(v);
+        let proto = |p: u8| match p {
+            nat::TCP => "tcp".to_string(),
+            nat::UDP => "udp".to_string(),
+            nat::ICMP => "icmp".to_string(),
             p => p.to_string(),
         };
-        self.table
-            .iter()
+        self.nat
+            .connections(0)
             .take(max)
-            .map(|(k, &(a, p))| {
+            .map(|c| {
+                let k = c.orig;
+                let state = c.tcp.map_or(if c.replied { "replied" } else { "unreplied" }, TcpState::name);
                 (
-                    format!("{} {}:{} -> {}:{}", proto(k[2]), ip(k[0]), k[3], ip(k[1]), k[4]),
-                    format!("{}:{p}", std::net::Ipv4Addr::from(a)),
+                    format!("{} {}:{} -> {}:{}", proto(k.proto), ip(k.src), k.sport, ip(k.dst), k.dport),
+                    format!("{}:{} {state}", ip(c.public.0), c.public.1),
                 )
             })
             .collect()
@@ -449,7 +481,7 @@ impl Cluster {
                 if let Some(d) = self.buddy[s]
                     && self.alive.get(d) == Some(&true)
                 {
-                    self.servers[d].adopt_replicas(&replicas);
+                    self.servers[d].adopt_replicas(self.now_ns, &replicas);
                 }
                 self.switch.process(sp, b, &mut self.outs, &self.pool);
             }
@@ -498,10 +530,7 @@ impl Cluster {
 /// of a group gets its own (SNAT: addresses 192.0.2.`index+1`, ports 1024–65535).
 pub fn handler(name: &str, index: u16) -> Result<Box<dyn RemoteHandler>, String> {
     match name {
-        "snat" => {
-            let last = u8::try_from(index + 1).map_err(|_| format!("snat: server {index}: at most 254 servers"))?;
-            Ok(Box::new(Snat::new(vec![u32::from(std::net::Ipv4Addr::new(192, 0, 2, last))], (1024, 65535))?))
-        }
+        "snat" => Ok(Box::new(Snat::for_server(index)?)),
         other => Err(format!("no remote handler `{other}` (Tern has: snat)")),
     }
 }

@@ -39,7 +39,7 @@ fn cluster_of(n: u16, members: &[u16], offload: bool, capacity: usize) -> Cluste
     let switch = Switch::new(program(), cfg).unwrap();
     let servers = (0..n)
         .map(|s| {
-            let snat = Snat::new(vec![u32::from(Ipv4Addr::new(192, 0, 2, s as u8 + 1))], (1024, 65535)).unwrap();
+            let snat = Snat::for_server(s).unwrap();
             Server::new(clip::DEFAULT_ETHERTYPE, 1, Box::new(snat), 1_000_000_000)
         })
         .collect();
@@ -306,7 +306,7 @@ fn a_full_hold_queue_sheds_by_name() {
         hold_capacity: 10,
         ..SwitchConfig::default()
     };
-    let snat = Snat::new(vec![u32::from(Ipv4Addr::new(192, 0, 2, 1))], (1024, 65535)).unwrap();
+    let snat = Snat::for_server(0).unwrap();
     let server = Server::new(clip::DEFAULT_ETHERTYPE, 1, Box::new(snat), u64::MAX);
     let mut c = Cluster::new(Switch::new(program(), cfg).unwrap(), vec![server]);
     c.busy[0] = true;

@@ -289,7 +289,7 @@ pub fn run(a: &ServerArgs) -> CmdResult {
         }
         let adopted = inbox.try_lock().map(|mut q| std::mem::take(&mut *q)).unwrap_or_default();
         if !adopted.is_empty() {
-            let refused = srv.adopt_replicas(&adopted);
+            let refused = srv.adopt_replicas(now_ns, &adopted);
             replicas_adopted += (adopted.len() - refused) as u64;
         }
         while let Ok(ask) = ask_rx.try_recv() {
