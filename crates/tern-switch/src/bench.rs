@@ -181,9 +181,16 @@ pub fn snat_cluster(scheme: Scheme, capacity: usize, server_ns: u64, seed: u64) 
 pub fn install_answered(c: &mut Cluster, frame: &[u8]) -> Result<(), String> {
     let out = c.send(INSIDE, &[frame]);
     let (_, g) = out.first().ok_or("no answer")?;
-    let key = crate::flow::five_tuple(frame).ok_or("not IPv4")?;
+    let key = snat_key(frame).ok_or("not IPv4")?;
     let translated = crate::flow::five_tuple(g).ok_or("not IPv4")?;
     c.switch.install(&key, &[translated[0], translated[3]])
+}
+
+/// A frame's key in the SNAT program's `nat` table: source, destination, protocol, TCP's
+/// ports, UDP's ports (a packet's other protocol's read as 0).
+pub fn snat_key(frame: &[u8]) -> Option<[u64; 7]> {
+    let [s, d, p, sp, dp] = crate::flow::five_tuple(frame)?;
+    Some(if p == 6 { [s, d, p, sp, dp, 0, 0] } else { [s, d, p, 0, 0, sp, dp] })
 }
 
 /// Runs `scheme` on `frames` (one a flow) drawn by `trace`, measured for `run.secs` on two

@@ -157,6 +157,8 @@ pub struct Selector {
     pins: HashMap<FlowId, ServerId>,
     /// Servers that said they are near their queue limit.
     busy: Vec<ServerId>,
+    /// Servers failed over, and the buddy that took their flows (a chain followed to its end).
+    redirects: HashMap<ServerId, ServerId>,
     stats: SelectorStats,
 }
 
@@ -171,8 +173,18 @@ impl Selector {
             filters: [filter()?, filter()?],
             pins: HashMap::new(),
             busy: Vec::new(),
+            redirects: HashMap::new(),
             stats: SelectorStats::default(),
         })
+    }
+
+    /// Where a packet a program sends to server `s` itself goes (`meta.server`: SNAT's replies
+    /// go to the server that owns their public address): `s`, or the buddy that took its
+    /// flows if it failed; None if that server is not one the switch sends to.
+    pub fn owner(&self, s: ServerId) -> Option<ServerId> {
+        let t = self.redirects.get(&s).copied().unwrap_or(s);
+        let member = self.groups.iter().flatten().any(|g| g.members.contains(&t));
+        (member || self.pins.values().any(|&p| p == t)).then_some(t)
     }
 
     /// The server for a packet of `flow`, and how it was found (the data plane's lookup:
@@ -269,6 +281,12 @@ impl Selector {
             }
         }
         self.busy.retain(|&s| s != dead);
+        for t in self.redirects.values_mut() {
+            if *t == dead {
+                *t = buddy;
+            }
+        }
+        self.redirects.insert(dead, buddy);
         self.stats.failovers += 1;
         Ok(())
     }

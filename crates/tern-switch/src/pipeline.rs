@@ -68,6 +68,7 @@ const UDP_DST: usize = 13;
 const INGRESS: usize = 14;
 const EGRESS: usize = 15;
 const FLIGHT: usize = 16;
+const SERVER: usize = 17;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -936,6 +937,13 @@ impl Pipeline {
         }
         self.st.deparse(&self.code, frame, off);
         self.st.forward()
+    }
+
+    /// The server the last packet [`pre`](Self::pre) sent to a server must go to, if its
+    /// program set `meta.server` (server `s` is `s + 1`; 0, the default, lets the group's
+    /// selection pick one by the flow).
+    pub fn server(&self) -> Option<u16> {
+        (self.st.phv[SERVER] != 0).then(|| (self.st.phv[SERVER] - 1) as u16)
     }
 
     /// The request parameters of the last packet [`pre`](Self::pre) sent to a server.

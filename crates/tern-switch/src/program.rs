@@ -18,7 +18,7 @@ use crate::place::{self, Item, MatchKind, RegisterSpec, TableSpec};
 
 /// Header fields the parser extracts (its states: ethernet, then ipv4, then tcp or udp), with
 /// their widths in bits, and the standard metadata.
-pub const HEADER_FIELDS: [(&str, u32); 17] = [
+pub const HEADER_FIELDS: [(&str, u32); 18] = [
     ("ethernet.dst", 48),
     ("ethernet.src", 48),
     ("ethernet.type", 16),
@@ -36,6 +36,7 @@ pub const HEADER_FIELDS: [(&str, u32); 17] = [
     ("meta.ingress_port", 9),
     ("meta.egress_port", 9),
     ("meta.flight", 1),
+    ("meta.server", 16),
 ];
 
 /// Bytes of parameters a CLIP header carries at most (`param_len` is one byte).
@@ -618,8 +619,10 @@ impl Program {
     pub fn items(&self) -> Vec<Item> {
         let mut items = Vec::new();
         let mut placed_regs: Vec<&str> = Vec::new();
-        for (control, steps) in [("pre", &self.pre_processing), ("post", &self.post_processing)] {
-            for step in steps.iter() {
+        for (control, steps, guards) in
+            [("pre", &self.pre_processing, &self.pre_guards), ("post", &self.post_processing, &self.post_guards)]
+        {
+            for (i, step) in steps.iter().enumerate() {
                 let (name, key, size, acts): (String, Keys, u64, Vec<&Action>) = match self
                     .tables
                     .iter()
@@ -633,7 +636,9 @@ impl Program {
                     ),
                     None => (format!("{control}.{step}"), Vec::new(), 0, self.action(step).into_iter().collect()),
                 };
-                let mut reads = Vec::new();
+                // A guard reads its field before the step runs (a gateway: a match dependency).
+                let mut reads: Vec<String> =
+                    guards.get(i).and_then(Option::as_ref).map(|g| g.field.clone()).into_iter().collect();
                 let mut writes = Vec::new();
                 let mut regs: Vec<(&str, Vec<String>, Vec<String>)> = Vec::new();
                 for a in &acts {

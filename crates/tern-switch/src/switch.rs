@@ -145,11 +145,13 @@ pub enum DropReason {
     TxFull,
     /// A busy server's held queue was full.
     Shed,
+    /// The program sent the frame to a server (`meta.server`) the switch does not send to.
+    NoServer,
 }
 
 impl DropReason {
     /// Every reason, in the order of [`SwitchStats::drops`].
-    pub const ALL: [DropReason; 23] = [
+    pub const ALL: [DropReason; 24] = [
         DropReason::Malformed,
         DropReason::SpoofedHeader,
         DropReason::ServerNotClip,
@@ -173,6 +175,7 @@ impl DropReason {
         DropReason::NoHeadroom,
         DropReason::TxFull,
         DropReason::Shed,
+        DropReason::NoServer,
     ];
 
     /// Its name in metrics and docs.
@@ -201,6 +204,7 @@ impl DropReason {
             DropReason::NoHeadroom => "no_headroom",
             DropReason::TxFull => "tx_full",
             DropReason::Shed => "shed",
+            DropReason::NoServer => "no_server",
         }
     }
 
@@ -225,9 +229,9 @@ pub struct SwitchStats {
     pub switch_only: u64,
     /// Of those, frames the mirrored table's original served.
     pub offloaded: u64,
-    /// Requests sent to servers, by how the selector found the server: pinned, diverted,
-    /// current, previous.
-    pub to_server: [u64; 4],
+    /// Requests sent to servers, by how the server was found: the selector's pinned,
+    /// diverted, current or previous, or the program's own choice (`meta.server`).
+    pub to_server: [u64; 5],
     /// Responses taken back and sent on.
     pub responses: u64,
     /// ARP requests answered.
@@ -568,9 +572,16 @@ impl Switch {
     }
 
     fn send_to(&mut self, p: &mut Packet, flow: FlowId) -> Result<u16, DropReason> {
-        let (server, path) = self.selector.select(flow);
+        // The program's own choice of server, or the group's by the flow.
+        let (server, path) = match self.pipeline.server() {
+            Some(s) => (self.selector.owner(s).ok_or(DropReason::NoServer)?, None),
+            None => {
+                let (s, path) = self.selector.select(flow);
+                (s, Some(path))
+            }
+        };
         let version = match path {
-            Path::Previous => self.selector.previous().map_or(0, |g| g.version),
+            Some(Path::Previous) => self.selector.previous().map_or(0, |g| g.version),
             _ => self.selector.current().version,
         };
         let hl = FIXED_LEN + self.param_len;
@@ -598,7 +609,7 @@ impl Switch {
         let req = self.pipeline.request();
         params[..req.len()].copy_from_slice(req);
         params[req.len()..].fill(0);
-        self.stats.to_server[path_index(path)] += 1;
+        self.stats.to_server[path.map_or(4, path_index)] += 1;
         if let Some(c) = self.stats.requests_by_server.get_mut(usize::from(server)) {
             *c += 1;
         }

@@ -32,6 +32,9 @@ fn key(src: [u8; 4], sport: u16) -> Vec<KeyMatch> {
         KeyMatch::Exact(u64::from(u32::from_be_bytes(src))),
         KeyMatch::Exact(u64::from(u32::from_be_bytes([8, 8, 8, 8]))),
         KeyMatch::Exact(17),
+        // TCP's ports (none in a UDP packet), then UDP's.
+        KeyMatch::Exact(0),
+        KeyMatch::Exact(0),
         KeyMatch::Exact(u64::from(sport)),
         KeyMatch::Exact(53),
     ]
@@ -43,10 +46,12 @@ fn a_miss_goes_to_a_server_and_its_answer_is_written_back() {
     let mut f = udp([10, 0, 0, 5], 4000);
     let original = f.clone();
     assert_eq!(p.pre(&mut f, 1), Outcome::ToServer, "a miss goes to a server");
-    // The request: the flow's 64-bit hash; the same flow, the same hash; another, another.
+    // The request: the flow's 64-bit hash and the way it goes (0: out); the same flow, the
+    // same hash; another, another.
     let request = p.request().to_vec();
-    assert_eq!(request.len(), 8);
-    assert_eq!(p.param_len(), 8);
+    assert_eq!(request.len(), 9);
+    assert_eq!(request[8], 0);
+    assert_eq!(p.param_len(), 9);
     // parsed_len: the IPv4 and UDP headers.
     assert_eq!(p.parsed_len(), 28);
     assert_eq!(p.mirrored_hit(), Some(false));
@@ -60,9 +65,11 @@ fn a_miss_goes_to_a_server_and_its_answer_is_written_back() {
     assert_eq!(f, original);
     assert_eq!(p.register("to_server").unwrap()[4000 % 1024], 3);
     assert_eq!(p.table_counts("nat"), Some((0, 3)));
-    // The server answers 192.0.2.9:30000; post-processing writes it, checksums fixed.
+    // The server answers 192.0.2.9:30000 for the source (dir 0); post-processing writes it,
+    // checksums fixed.
     let mut response = vec![192, 0, 2, 9];
     response.extend_from_slice(&30000u16.to_be_bytes());
+    response.push(0);
     assert_eq!(p.post(&mut f, &response), Outcome::Forward { port: None });
     assert_eq!(seen(&f), ([192, 0, 2, 9], 30000, true));
     // The response is the flow's entry: translate(addr, port) keyed by the frame's 5-tuple as
@@ -101,7 +108,7 @@ fn an_entry_translates_in_the_switch() {
 fn bad_entries_and_frames_are_refused() {
     let mut p = snat();
     let k = key([10, 0, 0, 5], 4000);
-    assert!(p.insert("nat", &k[..4], 0, "translate", &[1, 2]).unwrap_err().contains("5 key fields"));
+    assert!(p.insert("nat", &k[..4], 0, "translate", &[1, 2]).unwrap_err().contains("7 key fields"));
     assert!(p.insert("nat", &k, 0, "ask_server", &[]).unwrap_err().contains("not one of its actions"));
     assert!(p.insert("nat", &k, 0, "translate", &[1]).unwrap_err().contains("2 parameters"));
     assert!(

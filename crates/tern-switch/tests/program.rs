@@ -10,24 +10,41 @@ fn snat() -> String {
 }
 
 /// Appendix A's SNAT: parsed, its tables and actions as written, and placed on `clip-tofino`:
-/// the `nat` table in stage 0 (2,048 entries of a 104-bit key and 48 bits of action data),
-/// the register it counts in beside it, and `rewrite` (which writes what `nat` matches on)
-/// after it.
+/// the classifying steps first (each writes the `path` the next reads), the `nat` table after
+/// them (2,048 entries of a 136-bit key and 48 bits of action data) with the register it
+/// counts in beside it, `nat_in` and the requests after, and the rewrites (which write what
+/// the tables match on) last.
 #[test]
 fn snat_parses_and_places() {
     let p = Program::parse(&snat()).unwrap();
     assert_eq!((p.name.as_str(), p.id, p.handler.as_deref()), ("snat", 1, Some("snat")));
-    assert_eq!(p.tables[0].key.len(), 5);
+    assert_eq!(p.tables[0].key.len(), 7);
     assert!(p.tables[0].mirrored);
-    let translate = &p.actions[0];
+    assert!(!p.tables[1].mirrored);
+    let translate = p.actions.iter().find(|a| a.name == "translate").unwrap();
     assert_eq!(translate.params, [("addr".to_string(), 32), ("port".to_string(), 16)]);
     assert_eq!(translate.ops[0], Op::Set { dst: "ipv4.src".into(), src: Operand::Field("param.addr".into()) });
     let m = SwitchModel::from_profile(&Profile::builtin("clip-tofino").unwrap()).unwrap();
     let pl = p.placement(&m).unwrap();
     let at: Vec<(&str, usize)> = pl.items.iter().map(|l| (l.name.as_str(), l.first)).collect();
-    assert_eq!(at, [("nat", 0), ("to_server", 0), ("post.rewrite", 1)]);
-    // 104 + 48 + 4 bits: two rows an entry, 4,096 rows, 4 blocks; 13 bytes of key.
-    assert_eq!((pl.items[0].uses.sram_blocks, pl.items[0].uses.crossbar_bytes), (4, 13));
+    assert_eq!(
+        at,
+        [
+            ("pre.from_inside", 0),
+            ("pre.from_outside", 1),
+            ("pre.icmp", 2),
+            ("pre.to_public", 3),
+            ("nat", 4),
+            ("to_server", 4),
+            ("pre.ask_server", 5),
+            ("nat_in", 6),
+            ("pre.ask_owner", 7),
+            ("post.rewrite_source", 8),
+            ("post.rewrite_destination", 8),
+        ]
+    );
+    // 136 + 48 + 4 bits: two rows an entry, 4,096 rows, 4 blocks; 17 bytes of key.
+    assert_eq!((pl.items[4].uses.sram_blocks, pl.items[4].uses.crossbar_bytes), (4, 17));
 }
 
 /// Each bad item is refused, naming it.
@@ -52,13 +69,13 @@ fn bad_programs_are_refused_by_name() {
         ("register = \"to_server\"", "register = \"to_servers\"", "register `to_servers` is not declared"),
         ("index = \"udp.src_port\"", "index = 1024", "`index` = 1024: the register has 1024 entries"),
         (
-            "post_processing = [\"rewrite\"]",
-            "post_processing = [\"ask_server\"]",
+            "post_processing = [\"rewrite_source",
+            "post_processing = [\"ask_server",
             "post_processing: action `ask_server` sends to a server",
         ),
         (
-            "pre_processing = [\"nat if",
-            "pre_processing = [\"natt if",
+            "\"nat if meta.path == 1\"",
+            "\"natt if meta.path == 1\"",
             "pre_processing: `natt` is neither a table nor an action",
         ),
         ("meta.ingress_port == 1", "meta.ingress == 1", "`meta.ingress` is not a field"),
@@ -67,14 +84,14 @@ fn bad_programs_are_refused_by_name() {
         ("learn = \"translate\"", "learn = \"ask_server\"", "learn action `ask_server` is not one of its actions"),
         ("mirrored = true", "mirrored = false", "`learn` is for a mirrored table"),
         (
-            "{ name = \"port\", bits = 16 }]",
-            "{ name = \"port\", bits = 24 }]",
+            "{ name = \"port\", bits = 16 }, { name = \"dir\", bits = 8 }]",
+            "{ name = \"port\", bits = 24 }, { name = \"dir\", bits = 8 }]",
             "learn action `translate`'s parameter `port` (16 bits) is not a response field",
         ),
         ("handler = \"snat\"\n", "", "pre_processing sends to a server but the program names no `handler`"),
         (
-            "request = [{ name = \"flow\", bits = 64 }]",
-            "request = [{ name = \"flow\", bits = 65 }]",
+            "request = [{ name = \"flow\", bits = 64 }",
+            "request = [{ name = \"flow\", bits = 65 }",
             "request parameter `flow`: 65 bits",
         ),
     ];

@@ -123,7 +123,7 @@ fn heavy_flows_move_into_the_switch_with_the_servers_answers() {
     assert_eq!(c.servers[0].stats().responses, served_before, "no request reached the server");
     assert_eq!(c.switch.stats().offloaded, 50);
     assert_eq!(c.switch.stats().offload_mismatch, 0);
-    let key7 = tern_switch::flow::five_tuple(&udp(7)).unwrap();
+    let key7 = tern_switch::bench::snat_key(&udp(7)).unwrap();
     assert_eq!(c.switch.location(&key7), tern_switch::mirror::Location::Both);
     // A light flow still goes to the server and keeps its pair.
     let out = c.send(INSIDE, &[&udp(1003)]);
@@ -189,7 +189,7 @@ fn request_and_response() -> (Vec<u8>, Vec<u8>) {
         program: 1,
         group_version: 0,
         request_id: 1,
-        param_len: 8,
+        param_len: 9,
     };
     clip::encapsulate(&mut f, &repr, clip::DEFAULT_ETHERTYPE).unwrap();
     let mut r = f.clone();

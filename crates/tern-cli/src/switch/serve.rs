@@ -265,7 +265,7 @@ impl Collector for SwitchCollector {
         counter_family(
             &mut enc,
             "tern_switch_packets",
-            "Frames by path: switch (left without a server; offloaded: of them, served by the mirrored table's original), to_server by how the server was found (pinned, diverted, current, previous), response (back from a server and sent on), arp_reply, held (requests held for a busy server, sent when it is no longer busy).",
+            "Frames by path: switch (left without a server; offloaded: of them, served by the mirrored table's original), to_server by how the server was found (pinned, diverted, current, previous; owner: the program named it), response (back from a server and sent on), arp_reply, held (requests held for a busy server, sent when it is no longer busy).",
             &[
                 path("switch", st.switch_only),
                 path("offloaded", st.offloaded),
@@ -273,6 +273,7 @@ impl Collector for SwitchCollector {
                 path("to_server_diverted", st.to_server[1]),
                 path("to_server_current", st.to_server[2]),
                 path("to_server_previous", st.to_server[3]),
+                path("to_server_owner", st.to_server[4]),
                 path("response", st.responses),
                 path("arp_reply", st.arp_replies),
                 path("held", st.held),

@@ -1,0 +1,232 @@
+//! CLIP's SNAT end to end through the switch and its servers (docs/clip.md, "SNAT"): TCP, UDP
+//! and ICMP out and their replies back by the server owning the public address; the same
+//! source port from two hosts to one destination; unsolicited packets and addresses no server
+//! owns counted; a failed server's connections keeping their public address and port at its
+//! buddy. Frames re-parsed by etherparse.
+
+use std::net::Ipv4Addr;
+
+use tern_switch::nat::{self, TcpState};
+use tern_switch::program::Program;
+use tern_switch::server::{Cluster, Server, ServerDrop, Snat};
+use tern_switch::switch::{DropReason, Route, Switch, SwitchConfig};
+use tern_wire::clip;
+use tern_wire::frame::{
+    FrameInfo, build_icmp4_echo, build_tcp4, build_udp4, fill_l4_checksum, header_sum_ok, l4_checksum_ok,
+};
+
+const INSIDE: u16 = 1;
+const OUTSIDE: u16 = 2;
+const REMOTE: [u8; 4] = [198, 51, 100, 7];
+const INSIDE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x11];
+const OUTSIDE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x99];
+
+/// Two servers (server s owns 192.0.2.(s+1)), both in the group, each the other's buddy; routes
+/// to the inside (10.0.0.0/8) and the outside (the rest).
+fn cluster() -> Cluster {
+    let program =
+        Program::load(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml")))
+            .unwrap();
+    let cfg = SwitchConfig {
+        ports: 4,
+        servers: vec![3, 4],
+        members: vec![0, 1],
+        routes: vec![
+            Route { prefix: "0.0.0.0/0".parse().unwrap(), port: OUTSIDE, mac: OUTSIDE_MAC },
+            Route { prefix: "10.0.0.0/8".parse().unwrap(), port: INSIDE, mac: INSIDE_MAC },
+        ],
+        offload_enabled: false,
+        ..SwitchConfig::default()
+    };
+    let switch = Switch::new(program, cfg).unwrap();
+    let servers = (0..2)
+        .map(|s| Server::new(clip::DEFAULT_ETHERTYPE, 1, Box::new(Snat::for_server(s).unwrap()), 1_000_000_000))
+        .collect();
+    let mut c = Cluster::new(switch, servers);
+    c.buddy = vec![Some(1), Some(0)];
+    c
+}
+
+fn udp(src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16) -> Vec<u8> {
+    let mut f = Vec::new();
+    build_udp4(&mut f, [2; 6], [4; 6], src, dst, sp, dp, 64, b"datagram");
+    f
+}
+
+fn tcp(src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16, flags: u8) -> Vec<u8> {
+    let mut f = Vec::new();
+    build_tcp4(&mut f, [2; 6], [4; 6], src, dst, sp, dp, 64, b"segment");
+    f[47] = flags;
+    let end = f.len();
+    fill_l4_checksum(&mut f, (26, 30), (30, 34), nat::TCP, 34, end, 50);
+    f
+}
+
+/// The one frame that left, by which port; checksums checked.
+fn one(out: Vec<(u16, Vec<u8>)>) -> (u16, Vec<u8>) {
+    assert_eq!(out.len(), 1, "{out:?}");
+    let (port, f) = out.into_iter().next().unwrap();
+    let info = FrameInfo::parse(&f).unwrap();
+    let hdr: [u8; 20] = f[14..34].try_into().unwrap();
+    assert!(header_sum_ok(&hdr) && l4_checksum_ok(&f, &info), "checksums");
+    (port, f)
+}
+
+/// Source and destination (address, port) as etherparse reads them.
+fn ends(f: &[u8]) -> ((Ipv4Addr, u16), (Ipv4Addr, u16)) {
+    let p = etherparse::SlicedPacket::from_ethernet(f).unwrap();
+    let Some(etherparse::NetSlice::Ipv4(v4)) = &p.net else { panic!("not IPv4") };
+    let (s, d) = (v4.header().source_addr(), v4.header().destination_addr());
+    let (sp, dp) = match &p.transport {
+        Some(etherparse::TransportSlice::Udp(u)) => (u.source_port(), u.destination_port()),
+        Some(etherparse::TransportSlice::Tcp(t)) => (t.source_port(), t.destination_port()),
+        Some(etherparse::TransportSlice::Icmpv4(i)) => match i.icmp_type() {
+            etherparse::Icmpv4Type::EchoRequest(e) | etherparse::Icmpv4Type::EchoReply(e) => (e.id, e.id),
+            _ => (0, 0),
+        },
+        _ => (0, 0),
+    };
+    ((s, sp), (d, dp))
+}
+
+fn owner_of(addr: Ipv4Addr) -> usize {
+    usize::from(addr.octets()[3]) - 1
+}
+
+#[test]
+fn udp_goes_out_translated_and_its_reply_comes_back_through_the_owner() {
+    let mut c = cluster();
+    let (port, out) = one(c.send(INSIDE, &[&udp([10, 0, 0, 1], REMOTE, 5000, 53)]));
+    assert_eq!(port, OUTSIDE);
+    let ((pub_addr, pub_port), (dst, dport)) = ends(&out);
+    assert_eq!((dst, dport), (Ipv4Addr::from(REMOTE), 53));
+    assert_eq!(pub_port, 5000, "the source port is kept (its reply tuple is free)");
+    let owner = owner_of(pub_addr);
+    // The reply goes to the owner (whichever server the flow hashed to) and back in.
+    let before = c.servers[owner].stats().requests;
+    let (port, back) = one(c.send(OUTSIDE, &[&udp(REMOTE, pub_addr.octets(), 53, pub_port)]));
+    assert_eq!(port, INSIDE);
+    assert_eq!(&back[0..6], &INSIDE_MAC);
+    assert_eq!(ends(&back), ((Ipv4Addr::from(REMOTE), 53), (Ipv4Addr::new(10, 0, 0, 1), 5000)));
+    assert_eq!(c.servers[owner].stats().requests, before + 1);
+    assert_eq!(c.switch.stats().to_server[4], 1, "found by the program (meta.server)");
+}
+
+#[test]
+fn two_hosts_with_one_port_to_one_destination_get_two_public_pairs() {
+    let mut c = cluster();
+    let mut pairs = Vec::new();
+    // Enough hosts that two land on one server (same public address).
+    for h in 1..=6u8 {
+        let (_, out) = one(c.send(INSIDE, &[&udp([10, 0, 0, h], REMOTE, 7000, 53)]));
+        pairs.push((h, ends(&out).0));
+    }
+    let unique: std::collections::HashSet<_> = pairs.iter().map(|p| p.1).collect();
+    assert_eq!(unique.len(), pairs.len(), "{pairs:?}");
+    for (h, (a, p)) in &pairs {
+        if *p != 7000 {
+            assert!(*p >= 1024, "the class of 7000");
+        }
+        let (_, back) = one(c.send(OUTSIDE, &[&udp(REMOTE, a.octets(), 53, *p)]));
+        assert_eq!(ends(&back).1, (Ipv4Addr::new(10, 0, 0, *h), 7000));
+    }
+}
+
+#[test]
+fn a_tcp_connection_opens_and_closes_with_its_states() {
+    let mut c = cluster();
+    let (_, syn) = one(c.send(INSIDE, &[&tcp([10, 0, 0, 1], REMOTE, 40000, 443, nat::SYN)]));
+    let ((a, p), _) = ends(&syn);
+    let s = owner_of(a);
+    let (port, synack) = one(c.send(OUTSIDE, &[&tcp(REMOTE, a.octets(), 443, p, nat::SYN | nat::ACK)]));
+    assert_eq!(port, INSIDE);
+    assert_eq!(ends(&synack).1, (Ipv4Addr::new(10, 0, 0, 1), 40000));
+    one(c.send(INSIDE, &[&tcp([10, 0, 0, 1], REMOTE, 40000, 443, nat::ACK)]));
+    let state = |c: &Cluster| {
+        let dump = c.servers[s].handler().dump(10);
+        dump.iter().find(|(k, _)| k.starts_with("tcp 10.0.0.1:40000")).map(|(_, v)| v.clone())
+    };
+    assert!(state(&c).unwrap().ends_with(TcpState::Established.name()), "{:?}", state(&c));
+    // The remote resets it: closed (10 s).
+    one(c.send(OUTSIDE, &[&tcp(REMOTE, a.octets(), 443, p, nat::RST)]));
+    assert!(state(&c).unwrap().ends_with(TcpState::Close.name()), "{:?}", state(&c));
+}
+
+#[test]
+fn icmp_echo_and_errors_are_translated_at_the_server() {
+    let mut c = cluster();
+    let mut ping = Vec::new();
+    build_icmp4_echo(&mut ping, [2; 6], [4; 6], [10, 0, 0, 1], REMOTE, 99, 1, 64, b"ping");
+    let (port, out) = one(c.send(INSIDE, &[&ping]));
+    assert_eq!(port, OUTSIDE);
+    let ((a, id), _) = ends(&out);
+    let mut pong = Vec::new();
+    build_icmp4_echo(&mut pong, [4; 6], [2; 6], REMOTE, a.octets(), id, 1, 64, b"ping");
+    pong[34] = 0;
+    pong[36..38].fill(0);
+    let end = pong.len();
+    let sum = tern_wire::frame::checksum(&pong[34..end]);
+    pong[36..38].copy_from_slice(&sum.to_be_bytes());
+    let (port, back) = one(c.send(OUTSIDE, &[&pong]));
+    assert_eq!(port, INSIDE);
+    assert_eq!(ends(&back).1, (Ipv4Addr::new(10, 0, 0, 1), 99));
+    // A UDP flow out, and the remote's port-unreachable about it, quoting it as it went.
+    let (_, out) = one(c.send(INSIDE, &[&udp([10, 0, 0, 2], REMOTE, 6000, 9)]));
+    let ((a, _), _) = ends(&out);
+    let mut err = Vec::new();
+    build_icmp4_echo(&mut err, [4; 6], [2; 6], REMOTE, a.octets(), 0, 0, 64, &out[14..14 + 28]);
+    err[34] = 3;
+    err[35] = 3;
+    err[36..38].fill(0);
+    let end = err.len();
+    let sum = tern_wire::frame::checksum(&err[34..end]);
+    err[36..38].copy_from_slice(&sum.to_be_bytes());
+    let (port, back) = one(c.send(OUTSIDE, &[&err]));
+    assert_eq!(port, INSIDE);
+    assert_eq!(&back[30..34], &[10, 0, 0, 2]);
+    assert_eq!(&back[42 + 12..42 + 16], &[10, 0, 0, 2], "the quote's source is the inside host");
+    assert_eq!(u16::from_be_bytes([back[62], back[63]]), 6000);
+}
+
+#[test]
+fn unsolicited_packets_and_unowned_addresses_are_counted() {
+    let mut c = cluster();
+    // To server 0's address, no connection: the server refuses it (unsolicited).
+    assert!(c.send(OUTSIDE, &[&udp(REMOTE, [192, 0, 2, 1], 53, 5555)]).is_empty());
+    assert_eq!(c.servers[0].stats().drops[ServerDrop::ALL.iter().position(|&d| d == ServerDrop::Handler).unwrap()], 1);
+    // To an address in the public /24 no server owns: the switch drops it by name.
+    assert!(c.send(OUTSIDE, &[&udp(REMOTE, [192, 0, 2, 9], 53, 5555)]).is_empty());
+    assert_eq!(c.switch.stats().drop_count(DropReason::NoServer), 1);
+    // To an inside address from the outside: routed as it is, never to a server.
+    let (port, f) = one(c.send(OUTSIDE, &[&udp(REMOTE, [10, 0, 0, 1], 53, 5555)]));
+    assert_eq!(port, INSIDE);
+    assert_eq!(ends(&f).1, (Ipv4Addr::new(10, 0, 0, 1), 5555));
+    assert_eq!(c.switch.stats().requests(), 1, "the unowned one never left");
+}
+
+#[test]
+fn a_failed_servers_connections_keep_their_public_pair_at_its_buddy() {
+    let mut c = cluster();
+    // Flows out until each server holds some.
+    let mut flows = Vec::new();
+    for h in 1..=20u8 {
+        let (_, out) = one(c.send(INSIDE, &[&udp([10, 0, 1, h], REMOTE, 8000 + u16::from(h), 53)]));
+        flows.push((h, ends(&out).0));
+    }
+    assert!(flows.iter().any(|f| owner_of(f.1.0) == 0) && flows.iter().any(|f| owner_of(f.1.0) == 1));
+    // Server 0 dies; heartbeats find it; its buddy (1) takes its buckets and its address.
+    c.alive[0] = false;
+    c.now_ns += 400_000_000;
+    assert_eq!(c.heartbeats(), vec![0]);
+    for (h, (a, p)) in &flows {
+        let sport = 8000 + u16::from(*h);
+        // Out: the same public pair, whichever server now answers.
+        let (_, out) = one(c.send(INSIDE, &[&udp([10, 0, 1, *h], REMOTE, sport, 53)]));
+        assert_eq!(ends(&out).0, (*a, *p), "flow {h} kept its pair");
+        // In: to the address's owner, or its buddy.
+        let (port, back) = one(c.send(OUTSIDE, &[&udp(REMOTE, a.octets(), 53, *p)]));
+        assert_eq!(port, INSIDE);
+        assert_eq!(ends(&back).1, (Ipv4Addr::new(10, 0, 1, *h), sport));
+    }
+    assert_eq!(c.lost, 0);
+}
