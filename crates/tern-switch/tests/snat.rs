@@ -230,3 +230,13 @@ fn a_failed_servers_connections_keep_their_public_pair_at_its_buddy() {
     }
     assert_eq!(c.lost, 0);
 }
+
+/// docs/clip.md is the contract: every drop the switch and the NAT count is named there.
+#[test]
+fn the_docs_name_every_drop() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/clip.md")).unwrap();
+    let names = DropReason::ALL.iter().map(|d| d.name()).chain(nat::NatDrop::ALL.iter().map(|d| d.name()));
+    for n in names {
+        assert!(doc.contains(&format!("`{n}`")), "docs/clip.md does not name `{n}`");
+    }
+}
