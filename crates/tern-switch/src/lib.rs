@@ -39,3 +39,4 @@ pub mod place;
 pub mod program;
 pub mod server;
 pub mod switch;
+pub mod trd;

@@ -40,6 +40,7 @@ fn table(
         reads: reads.iter().map(|s| s.to_string()).collect(),
         writes: writes.iter().map(|s| s.to_string()).collect(),
         primitives,
+        registers: Vec::new(),
     })
 }
 

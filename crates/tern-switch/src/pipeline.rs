@@ -37,6 +37,15 @@ pub enum KeyMatch {
 /// A table entry as read back: key, priority, action name, parameters.
 pub type EntryView<'a> = (Vec<KeyMatch>, u32, &'a str, Vec<u64>);
 
+/// A response's word on its learned entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LearnDecision {
+    /// Put it in the switch's table now.
+    Install,
+    /// Take it out.
+    Remove,
+}
+
 /// What happens to a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -69,6 +78,7 @@ const INGRESS: usize = 14;
 const EGRESS: usize = 15;
 const FLIGHT: usize = 16;
 const SERVER: usize = 17;
+const PAYLOAD_LEN: usize = 18;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -149,6 +159,7 @@ enum COp {
     RegRead { reg: usize, index: Src, dst: usize },
     RegWrite { reg: usize, index: Src, src: Src },
     RegAdd { reg: usize, index: Src, value: Src, dst: Option<usize> },
+    RegAdvance { reg: usize, index: Src, value: Src, dst: usize },
     Egress { port: Src },
     Flight,
     Drop,
@@ -181,6 +192,9 @@ struct Code {
     /// parameters.
     mirrored: Option<usize>,
     learn: Option<(usize, Vec<usize>)>,
+    /// The mirrored table's `install` and `remove` conditions: (slot, equal, value).
+    install: Option<(usize, bool, u64)>,
+    remove: Option<(usize, bool, u64)>,
     /// Declared headers: bytes, and each field's slot, bit offset and width.
     headers: Vec<HeaderLayout>,
     /// Parser states: the header they follow (built-in 0–3: ethernet, ipv4, tcp, udp; then
@@ -346,6 +360,9 @@ impl Code {
                             value: src(value),
                             dst: dst.as_deref().map(slot),
                         },
+                        Op::RegAdvance { register, index, value, dst } => {
+                            COp::RegAdvance { reg: reg(register), index: src(index), value: src(value), dst: slot(dst) }
+                        }
                         Op::Egress { port } => COp::Egress { port: src(port) },
                         Op::Ecmp | Op::Flight => COp::Flight,
                         Op::Drop => COp::Drop,
@@ -385,6 +402,9 @@ impl Code {
             let a = &prog.actions[action(l)];
             (action(l), a.params.iter().map(|(p, _)| slot(&format!("res.{p}"))).collect())
         });
+        let cond = |g: &Option<crate::program::Guard>| g.as_ref().map(|g| (slot(&g.field), g.equal, g.value));
+        let install = mirrored.and_then(|m| cond(&prog.tables[m].install));
+        let remove = mirrored.and_then(|m| cond(&prog.tables[m].remove));
         let headers: Vec<HeaderLayout> = prog
             .headers
             .iter()
@@ -427,6 +447,8 @@ impl Code {
             widths,
             mirrored,
             learn,
+            install,
+            remove,
         }
     }
 }
@@ -550,6 +572,19 @@ impl State {
                         self.set(w, d, v);
                     }
                 }
+                COp::RegAdvance { reg, index, value, dst } => {
+                    let i = self.cell(reg, index);
+                    let bits = code.register_bits[reg];
+                    let (old, new) = (self.registers[reg][i], self.value(value) & mask(bits));
+                    // Serial arithmetic (RFC 1982) at the register's width: `new` is after
+                    // `old` when their difference, read as a signed number, is positive.
+                    let diff = new.wrapping_sub(old) & mask(bits);
+                    let after = diff != 0 && diff >> (bits.max(1) - 1) & 1 == 0;
+                    if after {
+                        self.registers[reg][i] = new;
+                    }
+                    self.set(w, dst, u64::from(!after));
+                }
                 COp::Egress { port } => {
                     let p = self.value(port);
                     self.set(w, EGRESS, p);
@@ -587,12 +622,16 @@ impl State {
                 self.phv[IP_SRC] = be(&f[l3 + 12..l3 + 16]);
                 self.phv[IP_DST] = be(&f[l3 + 16..l3 + 20]);
                 let l4 = l3 + ihl;
+                // The IPv4 total length, within the frame (a padded frame's padding is not payload).
+                let total = usize::from(u16::from_be_bytes([f[l3 + 2], f[l3 + 3]])).min(f.len() - l3);
                 // A fragment after the first carries no TCP or UDP header: its L4 is not read.
                 let first_fragment = u16::from_be_bytes([f[l3 + 6], f[l3 + 7]]) & 0x1fff == 0;
                 match if first_fragment { f[l3 + 9] } else { 0 } {
                     6 if f.len() >= l4 + 20 => {
                         off.tcp = Some(l4);
                         self.parsed_len += 20;
+                        let doff = usize::from(f[l4 + 12] >> 4) * 4;
+                        self.phv[PAYLOAD_LEN] = total.saturating_sub(ihl + doff.max(20)) as u64;
                         self.phv[TCP_SRC] = be(&f[l4..l4 + 2]);
                         self.phv[TCP_DST] = be(&f[l4 + 2..l4 + 4]);
                         self.phv[TCP_SEQ] = be(&f[l4 + 4..l4 + 8]);
@@ -601,6 +640,7 @@ impl State {
                     17 if f.len() >= l4 + 8 => {
                         off.udp = Some(l4);
                         self.parsed_len += 8;
+                        self.phv[PAYLOAD_LEN] = total.saturating_sub(ihl + 8) as u64;
                         self.phv[UDP_SRC] = be(&f[l4..l4 + 2]);
                         self.phv[UDP_DST] = be(&f[l4 + 2..l4 + 4]);
                     }
@@ -989,6 +1029,26 @@ impl Pipeline {
         key.clone_from(&self.st.learn_key);
         params.clone_from(&self.st.learn_params);
         true
+    }
+
+    /// What the last response [`post`](Self::post) ran says of its learned entry, by the
+    /// mirrored table's `install` and `remove` conditions (None: neither holds, or the table
+    /// has none: the heavy-hitter offload decides).
+    pub fn learn_decision(&self) -> Option<LearnDecision> {
+        let holds = |c: Option<(usize, bool, u64)>| c.is_some_and(|(slot, eq, v)| (self.st.phv[slot] == v) == eq);
+        if holds(self.code.remove) {
+            Some(LearnDecision::Remove)
+        } else if holds(self.code.install) {
+            Some(LearnDecision::Install)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the mirrored table's entries are installed and removed by responses
+    /// (`install`/`remove`) rather than chosen by the heavy-hitter offload.
+    pub fn installs_by_response(&self) -> bool {
+        self.code.install.is_some()
     }
 
     /// The mirrored table's learn action's name.

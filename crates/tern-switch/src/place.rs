@@ -35,6 +35,9 @@ pub struct TableSpec {
     pub writes: Vec<String>,
     /// Primitives of its actions (VLIW slots).
     pub primitives: u64,
+    /// Register arrays its actions use: one placed earlier pins the table to that array's
+    /// stage (its stateful ALU is there).
+    pub registers: Vec<String>,
 }
 
 /// A register array to place.
@@ -187,7 +190,43 @@ pub fn place(model: &SwitchModel, items: &[Item]) -> Result<Placement, PlaceErro
                 used[s] = used[s] + u;
                 Landed { name: r.name.clone(), first: s, last: s, uses: u }
             }
-            Item::Table(t) => place_table(model, t, from, &mut used, &cap)?,
+            Item::Table(t) => {
+                // A register an earlier item placed: the table runs in that stage or not at all.
+                let pinned = t.registers.iter().find_map(|r| {
+                    items[..i]
+                        .iter()
+                        .zip(&landed)
+                        .find(|(o, _)| matches!(o, Item::Register(x) if x.name == *r))
+                        .map(|(_, l)| (r, l.first))
+                });
+                match pinned {
+                    Some((r, s)) if s < from => {
+                        return Err(PlaceError::DoesNotFit {
+                            what: "table",
+                            name: t.name.clone(),
+                            need: format!(
+                                "stage {s} (register `{r}` is there), but its dependencies end at stage {from}"
+                            ),
+                            from,
+                            left: left_in(&used, &cap, from),
+                        });
+                    }
+                    Some((r, s)) => {
+                        let l = place_table(model, t, s, &mut used, &cap)?;
+                        if l.first != s {
+                            return Err(PlaceError::DoesNotFit {
+                                what: "table",
+                                name: t.name.clone(),
+                                need: format!("room in stage {s}, where register `{r}` is"),
+                                from: s,
+                                left: left_in(&used, &cap, s),
+                            });
+                        }
+                        l
+                    }
+                    None => place_table(model, t, from, &mut used, &cap)?,
+                }
+            }
         };
         landed.push(l);
     }

@@ -18,7 +18,7 @@ use crate::place::{self, Item, MatchKind, RegisterSpec, TableSpec};
 
 /// Header fields the parser extracts (its states: ethernet, then ipv4, then tcp or udp), with
 /// their widths in bits, and the standard metadata.
-pub const HEADER_FIELDS: [(&str, u32); 18] = [
+pub const HEADER_FIELDS: [(&str, u32); 19] = [
     ("ethernet.dst", 48),
     ("ethernet.src", 48),
     ("ethernet.type", 16),
@@ -37,6 +37,7 @@ pub const HEADER_FIELDS: [(&str, u32); 18] = [
     ("meta.egress_port", 9),
     ("meta.flight", 1),
     ("meta.server", 16),
+    ("meta.payload_len", 16),
 ];
 
 /// Bytes of parameters a CLIP header carries at most (`param_len` is one byte).
@@ -122,6 +123,10 @@ struct RawTable {
     mirrored: bool,
     #[serde(default)]
     learn: Option<String>,
+    #[serde(default)]
+    install: Option<String>,
+    #[serde(default)]
+    remove: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -156,6 +161,11 @@ pub enum Op {
     RegWrite { register: String, index: Operand, src: Operand },
     /// `register[index] += value`, and `dst` (if any) gets the new value: one read-modify-write.
     RegAdd { register: String, index: Operand, value: Operand, dst: Option<String> },
+    /// If `value` is after `register[index]` in serial arithmetic at the register's width
+    /// (RFC 1982: their difference, as a signed number, is positive), `register[index] = value`
+    /// and `dst = 0`; otherwise `dst = 1` (not beyond the highest seen). One stateful-ALU
+    /// read-modify-write with a condition.
+    RegAdvance { register: String, index: Operand, value: Operand, dst: String },
     /// Send out of a port.
     Egress { port: Operand },
     /// Send to the server group (ECMP over its members) and set `flight`.
@@ -198,6 +208,11 @@ pub struct Table {
     /// parameters the response's fields of the same names (the switch learns an entry from a
     /// flow's response when the controller wants it in the original table).
     pub learn: Option<String>,
+    /// Conditions on a response's fields: one that meets `install` puts the entry it answers
+    /// in the switch's table at once (not by the heavy-hitter offload); one that meets
+    /// `remove` takes it out (TCP retransmission detection's per-connection entries).
+    pub install: Option<Guard>,
+    pub remove: Option<Guard>,
 }
 
 /// A register array.
@@ -273,7 +288,14 @@ pub struct Guard {
 /// `!=`; VALUE decimal or 0x hex); the field checked against `known`.
 fn split_step(control: &str, step: &str, known: &BTreeMap<String, u32>) -> Result<(String, Option<Guard>), String> {
     let Some((name, cond)) = step.split_once(" if ") else { return Ok((step.trim().to_string(), None)) };
-    let bad = || format!("{control}: step `{step}`: a guard is `FIELD == VALUE` or `FIELD != VALUE`");
+    let g = parse_guard(&format!("{control}: step `{step}`"), cond, known)?;
+    Ok((name.trim().to_string(), Some(g)))
+}
+
+/// A condition `FIELD == VALUE` or `FIELD != VALUE` (VALUE decimal or 0x hex), the field
+/// checked against `known`; errors begin with `what`.
+fn parse_guard(what: &str, cond: &str, known: &BTreeMap<String, u32>) -> Result<Guard, String> {
+    let bad = || format!("{what}: a guard is `FIELD == VALUE` or `FIELD != VALUE`");
     let (field, equal, value) = if let Some((f, v)) = cond.split_once("==") {
         (f.trim(), true, v.trim())
     } else if let Some((f, v)) = cond.split_once("!=") {
@@ -281,16 +303,16 @@ fn split_step(control: &str, step: &str, known: &BTreeMap<String, u32>) -> Resul
     } else {
         return Err(bad());
     };
-    let width = *known.get(field).ok_or_else(|| format!("{control}: step `{step}`: `{field}` is not a field"))?;
+    let width = *known.get(field).ok_or_else(|| format!("{what}: `{field}` is not a field"))?;
     let value = match value.strip_prefix("0x") {
         Some(h) => u64::from_str_radix(h, 16),
         None => value.parse::<u64>(),
     }
     .map_err(|_| bad())?;
     if width < 64 && value >> width != 0 {
-        return Err(format!("{control}: step `{step}`: {value} is wider than `{field}` ({width} bits)"));
+        return Err(format!("{what}: {value} is wider than `{field}` ({width} bits)"));
     }
-    Ok((name.trim().to_string(), Some(Guard { field: field.to_string(), equal, value })))
+    Ok(Guard { field: field.to_string(), equal, value })
 }
 
 fn check_name(what: &str, name: &str) -> Result<(), String> {
@@ -502,6 +524,23 @@ impl Program {
             if key.is_empty() {
                 return Err(format!("table `{}`: no key fields", t.name));
             }
+            // `install` and `remove`: conditions on the response's fields, for a learning table.
+            let condition = |what: &str, text: &Option<String>| -> Result<Option<Guard>, String> {
+                let Some(text) = text else { return Ok(None) };
+                if t.learn.is_none() {
+                    return Err(format!("table `{}`: `{what}` is for a table that learns (`learn`)", t.name));
+                }
+                let g = parse_guard(&format!("table `{}`: `{what}`", t.name), text, &known)?;
+                if !g.field.starts_with("res.") {
+                    return Err(format!(
+                        "table `{}`: `{what}` = \"{text}\": the condition is on a response field (`res.`)",
+                        t.name
+                    ));
+                }
+                Ok(Some(g))
+            };
+            let install = condition("install", &t.install)?;
+            let remove = condition("remove", &t.remove)?;
             tables.push(Table {
                 name: t.name.clone(),
                 key,
@@ -510,6 +549,8 @@ impl Program {
                 default: t.default.clone(),
                 mirrored: t.mirrored,
                 learn: t.learn.clone(),
+                install,
+                remove,
             });
         }
         let step_actions = |control: &str, steps: &[String]| -> Result<Vec<&Action>, String> {
@@ -656,6 +697,9 @@ impl Program {
                 let action_bits =
                     acts.iter().map(|a| a.params.iter().map(|p| u64::from(p.1)).sum::<u64>()).max().unwrap_or(0);
                 let primitives = acts.iter().map(|a| a.ops.len() as u64).sum();
+                let mut registers: Vec<String> =
+                    acts.iter().flat_map(|a| a.ops.iter().filter_map(op_register)).map(str::to_string).collect();
+                registers.dedup();
                 items.push(Item::Table(TableSpec {
                     name: name.clone(),
                     keys: key,
@@ -664,6 +708,7 @@ impl Program {
                     reads,
                     writes,
                     primitives,
+                    registers,
                 }));
                 for (reg, r, w) in regs {
                     if placed_regs.contains(&reg) {
@@ -708,6 +753,7 @@ fn op_fields(o: &Op) -> (Vec<String>, Vec<String>) {
         Op::RegRead { index, dst, .. } => (f(index), vec![dst.clone()]),
         Op::RegWrite { index, src, .. } => ([f(index), f(src)].concat(), vec![]),
         Op::RegAdd { index, value, dst, .. } => ([f(index), f(value)].concat(), dst.iter().cloned().collect()),
+        Op::RegAdvance { index, value, dst, .. } => ([f(index), f(value)].concat(), vec![dst.clone()]),
         Op::Egress { port } => (f(port), vec!["meta.egress_port".into()]),
         Op::Ecmp | Op::Flight => (vec![], vec!["meta.flight".into()]),
         Op::Drop => (vec![], vec![]),
@@ -716,7 +762,10 @@ fn op_fields(o: &Op) -> (Vec<String>, Vec<String>) {
 
 fn op_register(o: &Op) -> Option<&str> {
     match o {
-        Op::RegRead { register, .. } | Op::RegWrite { register, .. } | Op::RegAdd { register, .. } => Some(register),
+        Op::RegRead { register, .. }
+        | Op::RegWrite { register, .. }
+        | Op::RegAdd { register, .. }
+        | Op::RegAdvance { register, .. } => Some(register),
         _ => None,
     }
 }
@@ -731,12 +780,12 @@ fn op(t: &toml::Table, scope: &BTreeMap<String, u32>, registers: &[Register]) ->
         "hash" => &["op", "dst", "fields"],
         "reg_read" => &["op", "register", "index", "dst"],
         "reg_write" => &["op", "register", "index", "src"],
-        "reg_add" => &["op", "register", "index", "value", "dst"],
+        "reg_add" | "reg_advance" => &["op", "register", "index", "value", "dst"],
         "egress" => &["op", "port"],
         "ecmp" | "flight" | "drop" => &["op"],
         other => {
             return Err(format!(
-                "`{other}` is not an operation (set, add, sub, and, or, xor, hash, reg_read, reg_write, reg_add, egress, ecmp, flight, drop)"
+                "`{other}` is not an operation (set, add, sub, and, or, xor, hash, reg_read, reg_write, reg_add, reg_advance, egress, ecmp, flight, drop)"
             ));
         }
     };
@@ -840,6 +889,10 @@ fn op(t: &toml::Table, scope: &BTreeMap<String, u32>, registers: &[Register]) ->
             let (register, bits, entries) = register()?;
             let dst = if t.contains_key("dst") { Some(field("dst")?) } else { None };
             Op::RegAdd { index: index(entries)?, value: operand("value", bits)?, dst, register }
+        }
+        "reg_advance" => {
+            let (register, bits, entries) = register()?;
+            Op::RegAdvance { index: index(entries)?, value: operand("value", bits)?, dst: field("dst")?, register }
         }
         "egress" => Op::Egress { port: operand("port", 9)? },
         "ecmp" => Op::Ecmp,

@@ -45,6 +45,11 @@ pub trait RemoteHandler: Send {
         let _ = (now_ns, record);
         Err("no replicas")
     }
+    /// Its counters by name (for metrics and tests).
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
     /// Up to `max` of its entries, each as (key, value) in words (for `dump-tables`).
     fn dump(&self, max: usize) -> Vec<(String, String)> {
         let _ = max;
@@ -317,6 +322,20 @@ impl RemoteHandler for Snat {
         self.nat.len()
     }
 
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.nat.counters;
+        let mut v = vec![
+            ("created", c.created),
+            ("expired", c.expired),
+            ("kept_port", c.kept_port),
+            ("out", c.out),
+            ("in", c.in_),
+            ("icmp_errors", c.icmp_errors),
+        ];
+        v.extend(NatDrop::ALL.iter().map(|&d| (d.name(), c.drop_count(d))));
+        v
+    }
+
     /// A record: the original tuple (protocol 1 byte, source 4, port 2, destination 4, port 2),
     /// the public address (4) and port (2), the TCP state (1: its index, 0xff none) and
     /// whether a reply came (1); big-endian.
@@ -382,6 +401,87 @@ impl RemoteHandler for Snat {
                     format!("{} {}:{} -> {}:{}", proto(k.proto), ip(k.src), k.sport, ip(k.dst), k.dport),
                     format!("{}:{} {state}", ip(c.public.0), c.public.1),
                 )
+            })
+            .collect()
+    }
+}
+
+/// CLIP's TCP retransmission detection (docs/clip.md, "TCP retransmission detection") as a
+/// remote handler over [`crate::trd::Trd`]: the response is a register index (4 bytes), the
+/// highest end to start it at (4) and what to do (1: 0 nothing, 1 allocated — install the
+/// direction's entry and set its registers, 2 released — take its entry out and its count),
+/// big-endian: the program's `res.index`, `res.init` and `res.op`.
+#[derive(Debug)]
+pub struct TrdHandler {
+    trd: crate::trd::Trd,
+}
+
+impl TrdHandler {
+    pub fn new(cfg: crate::trd::TrdConfig) -> Result<TrdHandler, String> {
+        Ok(TrdHandler { trd: crate::trd::Trd::new(cfg)? })
+    }
+
+    /// Its detector's state.
+    pub fn trd(&self) -> &crate::trd::Trd {
+        &self.trd
+    }
+}
+
+impl RemoteHandler for TrdHandler {
+    fn name(&self) -> &'static str {
+        "trd"
+    }
+
+    fn handle(
+        &mut self,
+        _now_ns: u64,
+        _flow: FlowId,
+        l3: &mut [u8],
+        _request: &[u8],
+        response: &mut [u8],
+    ) -> Result<(), &'static str> {
+        use crate::trd::Answer;
+        if response.len() < 9 {
+            return Err("response_length");
+        }
+        let (index, init, op) = match self.trd.handle(l3).map_err(crate::trd::TrdDrop::name)? {
+            Answer::Allocated { index, init } => (index, init, 1),
+            Answer::Released { index } => (index, 0, 2),
+            Answer::Checked { .. } => (0, 0, 0),
+        };
+        response[..4].copy_from_slice(&index.to_be_bytes());
+        response[4..8].copy_from_slice(&init.to_be_bytes());
+        response[8] = op;
+        response[9..].fill(0);
+        Ok(())
+    }
+
+    fn entries(&self) -> usize {
+        self.trd.len()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = self.trd.counters;
+        vec![
+            ("opened", c.opened),
+            ("indexed", c.indexed),
+            ("no_index", c.no_index),
+            ("released", c.released),
+            ("checked", c.checked),
+            ("retransmissions", c.retransmissions),
+            ("not_tcp", c.not_tcp),
+            ("table_full", c.table_full),
+        ]
+    }
+
+    fn dump(&self, max: usize) -> Vec<(String, String)> {
+        let ip = |v: u32| std::net::Ipv4Addr::from(v);
+        self.trd
+            .directions()
+            .take(max)
+            .map(|((s, d, sp, dp), index, highest)| {
+                let at = index.map_or("server path".to_string(), |i| format!("register {i}"));
+                (format!("tcp {}:{sp} -> {}:{dp}", ip(s), ip(d)), format!("{at}, highest end {highest}"))
             })
             .collect()
     }
@@ -527,10 +627,12 @@ impl Cluster {
 }
 
 /// The remote handlers Tern has, by the name programs give (`handler = "..."`): server `index`
-/// of a group gets its own (SNAT: addresses 192.0.2.`index+1`, ports 1024–65535).
+/// of a group gets its own (SNAT: address 192.0.2.`index+1`, every port; TCP retransmission
+/// detection: the register indices `i` with `i mod 16 == index` of 4096).
 pub fn handler(name: &str, index: u16) -> Result<Box<dyn RemoteHandler>, String> {
     match name {
         "snat" => Ok(Box::new(Snat::for_server(index)?)),
-        other => Err(format!("no remote handler `{other}` (Tern has: snat)")),
+        "trd" => Ok(Box::new(TrdHandler::new(crate::trd::TrdConfig::for_server(index)?)?)),
+        other => Err(format!("no remote handler `{other}` (Tern has: snat, trd)")),
     }
 }

@@ -39,7 +39,7 @@ use tern_wire::clip::{self, FIXED_LEN, Header, Kind, Repr};
 
 use crate::group::{FlowId, GroupError, Path, Selector, SelectorConfig, ServerId};
 use crate::offload::{IntervalReport, Offload, OffloadConfig, Served};
-use crate::pipeline::{KeyMatch, Outcome, Pipeline, hash_values};
+use crate::pipeline::{KeyMatch, LearnDecision, Outcome, Pipeline, hash_values};
 use crate::program::Program;
 
 /// A route of regular forwarding.
@@ -248,6 +248,11 @@ pub struct SwitchStats {
     pub offload_mismatch: u64,
     /// Requests and responses by server.
     pub requests_by_server: Vec<u64>,
+    /// A table kept by responses (`install`, `remove`): entries put in and taken out, and
+    /// installs refused (the table full: the flow stays on the server path).
+    pub installed_by_response: u64,
+    pub removed_by_response: u64,
+    pub install_refused: u64,
 }
 
 impl SwitchStats {
@@ -542,6 +547,10 @@ impl Switch {
     /// kept it. Returns where the offload says it was served.
     fn account_offload(&mut self, forwarded: bool) -> Option<Served> {
         let hit = self.pipeline.mirrored_hit()?;
+        if self.pipeline.installs_by_response() {
+            // Responses keep the table: the offload neither counts nor chooses.
+            return Some(if hit { Served::Switch } else { Served::Server });
+        }
         let id = hash_values(self.pipeline.mirrored_key());
         let (served, digest) = self.offload.packet_digest(id);
         if (served == Served::Switch) != hit || (hit && !forwarded) {
@@ -662,10 +671,53 @@ impl Switch {
             Outcome::ToServer => Err(DropReason::EgressToServer),
             Outcome::Forward { port } => {
                 self.learn();
+                self.settle();
                 self.stats.responses += 1;
                 self.egress(p, port)
             }
         }
+    }
+
+    /// After a response, in a program whose mirrored table is kept by responses (`install`,
+    /// `remove`): its entry goes in or out of the switch's table now.
+    fn settle(&mut self) {
+        let Some(d) = self.pipeline.learn_decision() else { return };
+        let (mut key, mut params) = (std::mem::take(&mut self.key), std::mem::take(&mut self.params));
+        if self.pipeline.learned(&mut key, &mut params) {
+            match d {
+                LearnDecision::Install => match self.install_now(&key, &params) {
+                    Ok(()) => self.stats.installed_by_response += 1,
+                    Err(_) => self.stats.install_refused += 1,
+                },
+                LearnDecision::Remove => {
+                    if self.uninstall(&key) {
+                        self.stats.removed_by_response += 1;
+                    }
+                }
+            }
+        }
+        (self.key, self.params) = (key, params);
+    }
+
+    /// Puts an entry in the mirrored table's original in the switch at once (a table kept by
+    /// responses: no offload choice); refused when the table is full.
+    fn install_now(&mut self, key: &[u64], params: &[u64]) -> Result<(), String> {
+        let table = self.pipeline.mirrored_table().ok_or("the program has no mirrored table")?.to_string();
+        let action = self.pipeline.learn_action().ok_or("the mirrored table has no learn action")?.to_string();
+        let km: Vec<KeyMatch> = key.iter().map(|&v| KeyMatch::Exact(v)).collect();
+        self.pipeline.insert(&table, &km, 0, &action, params)?;
+        self.installed.insert(hash_values(key), key.into());
+        Ok(())
+    }
+
+    /// Takes an entry out of the switch's copy of the mirrored table; false if it was not there.
+    pub fn uninstall(&mut self, key: &[u64]) -> bool {
+        let Some(table) = self.pipeline.mirrored_table().map(str::to_string) else { return false };
+        let km: Vec<KeyMatch> = key.iter().map(|&v| KeyMatch::Exact(v)).collect();
+        let id = hash_values(key);
+        self.offload.forget(id);
+        self.installed.remove(&id);
+        self.pipeline.remove(&table, &km)
     }
 
     /// After a response: keeps its entry if the controller is waiting for it.
@@ -730,6 +782,10 @@ impl Switch {
     /// (evictions first, then installs of the entries learned; a candidate whose entry was not
     /// learned is not installed and is counted).
     pub fn interval(&mut self) -> IntervalReport {
+        if self.pipeline.installs_by_response() {
+            // Responses keep the table: no entry moves by the offload's choice.
+            return IntervalReport::default();
+        }
         let mut report = self.offload.interval();
         let Some(table) = self.pipeline.mirrored_table().map(str::to_string) else { return report };
         let action = self.pipeline.learn_action().unwrap_or_default().to_string();

@@ -17,6 +17,7 @@ fn exact(name: &str, key: &str, entries: u64, writes: &[&str]) -> Item {
         reads: vec![],
         writes: writes.iter().map(|s| s.to_string()).collect(),
         primitives: 2,
+        registers: Vec::new(),
     })
 }
 
@@ -78,6 +79,7 @@ fn big_tables_span_stages() {
             reads: vec![],
             writes: vec!["meta.nexthop".into()],
             primitives: 1,
+            registers: Vec::new(),
         })
     };
     let p = place(&m, &[lpm(10_000)]).unwrap();

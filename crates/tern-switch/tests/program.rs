@@ -36,7 +36,7 @@ fn snat_parses_and_places() {
             ("pre.to_public", 3),
             ("nat", 4),
             ("to_server", 4),
-            ("pre.ask_server", 5),
+            ("pre.icmp_to_server", 5),
             ("nat_in", 6),
             ("pre.ask_owner", 7),
             ("post.rewrite_source", 8),
