@@ -89,6 +89,9 @@ struct Snap {
     stats: ServerStats,
     live: usize,
     entries: usize,
+    /// The handler's own counters (SNAT's translations and drops, TCP retransmission
+    /// detection's directions and retransmissions).
+    handler: Vec<(&'static str, u64)>,
     busy: bool,
     /// Replicas sent to the buddy, refused there or failed to send; taken from another server.
     replicas_sent: u64,
@@ -145,6 +148,13 @@ impl Collector for ServerCollector {
             s.entries as i64,
         )?;
         gauge(&mut enc, "tern_switch_server_busy", "1 while answering with BUSY.", i64::from(s.busy))?;
+        let handler: Vec<_> = s.handler.iter().map(|&(n, v)| (label("counter", n), v)).collect();
+        counter_family(
+            &mut enc,
+            "tern_switch_server_handler",
+            "The remote handler's own counters, by name (docs/clip.md: SNAT, TCP retransmission detection).",
+            &handler,
+        )?;
         counter(
             &mut enc,
             "tern_switch_server_replicas_sent",
@@ -311,6 +321,7 @@ pub fn run(a: &ServerArgs) -> CmdResult {
                     stats: srv.stats(),
                     live: srv.live_flows().count(),
                     entries: srv.handler().entries(),
+                    handler: srv.handler().counters(),
                     busy,
                     replicas_sent,
                     replicas_failed,
