@@ -469,3 +469,144 @@ pub fn scaling(per_set: u32) -> Result<Scaling, String> {
         delivered,
     })
 }
+
+/// The TCP retransmission detection program the demo and tests run (examples/switch/trd.toml).
+pub const TRD_PROGRAM: &str = include_str!("../../../examples/switch/trd.toml");
+
+/// A switch running [`TRD_PROGRAM`] with `servers` servers (ports 3.., all in the group), each
+/// over the register indices of its slice below `registers`; routes to the inside
+/// (10.0.0.0/8, port 1) and the outside (the rest, port 2).
+pub fn trd_cluster(servers: u16, registers: u32) -> Result<Cluster, String> {
+    let program = Program::parse(TRD_PROGRAM)?;
+    let id = program.id;
+    let cfg = SwitchConfig {
+        ports: 2 + servers,
+        servers: (0..servers).map(|s| 3 + s).collect(),
+        members: (0..servers).collect(),
+        routes: vec![
+            Route { prefix: "0.0.0.0/0".parse().map_err(|e| format!("{e}"))?, port: OUTSIDE, mac: [2, 0, 0, 0, 0, 9] },
+            Route { prefix: "10.0.0.0/8".parse().map_err(|e| format!("{e}"))?, port: INSIDE, mac: [2, 0, 0, 0, 0, 1] },
+        ],
+        offload_enabled: false,
+        ..SwitchConfig::default()
+    };
+    let switch = Switch::new(program, cfg).map_err(|e| e.to_string())?;
+    let servers = (0..servers)
+        .map(|s| {
+            let cfg = crate::trd::TrdConfig { registers, ..crate::trd::TrdConfig::for_server(s)? };
+            Ok(Server::new(
+                tern_wire::clip::DEFAULT_ETHERTYPE,
+                id,
+                Box::new(crate::server::TrdHandler::new(cfg)?),
+                u64::MAX,
+            ))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(Cluster::new(switch, servers))
+}
+
+/// What [`lossy_connections`] saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrdRun {
+    /// Data segments the senders sent, and those they sent again.
+    pub segments: u64,
+    pub resent: u64,
+    /// Before the connections closed: retransmissions in the switch's per-index registers and
+    /// in `released`, and those the servers checked themselves.
+    pub in_switch: u64,
+    pub at_servers: u64,
+    /// After they closed: `released` (every index's count moved there) and the servers'.
+    pub released: u64,
+    pub at_servers_closed: u64,
+    /// Directions given an index, and entries the switch put in and took out by response.
+    pub indexed: u64,
+    pub installed: u64,
+    pub removed: u64,
+    /// Frames the switch or a server dropped.
+    pub dropped: u64,
+}
+
+/// A handler counter over all of a cluster's servers.
+pub fn handler_count(c: &Cluster, name: &str) -> u64 {
+    c.servers.iter().flat_map(|s| s.handler().counters()).filter(|(n, _)| *n == name).map(|(_, v)| v).sum()
+}
+
+/// A TCP segment from `src`:`sp` to `dst`:`dp` with `seq`, `flags` and `payload`.
+#[allow(clippy::too_many_arguments)]
+pub fn tcp_segment(src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16, seq: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(54 + payload.len());
+    tern_wire::frame::build_tcp4(&mut f, [2; 6], [4; 6], src, dst, sp, dp, 64, payload);
+    f[38..42].copy_from_slice(&seq.to_be_bytes());
+    f[47] = flags;
+    let end = f.len();
+    tern_wire::frame::fill_l4_checksum(&mut f, (26, 30), (30, 34), 6, 34, end, 50);
+    f
+}
+
+/// `conns` TCP connections from 10.0.x.y to 198.51.100.7:80 through `c`: each opens (SYN out,
+/// SYN-ACK back, ACK out), sends `segments` data segments of 100 bytes (sequence numbers
+/// starting near 2^32, so some wrap), of which a share `loss` (seeded) is lost on the wire
+/// after the switch and sent again 3 segments later, with a bare ACK back every 10 rounds;
+/// then both directions close with FIN.
+pub fn lossy_connections(c: &mut Cluster, conns: u16, segments: usize, loss: f64, seed: u64) -> Result<TrdRun, String> {
+    use rand::Rng;
+    const SYN: u8 = 0x02;
+    const ACK: u8 = 0x10;
+    const FIN: u8 = 0x01;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let server = [198, 51, 100, 7];
+    let client = |i: u16| [10, 0, (i >> 8) as u8, i as u8 + 1];
+    let dropped_at_start = c.switch.stats().dropped();
+    let mut run = TrdRun::default();
+    let mut seqs: Vec<u32> = (0..conns).map(|i| (u32::MAX - 3000).wrapping_add(u32::from(i) * 997)).collect();
+    for i in 0..conns {
+        let k = usize::from(i);
+        c.send(INSIDE, &[&tcp_segment(client(i), server, 40000 + i, 80, seqs[k], SYN, b"")]);
+        seqs[k] = seqs[k].wrapping_add(1);
+        c.send(OUTSIDE, &[&tcp_segment(server, client(i), 80, 40000 + i, 5000, SYN | ACK, b"")]);
+        c.send(INSIDE, &[&tcp_segment(client(i), server, 40000 + i, 80, seqs[k], ACK, b"")]);
+    }
+    let mut pending: Vec<Vec<(u32, usize)>> = vec![Vec::new(); usize::from(conns)];
+    for round in 0..segments {
+        for i in 0..conns {
+            let k = usize::from(i);
+            let seq = seqs[k];
+            seqs[k] = seq.wrapping_add(100);
+            let payload = [round as u8; 100];
+            if c.send(INSIDE, &[&tcp_segment(client(i), server, 40000 + i, 80, seq, ACK, &payload)]).len() != 1 {
+                return Err(format!("connection {i}: segment {round} did not come out of the switch"));
+            }
+            run.segments += 1;
+            if rng.random_bool(loss) {
+                pending[k].push((seq, round + 3));
+            }
+            // Resend what is due (the receiver's duplicate ACKs told the sender).
+            let due: Vec<u32> = pending[k].iter().filter(|p| p.1 == round).map(|p| p.0).collect();
+            pending[k].retain(|p| p.1 != round);
+            for s in due {
+                c.send(INSIDE, &[&tcp_segment(client(i), server, 40000 + i, 80, s, ACK, &payload)]);
+                run.resent += 1;
+            }
+            if round % 10 == 0 {
+                c.send(OUTSIDE, &[&tcp_segment(server, client(i), 80, 40000 + i, 5001, ACK, b"")]);
+            }
+        }
+    }
+    let reg = |c: &Cluster, name: &str| c.switch.pipeline().register(name).map_or(0, |r| r.iter().sum::<u64>());
+    run.in_switch = reg(c, "retransmissions") + reg(c, "released");
+    run.at_servers = handler_count(c, "retransmissions");
+    run.indexed = handler_count(c, "indexed");
+    for i in 0..conns {
+        let k = usize::from(i);
+        c.send(INSIDE, &[&tcp_segment(client(i), server, 40000 + i, 80, seqs[k], FIN | ACK, b"")]);
+        c.send(OUTSIDE, &[&tcp_segment(server, client(i), 80, 40000 + i, 5001, FIN | ACK, b"")]);
+    }
+    run.released = reg(c, "released") + reg(c, "retransmissions");
+    run.at_servers_closed = handler_count(c, "retransmissions");
+    let st = c.switch.stats();
+    run.installed = st.installed_by_response;
+    run.removed = st.removed_by_response;
+    run.dropped =
+        st.dropped() - dropped_at_start + c.servers.iter().map(|s| s.stats().drops.iter().sum::<u64>()).sum::<u64>();
+    Ok(run)
+}
