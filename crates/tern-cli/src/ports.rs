@@ -8,14 +8,92 @@ use tern_io::{Pool, Port};
 
 /// A port of a frame server (`chain serve`, `switch serve`, `switch server`): an interface
 /// (`afpacket:IFNAME`, whole frames, root) or frames carried in UDP datagrams
-/// (`udp:BIND=PEER`).
+/// (`udp:BIND=PEER`); either with faults injected by `tern_io::fault::FaultInjector` when the
+/// spec goes on with `,loss=P` (and `,duplicate=P`, `,reorder=P`, `,seed=N`,
+/// `,dir=tx|rx|both`; this kernel has no netem).
 pub(crate) enum FramePort {
     AfPacket(AfPacketPort),
     Udp(UdpPort, SocketAddr),
+    Faulty(Box<tern_io::fault::FaultInjector<FramePort>>, Option<SocketAddr>),
+}
+
+impl Port for FramePort {
+    fn recv(&mut self, now: std::time::Instant, batch: &mut tern_io::Batch) -> std::io::Result<usize> {
+        self.port().recv(now, batch)
+    }
+    fn send(&mut self, now: std::time::Instant, batch: &mut tern_io::Batch) -> std::io::Result<usize> {
+        self.port().send(now, batch)
+    }
+    fn wait(&mut self, timeout: std::time::Duration) -> std::io::Result<()> {
+        self.port().wait(timeout)
+    }
+    fn local_addr(&self) -> SocketAddr {
+        match self {
+            FramePort::AfPacket(p) => p.local_addr(),
+            FramePort::Udp(p, _) => p.local_addr(),
+            FramePort::Faulty(p, _) => p.local_addr(),
+        }
+    }
+    fn poll_at(&self) -> Option<std::time::Instant> {
+        match self {
+            FramePort::AfPacket(p) => p.poll_at(),
+            FramePort::Udp(p, _) => p.poll_at(),
+            FramePort::Faulty(p, _) => p.poll_at(),
+        }
+    }
+    fn stats(&self) -> tern_io::PortStats {
+        match self {
+            FramePort::AfPacket(p) => p.stats(),
+            FramePort::Udp(p, _) => p.stats(),
+            FramePort::Faulty(p, _) => p.stats(),
+        }
+    }
+}
+
+/// The faults a port spec's options ask for (None: no options).
+fn faults(spec: &str, opts: &str) -> Result<Option<tern_io::fault::FaultConfig>, String> {
+    use tern_io::fault::{Direction, FaultConfig};
+    if opts.is_empty() {
+        return Ok(None);
+    }
+    let mut cfg = FaultConfig::default();
+    for kv in opts.split(',') {
+        let (k, v) = kv.split_once('=').ok_or_else(|| format!("port {spec}: option `{kv}` is not KEY=VALUE"))?;
+        let p = || v.parse::<f64>().map_err(|_| format!("port {spec}: `{k}` = `{v}` is not a number"));
+        match k {
+            "loss" => cfg.loss = p()?,
+            "duplicate" => cfg.duplicate = p()?,
+            "reorder" => cfg.reorder = p()?,
+            "seed" => cfg.seed = v.parse().map_err(|_| format!("port {spec}: `seed` = `{v}` is not a whole number"))?,
+            "dir" => {
+                cfg.direction = match v {
+                    "tx" => Direction::Tx,
+                    "rx" => Direction::Rx,
+                    "both" => Direction::Both,
+                    _ => return Err(format!("port {spec}: `dir` = `{v}`: tx, rx or both")),
+                }
+            }
+            _ => return Err(format!("port {spec}: no option `{k}` (loss, duplicate, reorder, seed, dir)")),
+        }
+    }
+    cfg.validate().map_err(|e| format!("port {spec}: {e}"))?;
+    Ok(Some(cfg))
 }
 
 impl FramePort {
     pub(crate) fn open(spec: &str, pool: &Pool) -> Result<FramePort, String> {
+        let (base, opts) = spec.split_once(',').unwrap_or((spec, ""));
+        let port = FramePort::open_plain(base, pool)?;
+        match faults(spec, opts)? {
+            None => Ok(port),
+            Some(cfg) => {
+                let peer = port.peer();
+                Ok(FramePort::Faulty(Box::new(tern_io::fault::FaultInjector::new(port, pool, cfg)), peer))
+            }
+        }
+    }
+
+    fn open_plain(spec: &str, pool: &Pool) -> Result<FramePort, String> {
         if let Some(ifname) = spec.strip_prefix("afpacket:") {
             return AfPacketPort::open(ifname, pool).map(FramePort::AfPacket).map_err(|e| format!("port {spec}: {e}"));
         }
@@ -35,6 +113,7 @@ impl FramePort {
         match self {
             FramePort::AfPacket(p) => p,
             FramePort::Udp(p, _) => p,
+            FramePort::Faulty(p, _) => p.as_mut(),
         }
     }
 
@@ -42,6 +121,15 @@ impl FramePort {
         match self {
             FramePort::AfPacket(_) => None,
             FramePort::Udp(_, peer) => Some(*peer),
+            FramePort::Faulty(_, peer) => *peer,
+        }
+    }
+
+    /// Faults injected so far (sent, received), if it injects any.
+    pub(crate) fn fault_stats(&self) -> Option<(tern_io::fault::FaultStats, tern_io::fault::FaultStats)> {
+        match self {
+            FramePort::Faulty(p, _) => Some((p.tx_stats(), p.rx_stats())),
+            _ => None,
         }
     }
 }

@@ -1312,7 +1312,7 @@ fn switch_check_places_or_names_the_problem() {
     assert_eq!(v["ok"], true);
     let items = v["programs"][0]["placement"]["items"].as_array().unwrap();
     let nat = items.iter().find(|i| i["name"] == "nat").unwrap();
-    assert_eq!(nat["first"], 4, "after the four classifying steps");
+    assert_eq!(nat["first"], 5, "after the five classifying steps");
     let dir = std::env::temp_dir().join(format!("tern-switch-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let text = std::fs::read_to_string(snat).unwrap();
@@ -1616,5 +1616,15 @@ fn switch_serve_and_server_name_a_taken_port() {
     std::fs::write(&config, format!("program = \"{snat}\"\nports = []\nservers = []\nbogus = 1\n")).unwrap();
     let (ok, _, err) = tern(&["switch", "serve", config.to_str().unwrap()]);
     assert!(!ok && err.contains("serve.toml") && err.contains("bogus"), "{err}");
+    // A port's fault options: a probability out of range and an unknown option, each named.
+    for (opt, want) in [("loss=2", "loss"), ("drop=0.1", "no option `drop`"), ("loss", "not KEY=VALUE")] {
+        let port = format!("udp:{free}=127.0.0.1:9,{opt}");
+        let (ok, _, err) = tern(&["switch", "server", snat, "--port", &port, "--duration", "1"]);
+        assert!(!ok && err.contains(want) && err.contains(&port), "{opt}: {err}");
+    }
+    // A good one runs (and says nothing of faults it had no packet to inject).
+    let port = format!("udp:{free}=127.0.0.1:9,loss=0.1,seed=3,dir=rx");
+    let (ok, _, err) = tern(&["switch", "server", snat, "--port", &port, "--duration", "0.3"]);
+    assert!(ok, "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

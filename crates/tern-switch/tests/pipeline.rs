@@ -118,12 +118,13 @@ fn bad_entries_and_frames_are_refused() {
     let mut lpm = k.clone();
     lpm[0] = KeyMatch::Lpm(0, 8);
     assert!(p.insert("nat", &lpm, 0, "translate", &[1, 2]).unwrap_err().contains("matched Exact"));
-    // Shorter than Ethernet: dropped by name; an ARP frame runs with no IPv4 fields (a miss).
+    // Shorter than Ethernet: dropped by name; an ARP frame runs with no IPv4 fields and the
+    // program sends it to no server (not IPv4: routed as it is).
     assert_eq!(p.pre(&mut [0u8; 10], 1), Outcome::Drop("malformed"));
     let mut arp = vec![0xffu8; 12];
     arp.extend_from_slice(&[0x08, 0x06]);
     arp.extend_from_slice(&[0; 28]);
-    assert!(matches!(p.pre(&mut arp, 1), Outcome::ToServer));
+    assert!(matches!(p.pre(&mut arp, 1), Outcome::Forward { port: None }));
 }
 
 /// A forwarding program: an LPM route table sets the egress port (the longest prefix wins), a

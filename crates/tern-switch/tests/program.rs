@@ -10,7 +10,7 @@ fn snat() -> String {
 }
 
 /// Appendix A's SNAT: parsed, its tables and actions as written, and placed on `clip-tofino`:
-/// the classifying steps first (each writes the `path` the next reads), the `nat` table after
+/// the five classifying steps first (each writes the `path` the next reads), the `nat` table after
 /// them (2,048 entries of a 136-bit key and 48 bits of action data) with the register it
 /// counts in beside it, `nat_in` and the requests after, and the rewrites (which write what
 /// the tables match on) last.
@@ -34,17 +34,18 @@ fn snat_parses_and_places() {
             ("pre.from_outside", 1),
             ("pre.icmp", 2),
             ("pre.to_public", 3),
-            ("nat", 4),
-            ("to_server", 4),
-            ("pre.icmp_to_server", 5),
-            ("nat_in", 6),
-            ("pre.ask_owner", 7),
-            ("post.rewrite_source", 8),
-            ("post.rewrite_destination", 8),
+            ("pre.not_ip", 4),
+            ("nat", 5),
+            ("to_server", 5),
+            ("pre.icmp_to_server", 6),
+            ("nat_in", 7),
+            ("pre.ask_owner", 8),
+            ("post.rewrite_source", 9),
+            ("post.rewrite_destination", 9),
         ]
     );
     // 136 + 48 + 4 bits: two rows an entry, 4,096 rows, 4 blocks; 17 bytes of key.
-    assert_eq!((pl.items[4].uses.sram_blocks, pl.items[4].uses.crossbar_bytes), (4, 17));
+    assert_eq!((pl.items[5].uses.sram_blocks, pl.items[5].uses.crossbar_bytes), (4, 17));
 }
 
 /// Each bad item is refused, naming it.

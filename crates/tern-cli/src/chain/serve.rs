@@ -39,7 +39,9 @@ pub struct ServeArgs {
     pub files: Vec<PathBuf>,
     /// A port, given twice: `afpacket:IFNAME` (whole Ethernet frames on an interface; needs
     /// root) or `udp:BIND=PEER` (each UDP datagram's payload is one Ethernet frame: received on
-    /// BIND, sent to PEER). A frame from the first port leaves on the second and back.
+    /// BIND, sent to PEER); either may go on with injected faults,
+    /// `,loss=P[,duplicate=P][,reorder=P][,seed=N][,dir=tx|rx|both]`. A frame from the first
+    /// port leaves on the second and back.
     #[arg(long = "port", required = true)]
     pub ports: Vec<String>,
     /// How the tasks run: snic (chains fused in regions, the credit scheduler), panic (a task

@@ -637,10 +637,32 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         .filter(|&&r| st.drop_count(r) > 0)
         .map(|&r| (r.name().to_string(), json!(st.drop_count(r))))
         .collect();
+    // Each register array's sum (TCP retransmission detection's counts, for one).
+    let registers: serde_json::Map<String, serde_json::Value> = sw
+        .pipeline()
+        .program()
+        .registers
+        .iter()
+        .filter_map(|r| {
+            sw.pipeline()
+                .register(&r.name)
+                .map(|v| (r.name.clone(), json!(v.iter().copied().fold(0u64, u64::wrapping_add))))
+        })
+        .collect();
+    // Faults injected on ports that have them (`,loss=P`).
+    let faults: Vec<serde_json::Value> = ports
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            p.fault_stats().map(|(tx, rx)| json!({"port": i + 1, "sent_dropped": tx.dropped, "received_dropped": rx.dropped, "sent_duplicated": tx.duplicated, "received_duplicated": rx.duplicated}))
+        })
+        .collect();
     let summary = json!({
         "switch_only": st.switch_only, "offloaded": st.offloaded, "requests": st.requests(), "responses": st.responses,
         "arp_replies": st.arp_replies, "drops": drops, "group_version": sw.selector().current().version,
         "entries": sw.offload().entries(), "generation": generation, "seconds": start.elapsed().as_secs_f64(),
+        "registers": registers, "faults": faults,
+        "installed_by_response": st.installed_by_response, "removed_by_response": st.removed_by_response,
     });
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);

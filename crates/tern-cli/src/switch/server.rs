@@ -29,11 +29,12 @@ pub struct ServerArgs {
     /// The switch program whose remote handler this server runs (TOML).
     pub program: PathBuf,
     /// Its port to the switch: `afpacket:IFNAME` (whole frames on an interface; root) or
-    /// `udp:BIND=PEER` (each datagram's payload one Ethernet frame).
+    /// `udp:BIND=PEER` (each datagram's payload one Ethernet frame); either may go on with
+    /// injected faults, `,loss=P[,duplicate=P][,reorder=P][,seed=N][,dir=tx|rx|both]`.
     #[arg(long)]
     pub port: String,
     /// This server's index in the switch's group (its handler's own share: SNAT hands out
-    /// 192.0.2.INDEX+1).
+    /// 192.0.2.INDEX+1; TCP retransmission detection the register indices INDEX, INDEX+16, ...).
     #[arg(long, default_value_t = 0)]
     pub index: u16,
     /// Serve the control endpoint here: Prometheus `/metrics` (tern_switch_server_*), `/ready`
@@ -338,6 +339,7 @@ pub fn run(a: &ServerArgs) -> CmdResult {
         "drops": ServerDrop::ALL.iter().zip(st.drops).map(|(d, v)| (d.name().to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "entries": srv.handler().entries(), "seconds": start.elapsed().as_secs_f64(),
         "replicas_sent": replicas_sent, "replicas_failed": replicas_failed, "replicas_adopted": replicas_adopted,
+        "handler": srv.handler().counters().into_iter().map(|(n, v)| (n.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
     });
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
