@@ -538,19 +538,7 @@ impl Nat {
         let tcp = (t.proto == TCP).then_some(if flags & SYN != 0 { TcpState::SynSent } else { TcpState::Established });
         let mut c = Connection { orig: t, public: (addr, port), tcp, replied: false, deadline: 0 };
         c.deadline = now.saturating_add(timeout(&self.cfg.timeouts, &c));
-        let e = Entry { c, fin_out: None, live: true };
-        let i = match self.free.pop() {
-            Some(i) => {
-                self.entries[i as usize] = e;
-                i
-            }
-            None => {
-                self.entries.push(e);
-                (self.entries.len() - 1) as u32
-            }
-        };
-        self.by_orig.insert(t, i);
-        self.by_reply.insert(reply, i);
+        self.hold(c);
         self.counters.created += 1;
         self.counters.kept_port += u64::from(port == t.sport);
         self.counters.out += 1;
@@ -594,6 +582,12 @@ impl Nat {
         if self.by_orig.len() >= self.cfg.capacity {
             return Err("table_full");
         }
+        self.hold(c);
+        Ok(())
+    }
+
+    /// Puts a connection in a free slot (or a new one), found by both its tuples.
+    fn hold(&mut self, c: Connection) {
         let e = Entry { c, fin_out: None, live: true };
         let i = match self.free.pop() {
             Some(i) => {
@@ -607,7 +601,6 @@ impl Nat {
         };
         self.by_orig.insert(c.orig, i);
         self.by_reply.insert(c.reply(), i);
-        Ok(())
     }
 }
 
