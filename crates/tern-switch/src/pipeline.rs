@@ -188,18 +188,23 @@ struct Code {
     request: Vec<(usize, usize)>,
     response: Vec<(usize, usize)>,
     register_bits: Vec<u32>,
-    /// The first mirrored table, and its learn action with the response slots of its
-    /// parameters.
-    mirrored: Option<usize>,
-    learn: Option<(usize, Vec<usize>)>,
-    /// The mirrored table's `install` and `remove` conditions: (slot, equal, value).
-    install: Option<(usize, bool, u64)>,
-    remove: Option<(usize, bool, u64)>,
+    /// The mirrored tables, in declaration order (a mirrored table's *rank* is its place here).
+    mirrored: Vec<MirroredCode>,
     /// Declared headers: bytes, and each field's slot, bit offset and width.
     headers: Vec<HeaderLayout>,
     /// Parser states: the header they follow (built-in 0–3: ethernet, ipv4, tcp, udp; then
     /// declared ones from 4), the select slot and value, the header extracted.
     states: Vec<(usize, usize, u64, usize)>,
+}
+
+/// A mirrored table: its index, its learn action with the response slots of its parameters,
+/// and its `install` and `remove` conditions (slot, equal, value).
+#[derive(Debug, Clone)]
+struct MirroredCode {
+    table: usize,
+    learn: Option<(usize, Vec<usize>)>,
+    install: Option<(usize, bool, u64)>,
+    remove: Option<(usize, bool, u64)>,
 }
 
 /// What a packet changes: the PHV, registers, tables' counters, and the buffers it is built in.
@@ -218,14 +223,15 @@ struct State {
     orig: [u64; 14],
     /// Where each declared header was found in the frame (None: the packet has none).
     custom: Vec<Option<usize>>,
-    /// Whether the mirrored table hit this packet (None: it was not applied).
+    /// Whether the first mirrored table this packet reached hit (None: it reached none), and
+    /// that table's rank.
     mirrored_hit: Option<bool>,
+    mirrored_rank: usize,
     /// Its key, as looked up (actions after may change the fields).
     mirrored_key: Vec<u64>,
-    /// The last response's entry of the mirrored table: its key and the learn action's
-    /// parameters, taken before `post_processing` changes the PHV.
-    learn_key: Vec<u64>,
-    learn_params: Vec<u64>,
+    /// The last response's entry of each mirrored table that learns (by rank): its key and the
+    /// learn action's parameters, taken before `post_processing` changes the PHV.
+    learned: Vec<(Vec<u64>, Vec<u64>)>,
 }
 
 /// A loaded program: its tables' entries and its registers.
@@ -304,7 +310,7 @@ pub fn hash_values(values: &[u64]) -> u64 {
 
 /// [`hash_values`] over values as they come.
 #[inline]
-fn hash_iter(values: impl Iterator<Item = u64>) -> u64 {
+pub(crate) fn hash_iter(values: impl Iterator<Item = u64>) -> u64 {
     values.fold(0x9e37_79b9_7f4a_7c15u64, |acc, v| fmix64(acc ^ v))
 }
 
@@ -397,14 +403,22 @@ impl Code {
         let wire = |fields: &[(String, u32)]| -> Vec<(usize, usize)> {
             fields.iter().map(|(n, b)| (slot(n), b.div_ceil(8) as usize)).collect()
         };
-        let mirrored = prog.tables.iter().position(|t| t.mirrored);
-        let learn = mirrored.and_then(|m| prog.tables[m].learn.as_deref()).map(|l| {
-            let a = &prog.actions[action(l)];
-            (action(l), a.params.iter().map(|(p, _)| slot(&format!("res.{p}"))).collect())
-        });
         let cond = |g: &Option<crate::program::Guard>| g.as_ref().map(|g| (slot(&g.field), g.equal, g.value));
-        let install = mirrored.and_then(|m| cond(&prog.tables[m].install));
-        let remove = mirrored.and_then(|m| cond(&prog.tables[m].remove));
+        let mirrored: Vec<MirroredCode> = prog
+            .tables
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.mirrored)
+            .map(|(m, t)| MirroredCode {
+                table: m,
+                learn: t.learn.as_deref().map(|l| {
+                    let a = &prog.actions[action(l)];
+                    (action(l), a.params.iter().map(|(p, _)| slot(&format!("res.{p}"))).collect())
+                }),
+                install: cond(&t.install),
+                remove: cond(&t.remove),
+            })
+            .collect();
         let headers: Vec<HeaderLayout> = prog
             .headers
             .iter()
@@ -446,9 +460,6 @@ impl Code {
             register_bits: prog.registers.iter().map(|r| r.bits).collect(),
             widths,
             mirrored,
-            learn,
-            install,
-            remove,
         }
     }
 }
@@ -524,8 +535,11 @@ impl State {
         } else {
             self.tables[ti].misses += 1;
         }
-        if code.mirrored == Some(ti) && self.mirrored_hit.is_none() {
+        if self.mirrored_hit.is_none()
+            && let Some(rank) = code.mirrored.iter().position(|m| m.table == ti)
+        {
             self.mirrored_hit = Some(hit);
+            self.mirrored_rank = rank;
             self.mirrored_key.clone_from(&self.key);
         }
         ai
@@ -833,9 +847,9 @@ impl Pipeline {
             orig: [0; 14],
             custom: vec![None; code.headers.len()],
             mirrored_hit: None,
+            mirrored_rank: 0,
             mirrored_key: Vec::with_capacity(8),
-            learn_key: Vec::with_capacity(8),
-            learn_params: Vec::with_capacity(8),
+            learned: code.mirrored.iter().map(|_| (Vec::with_capacity(8), Vec::with_capacity(4))).collect(),
         };
         Pipeline { prog, code, st }
     }
@@ -1002,58 +1016,89 @@ impl Pipeline {
         self.code.request.iter().map(|r| r.1).sum()
     }
 
-    /// Whether the program's mirrored table matched the last packet (None: no mirrored table,
-    /// or the packet did not reach it).
+    /// Whether the first mirrored table the last packet reached matched it (None: it reached
+    /// none).
     pub fn mirrored_hit(&self) -> Option<bool> {
         self.st.mirrored_hit
     }
 
-    /// The program's mirrored table's name.
-    pub fn mirrored_table(&self) -> Option<&str> {
-        self.code.mirrored.map(|m| self.prog.tables[m].name.as_str())
+    /// That table's rank among the mirrored tables (valid while
+    /// [`mirrored_hit`](Self::mirrored_hit) is Some).
+    pub fn mirrored_rank(&self) -> usize {
+        self.st.mirrored_rank
     }
 
-    /// The key the last packet looked the mirrored table up with (valid while
+    /// The mirrored tables (a mirrored table's rank is its place in this count).
+    pub fn mirrored_count(&self) -> usize {
+        self.code.mirrored.len()
+    }
+
+    /// The program's first mirrored table's name.
+    pub fn mirrored_table(&self) -> Option<&str> {
+        self.mirrored_table_at(0)
+    }
+
+    /// The name of the mirrored table of `rank`.
+    pub fn mirrored_table_at(&self, rank: usize) -> Option<&str> {
+        self.code.mirrored.get(rank).map(|m| self.prog.tables[m.table].name.as_str())
+    }
+
+    /// The key the last packet looked its mirrored table up with (valid while
     /// [`mirrored_hit`](Self::mirrored_hit) is Some).
     pub fn mirrored_key(&self) -> &[u64] {
         &self.st.mirrored_key
     }
 
-    /// After [`post`](Self::post): the mirrored table's entry the response answers — its key
-    /// (in `key`) and its learn action's parameters (in `params`, from the response's fields).
-    /// False (nothing written) when the program has no learn action.
+    /// After [`post`](Self::post): the first mirrored table's entry the response answers — its
+    /// key (in `key`) and its learn action's parameters (in `params`, from the response's
+    /// fields). False (nothing written) when that table has no learn action.
     pub fn learned(&self, key: &mut Vec<u64>, params: &mut Vec<u64>) -> bool {
-        if self.code.learn.is_none() {
+        self.learned_at(0, key, params)
+    }
+
+    /// As [`learned`](Self::learned), for the mirrored table of `rank` (each learning table's
+    /// entry is read from the response's frame and fields; the switch keeps the one its
+    /// controller waits for).
+    pub fn learned_at(&self, rank: usize, key: &mut Vec<u64>, params: &mut Vec<u64>) -> bool {
+        if self.code.mirrored.get(rank).is_none_or(|m| m.learn.is_none()) {
             return false;
         }
-        key.clone_from(&self.st.learn_key);
-        params.clone_from(&self.st.learn_params);
+        let (k, p) = &self.st.learned[rank];
+        key.clone_from(k);
+        params.clone_from(p);
         true
     }
 
-    /// What the last response [`post`](Self::post) ran says of its learned entry, by the
-    /// mirrored table's `install` and `remove` conditions (None: neither holds, or the table
-    /// has none: the heavy-hitter offload decides).
+    /// What the last response [`post`](Self::post) ran says of the first mirrored table's
+    /// learned entry, by that table's `install` and `remove` conditions (None: neither holds,
+    /// or the table has none: the heavy-hitter offload decides).
     pub fn learn_decision(&self) -> Option<LearnDecision> {
+        let m = self.code.mirrored.first()?;
         let holds = |c: Option<(usize, bool, u64)>| c.is_some_and(|(slot, eq, v)| (self.st.phv[slot] == v) == eq);
-        if holds(self.code.remove) {
+        if holds(m.remove) {
             Some(LearnDecision::Remove)
-        } else if holds(self.code.install) {
+        } else if holds(m.install) {
             Some(LearnDecision::Install)
         } else {
             None
         }
     }
 
-    /// Whether the mirrored table's entries are installed and removed by responses
+    /// Whether the first mirrored table's entries are installed and removed by responses
     /// (`install`/`remove`) rather than chosen by the heavy-hitter offload.
     pub fn installs_by_response(&self) -> bool {
-        self.code.install.is_some()
+        self.code.mirrored.first().is_some_and(|m| m.install.is_some())
     }
 
-    /// The mirrored table's learn action's name.
+    /// The first mirrored table's learn action's name.
     pub fn learn_action(&self) -> Option<&str> {
-        self.code.learn.as_ref().map(|(a, _)| self.prog.actions[*a].name.as_str())
+        self.learn_action_at(0)
+    }
+
+    /// The learn action's name of the mirrored table of `rank`.
+    pub fn learn_action_at(&self, rank: usize) -> Option<&str> {
+        let m = self.code.mirrored.get(rank)?;
+        m.learn.as_ref().map(|(a, _)| self.prog.actions[*a].name.as_str())
     }
 
     /// Runs `post_processing` on a server's response: `frame` is the original frame (its CLIP
@@ -1070,12 +1115,15 @@ impl Pipeline {
             self.st.set(&self.code.widths, slot, be(&response[at..at + k]));
             at += k;
         }
-        if let (Some(m), Some((_, slots))) = (self.code.mirrored, &self.code.learn) {
+        for (rank, m) in self.code.mirrored.iter().enumerate() {
+            let Some((_, slots)) = &m.learn else { continue };
             let st = &mut self.st;
-            st.learn_key.clear();
-            st.learn_key.extend(self.code.tables[m].key.iter().map(|&(slot, _, _)| st.phv[slot]));
-            st.learn_params.clear();
-            st.learn_params.extend(slots.iter().map(|&s| st.phv[s]));
+            let phv = &st.phv;
+            let (key, params) = &mut st.learned[rank];
+            key.clear();
+            key.extend(self.code.tables[m.table].key.iter().map(|&(slot, _, _)| phv[slot]));
+            params.clear();
+            params.extend(slots.iter().map(|&s| phv[s]));
         }
         if let Some(d) = self.st.run(&self.code, true) {
             return d;

@@ -281,8 +281,19 @@ fn path_index(p: Path) -> usize {
     }
 }
 
-/// A learned entry of the mirrored table: its key and its learn action's parameters.
-type Learned = (Box<[u64]>, Box<[u64]>);
+/// A learned entry of a mirrored table: the table's rank, the key and its learn action's
+/// parameters.
+type Learned = (usize, Box<[u64]>, Box<[u64]>);
+
+/// The id the offload knows a mirrored table's entry by: the hash of its key, and for a table
+/// after the first its rank too (two tables' entries never share an id).
+pub fn entry_id(rank: usize, key: &[u64]) -> FlowId {
+    if rank == 0 {
+        hash_values(key)
+    } else {
+        crate::pipeline::hash_iter(key.iter().copied().chain([rank as u64 | 1 << 63]))
+    }
+}
 
 /// The switch: data plane and controller.
 #[derive(Debug)]
@@ -299,9 +310,9 @@ pub struct Switch {
     response_len: usize,
     next_request: u32,
     /// Offload: entries being learned this interval (None until the flow's response), and
-    /// the installed entries' keys.
+    /// the installed entries' tables (by rank) and keys.
     learning: HashMap<FlowId, Option<Learned>>,
-    installed: HashMap<FlowId, Box<[u64]>>,
+    installed: HashMap<FlowId, (usize, Box<[u64]>)>,
     key: Vec<u64>,
     params: Vec<u64>,
     response: [u8; 255],
@@ -551,7 +562,7 @@ impl Switch {
             // Responses keep the table: the offload neither counts nor chooses.
             return Some(if hit { Served::Switch } else { Served::Server });
         }
-        let id = hash_values(self.pipeline.mirrored_key());
+        let id = entry_id(self.pipeline.mirrored_rank(), self.pipeline.mirrored_key());
         let (served, digest) = self.offload.packet_digest(id);
         if (served == Served::Switch) != hit || (hit && !forwarded) {
             self.stats.offload_mismatch += 1;
@@ -706,7 +717,7 @@ impl Switch {
         let action = self.pipeline.learn_action().ok_or("the mirrored table has no learn action")?.to_string();
         let km: Vec<KeyMatch> = key.iter().map(|&v| KeyMatch::Exact(v)).collect();
         self.pipeline.insert(&table, &km, 0, &action, params)?;
-        self.installed.insert(hash_values(key), key.into());
+        self.installed.insert(hash_values(key), (0, key.into()));
         Ok(())
     }
 
@@ -720,14 +731,20 @@ impl Switch {
         self.pipeline.remove(&table, &km)
     }
 
-    /// After a response: keeps its entry if the controller is waiting for it.
+    /// After a response: keeps its entry (of whichever mirrored table learns it) if the
+    /// controller is waiting for it.
     fn learn(&mut self) {
-        if self.learning.is_empty() || !self.pipeline.learned(&mut self.key, &mut self.params) {
+        if self.learning.is_empty() {
             return;
         }
-        let id = hash_values(&self.key);
-        if let Some(slot @ None) = self.learning.get_mut(&id) {
-            *slot = Some((self.key.as_slice().into(), self.params.as_slice().into()));
+        for rank in 0..self.pipeline.mirrored_count() {
+            if !self.pipeline.learned_at(rank, &mut self.key, &mut self.params) {
+                continue;
+            }
+            let id = entry_id(rank, &self.key);
+            if let Some(slot @ None) = self.learning.get_mut(&id) {
+                *slot = Some((rank, self.key.as_slice().into(), self.params.as_slice().into()));
+            }
         }
     }
 
@@ -787,22 +804,31 @@ impl Switch {
             return IntervalReport::default();
         }
         let mut report = self.offload.interval();
-        let Some(table) = self.pipeline.mirrored_table().map(str::to_string) else { return report };
-        let action = self.pipeline.learn_action().unwrap_or_default().to_string();
+        if self.pipeline.mirrored_count() == 0 {
+            return report;
+        }
+        // Each mirrored table's name and learn action, by rank.
+        let tables: Vec<(String, String)> = (0..self.pipeline.mirrored_count())
+            .map(|r| {
+                let t = self.pipeline.mirrored_table_at(r).unwrap_or_default().to_string();
+                (t, self.pipeline.learn_action_at(r).unwrap_or_default().to_string())
+            })
+            .collect();
         for id in &report.evicted_flows {
-            if let Some(k) = self.installed.remove(id) {
+            if let Some((rank, k)) = self.installed.remove(id) {
                 let key: Vec<KeyMatch> = k.iter().map(|&v| KeyMatch::Exact(v)).collect();
-                self.pipeline.remove(&table, &key);
+                self.pipeline.remove(&tables[rank].0, &key);
             }
         }
         let mut failed = Vec::new();
         for &id in &report.installed_flows {
             match self.learning.get(&id) {
-                Some(Some((k, params))) => {
+                Some(Some((rank, k, params))) => {
                     let key: Vec<KeyMatch> = k.iter().map(|&v| KeyMatch::Exact(v)).collect();
-                    match self.pipeline.insert(&table, &key, 0, &action, params) {
+                    let (table, action) = &tables[*rank];
+                    match self.pipeline.insert(table, &key, 0, action, params) {
                         Ok(()) => {
-                            self.installed.insert(id, k.clone());
+                            self.installed.insert(id, (*rank, k.clone()));
                         }
                         Err(_) => failed.push(id),
                     }
@@ -835,14 +861,19 @@ impl Switch {
             self.offload.forget(id);
             return Err(e);
         }
-        self.installed.insert(id, key.into());
+        self.installed.insert(id, (0, key.into()));
         Ok(())
     }
 
-    /// The mirrored table's entries in the switch's original table: key, the learn action's
-    /// parameters, and the entry's hits this interval (the controller's hit counters).
+    /// The first mirrored table's entries in the switch's original table: key, the learn
+    /// action's parameters, and the entry's hits this interval (the controller's hit counters).
     pub fn original_entries(&self) -> Vec<(Vec<u64>, Vec<u64>, u64)> {
-        let Some(table) = self.pipeline.mirrored_table() else { return Vec::new() };
+        self.original_entries_at(0)
+    }
+
+    /// As [`original_entries`](Self::original_entries), for the mirrored table of `rank`.
+    pub fn original_entries_at(&self, rank: usize) -> Vec<(Vec<u64>, Vec<u64>, u64)> {
+        let Some(table) = self.pipeline.mirrored_table_at(rank) else { return Vec::new() };
         let mut out: Vec<(Vec<u64>, Vec<u64>, u64)> = self
             .pipeline
             .entries(table)
@@ -850,7 +881,7 @@ impl Switch {
             .into_iter()
             .map(|(key, _, _, params)| {
                 let k: Vec<u64> = key.iter().map(|m| if let KeyMatch::Exact(v) = m { *v } else { 0 }).collect();
-                let hits = self.offload.hits(hash_values(&k)).unwrap_or(0);
+                let hits = self.offload.hits(entry_id(rank, &k)).unwrap_or(0);
                 (k, params, hits)
             })
             .collect();

@@ -20,7 +20,7 @@ fn snat_parses_and_places() {
     assert_eq!((p.name.as_str(), p.id, p.handler.as_deref()), ("snat", 1, Some("snat")));
     assert_eq!(p.tables[0].key.len(), 7);
     assert!(p.tables[0].mirrored);
-    assert!(!p.tables[1].mirrored);
+    assert!(p.tables[1].mirrored, "replies' entries move into the switch too");
     let translate = p.actions.iter().find(|a| a.name == "translate").unwrap();
     assert_eq!(translate.params, [("addr".to_string(), 32), ("port".to_string(), 16)]);
     assert_eq!(translate.ops[0], Op::Set { dst: "ipv4.src".into(), src: Operand::Field("param.addr".into()) });

@@ -24,6 +24,10 @@ const OUTSIDE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x99];
 /// Two servers (server s owns 192.0.2.(s+1)), both in the group, each the other's buddy; routes
 /// to the inside (10.0.0.0/8) and the outside (the rest).
 fn cluster() -> Cluster {
+    cluster_offload(false)
+}
+
+fn cluster_offload(offload: bool) -> Cluster {
     let program =
         Program::load(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml")))
             .unwrap();
@@ -35,7 +39,7 @@ fn cluster() -> Cluster {
             Route { prefix: "0.0.0.0/0".parse().unwrap(), port: OUTSIDE, mac: OUTSIDE_MAC },
             Route { prefix: "10.0.0.0/8".parse().unwrap(), port: INSIDE, mac: INSIDE_MAC },
         ],
-        offload_enabled: false,
+        offload_enabled: offload,
         ..SwitchConfig::default()
     };
     let switch = Switch::new(program, cfg).unwrap();
@@ -239,4 +243,39 @@ fn the_docs_name_every_drop() {
     for n in names {
         assert!(doc.contains(&format!("`{n}`")), "docs/clip.md does not name `{n}`");
     }
+}
+
+/// A heavy flow's replies move into the switch too: after an interval its `nat` entry
+/// (learned from an outbound response) and its `nat_in` entry (learned from a reply's response)
+/// are both in the switch, and its packets both ways leave translated with no server asked.
+#[test]
+fn a_heavy_flows_replies_are_offloaded_too() {
+    let mut c = cluster_offload(true);
+    let out = udp([10, 0, 0, 7], REMOTE, 9000, 53);
+    let (_, first) = one(c.send(INSIDE, &[&out]));
+    let (public, _) = ends(&first);
+    let reply = udp(REMOTE, public.0.octets(), 53, public.1);
+    // Heavy both ways, beside 50 light flows.
+    for i in 0..200u16 {
+        one(c.send(INSIDE, &[&out]));
+        one(c.send(OUTSIDE, &[&reply]));
+        if i < 50 {
+            one(c.send(INSIDE, &[&udp([10, 0, 1, i as u8], REMOTE, 9000, 53)]));
+        }
+    }
+    let report = c.switch.interval();
+    assert!(report.installed >= 2, "{report:?}");
+    assert_eq!(c.switch.pipeline().len("nat_in"), 1, "the reply's entry");
+    assert!(
+        c.switch.original_entries_at(1).iter().any(|(k, p, _)| k[1] == u64::from(u32::from(public.0)) && p[1] == 9000)
+    );
+    let asked = c.switch.stats().requests();
+    for _ in 0..20 {
+        let (port, f) = one(c.send(INSIDE, &[&out]));
+        assert_eq!((port, ends(&f).0), (OUTSIDE, public));
+        let (port, f) = one(c.send(OUTSIDE, &[&reply]));
+        assert_eq!((port, ends(&f).1), (INSIDE, (Ipv4Addr::new(10, 0, 0, 7), 9000)));
+    }
+    assert_eq!(c.switch.stats().requests(), asked, "no server asked, either way");
+    assert_eq!(c.switch.stats().offload_mismatch, 0);
 }

@@ -113,6 +113,18 @@ pub fn dump(a: &DumpArgs) -> CmdResult {
     for e in original.iter().take(a.max) {
         println!("  key {} -> params {}   hits {}", e["key"], e["params"], e["hits"]);
     }
+    for t in v["more"].as_array().into_iter().flatten() {
+        let rows = t["original"].as_array().cloned().unwrap_or_default();
+        println!(
+            "table {} (action {}), in the switch: {} entries",
+            t["table"].as_str().unwrap_or("?"),
+            t["action"].as_str().unwrap_or("?"),
+            rows.len()
+        );
+        for e in rows.iter().take(a.max) {
+            println!("  key {} -> params {}   hits {}", e["key"], e["params"], e["hits"]);
+        }
+    }
     for m in v["mirrors"].as_array().into_iter().flatten() {
         if let Some(err) = m["error"].as_str() {
             println!("server {}: {err}", m["server"]);

@@ -590,9 +590,20 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
                         .into_iter()
                         .map(|(k, p, hits)| json!({"key": k, "params": p, "hits": hits}))
                         .collect();
+                    // The program's other mirrored tables (SNAT's `nat_in`), each the same way.
+                    let more: Vec<_> = (1..sw.pipeline().mirrored_count())
+                        .map(|r| {
+                            let rows: Vec<_> = sw
+                                .original_entries_at(r)
+                                .into_iter()
+                                .map(|(k, p, hits)| json!({"key": k, "params": p, "hits": hits}))
+                                .collect();
+                            json!({"table": sw.pipeline().mirrored_table_at(r), "action": sw.pipeline().learn_action_at(r), "original": rows})
+                        })
+                        .collect();
                     let _ = reply.send(json!({
                         "table": table, "action": sw.pipeline().learn_action(), "capacity": sw.config().offload.capacity,
-                        "original": rows, "generation": generation,
+                        "original": rows, "generation": generation, "more": more,
                     }));
                 }
                 Ctl::Reload(loaded) => {
