@@ -143,6 +143,8 @@ pub struct Timeouts {
     pub icmp: u64,
     /// TCP, by [`TcpState`] in its order.
     pub tcp: [u64; 8],
+    /// Any other protocol (GRE, ESP, ...: the address translated, no ports).
+    pub generic: u64,
 }
 
 const S: u64 = 1_000_000_000;
@@ -155,6 +157,7 @@ impl Default for Timeouts {
             icmp: 30 * S,
             // syn_sent, syn_recv, established, fin_wait, close_wait, last_ack, time_wait, close
             tcp: [120 * S, 60 * S, 432_000 * S, 120 * S, 60 * S, 30 * S, 120 * S, 10 * S],
+            generic: 600 * S,
         }
     }
 }
@@ -367,6 +370,10 @@ pub fn choose_port(
     rng: &mut u64,
     used: &dyn Fn(u16) -> bool,
 ) -> Option<u16> {
+    if !matches!(proto, TCP | UDP | ICMP) {
+        // No ports: the address alone, if its reply tuple is free (port 0 is slice 0's).
+        return (slice == 0 && !used(0)).then_some(0);
+    }
     if sport % slices == slice && !used(sport) {
         return Some(sport);
     }
@@ -399,7 +406,8 @@ pub fn timeout(t: &Timeouts, c: &Connection) -> u64 {
         (_, Some(s)) => t.tcp[s as usize],
         (UDP, _) if c.replied => t.udp_stream,
         (UDP, _) => t.udp,
-        _ => t.icmp,
+        (ICMP, _) => t.icmp,
+        _ => t.generic,
     }
 }
 
@@ -500,9 +508,6 @@ impl Nat {
     /// public address and port, made if new.
     pub fn outbound(&mut self, t: Tuple, flags: u8, now: u64) -> Result<(u32, u16), NatDrop> {
         self.expire(now, SWEEP_A_CALL);
-        if !matches!(t.proto, TCP | UDP | ICMP) {
-            return Err(self.count(NatDrop::Protocol));
-        }
         if let Some(i) = self.live_by(true, &t, now) {
             self.touch(i, Dir::Out, flags, now);
             self.counters.out += 1;
@@ -549,9 +554,6 @@ impl Nat {
     /// `now`: the inside address and port it goes to.
     pub fn inbound(&mut self, t: Tuple, flags: u8, now: u64) -> Result<(u32, u16), NatDrop> {
         self.expire(now, SWEEP_A_CALL);
-        if !matches!(t.proto, TCP | UDP | ICMP) {
-            return Err(self.count(NatDrop::Protocol));
-        }
         let Some(i) = self.live_by(false, &t, now) else {
             return Err(self.count(NatDrop::Unsolicited));
         };
@@ -695,7 +697,8 @@ pub fn parse(ip: &[u8], dir: Dir) -> Result<Parsed, NatDrop> {
     let need = match proto {
         TCP => 20,
         UDP | ICMP => 8,
-        _ => return Err(NatDrop::Protocol),
+        // Another protocol: no ports to read (its address alone is translated).
+        _ => 0,
     };
     if l4 + need > end {
         return Err(NatDrop::Malformed);
@@ -712,7 +715,8 @@ pub fn parse(ip: &[u8], dir: Dir) -> Result<Parsed, NatDrop> {
             let id = rd16(ip, l4 + 4);
             if dir == Dir::Out { (id, 0, 0) } else { (0, id, 0) }
         }
-        _ => (rd16(ip, l4), rd16(ip, l4 + 2), if proto == TCP { ip[l4 + 13] } else { 0 }),
+        TCP | UDP => (rd16(ip, l4), rd16(ip, l4 + 2), if proto == TCP { ip[l4 + 13] } else { 0 }),
+        _ => (0, 0, 0),
     };
     Ok(Parsed::Conn { t: Tuple { proto, src: rd32(ip, 12), sport, dst: rd32(ip, 16), dport }, flags, l4, end })
 }
@@ -743,14 +747,20 @@ impl Nat {
         };
         let port_sums: Vec<(usize, bool)> = l4s.into_iter().collect();
         let tr = self.track_tuple(t, flags, dir, now)?;
+        // Another protocol has no ports (and no checksum of ours to keep): its address alone.
+        let ports = matches!(proto, TCP | UDP | ICMP);
         match dir {
             Dir::Out => {
                 put(ip, 12, &tr.public.0.to_be_bytes(), addr_sums);
-                put(ip, port_at, &tr.public.1.to_be_bytes(), &port_sums);
+                if ports {
+                    put(ip, port_at, &tr.public.1.to_be_bytes(), &port_sums);
+                }
             }
             Dir::In => {
                 put(ip, 16, &tr.orig.src.to_be_bytes(), addr_sums);
-                put(ip, port_at, &tr.orig.sport.to_be_bytes(), &port_sums);
+                if ports {
+                    put(ip, port_at, &tr.orig.sport.to_be_bytes(), &port_sums);
+                }
             }
         }
         Ok(tr)
@@ -876,9 +886,6 @@ pub mod naive {
 
         pub fn outbound(&mut self, t: Tuple, flags: u8, now: u64) -> Result<(u32, u16), NatDrop> {
             self.conns.retain(|c| c.0.deadline > now);
-            if !matches!(t.proto, TCP | UDP | ICMP) {
-                return Err(NatDrop::Protocol);
-            }
             if let Some(i) = self.conns.iter().position(|c| c.0.orig == t) {
                 let (c, fin) = &mut self.conns[i];
                 if let Some(s) = c.tcp {
@@ -911,9 +918,6 @@ pub mod naive {
 
         pub fn inbound(&mut self, t: Tuple, flags: u8, now: u64) -> Result<(u32, u16), NatDrop> {
             self.conns.retain(|c| c.0.deadline > now);
-            if !matches!(t.proto, TCP | UDP | ICMP) {
-                return Err(NatDrop::Protocol);
-            }
             let (c, fin) = self.conns.iter_mut().find(|c| c.0.reply() == t).ok_or(NatDrop::Unsolicited)?;
             c.replied = true;
             if let Some(s) = c.tcp {

@@ -366,9 +366,6 @@ impl RemoteHandler for Snat {
         let u16_at = |i: usize| u16::from_be_bytes([r[i], r[i + 1]]);
         let u32_at = |i: usize| u32::from_be_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
         let orig = Tuple { proto: r[0], src: u32_at(1), sport: u16_at(5), dst: u32_at(7), dport: u16_at(11) };
-        if !matches!(orig.proto, nat::TCP | nat::UDP | nat::ICMP) {
-            return Err("record_protocol");
-        }
         let tcp = match r[19] {
             0xff if orig.proto != nat::TCP => None,
             s if orig.proto == nat::TCP => match TcpState::ALL.get(usize::from(s)) {

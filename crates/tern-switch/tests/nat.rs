@@ -375,7 +375,7 @@ fn an_icmp_error_going_out_about_a_reply_is_translated() {
 }
 
 #[test]
-fn malformed_packets_fragments_and_other_protocols_are_counted() {
+fn malformed_packets_fragments_and_other_icmp_are_counted() {
     let mut n = nat();
     assert_eq!(n.translate(&mut [0x45, 0, 0], Dir::Out, 0), Err(NatDrop::Malformed));
     let mut f = Vec::new();
@@ -383,9 +383,11 @@ fn malformed_packets_fragments_and_other_protocols_are_counted() {
     let mut frag = f.clone();
     frag[14 + 7] = 1; // offset 8 bytes
     assert_eq!(n.translate(l3(&mut frag), Dir::Out, 0), Err(NatDrop::Fragment));
-    let mut gre = f.clone();
-    gre[14 + 9] = 47;
-    assert_eq!(n.translate(l3(&mut gre), Dir::Out, 0), Err(NatDrop::Protocol));
+    // An ICMP message that is neither an echo nor an error: refused by name.
+    let mut info = Vec::new();
+    build_icmp4_echo(&mut info, [2; 6], [4; 6], [10, 0, 0, 1], REMOTE, 1, 1, 64, b"x");
+    info[34] = 13; // timestamp request
+    assert_eq!(n.translate(l3(&mut info), Dir::Out, 0), Err(NatDrop::Protocol));
     let mut long = f.clone();
     long[16..18].copy_from_slice(&9000u16.to_be_bytes());
     assert_eq!(n.translate(l3(&mut long), Dir::Out, 0), Err(NatDrop::Malformed));
@@ -407,7 +409,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     let flags = prop::sample::select(vec![0u8, SYN, SYN | ACK, ACK, FIN | ACK, RST]);
     prop_oneof![
-        4 => (0u8..6, prop::sample::select(vec![80u16, 300, 600, 1000, 5000, 5001]), 0u8..3, prop::sample::select(vec![53u16, 80]), prop::sample::select(vec![UDP, TCP, ICMP]), flags.clone())
+        4 => (0u8..6, prop::sample::select(vec![80u16, 300, 600, 1000, 5000, 5001]), 0u8..3, prop::sample::select(vec![53u16, 80]), prop::sample::select(vec![UDP, TCP, ICMP, 47]), flags.clone())
             .prop_map(|(host, sport, dst, dport, proto, flags)| Op::Out { host, sport, dst, dport, proto, flags }),
         3 => (any::<usize>(), flags, any::<bool>()).prop_map(|(pick, flags, stray)| Op::In { pick, flags, stray }),
         1 => prop::sample::select(vec![S, 10 * S, 31 * S, 100 * S]).prop_map(Op::Wait),
@@ -429,7 +431,11 @@ proptest! {
         for op in ops {
             match op {
                 Op::Out { host, sport, dst, dport, proto, flags } => {
-                    let (sport, dport, flags) = if proto == ICMP { (sport, 0, 0) } else { (sport, dport, flags) };
+                    let (sport, dport, flags) = match proto {
+                        ICMP => (sport, 0, 0),
+                        47 => (0, 0, 0),
+                        _ => (sport, dport, flags),
+                    };
                     let t = Tuple { proto, src: 0x0a00_0000 + u32::from(host), sport, dst: 0xc633_6400 + u32::from(dst), dport };
                     let a = fast.outbound(t, flags, now);
                     prop_assert_eq!(a, slow.outbound(t, flags, now));
@@ -466,4 +472,36 @@ proptest! {
         let mut b = bytes;
         let _ = n.translate(&mut b, if out { Dir::Out } else { Dir::In }, 0);
     }
+}
+
+/// Another protocol (GRE here) is translated by its address alone, as netfilter's generic
+/// tracking does: no ports, so a second inside host to the same remote finds the public
+/// address's reply tuple taken (`exhausted`); its timeout is the generic 600 s.
+#[test]
+fn other_protocols_are_translated_by_address_alone() {
+    let mut n = nat();
+    let gre = |src: [u8; 4], dst: [u8; 4]| {
+        let mut f = Vec::new();
+        build_udp4(&mut f, [2; 6], [4; 6], src, dst, 0x0000, 0x6558, 64, b"tunnelled");
+        f[14 + 9] = 47;
+        f[24..26].fill(0);
+        tern_wire::frame::ipv4_fill_checksum(&mut f, 14);
+        f
+    };
+    let mut a = gre([10, 0, 0, 1], REMOTE);
+    let payload = a[34..].to_vec();
+    let tr = n.translate(l3(&mut a), Dir::Out, 0).unwrap();
+    assert_eq!(tr.public, (ip(PUB), 0));
+    assert_eq!(&a[26..30], &PUB);
+    assert_eq!(&a[34..], &payload[..], "the payload untouched");
+    let hdr: [u8; 20] = a[14..34].try_into().unwrap();
+    assert!(header_sum_ok(&hdr));
+    let mut back = gre(REMOTE, PUB);
+    n.translate(l3(&mut back), Dir::In, 1).unwrap();
+    assert_eq!(&back[30..34], &[10, 0, 0, 1]);
+    let mut b = gre([10, 0, 0, 2], REMOTE);
+    assert_eq!(n.translate(l3(&mut b), Dir::Out, 2), Err(NatDrop::Exhausted));
+    let t = Tuple { proto: 47, src: ip([10, 0, 0, 1]), sport: 0, dst: ip(REMOTE), dport: 0 };
+    assert!(n.get(&t, 1 + 600 * S - 1).is_some());
+    assert!(n.get(&t, 1 + 600 * S).is_none());
 }

@@ -279,3 +279,29 @@ fn a_heavy_flows_replies_are_offloaded_too() {
     assert_eq!(c.switch.stats().requests(), asked, "no server asked, either way");
     assert_eq!(c.switch.stats().offload_mismatch, 0);
 }
+
+/// Another protocol (GRE) goes through the switch and a server by its address alone, and its
+/// replies come back through the owner.
+#[test]
+fn gre_is_translated_by_address_through_the_switch() {
+    let mut c = cluster();
+    let gre = |src: [u8; 4], dst: [u8; 4]| {
+        let mut f = udp(src, dst, 0, 0x6558);
+        f[23] = 47;
+        f[24..26].fill(0);
+        tern_wire::frame::ipv4_fill_checksum(&mut f, 14);
+        f
+    };
+    let out = c.send(INSIDE, &[&gre([10, 0, 0, 1], REMOTE)]);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let (port, f) = &out[0];
+    assert_eq!(*port, OUTSIDE);
+    assert_eq!(f[23], 47);
+    let public = [f[26], f[27], f[28], f[29]];
+    assert_eq!(&public[..3], &[192, 0, 2]);
+    let hdr: [u8; 20] = f[14..34].try_into().unwrap();
+    assert!(header_sum_ok(&hdr));
+    let back = c.send(OUTSIDE, &[&gre(REMOTE, public)]);
+    assert_eq!(back.len(), 1, "{back:?}");
+    assert_eq!((back[0].0, &back[0].1[30..34]), (INSIDE, &[10u8, 0, 0, 1][..]));
+}
