@@ -497,9 +497,9 @@ print("received", n, flush=True)
 /// not advance its direction. They match the two hosts' own counts (`TcpRetransSegs`) within
 /// two: a FIN sent again after its direction was released is not counted, nor is a segment
 /// carrying data and FIN together (it is checked at the server, whose view of the direction
-/// lags the switch's register). Not explained yet: in one run of about fifteen the switch
-/// counted two more than the hosts, and a capture of the client's frames in three other runs
-/// held 22 segments of old data where the switch counted 21.
+/// lags the switch's register). Not explained yet: in two runs of about sixteen the switch
+/// counted more than the hosts (by 2 and by 1), and a capture of the client's frames in three
+/// other runs held 22 segments of old data where the switch counted 21.
 #[test]
 #[ignore = "needs root: network namespaces, veth pairs, bridges"]
 fn trd_counts_kernel_tcp_retransmissions_under_loss() {
