@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use tern_wire::frame::{FrameInfo, L3, checksum_adjust_bytes, proto};
+use tern_wire::frame::{FrameInfo, L3, proto, rewrite_field};
 
 /// Which way a frame crosses the NAT.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,24 +230,18 @@ impl Nat {
 /// UDP checksum of 0 (none) stays 0; one that comes out 0 is sent as 0xffff.
 pub fn rewrite_addr_port(frame: &mut [u8], info: &FrameInfo, addr: (usize, [u8; 4]), port: (usize, u16)) {
     let l3 = usize::from(info.l3_off);
-    let (Some(old_addr), Some(old_port)) = (
-        frame.get(addr.0..addr.0 + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()),
-        frame.get(port.0..port.0 + 2).and_then(|b| <[u8; 2]>::try_from(b).ok()),
-    ) else {
+    if frame.len() < (addr.0 + 4).max(port.0 + 2).max(l3 + 12) {
         return;
-    };
-    let new_port = port.1.to_be_bytes();
-    // The IPv4 header checksum covers the address; the transport checksum covers it (the
-    // pseudo-header) and the port.
-    checksum_adjust_bytes(frame, l3 + 10, &old_addr, &addr.1);
-    if let Some(at) = info.l4_checksum_off(frame) {
-        checksum_adjust_bytes(frame, at, &old_addr, &addr.1);
-        checksum_adjust_bytes(frame, at, &old_port, &new_port);
-        // UDP sends a computed 0 as 0xffff (0 means "no checksum", RFC 768).
-        if info.proto == proto::UDP && frame[at..at + 2] == [0, 0] {
-            frame[at..at + 2].copy_from_slice(&[0xff, 0xff]);
-        }
     }
-    frame[addr.0..addr.0 + 4].copy_from_slice(&addr.1);
-    frame[port.0..port.0 + 2].copy_from_slice(&new_port);
+    // The IPv4 header checksum covers the address; the transport checksum covers it (the
+    // pseudo-header) and the port. UDP sends a computed 0 as 0xffff (0 means "no checksum",
+    // RFC 768).
+    let l4 = info.l4_checksum_off(frame).map(|at| (at, info.proto == proto::UDP));
+    let ip = (l3 + 10, false);
+    let (sums, n) = match l4 {
+        Some(s) => ([ip, s], 2),
+        None => ([ip, ip], 1),
+    };
+    rewrite_field(frame, addr.0, &addr.1, &sums[..n]);
+    rewrite_field(frame, port.0, &port.1.to_be_bytes(), l4.as_slice());
 }

@@ -28,25 +28,13 @@ impl Port for FramePort {
         self.port().wait(timeout)
     }
     fn local_addr(&self) -> SocketAddr {
-        match self {
-            FramePort::AfPacket(p) => p.local_addr(),
-            FramePort::Udp(p, _) => p.local_addr(),
-            FramePort::Faulty(p, _) => p.local_addr(),
-        }
+        self.port_ref().local_addr()
     }
     fn poll_at(&self) -> Option<std::time::Instant> {
-        match self {
-            FramePort::AfPacket(p) => p.poll_at(),
-            FramePort::Udp(p, _) => p.poll_at(),
-            FramePort::Faulty(p, _) => p.poll_at(),
-        }
+        self.port_ref().poll_at()
     }
     fn stats(&self) -> tern_io::PortStats {
-        match self {
-            FramePort::AfPacket(p) => p.stats(),
-            FramePort::Udp(p, _) => p.stats(),
-            FramePort::Faulty(p, _) => p.stats(),
-        }
+        self.port_ref().stats()
     }
 }
 
@@ -114,6 +102,14 @@ impl FramePort {
             FramePort::AfPacket(p) => p,
             FramePort::Udp(p, _) => p,
             FramePort::Faulty(p, _) => p.as_mut(),
+        }
+    }
+
+    fn port_ref(&self) -> &dyn Port {
+        match self {
+            FramePort::AfPacket(p) => p,
+            FramePort::Udp(p, _) => p,
+            FramePort::Faulty(p, _) => p.as_ref(),
         }
     }
 

@@ -643,25 +643,7 @@ fn rd32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// Writes `new` over the bytes at `at`, adjusting each checksum field in `sums` (RFC 1624);
-/// `(offset, udp)`: a UDP checksum of 0 stays 0 and one that comes out 0 is written 0xffff.
-fn put(b: &mut [u8], at: usize, new: &[u8], sums: &[(usize, bool)]) {
-    let old: [u8; 4] = {
-        let mut o = [0; 4];
-        o[..new.len()].copy_from_slice(&b[at..at + new.len()]);
-        o
-    };
-    for &(c, udp) in sums {
-        if udp && b[c..c + 2] == [0, 0] {
-            continue;
-        }
-        tern_wire::frame::checksum_adjust_bytes(b, c, &old[..new.len()], new);
-        if udp && b[c..c + 2] == [0, 0] {
-            b[c..c + 2].copy_from_slice(&[0xff, 0xff]);
-        }
-    }
-    b[at..at + new.len()].copy_from_slice(new);
-}
+use tern_wire::frame::rewrite_field as put;
 
 /// Where a transport header at `l4` (ending at `end`) keeps its checksum, if the packet holds
 /// it: (offset, is UDP).
@@ -745,40 +727,30 @@ impl Nat {
             (_, Dir::Out) => l4,
             (_, Dir::In) => l4 + 2,
         };
-        let port_sums: Vec<(usize, bool)> = l4s.into_iter().collect();
-        let tr = self.track_tuple(t, flags, dir, now)?;
+        let tr = self.track_conn(t, flags, dir, now)?;
         // Another protocol has no ports (and no checksum of ours to keep): its address alone.
         let ports = matches!(proto, TCP | UDP | ICMP);
         match dir {
             Dir::Out => {
                 put(ip, 12, &tr.public.0.to_be_bytes(), addr_sums);
                 if ports {
-                    put(ip, port_at, &tr.public.1.to_be_bytes(), &port_sums);
+                    put(ip, port_at, &tr.public.1.to_be_bytes(), l4s.as_slice());
                 }
             }
             Dir::In => {
                 put(ip, 16, &tr.orig.src.to_be_bytes(), addr_sums);
                 if ports {
-                    put(ip, port_at, &tr.orig.sport.to_be_bytes(), &port_sums);
+                    put(ip, port_at, &tr.orig.sport.to_be_bytes(), l4s.as_slice());
                 }
             }
         }
         Ok(tr)
     }
 
-    /// The connection a TCP, UDP or ICMP echo packet going `dir` belongs to (made if new and
-    /// going out), its state and timeout moved on, the packet left as it is: what the switch's
-    /// post-processing needs to rewrite it. An ICMP error is refused (`protocol`): only
-    /// [`translate`](Self::translate) rewrites one.
-    pub fn track(&mut self, ip: &[u8], dir: Dir, now: u64) -> Result<Translated, NatDrop> {
-        match parse(ip, dir) {
-            Ok(Parsed::Conn { t, flags, .. }) => self.track_tuple(t, flags, dir, now),
-            Ok(Parsed::IcmpError { .. }) => Err(self.count(NatDrop::Protocol)),
-            Err(d) => Err(self.count(d)),
-        }
-    }
-
-    fn track_tuple(&mut self, t: Tuple, flags: u8, dir: Dir, now: u64) -> Result<Translated, NatDrop> {
+    /// The connection of a packet [`parse`] read (`t`, with its TCP `flags`) going `dir` at
+    /// `now`: made if new and going out, its state and timeout moved on, the packet left as it
+    /// is — what the switch's post-processing needs to rewrite it.
+    pub fn track_conn(&mut self, t: Tuple, flags: u8, dir: Dir, now: u64) -> Result<Translated, NatDrop> {
         match dir {
             Dir::Out => {
                 let public = self.outbound(t, flags, now)?;

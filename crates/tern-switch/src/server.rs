@@ -302,8 +302,12 @@ impl RemoteHandler for Snat {
             Some(_) => return Err("request_dir"),
         };
         let made = self.nat.counters.created;
+        // Read once: TCP, UDP or another protocol is tracked here and rewritten by the switch;
+        // ICMP (and what does not parse: counted there) is translated here.
         let (tr, code) = match nat::parse(l3, dir) {
-            Ok(Parsed::Conn { t, .. }) if t.proto != nat::ICMP => (self.nat.track(l3, dir, now_ns), dir as u8),
+            Ok(Parsed::Conn { t, flags, .. }) if t.proto != nat::ICMP => {
+                (self.nat.track_conn(t, flags, dir, now_ns), dir as u8)
+            }
             _ => (self.nat.translate(l3, dir, now_ns), 2),
         };
         let tr = tr.map_err(NatDrop::name)?;

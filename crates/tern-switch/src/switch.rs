@@ -717,7 +717,7 @@ impl Switch {
         let action = self.pipeline.learn_action().ok_or("the mirrored table has no learn action")?.to_string();
         let km: Vec<KeyMatch> = key.iter().map(|&v| KeyMatch::Exact(v)).collect();
         self.pipeline.insert(&table, &km, 0, &action, params)?;
-        self.installed.insert(hash_values(key), (0, key.into()));
+        self.installed.insert(entry_id(0, key), (0, key.into()));
         Ok(())
     }
 
@@ -725,7 +725,7 @@ impl Switch {
     pub fn uninstall(&mut self, key: &[u64]) -> bool {
         let Some(table) = self.pipeline.mirrored_table().map(str::to_string) else { return false };
         let km: Vec<KeyMatch> = key.iter().map(|&v| KeyMatch::Exact(v)).collect();
-        let id = hash_values(key);
+        let id = entry_id(0, key);
         self.offload.forget(id);
         self.installed.remove(&id);
         self.pipeline.remove(&table, &km)
@@ -852,7 +852,7 @@ impl Switch {
     pub fn install(&mut self, key: &[u64], params: &[u64]) -> Result<(), String> {
         let table = self.pipeline.mirrored_table().ok_or("the program has no mirrored table")?.to_string();
         let action = self.pipeline.learn_action().ok_or("the mirrored table has no learn action")?.to_string();
-        let id = hash_values(key);
+        let id = entry_id(0, key);
         if !self.offload.adopt(id) {
             return Err(format!("the original table is full ({} entries)", self.offload.entries()));
         }
@@ -893,7 +893,7 @@ impl Switch {
     /// switch's original table, and so also in the servers' mirror (`Both`: the mirror is
     /// never emptied, so a move either way is make-before-break), or in the mirror alone.
     pub fn location(&self, key: &[u64]) -> crate::mirror::Location {
-        if self.installed.contains_key(&hash_values(key)) {
+        if self.installed.contains_key(&entry_id(0, key)) {
             crate::mirror::Location::Both
         } else {
             crate::mirror::Location::Mirror

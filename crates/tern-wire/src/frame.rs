@@ -620,6 +620,24 @@ pub fn checksum_adjust_bytes(frame: &mut [u8], at: usize, old: &[u8], new: &[u8]
     frame[at..at + 2].copy_from_slice(&sum.to_be_bytes());
 }
 
+/// Writes `new` (at most 4 bytes, an even number) over the bytes at `at`, adjusting each
+/// checksum field in `sums` for the change (RFC 1624); `(offset, udp)`: a UDP checksum of 0
+/// (none computed) stays 0 and one that comes out 0 is written 0xffff.
+pub fn rewrite_field(b: &mut [u8], at: usize, new: &[u8], sums: &[(usize, bool)]) {
+    let mut old = [0u8; 4];
+    old[..new.len()].copy_from_slice(&b[at..at + new.len()]);
+    for &(c, udp) in sums {
+        if udp && b[c..c + 2] == [0, 0] {
+            continue;
+        }
+        checksum_adjust_bytes(b, c, &old[..new.len()], new);
+        if udp && b[c..c + 2] == [0, 0] {
+            b[c..c + 2].copy_from_slice(&[0xff, 0xff]);
+        }
+    }
+    b[at..at + new.len()].copy_from_slice(new);
+}
+
 /// Recomputes the IPv4 header checksum of the header at `l3`.
 pub fn ipv4_fill_checksum(frame: &mut [u8], l3: usize) {
     let hlen = usize::from(frame[l3] & 0xf) * 4;

@@ -585,21 +585,16 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
                 }
                 Ctl::Tables(reply) => {
                     let table = sw.pipeline().mirrored_table().unwrap_or("").to_string();
-                    let rows: Vec<_> = sw
-                        .original_entries()
-                        .into_iter()
-                        .map(|(k, p, hits)| json!({"key": k, "params": p, "hits": hits}))
-                        .collect();
+                    let rows_at = |r: usize| -> Vec<serde_json::Value> {
+                        sw.original_entries_at(r)
+                            .into_iter()
+                            .map(|(k, p, hits)| json!({"key": k, "params": p, "hits": hits}))
+                            .collect()
+                    };
+                    let rows = rows_at(0);
                     // The program's other mirrored tables (SNAT's `nat_in`), each the same way.
                     let more: Vec<_> = (1..sw.pipeline().mirrored_count())
-                        .map(|r| {
-                            let rows: Vec<_> = sw
-                                .original_entries_at(r)
-                                .into_iter()
-                                .map(|(k, p, hits)| json!({"key": k, "params": p, "hits": hits}))
-                                .collect();
-                            json!({"table": sw.pipeline().mirrored_table_at(r), "action": sw.pipeline().learn_action_at(r), "original": rows})
-                        })
+                        .map(|r| json!({"table": sw.pipeline().mirrored_table_at(r), "action": sw.pipeline().learn_action_at(r), "original": rows_at(r)}))
                         .collect();
                     let _ = reply.send(json!({
                         "table": table, "action": sw.pipeline().learn_action(), "capacity": sw.config().offload.capacity,
