@@ -9,11 +9,18 @@
 //! (`ip link set DEV gso_max_size 1500` on the hosts' interfaces where the kernel allows).
 //! Received frames start after [`DEFAULT_HEADROOM`](crate::DEFAULT_HEADROOM) bytes, so a VLAN
 //! tag can be pushed without moving the frame.
+//!
+//! Frames arrive through a receive ring shared with the kernel (`PACKET_RX_RING`, TPACKET_V2:
+//! about 4,096 frame slots, each as large as the pool's buffers plus the kernel's header), so
+//! receiving costs no system call while frames are waiting: the kernel writes each frame into
+//! the next free slot as it arrives, and the port copies it into a pool buffer and hands the
+//! slot back. Where the kernel refuses a ring, the port receives with `recvmmsg` instead.
 
 use std::ffi::CString;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::mmsg::PrefixedVecs;
@@ -36,8 +43,127 @@ pub struct AfPacketStats {
     pub truncated: u64,
 }
 
+/// A received slot: its virtio-net header, the frame, and the frame's length on the wire.
+type Slot<'a> = ([u8; VNET_HDR], &'a [u8], usize);
+
+/// A TPACKET_V2 receive ring mapped from the kernel: `frame_nr` slots of `frame_size` bytes,
+/// `per_block` to a block of `block_size` bytes. A slot whose status has `TP_STATUS_USER` holds
+/// a frame for us until we write `TP_STATUS_KERNEL` back; the kernel fills slots in order.
+struct RxRing {
+    map: *mut u8,
+    map_len: usize,
+    block_size: usize,
+    per_block: usize,
+    frame_size: usize,
+    frame_nr: usize,
+    next: usize,
+}
+
+// SAFETY: the mapping belongs to the port (one owner, moved with it); the kernel is the only
+// other party and synchronises through each slot's status word.
+unsafe impl Send for RxRing {}
+
+impl RxRing {
+    /// Frame slots in the ring.
+    const SLOTS: usize = 4096;
+
+    /// Asks the kernel for a ring on `fd` whose slots hold frames of up to `buf_size` bytes.
+    fn new(fd: &OwnedFd, buf_size: usize) -> io::Result<RxRing> {
+        let version = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VERSION, &version, "PACKET_VERSION")?;
+        // The kernel puts the frame at TPACKET_ALIGN(header + 16) + the virtio-net header
+        // less the MAC header, about 80 bytes into the slot.
+        let frame_size = (buf_size + 128).next_multiple_of(libc::TPACKET_ALIGNMENT);
+        let block_size = (frame_size * 16).next_multiple_of(4096);
+        let per_block = block_size / frame_size;
+        let block_nr = Self::SLOTS.div_ceil(per_block);
+        let req = libc::tpacket_req {
+            tp_block_size: block_size as u32,
+            tp_block_nr: block_nr as u32,
+            tp_frame_size: frame_size as u32,
+            tp_frame_nr: (per_block * block_nr) as u32,
+        };
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req, "PACKET_RX_RING")?;
+        let map_len = block_size * block_nr;
+        // SAFETY: a fresh shared mapping of the ring the kernel just made for `fd`, of the
+        // size it was asked for; the result is checked before use.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(with_context(io::Error::last_os_error(), "mapping the receive ring"));
+        }
+        Ok(RxRing {
+            map: map.cast(),
+            map_len,
+            block_size,
+            per_block,
+            frame_size,
+            frame_nr: per_block * block_nr,
+            next: 0,
+        })
+    }
+
+    /// The next slot's frame, if the kernel has handed it to us: (virtio-net header, frame,
+    /// the frame's length on the wire). `None` for the data when the slot's offsets do not fit
+    /// it (never from a correct kernel).
+    fn peek(&self) -> Option<Option<Slot<'_>>> {
+        let slot = self.slot(self.next);
+        // SAFETY: `slot` is the start of a slot inside the mapping, aligned to 16 bytes (the
+        // mapping is page-aligned and slots are multiples of TPACKET_ALIGNMENT); its first
+        // word is the status the kernel writes, read atomically.
+        let status = unsafe { &*slot.cast::<AtomicU32>() }.load(Ordering::Acquire);
+        if status & libc::TP_STATUS_USER == 0 {
+            return None;
+        }
+        // SAFETY: the slot is ours while its status says so (acquired above): the kernel does
+        // not write it until we hand it back, and the header lies within the slot.
+        let h = unsafe { std::ptr::read(slot.cast::<libc::tpacket2_hdr>()) };
+        let (mac, snap) = (usize::from(h.tp_mac), h.tp_snaplen as usize);
+        if mac < VNET_HDR || mac + snap > self.frame_size {
+            return Some(None);
+        }
+        // SAFETY: as above; `mac - VNET_HDR .. mac + snap` lies within the slot (checked).
+        let (vnet, frame) = unsafe {
+            let v = std::slice::from_raw_parts(slot.add(mac - VNET_HDR), VNET_HDR);
+            (v.try_into().expect("10 bytes"), std::slice::from_raw_parts(slot.add(mac), snap))
+        };
+        Some(Some((vnet, frame, h.tp_len as usize)))
+    }
+
+    /// Hands the current slot back to the kernel and moves on.
+    fn release(&mut self) {
+        let slot = self.slot(self.next);
+        // SAFETY: as in `peek`: the slot's aligned status word, written atomically.
+        unsafe { &*slot.cast::<AtomicU32>() }.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        self.next = (self.next + 1) % self.frame_nr;
+    }
+
+    fn slot(&self, i: usize) -> *mut u8 {
+        let off = (i / self.per_block) * self.block_size + (i % self.per_block) * self.frame_size;
+        debug_assert!(off + self.frame_size <= self.map_len);
+        // SAFETY: `off` is within the mapping: i < frame_nr = per_block * block_nr.
+        unsafe { self.map.add(off) }
+    }
+}
+
+impl Drop for RxRing {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.map.cast(), self.map_len) };
+    }
+}
+
 /// A raw L2 port on one interface.
 pub struct AfPacketPort {
+    rx_ring: Option<RxRing>,
     fd: OwnedFd,
     ifname: String,
     ifindex: u32,
@@ -130,7 +256,9 @@ impl AfPacketPort {
         mreq.mr_ifindex = index as i32;
         mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
         setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq, "promiscuous mode")?;
+        let rx_ring = RxRing::new(&fd, pool.buf_size()).ok();
         Ok(AfPacketPort {
+            rx_ring,
             fd,
             ifname: ifname.to_string(),
             ifindex: index,
@@ -169,11 +297,76 @@ pub fn complete_checksum(frame: &mut [u8], start: usize, offset: usize) -> bool 
     true
 }
 
+impl AfPacketPort {
+    /// Whether frames arrive through the kernel's receive ring (else `recvmmsg`).
+    pub fn has_rx_ring(&self) -> bool {
+        self.rx_ring.is_some()
+    }
+
+    /// Up to `want` frames from the receive ring into `batch`.
+    fn recv_ring(&mut self, want: usize, batch: &mut Batch) -> usize {
+        let Some(ring) = self.rx_ring.as_mut() else { return 0 };
+        let unspecified = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+        let mut delivered = 0;
+        for _ in 0..want {
+            let Some(slot) = ring.peek() else { break };
+            let mut p = None;
+            match slot {
+                None => self.stats.rx_dropped += 1,
+                Some((_, frame, wire)) if frame.len() < wire => {
+                    self.extra.truncated += 1;
+                    self.stats.rx_dropped += 1;
+                }
+                Some((vnet, _, _)) if vnet[1] != VIRTIO_NET_HDR_GSO_NONE => {
+                    self.extra.gso_dropped += 1;
+                    self.stats.rx_dropped += 1;
+                }
+                Some((vnet, frame, _)) => {
+                    let mut pkt = self.pool.packet();
+                    pkt.reserve_headroom(DEFAULT_HEADROOM);
+                    let fits = pkt.extend_from_slice(frame).is_ok();
+                    let csum_ok = !fits
+                        || vnet[0] & VIRTIO_NET_HDR_F_NEEDS_CSUM == 0
+                        || complete_checksum(
+                            pkt.data_mut(),
+                            usize::from(u16::from_ne_bytes([vnet[6], vnet[7]])),
+                            usize::from(u16::from_ne_bytes([vnet[8], vnet[9]])),
+                        );
+                    if fits && csum_ok {
+                        if vnet[0] & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
+                            self.extra.csum_completed += 1;
+                        }
+                        p = Some(pkt);
+                    } else {
+                        if !fits {
+                            self.extra.truncated += 1;
+                        }
+                        self.stats.rx_dropped += 1;
+                        self.pool.put(pkt);
+                    }
+                }
+            }
+            ring.release();
+            if let Some(mut pkt) = p {
+                pkt.peer = unspecified;
+                self.stats.rx_bytes += pkt.len() as u64;
+                batch.push(pkt);
+                delivered += 1;
+            }
+        }
+        self.stats.received(delivered);
+        delivered
+    }
+}
+
 impl Port for AfPacketPort {
     fn recv(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
         let want = batch.spare().min(MAX_BATCH);
         if want == 0 {
             return Ok(0);
+        }
+        if self.rx_ring.is_some() {
+            return Ok(self.recv_ring(want, batch));
         }
         let fd = self.fd.as_raw_fd();
         let r = crate::mmsg::recv_prefixed(fd, &mut self.vecs, &mut self.rx_bufs, &self.pool, want, DEFAULT_HEADROOM)?;
@@ -219,6 +412,10 @@ impl Port for AfPacketPort {
 
     fn wait(&mut self, timeout: Duration) -> io::Result<()> {
         crate::udp::poll_fd(self.fd.as_raw_fd(), libc::POLLIN, timeout)
+    }
+
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.fd.as_raw_fd())
     }
 
     /// L2 ports have no socket address; this is `0.0.0.0:0`.

@@ -200,6 +200,12 @@ pub trait Port {
     fn poll_at(&self) -> Option<Instant> {
         None
     }
+    /// A descriptor that turns readable whenever the port has packets to receive, so that one
+    /// thread can wait on several ports at once ([`wait_any`]); `None` where readiness is not
+    /// a descriptor's alone (in-process rings, held or delayed packets).
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
     /// Counters.
     fn stats(&self) -> PortStats;
 }
@@ -214,6 +220,37 @@ pub trait BatchStage: Send {
     /// `outputs[k]` for output `k`; a packet it drops goes back to its pool. A full output batch
     /// drops what does not fit (back to the pool).
     fn process(&mut self, now: Instant, in_port: u16, input: &mut Batch, outputs: &mut [Batch]);
+}
+
+/// Blocks until one of `fds` is readable or `timeout` passes (a signal ends the wait early):
+/// how a runtime with several ports sleeps while idle without adding a sleep's latency to the
+/// next packet. The descriptors come from [`Port::wait_fd`].
+pub fn wait_any(fds: &[std::os::fd::RawFd], timeout: Duration) -> io::Result<()> {
+    let mut pfds: Vec<libc::pollfd> =
+        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    udp::poll_fds(&mut pfds, timeout)
+}
+
+/// Moves the calling thread into the network namespace `name` (as `ip netns exec` does, from
+/// `/var/run/netns/NAME`): the sockets it opens from then on live there. Other threads stay
+/// where they are. Root only.
+pub fn enter_netns(name: &str) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if name.is_empty() || name.contains('/') {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("network namespace `{name}`: not a name")));
+    }
+    let path = format!("/var/run/netns/{name}");
+    let f = std::fs::File::open(&path)
+        .map_err(|e| io::Error::new(e.kind(), format!("network namespace `{name}` ({path}): {e}")))?;
+    // SAFETY: `f` is an open descriptor of a namespace file for the duration of the call, and
+    // CLONE_NEWNET asks the kernel to check that it names a network namespace. Tested in
+    // `tests::missing_netns_is_named` (and, as root, by the benches that use it).
+    let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("entering network namespace `{name}`: {e}")));
+    }
+    Ok(())
 }
 
 /// Busy-waits `d` (pacing, and modelled per-packet costs in benchmarks).
@@ -260,6 +297,38 @@ pub fn available_cores() -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::Port;
+
+    /// A missing namespace (or a path for a name) is refused, naming it, and the thread stays.
+    #[test]
+    fn missing_netns_is_named() {
+        let e = super::enter_netns("tern-no-such-namespace").unwrap_err();
+        assert!(e.to_string().contains("tern-no-such-namespace"), "{e}");
+        let e = super::enter_netns("../x").unwrap_err();
+        assert!(e.to_string().contains("not a name"), "{e}");
+    }
+
+    /// `wait_any` returns when one of several sockets has a datagram, long before its timeout,
+    /// and waits the timeout out when none has.
+    #[test]
+    fn wait_any_wakes_on_any_port() {
+        use std::time::{Duration, Instant};
+        let pool = super::Pool::new(64, 2048);
+        let cfg = super::udp::UdpConfig::default();
+        let lo = "127.0.0.1:0".parse().unwrap();
+        let a = super::udp::UdpPort::bind(lo, &pool, &cfg).unwrap();
+        let b = super::udp::UdpPort::bind(lo, &pool, &cfg).unwrap();
+        let fds = [a.wait_fd().unwrap(), b.wait_fd().unwrap()];
+        let t = Instant::now();
+        super::wait_any(&fds, Duration::from_millis(30)).unwrap();
+        assert!(t.elapsed() >= Duration::from_millis(25), "woke with nothing to read: {:?}", t.elapsed());
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.send_to(b"x", b.local_addr()).unwrap();
+        let t = Instant::now();
+        super::wait_any(&fds, Duration::from_secs(20)).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(10), "did not wake for the datagram");
+    }
+
     /// Spinning uses CPU time; sleeping does not.
     #[test]
     fn thread_cpu_time_counts_work_not_sleep() {

@@ -310,6 +310,10 @@ impl Port for UdpPort {
         self.wait_for(libc::POLLIN, timeout)
     }
 
+    fn wait_fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn local_addr(&self) -> SocketAddr {
         self.addr
     }
