@@ -33,6 +33,10 @@ impl Port for FramePort {
     fn poll_at(&self) -> Option<std::time::Instant> {
         self.port_ref().poll_at()
     }
+    /// A faulty port holds delayed packets no descriptor tells of: it has none.
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.port_ref().wait_fd()
+    }
     fn stats(&self) -> tern_io::PortStats {
         self.port_ref().stats()
     }

@@ -41,6 +41,11 @@ pub struct ServeArgs {
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
+    /// Poll the ports without ever sleeping (a core of its own, as a DPDK or VPP data plane in
+    /// poll mode runs): no wake-up between a frame's arrival and its processing. By default an
+    /// idle switch sleeps until a frame arrives on any port (or 100 µs pass).
+    #[arg(long)]
+    pub busy_poll: bool,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -531,6 +536,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let start = Instant::now();
     let deadline = a.duration.map(|d| start + Duration::from_secs_f64(d.max(0.0)));
     let peers: Vec<_> = ports.iter().map(|p| p.peer()).collect();
+    let wait_fds: Option<Vec<_>> = ports.iter().map(tern_io::Port::wait_fd).collect();
     let mut outs: Vec<Batch> = (0..=ports.len()).map(|_| Batch::new(4 * tern_io::DEFAULT_BATCH)).collect();
     let mut input = Batch::new(tern_io::DEFAULT_BATCH);
     let mut generation = 1u64;
@@ -562,8 +568,15 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             let _ = ports[j - 1].port().send(now, b);
             b.recycle(&pool);
         }
-        if !any {
-            std::thread::sleep(Duration::from_micros(100));
+        if !any && !a.busy_poll {
+            // Idle: sleep until a frame arrives on any port (or 100 µs pass, for the ticks and
+            // the controller), so the next frame waits for no timer.
+            match &wait_fds {
+                Some(fds) => {
+                    let _ = tern_io::wait_any(fds, Duration::from_micros(100));
+                }
+                None => std::thread::sleep(Duration::from_micros(100)),
+            }
         }
         if now.duration_since(last_interval) >= cfg.interval {
             last_interval = now;
