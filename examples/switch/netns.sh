@@ -63,8 +63,9 @@ up() {
     ip netns add "tern-s$s"
     ip -n "tern-s$s" link set lo up
     ip link add "ternd$s" type veth peer name eth0 netns "tern-s$s"
-    ip link set "ternd$s" up
-    ip -n "tern-s$s" link set eth0 up
+    # A request is a whole frame behind CLIP's header: more than the hosts' 1500-byte MTU.
+    ip link set "ternd$s" mtu 9000 up
+    ip -n "tern-s$s" link set eth0 mtu 9000 up
     ip link add "ternm$s" type veth peer name mgmt netns "tern-s$s"
     ip link set "ternm$s" master ternmg up
     ip -n "tern-s$s" addr add "10.254.0.1$s/24" dev mgmt

@@ -198,7 +198,9 @@ enum BenchCommand {
     /// random selection and the exact top N, the switch on one core and the server on another,
     /// whose cost a request is the kernel path's measured here (or --server-ns); and Figure 7's
     /// group changes under CLIP's selection beside hash-mod ECMP (flows moved). Writes
-    /// reports/switch.json and plots; --quick runs in under two minutes.
+    /// reports/switch.json and plots; --quick runs in under two minutes. With --snat (root): SNAT
+    /// through veth against Linux netfilter's masquerade, and Figure 5 (switch only, via 1-3
+    /// servers, 64-1500 B), into reports/switch-snat.json.
     Switch(switch::bench::SwitchBenchArgs),
 }
 

@@ -6,8 +6,13 @@ use std::sync::Once;
 use plotters::prelude::*;
 
 const FONT: &[u8] = include_bytes!("../assets/DejaVuSansMono.ttf");
-pub(crate) const COLORS: [RGBColor; 4] =
-    [RGBColor(200, 30, 30), RGBColor(30, 90, 200), RGBColor(30, 150, 60), RGBColor(150, 90, 10)];
+pub(crate) const COLORS: [RGBColor; 5] = [
+    RGBColor(200, 30, 30),
+    RGBColor(30, 90, 200),
+    RGBColor(30, 150, 60),
+    RGBColor(150, 90, 10),
+    RGBColor(120, 40, 160),
+];
 
 pub(crate) fn register_font() -> Result<(), String> {
     static ONCE: Once = Once::new();

@@ -681,3 +681,67 @@ fn server_namespaces(
     }
     (control, data)
 }
+
+/// `tern bench switch --snat`, as small as it goes: its topology comes up, every system is
+/// measured, the offloaded flows are served by the switch alone and the server path by servers
+/// alone, the paced datagrams arrive, the top-level figures are there, and it leaves no
+/// namespace, link or nft table behind.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, bridges"]
+fn bench_snat_runs_and_cleans_up() {
+    let before_ns = run(&["ip", "netns", "list"]);
+    let out_dir = std::env::temp_dir().join(format!("tern-bench-snat-test-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["bench", "switch", "--snat", "--sizes", "64", "--rounds", "1", "--phase-secs", "0.2"])
+        .args(["--latency-packets", "300", "--servers", "1", "--json", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&out_dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nft = Command::new("nft").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
+    let ms = report["results"]["measurements"].as_array().unwrap();
+    let systems: Vec<&str> = ms.iter().map(|m| m["system"].as_str().unwrap()).collect();
+    assert_eq!(systems.len(), if nft { 3 } else { 2 }, "{systems:?}");
+    for m in ms {
+        let sys = m["system"].as_str().unwrap();
+        assert!(m["pps"].as_f64().unwrap() > 1000.0, "{sys}: {m}");
+        let (sent, got) = (m["latency_sent"].as_u64().unwrap(), m["latency_received"].as_u64().unwrap());
+        assert!(got * 100 >= sent * 95, "{sys}: {got} of {sent} paced datagrams arrived");
+        assert!(m["latency_p50_us"].as_f64().unwrap() > 0.0);
+        match sys {
+            "switch_only" => {
+                assert!(m["switch_share"].as_f64().unwrap() >= 0.9, "{m}");
+                assert!(m["offloaded_entries"].as_u64().unwrap() >= 64, "{m}");
+            }
+            "servers_1" => assert_eq!(m["switch_share"].as_f64().unwrap(), 0.0, "{m}"),
+            _ => assert!(m["switch_share"].is_null()),
+        }
+    }
+    assert!(report["offload_latency_ratio"].as_f64().unwrap() > 0.0);
+    if nft {
+        assert!(report["snat_over_netfilter_pps"].as_f64().unwrap() > 0.0);
+        let tables = run(&["nft", "list", "tables"]);
+        assert!(!tables.contains("netdev tb"), "nft tables left: {tables}");
+    } else {
+        assert!(report["snat_over_netfilter_pps"].is_null());
+        assert!(stderr.contains("skipped netfilter"), "{stderr}");
+    }
+    assert_eq!(run(&["ip", "netns", "list"]), before_ns, "namespaces left behind");
+    // The bench names its links tb<id><what>: p1, p2 (switch ports), d<s>, m<s> (servers), mg.
+    let links = run(&["ip", "-o", "link"]);
+    let left: Vec<&str> = links
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n))
+        .filter(|n| {
+            n.strip_prefix("tb").is_some_and(|r| {
+                let what = r.trim_start_matches(|c: char| c.is_ascii_digit());
+                what.len() < r.len() && ["p1", "p2", "d0", "m0", "mg"].contains(&what)
+            })
+        })
+        .collect();
+    assert!(left.is_empty(), "links left behind: {left:?}");
+}

@@ -19,10 +19,11 @@ pub struct SwitchBenchArgs {
     /// Fewer α, shorter phases and fewer rounds: under two minutes.
     #[arg(long)]
     pub quick: bool,
-    /// Rounds (each runs every scheme once per α, in a rotating order) [default: 5, quick 3].
+    /// Rounds (each runs every scheme once per α, in a rotating order) [default: 5, quick 3;
+    /// --snat: 3, quick 2].
     #[arg(long)]
     pub rounds: Option<usize>,
-    /// Measured seconds a phase [default: 0.5, quick 0.25].
+    /// Measured seconds a phase [default: 0.5, quick 0.25; --snat: the flood, 1.0, quick 0.5].
     #[arg(long)]
     pub phase_secs: Option<f64>,
     /// Zipf α of the traffic [default: 0.5,0.8,0.9,1.0,1.2; quick 0.9,1.2].
@@ -47,6 +48,32 @@ pub struct SwitchBenchArgs {
     /// Flows a set in the scaling experiment (four sets).
     #[arg(long, default_value_t = 1000)]
     pub scaling_flows: u32,
+    /// SNAT on a real network against Linux netfilter (root: network namespaces, veth, and
+    /// `nft` for the peer): the client and external host on the kernel's UDP, Tern's switch
+    /// and servers as processes, frames of `--sizes`; writes switch-snat.json and its plots.
+    /// Without root, runs the in-process part (the offload experiment) and says what it skipped.
+    #[arg(long)]
+    pub snat: bool,
+    /// --snat: frame sizes, bytes (Ethernet header on, no FCS) [default: 64,128,256,512,1024,1500;
+    /// quick 64,1500]. The ratios are taken at the first.
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Vec<usize>,
+    /// --snat: UDP flows (source ports) the generator sends from, in turn.
+    #[arg(long, default_value_t = 64)]
+    pub snat_flows: usize,
+    /// --snat: servers (each a process in its own namespace); Tern runs via 1 to this many.
+    #[arg(long, default_value_t = 3)]
+    pub servers: u16,
+    /// --snat: the paced run's rate for latency, datagrams a second.
+    #[arg(long, default_value_t = 5000.0)]
+    pub latency_rate: f64,
+    /// --snat: datagrams in the paced run [default: 3000, quick 1500].
+    #[arg(long)]
+    pub latency_packets: Option<u64>,
+    /// --snat: run Tern's switch in poll mode (`tern switch serve --busy-poll`: it never
+    /// sleeps, taking a core of its own).
+    #[arg(long)]
+    pub busy_poll: bool,
     /// Directory for switch.json and the plots.
     #[arg(long, default_value = "reports")]
     pub out: PathBuf,
@@ -57,6 +84,15 @@ pub struct SwitchBenchArgs {
 
 /// `tern bench switch`.
 pub fn run(a: &SwitchBenchArgs) -> CmdResult {
+    if a.snat {
+        match super::snatbench::can_run()? {
+            true => return run_snat(a),
+            false => {
+                let skipped = "skipped the network part of --snat (SNAT through veth against netfilter: snat_over_netfilter_pps, offload_latency_ratio, Figure 5): it needs root for network namespaces; running the in-process part";
+                if a.json { eprintln!("{skipped}") } else { println!("{skipped}") }
+            }
+        }
+    }
     let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 });
     crate::check_count("rounds", rounds as u64, 1000)?;
     crate::check_count("flows", a.flows as u64, 1 << 24)?;
@@ -189,6 +225,129 @@ pub fn run(a: &SwitchBenchArgs) -> CmdResult {
     let mut written = vec![write_report(&a.out, "switch.json", &mut report, &summary)?];
     written.extend(super::plot::offload(&plot_rows, &a.out)?);
     written.extend(super::plot::scaling(&scaling, &a.out)?);
+    for w in &written {
+        say(format!("wrote {}", w.display()));
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tern bench switch --snat` as root: the network part (`snatbench`).
+fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
+    let rounds = a.rounds.unwrap_or(if a.quick { 2 } else { 3 });
+    crate::check_count("rounds", rounds as u64, 1000)?;
+    let secs = a.phase_secs.unwrap_or(if a.quick { 0.5 } else { 1.0 });
+    if !(secs > 0.0 && secs <= 60.0) {
+        return Err("--phase-secs must be in (0, 60]".into());
+    }
+    let sizes = if !a.sizes.is_empty() {
+        a.sizes.clone()
+    } else if a.quick {
+        vec![64, 1500]
+    } else {
+        vec![64, 128, 256, 512, 1024, 1500]
+    };
+    if let Some(bad) = sizes.iter().find(|&&s| !(60..=1514).contains(&s)) {
+        return Err(format!("--sizes: {bad} is not a frame size in [60, 1514]").into());
+    }
+    if !(1..=64).contains(&a.servers) {
+        return Err("--servers: 1 to 64".into());
+    }
+    crate::check_count("snat-flows", a.snat_flows as u64, 1024)?;
+    if !(a.latency_rate >= 100.0 && a.latency_rate <= 100_000.0) {
+        return Err("--latency-rate: 100 to 100000 datagrams a second".into());
+    }
+    let latency_packets = a.latency_packets.unwrap_or(if a.quick { 1500 } else { 3000 });
+    crate::check_count("latency-packets", latency_packets, 10_000_000)?;
+    let o = super::snatbench::Options {
+        rounds,
+        secs,
+        sizes: sizes.clone(),
+        flows: a.snat_flows,
+        latency_rate: a.latency_rate,
+        latency_packets,
+        servers: a.servers,
+        busy_poll: a.busy_poll,
+    };
+    let env = Environment::current();
+    let say = |s: String| if a.json { eprintln!("{s}") } else { println!("{s}") };
+    say(format!("environment: {}", env.describe()));
+    say(format!(
+        "SNAT on veth: one client (10.0.0.1, {} UDP flows) and an external host (198.51.100.2) in network namespaces, the same generator and sink (this process's threads on the kernel's UDP) for every system; Tern's switch and {} servers as processes (servers in namespaces of their own), netfilter as a router namespace with `nft masquerade`; frames {sizes:?} B; each measurement: {WARM} s paced warm-up, a {secs} s flood (pps delivered), {latency_packets} datagrams at {} /s (one-way latency); {rounds} rounds, systems in a rotating order",
+        a.snat_flows,
+        a.servers,
+        a.latency_rate,
+        WARM = 0.6
+    ));
+    let placement = match super::snatbench::dut_cores() {
+        Some(c) => format!(
+            "the generator and sink pinned to core 0; the system under test on core{} {}: Tern's switch and servers by affinity, netfilter's router by RPS on its inside port, and RPS on the switch's inside port likewise",
+            if c.list.contains('-') { "s" } else { "" },
+            c.list
+        ),
+        None => "one core: nothing pinned".to_string(),
+    };
+    say(format!("placement: {placement}"));
+    let stop = crate::signals::stop_flag()?;
+    let systems = 2 + u64::from(a.servers);
+    let bar = crate::progress::bar(rounds as u64 * sizes.len() as u64 * systems, "bench switch --snat", a.json);
+    let tick = |m: String| {
+        if bar.position() > 0 || !bar.message().is_empty() {
+            bar.inc(1);
+        }
+        bar.set_message(m);
+    };
+    let out = super::snatbench::run_network(&o, &stop, &|s| bar.suspend(|| say(s)), &tick);
+    bar.finish_and_clear();
+    let out = out?;
+    if out.stopped {
+        say("stopped by a signal: the measurements so far follow; the namespaces and processes are gone".into());
+    }
+    if let Some(rows) = out.report.get("by_size").and_then(|v| v.as_array()) {
+        for r in rows {
+            if let Some(line) = super::snatbench::describe(r) {
+                say(line);
+            }
+        }
+    }
+    let show = |k: &str| {
+        out.report
+            .get(k)
+            .and_then(|v| v.as_object())
+            .map(|v| {
+                format!(
+                    "{:.2} [{:.2}-{:.2}]",
+                    v["median"].as_f64().unwrap_or(f64::NAN),
+                    v["min"].as_f64().unwrap_or(f64::NAN),
+                    v["max"].as_f64().unwrap_or(f64::NAN)
+                )
+            })
+            .unwrap_or_else(|| "not measured".into())
+    };
+    say(format!(
+        "at {} B: Tern (offloaded) over netfilter, pps: {}; latency with offload over without (1 server), p50: {} (mean {}, p99 {}); the paper's means: 8.84 / 26.42 µs = 0.33",
+        sizes[0],
+        show("snat_over_netfilter_pps_spread"),
+        show("offload_latency_ratio_spread"),
+        show("offload_latency_ratio_mean"),
+        show("offload_latency_ratio_p99"),
+    ));
+    let summary = serde_json::Value::Object(out.summary);
+    say(format!("summary: {summary}"));
+    let mut report = json!({
+        "bench": "switch-snat",
+        "environment": env,
+        "options": {"rounds": rounds, "phase_secs": secs, "sizes": sizes, "flows": a.snat_flows, "servers": a.servers, "latency_rate": a.latency_rate, "latency_packets": latency_packets, "warm_secs": 0.6, "busy_poll": a.busy_poll, "placement": placement},
+        "stopped": out.stopped,
+        "targets": {"snat_over_netfilter_pps": 1.0, "offload_latency_ratio": 0.5},
+        "results": out.report,
+    });
+    let mut written = vec![write_report(&a.out, "switch-snat.json", &mut report, &summary)?];
+    if !out.rows.is_empty() {
+        written.extend(super::plot::snat(&out.rows, &a.out)?);
+    }
     for w in &written {
         say(format!("wrote {}", w.display()));
     }

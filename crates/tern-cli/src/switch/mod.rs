@@ -8,3 +8,4 @@ pub mod plot;
 pub mod report;
 pub mod serve;
 pub mod server;
+pub mod snatbench;

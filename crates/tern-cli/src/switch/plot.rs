@@ -128,3 +128,93 @@ pub fn scaling(sc: &Scaling, dir: &Path) -> Result<Vec<PathBuf>, String> {
     scaling_figure(SVGBackend::new(&svg, (1200, 500)).into_drawing_area(), sc)?;
     Ok(vec![png, svg])
 }
+
+/// One frame size of `tern bench switch --snat`: (system, pps, p50 µs, p99 µs) a system.
+#[derive(Debug, Clone)]
+pub struct SnatRow {
+    pub frame_bytes: usize,
+    pub series: Vec<(String, f64, f64, f64)>,
+}
+
+fn snat_figure<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    rows: &[SnatRow],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root
+        .titled("CLIP SNAT on veth (Figure 5): switch only, via servers, and Linux netfilter", ("sans-serif", 18))
+        .map_err(err)?;
+    let panels = root.split_evenly((1, 2));
+    let mut names: Vec<String> = Vec::new();
+    for r in rows {
+        for s in &r.series {
+            if !names.contains(&s.0) {
+                names.push(s.0.clone());
+            }
+        }
+    }
+    let x_max = rows.iter().map(|r| r.frame_bytes as f64).fold(64.0, f64::max);
+    type Get = fn(&(String, f64, f64, f64)) -> f64;
+    let defs: [(&str, Get, Option<Get>); 2] = [
+        ("kpps delivered (flood)", |s| s.1 / 1e3, None),
+        ("one-way latency µs (p50 solid, p99 dashed)", |s| s.2, Some(|s| s.3)),
+    ];
+    for (panel, (y_label, get, get2)) in panels.iter().zip(defs) {
+        let y_max = rows
+            .iter()
+            .flat_map(|r| r.series.iter().map(move |s| get(s).max(get2.map_or(0.0, |g| g(s)))))
+            .fold(0.0f64, f64::max);
+        let mut chart = ChartBuilder::on(panel)
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d((48.0..x_max * 1.2).log_scale(), 0.0..(y_max * 1.15).max(1.0))
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("frame bytes")
+            .y_desc(y_label)
+            .label_style(("sans-serif", 13))
+            .light_line_style(TRANSPARENT)
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .draw()
+            .map_err(err)?;
+        for (i, name) in names.iter().enumerate() {
+            let c = COLORS[i % COLORS.len()];
+            let pts = |g: Get| -> Vec<(f64, f64)> {
+                rows.iter()
+                    .filter_map(|r| r.series.iter().find(|s| &s.0 == name).map(|s| (r.frame_bytes as f64, g(s))))
+                    .collect()
+            };
+            let main = pts(get);
+            chart
+                .draw_series(LineSeries::new(main.iter().copied(), c.stroke_width(2)))
+                .map_err(err)?
+                .label(name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+            chart.draw_series(main.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(err)?;
+            if let Some(g) = get2 {
+                let tail = pts(g);
+                chart.draw_series(DashedLineSeries::new(tail.iter().copied(), 6, 4, c.stroke_width(1))).map_err(err)?;
+            }
+        }
+        legend(&mut chart)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// Writes switch-snat.png and .svg under `dir`.
+pub fn snat(rows: &[SnatRow], dir: &Path) -> Result<Vec<PathBuf>, String> {
+    register_font()?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let png = dir.join("switch-snat.png");
+    let svg = dir.join("switch-snat.svg");
+    snat_figure(BitMapBackend::new(&png, (1300, 520)).into_drawing_area(), rows)?;
+    snat_figure(SVGBackend::new(&svg, (1300, 520)).into_drawing_area(), rows)?;
+    Ok(vec![png, svg])
+}

@@ -1,0 +1,944 @@
+//! `tern bench switch --snat` (docs/clip.md, "SNAT against netfilter"): CLIP's SNAT on a real
+//! network against Linux netfilter's, with the same hosts, links and traffic.
+//!
+//! Two topologies of network namespaces stand side by side. Tern's: a client (10.0.0.1) and an
+//! external host (198.51.100.2) on veth pairs whose other ends are the switch's ports 1 and 2,
+//! the switch a `tern switch serve` process, and three servers, each a `tern switch server`
+//! process in a namespace of its own (data link: switch ports 3–5; management bridge for the
+//! switch's polls and the buddies' replicas). Netfilter's: the same client and external host
+//! with a router namespace between them that forwards and masquerades (`nft ... masquerade`).
+//! One generator and one sink serve both: threads of this process that enter the client's and
+//! the external host's namespaces and use the kernel's UDP (`sendmmsg`, `recvmmsg`).
+//!
+//! Each round measures, per frame size and in a rotating order: Tern with its flows offloaded
+//! into the switch ("switch only", CLIP's steady state for heavy flows), Tern with the offload
+//! off and every frame through 1, 2 or 3 servers (Figure 5's "via CSs"), and netfilter. A
+//! measurement is a warm-up (the same paced traffic everywhere: NAT entries made, heavy flows
+//! offloaded, conntrack entries made), a flood (as fast as the generator sends, for
+//! `phase_secs`: packets per second delivered to the sink), and a paced run (latency, one way,
+//! from the generator's send to the sink's receive, on one clock).
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use serde_json::json;
+use tern_io::{Batch, Pool, Port};
+
+use crate::reports::spread;
+
+/// What `tern bench switch --snat` runs with.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub rounds: usize,
+    pub secs: f64,
+    pub sizes: Vec<usize>,
+    pub flows: usize,
+    pub latency_rate: f64,
+    pub latency_packets: u64,
+    pub servers: u16,
+    /// Run Tern's switch with `--busy-poll`.
+    pub busy_poll: bool,
+}
+
+/// The generated datagram's payload starts with its flow (u32), the phase (u32) and its send
+/// time (u64, ns since the bench began), all big-endian.
+const HEADER: usize = 16;
+/// Ethernet, IPv4 and UDP headers: a frame of `size` bytes carries `size - 42` of payload.
+const FRAME_OVERHEAD: usize = 42;
+const SINK_PORT: u16 = 9000;
+const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const EXTERNAL: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
+/// Paced warm-up before every measurement (the same for every system).
+const WARM_RATE: f64 = 20_000.0;
+const WARM_SECS: f64 = 0.6;
+
+/// Where the bench can run its network part: root, and `nft` for the peer.
+pub fn can_run() -> Result<bool, String> {
+    let status = std::fs::read_to_string("/proc/self/status").map_err(|e| format!("/proc/self/status: {e}"))?;
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|u| u.parse::<u32>().ok());
+    Ok(euid == Some(0))
+}
+
+/// Whether `nft` (Debian's `nftables`) is installed.
+pub fn have_nft() -> bool {
+    Command::new("nft").arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+/// The cores: the hosts (generator and sink) on core 0, the system under test on the others
+/// (Tern's switch and servers by affinity, netfilter by RPS on the router's inside port, and
+/// RPS on the switch's inside port likewise), as a load generator and a device under test
+/// would be. `None` on one core (then nothing is pinned).
+#[derive(Debug, Clone)]
+pub struct Cores {
+    /// For `taskset -c`.
+    pub list: String,
+    /// For `rps_cpus` (hex).
+    pub mask: String,
+}
+
+pub fn dut_cores() -> Option<Cores> {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get()).min(32);
+    (n >= 2).then(|| Cores {
+        list: if n == 2 { "1".into() } else { format!("1-{}", n - 1) },
+        mask: format!("{:x}", ((1u64 << n) - 1) & !1),
+    })
+}
+
+/// Pins the calling host thread (generator, sink) to core 0 where the system under test has
+/// cores of its own.
+fn pin_host() {
+    if dut_cores().is_some() {
+        tern_io::pin_to_core(0);
+    }
+}
+
+/// Steers what arrives on `dev` (as seen in `ns`, or here) to the system under test's cores.
+fn rps(ns: Option<&str>, dev: &str) -> Result<(), String> {
+    let Some(c) = dut_cores() else { return Ok(()) };
+    let cmd = format!("echo {} > /sys/class/net/{dev}/queues/rx-0/rps_cpus", c.mask);
+    match ns {
+        Some(ns) => run("ip", &["netns", "exec", ns, "sh", "-c", &cmd]),
+        None => run("sh", &["-c", &cmd]),
+    }
+}
+
+/// Runs `ip ARGS` (split on spaces); the error names the command and says what `ip` said.
+fn ip(args: &str) -> Result<(), String> {
+    run("ip", &args.split_whitespace().collect::<Vec<_>>())
+}
+
+fn run(cmd: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(cmd).args(args).output().map_err(|e| format!("`{cmd}`: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("`{cmd} {}`: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(())
+}
+
+/// Everything the bench made, removed when dropped (children killed first).
+struct Topology {
+    id: u32,
+    netns: Vec<String>,
+    links: Vec<String>,
+    children: Vec<Child>,
+    /// nft tables made here (the switch ports' ingress chains).
+    nft_tables: Vec<String>,
+    dir: PathBuf,
+}
+
+impl Topology {
+    fn name(&self, what: &str) -> String {
+        format!("tb{}{what}", self.id)
+    }
+
+    fn add_netns(&mut self, what: &str) -> Result<String, String> {
+        let ns = self.name(what);
+        ip(&format!("netns add {ns}"))?;
+        self.netns.push(ns.clone());
+        ip(&format!("-n {ns} link set lo up"))?;
+        Ok(ns)
+    }
+
+    /// A host's `eth0` in `ns`, whose peer `end` stays here (a switch port) or goes into
+    /// `end_ns`; one wire-sized frame a segment, as on a real link.
+    fn host_link(&mut self, ns: &str, end: &str, end_ns: Option<&str>, mac: &str, addr: &str) -> Result<(), String> {
+        match end_ns {
+            None => {
+                ip(&format!("link add {end} type veth peer name eth0 netns {ns}"))?;
+                self.links.push(end.to_string());
+                ip(&format!("link set {end} up"))?;
+                let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{end}/disable_ipv6"), "1");
+            }
+            Some(r) => {
+                ip(&format!("-n {r} link add {end} type veth peer name eth0 netns {ns}"))?;
+                ip(&format!("-n {r} link set {end} up"))?;
+            }
+        }
+        ip(&format!("-n {ns} link set eth0 address {mac} up"))?;
+        ip(&format!("-n {ns} link set eth0 gso_max_segs 1 gso_max_size 1500"))?;
+        ip(&format!("-n {ns} addr add {addr} dev eth0"))?;
+        Ok(())
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in &self.netns {
+            let _ = ip(&format!("netns del {ns}"));
+        }
+        for l in &self.links {
+            let _ = ip(&format!("link del {l}"));
+        }
+        for table in &self.nft_tables {
+            let _ = run("nft", &["delete", "table", "netdev", table]);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What the generator is asked to send.
+enum GenCmd {
+    /// As fast as it can, for `secs`.
+    Flood { phase: u32, size: usize, secs: f64 },
+    /// `count` datagrams at `rate` a second (slept between, so that it leaves the cores to the
+    /// systems measured).
+    Paced { phase: u32, size: usize, rate: f64, count: u64 },
+}
+
+/// What it sent, over how long, ending when (ns since the bench began).
+struct Sent {
+    sent: u64,
+    secs: f64,
+    end_ns: u64,
+}
+
+/// The generator: in the client's namespace, `flows` UDP sockets (one a flow), each batch of 32
+/// datagrams from one socket, the sockets in turn.
+fn generator(ns: String, flows: usize, epoch: Instant) -> Result<(mpsc::Sender<GenCmd>, mpsc::Receiver<Sent>), String> {
+    let (cmd_tx, cmd_rx) = mpsc::channel::<GenCmd>();
+    let (done_tx, done_rx) = mpsc::channel::<Sent>();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    std::thread::spawn(move || {
+        let pool = Pool::new(4096, tern_io::DEFAULT_BUF_SIZE);
+        pin_host();
+        let port = tern_io::enter_netns(&ns).map_err(|e| e.to_string()).and_then(|_| {
+            tern_io::udp::MultiUdpPort::bind(IpAddr::V4(CLIENT), flows, 0, &pool)
+                .map_err(|e| format!("the generator's sockets in {ns}: {e}"))
+        });
+        let mut port = match port {
+            Ok(p) => {
+                let _ = ready_tx.send(Ok(()));
+                p
+            }
+            Err(e) => {
+                let _ = ready_tx.send(Err(e));
+                return;
+            }
+        };
+        let dst = SocketAddr::new(IpAddr::V4(EXTERNAL), SINK_PORT);
+        let fill = vec![0u8; 2048];
+        let mut batch = Batch::new(32);
+        let push = |batch: &mut Batch, flow: u32, phase: u32, size: usize| {
+            let mut p = pool.packet();
+            let ts = epoch.elapsed().as_nanos() as u64;
+            let mut head = [0u8; HEADER];
+            head[..4].copy_from_slice(&flow.to_be_bytes());
+            head[4..8].copy_from_slice(&phase.to_be_bytes());
+            head[8..].copy_from_slice(&ts.to_be_bytes());
+            let len = size.saturating_sub(FRAME_OVERHEAD).max(HEADER);
+            let _ = p.extend_from_slice(&head);
+            let _ = p.extend_from_slice(&fill[..len - HEADER]);
+            p.peer = dst;
+            if let Some(p) = batch.push(p) {
+                pool.put(p);
+            }
+        };
+        while let Ok(cmd) = cmd_rx.recv() {
+            let t0 = Instant::now();
+            let mut sent = 0u64;
+            let mut flow = 0u32;
+            match cmd {
+                GenCmd::Flood { phase, size, secs } => {
+                    let end = t0 + Duration::from_secs_f64(secs);
+                    loop {
+                        let now = Instant::now();
+                        if now >= end {
+                            break;
+                        }
+                        for _ in 0..32 {
+                            push(&mut batch, flow, phase, size);
+                        }
+                        sent += port.send(now, &mut batch).unwrap_or(0) as u64;
+                        batch.recycle(&pool);
+                        flow = (flow + 1) % flows as u32;
+                    }
+                }
+                GenCmd::Paced { phase, size, rate, count } => {
+                    let gap = 1.0 / rate.max(1.0);
+                    for i in 0..count {
+                        let at = t0 + Duration::from_secs_f64(i as f64 * gap);
+                        let now = Instant::now();
+                        if at > now {
+                            std::thread::sleep(at - now);
+                        }
+                        push(&mut batch, flow, phase, size);
+                        sent += port.send(Instant::now(), &mut batch).unwrap_or(0) as u64;
+                        batch.recycle(&pool);
+                        flow = (flow + 1) % flows as u32;
+                    }
+                }
+            }
+            let end_ns = epoch.elapsed().as_nanos() as u64;
+            if done_tx.send(Sent { sent, secs: t0.elapsed().as_secs_f64(), end_ns }).is_err() {
+                break;
+            }
+        }
+    });
+    ready_rx.recv().map_err(|_| "the generator thread ended".to_string())??;
+    Ok((cmd_tx, done_rx))
+}
+
+/// What the sink counted in one phase.
+struct Received {
+    received: u64,
+    latency: Histogram<u64>,
+    /// Datagrams received by each millisecond since the phase began (cumulative).
+    by_ms: Vec<u64>,
+    begin_ns: u64,
+}
+
+impl Received {
+    /// Datagrams received by `t_ns` (ns since the bench began).
+    fn by(&self, t_ns: u64) -> u64 {
+        let ms = (t_ns.saturating_sub(self.begin_ns) / 1_000_000) as usize;
+        self.by_ms.get(ms).or(self.by_ms.last()).copied().unwrap_or(0)
+    }
+}
+
+enum SinkCmd {
+    /// Count the datagrams of `phase` from now on (and their latency).
+    Begin(u32),
+    /// How many so far.
+    Count(mpsc::Sender<u64>),
+    /// Hand over the count.
+    End(mpsc::Sender<Received>),
+}
+
+/// The sink: in the external host's namespace, one UDP socket on port 9000 that counts the
+/// current phase's datagrams and records each one's latency (receive time less send time).
+fn sink(ns: String, epoch: Instant) -> Result<mpsc::Sender<SinkCmd>, String> {
+    let (cmd_tx, cmd_rx) = mpsc::channel::<SinkCmd>();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    std::thread::spawn(move || {
+        let pool = Pool::new(4096, tern_io::DEFAULT_BUF_SIZE);
+        pin_host();
+        let cfg = tern_io::udp::UdpConfig { recv_buffer: Some(16 << 20), ..Default::default() };
+        let port = tern_io::enter_netns(&ns).map_err(|e| e.to_string()).and_then(|_| {
+            tern_io::udp::UdpPort::bind(SocketAddr::new(IpAddr::V4(EXTERNAL), SINK_PORT), &pool, &cfg)
+                .map_err(|e| format!("the sink's socket in {ns}: {e}"))
+        });
+        let mut port = match port {
+            Ok(p) => {
+                let _ = ready_tx.send(Ok(()));
+                p
+            }
+            Err(e) => {
+                let _ = ready_tx.send(Err(e));
+                return;
+            }
+        };
+        let new_hist = || Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
+        let mut phase = u32::MAX;
+        let mut received = 0u64;
+        let mut hist = new_hist();
+        let mut by_ms: Vec<u64> = Vec::new();
+        let mut begin_ns = 0u64;
+        let mut batch = Batch::new(tern_io::DEFAULT_BATCH);
+        loop {
+            loop {
+                match cmd_rx.try_recv() {
+                    Ok(SinkCmd::Begin(p)) => {
+                        phase = p;
+                        received = 0;
+                        hist = new_hist();
+                        by_ms.clear();
+                        begin_ns = epoch.elapsed().as_nanos() as u64;
+                    }
+                    Ok(SinkCmd::Count(reply)) => {
+                        let _ = reply.send(received);
+                    }
+                    Ok(SinkCmd::End(reply)) => {
+                        let _ = reply.send(Received {
+                            received,
+                            latency: std::mem::replace(&mut hist, new_hist()),
+                            by_ms: std::mem::take(&mut by_ms),
+                            begin_ns,
+                        });
+                        phase = u32::MAX;
+                    }
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => return,
+                }
+            }
+            if port.recv(Instant::now(), &mut batch).unwrap_or(0) == 0 {
+                let _ = port.wait(Duration::from_millis(1));
+                continue;
+            }
+            let now = epoch.elapsed().as_nanos() as u64;
+            let before = received;
+            for p in batch.iter() {
+                let d = p.data();
+                if d.len() < HEADER || u32::from_be_bytes([d[4], d[5], d[6], d[7]]) != phase {
+                    continue;
+                }
+                received += 1;
+                let ts = u64::from_be_bytes(d[8..16].try_into().expect("8 bytes"));
+                let _ = hist.record(now.saturating_sub(ts).max(1));
+            }
+            if received > before {
+                let ms = (now.saturating_sub(begin_ns) / 1_000_000) as usize;
+                // Bounded by the phase's length (a flood is at most a minute).
+                if ms < 120_000 {
+                    let last = by_ms.last().copied().unwrap_or(0);
+                    by_ms.resize(ms + 1, last);
+                }
+                if let Some(l) = by_ms.last_mut() {
+                    *l = received;
+                }
+            }
+            batch.recycle(&pool);
+        }
+    });
+    ready_rx.recv().map_err(|_| "the sink thread ended".to_string())??;
+    Ok(cmd_tx)
+}
+
+/// One system's generator and sink.
+struct Hosts {
+    gen_tx: mpsc::Sender<GenCmd>,
+    gen_rx: mpsc::Receiver<Sent>,
+    sink: mpsc::Sender<SinkCmd>,
+}
+
+impl Hosts {
+    /// Sends `cmd` as phase `phase` and returns (sent, seconds, received, latency).
+    fn phase(&self, phase: u32, cmd: GenCmd) -> Result<(Sent, Received), String> {
+        self.sink.send(SinkCmd::Begin(phase)).map_err(|_| "the sink stopped")?;
+        self.gen_tx.send(cmd).map_err(|_| "the generator stopped")?;
+        let sent = self.gen_rx.recv().map_err(|_| "the generator stopped")?;
+        // What is still queued drains before the next phase: until 50 ms pass with nothing
+        // more (at most 10 s).
+        let start = Instant::now();
+        let mut last = u64::MAX;
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let (tx, rx) = mpsc::channel();
+            self.sink.send(SinkCmd::Count(tx)).map_err(|_| "the sink stopped")?;
+            let n = rx.recv_timeout(Duration::from_secs(10)).map_err(|_| "the sink did not answer")?;
+            if n == last || start.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+            last = n;
+        }
+        let (tx, rx) = mpsc::channel();
+        self.sink.send(SinkCmd::End(tx)).map_err(|_| "the sink stopped")?;
+        let got = rx.recv_timeout(Duration::from_secs(10)).map_err(|_| "the sink did not answer")?;
+        Ok((sent, got))
+    }
+}
+
+/// The systems measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum System {
+    /// Tern, the flows offloaded into the switch.
+    SwitchOnly,
+    /// Tern, the offload off, every frame through this many servers.
+    Servers(u16),
+    /// Linux netfilter (nft masquerade) in a router namespace.
+    Netfilter,
+}
+
+impl System {
+    fn key(self) -> String {
+        match self {
+            System::SwitchOnly => "switch_only".into(),
+            System::Servers(k) => format!("servers_{k}"),
+            System::Netfilter => "netfilter".into(),
+        }
+    }
+
+    fn label(self) -> String {
+        match self {
+            System::SwitchOnly => "Tern switch only (offloaded)".into(),
+            System::Servers(1) => "Tern via 1 server".into(),
+            System::Servers(k) => format!("Tern via {k} servers"),
+            System::Netfilter => "netfilter (nft masquerade)".into(),
+        }
+    }
+}
+
+/// One measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measured {
+    pub system: String,
+    pub round: usize,
+    pub frame_bytes: usize,
+    /// Datagrams delivered to the sink a second during the flood.
+    pub pps: f64,
+    pub flood_sent: u64,
+    /// The flood's datagrams the sink received (until the queues drained).
+    pub flood_received: u64,
+    /// Of them, received before the generator stopped (what `pps` counts).
+    pub flood_received_in_window: u64,
+    pub flood_secs: f64,
+    /// The paced run's rate as sent, a second.
+    pub latency_rate: f64,
+    pub latency_sent: u64,
+    pub latency_received: u64,
+    pub latency_p50_us: f64,
+    pub latency_p99_us: f64,
+    pub latency_mean_us: f64,
+    /// Tern: of the frames the switch translated during the flood, the share it translated
+    /// without a server (its offloaded entries).
+    pub switch_share: Option<f64>,
+    /// Tern: the switch's offloaded entries when the flood began.
+    pub offloaded_entries: Option<u64>,
+}
+
+/// The switch's counters this bench reads from `/metrics`: (offloaded frames, frames to a
+/// server, offloaded entries).
+fn switch_counters(metrics: SocketAddr) -> Result<(u64, u64, u64), String> {
+    let body = ureq::get(&format!("http://{metrics}/metrics"))
+        .call()
+        .map_err(|e| format!("the switch's /metrics: {e}"))?
+        .into_body()
+        .read_to_string()
+        .map_err(|e| format!("the switch's /metrics: {e}"))?;
+    let (mut off, mut to_server, mut entries) = (0u64, 0u64, 0u64);
+    for l in body.lines() {
+        let value = || l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) as u64;
+        if let Some(rest) = l.strip_prefix("tern_switch_packets_total{path=\"") {
+            if rest.starts_with("offloaded\"") {
+                off = value();
+            } else if rest.starts_with("to_server_") {
+                to_server += value();
+            }
+        } else if l.starts_with("tern_switch_offloaded_entries ") {
+            entries = value();
+        }
+    }
+    Ok((off, to_server, entries))
+}
+
+/// `taskset -c CORES` for the system under test's processes (empty on one core).
+fn taskset() -> Vec<String> {
+    dut_cores().map(|c| vec!["taskset".into(), "-c".into(), c.list]).unwrap_or_default()
+}
+
+/// Waits until `url` answers (a process's control endpoint is up), or says why not.
+fn wait_http(url: &str, child: &mut Child, log: &Path, what: &str) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        if ureq::get(url).call().is_ok() {
+            return Ok(());
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            let tail = std::fs::read_to_string(log).unwrap_or_default();
+            return Err(format!("{what} exited ({st}): {}", tail.trim()));
+        }
+        if start.elapsed() > Duration::from_secs(15) {
+            return Err(format!("{what} did not answer {url} within 15 s"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Tern's side: the client, external host and servers' namespaces, the switch's ports here.
+struct TernSide {
+    ports: Vec<String>,
+    controls: Vec<SocketAddr>,
+    hosts: Hosts,
+}
+
+fn build_tern(t: &mut Topology, o: &Options, epoch: Instant, exe: &Path) -> Result<TernSide, String> {
+    let c = t.add_netns("tc")?;
+    let x = t.add_netns("tx")?;
+    let (p1, p2) = (t.name("p1"), t.name("p2"));
+    t.host_link(&c, &p1, None, "02:00:00:00:01:01", "10.0.0.1/24")?;
+    ip(&format!("-n {c} route add default via 10.0.0.254"))?;
+    t.host_link(&x, &p2, None, "02:00:00:00:02:01", "198.51.100.2/24")?;
+    ip(&format!("-n {x} route add 192.0.2.0/24 dev eth0"))?;
+    rps(None, &p1)?;
+    switch_port(t, &p1)?;
+    switch_port(t, &p2)?;
+    let mg = t.name("mg");
+    ip(&format!("link add {mg} type bridge"))?;
+    t.links.push(mg.clone());
+    ip(&format!("addr add 10.254.98.1/24 dev {mg}"))?;
+    ip(&format!("link set {mg} up"))?;
+    let program = t.dir.join("snat.toml");
+    std::fs::write(&program, tern_switch::bench::SNAT_PROGRAM).map_err(|e| format!("{}: {e}", program.display()))?;
+    let mut ports = vec![format!("afpacket:{p1}"), format!("afpacket:{p2}")];
+    let n = o.servers;
+    let controls: Vec<SocketAddr> =
+        (0..n).map(|s| SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 254, 98, 10 + s as u8)), 9601 + s)).collect();
+    for s in 0..n {
+        let ns = t.add_netns(&format!("s{s}"))?;
+        let d = t.name(&format!("d{s}"));
+        ip(&format!("link add {d} type veth peer name eth0 netns {ns}"))?;
+        t.links.push(d.clone());
+        // A request is a whole frame behind CLIP's header: the server's link carries more
+        // than the hosts' 1500-byte MTU.
+        ip(&format!("link set {d} mtu 9000 up"))?;
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{d}/disable_ipv6"), "1");
+        ip(&format!("-n {ns} link set eth0 mtu 9000 up"))?;
+        let m = t.name(&format!("m{s}"));
+        ip(&format!("link add {m} type veth peer name mgmt netns {ns}"))?;
+        t.links.push(m.clone());
+        ip(&format!("link set {m} master {mg} up"))?;
+        ip(&format!("-n {ns} addr add {}/24 dev mgmt", controls[usize::from(s)].ip()))?;
+        ip(&format!("-n {ns} link set mgmt up"))?;
+        ports.push(format!("afpacket:{d}"));
+        switch_port(t, &d)?;
+        let log = t.dir.join(format!("server{s}.log"));
+        let err = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let buddy = controls[usize::from((s + 1) % n)];
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .args(taskset())
+            .arg(exe)
+            .args(["switch", "server"])
+            .arg(&program)
+            .args(["--index", &s.to_string(), "--port", "afpacket:eth0"])
+            .args(["--control", &controls[usize::from(s)].to_string()])
+            .args(if n > 1 { vec!["--buddy".to_string(), buddy.to_string()] } else { vec![] })
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("starting server {s}: {e}"))?;
+        let url = format!("http://{}/metrics", controls[usize::from(s)]);
+        let r = wait_http(&url, &mut child, &log, &format!("server {s}"));
+        t.children.push(child);
+        r?;
+    }
+    let (gen_tx, gen_rx) = generator(c, o.flows, epoch)?;
+    let sink = sink(x, epoch)?;
+    Ok(TernSide { ports, controls, hosts: Hosts { gen_tx, gen_rx, sink } })
+}
+
+/// A switch port here: what arrives is the switch's alone (its AF_PACKET socket sees a frame
+/// before the ingress hook), so an nft netdev chain drops it there, instead of this host's IP
+/// stack routing it first, as a switch's port has no IP stack behind it. Without `nft` the
+/// stack drops it later.
+fn switch_port(t: &mut Topology, dev: &str) -> Result<(), String> {
+    if !have_nft() {
+        return Ok(());
+    }
+    let table = t.name("sw");
+    if !t.nft_tables.contains(&table) {
+        run("nft", &["add", "table", "netdev", &table])?;
+        t.nft_tables.push(table.clone());
+    }
+    let rule = format!(
+        "add chain netdev {table} {dev} {{ type filter hook ingress device \"{dev}\" priority 0 ; policy drop ; }}"
+    );
+    run("nft", &[&rule])
+}
+
+/// A running switch (killed when dropped).
+struct SwitchProc {
+    child: Child,
+    metrics: SocketAddr,
+}
+
+impl Drop for SwitchProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `tern switch serve` with `members` servers in its group and the offload on or off.
+fn start_switch(
+    t: &Topology,
+    side: &TernSide,
+    exe: &Path,
+    members: u16,
+    offload: bool,
+    busy_poll: bool,
+) -> Result<SwitchProc, String> {
+    let n = side.controls.len();
+    let list = |v: Vec<String>| v.join(", ");
+    let cfg = format!(
+        "program = \"snat.toml\"\nports = [{}]\nservers = [{}]\ncontrol = [{}]\n{}ip = \"10.0.0.254\"\nmac = \"02:00:00:00:00:fe\"\n\
+         [offload]\nenabled = {offload}\n[group]\nmembers = [{}]\n\
+         [[route]]\nprefix = \"198.51.100.0/24\"\nport = 2\nmac = \"02:00:00:00:02:01\"\n\
+         [[route]]\nprefix = \"10.0.0.1/32\"\nport = 1\nmac = \"02:00:00:00:01:01\"\n",
+        list(side.ports.iter().map(|p| format!("\"{p}\"")).collect()),
+        list((0..n).map(|s| (s + 3).to_string()).collect()),
+        list(side.controls.iter().map(|c| format!("\"{c}\"")).collect()),
+        if n > 1 {
+            format!("buddies = [{}]\n", list((0..n).map(|s| ((s + 1) % n).to_string()).collect()))
+        } else {
+            String::new()
+        },
+        list((0..members).map(|s| s.to_string()).collect()),
+    );
+    let path = t.dir.join("serve.toml");
+    std::fs::write(&path, cfg).map_err(|e| format!("{}: {e}", path.display()))?;
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("a free port for the switch's metrics: {e}"))?;
+    let log = t.dir.join("switch.log");
+    let err = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut cmd = match dut_cores() {
+        Some(_) => {
+            let mut c = Command::new("taskset");
+            c.args(&taskset()[1..]).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    let child = cmd
+        .args(["switch", "serve"])
+        .arg(&path)
+        .args(["--metrics", &metrics.to_string()])
+        .args(if busy_poll { &["--busy-poll"][..] } else { &[][..] })
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("starting the switch: {e}"))?;
+    let mut sw = SwitchProc { child, metrics };
+    wait_http(&format!("http://{metrics}/metrics"), &mut sw.child, &log, "the switch")?;
+    Ok(sw)
+}
+
+/// Netfilter's side: the client, a router namespace that masquerades, the external host.
+fn build_netfilter(t: &mut Topology, o: &Options, epoch: Instant) -> Result<Hosts, String> {
+    let c = t.add_netns("nc")?;
+    let r = t.add_netns("nr")?;
+    let x = t.add_netns("nx")?;
+    t.host_link(&c, "in0", Some(&r), "02:00:00:00:01:01", "10.0.0.1/24")?;
+    ip(&format!("-n {c} route add default via 10.0.0.254"))?;
+    t.host_link(&x, "out0", Some(&r), "02:00:00:00:02:01", "198.51.100.2/24")?;
+    ip(&format!("-n {r} addr add 10.0.0.254/24 dev in0"))?;
+    ip(&format!("-n {r} addr add 198.51.100.1/24 dev out0"))?;
+    run("ip", &["netns", "exec", &r, "sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+    rps(Some(&r), "in0")?;
+    for rule in [
+        "add table ip nat".to_string(),
+        "add chain ip nat post { type nat hook postrouting priority 100 ; }".to_string(),
+        "add rule ip nat post oifname \"out0\" masquerade".to_string(),
+    ] {
+        run("ip", &["netns", "exec", &r, "sh", "-c", &format!("nft '{rule}'")])?;
+    }
+    let (gen_tx, gen_rx) = generator(c, o.flows, epoch)?;
+    let sink = sink(x, epoch)?;
+    Ok(Hosts { gen_tx, gen_rx, sink })
+}
+
+/// Warm-up, flood and paced run on one system; `sw` the switch when it is Tern's.
+fn measure(
+    hosts: &Hosts,
+    sw: Option<&SwitchProc>,
+    o: &Options,
+    phase: &mut u32,
+    system: System,
+    round: usize,
+    size: usize,
+) -> Result<Measured, String> {
+    let mut next = || {
+        *phase += 1;
+        *phase
+    };
+    let warm = (WARM_RATE * WARM_SECS) as u64;
+    hosts.phase(next(), GenCmd::Paced { phase: 0, size, rate: WARM_RATE, count: warm })?;
+    let mut entries = None;
+    if let (Some(sw), System::SwitchOnly) = (sw, system) {
+        // The heavy flows are in the switch after a few of the controller's intervals; give it
+        // up to two more seconds of the same traffic if the warm-up was not enough.
+        for _ in 0..3 {
+            let (_, _, e) = switch_counters(sw.metrics)?;
+            if e >= o.flows as u64 {
+                break;
+            }
+            hosts.phase(next(), GenCmd::Paced { phase: 0, size, rate: WARM_RATE, count: warm })?;
+        }
+    }
+    let before = sw.map(|s| switch_counters(s.metrics)).transpose()?;
+    if let Some(b) = before {
+        entries = Some(b.2);
+    }
+    let p = next();
+    let (sent, got) = hosts.phase(p, GenCmd::Flood { phase: p, size, secs: o.secs })?;
+    let share = match (sw, before) {
+        (Some(s), Some(b)) => {
+            let a = switch_counters(s.metrics)?;
+            let (off, srv) = (a.0 - b.0, a.1 - b.1);
+            Some(if off + srv == 0 { 0.0 } else { off as f64 / (off + srv) as f64 })
+        }
+        _ => None,
+    };
+    // Delivered while the generator sent: what buffers still held at its end does not count.
+    let in_window = got.by(sent.end_ns);
+    let pps = in_window as f64 / sent.secs.max(1e-9);
+    let p = next();
+    let (lsent, lgot) =
+        hosts.phase(p, GenCmd::Paced { phase: p, size, rate: o.latency_rate, count: o.latency_packets })?;
+    let us = |q: f64| lgot.latency.value_at_quantile(q) as f64 / 1e3;
+    Ok(Measured {
+        system: system.key(),
+        round,
+        frame_bytes: size,
+        pps,
+        flood_sent: sent.sent,
+        flood_received: got.received,
+        flood_received_in_window: in_window,
+        flood_secs: sent.secs,
+        latency_rate: lsent.sent as f64 / lsent.secs.max(1e-9),
+        latency_sent: lsent.sent,
+        latency_received: lgot.received,
+        latency_p50_us: us(0.5),
+        latency_p99_us: us(0.99),
+        latency_mean_us: lgot.latency.mean() / 1e3,
+        switch_share: share,
+        offloaded_entries: entries,
+    })
+}
+
+/// What the network part measured, and what it could not.
+pub struct Outcome {
+    pub summary: serde_json::Map<String, serde_json::Value>,
+    pub report: serde_json::Value,
+    pub rows: Vec<super::plot::SnatRow>,
+    pub stopped: bool,
+}
+
+/// Runs the network part (root). `say` prints a line; `tick` advances the progress bar.
+pub fn run_network(
+    o: &Options,
+    stop: &AtomicBool,
+    say: &dyn Fn(String),
+    tick: &dyn Fn(String),
+) -> Result<Outcome, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+    let id = std::process::id() % 100_000;
+    let dir = std::env::temp_dir().join(format!("tern-bench-snat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut t =
+        Topology { id, netns: Vec::new(), links: Vec::new(), children: Vec::new(), nft_tables: Vec::new(), dir };
+    let epoch = Instant::now();
+    let tern = build_tern(&mut t, o, epoch, &exe)?;
+    let nft = have_nft();
+    let nf = if nft { Some(build_netfilter(&mut t, o, epoch)?) } else { None };
+    if !nft {
+        say("skipped netfilter: `nft` is not installed (Debian: apt-get install nftables)".into());
+    }
+    let mut systems = vec![System::SwitchOnly];
+    systems.extend((1..=o.servers).map(System::Servers));
+    if nf.is_some() {
+        systems.push(System::Netfilter);
+    }
+    let mut all: Vec<Measured> = Vec::new();
+    let mut phase = 0u32;
+    let mut stopped = false;
+    'rounds: for round in 0..o.rounds {
+        for (si, &size) in o.sizes.iter().enumerate() {
+            for k in 0..systems.len() {
+                if crate::signals::stopping(stop) {
+                    stopped = true;
+                    break 'rounds;
+                }
+                let system = systems[(round + si + k) % systems.len()];
+                tick(format!("round {} {size} B {}", round + 1, system.label()));
+                let m = match system {
+                    System::Netfilter => {
+                        measure(nf.as_ref().expect("netfilter built"), None, o, &mut phase, system, round, size)?
+                    }
+                    System::SwitchOnly | System::Servers(_) => {
+                        let (members, offload) = match system {
+                            System::Servers(k) => (k, false),
+                            _ => (1, true),
+                        };
+                        let sw = start_switch(&t, &tern, &exe, members, offload, o.busy_poll)?;
+                        measure(&tern.hosts, Some(&sw), o, &mut phase, system, round, size)?
+                    }
+                };
+                all.push(m);
+            }
+        }
+    }
+    drop(t);
+    let get = |sys: &str, size: usize| -> Vec<&Measured> {
+        all.iter().filter(|m| m.system == sys && m.frame_bytes == size).collect()
+    };
+    let mut rows = Vec::new();
+    let mut by_size = Vec::new();
+    for &size in &o.sizes {
+        let mut row = super::plot::SnatRow { frame_bytes: size, series: Vec::new() };
+        let mut entry = serde_json::Map::new();
+        entry.insert("frame_bytes".into(), json!(size));
+        for &s in &systems {
+            let ms = get(&s.key(), size);
+            if ms.is_empty() {
+                continue;
+            }
+            let med = |f: fn(&Measured) -> f64| tern_chain::bench::median(&ms.iter().map(|m| f(m)).collect::<Vec<_>>());
+            let (pps, p50, p99, mean) =
+                (med(|m| m.pps), med(|m| m.latency_p50_us), med(|m| m.latency_p99_us), med(|m| m.latency_mean_us));
+            row.series.push((s.label(), pps, p50, p99));
+            entry.insert(
+                s.key(),
+                json!({"median_pps": pps, "median_gbps": pps * size as f64 * 8.0 / 1e9, "median_p50_us": p50, "median_p99_us": p99, "median_mean_us": mean}),
+            );
+        }
+        rows.push(row);
+        by_size.push(serde_json::Value::Object(entry));
+    }
+    // Ratios within a round (the systems ran minutes apart at most, in a rotating order).
+    let base = o.sizes[0];
+    let ratio = |num: &str, den: &str, f: fn(&Measured) -> f64| -> Option<(f64, f64, f64)> {
+        let r: Vec<f64> = (0..o.rounds)
+            .filter_map(|round| {
+                let a = all.iter().find(|m| m.system == num && m.frame_bytes == base && m.round == round)?;
+                let b = all.iter().find(|m| m.system == den && m.frame_bytes == base && m.round == round)?;
+                (f(b) > 0.0).then(|| f(a) / f(b))
+            })
+            .collect();
+        (!r.is_empty()).then(|| spread(&r))
+    };
+    let mut summary = serde_json::Map::new();
+    let pps_ratio = ratio("switch_only", "netfilter", |m| m.pps);
+    // Medians, not means: one of this shared machine's occasional stalls of milliseconds in a
+    // paced run would decide a mean (the paper's Table I gives means; they are reported too).
+    let lat_ratio = ratio("switch_only", "servers_1", |m| m.latency_p50_us);
+    summary.insert("snat_over_netfilter_pps".into(), json!(pps_ratio.map(|r| r.0)));
+    summary.insert("offload_latency_ratio".into(), json!(lat_ratio.map(|r| r.0)));
+    let spread_json = |r: Option<(f64, f64, f64)>| r.map(|(m, lo, hi)| json!({"median": m, "min": lo, "max": hi}));
+    let report = json!({
+        "frame_bytes_of_ratios": base,
+        "snat_over_netfilter_pps_spread": spread_json(pps_ratio),
+        "offload_latency_ratio_spread": spread_json(lat_ratio),
+        "offload_latency_ratio_mean": spread_json(ratio("switch_only", "servers_1", |m| m.latency_mean_us)),
+        "offload_latency_ratio_p99": spread_json(ratio("switch_only", "servers_1", |m| m.latency_p99_us)),
+        "netfilter_skipped": !nft,
+        "by_size": by_size,
+        "measurements": all,
+    });
+    Ok(Outcome { summary, report, rows, stopped })
+}
+
+/// One line a measurement, for the table.
+pub fn describe(m: &serde_json::Value) -> Option<String> {
+    let size = m.get("frame_bytes")?.as_u64()?;
+    let mut s = format!("{size:>5} B:");
+    for key in ["switch_only", "servers_1", "servers_2", "servers_3", "netfilter"] {
+        if let Some(v) = m.get(key) {
+            let f = |k: &str| v.get(k).and_then(|x| x.as_f64()).unwrap_or(f64::NAN);
+            let _ = write!(
+                s,
+                " | {key} {:.0} kpps ({:.2} Gbps) p50 {:.1} µs p99 {:.1} µs",
+                f("median_pps") / 1e3,
+                f("median_gbps"),
+                f("median_p50_us"),
+                f("median_p99_us")
+            );
+        }
+    }
+    Some(s)
+}
