@@ -172,7 +172,7 @@ where
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(60)
-            .build_cartesian_2d((48.0..x_max * 1.2).log_scale(), 0.0..(y_max * 1.15).max(1.0))
+            .build_cartesian_2d(0.0..x_max * 1.05, 0.0..(y_max * 1.45).max(1.0))
             .map_err(err)?;
         chart
             .configure_mesh()
@@ -202,7 +202,14 @@ where
                 chart.draw_series(DashedLineSeries::new(tail.iter().copied(), 6, 4, c.stroke_width(1))).map_err(err)?;
             }
         }
-        legend(&mut chart)?;
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()
+            .map_err(err)?;
     }
     root.present().map_err(err)?;
     Ok(())
