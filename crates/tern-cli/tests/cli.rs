@@ -1628,3 +1628,45 @@ fn switch_serve_and_server_name_a_taken_port() {
     assert!(ok, "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `tern bench switch --snat` without root runs the in-process part and says what it skipped:
+/// the network figures are present and null, with the reason. (As root the test drops to
+/// `nobody` with `setpriv`, or is skipped without it.)
+#[test]
+fn bench_snat_without_root_says_what_it_skipped() {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false);
+    let dir = std::env::temp_dir().join(format!("tern-bench-snat-noroot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = if root {
+        if Command::new("setpriv").arg("--version").output().is_err() {
+            eprintln!("skipped: root, and no setpriv to drop to nobody");
+            return;
+        }
+        // `nobody` writes the report into a directory it may write to.
+        let _ = Command::new("chmod").arg("777").arg(&dir).status();
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid", "65534", "--regid", "65534", "--clear-groups", env!("CARGO_BIN_EXE_tern")]);
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_tern"))
+    };
+    let out = cmd
+        .args(["bench", "switch", "--snat", "--quick", "--rounds", "1", "--alphas", "0.9", "--phase-secs", "0.05"])
+        .args(["--flows", "500", "--capacity", "64", "--interval-packets", "5000", "--warmup-intervals", "1"])
+        .args(["--scaling-flows", "20", "--server-ns", "100", "--json", "--out"])
+        .arg(&dir)
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("skipped the network part of --snat"), "{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["snat_over_netfilter_pps"].is_null() && r.get("snat_over_netfilter_pps").is_some(), "{r}");
+    assert!(r["offload_latency_ratio"].is_null() && r.get("offload_latency_ratio").is_some());
+    assert!(r["skipped"].as_str().unwrap().contains("needs root"));
+    assert!(r["offload_over_all_server_a09"].as_f64().unwrap() > 0.0);
+}

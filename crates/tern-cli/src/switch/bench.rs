@@ -82,13 +82,16 @@ pub struct SwitchBenchArgs {
     pub json: bool,
 }
 
+/// What `--snat` skips without root.
+const SNAT_SKIPPED: &str = "the network part of --snat (SNAT through veth against netfilter: snat_over_netfilter_pps, offload_latency_ratio, Figure 5): it needs root for network namespaces";
+
 /// `tern bench switch`.
 pub fn run(a: &SwitchBenchArgs) -> CmdResult {
     if a.snat {
         match super::snatbench::can_run()? {
             true => return run_snat(a),
             false => {
-                let skipped = "skipped the network part of --snat (SNAT through veth against netfilter: snat_over_netfilter_pps, offload_latency_ratio, Figure 5): it needs root for network namespaces; running the in-process part";
+                let skipped = format!("skipped {SNAT_SKIPPED}; running the in-process part");
                 if a.json { eprintln!("{skipped}") } else { println!("{skipped}") }
             }
         }
@@ -211,6 +214,12 @@ pub fn run(a: &SwitchBenchArgs) -> CmdResult {
     ));
     summary.insert("flows_moved".into(), json!(scaling.flows_moved));
     summary.insert("flows_moved_hash_mod".into(), json!(scaling.flows_moved_hash_mod));
+    if a.snat {
+        // Asked for, not measured (no root): present and null, with the reason in `skipped`.
+        summary.insert("snat_over_netfilter_pps".into(), serde_json::Value::Null);
+        summary.insert("offload_latency_ratio".into(), serde_json::Value::Null);
+        summary.insert("skipped".into(), json!(SNAT_SKIPPED));
+    }
     let summary = serde_json::Value::Object(summary);
     say(format!("summary: {summary}"));
     let mut report = json!({
