@@ -41,6 +41,9 @@ pub struct AfPacketStats {
     pub gso_dropped: u64,
     /// Received frames dropped as truncated: longer than the buffer (also in `rx_dropped`).
     pub truncated: u64,
+    /// Frames the kernel dropped before the port could take them: its receive ring (or socket
+    /// buffer) was full (`PACKET_STATISTICS`; also in `rx_dropped`).
+    pub kernel_dropped: u64,
 }
 
 /// A received slot: its virtio-net header, the frame, and the frame's length on the wire.
@@ -172,6 +175,8 @@ pub struct AfPacketPort {
     vecs: PrefixedVecs<VNET_HDR>,
     stats: PortStats,
     extra: AfPacketStats,
+    /// The kernel's drops read so far (reading them resets the kernel's count).
+    kernel_dropped: std::cell::Cell<u64>,
 }
 
 impl std::fmt::Debug for AfPacketPort {
@@ -267,6 +272,7 @@ impl AfPacketPort {
             vecs: PrefixedVecs::new(MAX_BATCH),
             stats: PortStats::default(),
             extra: AfPacketStats::default(),
+            kernel_dropped: std::cell::Cell::new(0),
         })
     }
 
@@ -277,7 +283,29 @@ impl AfPacketPort {
 
     /// Counters beyond [`PortStats`].
     pub fn extra_stats(&self) -> AfPacketStats {
-        self.extra
+        AfPacketStats { kernel_dropped: self.kernel_drops(), ..self.extra }
+    }
+
+    /// The frames the kernel dropped for this socket so far: its count since the last read,
+    /// added to what earlier reads gave.
+    fn kernel_drops(&self) -> u64 {
+        let mut st = libc::tpacket_stats { tp_packets: 0, tp_drops: 0 };
+        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: `st` and `len` are live and sized for the option; the kernel writes at most
+        // `len` bytes.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats).cast(),
+                &mut len,
+            )
+        };
+        if r == 0 {
+            self.kernel_dropped.set(self.kernel_dropped.get() + u64::from(st.tp_drops));
+        }
+        self.kernel_dropped.get()
     }
 }
 
@@ -423,8 +451,11 @@ impl Port for AfPacketPort {
         SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))
     }
 
+    /// Counters; `rx_dropped` includes the frames the kernel dropped for a full ring.
     fn stats(&self) -> PortStats {
-        self.stats
+        let mut st = self.stats;
+        st.rx_dropped += self.kernel_drops();
+        st
     }
 }
 
