@@ -241,9 +241,11 @@ struct Snap {
     busy: Vec<bool>,
     failovers: u64,
     generation: u64,
+    /// Each port's counters (port 1 first).
+    ports: Vec<tern_io::PortStats>,
 }
 
-fn snapshot(sw: &Switch, failovers: u64, generation: u64) -> Snap {
+fn snapshot(sw: &Switch, failovers: u64, generation: u64, ports: &[FramePort]) -> Snap {
     let sel = sw.selector();
     Snap {
         stats: sw.stats().clone(),
@@ -256,6 +258,7 @@ fn snapshot(sw: &Switch, failovers: u64, generation: u64) -> Snap {
         busy: (0..sw.config().servers.len() as u16).map(|s| sel.is_busy(s)).collect(),
         failovers,
         generation,
+        ports: ports.iter().map(tern_io::Port::stats).collect(),
     }
 }
 
@@ -287,6 +290,32 @@ impl Collector for SwitchCollector {
         let drops: Vec<(Labels, u64)> =
             DropReason::ALL.iter().zip(st.drops).map(|(r, v)| (label("reason", r.name()), v)).collect();
         counter_family(&mut enc, "tern_switch_drops", "Frames dropped, by reason (docs/clip.md).", &drops)?;
+        let per_port = |get: fn(&tern_io::PortStats) -> [u64; 2]| -> Vec<(Labels, u64)> {
+            s.ports
+                .iter()
+                .enumerate()
+                .flat_map(|(i, p)| {
+                    let [rx, tx] = get(p);
+                    [("rx", rx), ("tx", tx)].map(|(dir, v)| {
+                        let mut l = label("port", i + 1);
+                        l.extend(label("dir", dir));
+                        (l, v)
+                    })
+                })
+                .collect()
+        };
+        counter_family(
+            &mut enc,
+            "tern_switch_port_packets",
+            "Frames each port received (rx) and sent (tx).",
+            &per_port(|p| [p.rx_packets, p.tx_packets]),
+        )?;
+        counter_family(
+            &mut enc,
+            "tern_switch_port_dropped",
+            "Frames a port dropped: rx, those the kernel dropped because the port's receive ring was full, or too long, truncated or unsegmented; tx, those the kernel refused (a full queue, longer than the link's MTU).",
+            &per_port(|p| [p.rx_dropped, p.tx_dropped]),
+        )?;
         let by_server: Vec<(Labels, u64)> =
             st.requests_by_server.iter().enumerate().map(|(i, &v)| (label("server", i), v)).collect();
         counter_family(&mut enc, "tern_switch_server_requests", "Requests sent to each server.", &by_server)?;
@@ -397,7 +426,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         ports.push(FramePort::open(spec, &pool)?);
     }
     let stop = crate::signals::stop_flag()?;
-    let snap = Arc::new(Mutex::new(snapshot(&sw, 0, 1)));
+    let snap = Arc::new(Mutex::new(snapshot(&sw, 0, 1, &ports)));
     let (ctl_tx, ctl_rx) = mpsc::channel::<Ctl>();
     let http_stop = Arc::new(AtomicBool::new(false));
     let failovers = Arc::new(AtomicU64::new(0));
@@ -643,7 +672,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         if now.duration_since(last_publish) >= Duration::from_millis(100) {
             last_publish = now;
             if let Ok(mut s) = snap.try_lock() {
-                *s = snapshot(&sw, failovers.load(Ordering::Relaxed), generation);
+                *s = snapshot(&sw, failovers.load(Ordering::Relaxed), generation, &ports);
             }
         }
     }
@@ -676,7 +705,16 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             p.fault_stats().map(|(tx, rx)| json!({"port": i + 1, "sent_dropped": tx.dropped, "received_dropped": rx.dropped, "sent_duplicated": tx.duplicated, "received_duplicated": rx.duplicated}))
         })
         .collect();
+    let port_stats: Vec<serde_json::Value> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let st = tern_io::Port::stats(p);
+            json!({"port": i + 1, "rx_packets": st.rx_packets, "tx_packets": st.tx_packets, "rx_dropped": st.rx_dropped, "tx_dropped": st.tx_dropped})
+        })
+        .collect();
     let summary = json!({
+        "ports": port_stats,
         "switch_only": st.switch_only, "offloaded": st.offloaded, "requests": st.requests(), "responses": st.responses,
         "arp_replies": st.arp_replies, "drops": drops, "group_version": sw.selector().current().version,
         "entries": sw.offload().entries(), "generation": generation, "seconds": start.elapsed().as_secs_f64(),
@@ -687,7 +725,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         println!(
-            "switch serve: {} frames kept by the switch ({} by offloaded entries), {} requests to servers, {} responses, {} dropped{}, group version {}, generation {generation}, {:.1} s",
+            "switch serve: {} frames kept by the switch ({} by offloaded entries), {} requests to servers, {} responses, {} dropped{}, group version {}, generation {generation}, {:.1} s{}",
             st.switch_only,
             st.offloaded,
             st.requests(),
@@ -695,7 +733,14 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             st.dropped(),
             if drops.is_empty() { String::new() } else { format!(" ({})", serde_json::Value::Object(drops)) },
             sw.selector().current().version,
-            start.elapsed().as_secs_f64()
+            start.elapsed().as_secs_f64(),
+            ports
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (i + 1, tern_io::Port::stats(p)))
+                .filter(|(_, st)| st.rx_dropped + st.tx_dropped > 0)
+                .map(|(i, st)| format!("; port {i} dropped {} received, {} sent", st.rx_dropped, st.tx_dropped))
+                .collect::<String>()
         );
     }
     Ok(ExitCode::SUCCESS)
