@@ -1477,6 +1477,15 @@ fn switch_serve_with_two_servers_scales_without_moving_flows() {
     assert!(metrics.contains("tern_switch_drops_total{reason=\"spoofed_header\"} 1"), "{metrics}");
     assert!(metrics.contains("tern_switch_group_version 1"), "{metrics}");
     assert!(metrics.contains("tern_switch_packets_total{path=\"response\"}"), "{metrics}");
+    // Port 1 received the hosts' frames (and the spoofed one: counted as a frame, dropped by
+    // the switch, not the port); nothing was dropped by a port.
+    let port = |name: &str, port: u16, dir: &str| -> u64 {
+        let key = format!("{name}{{port=\"{port}\",dir=\"{dir}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(key.as_str())).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX)
+    };
+    assert!((81..u64::MAX).contains(&port("tern_switch_port_packets_total", 1, "rx")), "{metrics}");
+    assert!(port("tern_switch_port_packets_total", 3, "tx") > 0, "{metrics}");
+    assert_eq!(port("tern_switch_port_dropped_total", 1, "rx"), 0, "{metrics}");
     let (ok, out, err) = tern(&["switch", "dump-tables", "--server", &m.to_string(), "--json"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
