@@ -336,9 +336,10 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
             .unwrap_or_else(|| "not measured".into())
     };
     say(format!(
-        "at {} B: Tern (offloaded) over netfilter, pps: {}; latency with offload over without (1 server), p50: {} (mean {}, p99 {}); the paper's means: 8.84 / 26.42 µs = 0.33",
+        "at {} B: Tern (offloaded) over netfilter, pps: {} (a busy core's: {}); latency with offload over without (1 server), p50: {} (mean {}, p99 {}); the paper's means: 8.84 / 26.42 µs = 0.33",
         sizes[0],
         show("snat_over_netfilter_pps_spread"),
+        show("snat_over_netfilter_pps_per_busy_core_spread"),
         show("offload_latency_ratio_spread"),
         show("offload_latency_ratio_mean"),
         show("offload_latency_ratio_p99"),

@@ -87,8 +87,15 @@ pub struct Cores {
     pub mask: String,
 }
 
+/// The cores this process may use (at most 32), as first seen, before any thread of the bench
+/// pinned itself (a pinned thread sees only its own core).
+fn cpu_count() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()).min(32))
+}
+
 pub fn dut_cores() -> Option<Cores> {
-    let n = std::thread::available_parallelism().map_or(1, |n| n.get()).min(32);
+    let n = cpu_count();
     (n >= 2).then(|| Cores {
         list: if n == 2 { "1".into() } else { format!("1-{}", n - 1) },
         mask: format!("{:x}", ((1u64 << n) - 1) & !1),
@@ -200,11 +207,38 @@ enum GenCmd {
     Paced { phase: u32, size: usize, rate: f64, count: u64 },
 }
 
-/// What it sent, over how long, ending when (ns since the bench began).
+/// What it sent, over how long, ending when (ns since the bench began), and the share of the
+/// time the system under test's cores were busy meanwhile (`/proc/stat`; None on one core).
 struct Sent {
     sent: u64,
     secs: f64,
     end_ns: u64,
+    dut_busy: Option<f64>,
+}
+
+/// (busy, total) jiffies of the system under test's cores from `/proc/stat`: busy is user,
+/// nice, system, irq and softirq time (not idle, iowait or steal).
+fn dut_jiffies() -> Option<(u64, u64)> {
+    dut_cores()?;
+    let n = cpu_count();
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let (mut busy, mut total) = (0u64, 0u64);
+    for line in stat.lines() {
+        let mut f = line.split_whitespace();
+        let Some(cpu) = f.next().and_then(|c| c.strip_prefix("cpu")).and_then(|c| c.parse::<usize>().ok()) else {
+            continue;
+        };
+        if cpu == 0 || cpu >= n {
+            continue;
+        }
+        let v: Vec<u64> = f.map(|x| x.parse().unwrap_or(0)).collect();
+        if v.len() < 8 {
+            return None;
+        }
+        busy += v[0] + v[1] + v[2] + v[5] + v[6];
+        total += v[..8].iter().sum::<u64>();
+    }
+    Some((busy, total))
 }
 
 /// The generator: in the client's namespace, `flows` UDP sockets (one a flow), each batch of 32
@@ -249,6 +283,7 @@ fn generator(ns: String, flows: usize, epoch: Instant) -> Result<(mpsc::Sender<G
             }
         };
         while let Ok(cmd) = cmd_rx.recv() {
+            let j0 = dut_jiffies();
             let t0 = Instant::now();
             let mut sent = 0u64;
             let mut flow = 0u32;
@@ -284,7 +319,11 @@ fn generator(ns: String, flows: usize, epoch: Instant) -> Result<(mpsc::Sender<G
                 }
             }
             let end_ns = epoch.elapsed().as_nanos() as u64;
-            if done_tx.send(Sent { sent, secs: t0.elapsed().as_secs_f64(), end_ns }).is_err() {
+            let dut_busy = match (j0, dut_jiffies()) {
+                (Some(a), Some(b)) if b.1 > a.1 => Some((b.0 - a.0) as f64 / (b.1 - a.1) as f64),
+                _ => None,
+            };
+            if done_tx.send(Sent { sent, secs: t0.elapsed().as_secs_f64(), end_ns, dut_busy }).is_err() {
                 break;
             }
         }
@@ -486,6 +525,11 @@ pub struct Measured {
     /// Of them, received before the generator stopped (what `pps` counts).
     pub flood_received_in_window: u64,
     pub flood_secs: f64,
+    /// The share of the flood's time the system under test's cores were busy (user, system,
+    /// irq and softirq time in `/proc/stat`; absent on one core).
+    pub dut_busy: Option<f64>,
+    /// `pps` over the system under test's busy cores (`dut_busy` times its cores).
+    pub pps_per_busy_core: Option<f64>,
     /// The paced run's rate as sent, a second.
     pub latency_rate: f64,
     pub latency_sent: u64,
@@ -498,18 +542,21 @@ pub struct Measured {
     pub switch_share: Option<f64>,
     /// Tern: the switch's offloaded entries when the flood began.
     pub offloaded_entries: Option<u64>,
+    /// Tern: the flood's frames the switch's inside port dropped on receive (its receive ring
+    /// full: the switch was the bottleneck), as its metrics count them.
+    pub switch_ring_dropped: Option<u64>,
 }
 
 /// The switch's counters this bench reads from `/metrics`: (offloaded frames, frames to a
-/// server, offloaded entries).
-fn switch_counters(metrics: SocketAddr) -> Result<(u64, u64, u64), String> {
+/// server, offloaded entries, frames its inside port dropped on receive).
+fn switch_counters(metrics: SocketAddr) -> Result<(u64, u64, u64, u64), String> {
     let body = ureq::get(&format!("http://{metrics}/metrics"))
         .call()
         .map_err(|e| format!("the switch's /metrics: {e}"))?
         .into_body()
         .read_to_string()
         .map_err(|e| format!("the switch's /metrics: {e}"))?;
-    let (mut off, mut to_server, mut entries) = (0u64, 0u64, 0u64);
+    let (mut off, mut to_server, mut entries, mut port_drops) = (0u64, 0u64, 0u64, 0u64);
     for l in body.lines() {
         let value = || l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) as u64;
         if let Some(rest) = l.strip_prefix("tern_switch_packets_total{path=\"") {
@@ -520,9 +567,14 @@ fn switch_counters(metrics: SocketAddr) -> Result<(u64, u64, u64), String> {
             }
         } else if l.starts_with("tern_switch_offloaded_entries ") {
             entries = value();
+        } else if l.starts_with("tern_switch_port_dropped_total{")
+            && l.contains("port=\"1\"")
+            && l.contains("dir=\"rx\"")
+        {
+            port_drops = value();
         }
     }
-    Ok((off, to_server, entries))
+    Ok((off, to_server, entries, port_drops))
 }
 
 /// `taskset -c CORES` for the system under test's processes (empty on one core).
@@ -753,7 +805,7 @@ fn measure(
         // The heavy flows are in the switch after a few of the controller's intervals; give it
         // up to two more seconds of the same traffic if the warm-up was not enough.
         for _ in 0..3 {
-            let (_, _, e) = switch_counters(sw.metrics)?;
+            let (_, _, e, _) = switch_counters(sw.metrics)?;
             if e >= o.flows as u64 {
                 break;
             }
@@ -766,17 +818,21 @@ fn measure(
     }
     let p = next();
     let (sent, got) = hosts.phase(p, GenCmd::Flood { phase: p, size, secs: o.secs })?;
-    let share = match (sw, before) {
+    let (share, port_dropped) = match (sw, before) {
         (Some(s), Some(b)) => {
             let a = switch_counters(s.metrics)?;
             let (off, srv) = (a.0 - b.0, a.1 - b.1);
-            Some(if off + srv == 0 { 0.0 } else { off as f64 / (off + srv) as f64 })
+            (Some(if off + srv == 0 { 0.0 } else { off as f64 / (off + srv) as f64 }), Some(a.3.saturating_sub(b.3)))
         }
-        _ => None,
+        _ => (None, None),
     };
     // Delivered while the generator sent: what buffers still held at its end does not count.
     let in_window = got.by(sent.end_ns);
     let pps = in_window as f64 / sent.secs.max(1e-9);
+    // Datagrams a second per busy core of the system under test: what it forwards with what it
+    // used, where the generator (not the system) set the pace.
+    let n_dut = cpu_count().saturating_sub(1).max(1);
+    let pps_per_core = sent.dut_busy.filter(|&b| b > 0.0).map(|b| pps / (b * n_dut as f64));
     let p = next();
     let (lsent, lgot) =
         hosts.phase(p, GenCmd::Paced { phase: p, size, rate: o.latency_rate, count: o.latency_packets })?;
@@ -790,6 +846,8 @@ fn measure(
         flood_received: got.received,
         flood_received_in_window: in_window,
         flood_secs: sent.secs,
+        dut_busy: sent.dut_busy,
+        pps_per_busy_core: pps_per_core,
         latency_rate: lsent.sent as f64 / lsent.secs.max(1e-9),
         latency_sent: lsent.sent,
         latency_received: lgot.received,
@@ -798,6 +856,7 @@ fn measure(
         latency_mean_us: lgot.latency.mean() / 1e3,
         switch_share: share,
         offloaded_entries: entries,
+        switch_ring_dropped: port_dropped,
     })
 }
 
@@ -884,7 +943,7 @@ pub fn run_network(
             row.series.push((s.label(), pps, p50, p99));
             entry.insert(
                 s.key(),
-                json!({"median_pps": pps, "median_gbps": pps * size as f64 * 8.0 / 1e9, "median_p50_us": p50, "median_p99_us": p99, "median_mean_us": mean}),
+                json!({"median_pps": pps, "median_gbps": pps * size as f64 * 8.0 / 1e9, "median_p50_us": p50, "median_p99_us": p99, "median_mean_us": mean, "median_dut_busy": med(|m| m.dut_busy.unwrap_or(f64::NAN)), "median_pps_per_busy_core": med(|m| m.pps_per_busy_core.unwrap_or(f64::NAN))}),
             );
         }
         rows.push(row);
@@ -909,10 +968,13 @@ pub fn run_network(
     let lat_ratio = ratio("switch_only", "servers_1", |m| m.latency_p50_us);
     summary.insert("snat_over_netfilter_pps".into(), json!(pps_ratio.map(|r| r.0)));
     summary.insert("offload_latency_ratio".into(), json!(lat_ratio.map(|r| r.0)));
+    let per_core = ratio("switch_only", "netfilter", |m| m.pps_per_busy_core.unwrap_or(0.0));
+    summary.insert("snat_over_netfilter_pps_per_busy_core".into(), json!(per_core.map(|r| r.0)));
     let spread_json = |r: Option<(f64, f64, f64)>| r.map(|(m, lo, hi)| json!({"median": m, "min": lo, "max": hi}));
     let report = json!({
         "frame_bytes_of_ratios": base,
         "snat_over_netfilter_pps_spread": spread_json(pps_ratio),
+        "snat_over_netfilter_pps_per_busy_core_spread": spread_json(per_core),
         "offload_latency_ratio_spread": spread_json(lat_ratio),
         "offload_latency_ratio_mean": spread_json(ratio("switch_only", "servers_1", |m| m.latency_mean_us)),
         "offload_latency_ratio_p99": spread_json(ratio("switch_only", "servers_1", |m| m.latency_p99_us)),
@@ -932,9 +994,11 @@ pub fn describe(m: &serde_json::Value) -> Option<String> {
             let f = |k: &str| v.get(k).and_then(|x| x.as_f64()).unwrap_or(f64::NAN);
             let _ = write!(
                 s,
-                " | {key} {:.0} kpps ({:.2} Gbps) p50 {:.1} µs p99 {:.1} µs",
+                " | {key} {:.0} kpps ({:.2} Gbps, busy {:.0}%: {:.0} kpps a busy core) p50 {:.1} µs p99 {:.1} µs",
                 f("median_pps") / 1e3,
                 f("median_gbps"),
+                100.0 * f("median_dut_busy"),
+                f("median_pps_per_busy_core") / 1e3,
                 f("median_p50_us"),
                 f("median_p99_us")
             );
