@@ -33,8 +33,20 @@ pub(crate) fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTran
 where
     DB::ErrorType: 'static,
 {
+    legend_at(chart, SeriesLabelPosition::MiddleRight)
+}
+
+/// [`legend`] at `at`.
+pub(crate) fn legend_at<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    at: SeriesLabelPosition,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
     chart
         .configure_series_labels()
+        .position(at)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .label_font(("sans-serif", 13))

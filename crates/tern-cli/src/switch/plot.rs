@@ -202,14 +202,7 @@ where
                 chart.draw_series(DashedLineSeries::new(tail.iter().copied(), 6, 4, c.stroke_width(1))).map_err(err)?;
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(err)?;
+        crate::plot::legend_at(&mut chart, SeriesLabelPosition::UpperRight)?;
     }
     root.present().map_err(err)?;
     Ok(())

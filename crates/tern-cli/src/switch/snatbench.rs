@@ -198,6 +198,19 @@ impl Drop for Topology {
     }
 }
 
+/// A host thread's start: pinned to the hosts' core, into namespace `ns`, its port opened
+/// there; `ready` hears how it went.
+fn open_in<P>(
+    ns: &str,
+    ready: &mpsc::Sender<Result<(), String>>,
+    open: impl FnOnce() -> Result<P, String>,
+) -> Option<P> {
+    pin_host();
+    let port = tern_io::enter_netns(ns).map_err(|e| e.to_string()).and_then(|_| open());
+    let _ = ready.send(port.as_ref().map(|_| ()).map_err(Clone::clone));
+    port.ok()
+}
+
 /// What the generator is asked to send.
 enum GenCmd {
     /// As fast as it can, for `secs`.
@@ -249,20 +262,11 @@ fn generator(ns: String, flows: usize, epoch: Instant) -> Result<(mpsc::Sender<G
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     std::thread::spawn(move || {
         let pool = Pool::new(4096, tern_io::DEFAULT_BUF_SIZE);
-        pin_host();
-        let port = tern_io::enter_netns(&ns).map_err(|e| e.to_string()).and_then(|_| {
+        let Some(mut port) = open_in(&ns, &ready_tx, || {
             tern_io::udp::MultiUdpPort::bind(IpAddr::V4(CLIENT), flows, 0, &pool)
                 .map_err(|e| format!("the generator's sockets in {ns}: {e}"))
-        });
-        let mut port = match port {
-            Ok(p) => {
-                let _ = ready_tx.send(Ok(()));
-                p
-            }
-            Err(e) => {
-                let _ = ready_tx.send(Err(e));
-                return;
-            }
+        }) else {
+            return;
         };
         let dst = SocketAddr::new(IpAddr::V4(EXTERNAL), SINK_PORT);
         let fill = vec![0u8; 2048];
@@ -365,21 +369,12 @@ fn sink(ns: String, epoch: Instant) -> Result<mpsc::Sender<SinkCmd>, String> {
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     std::thread::spawn(move || {
         let pool = Pool::new(4096, tern_io::DEFAULT_BUF_SIZE);
-        pin_host();
         let cfg = tern_io::udp::UdpConfig { recv_buffer: Some(16 << 20), ..Default::default() };
-        let port = tern_io::enter_netns(&ns).map_err(|e| e.to_string()).and_then(|_| {
+        let Some(mut port) = open_in(&ns, &ready_tx, || {
             tern_io::udp::UdpPort::bind(SocketAddr::new(IpAddr::V4(EXTERNAL), SINK_PORT), &pool, &cfg)
                 .map_err(|e| format!("the sink's socket in {ns}: {e}"))
-        });
-        let mut port = match port {
-            Ok(p) => {
-                let _ = ready_tx.send(Ok(()));
-                p
-            }
-            Err(e) => {
-                let _ = ready_tx.send(Err(e));
-                return;
-            }
+        }) else {
+            return;
         };
         let new_hist = || Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
         let mut phase = u32::MAX;
