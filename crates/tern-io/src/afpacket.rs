@@ -101,7 +101,12 @@ impl RxRing {
             )
         };
         if map == libc::MAP_FAILED {
-            return Err(with_context(io::Error::last_os_error(), "mapping the receive ring"));
+            let e = io::Error::last_os_error();
+            // Take the ring down again: while it exists the kernel puts frames there, not in
+            // the queue `recvmmsg` reads.
+            let none = libc::tpacket_req { tp_block_size: 0, tp_block_nr: 0, tp_frame_size: 0, tp_frame_nr: 0 };
+            let _ = setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &none, "PACKET_RX_RING");
+            return Err(with_context(e, "mapping the receive ring"));
         }
         Ok(RxRing {
             map: map.cast(),
