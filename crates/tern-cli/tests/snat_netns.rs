@@ -729,19 +729,25 @@ fn bench_snat_runs_and_cleans_up() {
         assert!(report["snat_over_netfilter_pps"].is_null());
         assert!(stderr.contains("skipped netfilter"), "{stderr}");
     }
-    assert_eq!(run(&["ip", "netns", "list"]), before_ns, "namespaces left behind");
-    // The bench names its links tb<id><what>: p1, p2 (switch ports), d<s>, m<s> (servers), mg.
+    // The bench names what it makes tb<id><what>: namespaces tc, tx (Tern's hosts), nc, nr, nx
+    // (netfilter's), s<k> (servers); links p1, p2 (switch ports), d<k>, m<k> (servers), mg.
+    // Other tests of this file run beside this one with names of their own.
+    let ours = |name: &str| {
+        name.strip_prefix("tb").is_some_and(|r| {
+            let what = r.trim_start_matches(|c: char| c.is_ascii_digit());
+            what.len() < r.len() && ["tc", "tx", "nc", "nr", "nx", "s0", "p1", "p2", "d0", "m0", "mg"].contains(&what)
+        })
+    };
+    let netns = run(&["ip", "netns", "list"]);
+    let left: Vec<&str> = netns.lines().filter_map(|l| l.split_whitespace().next()).filter(|n| ours(n)).collect();
+    let before: Vec<&str> = before_ns.lines().filter_map(|l| l.split_whitespace().next()).filter(|n| ours(n)).collect();
+    assert_eq!(left, before, "namespaces left behind");
     let links = run(&["ip", "-o", "link"]);
     let left: Vec<&str> = links
         .lines()
         .filter_map(|l| l.split(": ").nth(1))
         .map(|n| n.split('@').next().unwrap_or(n))
-        .filter(|n| {
-            n.strip_prefix("tb").is_some_and(|r| {
-                let what = r.trim_start_matches(|c: char| c.is_ascii_digit());
-                what.len() < r.len() && ["p1", "p2", "d0", "m0", "mg"].contains(&what)
-            })
-        })
+        .filter(|n| ours(n))
         .collect();
     assert!(left.is_empty(), "links left behind: {left:?}");
 }
