@@ -549,6 +549,20 @@ pub fn tcp_segment(src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16, seq: u32, flags
 /// after the switch and sent again 3 segments later, with a bare ACK back every 10 rounds;
 /// then both directions close with FIN.
 pub fn lossy_connections(c: &mut Cluster, conns: u16, segments: usize, loss: f64, seed: u64) -> Result<TrdRun, String> {
+    lossy_connections_failing(c, conns, segments, loss, seed, None)
+}
+
+/// [`lossy_connections`], and with `fail` = (round, server): before that round of data the
+/// server dies and the heartbeats fail it over to its buddy (`c.buddy`), which goes on with
+/// its directions from the replicas it took.
+pub fn lossy_connections_failing(
+    c: &mut Cluster,
+    conns: u16,
+    segments: usize,
+    loss: f64,
+    seed: u64,
+    fail: Option<(usize, u16)>,
+) -> Result<TrdRun, String> {
     use rand::Rng;
     const SYN: u8 = 0x02;
     const ACK: u8 = 0x10;
@@ -568,6 +582,16 @@ pub fn lossy_connections(c: &mut Cluster, conns: u16, segments: usize, loss: f64
     }
     let mut pending: Vec<Vec<(u32, usize)>> = vec![Vec::new(); usize::from(conns)];
     for round in 0..segments {
+        if let Some((at, dead)) = fail
+            && at == round
+        {
+            c.heartbeats();
+            c.alive[usize::from(dead)] = false;
+            c.now_ns += 400_000_000;
+            if c.heartbeats() != vec![dead] {
+                return Err(format!("server {dead} was not failed over"));
+            }
+        }
         for i in 0..conns {
             let k = usize::from(i);
             let seq = seqs[k];

@@ -159,8 +159,10 @@ impl Server {
         // The answered go back in the batch, whose emptied vector becomes the next scratch.
         batch.exchange(&mut kept);
         self.kept = kept;
-        if self.replicate {
-            self.handler.take_new(&mut self.replicas);
+        // Taken every batch, kept only for a buddy: a handler's records never pile up.
+        self.handler.take_new(&mut self.replicas);
+        if !self.replicate {
+            self.replicas.clear();
         }
     }
 
@@ -415,11 +417,33 @@ impl RemoteHandler for Snat {
 #[derive(Debug)]
 pub struct TrdHandler {
     trd: crate::trd::Trd,
+    /// Replica records of the directions opened and closed since `take_new`.
+    fresh: Vec<Vec<u8>>,
+}
+
+/// A TRD replica record: kind 1 (opened: the direction's source, destination, ports, its
+/// index or 0xFFFFFFFF, its highest end; 21 bytes) or kind 2 (closed: the direction; 13 bytes);
+/// big-endian.
+const TRD_OPENED: u8 = 1;
+const TRD_CLOSED: u8 = 2;
+
+fn trd_record(kind: u8, d: &crate::trd::Direction, index: Option<u32>, highest: u32) -> Vec<u8> {
+    let mut r = Vec::with_capacity(21);
+    r.push(kind);
+    r.extend_from_slice(&d.0.to_be_bytes());
+    r.extend_from_slice(&d.1.to_be_bytes());
+    r.extend_from_slice(&d.2.to_be_bytes());
+    r.extend_from_slice(&d.3.to_be_bytes());
+    if kind == TRD_OPENED {
+        r.extend_from_slice(&index.unwrap_or(u32::MAX).to_be_bytes());
+        r.extend_from_slice(&highest.to_be_bytes());
+    }
+    r
 }
 
 impl TrdHandler {
     pub fn new(cfg: crate::trd::TrdConfig) -> Result<TrdHandler, String> {
-        Ok(TrdHandler { trd: crate::trd::Trd::new(cfg)? })
+        Ok(TrdHandler { trd: crate::trd::Trd::new(cfg)?, fresh: Vec::new() })
     }
 
     /// Its detector's state.
@@ -445,11 +469,21 @@ impl RemoteHandler for TrdHandler {
         if response.len() < 9 {
             return Err("response_length");
         }
+        let (opened, tracked) = (self.trd.counters.opened, self.trd.len());
         let (index, init, op) = match self.trd.handle(l3).map_err(crate::trd::TrdDrop::name)? {
             Answer::Allocated { index, init } => (index, init, 1),
             Answer::Released { index } => (index, 0, 2),
             Answer::Checked { .. } => (0, 0, 0),
         };
+        // What a buddy needs to go on after a failover: the directions opened and closed.
+        if let Some((d, ..)) = crate::trd::segment(l3) {
+            if self.trd.counters.opened > opened {
+                let highest = self.trd.highest_of(&d).unwrap_or(0);
+                self.fresh.push(trd_record(TRD_OPENED, &d, self.trd.index_of(&d), highest));
+            } else if self.trd.len() < tracked {
+                self.fresh.push(trd_record(TRD_CLOSED, &d, None, 0));
+            }
+        }
         response[..4].copy_from_slice(&index.to_be_bytes());
         response[4..8].copy_from_slice(&init.to_be_bytes());
         response[8] = op;
@@ -459,6 +493,34 @@ impl RemoteHandler for TrdHandler {
 
     fn entries(&self) -> usize {
         self.trd.len()
+    }
+
+    fn take_new(&mut self, out: &mut Vec<Vec<u8>>) {
+        out.append(&mut self.fresh);
+    }
+
+    /// An opened direction is tracked here with its index (kept out of this server's own free
+    /// indices unless of its slice), a closed one forgotten: after a failover this server
+    /// releases the failed server's indices at their FIN or RST.
+    fn adopt_replica(&mut self, _now_ns: u64, r: &[u8]) -> Result<(), &'static str> {
+        let u32_at = |i: usize| u32::from_be_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
+        let dir =
+            |r: &[u8]| (u32_at(1), u32_at(5), u16::from_be_bytes([r[9], r[10]]), u16::from_be_bytes([r[11], r[12]]));
+        match (r.first(), r.len()) {
+            (Some(&TRD_OPENED), 21) => {
+                let index = Some(u32_at(13)).filter(|&i| i != u32::MAX);
+                if index.is_some_and(|i| i >= self.trd.config().registers) {
+                    return Err("record_index");
+                }
+                self.trd.adopt(dir(r), index, u32_at(17)).map_err(crate::trd::TrdDrop::name)
+            }
+            (Some(&TRD_CLOSED), 13) => {
+                self.trd.forget(&dir(r));
+                Ok(())
+            }
+            (Some(&(TRD_OPENED | TRD_CLOSED)), _) => Err("record_length"),
+            _ => Err("record_kind"),
+        }
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -503,6 +565,9 @@ pub struct Cluster {
     /// Each server's buddy: it takes the server's replicas before the server's responses go
     /// on, and its flows if it fails.
     pub buddy: Vec<Option<usize>>,
+    /// Whether servers hand their buddies replicas (on by default; off shows what a failover
+    /// without them loses).
+    pub replicate: bool,
     /// Frames sent to a dead server.
     pub lost: u64,
     /// Servers failed over so far.
@@ -532,6 +597,7 @@ impl Cluster {
             busy: vec![false; n],
             alive: vec![true; n],
             buddy: vec![None; n],
+            replicate: true,
             lost: 0,
             failed_over: Vec::new(),
             heartbeats,
@@ -575,7 +641,7 @@ impl Cluster {
                     continue;
                 }
                 let srv = &mut self.servers[s];
-                srv.replicate = self.buddy[s].is_some();
+                srv.replicate = self.replicate && self.buddy[s].is_some();
                 srv.process(self.now_ns, b, self.busy[s], &self.pool);
                 // Replicas reach the buddy before the responses go on.
                 let replicas = srv.take_replicas();

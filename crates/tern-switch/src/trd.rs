@@ -172,9 +172,50 @@ impl Trd {
         self.conns.get(d).and_then(|c| c.index)
     }
 
+    /// A direction's highest end seen here, if it is tracked.
+    pub fn highest_of(&self, d: &Direction) -> Option<u32> {
+        self.conns.get(d).map(|c| c.highest)
+    }
+
     /// Its directions: (direction, index, highest end).
     pub fn directions(&self) -> impl Iterator<Item = (Direction, Option<u32>, u32)> + '_ {
         self.conns.iter().map(|(d, c)| (*d, c.index, c.highest))
+    }
+
+    /// Whether `index` is of this server's slice.
+    pub fn owns(&self, index: u32) -> bool {
+        index < self.cfg.registers && index % u32::from(self.cfg.slices) == u32::from(self.cfg.slice)
+    }
+
+    /// A direction another server tracked (its replica): kept with its index, which stays out
+    /// of this server's free indices (a direction of this server's own slice that it already
+    /// tracks is left as it is). Beyond the capacity it is refused.
+    pub fn adopt(&mut self, dir: Direction, index: Option<u32>, highest: u32) -> Result<(), TrdDrop> {
+        if self.conns.contains_key(&dir) {
+            return Ok(());
+        }
+        if self.conns.len() >= self.cfg.capacity {
+            self.counters.table_full += 1;
+            return Err(TrdDrop::TableFull);
+        }
+        if let Some(i) = index
+            && self.owns(i)
+        {
+            // Ours after all (a direction handed back): take it off the free list.
+            self.free.retain(|&f| f != i);
+        }
+        self.conns.insert(dir, Conn { index, highest });
+        Ok(())
+    }
+
+    /// A direction another server stopped tracking (its replica of a close): forgotten here.
+    pub fn forget(&mut self, dir: &Direction) {
+        if let Some(c) = self.conns.remove(dir)
+            && let Some(i) = c.index
+            && self.owns(i)
+        {
+            self.free.push(i);
+        }
     }
 
     /// One segment the switch sent (a SYN, FIN or RST; or data of a direction the switch has
@@ -200,7 +241,11 @@ impl Trd {
             if flags & (FIN | RST) != 0 {
                 let c = self.conns.remove(&dir).expect("present");
                 if let Some(index) = c.index {
-                    self.free.push(index);
+                    // An index of another server's slice (a direction adopted from a failed
+                    // server) goes back to no one: its slice is that server's.
+                    if self.owns(index) {
+                        self.free.push(index);
+                    }
                     self.counters.released += 1;
                     return Ok(Answer::Released { index });
                 }

@@ -149,3 +149,77 @@ fn directions_beyond_the_registers_stay_on_the_server_path() {
     assert_eq!(r.released + r.at_servers_closed, r.resent);
     assert_eq!(r.dropped, 0);
 }
+
+/// Server 0 dies halfway through the data: its buddy, holding its directions from the
+/// replicas, releases their indices at FIN as server 0 would have, so every direction's entry
+/// leaves the switch and every retransmission is still counted once. Without replicas the
+/// buddy would not know the failed server's directions and their entries would stay.
+#[test]
+fn a_failed_servers_directions_close_at_its_buddy() {
+    use tern_switch::bench::lossy_connections_failing;
+    for replicas in [true, false] {
+        let mut c = trd_cluster(2, 4096).unwrap();
+        c.buddy = vec![Some(1), Some(0)];
+        c.replicate = replicas;
+        let r = lossy_connections_failing(&mut c, 24, 60, 0.05, 7, Some((30, 0))).unwrap();
+        assert!(r.resent > 30, "{r:?}");
+        assert_eq!(r.indexed, 48);
+        assert_eq!(r.dropped, 0, "{r:?}");
+        if replicas {
+            assert_eq!((r.installed, r.removed), (48, 48), "every entry out at close: {r:?}");
+            assert_eq!(c.switch.pipeline().len("conn"), 0);
+            assert_eq!(r.released, r.resent, "every retransmission counted once: {r:?}");
+            assert_eq!(handler_count(&c, "released"), 48);
+        } else {
+            // Server 0's directions end at a buddy that never heard of them: their entries stay.
+            assert!(r.removed < 48 && c.switch.pipeline().len("conn") > 0, "{r:?}");
+        }
+    }
+}
+
+/// A replica's records: an opened direction is adopted with its index, which the buddy never
+/// hands out itself and releases at the direction's FIN without taking it into its own slice;
+/// a closed one is forgotten; records that do not read are refused by name.
+#[test]
+fn replica_records_are_adopted_released_and_checked() {
+    use tern_switch::server::{RemoteHandler, TrdHandler};
+    let cfg = |slice| TrdConfig { registers: 8, slice, slices: 2, capacity: 100 };
+    let (mut a, mut b) = (TrdHandler::new(cfg(0)).unwrap(), TrdHandler::new(cfg(1)).unwrap());
+    let mut resp = [0u8; 9];
+    let syn = tcp([10, 0, 0, 1], [9, 9, 9, 9], 1000, 80, 100, SYN, b"");
+    a.handle(0, 0, &mut syn[14..].to_vec(), &[], &mut resp).unwrap();
+    assert_eq!((u32::from_be_bytes(resp[..4].try_into().unwrap()), resp[8]), (0, 1), "index 0 allocated");
+    let mut records = Vec::new();
+    a.take_new(&mut records);
+    assert_eq!(records.len(), 1);
+    let free_before = b.trd().free();
+    b.adopt_replica(0, &records[0]).unwrap();
+    assert_eq!(b.trd().index_of(&(0x0a00_0001, 0x0909_0909, 1000, 80)), Some(0));
+    // B's own directions get B's indices only.
+    for p in 0..4u16 {
+        let s = tcp([10, 0, 0, 2], [9, 9, 9, 9], 2000 + p, 80, 5, SYN, b"");
+        b.handle(0, 0, &mut s[14..].to_vec(), &[], &mut resp).unwrap();
+        assert_eq!(u32::from_be_bytes(resp[..4].try_into().unwrap()) % 2, 1);
+    }
+    // The adopted direction's FIN at B: index 0 released to the switch, not to B's free list.
+    let fin = tcp([10, 0, 0, 1], [9, 9, 9, 9], 1000, 80, 101, FIN | ACK, b"");
+    b.handle(0, 0, &mut fin[14..].to_vec(), &[], &mut resp).unwrap();
+    assert_eq!((u32::from_be_bytes(resp[..4].try_into().unwrap()), resp[8]), (0, 2), "released");
+    assert_eq!(b.trd().free(), free_before - 4);
+    let mut out = Vec::new();
+    b.take_new(&mut out);
+    assert_eq!(out.iter().filter(|r| r[0] == 2).count(), 1, "B's close is a record for its own buddy");
+    // A close record makes A forget (and free) its direction.
+    let mut a_close = out.iter().find(|r| r[0] == 2).unwrap().clone();
+    let before = a.trd().free();
+    a.adopt_replica(0, &a_close).unwrap();
+    assert_eq!((a.trd().len(), a.trd().free()), (0, before + 1));
+    // Refused by name.
+    a_close[0] = 9;
+    assert_eq!(a.adopt_replica(0, &a_close), Err("record_kind"));
+    assert_eq!(a.adopt_replica(0, &records[0][..20]), Err("record_length"));
+    assert_eq!(a.adopt_replica(0, &[]), Err("record_kind"));
+    let mut bad = records[0].clone();
+    bad[13..17].copy_from_slice(&100u32.to_be_bytes());
+    assert_eq!(a.adopt_replica(0, &bad), Err("record_index"));
+}
