@@ -509,10 +509,7 @@ impl RemoteHandler for TrdHandler {
         match (r.first(), r.len()) {
             (Some(&TRD_OPENED), 21) => {
                 let index = Some(u32_at(13)).filter(|&i| i != u32::MAX);
-                if index.is_some_and(|i| i >= self.trd.config().registers) {
-                    return Err("record_index");
-                }
-                self.trd.adopt(dir(r), index, u32_at(17)).map_err(crate::trd::TrdDrop::name)
+                self.trd.adopt(dir(r), index, u32_at(17))
             }
             (Some(&TRD_CLOSED), 13) => {
                 self.trd.forget(&dir(r));

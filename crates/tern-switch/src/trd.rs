@@ -105,6 +105,8 @@ pub struct Trd {
     cfg: TrdConfig,
     free: Vec<u32>,
     conns: HashMap<Direction, Conn>,
+    /// Indices of other servers' slices held by adopted directions.
+    foreign: std::collections::HashSet<u32>,
     pub counters: TrdCounters,
 }
 
@@ -146,7 +148,7 @@ impl Trd {
         // Handed out lowest first.
         let free: Vec<u32> =
             (0..cfg.registers).filter(|i| i % u32::from(cfg.slices) == u32::from(cfg.slice)).rev().collect();
-        Ok(Trd { cfg, free, conns: HashMap::new(), counters: TrdCounters::default() })
+        Ok(Trd { cfg, free, conns: HashMap::new(), foreign: Default::default(), counters: TrdCounters::default() })
     }
 
     pub fn config(&self) -> TrdConfig {
@@ -188,21 +190,28 @@ impl Trd {
     }
 
     /// A direction another server tracked (its replica): kept with its index, which stays out
-    /// of this server's free indices (a direction of this server's own slice that it already
-    /// tracks is left as it is). Beyond the capacity it is refused.
-    pub fn adopt(&mut self, dir: Direction, index: Option<u32>, highest: u32) -> Result<(), TrdDrop> {
+    /// of this server's free indices; a direction already tracked is left as it is. Refused:
+    /// beyond the capacity (`table_full`), an index outside the registers (`record_index`), or
+    /// one another direction here holds (`record_index_held`: a register never serves two).
+    pub fn adopt(&mut self, dir: Direction, index: Option<u32>, highest: u32) -> Result<(), &'static str> {
         if self.conns.contains_key(&dir) {
             return Ok(());
         }
         if self.conns.len() >= self.cfg.capacity {
             self.counters.table_full += 1;
-            return Err(TrdDrop::TableFull);
+            return Err(TrdDrop::TableFull.name());
         }
-        if let Some(i) = index
-            && self.owns(i)
-        {
-            // Ours after all (a direction handed back): take it off the free list.
-            self.free.retain(|&f| f != i);
+        if let Some(i) = index {
+            if i >= self.cfg.registers {
+                return Err("record_index");
+            }
+            if self.owns(i) {
+                // Ours after all (a direction handed back while we were away): only if free.
+                let Some(at) = self.free.iter().position(|&f| f == i) else { return Err("record_index_held") };
+                self.free.remove(at);
+            } else if !self.foreign.insert(i) {
+                return Err("record_index_held");
+            }
         }
         self.conns.insert(dir, Conn { index, highest });
         Ok(())
@@ -212,9 +221,12 @@ impl Trd {
     pub fn forget(&mut self, dir: &Direction) {
         if let Some(c) = self.conns.remove(dir)
             && let Some(i) = c.index
-            && self.owns(i)
         {
-            self.free.push(i);
+            if self.owns(i) {
+                self.free.push(i);
+            } else {
+                self.foreign.remove(&i);
+            }
         }
     }
 
@@ -245,6 +257,8 @@ impl Trd {
                     // server) goes back to no one: its slice is that server's.
                     if self.owns(index) {
                         self.free.push(index);
+                    } else {
+                        self.foreign.remove(&index);
                     }
                     self.counters.released += 1;
                     return Ok(Answer::Released { index });

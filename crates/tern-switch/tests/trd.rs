@@ -195,6 +195,10 @@ fn replica_records_are_adopted_released_and_checked() {
     let free_before = b.trd().free();
     b.adopt_replica(0, &records[0]).unwrap();
     assert_eq!(b.trd().index_of(&(0x0a00_0001, 0x0909_0909, 1000, 80)), Some(0));
+    // Another direction claiming the same register is refused: a register never serves two.
+    let mut twin = records[0].clone();
+    twin[9..11].copy_from_slice(&1001u16.to_be_bytes());
+    assert_eq!(b.adopt_replica(0, &twin), Err("record_index_held"));
     // B's own directions get B's indices only.
     for p in 0..4u16 {
         let s = tcp([10, 0, 0, 2], [9, 9, 9, 9], 2000 + p, 80, 5, SYN, b"");

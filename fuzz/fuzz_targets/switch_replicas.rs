@@ -1,0 +1,54 @@
+//! CLIP's replica records (docs/clip.md, "Failure"): what a server's `POST /replicas` takes from
+//! the network. Any bytes as a run of records for the SNAT's and TCP retransmission detection's
+//! `adopt_replica`, with TCP segments through the detector between them. Nothing may panic; a
+//! record is adopted or refused by name; the detector never tracks more than its capacity, and
+//! every index it hands out is of its own slice and held by one direction at a time.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tern_switch::server::{RemoteHandler, Snat, TrdHandler};
+use tern_switch::trd::TrdConfig;
+
+fuzz_target!(|data: &[u8]| {
+    let cfg = TrdConfig { registers: 16, slice: 1, slices: 2, capacity: 8 };
+    let mut trd = TrdHandler::new(cfg).expect("a sound configuration");
+    let mut snat = Snat::for_server(1).expect("server 1");
+    let mut rest = data;
+    let mut now = 0u64;
+    let mut resp = [0u8; 9];
+    // Each item: a control byte (bit 0: a segment for the detector, else a record; bit 1: for
+    // the SNAT), a length, the bytes.
+    while rest.len() >= 2 {
+        let (ctl, len) = (rest[0], usize::from(rest[1]));
+        let take = len.min(rest.len() - 2);
+        let bytes = &rest[2..2 + take];
+        rest = &rest[2 + take..];
+        now += 1_000_000;
+        match (ctl & 1, ctl & 2) {
+            (1, _) => {
+                let mut l3 = bytes.to_vec();
+                let _ = trd.handle(now, 0, &mut l3, &[], &mut resp);
+                let mut out = Vec::new();
+                trd.take_new(&mut out);
+            }
+            (_, 0) => {
+                if let Err(e) = trd.adopt_replica(now, bytes) {
+                    assert!(!e.is_empty());
+                }
+            }
+            _ => {
+                if let Err(e) = snat.adopt_replica(now, bytes) {
+                    assert!(!e.is_empty());
+                }
+            }
+        }
+        let t = trd.trd();
+        assert!(t.len() <= cfg.capacity);
+        let mut held: Vec<u32> = t.directions().filter_map(|d| d.1).filter(|&i| t.owns(i)).collect();
+        let n = held.len();
+        held.sort_unstable();
+        held.dedup();
+        assert_eq!(held.len(), n, "an index of this slice held twice");
+        assert_eq!(n + t.free(), 8, "this slice's indices: held or free, each once");
+    }
+});
