@@ -330,6 +330,29 @@ pub fn complete_checksum(frame: &mut [u8], start: usize, offset: usize) -> bool 
     true
 }
 
+/// Whether a received frame goes on, whichever way it came (ring or `recvmmsg`): one cut short
+/// (`cut`) or left unsegmented (GSO) is counted and dropped; a checksum the sender left to
+/// offload is completed in `frame` (one whose offsets do not fit the frame is dropped).
+fn admit(extra: &mut AfPacketStats, vnet: &[u8; VNET_HDR], frame: &mut [u8], cut: bool) -> bool {
+    if cut {
+        extra.truncated += 1;
+        return false;
+    }
+    if vnet[1] != VIRTIO_NET_HDR_GSO_NONE {
+        extra.gso_dropped += 1;
+        return false;
+    }
+    if vnet[0] & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
+        let start = usize::from(u16::from_ne_bytes([vnet[6], vnet[7]]));
+        let offset = usize::from(u16::from_ne_bytes([vnet[8], vnet[9]]));
+        if !complete_checksum(frame, start, offset) {
+            return false;
+        }
+        extra.csum_completed += 1;
+    }
+    true
+}
+
 impl AfPacketPort {
     /// Whether frames arrive through the kernel's receive ring (else `recvmmsg`).
     pub fn has_rx_ring(&self) -> bool {
@@ -344,40 +367,18 @@ impl AfPacketPort {
         for _ in 0..want {
             let Some(slot) = ring.peek() else { break };
             let mut p = None;
-            match slot {
-                None => self.stats.rx_dropped += 1,
-                Some((_, frame, wire)) if frame.len() < wire => {
-                    self.extra.truncated += 1;
-                    self.stats.rx_dropped += 1;
+            if let Some((vnet, frame, wire)) = slot {
+                let mut pkt = self.pool.packet();
+                pkt.reserve_headroom(DEFAULT_HEADROOM);
+                let cut = frame.len() < wire || pkt.extend_from_slice(frame).is_err();
+                if admit(&mut self.extra, &vnet, pkt.data_mut(), cut) {
+                    p = Some(pkt);
+                } else {
+                    self.pool.put(pkt);
                 }
-                Some((vnet, _, _)) if vnet[1] != VIRTIO_NET_HDR_GSO_NONE => {
-                    self.extra.gso_dropped += 1;
-                    self.stats.rx_dropped += 1;
-                }
-                Some((vnet, frame, _)) => {
-                    let mut pkt = self.pool.packet();
-                    pkt.reserve_headroom(DEFAULT_HEADROOM);
-                    let fits = pkt.extend_from_slice(frame).is_ok();
-                    let csum_ok = !fits
-                        || vnet[0] & VIRTIO_NET_HDR_F_NEEDS_CSUM == 0
-                        || complete_checksum(
-                            pkt.data_mut(),
-                            usize::from(u16::from_ne_bytes([vnet[6], vnet[7]])),
-                            usize::from(u16::from_ne_bytes([vnet[8], vnet[9]])),
-                        );
-                    if fits && csum_ok {
-                        if vnet[0] & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
-                            self.extra.csum_completed += 1;
-                        }
-                        p = Some(pkt);
-                    } else {
-                        if !fits {
-                            self.extra.truncated += 1;
-                        }
-                        self.stats.rx_dropped += 1;
-                        self.pool.put(pkt);
-                    }
-                }
+            }
+            if p.is_none() {
+                self.stats.rx_dropped += 1;
             }
             ring.release();
             if let Some(mut pkt) = p {
@@ -408,27 +409,11 @@ impl Port for AfPacketPort {
         let mut ok = [false; MAX_BATCH];
         for (i, ok) in ok.iter_mut().enumerate().take(n) {
             let h = &self.vecs.hdrs[i];
-            let prefix = self.vecs.prefixes[i];
             let Some(len) = (h.msg_len as usize).checked_sub(VNET_HDR) else { continue };
-            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
-                self.extra.truncated += 1;
-                continue;
-            }
-            if prefix[1] != VIRTIO_NET_HDR_GSO_NONE {
-                self.extra.gso_dropped += 1;
-                continue;
-            }
             let p = &mut self.rx_bufs[i];
             p.set_len(len);
-            if prefix[0] & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
-                let start = usize::from(u16::from_ne_bytes([prefix[6], prefix[7]]));
-                let offset = usize::from(u16::from_ne_bytes([prefix[8], prefix[9]]));
-                if !complete_checksum(p.data_mut(), start, offset) {
-                    continue;
-                }
-                self.extra.csum_completed += 1;
-            }
-            *ok = true;
+            let cut = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            *ok = admit(&mut self.extra, &self.vecs.prefixes[i], p.data_mut(), cut);
         }
         let unspecified = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
         let hdrs = &self.vecs.hdrs;

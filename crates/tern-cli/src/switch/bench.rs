@@ -88,7 +88,7 @@ const SNAT_SKIPPED: &str = "the network part of --snat (SNAT through veth agains
 /// `tern bench switch`.
 pub fn run(a: &SwitchBenchArgs) -> CmdResult {
     if a.snat {
-        match super::snatbench::can_run()? {
+        match super::snatbench::is_root()? {
             true => return run_snat(a),
             false => {
                 let skipped = format!("skipped {SNAT_SKIPPED}; running the in-process part");
@@ -288,7 +288,7 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
         a.snat_flows,
         a.servers,
         a.latency_rate,
-        WARM = 0.6
+        WARM = super::snatbench::WARM_SECS
     ));
     let placement = match super::snatbench::dut_cores() {
         Some(c) => format!(
@@ -349,7 +349,7 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
     let mut report = json!({
         "bench": "switch-snat",
         "environment": env,
-        "options": {"rounds": rounds, "phase_secs": secs, "sizes": sizes, "flows": a.snat_flows, "servers": a.servers, "latency_rate": a.latency_rate, "latency_packets": latency_packets, "warm_secs": 0.6, "busy_poll": a.busy_poll, "placement": placement},
+        "options": {"rounds": rounds, "phase_secs": secs, "sizes": sizes, "flows": a.snat_flows, "servers": a.servers, "latency_rate": a.latency_rate, "latency_packets": latency_packets, "warm_secs": super::snatbench::WARM_SECS, "busy_poll": a.busy_poll, "placement": placement},
         "stopped": out.stopped,
         "targets": {"snat_over_netfilter_pps": 1.0, "offload_latency_ratio": 0.5},
         "results": out.report,

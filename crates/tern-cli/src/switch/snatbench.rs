@@ -57,10 +57,10 @@ const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const EXTERNAL: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
 /// Paced warm-up before every measurement (the same for every system).
 const WARM_RATE: f64 = 20_000.0;
-const WARM_SECS: f64 = 0.6;
+pub const WARM_SECS: f64 = 0.6;
 
-/// Where the bench can run its network part: root, and `nft` for the peer.
-pub fn can_run() -> Result<bool, String> {
+/// Whether this process runs as root (the network part needs it).
+pub fn is_root() -> Result<bool, String> {
     let status = std::fs::read_to_string("/proc/self/status").map_err(|e| format!("/proc/self/status: {e}"))?;
     let euid = status
         .lines()
@@ -81,6 +81,8 @@ pub fn have_nft() -> bool {
 /// would be. `None` on one core (then nothing is pinned).
 #[derive(Debug, Clone)]
 pub struct Cores {
+    /// How many (cores 1 to `count`).
+    pub count: usize,
     /// For `taskset -c`.
     pub list: String,
     /// For `rps_cpus` (hex).
@@ -97,6 +99,7 @@ fn cpu_count() -> usize {
 pub fn dut_cores() -> Option<Cores> {
     let n = cpu_count();
     (n >= 2).then(|| Cores {
+        count: n - 1,
         list: if n == 2 { "1".into() } else { format!("1-{}", n - 1) },
         mask: format!("{:x}", ((1u64 << n) - 1) & !1),
     })
@@ -141,6 +144,8 @@ struct Topology {
     children: Vec<Child>,
     /// nft tables made here (the switch ports' ingress chains).
     nft_tables: Vec<String>,
+    /// Whether `nft` is installed (asked once).
+    nft: bool,
     dir: PathBuf,
 }
 
@@ -232,8 +237,7 @@ struct Sent {
 /// (busy, total) jiffies of the system under test's cores from `/proc/stat`: busy is user,
 /// nice, system, irq and softirq time (not idle, iowait or steal).
 fn dut_jiffies() -> Option<(u64, u64)> {
-    dut_cores()?;
-    let n = cpu_count();
+    let n = dut_cores()?.count + 1;
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let (mut busy, mut total) = (0u64, 0u64);
     for line in stat.lines() {
@@ -287,7 +291,8 @@ fn generator(ns: String, flows: usize, epoch: Instant) -> Result<(mpsc::Sender<G
             }
         };
         while let Ok(cmd) = cmd_rx.recv() {
-            let j0 = dut_jiffies();
+            // The system's busy share matters for a flood only.
+            let j0 = matches!(cmd, GenCmd::Flood { .. }).then(dut_jiffies).flatten();
             let t0 = Instant::now();
             let mut sent = 0u64;
             let mut flow = 0u32;
@@ -323,7 +328,7 @@ fn generator(ns: String, flows: usize, epoch: Instant) -> Result<(mpsc::Sender<G
                 }
             }
             let end_ns = epoch.elapsed().as_nanos() as u64;
-            let dut_busy = match (j0, dut_jiffies()) {
+            let dut_busy = match (j0, j0.and_then(|_| dut_jiffies())) {
                 (Some(a), Some(b)) if b.1 > a.1 => Some((b.0 - a.0) as f64 / (b.1 - a.1) as f64),
                 _ => None,
             };
@@ -673,7 +678,7 @@ fn build_tern(t: &mut Topology, o: &Options, epoch: Instant, exe: &Path) -> Resu
 /// stack routing it first, as a switch's port has no IP stack behind it. Without `nft` the
 /// stack drops it later.
 fn switch_port(t: &mut Topology, dev: &str) -> Result<(), String> {
-    if !have_nft() {
+    if !t.nft {
         return Ok(());
     }
     let table = t.name("sw");
@@ -826,7 +831,7 @@ fn measure(
     let pps = in_window as f64 / sent.secs.max(1e-9);
     // Datagrams a second per busy core of the system under test: what it forwards with what it
     // used, where the generator (not the system) set the pace.
-    let n_dut = cpu_count().saturating_sub(1).max(1);
+    let n_dut = dut_cores().map_or(1, |c| c.count);
     let pps_per_core = sent.dut_busy.filter(|&b| b > 0.0).map(|b| pps / (b * n_dut as f64));
     let p = next();
     let (lsent, lgot) =
@@ -874,11 +879,11 @@ pub fn run_network(
     let id = std::process::id() % 100_000;
     let dir = std::env::temp_dir().join(format!("tern-bench-snat-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let nft = have_nft();
     let mut t =
-        Topology { id, netns: Vec::new(), links: Vec::new(), children: Vec::new(), nft_tables: Vec::new(), dir };
+        Topology { id, netns: Vec::new(), links: Vec::new(), children: Vec::new(), nft_tables: Vec::new(), nft, dir };
     let epoch = Instant::now();
     let tern = build_tern(&mut t, o, epoch, &exe)?;
-    let nft = have_nft();
     let nf = if nft { Some(build_netfilter(&mut t, o, epoch)?) } else { None };
     if !nft {
         say("skipped netfilter: `nft` is not installed (Debian: apt-get install nftables)".into());
