@@ -4,8 +4,8 @@
 
 mod common;
 
-/// The tests that run the data path take turns: one that measures time wants both cores (a
-/// thread preempted in a timed batch counts the preemption as its tasks' time).
+/// The tests take turns: one that measures time wants both cores (a thread preempted in a
+/// timed batch counts the preemption as its tasks' time), and every test here keeps a core busy.
 static CORES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 use std::time::{Duration, Instant};
@@ -37,6 +37,8 @@ fn frame(pool: &Pool, k: u8, size: usize) -> Packet {
 /// dropped as `rate_limited`; tenant 1 loses nothing; both offered all they sent.
 #[test]
 fn scheduler_holds_a_limited_tenant_to_its_rate() {
+    // Not timed itself, but it keeps a core busy: the timed tests wait for it.
+    let _cores = CORES.lock().unwrap_or_else(|e| e.into_inner());
     let ts = tenants();
     let p = plan::plan(&ts, &area, 8, 100_000).unwrap();
     let cfg = Config::default();
@@ -125,41 +127,61 @@ fn limiter_reaches_a_running_runtime() {
 /// for on a core is its busy time, within a fifth (each instance's share of a chain's packets is
 /// counted, not each tenant's; `panic`'s scheduler, handling a packet after every task, is
 /// estimated more roughly); `rtc` gives nothing (no limiter).
+///
+/// The times are wall-clock: a core thread preempted by another process (these machines are
+/// shared) counts the preemption as the batch's time, so a run can miss a check for no fault of
+/// the monitor's. Each mode gets three runs and one must pass every check; a failing run is
+/// printed, and the test fails with all three runs' reasons.
 #[test]
 fn monitor_gives_each_tenant_its_time_on_each_core() {
     let _cores = CORES.lock().unwrap_or_else(|e| e.into_inner());
     for mode in [Mode::Snic, Mode::Panic, Mode::Rtc] {
-        let ts: Vec<Tenant> = (0..2)
-            .map(|k| {
-                let ns = if k == 0 { 2000 } else { 0 };
-                Tenant::parse(&format!(
-                    "tenant = \"t{k}\"\ndag = \"a{k} -> b{k}\"\n[ingress]\ndst = \"10.0.{k}.0/24\"\n[nt.a{k}]\nkind = \"dummy\"\nns_per_packet = {ns}\n[nt.b{k}]\nkind = \"dummy\"\nns_per_packet = {ns}\n"
-                ))
-                .unwrap()
-            })
-            .collect();
-        let pool = Pool::new(4096, 2048);
-        let cfg = Config { mode, cores: 2, ..Config::default() };
-        let n = 2000u64;
-        let packets: Vec<Packet> = (0..n).flat_map(|_| [frame(&pool, 0, 200), frame(&pool, 1, 200)]).collect();
-        let (_, _, monitor) = run_with(&ts, cfg, &pool, packets, 2 * n as usize, |rt| rt.monitor());
-        let ns = monitor.ns_per_packet(&monitor.live());
-        if mode == Mode::Rtc {
-            assert!(ns.is_empty());
-            continue;
+        let mut missed = Vec::new();
+        while let Err(why) = monitor_run(mode) {
+            eprintln!("run {}: {why}", missed.len() + 1);
+            missed.push(why);
+            assert!(missed.len() < 3, "{mode:?}: every run missed: {missed:#?}");
         }
-        assert_eq!(ns.len(), 2, "{mode:?}");
-        assert!(ns.iter().all(|v| v.len() == 2), "{mode:?}: {ns:?}");
-        let total = |t: usize| ns[t].iter().sum::<f64>();
-        assert!(total(0) >= 4000.0, "{mode:?}: {ns:?}");
-        assert!(total(1) < total(0), "{mode:?}: {ns:?}");
-        assert!(total(1) > 0.0, "{mode:?}: {ns:?}");
-        let live = monitor.live();
-        for (c, load) in live.cores.iter().enumerate().filter(|_| mode == Mode::Snic) {
-            let accounted: f64 = live.stats.tenants.iter().zip(&ns).map(|(t, v)| t.packets_in as f64 * v[c]).sum();
-            let busy = load.busy_ns as f64;
-            assert!(
-                accounted > 0.8 * busy && accounted < 1.25 * busy,
+    }
+}
+
+/// One run of `monitor_gives_each_tenant_its_time_on_each_core`: the first check it misses.
+fn monitor_run(mode: Mode) -> Result<(), String> {
+    let check = |ok: bool, why: String| if ok { Ok(()) } else { Err(why) };
+    let ts: Vec<Tenant> = (0..2)
+        .map(|k| {
+            let ns = if k == 0 { 2000 } else { 0 };
+            Tenant::parse(&format!(
+                "tenant = \"t{k}\"\ndag = \"a{k} -> b{k}\"\n[ingress]\ndst = \"10.0.{k}.0/24\"\n[nt.a{k}]\nkind = \"dummy\"\nns_per_packet = {ns}\n[nt.b{k}]\nkind = \"dummy\"\nns_per_packet = {ns}\n"
+            ))
+            .unwrap()
+        })
+        .collect();
+    let pool = Pool::new(4096, 2048);
+    let cfg = Config { mode, cores: 2, ..Config::default() };
+    let n = 2000u64;
+    let packets: Vec<Packet> = (0..n).flat_map(|_| [frame(&pool, 0, 200), frame(&pool, 1, 200)]).collect();
+    let (_, _, monitor) = run_with(&ts, cfg, &pool, packets, 2 * n as usize, |rt| rt.monitor());
+    let ns = monitor.ns_per_packet(&monitor.live());
+    if mode == Mode::Rtc {
+        // Not timing: no retry would change this.
+        assert!(ns.is_empty(), "{ns:?}");
+        return Ok(());
+    }
+    // The shape is not timing either.
+    assert_eq!(ns.len(), 2, "{mode:?}");
+    assert!(ns.iter().all(|v| v.len() == 2), "{mode:?}: {ns:?}");
+    let total = |t: usize| ns[t].iter().sum::<f64>();
+    check(total(0) >= 4000.0, format!("{mode:?}: tenant 0 under 4 µs: {ns:?}"))?;
+    check(total(1) < total(0), format!("{mode:?}: tenant 1 not under tenant 0: {ns:?}"))?;
+    check(total(1) > 0.0, format!("{mode:?}: tenant 1 nothing: {ns:?}"))?;
+    let live = monitor.live();
+    for (c, load) in live.cores.iter().enumerate().filter(|_| mode == Mode::Snic) {
+        let accounted: f64 = live.stats.tenants.iter().zip(&ns).map(|(t, v)| t.packets_in as f64 * v[c]).sum();
+        let busy = load.busy_ns as f64;
+        check(
+            accounted > 0.8 * busy && accounted < 1.25 * busy,
+            format!(
                 "{mode:?} core {c}: {accounted} of {busy} ns; {:?} {ns:?} {:?}",
                 live.cores,
                 live.stats
@@ -167,7 +189,8 @@ fn monitor_gives_each_tenant_its_time_on_each_core() {
                     .iter()
                     .map(|w| (w.region, w.chain, w.instance, w.packets, w.ns))
                     .collect::<Vec<_>>()
-            );
-        }
+            ),
+        )?;
     }
+    Ok(())
 }
