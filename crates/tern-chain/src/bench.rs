@@ -872,3 +872,137 @@ pub fn measure_scaling(
     stats?;
     run.map_err(|_| "the control thread panicked".to_string())
 }
+
+/// The scheduler's decision alone (the criterion bench `sched` and `tern bench chain`'s
+/// `scheduler_ns_per_packet`): four tenants of one four-task chain with two instances, one
+/// region each; a round is a batch of 32 arrivals (eight a tenant), each classified into its
+/// tenant's queue, then 32 decisions in virtual-time order, each taking a credit, the credits
+/// given back as the regions would (eight at a time). No packet moves between cores: what a
+/// decision costs on the data path besides (the rings, the lines the cores share) is in each
+/// saturated phase's `scheduler_ns_per_decision`.
+#[derive(Debug)]
+pub struct SchedRig {
+    scheduler: crate::runtime::Scheduler,
+    classify: crate::runtime::Classify,
+    packets: Vec<tern_io::Packet>,
+    _pool: Pool,
+}
+
+/// Packets in a [`SchedRig`] round.
+pub const SCHED_BATCH: usize = 32;
+
+impl SchedRig {
+    /// The rig, its 32 packets built (UDP, 64 bytes, the four tenants in turn).
+    pub fn new() -> SchedRig {
+        let tenants: Vec<Tenant> = (0..4)
+            .map(|k| {
+                let mut s =
+                    format!("tenant = \"t{k}\"\ndag = \"d1 -> d2 -> d3 -> d4\"\n[ingress]\ndst = \"10.0.{k}.0/24\"\n");
+                for n in 1..=4 {
+                    s += &format!("[nt.d{n}]\nkind = \"dummy\"\n");
+                }
+                // Built from a fixed text: it parses.
+                Tenant::parse(&s).unwrap_or_else(|e| unreachable!("{e}"))
+            })
+            .collect();
+        let area = |t: &crate::tenant::TaskSpec| match t {
+            crate::tenant::TaskSpec::Dummy { luts, .. } => Ok(*luts),
+            _ => Ok(1000),
+        };
+        // Four dummy tasks fit a region of 100,000 LUTs: the plan is one chain.
+        let p = crate::plan::plan(&tenants, &area, 8, 100_000).unwrap_or_else(|e| unreachable!("{e}"));
+        let cfg = Config::default();
+        // Two instances of the one chain, one region each; a credit pool each.
+        let route = vec![vec![vec![0], vec![1]]];
+        let scheduler = crate::runtime::Scheduler::new(&p, &tenants, &cfg, 2, vec![false], &route, 2);
+        let classify = crate::runtime::Classify::new(&tenants);
+        let pool = Pool::new(2 * SCHED_BATCH, tern_io::DEFAULT_BUF_SIZE);
+        let packets = (0..SCHED_BATCH as u32)
+            .map(|i| {
+                let mut f = Vec::new();
+                let k = (i % 4) as u8;
+                tern_wire::frame::build_udp4(
+                    &mut f,
+                    [2; 6],
+                    [4; 6],
+                    [10, 9, 0, i as u8],
+                    [10, 0, k, 7],
+                    1000 + i as u16,
+                    80,
+                    64,
+                    &[0; 22],
+                );
+                let mut pk = pool.packet();
+                // 64 bytes fit a pool buffer.
+                let _ = pk.extend_from_slice(&f);
+                pk
+            })
+            .collect();
+        SchedRig { scheduler, classify, packets, _pool: pool }
+    }
+
+    /// One round: the 32 packets admitted and decided, the credits back. Returns the
+    /// decisions taken (32 unless a packet was refused).
+    pub fn round(&mut self, now: Instant) -> usize {
+        let s = &mut self.scheduler;
+        for p in self.packets.drain(..) {
+            // None is refused (the queues hold 4096); one that were would be missing from the
+            // next rounds' decisions.
+            let _ = s.admit(Arrival { packet: p, at: now, port: 0 }, &mut self.classify);
+        }
+        let mut back = [0u64; 2];
+        let mut decided = 0;
+        while let Some(d) = s.decide() {
+            if let Some((_, pool)) = d.to {
+                back[pool] += 1;
+                decided += 1;
+            }
+            self.packets.push(d.item.packet);
+            // Credits come back as the regions finish (8 a chain instance).
+            if back.iter().sum::<u64>() == 8 {
+                s.credit(0, back[0]);
+                s.credit(1, back[1]);
+                back = [0; 2];
+            }
+        }
+        s.credit(0, back[0]);
+        s.credit(1, back[1]);
+        decided
+    }
+
+    /// Runs `rounds` rounds; ns a decision.
+    pub fn ns_per_decision(&mut self, rounds: usize) -> f64 {
+        let start = Instant::now();
+        let mut decided = 0;
+        for _ in 0..rounds {
+            decided += self.round(start);
+        }
+        start.elapsed().as_nanos() as f64 / decided.max(1) as f64
+    }
+}
+
+impl Default for SchedRig {
+    fn default() -> SchedRig {
+        SchedRig::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scheduler rig decides all 32 of its packets every round (none refused, none lost:
+    /// its packets come back for the next round), four tenants in turn.
+    #[test]
+    fn sched_rig_decides_its_batch_every_round() {
+        let mut rig = SchedRig::new();
+        let now = Instant::now();
+        for _ in 0..100 {
+            assert_eq!(rig.round(now), SCHED_BATCH);
+            assert_eq!(rig.packets.len(), SCHED_BATCH);
+        }
+        let per = rig.scheduler.started.chunks(2).map(|g| g.iter().sum::<u64>()).collect::<Vec<_>>();
+        assert_eq!(per, vec![800; 4], "eight a tenant a round");
+        assert!(rig.ns_per_decision(10) > 0.0);
+    }
+}

@@ -22,6 +22,10 @@ pub(crate) use crate::reports::{spread, write_report};
 /// may move the two vCPUs between near and far cores in the middle of a run, so each case says
 /// which it had.
 pub(crate) const RTT_BOUNCES: u64 = 5_000;
+/// The scheduler timed alone: rounds of 32 decisions a measurement (about 30 ms), after a
+/// warm-up of as many.
+const SCHED_ROUNDS: usize = 20_000;
+const SCHED_WARMUP_ROUNDS: usize = 20_000;
 use crate::env::Environment;
 
 /// Options of `tern bench chain`.
@@ -324,9 +328,25 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         rtt_after
     ));
     let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    // The decision alone, as the criterion bench `sched` times it: a round of the bench's
+    // rounds, on core 0.
+    let alone: Vec<f64> = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            tern_io::pin_to_core(0);
+            let mut rig = bench::SchedRig::new();
+            rig.ns_per_decision(SCHED_WARMUP_ROUNDS);
+            (0..rounds).map(|_| rig.ns_per_decision(SCHED_ROUNDS)).collect()
+        })
+        .join()
+        .unwrap_or_default()
+    });
+    let sched_alone = spread(&alone);
     let sched_ns = median(&sched);
     say(format!(
-        "scheduler: {sched_ns:.1} ns a decision in snic (classification, queueing, credits and the move into a region; receiving not counted); the FPGA's: {:.0} ns ({} cycles at {} MHz)",
+        "scheduler: {:.1} ns a decision alone [{:.1}-{:.1}] (batches of 32 from four tenants: classification, queueing, credits; as the criterion bench `sched`); {sched_ns:.1} ns on the saturated data path in snic (besides: the move into a region's ring, the credits coming back from the other core; receiving not counted); the FPGA's: {:.0} ns ({} cycles at {} MHz)",
+        sched_alone.0,
+        sched_alone.1,
+        sched_alone.2,
         model.decision_ns(),
         model.schedule_cycles,
         model.clock_mhz
@@ -335,7 +355,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "latency_reduction_vs_panic": if lat_red.is_empty() { None } else { Some(min(&lat_red)) },
         "throughput_over_panic": if tput_panic.is_empty() { None } else { Some(min(&tput_panic)) },
         "throughput_over_rtc": if tput_rtc.is_empty() { None } else { Some(min(&tput_rtc)) },
-        "scheduler_ns_per_packet": sched_ns,
+        "scheduler_ns_per_packet": sched_alone.0,
         "aes_two_over_one": aes_ratio.0,
         "sharing_gain_per_region": share_gain.0,
     });
@@ -347,6 +367,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "core_round_trip_ns": {"before": rtt_before, "after": rtt_after},
         "options": {"rounds": rounds, "phase_secs": secs, "warmup_secs": warmup.as_secs_f64(), "cores": a.cores, "ns_per_task": a.ns, "frame_bytes": a.size, "flows": a.flows},
         "lengths": lengths_json,
+        "scheduler": {"alone_ns_per_decision": {"median": sched_alone.0, "min": sched_alone.1, "max": sched_alone.2}, "rounds_of_32": SCHED_ROUNDS, "on_data_path_ns_per_decision": sched_ns},
         "dag_d": {"frame_bytes": 1500, "one_instance": one, "two_instances": two, "two_over_one": {"median": aes_ratio.0, "min": aes_ratio.1, "max": aes_ratio.2}, "core_round_trip_ns": {"before": d_rtt0, "after": d_rtt1}},
         "sharing": {
             "shared_regions": shared.regions.len(), "separate_regions": separate.regions.len(), "dag_d_alone_regions": pd.regions.len(),
