@@ -711,6 +711,10 @@ fn bench_snat_runs_and_cleans_up() {
         let (sent, got) = (m["latency_sent"].as_u64().unwrap(), m["latency_received"].as_u64().unwrap());
         assert!(got * 100 >= sent * 95, "{sys}: {got} of {sent} paced datagrams arrived");
         assert!(m["latency_p50_us"].as_f64().unwrap() > 0.0);
+        // Every paced datagram's arrival stamped by the kernel, before the sink had it.
+        assert_eq!(m["latency_kernel_stamped"].as_u64().unwrap(), got, "{sys}: {m}");
+        let (p50, at_sink) = (m["latency_p50_us"].as_f64().unwrap(), m["latency_at_sink_p50_us"].as_f64().unwrap());
+        assert!(p50 <= at_sink, "{sys}: arrival p50 {p50} µs after the sink's {at_sink}");
         match sys {
             "switch_only" => {
                 assert!(m["switch_share"].as_f64().unwrap() >= 0.9, "{m}");

@@ -53,6 +53,42 @@ pub struct UdpPort {
     vecs: MsgVecs,
     names: Vec<libc::sockaddr_storage>,
     stats: PortStats,
+    /// With [`enable_rx_timestamps`](UdpPort::enable_rx_timestamps): a control buffer per
+    /// message, and the stamps of what the last `recv` delivered.
+    stamps: Option<Stamps>,
+}
+
+/// Receive timestamps' buffers: room for one `SCM_TIMESTAMPNS` message per datagram.
+struct Stamps {
+    ctrl: Vec<[u64; CTRL_WORDS]>,
+    got: Vec<u64>,
+}
+
+/// A control buffer's size in 8-byte words: a `cmsghdr` (16 bytes) and a `timespec` (16),
+/// with room to spare.
+const CTRL_WORDS: usize = 8;
+
+/// The kernel's receive time in `hdr`'s control messages (`SCM_TIMESTAMPNS`), ns since the
+/// Unix epoch; None if there is none.
+fn rx_stamp(hdr: &libc::msghdr) -> Option<u64> {
+    // SAFETY: `hdr` came back from recvmmsg: msg_control points at this message's control
+    // buffer and msg_controllen is what the kernel wrote there, so CMSG_FIRSTHDR/CMSG_NXTHDR
+    // walk only headers inside it; a timestamp message's data is a timespec, read unaligned.
+    // Tested in `tests::receive_timestamps_come_from_the_kernel`.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET
+                && (*c).cmsg_type == libc::SCM_TIMESTAMPNS
+                && (*c).cmsg_len as usize >= libc::CMSG_LEN(size_of::<libc::timespec>() as u32) as usize
+            {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>());
+                return Some((ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64));
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    None
 }
 
 impl std::fmt::Debug for UdpPort {
@@ -92,7 +128,37 @@ impl UdpPort {
             vecs: MsgVecs { hdrs: vec![hdr; MAX_BATCH], iovs: vec![iov; MAX_BATCH] },
             names: vec![name; MAX_BATCH],
             stats: PortStats::default(),
+            stamps: None,
         })
+    }
+
+    /// Asks the kernel for each datagram's receive time (`SO_TIMESTAMPNS`: the time the
+    /// datagram's frame entered the host's network stack, on the system's real-time clock), as
+    /// `ping` does: from then on [`rx_stamps`](Self::rx_stamps) gives them.
+    pub fn enable_rx_timestamps(&mut self) -> io::Result<()> {
+        let one: libc::c_int = 1;
+        // SAFETY: `one` is a live c_int for the duration of the call, its size given.
+        let r = unsafe {
+            libc::setsockopt(
+                self.fd,
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                (&one as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.stamps = Some(Stamps { ctrl: vec![[0; CTRL_WORDS]; MAX_BATCH], got: Vec::with_capacity(MAX_BATCH) });
+        Ok(())
+    }
+
+    /// With receive timestamps on: the kernel's receive time of each datagram the last
+    /// [`recv`](Port::recv) appended to its batch, in order, ns since the Unix epoch (0 where
+    /// the kernel gave none). Empty otherwise.
+    pub fn rx_stamps(&self) -> &[u64] {
+        self.stamps.as_ref().map_or(&[], |s| &s.got)
     }
 
     /// The socket, for options this type does not wrap.
@@ -236,6 +302,14 @@ impl Port for UdpPort {
             let buf = self.rx_bufs[i].buffer_mut();
             let (ptr, len) = (buf.as_mut_ptr(), buf.len());
             self.prepare(i, ptr, len, size_of::<libc::sockaddr_storage>() as u32);
+            if let Some(st) = self.stamps.as_mut() {
+                let h = &mut self.vecs.hdrs[i].msg_hdr;
+                h.msg_control = st.ctrl[i].as_mut_ptr().cast();
+                h.msg_controllen = size_of::<[u64; CTRL_WORDS]>();
+            }
+        }
+        if let Some(st) = self.stamps.as_mut() {
+            st.got.clear();
         }
         // SAFETY: hdrs[..want] point at `want` live iovecs, each at a distinct packet buffer of
         // the stated length, and at distinct sockaddr_storage slots; all outlive the call.
@@ -243,11 +317,15 @@ impl Port for UdpPort {
             libc::recvmmsg(self.fd, self.vecs.hdrs.as_mut_ptr(), want as u32, libc::MSG_DONTWAIT, std::ptr::null_mut())
         };
         let Some(n) = crate::mmsg_count(r)? else { return Ok(0) };
-        let (hdrs, names) = (&self.vecs.hdrs, &self.names);
+        let (hdrs, names, mut stamps) = (&self.vecs.hdrs, &self.names, self.stamps.as_mut());
         Ok(crate::deliver_received(&mut self.rx_bufs, n, batch, &mut self.stats, &self.pool, |i| {
             let h = &hdrs[i];
             let peer = sockaddr_from(&names[i])?;
-            (h.msg_hdr.msg_flags & libc::MSG_TRUNC == 0).then_some((h.msg_len as usize, peer))
+            let ok = h.msg_hdr.msg_flags & libc::MSG_TRUNC == 0;
+            if let (true, Some(st)) = (ok, stamps.as_deref_mut()) {
+                st.got.push(rx_stamp(&h.msg_hdr).unwrap_or(0));
+            }
+            ok.then_some((h.msg_len as usize, peer))
         }))
     }
 
@@ -457,6 +535,51 @@ mod tests {
 
     fn any() -> SocketAddr {
         "127.0.0.1:0".parse().unwrap()
+    }
+
+    /// With receive timestamps on, every datagram a `recv` delivers has the kernel's receive
+    /// time, between its send and its receipt on the real-time clock; off, there are none.
+    #[test]
+    fn receive_timestamps_come_from_the_kernel() {
+        let real_ns = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+        let pool = Pool::new(256, 2048);
+        let mut a = UdpPort::bind(any(), &pool, &UdpConfig::default()).unwrap();
+        let mut b = UdpPort::bind(any(), &pool, &UdpConfig::default()).unwrap();
+        let mut c = UdpPort::bind(any(), &pool, &UdpConfig::default()).unwrap();
+        b.enable_rx_timestamps().unwrap();
+        let mut batch = Batch::new(32);
+        let before = real_ns();
+        for to in [b.local_addr(), c.local_addr()] {
+            for i in 0..10u8 {
+                let mut p = pool.packet();
+                p.extend_from_slice(&[i; 40]).unwrap();
+                p.peer = to;
+                batch.push(p);
+            }
+            assert_eq!(a.send(Instant::now(), &mut batch).unwrap(), 10);
+        }
+        let (mut stamps, mut got) = (Vec::new(), 0);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while got < 10 && Instant::now() < deadline {
+            b.wait(Duration::from_millis(50)).unwrap();
+            let n = b.recv(Instant::now(), &mut batch).unwrap();
+            assert_eq!(b.rx_stamps().len(), n, "one stamp a datagram delivered");
+            stamps.extend_from_slice(b.rx_stamps());
+            got += n;
+        }
+        let after = real_ns();
+        assert_eq!(got, 10);
+        assert!(stamps.iter().all(|&t| t >= before && t <= after), "{before} {stamps:?} {after}");
+        assert!(stamps.windows(2).all(|w| w[0] <= w[1]), "in order: {stamps:?}");
+        batch.recycle(&pool);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut got = 0;
+        while got < 10 && Instant::now() < deadline {
+            c.wait(Duration::from_millis(50)).unwrap();
+            got += c.recv(Instant::now(), &mut batch).unwrap();
+            assert!(c.rx_stamps().is_empty());
+        }
+        assert_eq!(got, 10);
     }
 
     #[test]

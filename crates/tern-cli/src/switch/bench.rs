@@ -284,7 +284,7 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
     let say = |s: String| if a.json { eprintln!("{s}") } else { println!("{s}") };
     say(format!("environment: {}", env.describe()));
     say(format!(
-        "SNAT on veth: one client (10.0.0.1, {} UDP flows) and an external host (198.51.100.2) in network namespaces, the same generator and sink (this process's threads on the kernel's UDP) for every system; Tern's switch and {} servers as processes (servers in namespaces of their own), netfilter as a router namespace with `nft masquerade`; frames {sizes:?} B; each measurement: {WARM} s paced warm-up, a {secs} s flood (pps delivered), {latency_packets} datagrams at {} /s (one-way latency); {rounds} rounds, systems in a rotating order",
+        "SNAT on veth: one client (10.0.0.1, {} UDP flows) and an external host (198.51.100.2) in network namespaces, the same generator and sink (this process's threads on the kernel's UDP) for every system; Tern's switch and {} servers as processes (servers in namespaces of their own), netfilter as a router namespace with `nft masquerade`; frames {sizes:?} B; each measurement: {WARM} s paced warm-up, a {secs} s flood (pps delivered), {latency_packets} datagrams at {} /s (one-way latency: send to the kernel's receive timestamp at the external host; to the sink's own receive in brackets); {rounds} rounds, systems in a rotating order",
         a.snat_flows,
         a.servers,
         a.latency_rate,

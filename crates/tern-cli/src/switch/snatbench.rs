@@ -16,7 +16,9 @@
 //! measurement is a warm-up (the same paced traffic everywhere: NAT entries made, heavy flows
 //! offloaded, conntrack entries made), a flood (as fast as the generator sends, for
 //! `phase_secs`: packets per second delivered to the sink), and a paced run (latency, one way,
-//! from the generator's send to the sink's receive, on one clock).
+//! from the generator's send to the datagram's arrival at the external host — the kernel's
+//! receive timestamp, on the real-time clock both read — with the sink's own receive time
+//! beside it).
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -48,7 +50,8 @@ pub struct Options {
 }
 
 /// The generated datagram's payload starts with its flow (u32), the phase (u32) and its send
-/// time (u64, ns since the bench began), all big-endian.
+/// time (u64, ns since the Unix epoch on the real-time clock, the clock of the kernel's receive
+/// timestamps), all big-endian.
 const HEADER: usize = 16;
 /// Ethernet, IPv4 and UDP headers: a frame of `size` bytes carries `size - 42` of payload.
 const FRAME_OVERHEAD: usize = 42;
@@ -277,7 +280,7 @@ fn generator(ns: String, flows: usize, epoch: Instant) -> Result<(mpsc::Sender<G
         let mut batch = Batch::new(32);
         let push = |batch: &mut Batch, flow: u32, phase: u32, size: usize| {
             let mut p = pool.packet();
-            let ts = epoch.elapsed().as_nanos() as u64;
+            let ts = real_ns();
             let mut head = [0u8; HEADER];
             head[..4].copy_from_slice(&flow.to_be_bytes());
             head[4..8].copy_from_slice(&phase.to_be_bytes());
@@ -341,10 +344,21 @@ fn generator(ns: String, flows: usize, epoch: Instant) -> Result<(mpsc::Sender<G
     Ok((cmd_tx, done_rx))
 }
 
+/// Now on the real-time clock, ns since the Unix epoch (0 before it).
+fn real_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// What the sink counted in one phase.
 struct Received {
     received: u64,
+    /// One-way latency to the datagram's arrival at the external host (the kernel's receive
+    /// timestamp; the sink's receive time where the kernel gave none), and to the sink's
+    /// receive (its wake-up included).
     latency: Histogram<u64>,
+    latency_at_sink: Histogram<u64>,
+    /// Datagrams whose latency is the kernel's timestamp's.
+    stamped: u64,
     /// Datagrams received by each millisecond since the phase began (cumulative).
     by_ms: Vec<u64>,
     begin_ns: u64,
@@ -368,7 +382,10 @@ enum SinkCmd {
 }
 
 /// The sink: in the external host's namespace, one UDP socket on port 9000 that counts the
-/// current phase's datagrams and records each one's latency (receive time less send time).
+/// current phase's datagrams and records each one's latency: the kernel's receive timestamp
+/// (`SO_TIMESTAMPNS`: when the frame reached the external host's stack, as `ping` times a
+/// reply) less the send time, and the sink's own receive time less the send time (its wake-up
+/// included, which is no part of the system under test).
 fn sink(ns: String, epoch: Instant) -> Result<mpsc::Sender<SinkCmd>, String> {
     let (cmd_tx, cmd_rx) = mpsc::channel::<SinkCmd>();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
@@ -376,8 +393,10 @@ fn sink(ns: String, epoch: Instant) -> Result<mpsc::Sender<SinkCmd>, String> {
         let pool = Pool::new(4096, tern_io::DEFAULT_BUF_SIZE);
         let cfg = tern_io::udp::UdpConfig { recv_buffer: Some(16 << 20), ..Default::default() };
         let Some(mut port) = open_in(&ns, &ready_tx, || {
-            tern_io::udp::UdpPort::bind(SocketAddr::new(IpAddr::V4(EXTERNAL), SINK_PORT), &pool, &cfg)
-                .map_err(|e| format!("the sink's socket in {ns}: {e}"))
+            let mut port = tern_io::udp::UdpPort::bind(SocketAddr::new(IpAddr::V4(EXTERNAL), SINK_PORT), &pool, &cfg)
+                .map_err(|e| format!("the sink's socket in {ns}: {e}"))?;
+            port.enable_rx_timestamps().map_err(|e| format!("the sink's receive timestamps (SO_TIMESTAMPNS): {e}"))?;
+            Ok(port)
         }) else {
             return;
         };
@@ -385,6 +404,8 @@ fn sink(ns: String, epoch: Instant) -> Result<mpsc::Sender<SinkCmd>, String> {
         let mut phase = u32::MAX;
         let mut received = 0u64;
         let mut hist = new_hist();
+        let mut at_sink = new_hist();
+        let mut stamped = 0u64;
         let mut by_ms: Vec<u64> = Vec::new();
         let mut begin_ns = 0u64;
         let mut batch = Batch::new(tern_io::DEFAULT_BATCH);
@@ -394,7 +415,9 @@ fn sink(ns: String, epoch: Instant) -> Result<mpsc::Sender<SinkCmd>, String> {
                     Ok(SinkCmd::Begin(p)) => {
                         phase = p;
                         received = 0;
+                        stamped = 0;
                         hist = new_hist();
+                        at_sink = new_hist();
                         by_ms.clear();
                         begin_ns = epoch.elapsed().as_nanos() as u64;
                     }
@@ -405,6 +428,8 @@ fn sink(ns: String, epoch: Instant) -> Result<mpsc::Sender<SinkCmd>, String> {
                         let _ = reply.send(Received {
                             received,
                             latency: std::mem::replace(&mut hist, new_hist()),
+                            latency_at_sink: std::mem::replace(&mut at_sink, new_hist()),
+                            stamped,
                             by_ms: std::mem::take(&mut by_ms),
                             begin_ns,
                         });
@@ -419,15 +444,24 @@ fn sink(ns: String, epoch: Instant) -> Result<mpsc::Sender<SinkCmd>, String> {
                 continue;
             }
             let now = epoch.elapsed().as_nanos() as u64;
+            let real_now = real_ns();
             let before = received;
-            for p in batch.iter() {
+            for (i, p) in batch.iter().enumerate() {
                 let d = p.data();
                 if d.len() < HEADER || u32::from_be_bytes([d[4], d[5], d[6], d[7]]) != phase {
                     continue;
                 }
                 received += 1;
                 let ts = u64::from_be_bytes(d[8..16].try_into().expect("8 bytes"));
-                let _ = hist.record(now.saturating_sub(ts).max(1));
+                let arrived = match port.rx_stamps().get(i) {
+                    Some(&k) if k > 0 => {
+                        stamped += 1;
+                        k
+                    }
+                    _ => real_now,
+                };
+                let _ = hist.record(arrived.saturating_sub(ts).max(1));
+                let _ = at_sink.record(real_now.saturating_sub(ts).max(1));
             }
             if received > before {
                 let ms = (now.saturating_sub(begin_ns) / 1_000_000) as usize;
@@ -534,9 +568,16 @@ pub struct Measured {
     pub latency_rate: f64,
     pub latency_sent: u64,
     pub latency_received: u64,
+    /// One way, to the datagram's arrival at the external host (the kernel's receive
+    /// timestamp).
     pub latency_p50_us: f64,
     pub latency_p99_us: f64,
     pub latency_mean_us: f64,
+    /// The paced run's datagrams whose arrival the kernel stamped (the rest: the sink's time).
+    pub latency_kernel_stamped: u64,
+    /// One way, to the sink's receive (its wake-up included).
+    pub latency_at_sink_p50_us: f64,
+    pub latency_at_sink_p99_us: f64,
     /// Tern: of the frames the switch translated during the flood, the share it translated
     /// without a server (its offloaded entries).
     pub switch_share: Option<f64>,
@@ -854,6 +895,9 @@ fn measure(
         latency_p50_us: us(0.5),
         latency_p99_us: us(0.99),
         latency_mean_us: lgot.latency.mean() / 1e3,
+        latency_kernel_stamped: lgot.stamped,
+        latency_at_sink_p50_us: lgot.latency_at_sink.value_at_quantile(0.5) as f64 / 1e3,
+        latency_at_sink_p99_us: lgot.latency_at_sink.value_at_quantile(0.99) as f64 / 1e3,
         switch_share: share,
         offloaded_entries: entries,
         switch_ring_dropped: port_dropped,
@@ -943,7 +987,7 @@ pub fn run_network(
             row.series.push((s.label(), pps, p50, p99));
             entry.insert(
                 s.key(),
-                json!({"median_pps": pps, "median_gbps": pps * size as f64 * 8.0 / 1e9, "median_p50_us": p50, "median_p99_us": p99, "median_mean_us": mean, "median_dut_busy": med(|m| m.dut_busy.unwrap_or(f64::NAN)), "median_pps_per_busy_core": med(|m| m.pps_per_busy_core.unwrap_or(f64::NAN))}),
+                json!({"median_pps": pps, "median_gbps": pps * size as f64 * 8.0 / 1e9, "median_p50_us": p50, "median_p99_us": p99, "median_mean_us": mean, "median_dut_busy": med(|m| m.dut_busy.unwrap_or(f64::NAN)), "median_pps_per_busy_core": med(|m| m.pps_per_busy_core.unwrap_or(f64::NAN)), "median_at_sink_p50_us": med(|m| m.latency_at_sink_p50_us), "median_at_sink_p99_us": med(|m| m.latency_at_sink_p99_us)}),
             );
         }
         rows.push(row);
@@ -978,6 +1022,7 @@ pub fn run_network(
         "offload_latency_ratio_spread": spread_json(lat_ratio),
         "offload_latency_ratio_mean": spread_json(ratio("switch_only", "servers_1", |m| m.latency_mean_us)),
         "offload_latency_ratio_p99": spread_json(ratio("switch_only", "servers_1", |m| m.latency_p99_us)),
+        "offload_latency_ratio_at_sink": spread_json(ratio("switch_only", "servers_1", |m| m.latency_at_sink_p50_us)),
         "netfilter_skipped": !nft,
         "by_size": by_size,
         "measurements": all,
@@ -994,13 +1039,15 @@ pub fn describe(m: &serde_json::Value) -> Option<String> {
             let f = |k: &str| v.get(k).and_then(|x| x.as_f64()).unwrap_or(f64::NAN);
             let _ = write!(
                 s,
-                " | {key} {:.0} kpps ({:.2} Gbps, busy {:.0}%: {:.0} kpps a busy core) p50 {:.1} µs p99 {:.1} µs",
+                " | {key} {:.0} kpps ({:.2} Gbps, busy {:.0}%: {:.0} kpps a busy core) p50 {:.1} µs p99 {:.1} µs (at the sink {:.1} / {:.1})",
                 f("median_pps") / 1e3,
                 f("median_gbps"),
                 100.0 * f("median_dut_busy"),
                 f("median_pps_per_busy_core") / 1e3,
                 f("median_p50_us"),
-                f("median_p99_us")
+                f("median_p99_us"),
+                f("median_at_sink_p50_us"),
+                f("median_at_sink_p99_us")
             );
         }
     }
