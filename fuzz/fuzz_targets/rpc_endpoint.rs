@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
         let n = (usize::from(*hi) << 8 | usize::from(*lo)).min(tail.len()).min(2000);
         let mut p = pool.packet();
         let _ = p.extend_from_slice(&tail[..n]);
-        p.peer = addr;
+        p.set_peer(addr);
         batch.push(p);
         let _ = raw.send(Instant::now(), &mut batch);
         batch.recycle(&pool);

@@ -193,7 +193,7 @@ impl Egress for Sink {
             self.by_tenant[t] += 1;
             seen |= 1 << t;
             if keep && (only == 0 || only == usize::from(item.desc.tenant) + 1) && self.local.len() < MAX_SAMPLES {
-                self.local.push(now.saturating_duration_since(item.desc.arrived).as_nanos() as u64);
+                self.local.push(now.saturating_duration_since(item.desc.arrived()).as_nanos() as u64);
             }
             self.pool.put(item.packet);
         }

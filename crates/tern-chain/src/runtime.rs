@@ -32,8 +32,9 @@ use crate::plan::{Plan, Slot};
 use crate::task::{Cx, NetworkTask, Steer, Verdict};
 use crate::tenant::Tenant;
 
-/// A packet's descriptor, kept beside its bytes.
-#[derive(Debug, Clone, Copy)]
+/// A packet's descriptor, kept beside its bytes: 32 bytes, so that an [`Item`] (the packet,
+/// 32, and this) is one cache line — what a ring moves between cores for each packet.
+#[derive(Clone, Copy)]
 pub struct Desc {
     /// Its tenant (index).
     pub tenant: u16,
@@ -44,20 +45,77 @@ pub struct Desc {
     pub segment: u16,
     /// Bit `p` set: it skips the chain's position `p`.
     pub skip: u64,
-    /// When it arrived at the ingress.
-    pub arrived: Instant,
-    /// It is an answer (or a task's own packet) going back to where its packet came from.
-    pub reply: bool,
+    /// When it arrived at the ingress ([`arrived`](Desc::arrived)): ns from the process's
+    /// [`epoch`], negative before it.
+    arrived: i64,
     /// The port it came in on.
     pub port: u8,
-    /// A copy made at a fork: its branch ([`NO_BRANCH`] otherwise), the fork's token, and
-    /// (back at the join) why its branch dropped it.
+    /// A copy made at a fork: its branch ([`NO_BRANCH`] otherwise) and the fork's token.
     pub branch: u8,
     pub token: u32,
-    pub dropped: Option<&'static str>,
     /// Its tenant's generation when it entered its chain (stamped by the scheduler; the
     /// tasks of that generation run it to the end, an update notwithstanding).
     pub generation: u8,
+    /// Bit 7: it is an answer (or a task's own packet) going back to where its packet came
+    /// from ([`reply`](Desc::reply)). Bits 0–6: back at a join, why its branch dropped it
+    /// ([`dropped`](Desc::dropped): a code of [`reason_code`]; 0 none).
+    flags: u8,
+}
+
+// What a ring moves for each packet: one cache line.
+const _: () = assert!(std::mem::size_of::<Desc>() == 32);
+const _: () = assert!(std::mem::size_of::<Item>() == 64);
+
+impl std::fmt::Debug for Desc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Desc")
+            .field("tenant", &self.tenant)
+            .field("chain", &self.chain)
+            .field("instance", &self.instance)
+            .field("segment", &self.segment)
+            .field("skip", &self.skip)
+            .field("arrived", &self.arrived())
+            .field("reply", &self.reply())
+            .field("port", &self.port)
+            .field("branch", &self.branch)
+            .field("token", &self.token)
+            .field("dropped", &self.dropped())
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+/// The instant descriptors count their arrival times from (the first time one is asked for).
+pub fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Drop reasons as descriptors carry them: each task's `&'static str` gets a code the first
+/// time a branch drops for it (1 to 126, in that order; 127 for any beyond: `dropped`).
+static REASONS: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+const REASON_OTHER: u8 = 127;
+
+/// The code of drop reason `r` (see [`REASONS`]).
+fn reason_code(r: &'static str) -> u8 {
+    let mut t = REASONS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = t.iter().position(|x| *x == r) {
+        return i as u8 + 1;
+    }
+    if t.len() + 1 < usize::from(REASON_OTHER) {
+        t.push(r);
+        return t.len() as u8;
+    }
+    REASON_OTHER
+}
+
+/// The reason of drop code `c` (None: 0).
+fn reason_of(c: u8) -> Option<&'static str> {
+    match c {
+        0 => None,
+        REASON_OTHER => Some("dropped"),
+        c => REASONS.lock().unwrap_or_else(|e| e.into_inner()).get(usize::from(c) - 1).copied().or(Some("dropped")),
+    }
 }
 
 impl Desc {
@@ -69,14 +127,52 @@ impl Desc {
             instance: 0,
             segment: 0,
             skip,
-            arrived: at,
-            reply: false,
+            arrived: Desc::ns_of(at),
             port,
             branch: NO_BRANCH,
             token: 0,
-            dropped: None,
             generation: 0,
+            flags: 0,
         }
+    }
+
+    fn ns_of(at: Instant) -> i64 {
+        let e = epoch();
+        match at.checked_duration_since(e) {
+            Some(d) => d.as_nanos().min(i64::MAX as u128) as i64,
+            None => -(e.duration_since(at).as_nanos().min(i64::MAX as u128) as i64),
+        }
+    }
+
+    /// When it arrived at the ingress.
+    pub fn arrived(&self) -> Instant {
+        let e = epoch();
+        if self.arrived >= 0 {
+            e + Duration::from_nanos(self.arrived as u64)
+        } else {
+            e.checked_sub(Duration::from_nanos(self.arrived.unsigned_abs())).unwrap_or(e)
+        }
+    }
+
+    /// Whether it is an answer (or a task's own packet) going back to where its packet came
+    /// from.
+    pub fn reply(&self) -> bool {
+        self.flags & 0x80 != 0
+    }
+
+    /// Marks it an answer going back (or not).
+    pub fn set_reply(&mut self, reply: bool) {
+        self.flags = (self.flags & 0x7f) | if reply { 0x80 } else { 0 };
+    }
+
+    /// Back at a join: why its branch dropped it.
+    pub fn dropped(&self) -> Option<&'static str> {
+        reason_of(self.flags & 0x7f)
+    }
+
+    /// Records why its branch dropped it (None: it was not).
+    pub fn set_dropped(&mut self, why: Option<&'static str>) {
+        self.flags = (self.flags & 0x80) | why.map_or(0, reason_code);
     }
 }
 
@@ -90,8 +186,9 @@ pub const LIMIT_BURST: Duration = Duration::from_millis(1);
 pub const SYNC_TIMEOUT: Duration = Duration::from_millis(10);
 
 /// A packet with its descriptor: what rings carry between the scheduler and regions (moved,
-/// never copied).
+/// never copied); one cache line, aligned to one.
 #[derive(Debug)]
+#[repr(align(64))]
 pub struct Item {
     /// The bytes.
     pub packet: Packet,
@@ -347,7 +444,11 @@ fn run_batch(
             }
             // A task's own packets go back the way this one came.
             for _ in before..cx.emitted.len() {
-                emitted_desc.push(Desc { reply: true, ..item.desc });
+                emitted_desc.push({
+                    let mut d = item.desc;
+                    d.set_reply(true);
+                    d
+                });
             }
         }
         if ran > 0 {
@@ -2650,11 +2751,11 @@ fn run_region(
                             continue;
                         }
                         Fate::Alive => {}
-                        Fate::Dropped(r) => item.desc.dropped = Some(r),
+                        Fate::Dropped(r) => item.desc.set_dropped(Some(r)),
                         Fate::Replied => {
                             // Its answer leaves; the join hears the branch went no further.
                             let mut mark = Item { packet: pool.packet(), desc: item.desc };
-                            mark.desc.dropped = Some("answered_in_branch");
+                            mark.desc.set_dropped(Some("answered_in_branch"));
                             finish(st, pool, item, Fate::Replied);
                             item = mark;
                         }
@@ -2794,7 +2895,7 @@ impl Join {
             born: now,
         });
         e.arrived += 1;
-        if let Some(r) = item.desc.dropped {
+        if let Some(r) = item.desc.dropped() {
             e.dropped.get_or_insert(r);
             pool.put(item.packet);
         } else if item.desc.branch == 0 {
@@ -2950,7 +3051,7 @@ fn finish(st: &mut CoreState, pool: &Pool, mut item: Item, fate: Fate) {
         }
         Fate::Replied => {
             st.tenants[usize::from(item.desc.tenant)].replies += 1;
-            item.desc.reply = true;
+            item.desc.set_reply(true);
             st.out.push(item);
         }
         Fate::Dropped(reason) => st.drop_item(pool, item, reason),
@@ -3018,6 +3119,32 @@ impl Egress for Collect {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A descriptor's packed fields: the reply mark and the drop reason change apart; a
+    /// reason comes back as given (the same code each time); an arrival before the epoch or
+    /// long after it comes back to the nanosecond.
+    #[test]
+    fn descriptor_flags_reasons_and_arrival_round_trip() {
+        let now = Instant::now();
+        let mut d = Desc::new(3, 1, 0b101, now, 2);
+        assert_eq!((d.reply(), d.dropped(), d.arrived()), (false, None, now));
+        d.set_reply(true);
+        d.set_dropped(Some("fw_denied"));
+        assert_eq!((d.reply(), d.dropped()), (true, Some("fw_denied")));
+        d.set_reply(false);
+        assert_eq!((d.reply(), d.dropped()), (false, Some("fw_denied")));
+        let code = d.flags;
+        d.set_dropped(Some("sync_late"));
+        d.set_dropped(Some("fw_denied"));
+        assert_eq!(d.flags, code, "one code a reason");
+        d.set_dropped(None);
+        assert_eq!((d.reply(), d.dropped()), (false, None));
+        assert_eq!((d.tenant, d.chain, d.skip, d.port, d.branch), (3, 1, 0b101, 2, NO_BRANCH));
+        let e = epoch();
+        for at in [e.checked_sub(Duration::from_millis(5)).unwrap_or(e), e + Duration::from_secs(86_400 * 365)] {
+            assert_eq!(Desc::new(0, 0, 0, at, 0).arrived(), at);
+        }
+    }
 
     /// The data path's lock never waits: held elsewhere, none; poisoned, the value anyway.
     #[test]

@@ -370,7 +370,7 @@ impl Egress for WorldEgress {
     fn send(&mut self, _: Instant, items: &mut Vec<Item>) {
         let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
         for item in items.drain(..) {
-            let port = if item.desc.reply { item.desc.port } else { 1 - item.desc.port.min(1) };
+            let port = if item.desc.reply() { item.desc.port } else { 1 - item.desc.port.min(1) };
             inbox.push((port, item.packet.data().to_vec()));
             self.pool.put(item.packet);
         }

@@ -139,7 +139,7 @@ fn transfer(n: u32, start: u32, window: u32, faults: FaultConfig) -> (Vec<Vec<u8
         for p in out.drain(..) {
             let mut pk = pool.packet();
             pk.extend_from_slice(&p).unwrap();
-            pk.peer = b_addr;
+            pk.set_peer(b_addr);
             batch.push(pk);
         }
         a.send(now, &mut batch).unwrap();
@@ -156,7 +156,7 @@ fn transfer(n: u32, start: u32, window: u32, faults: FaultConfig) -> (Vec<Vec<u8
         for ack in acks {
             let mut pk = pool.packet();
             pk.extend_from_slice(&ack).unwrap();
-            pk.peer = a_addr;
+            pk.set_peer(a_addr);
             batch.push(pk);
         }
         b.send(now, &mut batch).unwrap();

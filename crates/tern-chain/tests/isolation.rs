@@ -57,7 +57,7 @@ fn a_shared_kv_cache_keeps_each_tenants_values_apart() {
         let out = run(&tenants, mode, &pool, packets, 4);
         assert_eq!(out.len(), 4, "{mode:?}");
         let answered: Vec<(u16, Vec<u8>)> =
-            out.iter().filter(|(d, _)| d.reply).map(|(d, f)| (d.tenant, payload(f))).collect();
+            out.iter().filter(|(d, _)| d.reply()).map(|(d, f)| (d.tenant, payload(f))).collect();
         assert_eq!(answered.len(), 1, "{mode:?}: one hit, A's second GET");
         let m = Msg::parse(&answered[0].1).unwrap();
         assert_eq!((answered[0].0, m.op, m.id, m.value), (0, Op::Value, 2, &b"tenant A's secret"[..]), "{mode:?}");

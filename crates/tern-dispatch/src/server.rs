@@ -888,7 +888,7 @@ impl DispatcherCtx {
                 stats.rx_packets += n as u64;
                 let t0 = Instant::now();
                 for p in batch.drain() {
-                    match rsd.dispatch(sender_hash(&p.peer), p.data()) {
+                    match rsd.dispatch(sender_hash(&p.peer()), p.data()) {
                         Verdict::Queue(q) => {
                             let q = usize::from(q);
                             match &mut self.handoff {
@@ -1019,7 +1019,7 @@ impl Port for RsdPort {
             // Timed only when packets came (a clock read per call would cost idle polls too).
             let t0 = Instant::now();
             for p in self.scratch.drain() {
-                let Verdict::Queue(q) = self.rsd.dispatch(sender_hash(&p.peer), p.data()) else {
+                let Verdict::Queue(q) = self.rsd.dispatch(sender_hash(&p.peer()), p.data()) else {
                     self.pool.put(p);
                     continue;
                 };

@@ -382,7 +382,7 @@ impl AfPacketPort {
             }
             ring.release();
             if let Some(mut pkt) = p {
-                pkt.peer = unspecified;
+                pkt.set_peer(unspecified);
                 self.stats.rx_bytes += pkt.len() as u64;
                 batch.push(pkt);
                 delivered += 1;

@@ -348,7 +348,7 @@ mod tests {
         for i in 0..n {
             let mut p = pool.packet();
             p.extend_from_slice(&i.to_be_bytes()).unwrap();
-            p.peer = b.local_addr();
+            p.set_peer(b.local_addr());
             batch.push(p);
             if batch.is_full() {
                 a.send(start, &mut batch).unwrap();
@@ -406,7 +406,7 @@ mod tests {
         let t0 = Instant::now();
         let mut batch = Batch::new(4);
         let mut p = pool.packet();
-        p.peer = b.local_addr();
+        p.set_peer(b.local_addr());
         batch.push(p);
         a.send(t0, &mut batch).unwrap();
         assert_eq!(b.recv(t0, &mut batch).unwrap(), 0);

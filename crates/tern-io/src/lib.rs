@@ -24,12 +24,12 @@
 //! let mut batch = Batch::new(32);
 //! let mut pkt = pool.packet();
 //! pkt.extend_from_slice(b"hello").unwrap();
-//! pkt.peer = b.local_addr();
+//! pkt.set_peer(b.local_addr());
 //! batch.push(pkt);
 //! a.send(Instant::now(), &mut batch).unwrap();
 //! b.recv(Instant::now(), &mut batch).unwrap();
 //! assert_eq!(batch.get(0).unwrap().data(), b"hello");
-//! assert_eq!(batch.get(0).unwrap().peer, a.local_addr());
+//! assert_eq!(batch.get(0).unwrap().peer(), a.local_addr());
 //! batch.recycle(&pool);
 //! ```
 
@@ -45,7 +45,9 @@ pub mod udp;
 pub mod uds;
 
 mod packet;
-pub use packet::{Batch, CACHE_BULK, CACHE_MAX, DEFAULT_BATCH, DEFAULT_BUF_SIZE, DEFAULT_HEADROOM, Packet, Pool};
+pub use packet::{
+    Batch, CACHE_BULK, CACHE_MAX, DEFAULT_BATCH, DEFAULT_BUF_SIZE, DEFAULT_HEADROOM, PEER_TAIL, Packet, Pool,
+};
 
 /// CPU time the calling thread has used (user and system; time it spent blocked or parked is
 /// not counted): what "host CPU per request" is measured in.
@@ -169,7 +171,7 @@ pub(crate) fn deliver_received(
         match accept(i) {
             Some((len, peer)) => {
                 p.set_len(len);
-                p.peer = peer;
+                p.set_peer(peer);
                 stats.rx_bytes += len as u64;
                 batch.push(p);
                 delivered += 1;

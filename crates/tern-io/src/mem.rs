@@ -152,7 +152,7 @@ impl Port for MemPort {
         if self.stamp {
             let addr = self.addr;
             for p in batch.iter_mut() {
-                p.peer = addr;
+                p.set_peer(addr);
                 bytes += p.len() as u64;
             }
         } else {
@@ -255,15 +255,15 @@ mod tests {
         let mut batch = Batch::new(4);
         let marked = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 1), 7));
         numbered(&pool, &mut batch, 0, 2);
-        batch.iter_mut().for_each(|p| p.peer = marked);
+        batch.iter_mut().for_each(|p| p.set_peer(marked));
         assert_eq!(a.send(Instant::now(), &mut batch).unwrap(), 2);
         assert_eq!(b.recv(Instant::now(), &mut batch).unwrap(), 2);
-        assert!(batch.iter().all(|p| p.peer == marked), "a wire leaves the peer as it was");
+        assert!(batch.iter().all(|p| p.peer() == marked), "a wire leaves the peer as it was");
         assert_eq!((a.stats().tx_bytes, b.stats().rx_bytes), (2, 2));
         // The same packets over a datagram pair come from the sending end.
         assert_eq!(c.send(Instant::now(), &mut batch).unwrap(), 2);
         assert_eq!(d.recv(Instant::now(), &mut batch).unwrap(), 2);
-        assert!(batch.iter().all(|p| p.peer == c.local_addr()));
+        assert!(batch.iter().all(|p| p.peer() == c.local_addr()));
         batch.recycle(&pool);
     }
 
@@ -312,7 +312,7 @@ mod tests {
             assert_eq!(send_numbered(&mut a, &pool, &mut batch, round, 4), 4);
             assert!(batch.is_empty());
             assert_eq!(b.recv(now, &mut batch).unwrap(), 4);
-            assert_eq!(batch.iter().next().map(|p| p.peer), Some(a.local_addr()));
+            assert_eq!(batch.iter().next().map(|p| p.peer()), Some(a.local_addr()));
             assert_eq!(numbers(&mut batch, &pool), [round, round + 1, round + 2, round + 3]);
         }
         assert_eq!(pool.allocated(), allocated);

@@ -23,7 +23,7 @@
 //! let mut b = Batch::new(8);
 //! let mut p = pool.packet();
 //! p.extend_from_slice(&7u32.to_be_bytes()).unwrap();
-//! p.peer = net.server_addr();
+//! p.set_peer(net.server_addr());
 //! b.push(p);
 //! client.send(Instant::now(), &mut b).unwrap();
 //! // 7 mod 2 = queue 1.
@@ -31,7 +31,7 @@
 //! // The server answers the sender; the client receives it.
 //! tx.send(Instant::now(), &mut b).unwrap();
 //! assert_eq!(client.recv(Instant::now(), &mut b).unwrap(), 1);
-//! assert_eq!(b.get(0).unwrap().peer, net.server_addr());
+//! assert_eq!(b.get(0).unwrap().peer(), net.server_addr());
 //! ```
 
 use std::collections::HashMap;
@@ -218,7 +218,7 @@ impl Port for MemClient {
         for (mut p, &(flow, q)) in batch.drain().zip(&self.steered) {
             let from = self.addrs[flow];
             let len = p.data().len() as u64;
-            p.peer = from;
+            p.set_peer(from);
             match self.net.0.queues[q].push(p) {
                 Ok(()) => {
                     self.rung[q] = true;
@@ -269,12 +269,12 @@ impl Port for MemServerTx {
         {
             let clients = self.net.0.clients.read().unwrap_or_else(std::sync::PoisonError::into_inner);
             for mut p in batch.drain() {
-                let Some(ring) = clients.get(&p.peer) else {
+                let Some(ring) = clients.get(&p.peer()) else {
                     self.stats.tx_dropped += 1;
                     continue;
                 };
                 let len = p.data().len() as u64;
-                p.peer = self.net.0.server;
+                p.set_peer(self.net.0.server);
                 match ring.push(p) {
                     Ok(()) => {
                         sent += 1;
@@ -317,7 +317,7 @@ mod tests {
         let mut p = pool.packet();
         p.extend_from_slice(&[0, 0]).unwrap();
         p.extend_from_slice(&id.to_be_bytes()).unwrap();
-        p.peer = to;
+        p.set_peer(to);
         p
     }
 
@@ -339,13 +339,13 @@ mod tests {
             assert_eq!(got.len(), 10);
             assert!(got.iter().all(|p| be_u32(p.data(), 2).unwrap() as usize % 3 == q));
             // Each id left from flow id mod 4.
-            assert!(got.iter().all(|p| p.peer == c.addrs[be_u32(p.data(), 2).unwrap() as usize % 4]));
+            assert!(got.iter().all(|p| p.peer() == c.addrs[be_u32(p.data(), 2).unwrap() as usize % 4]));
             let mut tx = net.server_tx();
             tx.send(Instant::now(), &mut got).unwrap();
         }
         let mut back = Batch::new(64);
         assert_eq!(c.recv(Instant::now(), &mut back).unwrap(), 30);
-        assert!(back.iter().all(|p| p.peer == net.server_addr()));
+        assert!(back.iter().all(|p| p.peer() == net.server_addr()));
         // By flow: one flow, one queue.
         let (net, mut qs) = MemNet::new(4, Steer::FlowHash, 256).unwrap();
         let mut c = net.client(1, 2, 256);

@@ -17,37 +17,68 @@ pub const DEFAULT_HEADROOM: usize = 64;
 
 /// One packet: a fixed-size buffer, the bytes in use (after an optional headroom), and the
 /// peer address (source on receive, destination on transmit).
-#[derive(Debug)]
+///
+/// 32 bytes, so that a packet and a 32-byte descriptor fill one cache line (what `tern-chain`
+/// moves between cores for each packet): the buffer as a boxed slice, the headroom and length as
+/// `u32`, and the peer in 8 bytes — an IPv4 address and port inline, an IPv6 one in the last
+/// [`PEER_TAIL`] bytes of the buffer, past the bytes the packet may use.
 pub struct Packet {
-    buf: Vec<u8>,
-    head: usize,
-    len: usize,
-    /// Source (received) or destination (to send).
-    pub peer: SocketAddr,
+    buf: Box<[u8]>,
+    head: u32,
+    len: u32,
+    peer: u64,
 }
+
+/// Bytes at the end of every pool buffer that hold an IPv6 peer (address, port, flow info,
+/// scope id); never part of a packet's data.
+pub const PEER_TAIL: usize = 32;
+
+/// [`Packet`]'s peer word: its kind in bits 48–55; an IPv4 peer's address in bits 16–47 and
+/// port in bits 0–15.
+const PEER_UNSPECIFIED: u64 = 0;
+const PEER_V4: u64 = 1 << 48;
+const PEER_V6: u64 = 2 << 48;
+const PEER_KIND: u64 = 0xff << 48;
 
 const UNSPECIFIED: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
 
+impl std::fmt::Debug for Packet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Packet")
+            .field("head", &self.head)
+            .field("len", &self.len)
+            .field("peer", &self.peer())
+            .field("data", &self.data())
+            .finish()
+    }
+}
+
 impl Packet {
-    fn from_buf(buf: Vec<u8>) -> Packet {
-        Packet { buf, head: 0, len: 0, peer: UNSPECIFIED }
+    fn from_buf(buf: Box<[u8]>) -> Packet {
+        Packet { buf, head: 0, len: 0, peer: PEER_UNSPECIFIED }
+    }
+
+    /// Where the bytes a packet may use end: before the peer's tail.
+    #[inline]
+    fn end(&self) -> usize {
+        self.buf.len().saturating_sub(PEER_TAIL)
     }
 
     /// The bytes in use.
     #[inline]
     pub fn data(&self) -> &[u8] {
         // Two bounds checks (no overflow check of `head + len`).
-        &self.buf[self.head..][..self.len]
+        &self.buf[self.head as usize..][..self.len as usize]
     }
     /// The bytes in use, writable.
     #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[self.head..][..self.len]
+        &mut self.buf[self.head as usize..][..self.len as usize]
     }
     /// Bytes in use.
     #[inline]
     pub fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
     /// Whether no bytes are in use.
     #[inline]
@@ -57,39 +88,40 @@ impl Packet {
     /// Bytes the data may grow to: the buffer after the headroom.
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.buf.len() - self.head
+        self.end() - self.head as usize
     }
     /// Bytes free in front of the data.
     #[inline]
     pub fn headroom(&self) -> usize {
-        self.head
+        self.head as usize
     }
     /// Empties the packet and leaves `n` bytes (at most the buffer) free in front of the data.
     #[inline]
     pub fn reserve_headroom(&mut self, n: usize) {
-        self.head = n.min(self.buf.len());
+        self.head = n.min(self.end()) as u32;
         self.len = 0;
     }
     /// Sets the bytes in use to the first `len` after the headroom; clamped to the capacity.
     #[inline]
     pub fn set_len(&mut self, len: usize) {
-        self.len = len.min(self.capacity());
+        self.len = len.min(self.capacity()) as u32;
     }
     /// The buffer after the headroom, for writing before [`set_len`](Self::set_len).
     #[inline]
     pub fn buffer_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[self.head..]
+        let end = self.end();
+        &mut self.buf[self.head as usize..end]
     }
     /// Appends bytes; fails (changing nothing) if they do not fit.
     #[inline]
     pub fn extend_from_slice(&mut self, bytes: &[u8]) -> Result<(), usize> {
-        let end = self.len + bytes.len();
+        let end = self.len() + bytes.len();
         if end > self.capacity() {
             return Err(end);
         }
-        let at = self.head + self.len;
+        let at = self.head as usize + self.len();
         self.buf[at..at + bytes.len()].copy_from_slice(bytes);
-        self.len = end;
+        self.len = end as u32;
         Ok(())
     }
     /// Grows the data by `n` bytes at the front (their contents are unspecified): from the
@@ -97,16 +129,17 @@ impl Packet {
     /// changing nothing, if the buffer has no room.
     #[inline]
     pub fn push_front(&mut self, n: usize) -> bool {
-        if self.head >= n {
-            self.head -= n;
-        } else if self.head + self.len + n <= self.buf.len() {
-            let shift = n - self.head;
-            self.buf.copy_within(self.head..self.head + self.len, self.head + shift);
+        let (head, len) = (self.head as usize, self.len());
+        if head >= n {
+            self.head = (head - n) as u32;
+        } else if head + len + n <= self.end() {
+            let shift = n - head;
+            self.buf.copy_within(head..head + len, head + shift);
             self.head = 0;
         } else {
             return false;
         }
-        self.len += n;
+        self.len = (len + n) as u32;
         true
     }
     /// Grows the data by `n` bytes at the front from the headroom and returns the first `N`
@@ -115,21 +148,67 @@ impl Packet {
     /// that checks its bounds once for every header write after it.)
     #[inline]
     pub fn push_front_chunk<const N: usize>(&mut self, n: usize) -> Option<&mut [u8; N]> {
-        let head = self.head.checked_sub(n)?;
-        if self.len + n < N {
+        let head = (self.head as usize).checked_sub(n)?;
+        if self.len() + n < N {
             return None;
         }
-        let chunk = self.buf.get_mut(head..)?.first_chunk_mut::<N>()?;
-        self.head = head;
-        self.len += n;
+        let end = self.end();
+        let chunk = self.buf.get_mut(head..end)?.first_chunk_mut::<N>()?;
+        self.head = head as u32;
+        self.len += n as u32;
         Some(chunk)
     }
     /// Drops `n` bytes (at most the data) from the front; they become headroom.
     #[inline]
     pub fn pull_front(&mut self, n: usize) {
-        let n = n.min(self.len);
+        let n = n.min(self.len()) as u32;
         self.head += n;
         self.len -= n;
+    }
+
+    /// The peer: the source of a received packet, the destination of one to send
+    /// (`0.0.0.0:0` until set).
+    #[inline]
+    pub fn peer(&self) -> SocketAddr {
+        match self.peer & PEER_KIND {
+            PEER_V4 => SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from((self.peer >> 16) as u32), self.peer as u16)),
+            PEER_V6 => {
+                let t = &self.buf[self.end()..];
+                match t.first_chunk::<26>() {
+                    Some(t) => {
+                        let ip: [u8; 16] = t[..16].try_into().unwrap_or([0; 16]);
+                        let port = u16::from_be_bytes([t[16], t[17]]);
+                        let flow = u32::from_be_bytes([t[18], t[19], t[20], t[21]]);
+                        let scope = u32::from_be_bytes([t[22], t[23], t[24], t[25]]);
+                        SocketAddr::V6(std::net::SocketAddrV6::new(ip.into(), port, flow, scope))
+                    }
+                    None => UNSPECIFIED,
+                }
+            }
+            _ => UNSPECIFIED,
+        }
+    }
+
+    /// Sets the peer. An IPv6 peer is kept in the buffer's tail; a buffer too small for one
+    /// (not from a [`Pool`]) keeps `0.0.0.0:0`.
+    #[inline]
+    pub fn set_peer(&mut self, peer: SocketAddr) {
+        self.peer = match peer {
+            SocketAddr::V4(a) => PEER_V4 | u64::from(a.ip().to_bits()) << 16 | u64::from(a.port()),
+            SocketAddr::V6(a) => {
+                let end = self.end();
+                match self.buf.get_mut(end..).and_then(|t| t.first_chunk_mut::<26>()) {
+                    Some(t) => {
+                        t[..16].copy_from_slice(&a.ip().octets());
+                        t[16..18].copy_from_slice(&a.port().to_be_bytes());
+                        t[18..22].copy_from_slice(&a.flowinfo().to_be_bytes());
+                        t[22..26].copy_from_slice(&a.scope_id().to_be_bytes());
+                        PEER_V6
+                    }
+                    None => PEER_UNSPECIFIED,
+                }
+            }
+        };
     }
 }
 
@@ -137,21 +216,21 @@ impl Packet {
 struct PoolInner {
     /// The shared free buffers: a stack (the last returned are the warmest) that threads'
     /// caches fill and drain [`CACHE_BULK`] at a time, under a lock taken once a bulk.
-    free: Mutex<Vec<Vec<u8>>>,
+    free: Mutex<Vec<Box<[u8]>>>,
     capacity: usize,
     buf_size: usize,
     allocated: AtomicU64,
 }
 
 impl PoolInner {
-    fn shared(&self) -> MutexGuard<'_, Vec<Vec<u8>>> {
+    fn shared(&self) -> MutexGuard<'_, Vec<Box<[u8]>>> {
         // A panic elsewhere while holding it leaves a valid stack.
         self.free.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Takes `bufs` back into the shared stack, as many as it has room for (the rest are
     /// freed).
-    fn give_back(&self, bufs: impl Iterator<Item = Vec<u8>>) {
+    fn give_back(&self, bufs: impl Iterator<Item = Box<[u8]>>) {
         let mut free = self.shared();
         let room = self.capacity.saturating_sub(free.len());
         free.extend(bufs.take(room));
@@ -168,7 +247,7 @@ impl PoolInner {
 /// returning their buffers with it, 35 ns with this.)
 struct LocalCache {
     pool: std::sync::Weak<PoolInner>,
-    bufs: Vec<Vec<u8>>,
+    bufs: Vec<Box<[u8]>>,
 }
 
 /// Buffers moved between a thread's cache and the shared stack at once.
@@ -213,7 +292,7 @@ impl Pool {
     /// Runs `f` on this thread's cache of the pool (made on first use; caches of pools gone
     /// are dropped then). `None` while the thread is ending (its caches are gone).
     #[inline]
-    fn with_cache<R>(&self, f: impl FnOnce(&mut Vec<Vec<u8>>) -> R) -> Option<R> {
+    fn with_cache<R>(&self, f: impl FnOnce(&mut Vec<Box<[u8]>>) -> R) -> Option<R> {
         CACHES
             .try_with(|c| {
                 let mut c = c.try_borrow_mut().ok()?;
@@ -251,7 +330,7 @@ impl Pool {
             .or_else(|| inner.shared().pop())
             .unwrap_or_else(|| {
                 inner.allocated.fetch_add(1, Ordering::Relaxed);
-                vec![0u8; inner.buf_size]
+                vec![0u8; inner.buf_size + PEER_TAIL].into_boxed_slice()
             });
         Packet::from_buf(buf)
     }
@@ -281,7 +360,7 @@ impl Pool {
         let n = packet.len().min(copy.capacity());
         copy.buffer_mut()[..n].copy_from_slice(&packet.data()[..n]);
         copy.set_len(n);
-        copy.peer = packet.peer;
+        copy.set_peer(packet.peer());
         copy
     }
 
@@ -536,6 +615,37 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Whatever peer a packet is given, and whatever it holds, it gives the peer back.
+        #[test]
+        fn any_peer_comes_back(
+            v6 in proptest::prelude::any::<bool>(),
+            ip in proptest::prelude::any::<[u8; 16]>(),
+            port in proptest::prelude::any::<u16>(),
+            flow in proptest::prelude::any::<u32>(),
+            scope in proptest::prelude::any::<u32>(),
+            fill in proptest::prelude::any::<u8>(),
+            headroom in 0usize..80,
+        ) {
+            let pool = Pool::new(2, 64);
+            let mut p = pool.packet();
+            let peer = if v6 {
+                SocketAddr::V6(std::net::SocketAddrV6::new(ip.into(), port, flow, scope))
+            } else {
+                SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(ip[0], ip[1], ip[2], ip[3]), port))
+            };
+            p.set_peer(peer);
+            p.reserve_headroom(headroom);
+            let room = p.capacity();
+            proptest::prop_assert!(p.extend_from_slice(&vec![fill; room]).is_ok());
+            proptest::prop_assert_eq!(p.peer(), peer);
+            p.pull_front(3);
+            let all = p.headroom();
+            proptest::prop_assert!(p.push_front(all));
+            proptest::prop_assert_eq!(p.len(), p.capacity());
+            proptest::prop_assert_eq!(p.peer(), peer);
+            pool.put(p);
+        }
+
         /// Against the simplest pool (a count of buffers out): on one thread, whatever the order
         /// of takes and returns, the pool allocates exactly the most buffers ever out at once,
         /// and the free ones (shared stack and this thread's cache) are the rest.
@@ -556,6 +666,44 @@ mod tests {
                 proptest::prop_assert_eq!(pool.free() + out.len(), peak);
             }
         }
+    }
+
+    #[test]
+    fn a_packet_is_32_bytes() {
+        assert_eq!(std::mem::size_of::<Packet>(), 32);
+    }
+
+    /// Peers of both families come back as set, through a clone too; an IPv6 peer lives past
+    /// the data, which however full never reaches it; a buffer too small for one keeps none.
+    #[test]
+    fn peers_round_trip_and_the_data_never_reaches_them() {
+        let pool = Pool::new(4, 64);
+        let mut p = pool.packet();
+        assert_eq!(p.peer(), UNSPECIFIED);
+        let v4: SocketAddr = "192.0.2.7:65535".parse().unwrap();
+        p.set_peer(v4);
+        assert_eq!(p.peer(), v4);
+        let v6 = SocketAddr::V6(std::net::SocketAddrV6::new("fe80::1:2:3".parse().unwrap(), 443, 0xabcde, 7));
+        p.set_peer(v6);
+        assert_eq!(p.peer(), v6);
+        assert_eq!(p.buffer_mut().len(), 64);
+        assert_eq!(p.capacity(), 64);
+        assert!(p.extend_from_slice(&[0xff; 64]).is_ok());
+        assert!(p.extend_from_slice(&[0xff]).is_err());
+        assert!(!p.push_front(1), "no room: the tail is not the data's");
+        p.data_mut().fill(0xee);
+        assert_eq!(p.peer(), v6);
+        let c = pool.clone_packet(&p);
+        assert_eq!((c.peer(), c.data()), (v6, p.data()));
+        p.set_peer(v4);
+        assert_eq!(p.peer(), v4);
+        // Not from a pool: no tail.
+        let mut bare = Packet::from_buf(vec![0; 8].into_boxed_slice());
+        assert_eq!(bare.capacity(), 0);
+        bare.set_peer(v6);
+        assert_eq!(bare.peer(), UNSPECIFIED);
+        bare.set_peer(v4);
+        assert_eq!(bare.peer(), v4);
     }
 
     #[test]

@@ -399,7 +399,7 @@ impl<P: Port> Port for Tracer<P> {
         let local = self.inner.local_addr();
         for i in before..batch.len() {
             let p = batch.get(i).expect("index below batch length");
-            Self::record(&mut self.writer, &mut self.frame, &mut self.write_errors, p.peer, local, p.data());
+            Self::record(&mut self.writer, &mut self.frame, &mut self.write_errors, p.peer(), local, p.data());
         }
         Ok(n)
     }
@@ -408,7 +408,7 @@ impl<P: Port> Port for Tracer<P> {
         let local = self.inner.local_addr();
         for i in 0..batch.len() {
             let p = batch.get(i).expect("index below batch length");
-            Self::record(&mut self.writer, &mut self.frame, &mut self.write_errors, local, p.peer, p.data());
+            Self::record(&mut self.writer, &mut self.frame, &mut self.write_errors, local, p.peer(), p.data());
         }
         self.inner.send(now, batch)
     }
@@ -514,12 +514,12 @@ mod tests {
             let mut batch = Batch::new(4);
             let mut p = pool.packet();
             p.extend_from_slice(b"ping").unwrap();
-            p.peer = b.local_addr();
+            p.set_peer(b.local_addr());
             batch.push(p);
             t.send(Instant::now(), &mut batch).unwrap();
             b.recv(Instant::now(), &mut batch).unwrap();
             for p in batch.iter_mut() {
-                p.peer = t.local_addr();
+                p.set_peer(t.local_addr());
             }
             b.send(Instant::now(), &mut batch).unwrap();
             t.recv(Instant::now(), &mut batch).unwrap();

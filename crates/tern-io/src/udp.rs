@@ -339,7 +339,7 @@ impl Port for UdpPort {
             let chunk = (total - start).min(MAX_BATCH);
             for i in 0..chunk {
                 let p = batch.get(start + i).expect("index below batch length");
-                let name_len = sockaddr_into(&p.peer, &mut self.names[i]);
+                let name_len = sockaddr_into(&p.peer(), &mut self.names[i]);
                 let data = p.data();
                 self.prepare(i, data.as_ptr().cast_mut(), data.len(), name_len);
             }
@@ -553,7 +553,7 @@ mod tests {
             for i in 0..10u8 {
                 let mut p = pool.packet();
                 p.extend_from_slice(&[i; 40]).unwrap();
-                p.peer = to;
+                p.set_peer(to);
                 batch.push(p);
             }
             assert_eq!(a.send(Instant::now(), &mut batch).unwrap(), 10);
@@ -591,7 +591,7 @@ mod tests {
         for i in 0..20u8 {
             let mut p = pool.packet();
             p.extend_from_slice(&[i; 100]).unwrap();
-            p.peer = b.local_addr();
+            p.set_peer(b.local_addr());
             batch.push(p);
         }
         assert_eq!(a.send(Instant::now(), &mut batch).unwrap(), 20);
@@ -605,7 +605,7 @@ mod tests {
         assert_eq!(got, 20);
         for (i, p) in batch.iter().enumerate() {
             assert_eq!(p.data(), &[i as u8; 100][..]);
-            assert_eq!(p.peer, a.local_addr());
+            assert_eq!(p.peer(), a.local_addr());
         }
         assert_eq!(b.stats().rx_packets, 20);
         assert_eq!(a.stats().tx_bytes, 2000);
@@ -694,7 +694,7 @@ mod tests {
             let mut p = pool.packet();
             p.extend_from_slice(&[0, 0]).unwrap();
             p.extend_from_slice(&id.to_be_bytes()).unwrap();
-            p.peer = sink.local_addr();
+            p.set_peer(sink.local_addr());
             batch.push(p);
         }
         assert_eq!(m.send(Instant::now(), &mut batch).unwrap(), 100);
@@ -706,12 +706,12 @@ mod tests {
             sink.recv(Instant::now(), &mut batch).unwrap();
             for p in batch.drain() {
                 let id = u32::from_be_bytes(p.data()[2..6].try_into().unwrap());
-                assert_eq!(p.peer, addrs[id as usize % 4]);
+                assert_eq!(p.peer(), addrs[id as usize % 4]);
                 got += 1;
                 // Echo it back so the multi-port receives on that flow.
                 let mut back = Batch::new(1);
                 let mut q = pool.clone_packet(&p);
-                q.peer = p.peer;
+                q.set_peer(p.peer());
                 back.push(q);
                 sink.send(Instant::now(), &mut back).unwrap();
             }

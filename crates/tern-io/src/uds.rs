@@ -114,7 +114,7 @@ impl Port for UdsPort {
     fn send(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
         let fd = self.sock.as_raw_fd();
         Ok(crate::mmsg::send_prefixed(fd, &mut self.vecs, batch, &mut self.stats, &self.pool, |p, prefix| {
-            encode_peer(&p.peer, prefix)
+            encode_peer(&p.peer(), prefix)
         }))
     }
 
@@ -146,7 +146,7 @@ mod tests {
         for i in 0..90usize {
             let mut p = pool.packet();
             p.extend_from_slice(&vec![i as u8; i + 1]).unwrap();
-            p.peer = peers[i % 3];
+            p.set_peer(peers[i % 3]);
             batch.push(p);
         }
         assert_eq!(a.send(Instant::now(), &mut batch).unwrap(), 90);
@@ -158,7 +158,7 @@ mod tests {
         }
         for (i, p) in got.iter().enumerate() {
             assert_eq!(p.data(), &vec![i as u8; i + 1][..]);
-            assert_eq!(p.peer, peers[i % 3]);
+            assert_eq!(p.peer(), peers[i % 3]);
         }
         assert_eq!((b.stats().rx_packets, a.local_addr()), (90, here));
     }

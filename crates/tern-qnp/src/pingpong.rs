@@ -391,7 +391,7 @@ pub fn bench(cfg: &BenchConfig) -> io::Result<BenchReport> {
                     _ => {
                         server_port.recv(now, &mut rx)?;
                         for p in rx.drain() {
-                            if let Some(inc) = core.handle_packet(now, p.peer, p.data()) {
+                            if let Some(inc) = core.handle_packet(now, p.peer(), p.data()) {
                                 let handle = inc.handle;
                                 match Ping::decode_parts(inc.parts.iter()) {
                                     Ok(ping) => {
@@ -475,7 +475,7 @@ fn qnp_phase(port: &mut UdpPort, pool: &Pool, client: &mut Client, cfg: &BenchCo
         port.recv(now, &mut rx)?;
         now = Instant::now();
         for p in rx.drain() {
-            if let Some(r) = client.handle_packet(now, p.peer, p.data()) {
+            if let Some(r) = client.handle_packet(now, p.peer(), p.data()) {
                 let latency = now.saturating_duration_since(r.sent_at);
                 if Pong::decode_parts(r.parts.iter()).is_ok() && r.sent_at < end {
                     completed += 1;
@@ -523,7 +523,7 @@ fn raw_phase(
                 data[..8].copy_from_slice(&seq.to_be_bytes());
                 data[8..16].copy_from_slice(&(slot as u64).to_be_bytes());
                 p.set_len(size);
-                p.peer = server;
+                p.set_peer(server);
                 seq += 1;
                 if t.is_none() {
                     outstanding += 1;

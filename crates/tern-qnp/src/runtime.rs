@@ -146,7 +146,7 @@ impl<P: Port> QnpClient<P> {
                     break;
                 }
                 for p in self.rx.drain() {
-                    if let Some(r) = self.core.handle_packet(now, p.peer, p.data()) {
+                    if let Some(r) = self.core.handle_packet(now, p.peer(), p.data()) {
                         let (req_id, latency) = (r.req_id, now.saturating_duration_since(r.sent_at));
                         match R::decode_parts(r.parts.iter()) {
                             Ok(resp) => out.push(Completion::Response { req_id, resp, latency }),
@@ -228,7 +228,7 @@ impl<P: Port> QnpServer<P> {
             let now = Instant::now();
             self.port.recv(now, &mut self.rx)?;
             for p in self.rx.drain() {
-                if let Some(inc) = self.core.handle_packet(now, p.peer, p.data()) {
+                if let Some(inc) = self.core.handle_packet(now, p.peer(), p.data()) {
                     let handle = inc.handle;
                     match M::decode_parts(inc.parts.iter()) {
                         Ok(req) => out.push(Request { handle, req }),

@@ -396,6 +396,6 @@ pub(crate) fn emit_packet(
     view.set_attempt(attempt);
     view.payload_mut().copy_from_slice(payload);
     p.set_len(len);
-    p.peer = peer;
+    p.set_peer(peer);
     p
 }

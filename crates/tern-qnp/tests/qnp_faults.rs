@@ -75,7 +75,7 @@ fn run(requests: u64, concurrency: usize, faults: FaultConfig, sizes: &[usize], 
         client_port.send(now, &mut batch).unwrap(); // releases held/delayed packets
         while server_port.recv(now, &mut batch).unwrap() > 0 {
             for p in batch.drain() {
-                if let Some(inc) = server.handle_packet(now, p.peer, p.data()) {
+                if let Some(inc) = server.handle_packet(now, p.peer(), p.data()) {
                     let req = Probe::decode_parts(inc.parts.iter()).expect("request decodes");
                     *out.handler_runs.entry(req.c).or_default() += 1;
                     assert_eq!(req.body.len(), sizes.iter().copied().find(|s| *s == req.body.len()).unwrap());
@@ -96,7 +96,7 @@ fn run(requests: u64, concurrency: usize, faults: FaultConfig, sizes: &[usize], 
                 break;
             }
             for p in batch.drain() {
-                if let Some(r) = client.handle_packet(now, p.peer, p.data()) {
+                if let Some(r) = client.handle_packet(now, p.peer(), p.data()) {
                     let resp = Probe::decode_parts(r.parts.iter()).expect("response decodes");
                     let seq = id_to_seq[&r.req_id];
                     assert_eq!(resp.c, seq, "response matches its request");

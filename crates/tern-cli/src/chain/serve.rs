@@ -172,10 +172,10 @@ impl Egress for PortEgress {
         let n = self.ports.len();
         for item in items.drain(..) {
             let port = usize::from(item.desc.port).min(n - 1);
-            let to = if item.desc.reply { port } else { (port + 1) % n };
+            let to = if item.desc.reply() { port } else { (port + 1) % n };
             let mut packet = item.packet;
             if let Some(peer) = self.peers[to] {
-                packet.peer = peer;
+                packet.set_peer(peer);
             }
             if let Some(p) = self.out[to].push(packet) {
                 self.pool.put(p);

@@ -591,7 +591,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             }
             if let Some(peer) = peers[j - 1] {
                 for p in b.iter_mut() {
-                    p.peer = peer;
+                    p.set_peer(peer);
                 }
             }
             let _ = ports[j - 1].port().send(now, b);

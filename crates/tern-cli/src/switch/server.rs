@@ -292,7 +292,7 @@ pub fn run(a: &ServerArgs) -> CmdResult {
             }
             if let Some(peer) = peer {
                 for p in batch.iter_mut() {
-                    p.peer = peer;
+                    p.set_peer(peer);
                 }
             }
             let _ = port.port().send(now, &mut batch);

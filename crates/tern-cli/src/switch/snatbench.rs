@@ -288,7 +288,7 @@ fn generator(ns: String, flows: usize, epoch: Instant) -> Result<(mpsc::Sender<G
             let len = size.saturating_sub(FRAME_OVERHEAD).max(HEADER);
             let _ = p.extend_from_slice(&head);
             let _ = p.extend_from_slice(&fill[..len - HEADER]);
-            p.peer = dst;
+            p.set_peer(dst);
             if let Some(p) = batch.push(p) {
                 pool.put(p);
             }

@@ -1,0 +1,42 @@
+//! A chain of dummy tasks (100 ns each) at 64 B in `snic` and `rtc` (or the modes named),
+//! saturated, alternating, with the cores' round trip before each round: a probe for the
+//! chain-length case of `tern bench chain` (run under `perf` or alone).
+//! `cargo run --release -p tern-chain --example chain_len -- [ROUNDS] [TASKS] [MODES...]`
+use std::time::Duration;
+use tern_chain::bench::{self, Load};
+use tern_chain::plan;
+use tern_chain::runtime::{Config, Mode};
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rounds: usize = args.first().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let len: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(4);
+    let modes: Vec<Mode> = args.iter().skip(2).filter_map(|s| s.parse().ok()).collect();
+    let modes = if modes.is_empty() { vec![Mode::Snic, Mode::Rtc] } else { modes };
+    let profile = tern_hw::Profile::builtin("supernic-htg9200").map_err(|e| e.to_string())?;
+    let model = tern_hw::chain::ChainModel::from_profile(&profile).map_err(|e| e.to_string())?;
+    let t = vec![bench::dummy_chain(len, 100)];
+    let area = |x: &tern_chain::tenant::TaskSpec| tern_chain::tenant::area(x, &profile);
+    // As `tern bench chain` plans its dummy chains: room for every length in one region.
+    let p = plan::plan(&t, &area, model.regions.max(64), model.region_luts.max(1 << 20))?;
+    let frames = bench::frames([10, 0, 0, 0], 256, 64);
+    let load =
+        Load { rate_pps: None, latency: false, warmup: Duration::from_millis(200), secs: Duration::from_millis(1000) };
+    for _ in 0..rounds {
+        let rtt = bench::core_round_trip_ns(20_000);
+        let mut line = format!("rtt {rtt:.0} ns:");
+        let mut pps = Vec::new();
+        for &m in &modes {
+            let cfg = Config { mode: m, cores: 2, pin: true, ..Config::default() };
+            let (ph, _) = bench::measure(&t, &p, cfg, &frames, load)?;
+            line +=
+                &format!(" {}: {:.2} Mpps (scheduler {:.0} ns)", m.name(), ph.pps / 1e6, ph.scheduler_ns_per_decision);
+            pps.push(ph.pps);
+        }
+        if let [a, b] = pps[..] {
+            line += &format!(" | first over second {:.2}", a / b.max(1.0));
+        }
+        println!("{line}");
+    }
+    Ok(())
+}
