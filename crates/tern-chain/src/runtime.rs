@@ -136,11 +136,18 @@ impl Desc {
         }
     }
 
+    #[inline]
     fn ns_of(at: Instant) -> i64 {
+        // In u64 arithmetic (a u128's product costs more than the rest of a decision's moves):
+        // 2^63 ns is 292 years.
+        let ns = |d: Duration| {
+            (d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()))).min(i64::MAX as u64)
+                as i64
+        };
         let e = epoch();
         match at.checked_duration_since(e) {
-            Some(d) => d.as_nanos().min(i64::MAX as u128) as i64,
-            None => -(e.duration_since(at).as_nanos().min(i64::MAX as u128) as i64),
+            Some(d) => ns(d),
+            None => -ns(e.duration_since(at)),
         }
     }
 
