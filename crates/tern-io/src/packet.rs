@@ -276,11 +276,14 @@ thread_local! {
 pub struct Pool(Arc<PoolInner>);
 
 impl Pool {
-    /// A pool that keeps up to `capacity` free buffers of `buf_size` bytes in its shared stack
+    /// A pool that keeps up to `capacity` free buffers of `buf_size` bytes (at most 4 GiB less
+    /// [`PEER_TAIL`]; each has [`PEER_TAIL`] bytes more for an IPv6 peer) in its shared stack
     /// (and each thread up to [`CACHE_MAX`] more). It starts empty and allocates on demand;
     /// buffers returned to a full pool are freed.
     pub fn new(capacity: usize, buf_size: usize) -> Pool {
         let capacity = capacity.max(1);
+        // A packet counts its bytes in `u32`s.
+        let buf_size = buf_size.min(u32::MAX as usize - PEER_TAIL);
         Pool(Arc::new(PoolInner {
             free: Mutex::new(Vec::with_capacity(capacity)),
             capacity,
