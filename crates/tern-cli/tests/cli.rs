@@ -945,8 +945,13 @@ fn bench_chain_json_has_the_promised_keys() {
     assert_eq!(v["sharing"]["a_and_c_need_no_region"], true);
     assert!(out_dir.join("chain.json").exists() && out_dir.join("chain.png").exists());
     std::fs::remove_dir_all(&out_dir).unwrap();
+    assert_eq!(v["options"]["credits"], 8, "the paper's credits unless asked");
     let (ok, _, err) = tern(&["bench", "chain", "--rounds", "0"]);
     assert!(!ok && err.contains("--rounds"), "{err}");
+    let (ok, _, err) = tern(&["bench", "chain", "--credits", "0"]);
+    assert!(!ok && err.contains("--credits"), "{err}");
+    let (ok, _, err) = tern(&["bench", "chain", "--fairness", "--credits", "16"]);
+    assert!(!ok && err.contains("--credits"), "{err}");
 }
 
 /// `tern chain serve` between two UDP ports carrying frames: a frame from the inside goes
