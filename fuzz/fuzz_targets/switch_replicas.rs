@@ -1,6 +1,7 @@
 //! CLIP's replica records (docs/clip.md, "Failure"): what a server's `POST /replicas` takes from
-//! the network. Any bytes as a run of records for the SNAT's and TCP retransmission detection's
-//! `adopt_replica`, with TCP segments through the detector between them. Nothing may panic; a
+//! the network, and what it takes back from its buddy's `GET /handback`. Any bytes as a run of
+//! records for the SNAT's and TCP retransmission detection's `adopt_replica` or `take_back`
+//! (the records so far as one hand-back), with TCP segments through the detector between them. Nothing may panic; a
 //! record is adopted or refused by name; the detector never tracks more than its capacity, and
 //! every index it hands out is of its own slice and held by one direction at a time.
 #![no_main]
@@ -16,6 +17,7 @@ fuzz_target!(|data: &[u8]| {
     let mut rest = data;
     let mut now = 0u64;
     let mut resp = [0u8; 9];
+    let mut handed: Vec<Vec<u8>> = Vec::new();
     // Each item: a control byte (bit 0: a segment for the detector, else a record; bit 1: for
     // the SNAT), a length, the bytes.
     while rest.len() >= 2 {
@@ -24,24 +26,34 @@ fuzz_target!(|data: &[u8]| {
         let bytes = &rest[2..2 + take];
         rest = &rest[2 + take..];
         now += 1_000_000;
-        match (ctl & 1, ctl & 2) {
-            (1, _) => {
-                let mut l3 = bytes.to_vec();
-                let _ = trd.handle(now, 0, &mut l3, &[], &mut resp);
-                let mut out = Vec::new();
-                trd.take_new(&mut out);
+        if ctl & 4 != 0 {
+            // A hand-back of the records so far (and this one).
+            handed.push(bytes.to_vec());
+            if handed.len() > 64 {
+                handed.remove(0);
             }
-            (_, 0) => {
-                if let Err(e) = trd.adopt_replica(now, bytes) {
-                    assert!(!e.is_empty());
+            let _ = if ctl & 2 != 0 { snat.take_back(now, &handed) } else { trd.take_back(now, &handed) };
+        } else {
+            match (ctl & 1, ctl & 2) {
+                (1, _) => {
+                    let mut l3 = bytes.to_vec();
+                    let _ = trd.handle(now, 0, &mut l3, &[], &mut resp);
+                    let mut out = Vec::new();
+                    trd.take_new(&mut out);
                 }
-            }
-            _ => {
-                if let Err(e) = snat.adopt_replica(now, bytes) {
-                    assert!(!e.is_empty());
+                (_, 0) => {
+                    if let Err(e) = trd.adopt_replica(now, bytes) {
+                        assert!(!e.is_empty());
+                    }
+                }
+                _ => {
+                    if let Err(e) = snat.adopt_replica(now, bytes) {
+                        assert!(!e.is_empty());
+                    }
                 }
             }
         }
+        assert!(trd.taken_back() <= trd.trd().len());
         let t = trd.trd();
         assert!(t.len() <= cfg.capacity);
         let mut held: Vec<u32> = t.directions().filter_map(|d| d.1).filter(|&i| t.owns(i)).collect();

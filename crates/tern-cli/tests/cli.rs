@@ -1684,3 +1684,78 @@ fn bench_snat_without_root_says_what_it_skipped() {
     assert!(r["skipped"].as_str().unwrap().contains("needs root"));
     assert!(r["offload_over_all_server_a09"].as_f64().unwrap() > 0.0);
 }
+
+/// A server that comes back takes back from its buddy (`GET /handback`) what the buddy holds
+/// of its own: the buddy, given a replica of server 0's SNAT connection (public pair
+/// 192.0.2.1:5000), hands it back; server 0 started with `--buddy` takes it before any
+/// traffic and holds it (its summary: one hand-back at least, one entry held back, none
+/// refused), asking again while it does.
+#[test]
+fn a_switch_server_that_comes_back_takes_back_from_its_buddy() {
+    use std::time::{Duration, Instant};
+    let snat = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml");
+    let free = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let ctl = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let b_port = format!("udp:{}=127.0.0.1:9", free());
+    let mut b = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["switch", "server", snat, "--index", "1", "--port", &b_port, "--control", &ctl.to_string()])
+        .args(["--duration", "8", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(3))).build().into();
+    let t0 = Instant::now();
+    while agent.get(&format!("http://{ctl}/ready")).call().is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "server 1 never became ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Server 0's UDP connection 10.0.0.1:5000 -> 198.51.100.7:53 as 192.0.2.1:5000 (a replica
+    // record: docs/clip.md), posted as server 0 would (a 2-byte length, then the record).
+    let mut record = vec![17];
+    record.extend_from_slice(&[10, 0, 0, 1]);
+    record.extend_from_slice(&5000u16.to_be_bytes());
+    record.extend_from_slice(&[198, 51, 100, 7]);
+    record.extend_from_slice(&53u16.to_be_bytes());
+    record.extend_from_slice(&[192, 0, 2, 1]);
+    record.extend_from_slice(&5000u16.to_be_bytes());
+    record.extend_from_slice(&[0xff, 0]);
+    let mut body = (record.len() as u16).to_be_bytes().to_vec();
+    body.extend_from_slice(&record);
+    let r = agent.post(&format!("http://{ctl}/replicas")).send(&body[..]).unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let hex: String = record.iter().map(|x| format!("{x:02x}")).collect();
+    let t0 = Instant::now();
+    loop {
+        let got = agent.get(&format!("http://{ctl}/handback")).call().unwrap().into_body().read_to_string().unwrap();
+        let v: serde_json::Value = serde_json::from_str(&got).unwrap();
+        if v["records"].as_array().unwrap().iter().any(|r| r == &serde_json::json!(hex)) {
+            assert_eq!(v["server"], 1);
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(3), "never handed back: {got}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let a_port = format!("udp:{}=127.0.0.1:9", free());
+    let (ok, out, err) = tern(&[
+        "switch",
+        "server",
+        snat,
+        "--index",
+        "0",
+        "--port",
+        &a_port,
+        "--buddy",
+        &ctl.to_string(),
+        "--duration",
+        "1.5",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["handbacks"].as_u64().unwrap() >= 1, "{v}");
+    assert_eq!((v["held_back"].as_u64(), v["handback_refused"].as_u64()), (Some(1), Some(0)), "{v}");
+    assert_eq!(v["entries"], 1, "{v}");
+    let _ = b.kill();
+    let _ = b.wait();
+}

@@ -588,6 +588,19 @@ impl Nat {
         Ok(())
     }
 
+    /// As [`adopt`](Self::adopt), but a connection held already with the same public address
+    /// and port is kept, its timeout the later of the two (a replica handed back again).
+    pub fn readopt(&mut self, c: Connection) -> Result<(), &'static str> {
+        if let Some(&i) = self.by_orig.get(&c.orig)
+            && self.entries[i as usize].c.public == c.public
+        {
+            let e = &mut self.entries[i as usize];
+            e.c.deadline = e.c.deadline.max(c.deadline);
+            return Ok(());
+        }
+        self.adopt(c)
+    }
+
     /// Puts a connection in a free slot (or a new one), found by both its tuples.
     fn hold(&mut self, c: Connection) {
         let e = Entry { c, fin_out: None, live: true };

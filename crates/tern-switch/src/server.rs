@@ -45,6 +45,27 @@ pub trait RemoteHandler: Send {
         let _ = (now_ns, record);
         Err("no replicas")
     }
+    /// Records (as [`take_new`](Self::take_new)'s) of the entries it holds that another
+    /// server made (adopted here in a failover: another's public pair, another's register):
+    /// what that server, come back, takes back so that it gives out none of what they hold.
+    /// None by default.
+    fn hand_back(&self, out: &mut Vec<Vec<u8>>) {
+        let _ = out;
+    }
+    /// Takes back at `now_ns` what its buddy handed back (all of it, each time it asks): of the
+    /// records, those of its own entries (its public pairs, its registers) are adopted — an
+    /// entry held already is kept, its timeout restarted — the others skipped; and what it took
+    /// back before but is handed back no more (closed at the buddy) is let go. Returns how many
+    /// of its own records were refused. Takes nothing by default.
+    fn take_back(&mut self, now_ns: u64, records: &[Vec<u8>]) -> usize {
+        let _ = (now_ns, records);
+        0
+    }
+    /// Entries it holds because its buddy handed them back at the last `take_back` (while
+    /// there are some, the runtime asks again).
+    fn taken_back(&self) -> usize {
+        0
+    }
     /// Its counters by name (for metrics and tests).
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
@@ -173,6 +194,25 @@ impl Server {
         std::mem::take(&mut self.replicas)
     }
 
+    /// The records of entries adopted here from other servers, for each to take back its own
+    /// when it comes back ([`RemoteHandler::hand_back`]).
+    pub fn hand_back(&self) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        self.handler.hand_back(&mut out);
+        out
+    }
+
+    /// Takes back what its buddy handed back at `now_ns` ([`RemoteHandler::take_back`]);
+    /// returns how many records were refused.
+    pub fn take_back(&mut self, now_ns: u64, records: &[Vec<u8>]) -> usize {
+        self.handler.take_back(now_ns, records)
+    }
+
+    /// Entries held because the buddy handed them back ([`RemoteHandler::taken_back`]).
+    pub fn taken_back(&self) -> usize {
+        self.handler.taken_back()
+    }
+
     /// Takes another server's replicas at `now_ns`; returns how many were refused.
     pub fn adopt_replicas(&mut self, now_ns: u64, records: &[Vec<u8>]) -> usize {
         records.iter().filter(|r| self.handler.adopt_replica(now_ns, r).is_err()).count()
@@ -256,15 +296,64 @@ pub struct Snat {
     nat: Nat,
     /// Connections made since the last `take_new`.
     fresh: Vec<Tuple>,
+    /// Connections its buddy handed back at the last `take_back` that it did not hold itself.
+    taken_back: hashbrown::HashSet<Tuple>,
 }
 
 /// A replica record's bytes.
 const SNAT_RECORD: usize = 21;
 
+/// A SNAT replica record of connection `c` (the layout under `take_new`).
+fn snat_record(c: &Connection) -> Vec<u8> {
+    let t = c.orig;
+    let mut r = Vec::with_capacity(SNAT_RECORD);
+    r.push(t.proto);
+    r.extend_from_slice(&t.src.to_be_bytes());
+    r.extend_from_slice(&t.sport.to_be_bytes());
+    r.extend_from_slice(&t.dst.to_be_bytes());
+    r.extend_from_slice(&t.dport.to_be_bytes());
+    r.extend_from_slice(&c.public.0.to_be_bytes());
+    r.extend_from_slice(&c.public.1.to_be_bytes());
+    r.push(c.tcp.map_or(0xff, |s| s as u8));
+    r.push(u8::from(c.replied));
+    r
+}
+
 impl Snat {
+    /// The connection a replica record describes, its timeout starting at `now_ns`; a record
+    /// that does not read is refused by name.
+    fn connection_of(&self, now_ns: u64, r: &[u8]) -> Result<Connection, &'static str> {
+        if r.len() != SNAT_RECORD {
+            return Err("record_length");
+        }
+
+        let u16_at = |i: usize| u16::from_be_bytes([r[i], r[i + 1]]);
+        let u32_at = |i: usize| u32::from_be_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
+        let orig = Tuple { proto: r[0], src: u32_at(1), sport: u16_at(5), dst: u32_at(7), dport: u16_at(11) };
+        let tcp = match r[19] {
+            0xff if orig.proto != nat::TCP => None,
+            s if orig.proto == nat::TCP => match TcpState::ALL.get(usize::from(s)) {
+                Some(TcpState::SynSent | TcpState::SynRecv) => Some(TcpState::Established),
+                Some(&st) => Some(st),
+                None => return Err("record_state"),
+            },
+            _ => return Err("record_state"),
+        };
+        let mut c = Connection { orig, public: (u32_at(13), u16_at(17)), tcp, replied: r[20] != 0, deadline: 0 };
+        c.deadline = now_ns.saturating_add(nat::timeout(&self.nat.config().timeouts, &c));
+        Ok(c)
+    }
+
+    /// Whether public pair `p` is this server's to give out: one of its addresses, a port (or
+    /// ICMP id) of its slice.
+    fn owns(&self, p: (u32, u16)) -> bool {
+        let cfg = self.nat.config();
+        cfg.addrs.contains(&p.0) && p.1 % cfg.slices.max(1) == cfg.slice
+    }
+
     /// A SNAT with `cfg`.
     pub fn new(cfg: NatConfig) -> Result<Snat, String> {
-        Ok(Snat { nat: Nat::new(cfg)?, fresh: Vec::new() })
+        Ok(Snat { nat: Nat::new(cfg)?, fresh: Vec::new(), taken_back: Default::default() })
     }
 
     /// Server `index`'s SNAT: its own address 192.0.2.`index+1`, every port (docs/clip.md).
@@ -348,41 +437,47 @@ impl RemoteHandler for Snat {
     fn take_new(&mut self, out: &mut Vec<Vec<u8>>) {
         for t in self.fresh.drain(..) {
             let Some(c) = self.nat.get(&t, 0) else { continue };
-            let mut r = Vec::with_capacity(SNAT_RECORD);
-            r.push(t.proto);
-            r.extend_from_slice(&t.src.to_be_bytes());
-            r.extend_from_slice(&t.sport.to_be_bytes());
-            r.extend_from_slice(&t.dst.to_be_bytes());
-            r.extend_from_slice(&t.dport.to_be_bytes());
-            r.extend_from_slice(&c.public.0.to_be_bytes());
-            r.extend_from_slice(&c.public.1.to_be_bytes());
-            r.push(c.tcp.map_or(0xff, |s| s as u8));
-            r.push(u8::from(c.replied));
-            out.push(r);
+            out.push(snat_record(&c));
         }
+    }
+
+    /// Connections whose public pair is not this server's (another address, or a port of
+    /// another slice): adopted from another server.
+    fn hand_back(&self, out: &mut Vec<Vec<u8>>) {
+        out.extend(self.nat.connections(0).filter(|c| !self.owns(c.public)).map(|c| snat_record(&c)));
+    }
+
+    /// Its own connections adopted (one taken back before kept, its timeout restarted; one it
+    /// holds itself left alone); they expire by their timeouts, as the buddy's copies do.
+    fn take_back(&mut self, now_ns: u64, records: &[Vec<u8>]) -> usize {
+        let mut refused = 0;
+        let mut now = hashbrown::HashSet::new();
+        for r in records {
+            match self.connection_of(now_ns, r) {
+                Ok(c) if !self.owns(c.public) => {}
+                Ok(c) if self.nat.get(&c.orig, 0).is_some() && !self.taken_back.contains(&c.orig) => {}
+                Ok(c) => match self.nat.readopt(c) {
+                    Ok(()) => {
+                        now.insert(c.orig);
+                    }
+                    Err(_) => refused += 1,
+                },
+                Err(_) => refused += 1,
+            }
+        }
+        self.taken_back = now;
+        refused
+    }
+
+    fn taken_back(&self) -> usize {
+        self.taken_back.iter().filter(|t| self.nat.get(t, 0).is_some()).count()
     }
 
     /// A replica's connection keeps its public address and port; its timeout starts at
     /// `now_ns`, and a TCP connection still opening is taken as established (its buddy saw
     /// its first packet only; netfilter's loose pick-up does the same).
     fn adopt_replica(&mut self, now_ns: u64, r: &[u8]) -> Result<(), &'static str> {
-        if r.len() != SNAT_RECORD {
-            return Err("record_length");
-        }
-        let u16_at = |i: usize| u16::from_be_bytes([r[i], r[i + 1]]);
-        let u32_at = |i: usize| u32::from_be_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
-        let orig = Tuple { proto: r[0], src: u32_at(1), sport: u16_at(5), dst: u32_at(7), dport: u16_at(11) };
-        let tcp = match r[19] {
-            0xff if orig.proto != nat::TCP => None,
-            s if orig.proto == nat::TCP => match TcpState::ALL.get(usize::from(s)) {
-                Some(TcpState::SynSent | TcpState::SynRecv) => Some(TcpState::Established),
-                Some(&st) => Some(st),
-                None => return Err("record_state"),
-            },
-            _ => return Err("record_state"),
-        };
-        let mut c = Connection { orig, public: (u32_at(13), u16_at(17)), tcp, replied: r[20] != 0, deadline: 0 };
-        c.deadline = now_ns.saturating_add(nat::timeout(&self.nat.config().timeouts, &c));
+        let c = self.connection_of(now_ns, r)?;
         self.nat.adopt(c)
     }
 
@@ -419,6 +514,9 @@ pub struct TrdHandler {
     trd: crate::trd::Trd,
     /// Replica records of the directions opened and closed since `take_new`.
     fresh: Vec<Vec<u8>>,
+    /// Directions its buddy handed back (with registers of this server's slice) at the last
+    /// `take_back`: held until the buddy hands them back no more.
+    taken_back: hashbrown::HashSet<crate::trd::Direction>,
 }
 
 /// A TRD replica record: kind 1 (opened: the direction's source, destination, ports, its
@@ -443,7 +541,7 @@ fn trd_record(kind: u8, d: &crate::trd::Direction, index: Option<u32>, highest: 
 
 impl TrdHandler {
     pub fn new(cfg: crate::trd::TrdConfig) -> Result<TrdHandler, String> {
-        Ok(TrdHandler { trd: crate::trd::Trd::new(cfg)?, fresh: Vec::new() })
+        Ok(TrdHandler { trd: crate::trd::Trd::new(cfg)?, fresh: Vec::new(), taken_back: Default::default() })
     }
 
     /// Its detector's state.
@@ -497,6 +595,61 @@ impl RemoteHandler for TrdHandler {
 
     fn take_new(&mut self, out: &mut Vec<Vec<u8>>) {
         out.append(&mut self.fresh);
+    }
+
+    /// Directions holding a register of another server's slice: adopted from it.
+    fn hand_back(&self, out: &mut Vec<Vec<u8>>) {
+        out.extend(
+            self.trd
+                .directions()
+                .filter(|&(_, index, _)| index.is_some_and(|i| !self.trd.owns(i)))
+                .map(|(d, index, highest)| trd_record(TRD_OPENED, &d, index, highest)),
+        );
+    }
+
+    /// The directions holding registers of this server's slice are held here (those registers
+    /// out of its free ones) until its buddy hands them back no more: then they are let go,
+    /// their registers free again (not after an answer with a record that does not read).
+    fn take_back(&mut self, now_ns: u64, records: &[Vec<u8>]) -> usize {
+        let u32_at = |r: &[u8], i: usize| u32::from_be_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
+        let mut now = hashbrown::HashSet::new();
+        let mut refused = 0;
+        for r in records {
+            if r.len() != 21 || r[0] != TRD_OPENED {
+                refused += 1;
+                continue;
+            }
+            if !self.trd.owns(u32_at(r, 13)) {
+                continue;
+            }
+            let d = (u32_at(r, 1), u32_at(r, 5), u16::from_be_bytes([r[9], r[10]]), u16::from_be_bytes([r[11], r[12]]));
+            let held = self.trd.index_of(&d).is_some();
+            if held && !self.taken_back.contains(&d) {
+                // Its own: it made this direction itself (the buddy holds its replica).
+                continue;
+            }
+            // Taken back before and still held here; else (new, or gone since — a FIN seen
+            // here, a close record) adopted now.
+            if held || self.adopt_replica(now_ns, r).is_ok() {
+                now.insert(d);
+            } else {
+                refused += 1;
+            }
+        }
+        if refused > 0 {
+            // An answer with records that do not read lets nothing go.
+            self.taken_back.extend(now);
+            return refused;
+        }
+        for d in self.taken_back.difference(&now) {
+            self.trd.forget(d);
+        }
+        self.taken_back = now;
+        refused
+    }
+
+    fn taken_back(&self) -> usize {
+        self.taken_back.iter().filter(|d| self.trd.index_of(d).is_some()).count()
     }
 
     /// An opened direction is tracked here with its index (kept out of this server's own free

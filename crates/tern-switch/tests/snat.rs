@@ -305,3 +305,52 @@ fn gre_is_translated_by_address_through_the_switch() {
     assert_eq!(back.len(), 1, "{back:?}");
     assert_eq!((back[0].0, &back[0].1[30..34]), (INSIDE, &[10u8, 0, 0, 1][..]));
 }
+
+/// A server that comes back takes back from its buddy the connections holding its public
+/// pairs: without that, a new flow to the same destination gets the public pair an adopted
+/// connection still uses at the buddy (replies could not tell them apart); with it, another
+/// port. The buddy hands back only others' pairs; the returning server takes only its own, and
+/// taking back again keeps them.
+#[test]
+fn a_server_that_comes_back_takes_its_public_pairs_back() {
+    use tern_switch::server::RemoteHandler;
+    let mut resp = [0u8; 7];
+    let out = |h: &mut Snat, src: [u8; 4], sport: u16, resp: &mut [u8; 7]| {
+        let mut l3 = udp(src, REMOTE, sport, 53)[14..].to_vec();
+        h.handle(0, 0, &mut l3, &[0; 9], resp).unwrap();
+        (Ipv4Addr::from(<[u8; 4]>::try_from(&resp[..4]).unwrap()), u16::from_be_bytes([resp[4], resp[5]]))
+    };
+    let (mut a, mut b) = (Snat::for_server(0).unwrap(), Snat::for_server(1).unwrap());
+    let public = out(&mut a, [10, 0, 0, 1], 5000, &mut resp);
+    assert_eq!(public, (Ipv4Addr::new(192, 0, 2, 1), 5000), "the source port kept");
+    out(&mut b, [10, 0, 0, 3], 7000, &mut resp);
+    let mut records = Vec::new();
+    a.take_new(&mut records);
+    for r in &records {
+        b.adopt_replica(0, r).unwrap();
+    }
+    let mut handed = Vec::new();
+    b.hand_back(&mut handed);
+    assert_eq!(handed, records, "A's connection, not B's own");
+    // A comes back empty: another host's flow from port 5000 to the same destination.
+    let mut fresh = Snat::for_server(0).unwrap();
+    assert_eq!(out(&mut fresh, [10, 0, 0, 9], 5000, &mut resp), public, "the pair B still uses");
+    let mut back = Snat::for_server(0).unwrap();
+    assert_eq!(back.take_back(0, &handed), 0);
+    assert_eq!(back.take_back(0, &handed), 0, "taken back again: kept");
+    assert_eq!(back.nat().len(), 1);
+    assert_eq!(back.taken_back(), 1);
+    let other = out(&mut back, [10, 0, 0, 9], 5000, &mut resp);
+    assert_eq!(other.0, public.0);
+    assert_ne!(other.1, public.1, "another port");
+    // Its own new connection, replicated to B and handed back among the rest: not taken back.
+    let mut mine = Vec::new();
+    back.take_new(&mut mine);
+    let all: Vec<_> = handed.iter().chain(&mine).cloned().collect();
+    assert_eq!(back.take_back(0, &all), 0);
+    assert_eq!((back.taken_back(), back.nat().len()), (1, 2));
+    // B takes nothing back of A's; a record that does not read is refused.
+    assert_eq!(b.take_back(0, &records), 0);
+    assert_eq!(b.nat().len(), 2);
+    assert_eq!(back.take_back(0, &[vec![0; 5]]), 1);
+}

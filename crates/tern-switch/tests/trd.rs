@@ -227,3 +227,86 @@ fn replica_records_are_adopted_released_and_checked() {
     bad[13..17].copy_from_slice(&100u32.to_be_bytes());
     assert_eq!(a.adopt_replica(0, &bad), Err("record_index"));
 }
+
+/// A server that comes back takes back from its buddy the directions holding its registers:
+/// without that, its first new direction gets a register the buddy's adopted direction still
+/// counts in; with it, none of them, until the buddy closes them and hands them back no more
+/// — then they are free again. The buddy hands back only others' registers, and the returning
+/// server takes only its own.
+#[test]
+fn a_server_that_comes_back_takes_its_registers_back() {
+    use tern_switch::server::{RemoteHandler, TrdHandler};
+    let cfg = |slice| TrdConfig { registers: 8, slice, slices: 2, capacity: 100 };
+    let (mut a, mut b) = (TrdHandler::new(cfg(0)).unwrap(), TrdHandler::new(cfg(1)).unwrap());
+    let mut resp = [0u8; 9];
+    let index = |resp: &[u8; 9]| u32::from_be_bytes(resp[..4].try_into().unwrap());
+    // A opens three directions (registers 0, 2, 4); B adopts them; B has one of its own.
+    let mut records = Vec::new();
+    for p in 0..3u16 {
+        let s = tcp([10, 0, 0, 1], [9, 9, 9, 9], 1000 + p, 80, 100, SYN, b"");
+        a.handle(0, 0, &mut s[14..].to_vec(), &[], &mut resp).unwrap();
+        assert_eq!(index(&resp), u32::from(p) * 2);
+    }
+    a.take_new(&mut records);
+    assert_eq!(b.take_back(0, &records), 0, "B takes back nothing of A's");
+    assert_eq!(b.trd().len(), 0);
+    for r in &records {
+        b.adopt_replica(0, r).unwrap();
+    }
+    let own = tcp([10, 0, 0, 3], [9, 9, 9, 9], 3000, 80, 7, SYN, b"");
+    b.handle(0, 0, &mut own[14..].to_vec(), &[], &mut resp).unwrap();
+    assert_eq!(index(&resp) % 2, 1);
+    let mut handed = Vec::new();
+    b.hand_back(&mut handed);
+    assert_eq!(handed.len(), 3, "A's three, not B's own");
+    // A fails and comes back empty. Without taking back, its first direction reuses register 0.
+    let mut fresh = TrdHandler::new(cfg(0)).unwrap();
+    let s = tcp([10, 0, 0, 2], [9, 9, 9, 9], 2000, 80, 5, SYN, b"");
+    fresh.handle(0, 0, &mut s[14..].to_vec(), &[], &mut resp).unwrap();
+    assert_eq!(index(&resp), 0, "shared with B's adopted direction");
+    // Taking back first: its new directions get 6 only, then none.
+    let mut back = TrdHandler::new(cfg(0)).unwrap();
+    assert_eq!(back.take_back(0, &handed), 0);
+    assert_eq!((back.trd().len(), back.trd().free(), back.taken_back()), (3, 1, 3));
+    for p in 0..2u16 {
+        let s = tcp([10, 0, 0, 2], [9, 9, 9, 9], 2000 + p, 80, 5, SYN, b"");
+        back.handle(0, 0, &mut s[14..].to_vec(), &[], &mut resp).unwrap();
+        if p == 0 {
+            assert_eq!((index(&resp), resp[8]), (6, 1));
+        } else {
+            assert_eq!(resp[8], 0, "no register left: the server path");
+        }
+    }
+    // Taken back again: nothing changes. B closes one of them: handed back no more, its
+    // register (2) is A's again.
+    assert_eq!(back.take_back(0, &handed), 0);
+    let fin = tcp([10, 0, 0, 1], [9, 9, 9, 9], 1001, 80, 101, FIN | ACK, b"");
+    b.handle(0, 0, &mut fin[14..].to_vec(), &[], &mut resp).unwrap();
+    assert_eq!((index(&resp), resp[8]), (2, 2), "released at B");
+    let mut handed = Vec::new();
+    b.hand_back(&mut handed);
+    assert_eq!(handed.len(), 2);
+    // Among what B hands back now: a direction of A's own since it came back (B holds its
+    // replica): not counted as taken back.
+    let mut mine = Vec::new();
+    back.take_new(&mut mine);
+    handed.extend(mine.into_iter().filter(|r| r[0] == 1));
+    assert_eq!(back.take_back(0, &handed), 0);
+    assert_eq!((back.trd().free(), back.taken_back()), (1, 2));
+    let s = tcp([10, 0, 0, 2], [9, 9, 9, 9], 2100, 80, 5, SYN, b"");
+    back.handle(0, 0, &mut s[14..].to_vec(), &[], &mut resp).unwrap();
+    assert_eq!((index(&resp), resp[8]), (2, 1), "register 2 free again");
+    // A direction taken back that ends here (its FIN reached this server after all) and is
+    // handed back again is adopted again, its register out of the free ones once more.
+    let fin = tcp([10, 0, 0, 1], [9, 9, 9, 9], 1000, 80, 101, FIN | ACK, b"");
+    back.handle(0, 0, &mut fin[14..].to_vec(), &[], &mut resp).unwrap();
+    assert_eq!((index(&resp), resp[8]), (0, 2));
+    assert_eq!(back.taken_back(), 1);
+    let free = back.trd().free();
+    assert_eq!(back.take_back(0, &handed), 0);
+    assert_eq!((back.trd().free(), back.taken_back()), (free - 1, 2));
+    // A record that does not read is refused, and such an answer lets nothing go.
+    let held = back.trd().len();
+    assert_eq!(back.take_back(0, &[vec![1, 2, 3]]), 1);
+    assert_eq!(back.trd().len(), held);
+}

@@ -38,13 +38,17 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = 0)]
     pub index: u16,
     /// Serve the control endpoint here: Prometheus `/metrics` (tern_switch_server_*), `/ready`
-    /// (the switch's heartbeat), `/flows` (its live flows, JSON) and `/entries` (its handler's
-    /// table, JSON).
+    /// (the switch's heartbeat), `/flows` (its live flows, JSON), `/entries` (its handler's
+    /// table, JSON) and `/handback` (the entries it adopted from other servers, as records,
+    /// JSON).
     #[arg(long)]
     pub control: Option<SocketAddr>,
     /// Its buddy's control endpoint: the entries its handler makes are sent there (`POST
     /// /replicas`) before the responses that tell of them leave, so that the switch can fail
-    /// this server over to the buddy with its state (the switch's `buddies` must agree).
+    /// this server over to the buddy with its state (the switch's `buddies` must agree). On
+    /// start (a server that comes back after a failover) it first takes back from the buddy
+    /// (`GET /handback`) the entries holding its public pairs or registers, waiting up to a
+    /// second for the answer, and asks again every second while it holds any.
     #[arg(long)]
     pub buddy: Option<SocketAddr>,
     /// A flow is live until this many ms pass without its packets.
@@ -82,6 +86,33 @@ pub fn parse_ethertype(s: &str) -> Result<u16, String> {
 enum Ask {
     Flows(mpsc::Sender<Vec<u64>>),
     Entries(mpsc::Sender<(usize, Vec<(String, String)>)>),
+    HandBack(mpsc::Sender<Vec<Vec<u8>>>),
+}
+
+/// What asking the buddy for its hand-back gave: the records, or why none came.
+type HandBackAnswer = Result<Vec<Vec<u8>>, String>;
+
+/// How often a server that holds entries its buddy handed back asks again.
+const HANDBACK_EVERY: Duration = Duration::from_secs(1);
+
+/// Hex of `b`.
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The bytes of hex `s` (None: not hex).
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// The records of a `/handback` answer.
+fn decode_handback(body: &str) -> Result<Vec<Vec<u8>>, String> {
+    let v: serde_json::Value = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
+    let rows = v["records"].as_array().ok_or("no `records` list")?;
+    rows.iter().map(|r| r.as_str().and_then(unhex).ok_or_else(|| format!("record {r}: not a hex string"))).collect()
 }
 
 /// The server's counters, published by the data loop.
@@ -98,6 +129,12 @@ struct Snap {
     replicas_sent: u64,
     replicas_failed: u64,
     replicas_adopted: u64,
+    /// The buddy's hand-backs taken, their records refused, asks with no answer; entries held
+    /// because of them.
+    handbacks: u64,
+    handback_refused: u64,
+    handback_failed: u64,
+    held_back: usize,
 }
 
 /// Records in a body: each a 2-byte length (big-endian) and the record.
@@ -173,6 +210,30 @@ impl Collector for ServerCollector {
             "tern_switch_server_replicas_adopted",
             "Another server's entries taken as its buddy.",
             s.replicas_adopted,
+        )?;
+        counter(
+            &mut enc,
+            "tern_switch_server_handbacks",
+            "Answers of the buddy's GET /handback taken (its own entries the buddy holds, adopted back).",
+            s.handbacks,
+        )?;
+        counter(
+            &mut enc,
+            "tern_switch_server_handback_refused",
+            "Records of its own in the buddy's hand-backs it could not take (one holding a pair or register it gave out since, or unreadable).",
+            s.handback_refused,
+        )?;
+        counter(
+            &mut enc,
+            "tern_switch_server_handback_failed",
+            "Asks for the buddy's hand-back that got no answer.",
+            s.handback_failed,
+        )?;
+        gauge(
+            &mut enc,
+            "tern_switch_server_held_back",
+            "Entries held now because the buddy handed them back (asked again every second while any).",
+            s.held_back as i64,
         )
     }
 }
@@ -222,6 +283,13 @@ pub fn run(a: &ServerArgs) -> CmdResult {
                         let rows: Vec<_> = e.iter().map(|(k, v)| json!({"key": k, "value": v})).collect();
                         Some(json!({"server": index, "entries": n, "shown": rows}).to_string())
                     }
+                    "/handback" => {
+                        let (tx, rx) = mpsc::channel();
+                        ask.send(Ask::HandBack(tx)).ok()?;
+                        let records = rx.recv_timeout(Duration::from_secs(1)).ok()?;
+                        let rows: Vec<String> = records.iter().map(|r| hex(r)).collect();
+                        Some(json!({"server": index, "records": rows}).to_string())
+                    }
                     _ => None,
                 }
             });
@@ -262,6 +330,46 @@ pub fn run(a: &ServerArgs) -> CmdResult {
     let deadline = a.duration.map(|d| start + Duration::from_secs_f64(d.max(0.0)));
     let mut batch = Batch::new(tern_io::DEFAULT_BATCH);
     let peer = port.peer();
+    // Taking back from the buddy: a thread asks (the loop never waits on the buddy), the loop
+    // takes the answer; the first before any traffic.
+    let (mut handbacks, mut handback_refused, mut handback_failed) = (0u64, 0u64, 0u64);
+    let handback: Option<(mpsc::Sender<()>, mpsc::Receiver<HandBackAnswer>)> = a.buddy.map(|buddy| {
+        let (ask_tx, ask_rx) = mpsc::channel::<()>();
+        let (ans_tx, ans_rx) = mpsc::channel();
+        let agent = agent.clone();
+        std::thread::spawn(move || {
+            while ask_rx.recv().is_ok() {
+                let url = format!("http://{buddy}/handback");
+                let answer = agent
+                    .get(&url)
+                    .call()
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| {
+                        if r.status().as_u16() != 200 {
+                            return Err(format!("status {}", r.status()));
+                        }
+                        r.into_body().read_to_string().map_err(|e| e.to_string())
+                    })
+                    .and_then(|b| decode_handback(&b));
+                if ans_tx.send(answer).is_err() {
+                    break;
+                }
+            }
+        });
+        (ask_tx, ans_rx)
+    });
+    let mut next_handback = None;
+    if let Some((ask, answers)) = &handback {
+        let _ = ask.send(());
+        match answers.recv_timeout(Duration::from_secs(1)) {
+            Ok(Ok(records)) => {
+                handback_refused += srv.take_back(0, &records) as u64;
+                handbacks += 1;
+            }
+            _ => handback_failed += 1,
+        }
+        next_handback = Some(Instant::now() + HANDBACK_EVERY);
+    }
     let mut full_streak = 0u32;
     let mut last_publish = start;
     loop {
@@ -298,6 +406,22 @@ pub fn run(a: &ServerArgs) -> CmdResult {
             let _ = port.port().send(now, &mut batch);
             batch.recycle(&pool);
         }
+        if let (Some((ask, answers)), Some(at)) = (&handback, next_handback) {
+            if let Ok(answer) = answers.try_recv() {
+                match answer {
+                    Ok(records) => {
+                        handback_refused += srv.take_back(now_ns, &records) as u64;
+                        handbacks += 1;
+                    }
+                    Err(_) => handback_failed += 1,
+                }
+            }
+            // Asked again while it holds what was handed back, or until an answer comes.
+            if now >= at && (srv.taken_back() > 0 || handbacks == 0) {
+                let _ = ask.send(());
+                next_handback = Some(now + HANDBACK_EVERY);
+            }
+        }
         let adopted = inbox.try_lock().map(|mut q| std::mem::take(&mut *q)).unwrap_or_default();
         if !adopted.is_empty() {
             let refused = srv.adopt_replicas(now_ns, &adopted);
@@ -311,6 +435,9 @@ pub fn run(a: &ServerArgs) -> CmdResult {
                 }
                 Ask::Entries(reply) => {
                     let _ = reply.send((srv.handler().entries(), srv.handler().dump(1000)));
+                }
+                Ask::HandBack(reply) => {
+                    let _ = reply.send(srv.hand_back());
                 }
             }
         }
@@ -327,6 +454,10 @@ pub fn run(a: &ServerArgs) -> CmdResult {
                     replicas_sent,
                     replicas_failed,
                     replicas_adopted,
+                    handbacks,
+                    handback_refused,
+                    handback_failed,
+                    held_back: srv.taken_back(),
                 };
             }
         }
@@ -339,6 +470,7 @@ pub fn run(a: &ServerArgs) -> CmdResult {
         "drops": ServerDrop::ALL.iter().zip(st.drops).map(|(d, v)| (d.name().to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "entries": srv.handler().entries(), "seconds": start.elapsed().as_secs_f64(),
         "replicas_sent": replicas_sent, "replicas_failed": replicas_failed, "replicas_adopted": replicas_adopted,
+        "handbacks": handbacks, "handback_refused": handback_refused, "handback_failed": handback_failed, "held_back": srv.taken_back(),
         "handler": srv.handler().counters().into_iter().map(|(n, v)| (n.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
     });
     if a.json {
