@@ -3,6 +3,19 @@
 
 use tern_wire::frame::{self, FrameInfo, L3};
 
+/// Bytes as hex, one run.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The bytes of hex `s`, two digits a byte (None: not that).
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
 /// Parses a trace packet: hex bytes, or a field list.
 pub fn parse_packet(s: &str) -> Result<Vec<u8>, String> {
     let compact: String = s.chars().filter(|c| !c.is_whitespace() && *c != ':').collect();
@@ -11,10 +24,7 @@ pub fn parse_packet(s: &str) -> Result<Vec<u8>, String> {
         && compact.chars().all(|c| c.is_ascii_hexdigit())
         && !s.contains('=')
     {
-        return Ok((0..compact.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&compact[i..i + 2], 16).unwrap_or(0))
-            .collect());
+        return unhex(&compact).ok_or_else(|| format!("`{s}`: not hex"));
     }
     let (mut eth_src, mut eth_dst) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 0xa1]);
     let (mut src, mut dst): (Option<std::net::IpAddr>, Option<std::net::IpAddr>) = (None, None);

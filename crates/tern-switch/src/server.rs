@@ -525,6 +525,28 @@ pub struct TrdHandler {
 const TRD_OPENED: u8 = 1;
 const TRD_CLOSED: u8 = 2;
 
+/// A TRD replica record read.
+enum TrdRecord {
+    /// (direction, index, highest end).
+    Opened(crate::trd::Direction, Option<u32>, u32),
+    Closed(crate::trd::Direction),
+}
+
+/// Reads a TRD replica record; one that does not read is refused by name (`record_kind`,
+/// `record_length`).
+fn read_trd_record(r: &[u8]) -> Result<TrdRecord, &'static str> {
+    let u32_at = |i: usize| u32::from_be_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
+    let dir = || (u32_at(1), u32_at(5), u16::from_be_bytes([r[9], r[10]]), u16::from_be_bytes([r[11], r[12]]));
+    match (r.first(), r.len()) {
+        (Some(&TRD_OPENED), 21) => {
+            Ok(TrdRecord::Opened(dir(), Some(u32_at(13)).filter(|&i| i != u32::MAX), u32_at(17)))
+        }
+        (Some(&TRD_CLOSED), 13) => Ok(TrdRecord::Closed(dir())),
+        (Some(&(TRD_OPENED | TRD_CLOSED)), _) => Err("record_length"),
+        _ => Err("record_kind"),
+    }
+}
+
 fn trd_record(kind: u8, d: &crate::trd::Direction, index: Option<u32>, highest: u32) -> Vec<u8> {
     let mut r = Vec::with_capacity(21);
     r.push(kind);
@@ -610,19 +632,17 @@ impl RemoteHandler for TrdHandler {
     /// The directions holding registers of this server's slice are held here (those registers
     /// out of its free ones) until its buddy hands them back no more: then they are let go,
     /// their registers free again (not after an answer with a record that does not read).
-    fn take_back(&mut self, now_ns: u64, records: &[Vec<u8>]) -> usize {
-        let u32_at = |r: &[u8], i: usize| u32::from_be_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
+    fn take_back(&mut self, _now_ns: u64, records: &[Vec<u8>]) -> usize {
         let mut now = hashbrown::HashSet::new();
         let mut refused = 0;
         for r in records {
-            if r.len() != 21 || r[0] != TRD_OPENED {
+            let Ok(TrdRecord::Opened(d, index, highest)) = read_trd_record(r) else {
                 refused += 1;
                 continue;
-            }
-            if !self.trd.owns(u32_at(r, 13)) {
+            };
+            if !index.is_some_and(|i| self.trd.owns(i)) {
                 continue;
             }
-            let d = (u32_at(r, 1), u32_at(r, 5), u16::from_be_bytes([r[9], r[10]]), u16::from_be_bytes([r[11], r[12]]));
             let held = self.trd.index_of(&d).is_some();
             if held && !self.taken_back.contains(&d) {
                 // Its own: it made this direction itself (the buddy holds its replica).
@@ -630,7 +650,7 @@ impl RemoteHandler for TrdHandler {
             }
             // Taken back before and still held here; else (new, or gone since — a FIN seen
             // here, a close record) adopted now.
-            if held || self.adopt_replica(now_ns, r).is_ok() {
+            if held || self.trd.adopt(d, index, highest).is_ok() {
                 now.insert(d);
             } else {
                 refused += 1;
@@ -656,20 +676,12 @@ impl RemoteHandler for TrdHandler {
     /// indices unless of its slice), a closed one forgotten: after a failover this server
     /// releases the failed server's indices at their FIN or RST.
     fn adopt_replica(&mut self, _now_ns: u64, r: &[u8]) -> Result<(), &'static str> {
-        let u32_at = |i: usize| u32::from_be_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
-        let dir =
-            |r: &[u8]| (u32_at(1), u32_at(5), u16::from_be_bytes([r[9], r[10]]), u16::from_be_bytes([r[11], r[12]]));
-        match (r.first(), r.len()) {
-            (Some(&TRD_OPENED), 21) => {
-                let index = Some(u32_at(13)).filter(|&i| i != u32::MAX);
-                self.trd.adopt(dir(r), index, u32_at(17))
-            }
-            (Some(&TRD_CLOSED), 13) => {
-                self.trd.forget(&dir(r));
+        match read_trd_record(r)? {
+            TrdRecord::Opened(d, index, highest) => self.trd.adopt(d, index, highest),
+            TrdRecord::Closed(d) => {
+                self.trd.forget(&d);
                 Ok(())
             }
-            (Some(&(TRD_OPENED | TRD_CLOSED)), _) => Err("record_length"),
-            _ => Err("record_kind"),
         }
     }
 

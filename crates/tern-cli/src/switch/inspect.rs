@@ -143,11 +143,6 @@ pub fn check(a: &CheckArgs) -> CmdResult {
     Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-/// Bytes as hex, one run.
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// Options of `tern switch trace`.
 #[derive(Debug, Clone, Args)]
 pub struct TraceArgs {
@@ -239,7 +234,7 @@ pub fn trace(a: &TraceArgs) -> CmdResult {
                         r.request_id,
                         r.parsed_len,
                         r.load_type,
-                        hex(params)
+                        crate::frames::hex(params)
                     ),
                     &mut steps,
                 );
@@ -250,7 +245,11 @@ pub fn trace(a: &TraceArgs) -> CmdResult {
         for p in req.iter() {
             if let Ok((_, params)) = clip::peek(p.data(), clip::DEFAULT_ETHERTYPE) {
                 step(
-                    format!("server {s}: handler `{}` answered, params {}", srv.handler().name(), hex(params)),
+                    format!(
+                        "server {s}: handler `{}` answered, params {}",
+                        srv.handler().name(),
+                        crate::frames::hex(params)
+                    ),
                     &mut steps,
                 );
             }
@@ -283,7 +282,7 @@ pub fn trace(a: &TraceArgs) -> CmdResult {
         let out = json!({
             "steps": steps,
             "out_port": left.as_ref().map(|l| l.0),
-            "out_frame": left.as_ref().map(|l| hex(&l.1)),
+            "out_frame": left.as_ref().map(|l| crate::frames::hex(&l.1)),
             "drops": drops,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);

@@ -95,24 +95,35 @@ type HandBackAnswer = Result<Vec<Vec<u8>>, String>;
 /// How often a server that holds entries its buddy handed back asks again.
 const HANDBACK_EVERY: Duration = Duration::from_secs(1);
 
-/// Hex of `b`.
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+/// What the buddy's hand-backs came to: answers taken, their records refused, asks with no
+/// answer.
+#[derive(Debug, Default, Clone, Copy)]
+struct HandBacks {
+    taken: u64,
+    refused: u64,
+    failed: u64,
 }
 
-/// The bytes of hex `s` (None: not hex).
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
+impl HandBacks {
+    /// Takes one ask's outcome into `srv` at `now_ns`.
+    fn take(&mut self, srv: &mut Server, now_ns: u64, answer: HandBackAnswer) {
+        match answer {
+            Ok(records) => {
+                self.refused += srv.take_back(now_ns, &records) as u64;
+                self.taken += 1;
+            }
+            Err(_) => self.failed += 1,
+        }
     }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
 /// The records of a `/handback` answer.
 fn decode_handback(body: &str) -> Result<Vec<Vec<u8>>, String> {
     let v: serde_json::Value = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
     let rows = v["records"].as_array().ok_or("no `records` list")?;
-    rows.iter().map(|r| r.as_str().and_then(unhex).ok_or_else(|| format!("record {r}: not a hex string"))).collect()
+    rows.iter()
+        .map(|r| r.as_str().and_then(crate::frames::unhex).ok_or_else(|| format!("record {r}: not a hex string")))
+        .collect()
 }
 
 /// The server's counters, published by the data loop.
@@ -129,11 +140,8 @@ struct Snap {
     replicas_sent: u64,
     replicas_failed: u64,
     replicas_adopted: u64,
-    /// The buddy's hand-backs taken, their records refused, asks with no answer; entries held
-    /// because of them.
-    handbacks: u64,
-    handback_refused: u64,
-    handback_failed: u64,
+    /// The buddy's hand-backs, and the entries held because of them.
+    handbacks: HandBacks,
     held_back: usize,
 }
 
@@ -215,19 +223,19 @@ impl Collector for ServerCollector {
             &mut enc,
             "tern_switch_server_handbacks",
             "Answers of the buddy's GET /handback taken (its own entries the buddy holds, adopted back).",
-            s.handbacks,
+            s.handbacks.taken,
         )?;
         counter(
             &mut enc,
             "tern_switch_server_handback_refused",
             "Records of its own in the buddy's hand-backs it could not take (one holding a pair or register it gave out since, or unreadable).",
-            s.handback_refused,
+            s.handbacks.refused,
         )?;
         counter(
             &mut enc,
             "tern_switch_server_handback_failed",
             "Asks for the buddy's hand-back that got no answer.",
-            s.handback_failed,
+            s.handbacks.failed,
         )?;
         gauge(
             &mut enc,
@@ -287,7 +295,7 @@ pub fn run(a: &ServerArgs) -> CmdResult {
                         let (tx, rx) = mpsc::channel();
                         ask.send(Ask::HandBack(tx)).ok()?;
                         let records = rx.recv_timeout(Duration::from_secs(1)).ok()?;
-                        let rows: Vec<String> = records.iter().map(|r| hex(r)).collect();
+                        let rows: Vec<String> = records.iter().map(|r| crate::frames::hex(r)).collect();
                         Some(json!({"server": index, "records": rows}).to_string())
                     }
                     _ => None,
@@ -332,7 +340,7 @@ pub fn run(a: &ServerArgs) -> CmdResult {
     let peer = port.peer();
     // Taking back from the buddy: a thread asks (the loop never waits on the buddy), the loop
     // takes the answer; the first before any traffic.
-    let (mut handbacks, mut handback_refused, mut handback_failed) = (0u64, 0u64, 0u64);
+    let mut handbacks = HandBacks::default();
     let handback: Option<(mpsc::Sender<()>, mpsc::Receiver<HandBackAnswer>)> = a.buddy.map(|buddy| {
         let (ask_tx, ask_rx) = mpsc::channel::<()>();
         let (ans_tx, ans_rx) = mpsc::channel();
@@ -361,13 +369,8 @@ pub fn run(a: &ServerArgs) -> CmdResult {
     let mut next_handback = None;
     if let Some((ask, answers)) = &handback {
         let _ = ask.send(());
-        match answers.recv_timeout(Duration::from_secs(1)) {
-            Ok(Ok(records)) => {
-                handback_refused += srv.take_back(0, &records) as u64;
-                handbacks += 1;
-            }
-            _ => handback_failed += 1,
-        }
+        let answer = answers.recv_timeout(Duration::from_secs(1)).map_err(|e| e.to_string()).and_then(|a| a);
+        handbacks.take(&mut srv, 0, answer);
         next_handback = Some(Instant::now() + HANDBACK_EVERY);
     }
     let mut full_streak = 0u32;
@@ -408,16 +411,10 @@ pub fn run(a: &ServerArgs) -> CmdResult {
         }
         if let (Some((ask, answers)), Some(at)) = (&handback, next_handback) {
             if let Ok(answer) = answers.try_recv() {
-                match answer {
-                    Ok(records) => {
-                        handback_refused += srv.take_back(now_ns, &records) as u64;
-                        handbacks += 1;
-                    }
-                    Err(_) => handback_failed += 1,
-                }
+                handbacks.take(&mut srv, now_ns, answer);
             }
             // Asked again while it holds what was handed back, or until an answer comes.
-            if now >= at && (srv.taken_back() > 0 || handbacks == 0) {
+            if now >= at && (srv.taken_back() > 0 || handbacks.taken == 0) {
                 let _ = ask.send(());
                 next_handback = Some(now + HANDBACK_EVERY);
             }
@@ -455,8 +452,6 @@ pub fn run(a: &ServerArgs) -> CmdResult {
                     replicas_failed,
                     replicas_adopted,
                     handbacks,
-                    handback_refused,
-                    handback_failed,
                     held_back: srv.taken_back(),
                 };
             }
@@ -470,7 +465,7 @@ pub fn run(a: &ServerArgs) -> CmdResult {
         "drops": ServerDrop::ALL.iter().zip(st.drops).map(|(d, v)| (d.name().to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "entries": srv.handler().entries(), "seconds": start.elapsed().as_secs_f64(),
         "replicas_sent": replicas_sent, "replicas_failed": replicas_failed, "replicas_adopted": replicas_adopted,
-        "handbacks": handbacks, "handback_refused": handback_refused, "handback_failed": handback_failed, "held_back": srv.taken_back(),
+        "handbacks": handbacks.taken, "handback_refused": handbacks.refused, "handback_failed": handbacks.failed, "held_back": srv.taken_back(),
         "handler": srv.handler().counters().into_iter().map(|(n, v)| (n.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
     });
     if a.json {
