@@ -1087,6 +1087,8 @@ fn chain_serve_round_trip(mode: &str) {
     let body = ureq::get(&format!("http://{metrics}/metrics")).call().unwrap().into_body().read_to_string().unwrap();
     assert!(body.contains("tern_chain_tx_packets_total{tenant=\"lan\"} 2"), "{body}");
     assert!(body.contains("tern_chain_malformed_packets_total 1"), "{body}");
+    assert!(body.contains("tern_chain_port_rx_dropped_packets_total 0"), "{body}");
+    assert!(body.contains("tern_chain_port_tx_dropped_packets_total 0"), "{body}");
     if mode != "rtc" {
         // Fair shares, every 20 ms: what the tenant offered (the query and the answer), its share.
         let offered = (f.len() + r.len()) as u64;
