@@ -1089,6 +1089,7 @@ fn chain_serve_round_trip(mode: &str) {
     assert!(body.contains("tern_chain_malformed_packets_total 1"), "{body}");
     assert!(body.contains("tern_chain_port_rx_dropped_packets_total 0"), "{body}");
     assert!(body.contains("tern_chain_port_tx_dropped_packets_total 0"), "{body}");
+    assert!(body.contains("tern_chain_rss_dropped_packets_total 0"), "{body}");
     if mode != "rtc" {
         // Fair shares, every 20 ms: what the tenant offered (the query and the answer), its share.
         let offered = (f.len() + r.len()) as u64;
@@ -1162,6 +1163,7 @@ fn chain_serve_round_trip(mode: &str) {
     }
     assert_eq!(v["malformed"], 1, "{v}");
     assert_eq!(v["unknown_tenant"], 1, "{v}");
+    assert_eq!(v["rss_dropped"], 0, "{v}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

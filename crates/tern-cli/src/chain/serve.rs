@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -126,7 +127,14 @@ impl Ingress for PortIngress {
 /// `rtc`: core 0 receives and deals each frame to the core its flow hashes to (software RSS);
 /// the other cores take what was dealt them.
 enum RssIngress {
-    Reader { inner: PortIngress, classify: Box<Classify>, to: Vec<rtrb::Producer<Arrival>>, buf: Vec<Arrival> },
+    Reader {
+        inner: PortIngress,
+        classify: Box<Classify>,
+        to: Vec<rtrb::Producer<Arrival>>,
+        buf: Vec<Arrival>,
+        /// Frames dealt to a core whose queue was full, dropped.
+        dropped: Arc<AtomicU64>,
+    },
     Taker(rtrb::Consumer<Arrival>),
 }
 
@@ -141,7 +149,7 @@ impl Ingress for RssIngress {
                     }
                 }
             }
-            RssIngress::Reader { inner, classify, to, buf } => {
+            RssIngress::Reader { inner, classify, to, buf, dropped } => {
                 inner.recv(now, max, buf);
                 let cores = to.len() + 1;
                 for a in buf.drain(..) {
@@ -152,6 +160,7 @@ impl Ingress for RssIngress {
                     } else if let Err(rtrb::PushError::Full(a)) = to[core - 1].push(a) {
                         // That core is behind: the frame is dropped as a full NIC queue drops it.
                         drop(a);
+                        dropped.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
@@ -221,6 +230,8 @@ struct ChainCollector {
     space_shares: Option<Vec<usize>>,
     /// The two ports, for their drops.
     ports: Ports,
+    /// `rtc`: frames dealt to a core whose queue was full.
+    rss_dropped: Arc<AtomicU64>,
 }
 
 /// Each tenant's share at the last epoch (None before the first, or without fairness).
@@ -292,6 +303,12 @@ impl Collector for ChainCollector {
             "tern_chain_port_tx_dropped_packets",
             "Frames the ports could not send, both ports: the kernel refused them (a full queue, longer than the link's MTU).",
             tx_dropped,
+        )?;
+        counter(
+            &mut enc,
+            "tern_chain_rss_dropped_packets",
+            "rtc: frames core 0 dealt to a core whose queue (4096 frames) was full, dropped before any task.",
+            self.rss_dropped.load(Ordering::Relaxed),
         )?;
         let offered = self.limiter.offered();
         let rows: Vec<(Labels, u64)> =
@@ -726,6 +743,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     }
     let stop_http = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let rejected = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let rss_dropped = Arc::new(AtomicU64::new(0));
     if let Some(addr) = a.metrics {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(ChainCollector {
@@ -739,6 +757,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             chain_of: plan.tenants.iter().map(|p| p.chain).collect(),
             space_shares: space.as_ref().map(|s| s.shares()),
             ports: ports.clone(),
+            rss_dropped: rss_dropped.clone(),
         }));
         let (m2, n2, p2, mode) = (monitor.clone(), names.clone(), plan_text.clone(), a.mode);
         let extra: crate::metrics::Extra =
@@ -757,7 +776,13 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             to.push(p);
             takers.push(Box::new(RssIngress::Taker(c)));
         }
-        let reader = RssIngress::Reader { inner: mk_in(), classify: Box::new(rt.classify()), to, buf: Vec::new() };
+        let reader = RssIngress::Reader {
+            inner: mk_in(),
+            classify: Box::new(rt.classify()),
+            to,
+            buf: Vec::new(),
+            dropped: rss_dropped.clone(),
+        };
         std::iter::once(Box::new(reader) as Box<dyn Ingress>).chain(takers).collect()
     } else {
         vec![Box::new(mk_in())]
@@ -891,6 +916,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             })).collect::<Vec<_>>(),
             "unknown_tenant": stats.unknown_tenant,
             "malformed": stats.malformed,
+            "rss_dropped": rss_dropped.load(Ordering::Relaxed),
             "scheduler": {"decisions": stats.decisions, "ns": stats.scheduler_ns},
             "ports": port_stats.iter().map(|(n, p)| json!({"port": n, "rx_packets": p.rx_packets, "tx_packets": p.tx_packets, "dropped": p.rx_dropped + p.tx_dropped})).collect::<Vec<_>>(),
             "wrappers": stats.wrappers,
@@ -898,6 +924,9 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
         print_summary(&names, &stats, &port_stats, started.elapsed());
+        if a.mode == Mode::Rtc {
+            println!("dealt to a full core, dropped: {}", rss_dropped.load(Ordering::Relaxed));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -939,5 +968,51 @@ mod tests {
         assert_eq!(got, (0..n).collect::<Vec<_>>());
         let st = eg.ports[0].lock().unwrap().stats();
         assert_eq!((st.tx_packets, st.tx_dropped), (u64::from(n), 0));
+    }
+
+    /// `rtc`: core 0 deals frames to the core their flow hashes to; one for a core whose queue
+    /// is full is dropped and counted, and the rest are dealt.
+    #[test]
+    fn rss_counts_what_a_full_core_queue_drops() {
+        let pool = Pool::new(1024, 2048);
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = FramePort::open(&format!("udp:127.0.0.1:0={}", tx.local_addr().unwrap()), &pool).unwrap();
+        let at = port.local_addr();
+        let other = FramePort::open(&format!("udp:127.0.0.1:0={}", tx.local_addr().unwrap()), &pool).unwrap();
+        let ports: Ports = Arc::new(vec![Mutex::new(port), Mutex::new(other)]);
+        let tenant = tern_chain::tenant::Tenant::parse(
+            "tenant = \"t\"\ndag = \"fw\"\n[ingress]\nproto = \"udp\"\n[nt.fw]\nkind = \"firewall\"\n",
+        )
+        .unwrap();
+        let mut classify = Classify::new(std::slice::from_ref(&tenant));
+        // Core 1's queue holds one frame.
+        let (to, mut core1) = rtrb::RingBuffer::new(1);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let mut reader = RssIngress::Reader {
+            inner: PortIngress { ports, batch: Batch::new(32), next: 0 },
+            classify: Box::new(classify.clone()),
+            to: vec![to],
+            buf: Vec::new(),
+            dropped: dropped.clone(),
+        };
+        let (mut to_core1, n) = (0, 40u16);
+        for flow in 0..n {
+            let mut f = Vec::new();
+            let (src, dst) = ([10, 0, 0, 1], [10, 0, 0, 2]);
+            tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], src, dst, 1000 + flow, 53, 64, b"x");
+            to_core1 += usize::from(classify.tenant(&f).unwrap().1 % 2 == 1);
+            tx.send_to(&f, at).unwrap();
+        }
+        assert!(to_core1 >= 2, "the flows hash to both cores");
+        let mut out = Vec::new();
+        let until = Instant::now() + Duration::from_secs(2);
+        while out.len() + to_core1.min(1) + (dropped.load(Ordering::Relaxed) as usize) < usize::from(n)
+            && Instant::now() < until
+        {
+            reader.recv(Instant::now(), 32, &mut out);
+        }
+        assert_eq!(out.len(), usize::from(n) - to_core1, "core 0 keeps its own");
+        assert!(core1.pop().is_ok() && core1.pop().is_err(), "core 1 got one");
+        assert_eq!(dropped.load(Ordering::Relaxed) as usize, to_core1 - 1);
     }
 }
