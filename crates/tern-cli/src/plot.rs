@@ -54,6 +54,31 @@ where
         .map_err(|e| e.to_string())
 }
 
+/// Draws one series: a 2-pixel line in `c` named `name` in the legend (its swatch a short
+/// line of the same colour) and, with `marks`, a dot at each point.
+pub(crate) fn line<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    pts: &[(f64, f64)],
+    c: RGBColor,
+    name: impl Into<String>,
+    marks: bool,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: plotters::coord::CoordTranslate<From = (f64, f64)>,
+{
+    chart
+        .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
+        .map_err(|e| e.to_string())?
+        .label(name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+    if marks {
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// One figure: requests/s (left) and p99 latency (right) against `x_label`, one line per series.
 pub(crate) fn figure<DB: DrawingBackend>(
     root: DrawingArea<DB, plotters::coord::Shift>,
@@ -92,13 +117,7 @@ where
             .draw()
             .map_err(err)?;
         for (i, (name, pts)) in series.iter().enumerate() {
-            let c = COLORS[i % COLORS.len()];
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
-                .map_err(err)?
-                .label(name.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
-            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(err)?;
+            line(&mut chart, pts, COLORS[i % COLORS.len()], name.clone(), true)?;
         }
         legend(&mut chart)?;
     }

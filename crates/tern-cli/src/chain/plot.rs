@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use crate::plot::{COLORS, legend, register_font};
+use crate::plot::{COLORS, legend, line, register_font};
 
 /// (tasks, pps by mode, p50 ns by mode): snic, panic, rtc.
 pub type Row = (usize, [f64; 3], [f64; 3]);
@@ -44,14 +44,8 @@ where
             .draw()
             .map_err(err)?;
         for (m, name) in ["snic", "panic", "rtc"].iter().enumerate() {
-            let c = COLORS[m];
             let pts: Vec<(f64, f64)> = rows.iter().map(|r| (r.0 as f64, get(r, m))).collect();
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
-                .map_err(err)?
-                .label(*name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
-            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(err)?;
+            line(&mut chart, &pts, COLORS[m], *name, true)?;
         }
         legend(&mut chart)?;
     }
@@ -181,12 +175,7 @@ where
         ("in service x capacity", f.scaling.iter().map(|b| (b.0, b.3 as f64 * f.instance_pps / 1e3)).collect()),
     ];
     for (i, (name, pts)) in lines.into_iter().enumerate() {
-        let c = COLORS[i];
-        chart
-            .draw_series(LineSeries::new(pts, c.stroke_width(2)))
-            .map_err(err)?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+        line(&mut chart, &pts, COLORS[i], name, false)?;
     }
     legend(&mut chart)?;
     // YCSB.

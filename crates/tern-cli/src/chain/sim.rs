@@ -283,12 +283,8 @@ where
     let y_max = runs.iter().flat_map(|(_, t)| t.iter().map(|s| s.aggregate())).fold(0.0f64, f64::max);
     let mut chart = panel(&panels[1], end, (y_max * 1.2).max(1.0), "aggregate Gbit/s")?;
     for (i, (scheme, t)) in runs.iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
-        chart
-            .draw_series(LineSeries::new(t.iter().map(|s| (s.s, s.aggregate())), c.stroke_width(2)))
-            .map_err(err)?
-            .label(scheme.name())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+        let pts: Vec<(f64, f64)> = t.iter().map(|s| (s.s, s.aggregate())).collect();
+        crate::plot::line(&mut chart, &pts, COLORS[i % COLORS.len()], scheme.name(), false)?;
     }
     legend(&mut chart)?;
     root.present().map_err(err)?;
@@ -337,12 +333,8 @@ where
             .draw()
             .map_err(err)?;
         for (i, (name, g)) in lines.iter().enumerate() {
-            let c = COLORS[i % COLORS.len()];
-            chart
-                .draw_series(LineSeries::new(t.iter().map(|s| (s.ms, g(s))), c.stroke_width(2)))
-                .map_err(err)?
-                .label(*name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+            let pts: Vec<(f64, f64)> = t.iter().map(|s| (s.ms, g(s))).collect();
+            crate::plot::line(&mut chart, &pts, COLORS[i % COLORS.len()], *name, false)?;
         }
         legend(&mut chart)?;
     }

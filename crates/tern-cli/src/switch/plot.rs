@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 use tern_switch::bench::Scaling;
 
-use crate::plot::{COLORS, legend, register_font};
+use crate::plot::{COLORS, legend, line, register_font};
 
 /// (α, ratio over all-server by scheme, pps by scheme): all_server, random, sketch, ideal.
 pub type Row = (f64, [f64; 4], [f64; 4]);
@@ -45,14 +45,8 @@ where
             .draw()
             .map_err(err)?;
         for (s, name) in SCHEMES.iter().enumerate() {
-            let c = COLORS[s];
             let pts: Vec<(f64, f64)> = rows.iter().map(|r| (r.0, get(r, s))).collect();
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
-                .map_err(err)?
-                .label(*name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
-            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(err)?;
+            line(&mut chart, &pts, COLORS[s], *name, true)?;
         }
         legend(&mut chart)?;
     }
@@ -95,11 +89,7 @@ where
         for (s, &c) in COLORS.iter().enumerate().take(3) {
             let pts: Vec<(f64, f64)> =
                 sc.slots.iter().map(|x| (x.slot as f64, (if hm { &x.hash_mod } else { &x.clip })[s] as f64)).collect();
-            chart
-                .draw_series(LineSeries::new(pts, c.stroke_width(2)))
-                .map_err(err)?
-                .label(format!("server {s}"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+            line(&mut chart, &pts, c, format!("server {s}"), false)?;
         }
         legend(&mut chart)?;
     }
@@ -190,13 +180,7 @@ where
                     .filter_map(|r| r.series.iter().find(|s| &s.0 == name).map(|s| (r.frame_bytes as f64, g(s))))
                     .collect()
             };
-            let main = pts(get);
-            chart
-                .draw_series(LineSeries::new(main.iter().copied(), c.stroke_width(2)))
-                .map_err(err)?
-                .label(name.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
-            chart.draw_series(main.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(err)?;
+            line(&mut chart, &pts(get), c, name.clone(), true)?;
             if let Some(g) = get2 {
                 let tail = pts(g);
                 chart.draw_series(DashedLineSeries::new(tail.iter().copied(), 6, 4, c.stroke_width(1))).map_err(err)?;
