@@ -54,6 +54,22 @@ where
         .map_err(|e| e.to_string())
 }
 
+/// A figure's frame: `root` filled white, `title` on top in `size`-point type, and the rest
+/// split into `grid` (rows, columns) panels, left to right, top to bottom.
+pub(crate) fn titled_panels<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+    size: u32,
+    grid: (usize, usize),
+) -> Result<Vec<DrawingArea<DB, plotters::coord::Shift>>, String>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let area = root.titled(title, ("sans-serif", size)).map_err(|e| e.to_string())?;
+    Ok(area.split_evenly(grid))
+}
+
 /// Draws one series: a 2-pixel line in `c` named `name` in the legend (its swatch a short
 /// line of the same colour) and, with `marks`, a dot at each point.
 pub(crate) fn line<'a, DB, CT>(
@@ -91,9 +107,7 @@ where
     DB::ErrorType: 'static,
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(err)?;
-    let root = root.titled(title, ("sans-serif", 20)).map_err(err)?;
-    let panels = root.split_evenly((1, 2));
+    let panels = crate::plot::titled_panels(&root, title, 20, (1, 2))?;
     for (panel, (series, y_label)) in panels.iter().zip([(rps, "requests/s"), (p99, "p99 latency (µs)")]) {
         let xs = series.iter().flat_map(|(_, v)| v.iter().map(|p| p.0));
         let (x_min, x_max) = xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));

@@ -17,11 +17,12 @@ where
     DB::ErrorType: 'static,
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(err)?;
-    let root = root
-        .titled("SuperNIC data path (snic) vs PANIC vs run to completion: chains of dummy tasks", ("sans-serif", 18))
-        .map_err(err)?;
-    let panels = root.split_evenly((1, 2));
+    let panels = crate::plot::titled_panels(
+        &root,
+        "SuperNIC data path (snic) vs PANIC vs run to completion: chains of dummy tasks",
+        18,
+        (1, 2),
+    )?;
     let x_min = rows.iter().map(|r| r.0).min().unwrap_or(1) as f64;
     let x_max = rows.iter().map(|r| r.0).max().unwrap_or(2) as f64;
     let panel_defs: [(&str, Get); 2] =
@@ -138,9 +139,7 @@ where
     DB::ErrorType: 'static,
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(err)?;
-    let root = root.titled("SuperNIC §5.3–5.4 on real traffic (2 cores)", ("sans-serif", 18)).map_err(err)?;
-    let panels = root.split_evenly((1, 3));
+    let panels = crate::plot::titled_panels(&root, "SuperNIC §5.3–5.4 on real traffic (2 cores)", 18, (1, 3))?;
     // Allocations: aggregate over capacity, by case and scheme.
     let mut cases: Vec<(String, Vec<(String, f64)>)> = Vec::new();
     for (case, scheme, v) in &f.allocations {

@@ -257,11 +257,12 @@ where
     DB::ErrorType: 'static,
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(err)?;
-    let root = root
-        .titled("SIMULATION: SuperNIC Figures 16-17, two users under Static, DRF and sNIC", ("sans-serif", 18))
-        .map_err(err)?;
-    let panels = root.split_evenly((1, 2));
+    let panels = crate::plot::titled_panels(
+        &root,
+        "SIMULATION: SuperNIC Figures 16-17, two users under Static, DRF and sNIC",
+        18,
+        (1, 2),
+    )?;
     let end = runs.iter().filter_map(|(_, t)| t.last()).map(|s| s.s).fold(1.0, f64::max);
     // Figure 16: each user's dominant share (user 1 solid, user 2 dashed).
     let mut chart = panel(&panels[0], end, 1.0, "dominant share")?;
@@ -306,10 +307,8 @@ where
     DB::ErrorType: 'static,
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(err)?;
-    let root =
-        root.titled("SIMULATION: SuperNIC Figure 15, autoscaling with pre-launch", ("sans-serif", 18)).map_err(err)?;
-    let panels = root.split_evenly((1, 2));
+    let panels =
+        crate::plot::titled_panels(&root, "SIMULATION: SuperNIC Figure 15, autoscaling with pre-launch", 18, (1, 2))?;
     let end = t.last().map_or(1.0, |s| s.ms);
     type Get = fn(&Sample) -> f64;
     let defs: [(&str, Vec<(&str, Get)>); 2] = [

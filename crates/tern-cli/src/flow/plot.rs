@@ -22,11 +22,9 @@ where
     DB::ErrorType: 'static,
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(err)?;
     let ratios: Vec<String> = sizes.iter().map(|s| format!("{} B: {:.2}x", s.0, s.1)).collect();
     let title = format!("AccelSDP switch: cached fast path vs slow path only ({})", ratios.join(", "));
-    let root = root.titled(&title, ("sans-serif", 18)).map_err(err)?;
-    let panels = root.split_evenly((1, 2));
+    let panels = crate::plot::titled_panels(&root, &title, 18, (1, 2))?;
     // One bar per (frame size, path): fast at 2i, slow at 2i + 1.
     let bars: Vec<(u32, f64, String)> = sizes
         .iter()

@@ -19,10 +19,8 @@ where
     DB::ErrorType: 'static,
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(err)?;
-    let root =
-        root.titled("CLIP heavy-hitter offload: SNAT, 64 B frames, 10^4 flows", ("sans-serif", 18)).map_err(err)?;
-    let panels = root.split_evenly((1, 2));
+    let panels =
+        crate::plot::titled_panels(&root, "CLIP heavy-hitter offload: SNAT, 64 B frames, 10^4 flows", 18, (1, 2))?;
     let x_min = rows.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
     let x_max = rows.iter().map(|r| r.0).fold(f64::NEG_INFINITY, f64::max);
     let (x_min, x_max) = if x_min < x_max { (x_min - 0.05, x_max + 0.05) } else { (x_min - 0.5, x_min + 0.5) };
@@ -59,13 +57,11 @@ where
     DB::ErrorType: 'static,
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(err)?;
     let title = format!(
         "Group {{0}} -> {{0,1}} -> {{0,1,2}} -> {{1,2}} at slots 10, 20, 30: flows moved CLIP {}, hash-mod {}",
         sc.flows_moved, sc.flows_moved_hash_mod
     );
-    let root = root.titled(&title, ("sans-serif", 16)).map_err(err)?;
-    let panels = root.split_evenly((1, 2));
+    let panels = crate::plot::titled_panels(&root, &title, 16, (1, 2))?;
     let y_max = sc.slots.iter().flat_map(|s| s.clip.iter().chain(&s.hash_mod)).copied().max().unwrap_or(1) as f64;
     let n = sc.slots.len() as f64;
     for (panel, (name, hm)) in
@@ -134,11 +130,12 @@ where
     DB::ErrorType: 'static,
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(err)?;
-    let root = root
-        .titled("CLIP SNAT on veth (Figure 5): switch only, via servers, and Linux netfilter", ("sans-serif", 18))
-        .map_err(err)?;
-    let panels = root.split_evenly((1, 2));
+    let panels = crate::plot::titled_panels(
+        &root,
+        "CLIP SNAT on veth (Figure 5): switch only, via servers, and Linux netfilter",
+        18,
+        (1, 2),
+    )?;
     let mut names: Vec<String> = Vec::new();
     for r in rows {
         for s in &r.series {
