@@ -2,6 +2,8 @@
 //! saturated, alternating, with the cores' round trip before each round: a probe for the
 //! chain-length case of `tern bench chain` (run under `perf` or alone).
 //! `cargo run --release -p tern-chain --example chain_len -- [ROUNDS] [TASKS] [MODES...]`
+//! (`VERBOSE=1`: also each instance's packets, batch size and first task's ns a packet;
+//! `INSTANCES=N`: N chain instances rather than one a core).
 use std::time::Duration;
 use tern_chain::bench::{self, Load};
 use tern_chain::plan;
@@ -13,6 +15,7 @@ fn main() -> Result<(), String> {
     let len: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(4);
     let modes: Vec<Mode> = args.iter().skip(2).filter_map(|s| s.parse().ok()).collect();
     let modes = if modes.is_empty() { vec![Mode::Snic, Mode::Rtc] } else { modes };
+    let verbose = std::env::var_os("VERBOSE").is_some();
     let profile = tern_hw::Profile::builtin("supernic-htg9200").map_err(|e| e.to_string())?;
     let model = tern_hw::chain::ChainModel::from_profile(&profile).map_err(|e| e.to_string())?;
     let t = vec![bench::dummy_chain(len, 100)];
@@ -27,10 +30,25 @@ fn main() -> Result<(), String> {
         let mut line = format!("rtt {rtt:.0} ns:");
         let mut pps = Vec::new();
         for &m in &modes {
-            let cfg = Config { mode: m, cores: 2, pin: true, ..Config::default() };
-            let (ph, _) = bench::measure(&t, &p, cfg, &frames, load)?;
+            let instances = std::env::var("INSTANCES").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+            let cfg = Config { mode: m, cores: 2, pin: true, instances, ..Config::default() };
+            let (ph, st) = bench::measure(&t, &p, cfg, &frames, load)?;
             line +=
                 &format!(" {}: {:.2} Mpps (scheduler {:.0} ns)", m.name(), ph.pps / 1e6, ph.scheduler_ns_per_decision);
+            if verbose {
+                line += &format!(" credit waits {}", st.credit_waits);
+                // Each instance's first task: its packets, batch size and ns a packet.
+                for w in st.wrappers.iter().filter(|w| w.position == 0) {
+                    line += &format!(
+                        "\n    {} i{}: {} pkts, {:.1}/batch, {:.0} ns/pkt",
+                        m.name(),
+                        w.instance,
+                        w.packets,
+                        w.packets as f64 / w.batches.max(1) as f64,
+                        w.ns as f64 / w.packets.max(1) as f64
+                    );
+                }
+            }
             pps.push(ph.pps);
         }
         if let [a, b] = pps[..] {
