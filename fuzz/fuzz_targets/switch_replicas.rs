@@ -3,7 +3,8 @@
 //! records for the SNAT's and TCP retransmission detection's `adopt_replica` or `take_back`
 //! (the records so far as one hand-back), with TCP segments through the detector between them. Nothing may panic; a
 //! record is adopted or refused by name; the detector never tracks more than its capacity, and
-//! every index it hands out is of its own slice and held by one direction at a time.
+//! every index it hands out is of its own slice and held by one direction at a time; what each
+//! hands back (read from what it adopted) is what a walk of its table finds.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -62,5 +63,45 @@ fuzz_target!(|data: &[u8]| {
         held.dedup();
         assert_eq!(held.len(), n, "an index of this slice held twice");
         assert_eq!(n + t.free(), 8, "this slice's indices: held or free, each once");
+        // What each hands back (read from what it adopted) is what a walk of its table finds:
+        // the entries holding another server's register or public pair.
+        let mut out = Vec::new();
+        trd.hand_back(&mut out);
+        let mut got: Vec<Vec<u8>> = out.iter().map(|r| r[1..17].to_vec()).collect();
+        got.sort();
+        let t = trd.trd();
+        let mut walk: Vec<Vec<u8>> = t
+            .directions()
+            .filter_map(|(d, i, _)| i.filter(|&i| !t.owns(i)).map(|i| (d, i)))
+            .map(|(d, i)| {
+                [&d.0.to_be_bytes()[..], &d.1.to_be_bytes(), &d.2.to_be_bytes(), &d.3.to_be_bytes(), &i.to_be_bytes()]
+                    .concat()
+            })
+            .collect();
+        walk.sort();
+        assert_eq!(got, walk, "the detector's hand-back");
+        let mut out = Vec::new();
+        snat.hand_back(&mut out);
+        let mut got: Vec<Vec<u8>> = out.iter().map(|r| r[..13].to_vec()).collect();
+        got.sort();
+        let own = u32::from(std::net::Ipv4Addr::new(192, 0, 2, 2));
+        let mut walk: Vec<Vec<u8>> = snat
+            .nat()
+            .connections(0)
+            .filter(|c| c.public.0 != own)
+            .map(|c| {
+                let o = c.orig;
+                [
+                    &[o.proto][..],
+                    &o.src.to_be_bytes(),
+                    &o.sport.to_be_bytes(),
+                    &o.dst.to_be_bytes(),
+                    &o.dport.to_be_bytes(),
+                ]
+                .concat()
+            })
+            .collect();
+        walk.sort();
+        assert_eq!(got, walk, "the SNAT's hand-back");
     }
 });

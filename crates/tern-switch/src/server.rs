@@ -49,7 +49,7 @@ pub trait RemoteHandler: Send {
     /// server made (adopted here in a failover: another's public pair, another's register):
     /// what that server, come back, takes back so that it gives out none of what they hold.
     /// None by default.
-    fn hand_back(&self, out: &mut Vec<Vec<u8>>) {
+    fn hand_back(&mut self, out: &mut Vec<Vec<u8>>) {
         let _ = out;
     }
     /// Takes back at `now_ns` what its buddy handed back (all of it, each time it asks): of the
@@ -196,7 +196,7 @@ impl Server {
 
     /// The records of entries adopted here from other servers, for each to take back its own
     /// when it comes back ([`RemoteHandler::hand_back`]).
-    pub fn hand_back(&self) -> Vec<Vec<u8>> {
+    pub fn hand_back(&mut self) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         self.handler.hand_back(&mut out);
         out
@@ -298,6 +298,16 @@ pub struct Snat {
     fresh: Vec<Tuple>,
     /// Connections its buddy handed back at the last `take_back` that it did not hold itself.
     taken_back: hashbrown::HashSet<Tuple>,
+    /// Connections adopted from replicas with another server's public pair: what `hand_back`
+    /// reads (not the whole table). A key whose connection is gone, or is now this server's
+    /// own, is dropped when next read.
+    adopted: hashbrown::HashSet<Tuple>,
+}
+
+/// Whether public pair `p` is the server of `cfg`'s to give out: one of its addresses, a port
+/// (or ICMP id) of its slice.
+fn owns(cfg: &NatConfig, p: (u32, u16)) -> bool {
+    cfg.addrs.contains(&p.0) && p.1 % cfg.slices.max(1) == cfg.slice
 }
 
 /// A replica record's bytes.
@@ -347,13 +357,18 @@ impl Snat {
     /// Whether public pair `p` is this server's to give out: one of its addresses, a port (or
     /// ICMP id) of its slice.
     fn owns(&self, p: (u32, u16)) -> bool {
-        let cfg = self.nat.config();
-        cfg.addrs.contains(&p.0) && p.1 % cfg.slices.max(1) == cfg.slice
+        owns(self.nat.config(), p)
+    }
+
+    /// Drops the adopted keys whose connection is gone or is this server's own now.
+    fn prune_adopted(&mut self) {
+        let Snat { nat, adopted, .. } = self;
+        adopted.retain(|t| nat.get(t, 0).is_some_and(|c| !owns(nat.config(), c.public)));
     }
 
     /// A SNAT with `cfg`.
     pub fn new(cfg: NatConfig) -> Result<Snat, String> {
-        Ok(Snat { nat: Nat::new(cfg)?, fresh: Vec::new(), taken_back: Default::default() })
+        Ok(Snat { nat: Nat::new(cfg)?, fresh: Vec::new(), taken_back: Default::default(), adopted: Default::default() })
     }
 
     /// Server `index`'s SNAT: its own address 192.0.2.`index+1`, every port (docs/clip.md).
@@ -442,9 +457,11 @@ impl RemoteHandler for Snat {
     }
 
     /// Connections whose public pair is not this server's (another address, or a port of
-    /// another slice): adopted from another server.
-    fn hand_back(&self, out: &mut Vec<Vec<u8>>) {
-        out.extend(self.nat.connections(0).filter(|c| !self.owns(c.public)).map(|c| snat_record(&c)));
+    /// another slice): adopted from another server. Reads the adopted ones only, not the
+    /// table.
+    fn hand_back(&mut self, out: &mut Vec<Vec<u8>>) {
+        self.prune_adopted();
+        out.extend(self.adopted.iter().filter_map(|t| self.nat.get(t, 0)).map(|c| snat_record(&c)));
     }
 
     /// Its own connections adopted (one taken back before kept, its timeout restarted; one it
@@ -478,7 +495,15 @@ impl RemoteHandler for Snat {
     /// its first packet only; netfilter's loose pick-up does the same).
     fn adopt_replica(&mut self, now_ns: u64, r: &[u8]) -> Result<(), &'static str> {
         let c = self.connection_of(now_ns, r)?;
-        self.nat.adopt(c)
+        self.nat.adopt(c)?;
+        if !self.owns(c.public) {
+            self.adopted.insert(c.orig);
+            // Keys of connections gone since do not pile up: at most about twice the table.
+            if self.adopted.len() > 2 * self.nat.len() + 1024 {
+                self.prune_adopted();
+            }
+        }
+        Ok(())
     }
 
     fn dump(&self, max: usize) -> Vec<(String, String)> {
@@ -620,13 +645,8 @@ impl RemoteHandler for TrdHandler {
     }
 
     /// Directions holding a register of another server's slice: adopted from it.
-    fn hand_back(&self, out: &mut Vec<Vec<u8>>) {
-        out.extend(
-            self.trd
-                .directions()
-                .filter(|&(_, index, _)| index.is_some_and(|i| !self.trd.owns(i)))
-                .map(|(d, index, highest)| trd_record(TRD_OPENED, &d, index, highest)),
-        );
+    fn hand_back(&mut self, out: &mut Vec<Vec<u8>>) {
+        out.extend(self.trd.adopted().map(|(d, index, highest)| trd_record(TRD_OPENED, &d, Some(index), highest)));
     }
 
     /// The directions holding registers of this server's slice are held here (those registers

@@ -105,8 +105,8 @@ pub struct Trd {
     cfg: TrdConfig,
     free: Vec<u32>,
     conns: HashMap<Direction, Conn>,
-    /// Indices of other servers' slices held by adopted directions.
-    foreign: std::collections::HashSet<u32>,
+    /// Indices of other servers' slices held by adopted directions, and the direction each.
+    foreign: std::collections::HashMap<u32, Direction>,
     pub counters: TrdCounters,
 }
 
@@ -184,6 +184,12 @@ impl Trd {
         self.conns.iter().map(|(d, c)| (*d, c.index, c.highest))
     }
 
+    /// The directions adopted with another server's register: (direction, index, highest end);
+    /// as many as there are, not the table.
+    pub fn adopted(&self) -> impl Iterator<Item = (Direction, u32, u32)> + '_ {
+        self.foreign.iter().filter_map(|(&i, d)| self.conns.get(d).map(|c| (*d, i, c.highest)))
+    }
+
     /// Whether `index` is of this server's slice.
     pub fn owns(&self, index: u32) -> bool {
         index < self.cfg.registers && index % u32::from(self.cfg.slices) == u32::from(self.cfg.slice)
@@ -209,7 +215,9 @@ impl Trd {
                 // Ours after all (a direction handed back while we were away): only if free.
                 let Some(at) = self.free.iter().position(|&f| f == i) else { return Err("record_index_held") };
                 self.free.remove(at);
-            } else if !self.foreign.insert(i) {
+            } else if let std::collections::hash_map::Entry::Vacant(e) = self.foreign.entry(i) {
+                e.insert(dir);
+            } else {
                 return Err("record_index_held");
             }
         }

@@ -354,3 +354,85 @@ fn a_server_that_comes_back_takes_its_public_pairs_back() {
     assert_eq!(b.nat().len(), 2);
     assert_eq!(back.take_back(0, &[vec![0; 5]]), 1);
 }
+
+/// What a server hands back is read from its adopted connections alone (not its whole table):
+/// the same connections as a walk of the table for those with another server's public pair,
+/// as flows come and go, replicas arrive from two other servers and connections expire.
+mod hand_back_twin {
+    use super::*;
+    use proptest::prelude::*;
+    use tern_switch::server::RemoteHandler;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A flow of B's own (source host, port) at the current time.
+        Local(u8, u16),
+        /// A flow at server A or C, its replica adopted by B.
+        Adopt(bool, u8, u16),
+        /// Time passes (seconds): UDP connections time out after 30 s unreplied.
+        Tick(u16),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (1u8..20, 1000u16..1040).prop_map(|(h, p)| Op::Local(h, p)),
+            (any::<bool>(), 1u8..20, 1000u16..1040).prop_map(|(c, h, p)| Op::Adopt(c, h, p)),
+            (0u16..40).prop_map(Op::Tick),
+        ]
+    }
+
+    fn flow(h: &mut Snat, now: u64, src: [u8; 4], sport: u16) {
+        let mut l3 = udp(src, REMOTE, sport, 53)[14..].to_vec();
+        let _ = h.handle(now, 0, &mut l3, &[0; 9], &mut [0u8; 7]);
+    }
+
+    /// The original tuples in records (their first 13 bytes), sorted.
+    fn tuples(records: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let mut v: Vec<Vec<u8>> = records.iter().map(|r| r[..13].to_vec()).collect();
+        v.sort();
+        v
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn hand_back_reads_what_a_table_walk_finds(ops in prop::collection::vec(op(), 1..120)) {
+            let (mut a, mut b, mut c) =
+                (Snat::for_server(0).unwrap(), Snat::for_server(1).unwrap(), Snat::for_server(2).unwrap());
+            let own = u32::from(Ipv4Addr::new(192, 0, 2, 2));
+            let mut now = 1u64;
+            for o in ops {
+                match o {
+                    Op::Local(h, p) => flow(&mut b, now, [10, 0, 1, h], p),
+                    Op::Adopt(at_c, h, p) => {
+                        let other = if at_c { &mut c } else { &mut a };
+                        flow(other, now, [10, 0, 1, h], p);
+                        let mut records = Vec::new();
+                        other.take_new(&mut records);
+                        for r in &records {
+                            let _ = b.adopt_replica(now, r);
+                        }
+                    }
+                    Op::Tick(s) => now += u64::from(s) * 1_000_000_000,
+                }
+                let mut handed = Vec::new();
+                b.hand_back(&mut handed);
+                let walk: Vec<Vec<u8>> = b
+                    .nat()
+                    .connections(0)
+                    .filter(|c| c.public.0 != own)
+                    .map(|c| {
+                        let t = c.orig;
+                        let mut r = vec![t.proto];
+                        r.extend_from_slice(&t.src.to_be_bytes());
+                        r.extend_from_slice(&t.sport.to_be_bytes());
+                        r.extend_from_slice(&t.dst.to_be_bytes());
+                        r.extend_from_slice(&t.dport.to_be_bytes());
+                        r
+                    })
+                    .collect();
+                prop_assert_eq!(tuples(&handed), tuples(&walk));
+            }
+        }
+    }
+}

@@ -310,3 +310,77 @@ fn a_server_that_comes_back_takes_its_registers_back() {
     assert_eq!(back.take_back(0, &[vec![1, 2, 3]]), 1);
     assert_eq!(back.trd().len(), held);
 }
+
+/// What a server hands back is read from its directions with another server's register alone
+/// (not its whole table): the same directions, registers and highest ends as a walk of the
+/// table, as directions open and close here and at two other servers whose replicas (opens
+/// and closes) this one adopts.
+mod hand_back_twin {
+    use super::*;
+    use proptest::prelude::*;
+    use tern_switch::server::{RemoteHandler, TrdHandler};
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A segment at B (its own direction, or one it adopted): SYN, or FIN.
+        AtB(u8, bool),
+        /// A segment at server A or C (which replicate to B): SYN, or FIN.
+        Elsewhere(bool, u8, bool),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u8..12, any::<bool>()).prop_map(|(f, fin)| Op::AtB(f, fin)),
+            (any::<bool>(), 0u8..12, any::<bool>()).prop_map(|(c, f, fin)| Op::Elsewhere(c, f, fin)),
+        ]
+    }
+
+    fn segment(h: &mut TrdHandler, f: u8, fin: bool) {
+        let flags = if fin { FIN | ACK } else { SYN };
+        let s = tcp([10, 0, 0, 1], [9, 9, 9, 9], 1000 + u16::from(f), 80, 100, flags, b"");
+        let _ = h.handle(0, 0, &mut s[14..].to_vec(), &[], &mut [0u8; 9]);
+    }
+
+    /// An opened record's direction, register and highest end (docs/clip.md's layout).
+    fn read(r: &[u8]) -> ((u32, u32, u16, u16), u32, u32) {
+        let u32_at = |i: usize| u32::from_be_bytes(r[i..i + 4].try_into().unwrap());
+        let u16_at = |i: usize| u16::from_be_bytes(r[i..i + 2].try_into().unwrap());
+        ((u32_at(1), u32_at(5), u16_at(9), u16_at(11)), u32_at(13), u32_at(17))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn hand_back_reads_what_a_table_walk_finds(ops in prop::collection::vec(op(), 1..150)) {
+            let cfg = |slice| TrdConfig { registers: 12, slice, slices: 3, capacity: 10 };
+            let (mut a, mut b, mut c) =
+                (TrdHandler::new(cfg(0)).unwrap(), TrdHandler::new(cfg(1)).unwrap(), TrdHandler::new(cfg(2)).unwrap());
+            for o in ops {
+                match o {
+                    Op::AtB(f, fin) => segment(&mut b, f, fin),
+                    Op::Elsewhere(at_c, f, fin) => {
+                        let other = if at_c { &mut c } else { &mut a };
+                        segment(other, f, fin);
+                        let mut records = Vec::new();
+                        other.take_new(&mut records);
+                        for r in &records {
+                            let _ = b.adopt_replica(0, r);
+                        }
+                    }
+                }
+                let mut handed = Vec::new();
+                b.hand_back(&mut handed);
+                prop_assert!(handed.iter().all(|r| r[0] == 1 && r.len() == 21), "opened records only");
+                let mut got: Vec<_> = handed.iter().map(|r| read(r)).collect();
+                got.sort();
+                let mut walk: Vec<_> = b
+                    .trd()
+                    .directions()
+                    .filter_map(|(d, index, highest)| index.filter(|&i| !b.trd().owns(i)).map(|i| (d, i, highest)))
+                    .collect();
+                walk.sort();
+                prop_assert_eq!(got, walk);
+            }
+        }
+    }
+}
