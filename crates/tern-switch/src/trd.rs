@@ -99,11 +99,63 @@ struct Conn {
     highest: u32,
 }
 
+/// A server's free register indices: a stack (the next handed out is the last given back,
+/// lowest first at the start) from which one may also be taken by value in constant time (a
+/// direction handed back with an index of this slice): such an index stays in the stack,
+/// dead, and is skipped when it comes up.
+#[derive(Debug)]
+struct FreeIndices {
+    stack: Vec<u32>,
+    live: std::collections::HashSet<u32>,
+}
+
+impl FreeIndices {
+    fn new(stack: Vec<u32>) -> FreeIndices {
+        let live = stack.iter().copied().collect();
+        FreeIndices { stack, live }
+    }
+
+    fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    fn pop(&mut self) -> Option<u32> {
+        while let Some(i) = self.stack.pop() {
+            if self.live.remove(&i) {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    fn push(&mut self, i: u32) {
+        if self.live.insert(i) {
+            self.stack.push(i);
+        }
+        // A push compacts the stack once dead entries pile up (more than the live ones and 64):
+        // it never grows past its start or about twice the indices free.
+        if self.stack.len() > 2 * self.live.len() + 64 {
+            let mut seen = std::collections::HashSet::new();
+            let live = &self.live;
+            // The last copy of each live index keeps its place.
+            let mut kept: Vec<u32> =
+                self.stack.iter().rev().filter(|i| live.contains(i) && seen.insert(**i)).copied().collect();
+            kept.reverse();
+            self.stack = kept;
+        }
+    }
+
+    /// Takes index `i` if it is free.
+    fn take(&mut self, i: u32) -> bool {
+        self.live.remove(&i)
+    }
+}
+
 /// A server's directions and its free register indices.
 #[derive(Debug)]
 pub struct Trd {
     cfg: TrdConfig,
-    free: Vec<u32>,
+    free: FreeIndices,
     conns: HashMap<Direction, Conn>,
     /// Indices of other servers' slices held by adopted directions, and the direction each.
     foreign: std::collections::HashMap<u32, Direction>,
@@ -146,8 +198,9 @@ impl Trd {
             ));
         }
         // Handed out lowest first.
-        let free: Vec<u32> =
-            (0..cfg.registers).filter(|i| i % u32::from(cfg.slices) == u32::from(cfg.slice)).rev().collect();
+        let free = FreeIndices::new(
+            (0..cfg.registers).filter(|i| i % u32::from(cfg.slices) == u32::from(cfg.slice)).rev().collect(),
+        );
         Ok(Trd { cfg, free, conns: HashMap::new(), foreign: Default::default(), counters: TrdCounters::default() })
     }
 
@@ -213,8 +266,9 @@ impl Trd {
             }
             if self.owns(i) {
                 // Ours after all (a direction handed back while we were away): only if free.
-                let Some(at) = self.free.iter().position(|&f| f == i) else { return Err("record_index_held") };
-                self.free.remove(at);
+                if !self.free.take(i) {
+                    return Err("record_index_held");
+                }
             } else if let std::collections::hash_map::Entry::Vacant(e) = self.foreign.entry(i) {
                 e.insert(dir);
             } else {
@@ -295,6 +349,69 @@ impl Trd {
             None => {
                 self.counters.no_index += 1;
                 Ok(Answer::Checked { retransmission: false })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FreeIndices;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Pop,
+        Push(u32),
+        Take(u32),
+    }
+
+    proptest! {
+        /// The free indices against their simple twin, a vector searched for a taken index:
+        /// the same indices free after any run of pops, pushes of indices not free, and takes;
+        /// while nothing was taken by value, handed out in the same order.
+        #[test]
+        fn free_indices_agree_with_a_plain_stack(
+            ops in prop::collection::vec(
+                prop_oneof![Just(Op::Pop), (0u32..12).prop_map(Op::Push), (0u32..12).prop_map(Op::Take)],
+                0..300,
+            )
+        ) {
+            let start: Vec<u32> = (0..8).rev().collect();
+            let (mut f, mut twin) = (FreeIndices::new(start.clone()), start);
+            let mut took = false;
+            for o in ops {
+                match o {
+                    Op::Pop => {
+                        let got = f.pop();
+                        if took {
+                            prop_assert_eq!(got.is_some(), !twin.is_empty());
+                            if let Some(i) = got {
+                                let at = twin.iter().position(|&x| x == i);
+                                prop_assert!(at.is_some(), "{} was not free", i);
+                                twin.remove(at.unwrap_or(0));
+                            }
+                        } else {
+                            prop_assert_eq!(got, twin.pop());
+                        }
+                    }
+                    // Only an index not free is given back (as the detector does).
+                    Op::Push(i) if !twin.contains(&i) => {
+                        f.push(i);
+                        twin.push(i);
+                    }
+                    Op::Push(_) => {}
+                    Op::Take(i) => {
+                        let at = twin.iter().position(|&x| x == i);
+                        prop_assert_eq!(f.take(i), at.is_some());
+                        if let Some(at) = at {
+                            twin.remove(at);
+                            took = true;
+                        }
+                    }
+                }
+                prop_assert_eq!(f.len(), twin.len());
+                prop_assert!(f.stack.len() <= 2 * f.len() + 64 + 1);
             }
         }
     }
