@@ -72,6 +72,13 @@ up() {
     ip -n "tern-s$s" link set mgmt up
   done
   for l in ternp1 ternp2 ternd0 ternd1 ternib; do echo 1 > "/proc/sys/net/ipv6/conf/$l/disable_ipv6"; done
+  # Each host's flows on one core where its frames first arrive (RPS over all cores), as a
+  # NIC's RSS does: a veth queues a frame on the core that sent it, and a connection sending
+  # from two cores could reach the switch out of order (which TCP retransmission detection
+  # counts as retransmissions).
+  cores=$(nproc); [ "$cores" -gt 32 ] && cores=32
+  all=$(printf '%x' $(( (1 << cores) - 1 )))
+  for l in ternv1 ternv2 ternp2; do echo "$all" > "/sys/class/net/$l/queues/rx-0/rps_cpus"; done
   cat > "$dir/serve.toml" <<EOF
 program = "$here/snat.toml"
 ports = ["afpacket:ternp1", "afpacket:ternp2", "afpacket:ternd0", "afpacket:ternd1"]

@@ -56,7 +56,7 @@ fuzz_target!(|data: &[u8]| {
         }
         assert!(trd.taken_back() <= trd.trd().len());
         let t = trd.trd();
-        assert!(t.len() <= cfg.capacity);
+        assert!(t.len() <= cfg.capacity && t.closed() <= cfg.capacity);
         let mut held: Vec<u32> = t.directions().filter_map(|d| d.1).filter(|&i| t.owns(i)).collect();
         let n = held.len();
         held.sort_unstable();

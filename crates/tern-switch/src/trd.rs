@@ -159,6 +159,15 @@ pub struct Trd {
     conns: HashMap<Direction, Conn>,
     /// Indices of other servers' slices held by adopted directions, and the direction each.
     foreign: std::collections::HashMap<u32, Direction>,
+    /// Directions that ended here (a FIN or RST), with the end of their sequence space: a
+    /// segment of one that comes again (a FIN whose acknowledgement was lost, data before it)
+    /// is a retransmission, not a new direction. At most `capacity` of them, the oldest
+    /// forgotten first: each with the stamp of its place in `closed_order`, the order they
+    /// ended in (a direction that opens again is forgotten here; its place stays behind, stale,
+    /// and is dropped in its turn).
+    closed: HashMap<Direction, (u32, u64)>,
+    closed_order: std::collections::VecDeque<(Direction, u64)>,
+    closed_stamp: u64,
     pub counters: TrdCounters,
 }
 
@@ -201,7 +210,16 @@ impl Trd {
         let free = FreeIndices::new(
             (0..cfg.registers).filter(|i| i % u32::from(cfg.slices) == u32::from(cfg.slice)).rev().collect(),
         );
-        Ok(Trd { cfg, free, conns: HashMap::new(), foreign: Default::default(), counters: TrdCounters::default() })
+        Ok(Trd {
+            cfg,
+            free,
+            conns: HashMap::new(),
+            foreign: Default::default(),
+            closed: HashMap::new(),
+            closed_order: Default::default(),
+            closed_stamp: 0,
+            counters: TrdCounters::default(),
+        })
     }
 
     pub fn config(&self) -> TrdConfig {
@@ -241,6 +259,24 @@ impl Trd {
     /// as many as there are, not the table.
     pub fn adopted(&self) -> impl Iterator<Item = (Direction, u32, u32)> + '_ {
         self.foreign.iter().filter_map(|(&i, d)| self.conns.get(d).map(|c| (*d, i, c.highest)))
+    }
+
+    /// Remembers that `dir` ended with `end` (the oldest forgotten beyond the capacity).
+    fn remember_closed(&mut self, dir: Direction, end: u32) {
+        self.closed_stamp += 1;
+        self.closed.insert(dir, (end, self.closed_stamp));
+        self.closed_order.push_back((dir, self.closed_stamp));
+        while self.closed_order.len() > self.cfg.capacity.max(1) {
+            let Some((old, stamp)) = self.closed_order.pop_front() else { break };
+            if self.closed.get(&old).is_some_and(|&(_, s)| s == stamp) {
+                self.closed.remove(&old);
+            }
+        }
+    }
+
+    /// Directions remembered as ended here (at most the capacity).
+    pub fn closed(&self) -> usize {
+        self.closed.len()
     }
 
     /// Whether `index` is of this server's slice.
@@ -314,6 +350,7 @@ impl Trd {
             self.counters.retransmissions += u64::from(retransmission);
             if flags & (FIN | RST) != 0 {
                 let c = self.conns.remove(&dir).expect("present");
+                self.remember_closed(dir, c.highest);
                 if let Some(index) = c.index {
                     // An index of another server's slice (a direction adopted from a failed
                     // server) goes back to no one: its slice is that server's.
@@ -328,11 +365,22 @@ impl Trd {
             }
             return Ok(Answer::Checked { retransmission });
         }
+        if flags & SYN == 0
+            && let Some(&(last, _)) = self.closed.get(&dir)
+            && !after(end, last)
+        {
+            // A segment of a direction that ended here, within what it had sent: sent again.
+            self.counters.checked += 1;
+            self.counters.retransmissions += 1;
+            return Ok(Answer::Checked { retransmission: true });
+        }
         if flags & (FIN | RST) != 0 {
             // The end of a direction never seen: nothing to hold.
             self.counters.checked += 1;
             return Ok(Answer::Checked { retransmission: false });
         }
+        // A new direction: whatever ended under its addresses and ports before is over.
+        self.closed.remove(&dir);
         if self.conns.len() >= self.cfg.capacity {
             self.counters.table_full += 1;
             return Err(TrdDrop::TableFull);

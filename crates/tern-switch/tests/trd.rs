@@ -136,6 +136,45 @@ fn retransmissions_under_loss_match_the_senders_counts() {
     assert_eq!(handler_count(&c, "no_index"), 0);
 }
 
+/// A direction that ended here (its FIN released its register) and whose FIN or data comes
+/// again — the other end's acknowledgement was lost — is a retransmission, counted, not a new
+/// direction holding a register; a SYN on the same addresses and ports is a new connection.
+/// The ended directions remembered are bounded by the capacity, the oldest forgotten first.
+#[test]
+fn a_fin_or_data_sent_again_after_the_close_is_a_retransmission() {
+    let cfg = TrdConfig { registers: 8, slice: 0, slices: 1, capacity: 2 };
+    let mut t = Trd::new(cfg).unwrap();
+    let seg = |port: u16, seq: u32, flags: u8, n: usize| {
+        tcp([10, 0, 0, 1], [9, 9, 9, 9], port, 80, seq, flags, &vec![0u8; n])
+    };
+    assert!(matches!(t.handle(ip(&seg(1000, 100, SYN, 0))).unwrap(), Answer::Allocated { index: 0, .. }));
+    assert_eq!(t.handle(ip(&seg(1000, 101, ACK, 50))).unwrap(), Answer::Checked { retransmission: false });
+    assert_eq!(t.handle(ip(&seg(1000, 151, FIN | ACK, 0))).unwrap(), Answer::Released { index: 0 });
+    assert_eq!((t.len(), t.closed()), (0, 1));
+    // The FIN again, then the data before it again: both retransmissions, nothing opened.
+    assert_eq!(t.handle(ip(&seg(1000, 151, FIN | ACK, 0))).unwrap(), Answer::Checked { retransmission: true });
+    assert_eq!(t.handle(ip(&seg(1000, 101, ACK, 50))).unwrap(), Answer::Checked { retransmission: true });
+    assert_eq!((t.len(), t.counters.retransmissions, t.counters.opened), (0, 2, 1));
+    // A new connection on the same ports (its SYN): opened, the old end forgotten.
+    assert!(matches!(t.handle(ip(&seg(1000, 9000, SYN, 0))).unwrap(), Answer::Allocated { index: 0, .. }));
+    assert_eq!((t.len(), t.closed()), (1, 0));
+    assert_eq!(t.handle(ip(&seg(1000, 9001, RST, 0))).unwrap(), Answer::Released { index: 0 });
+    // Three more close: two remembered at most, the oldest (port 1000) forgotten first.
+    for p in 1001..1003u16 {
+        t.handle(ip(&seg(p, 100, SYN, 0))).unwrap();
+        t.handle(ip(&seg(p, 101, FIN | ACK, 0))).unwrap();
+    }
+    assert_eq!(t.closed(), 2);
+    assert_eq!(t.handle(ip(&seg(1000, 9001, RST, 0))).unwrap(), Answer::Checked { retransmission: false });
+    assert_eq!(t.handle(ip(&seg(1002, 101, FIN | ACK, 0))).unwrap(), Answer::Checked { retransmission: true });
+    // One direction opened and closed over and over stays one remembered end.
+    for k in 0..50u32 {
+        t.handle(ip(&seg(2000, 1000 * k, SYN, 0))).unwrap();
+        t.handle(ip(&seg(2000, 1000 * k + 1, FIN | ACK, 0))).unwrap();
+    }
+    assert!(t.closed() <= 2);
+}
+
 /// With registers for 4 directions in all (2 a server), the rest stay on the server path: the
 /// servers check their segments and count what the switch cannot, and the sum still matches.
 #[test]
