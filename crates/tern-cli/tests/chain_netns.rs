@@ -80,6 +80,13 @@ fn two_hosts(tag: &str, id: u32, hosts: [(&str, &str); 2]) -> (String, String, S
         ip(&format!("-n {ns} link set lo up"));
         ip(&format!("-n {ns} addr add {addr} dev eth0"));
     }
+    // Each host's flows on one core where its frames arrive (RPS over all cores, as a NIC's
+    // RSS): a veth queues a frame on the core that sent it, so a sender that moves between
+    // cores could reach the server's ports out of order.
+    let all = format!("{:x}", (1u64 << std::thread::available_parallelism().map_or(1, |n| n.get()).min(32)) - 1);
+    for sw in [&s0, &s1] {
+        let _ = std::fs::write(format!("/sys/class/net/{sw}/queues/rx-0/rps_cpus"), &all);
+    }
     (h1, h2, s0, s1, guard)
 }
 
