@@ -101,18 +101,20 @@ struct Conn {
 
 /// A server's free register indices: a stack (the next handed out is the last given back,
 /// lowest first at the start) from which one may also be taken by value in constant time (a
-/// direction handed back with an index of this slice): such an index stays in the stack,
-/// dead, and is skipped when it comes up.
+/// direction handed back with an index of this slice). Such an index stays in the stack, dead,
+/// and is skipped when it comes up; given back meanwhile, it is live again where it stands.
+/// So each index is in the stack at most once.
 #[derive(Debug)]
 struct FreeIndices {
     stack: Vec<u32>,
     live: std::collections::HashSet<u32>,
+    dead: std::collections::HashSet<u32>,
 }
 
 impl FreeIndices {
     fn new(stack: Vec<u32>) -> FreeIndices {
         let live = stack.iter().copied().collect();
-        FreeIndices { stack, live }
+        FreeIndices { stack, live, dead: Default::default() }
     }
 
     fn len(&self) -> usize {
@@ -124,30 +126,22 @@ impl FreeIndices {
             if self.live.remove(&i) {
                 return Some(i);
             }
+            self.dead.remove(&i);
         }
         None
     }
 
     fn push(&mut self, i: u32) {
-        if self.live.insert(i) {
+        if self.dead.remove(&i) {
+            self.live.insert(i);
+        } else if self.live.insert(i) {
             self.stack.push(i);
-        }
-        // A push compacts the stack once dead entries pile up (more than the live ones and 64):
-        // it never grows past its start or about twice the indices free.
-        if self.stack.len() > 2 * self.live.len() + 64 {
-            let mut seen = std::collections::HashSet::new();
-            let live = &self.live;
-            // The last copy of each live index keeps its place.
-            let mut kept: Vec<u32> =
-                self.stack.iter().rev().filter(|i| live.contains(i) && seen.insert(**i)).copied().collect();
-            kept.reverse();
-            self.stack = kept;
         }
     }
 
     /// Takes index `i` if it is free.
     fn take(&mut self, i: u32) -> bool {
-        self.live.remove(&i)
+        self.live.remove(&i) && self.dead.insert(i)
     }
 }
 
