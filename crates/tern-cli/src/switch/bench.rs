@@ -74,6 +74,13 @@ pub struct SwitchBenchArgs {
     /// sleeps, taking a core of its own).
     #[arg(long)]
     pub busy_poll: bool,
+    /// --snat: leave RPS off on the switch's inside port: the client's core then puts each
+    /// frame into the switch's receive ring itself (in its own softirq, as a NIC's DMA would,
+    /// with no interrupt between cores), and that work counts on the hosts' core, not the
+    /// system under test's. Netfilter keeps RPS (without it, its forwarding runs on the
+    /// hosts' core).
+    #[arg(long)]
+    pub no_rps: bool,
     /// Directory for switch.json and the plots.
     #[arg(long, default_value = "reports")]
     pub out: PathBuf,
@@ -279,6 +286,7 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
         latency_packets,
         servers: a.servers,
         busy_poll: a.busy_poll,
+        inside_rps: !a.no_rps,
     };
     let env = Environment::current();
     let say = |s: String| if a.json { eprintln!("{s}") } else { println!("{s}") };
@@ -292,9 +300,14 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
     ));
     let placement = match super::snatbench::dut_cores() {
         Some(c) => format!(
-            "the generator and sink pinned to core 0; the system under test on core{} {}: Tern's switch and servers by affinity, netfilter's router by RPS on its inside port, and RPS on the switch's inside port likewise",
+            "the generator and sink pinned to core 0; the system under test on core{} {}: Tern's switch and servers by affinity, netfilter's router by RPS on its inside port, and {}",
             if c.list.contains('-') { "s" } else { "" },
-            c.list
+            c.list,
+            if a.no_rps {
+                "no RPS on the switch's inside port (--no-rps: the client's core puts each frame into the switch's ring)"
+            } else {
+                "RPS on the switch's inside port likewise"
+            }
         ),
         None => "one core: nothing pinned".to_string(),
     };
@@ -349,7 +362,7 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
     let mut report = json!({
         "bench": "switch-snat",
         "environment": env,
-        "options": {"rounds": rounds, "phase_secs": secs, "sizes": sizes, "flows": a.snat_flows, "servers": a.servers, "latency_rate": a.latency_rate, "latency_packets": latency_packets, "warm_secs": super::snatbench::WARM_SECS, "busy_poll": a.busy_poll, "placement": placement},
+        "options": {"rounds": rounds, "phase_secs": secs, "sizes": sizes, "flows": a.snat_flows, "servers": a.servers, "latency_rate": a.latency_rate, "latency_packets": latency_packets, "warm_secs": super::snatbench::WARM_SECS, "busy_poll": a.busy_poll, "no_rps": a.no_rps, "placement": placement},
         "stopped": out.stopped,
         "targets": {"snat_over_netfilter_pps": 1.0, "offload_latency_ratio": 0.5},
         "results": out.report,

@@ -47,6 +47,9 @@ pub struct Options {
     pub servers: u16,
     /// Run Tern's switch with `--busy-poll`.
     pub busy_poll: bool,
+    /// RPS on the switch's inside port (steering what arrives there to the system under
+    /// test's cores); off, the client's core hands each frame to the switch's ring.
+    pub inside_rps: bool,
 }
 
 /// The generated datagram's payload starts with its flow (u32), the phase (u32) and its send
@@ -656,7 +659,9 @@ fn build_tern(t: &mut Topology, o: &Options, epoch: Instant, exe: &Path) -> Resu
     ip(&format!("-n {c} route add default via 10.0.0.254"))?;
     t.host_link(&x, &p2, None, "02:00:00:00:02:01", "198.51.100.2/24")?;
     ip(&format!("-n {x} route add 192.0.2.0/24 dev eth0"))?;
-    rps(None, &p1)?;
+    if o.inside_rps {
+        rps(None, &p1)?;
+    }
     switch_port(t, &p1)?;
     switch_port(t, &p2)?;
     let mg = t.name("mg");
