@@ -64,6 +64,8 @@ const EXTERNAL: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
 /// Paced warm-up before every measurement (the same for every system).
 const WARM_RATE: f64 = 20_000.0;
 pub const WARM_SECS: f64 = 0.6;
+/// How often the sink reads what has arrived during a flood.
+const FLOOD_DRAIN: Duration = Duration::from_micros(200);
 
 /// Whether this process runs as root (the network part needs it).
 pub fn is_root() -> Result<bool, String> {
@@ -362,13 +364,14 @@ struct Received {
     latency_at_sink: Histogram<u64>,
     /// Datagrams whose latency is the kernel's timestamp's.
     stamped: u64,
-    /// Datagrams received by each millisecond since the phase began (cumulative).
+    /// Datagrams that reached the external host by each millisecond since the phase began
+    /// (cumulative; by the kernel's receive timestamp, else the sink's receive time).
     by_ms: Vec<u64>,
     begin_ns: u64,
 }
 
 impl Received {
-    /// Datagrams received by `t_ns` (ns since the bench began).
+    /// Datagrams that reached the external host by `t_ns` (ns since the bench began).
     fn by(&self, t_ns: u64) -> u64 {
         let ms = (t_ns.saturating_sub(self.begin_ns) / 1_000_000) as usize;
         self.by_ms.get(ms).or(self.by_ms.last()).copied().unwrap_or(0)
@@ -376,8 +379,11 @@ impl Received {
 }
 
 enum SinkCmd {
-    /// Count the datagrams of `phase` from now on (and their latency).
-    Begin(u32),
+    /// Count the datagrams of `phase` from now on (and their latency); with `drain`, read
+    /// what has arrived once every `drain` (a flood: the sink then costs the hosts' core little
+    /// a datagram, whatever bursts the system under test sends in) rather than waking for
+    /// each arrival.
+    Begin { phase: u32, drain: Option<Duration> },
     /// How many so far.
     Count(mpsc::Sender<u64>),
     /// Hand over the count.
@@ -409,25 +415,35 @@ fn sink(ns: String, epoch: Instant) -> Result<mpsc::Sender<SinkCmd>, String> {
         let mut hist = new_hist();
         let mut at_sink = new_hist();
         let mut stamped = 0u64;
+        // Arrivals by millisecond since the phase began (made cumulative at its end).
         let mut by_ms: Vec<u64> = Vec::new();
         let mut begin_ns = 0u64;
-        let mut batch = Batch::new(tern_io::DEFAULT_BATCH);
+        let mut begin_real = 0u64;
+        let mut drain: Option<Duration> = None;
+        let mut batch = Batch::new(tern_io::udp::MAX_BATCH);
         loop {
             loop {
                 match cmd_rx.try_recv() {
-                    Ok(SinkCmd::Begin(p)) => {
+                    Ok(SinkCmd::Begin { phase: p, drain: d }) => {
                         phase = p;
+                        drain = d;
                         received = 0;
                         stamped = 0;
                         hist = new_hist();
                         at_sink = new_hist();
                         by_ms.clear();
                         begin_ns = epoch.elapsed().as_nanos() as u64;
+                        begin_real = real_ns();
                     }
                     Ok(SinkCmd::Count(reply)) => {
                         let _ = reply.send(received);
                     }
                     Ok(SinkCmd::End(reply)) => {
+                        let mut sum = 0;
+                        for n in &mut by_ms {
+                            sum += *n;
+                            *n = sum;
+                        }
                         let _ = reply.send(Received {
                             received,
                             latency: std::mem::replace(&mut hist, new_hist()),
@@ -437,18 +453,26 @@ fn sink(ns: String, epoch: Instant) -> Result<mpsc::Sender<SinkCmd>, String> {
                             begin_ns,
                         });
                         phase = u32::MAX;
+                        drain = None;
                     }
                     Err(mpsc::TryRecvError::Empty) => break,
                     Err(mpsc::TryRecvError::Disconnected) => return,
                 }
             }
-            if port.recv(Instant::now(), &mut batch).unwrap_or(0) == 0 {
-                let _ = port.wait(Duration::from_millis(1));
+            let n = port.recv(Instant::now(), &mut batch).unwrap_or(0);
+            if n < tern_io::udp::MAX_BATCH
+                && let Some(d) = drain
+            {
+                // Woken by a timer on its own core, not by each arrival.
+                std::thread::sleep(d);
+            }
+            if n == 0 {
+                if drain.is_none() {
+                    let _ = port.wait(Duration::from_millis(1));
+                }
                 continue;
             }
-            let now = epoch.elapsed().as_nanos() as u64;
             let real_now = real_ns();
-            let before = received;
             for (i, p) in batch.iter().enumerate() {
                 let d = p.data();
                 if d.len() < HEADER || u32::from_be_bytes([d[4], d[5], d[6], d[7]]) != phase {
@@ -465,17 +489,13 @@ fn sink(ns: String, epoch: Instant) -> Result<mpsc::Sender<SinkCmd>, String> {
                 };
                 let _ = hist.record(arrived.saturating_sub(ts).max(1));
                 let _ = at_sink.record(real_now.saturating_sub(ts).max(1));
-            }
-            if received > before {
-                let ms = (now.saturating_sub(begin_ns) / 1_000_000) as usize;
-                // Bounded by the phase's length (a flood is at most a minute).
-                if ms < 120_000 {
-                    let last = by_ms.last().copied().unwrap_or(0);
-                    by_ms.resize(ms + 1, last);
+                // Bounded by the phase's length (a flood is at most a minute); later ones
+                // count in the last millisecond kept.
+                let ms = ((arrived.saturating_sub(begin_real) / 1_000_000) as usize).min(120_000);
+                if by_ms.len() <= ms {
+                    by_ms.resize(ms + 1, 0);
                 }
-                if let Some(l) = by_ms.last_mut() {
-                    *l = received;
-                }
+                by_ms[ms] += 1;
             }
             batch.recycle(&pool);
         }
@@ -494,7 +514,8 @@ struct Hosts {
 impl Hosts {
     /// Sends `cmd` as phase `phase` and returns (sent, seconds, received, latency).
     fn phase(&self, phase: u32, cmd: GenCmd) -> Result<(Sent, Received), String> {
-        self.sink.send(SinkCmd::Begin(phase)).map_err(|_| "the sink stopped")?;
+        let drain = matches!(cmd, GenCmd::Flood { .. }).then_some(FLOOD_DRAIN);
+        self.sink.send(SinkCmd::Begin { phase, drain }).map_err(|_| "the sink stopped")?;
         self.gen_tx.send(cmd).map_err(|_| "the generator stopped")?;
         let sent = self.gen_rx.recv().map_err(|_| "the generator stopped")?;
         // What is still queued drains before the next phase: until 50 ms pass with nothing
