@@ -312,6 +312,16 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
         None => "one core: nothing pinned".to_string(),
     };
     say(format!("placement: {placement}"));
+    // The host places the two vCPUs near or far apart from process to process (docs/chain.md,
+    // "Benchmark"): every hand-over between cores (RPS, wake-ups) costs more when far.
+    let rtt = || {
+        (super::snatbench::dut_cores().is_some())
+            .then(|| tern_chain::bench::core_round_trip_ns(crate::chain::bench::RTT_BOUNCES))
+    };
+    let rtt_before = rtt();
+    if let Some(ns) = rtt_before {
+        say(format!("a cache line's round trip between cores 0 and 1: {ns:.0} ns"));
+    }
     let stop = crate::signals::stop_flag()?;
     let systems = 2 + u64::from(a.servers);
     let bar = crate::progress::bar(rounds as u64 * sizes.len() as u64 * systems, "bench switch --snat", a.json);
@@ -324,6 +334,10 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
     let out = super::snatbench::run_network(&o, &stop, &|s| bar.suspend(|| say(s)), &tick);
     bar.finish_and_clear();
     let out = out?;
+    let rtt_after = rtt();
+    if let Some(ns) = rtt_after {
+        say(format!("after the run, the round trip between cores 0 and 1: {ns:.0} ns"));
+    }
     if out.stopped {
         say("stopped by a signal: the measurements so far follow; the namespaces and processes are gone".into());
     }
@@ -363,6 +377,7 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
         "bench": "switch-snat",
         "environment": env,
         "options": {"rounds": rounds, "phase_secs": secs, "sizes": sizes, "flows": a.snat_flows, "servers": a.servers, "latency_rate": a.latency_rate, "latency_packets": latency_packets, "warm_secs": super::snatbench::WARM_SECS, "busy_poll": a.busy_poll, "no_rps": a.no_rps, "placement": placement},
+        "core_round_trip_ns": {"before": rtt_before, "after": rtt_after},
         "stopped": out.stopped,
         "targets": {"snat_over_netfilter_pps": 1.0, "offload_latency_ratio": 0.5},
         "results": out.report,
