@@ -108,8 +108,8 @@ enum SwitchCommand {
     /// left (or the drop, by name).
     Trace(switch::inspect::TraceArgs),
     /// Run a switch and its controller on ports from a configuration (examples/switch/
-    /// serve.toml): host ports and server ports (`afpacket:IFNAME`, or `udp:BIND=PEER` carrying
-    /// one Ethernet frame a datagram), routes, the server group, the offload's interval and
+    /// serve.toml): host ports and server ports (`afpacket:IFNAME`, `afxdp:IFNAME` — AF_XDP,
+    /// frames the sender left whole — or `udp:BIND=PEER` carrying one Ethernet frame a datagram), routes, the server group, the offload's interval and
     /// heartbeats. Frames needing the program's handler go to a server with CLIP's header;
     /// regular traffic is routed; ARP for the switch is answered. --metrics serves Prometheus
     /// tern_switch_*, /tables, /group and POST /scale. The configuration is watched and
@@ -247,7 +247,7 @@ enum ChainCommand {
     /// regions they take. Exit 0 if every file is usable and fits and the plan fits the
     /// profile's regions, 1 otherwise.
     Check(chain::CheckArgs),
-    /// Run tenants' chains between two ports (afpacket:IFNAME, or udp:BIND=PEER carrying one
+    /// Run tenants' chains between two ports (afpacket:IFNAME, afxdp:IFNAME, or udp:BIND=PEER carrying one
     /// Ethernet frame a datagram): a frame from one port goes through its tenant's chain and
     /// leaves on the other; answers (KV hits, transport acknowledgements) go back where they
     /// came from. --mode snic|panic|rtc; --metrics serves Prometheus tern_chain_* and /runtime

@@ -3,16 +3,18 @@
 use std::net::SocketAddr;
 
 use tern_io::afpacket::AfPacketPort;
+use tern_io::afxdp::{AfXdpConfig, AfXdpPort};
 use tern_io::udp::{UdpConfig, UdpPort};
 use tern_io::{Pool, Port};
 
 /// A port of a frame server (`chain serve`, `switch serve`, `switch server`): an interface
-/// (`afpacket:IFNAME`, whole frames, root) or frames carried in UDP datagrams
-/// (`udp:BIND=PEER`); either with faults injected by `tern_io::fault::FaultInjector` when the
+/// (`afpacket:IFNAME` or `afxdp:IFNAME`, whole frames, root) or frames carried in UDP datagrams
+/// (`udp:BIND=PEER`); any with faults injected by `tern_io::fault::FaultInjector` when the
 /// spec goes on with `,loss=P` (and `,duplicate=P`, `,reorder=P`, `,seed=N`,
 /// `,dir=tx|rx|both`; this kernel has no netem).
 pub(crate) enum FramePort {
     AfPacket(AfPacketPort),
+    AfXdp(Box<AfXdpPort>),
     Udp(UdpPort, SocketAddr),
     Faulty(Box<tern_io::fault::FaultInjector<FramePort>>, Option<SocketAddr>),
 }
@@ -74,8 +76,15 @@ fn faults(spec: &str, opts: &str) -> Result<Option<tern_io::fault::FaultConfig>,
 
 impl FramePort {
     pub(crate) fn open(spec: &str, pool: &Pool) -> Result<FramePort, String> {
+        FramePort::open_polled(spec, pool, false)
+    }
+
+    /// As [`FramePort::open`]; with `busy_poll`, an `afxdp:` port prefers busy polling (its
+    /// interface's receive work runs in each `recv`, on the caller's core: for a caller that
+    /// polls without sleeping).
+    pub(crate) fn open_polled(spec: &str, pool: &Pool, busy_poll: bool) -> Result<FramePort, String> {
         let (base, opts) = spec.split_once(',').unwrap_or((spec, ""));
-        let port = FramePort::open_plain(base, pool)?;
+        let port = FramePort::open_plain(base, pool, busy_poll)?;
         match faults(spec, opts)? {
             None => Ok(port),
             Some(cfg) => {
@@ -85,9 +94,14 @@ impl FramePort {
         }
     }
 
-    fn open_plain(spec: &str, pool: &Pool) -> Result<FramePort, String> {
+    fn open_plain(spec: &str, pool: &Pool, busy_poll: bool) -> Result<FramePort, String> {
         if let Some(ifname) = spec.strip_prefix("afpacket:") {
             return AfPacketPort::open(ifname, pool).map(FramePort::AfPacket).map_err(|e| format!("port {spec}: {e}"));
+        }
+        if let Some(ifname) = spec.strip_prefix("afxdp:") {
+            return AfXdpPort::open(ifname, pool, AfXdpConfig { busy_poll })
+                .map(|p| FramePort::AfXdp(Box::new(p)))
+                .map_err(|e| format!("port {spec}: {e}"));
         }
         if let Some(rest) = spec.strip_prefix("udp:") {
             let (bind, peer) =
@@ -98,12 +112,13 @@ impl FramePort {
                 .map_err(|e| format!("port {spec}: cannot bind {bind}: {e}"))?;
             return Ok(FramePort::Udp(p, peer));
         }
-        Err(format!("port {spec}: not afpacket:IFNAME or udp:BIND=PEER"))
+        Err(format!("port {spec}: not afpacket:IFNAME, afxdp:IFNAME or udp:BIND=PEER"))
     }
 
     pub(crate) fn port(&mut self) -> &mut dyn Port {
         match self {
             FramePort::AfPacket(p) => p,
+            FramePort::AfXdp(p) => p.as_mut(),
             FramePort::Udp(p, _) => p,
             FramePort::Faulty(p, _) => p.as_mut(),
         }
@@ -112,6 +127,7 @@ impl FramePort {
     fn port_ref(&self) -> &dyn Port {
         match self {
             FramePort::AfPacket(p) => p,
+            FramePort::AfXdp(p) => p.as_ref(),
             FramePort::Udp(p, _) => p,
             FramePort::Faulty(p, _) => p.as_ref(),
         }
@@ -119,7 +135,7 @@ impl FramePort {
 
     pub(crate) fn peer(&self) -> Option<SocketAddr> {
         match self {
-            FramePort::AfPacket(_) => None,
+            FramePort::AfPacket(_) | FramePort::AfXdp(_) => None,
             FramePort::Udp(_, peer) => Some(*peer),
             FramePort::Faulty(_, peer) => *peer,
         }

@@ -194,7 +194,13 @@ impl std::fmt::Debug for AfPacketPort {
     }
 }
 
-fn setsockopt<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T, what: &str) -> io::Result<()> {
+pub(crate) fn setsockopt<T>(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+    what: &str,
+) -> io::Result<()> {
     // SAFETY: `value` is a live, initialized T and the kernel reads size_of::<T>() bytes of it.
     let r = unsafe {
         libc::setsockopt(
@@ -208,7 +214,7 @@ fn setsockopt<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T,
     if r == 0 { Ok(()) } else { Err(with_context(io::Error::last_os_error(), what)) }
 }
 
-fn with_context(e: io::Error, what: &str) -> io::Error {
+pub(crate) fn with_context(e: io::Error, what: &str) -> io::Error {
     io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 

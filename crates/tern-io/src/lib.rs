@@ -34,6 +34,7 @@
 //! ```
 
 pub mod afpacket;
+pub mod afxdp;
 pub mod cbpf;
 pub mod fault;
 pub mod mem;

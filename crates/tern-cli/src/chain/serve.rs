@@ -1,7 +1,7 @@
 //! `tern chain serve`: tenants' chains between two ports (docs/chain.md, "Serving"): a frame
 //! from one port goes through its tenant's chain and leaves on the other; an answer (a KV hit,
 //! a transport acknowledgement) leaves where its packet came in. Ports are interfaces
-//! (`afpacket:IFNAME`, whole frames, root) or frames carried in UDP datagrams
+//! (`afpacket:IFNAME` or `afxdp:IFNAME`, whole frames, root) or frames carried in UDP datagrams
 //! (`udp:BIND=PEER`). Prometheus `tern_chain_*` on `--metrics`, with `/runtime` (what `tern
 //! chain dump` reads); SIGINT/SIGTERM stop it with a summary.
 
@@ -38,8 +38,9 @@ pub struct ServeArgs {
     /// Tenant files (TOML; examples/chain/).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
-    /// A port, given twice: `afpacket:IFNAME` (whole Ethernet frames on an interface; needs
-    /// root) or `udp:BIND=PEER` (each UDP datagram's payload is one Ethernet frame: received on
+    /// A port, given twice: `afpacket:IFNAME` or `afxdp:IFNAME` (whole Ethernet frames on an
+    /// interface; needs root; AF_XDP takes frames as the sender left them, so turn off its
+    /// transmit checksum offload) or `udp:BIND=PEER` (each UDP datagram's payload is one Ethernet frame: received on
     /// BIND, sent to PEER); either may go on with injected faults,
     /// `,loss=P[,duplicate=P][,reorder=P][,seed=N][,dir=tx|rx|both]`. A frame from the first
     /// port leaves on the second and back.

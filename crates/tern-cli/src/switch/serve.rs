@@ -43,7 +43,8 @@ pub struct ServeArgs {
     pub duration: Option<f64>,
     /// Poll the ports without ever sleeping (a core of its own, as a DPDK or VPP data plane in
     /// poll mode runs): no wake-up between a frame's arrival and its processing. By default an
-    /// idle switch sleeps until a frame arrives on any port (or 100 µs pass).
+    /// idle switch sleeps until a frame arrives on any port (or 100 µs pass). `afxdp:` ports
+    /// then prefer busy polling and their interfaces defer interrupts (docs/clip.md).
     #[arg(long)]
     pub busy_poll: bool,
     /// Print the summary as JSON.
@@ -423,7 +424,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let pool = Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
     let mut ports = Vec::new();
     for spec in &cfg.ports {
-        ports.push(FramePort::open(spec, &pool)?);
+        ports.push(FramePort::open_polled(spec, &pool, a.busy_poll)?);
     }
     let stop = crate::signals::stop_flag()?;
     let snap = Arc::new(Mutex::new(snapshot(&sw, 0, 1, &ports)));

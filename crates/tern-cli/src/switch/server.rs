@@ -28,8 +28,8 @@ use crate::ports::FramePort;
 pub struct ServerArgs {
     /// The switch program whose remote handler this server runs (TOML).
     pub program: PathBuf,
-    /// Its port to the switch: `afpacket:IFNAME` (whole frames on an interface; root) or
-    /// `udp:BIND=PEER` (each datagram's payload one Ethernet frame); either may go on with
+    /// Its port to the switch: `afpacket:IFNAME` or `afxdp:IFNAME` (whole frames on an
+    /// interface; root; docs/clip.md says which) or `udp:BIND=PEER` (each datagram's payload one Ethernet frame); either may go on with
     /// injected faults, `,loss=P[,duplicate=P][,reorder=P][,seed=N][,dir=tx|rx|both]`.
     #[arg(long)]
     pub port: String,
