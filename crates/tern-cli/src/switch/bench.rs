@@ -81,6 +81,12 @@ pub struct SwitchBenchArgs {
     /// hosts' core).
     #[arg(long)]
     pub no_rps: bool,
+    /// --snat: the switch's host ports on AF_XDP (`afxdp:`, docs/clip.md) rather than
+    /// AF_PACKET; the hosts' transmit checksum offload is then off, for netfilter's hosts too
+    /// (AF_XDP takes frames as they are sent). With --busy-poll the switch's core does the
+    /// ports' receive work, with no interrupt between cores.
+    #[arg(long)]
+    pub afxdp: bool,
     /// Directory for switch.json and the plots.
     #[arg(long, default_value = "reports")]
     pub out: PathBuf,
@@ -287,6 +293,7 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
         servers: a.servers,
         busy_poll: a.busy_poll,
         inside_rps: !a.no_rps,
+        afxdp: a.afxdp,
     };
     let env = Environment::current();
     let say = |s: String| if a.json { eprintln!("{s}") } else { println!("{s}") };
@@ -303,10 +310,14 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
             "the generator and sink pinned to core 0; the system under test on core{} {}: Tern's switch and servers by affinity, netfilter's router by RPS on its inside port, and {}",
             if c.list.contains('-') { "s" } else { "" },
             c.list,
-            if a.no_rps {
-                "no RPS on the switch's inside port (--no-rps: the client's core puts each frame into the switch's ring)"
-            } else {
-                "RPS on the switch's inside port likewise"
+            match (a.afxdp, a.busy_poll, a.no_rps) {
+                (true, true, _) =>
+                    "the switch's host ports on AF_XDP, busy polled: the switch's core does their receive work, with no interrupt between cores (the hosts' transmit checksum offload off for both systems)",
+                (true, false, _) =>
+                    "the switch's host ports on AF_XDP: their receive work (the XDP program and the copy) runs in the sending core's softirq (the hosts' transmit checksum offload off for both systems)",
+                (false, _, true) =>
+                    "no RPS on the switch's inside port (--no-rps: the client's core puts each frame into the switch's ring)",
+                (false, _, false) => "RPS on the switch's inside port likewise",
             }
         ),
         None => "one core: nothing pinned".to_string(),
@@ -376,7 +387,7 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
     let mut report = json!({
         "bench": "switch-snat",
         "environment": env,
-        "options": {"rounds": rounds, "phase_secs": secs, "sizes": sizes, "flows": a.snat_flows, "servers": a.servers, "latency_rate": a.latency_rate, "latency_packets": latency_packets, "warm_secs": super::snatbench::WARM_SECS, "busy_poll": a.busy_poll, "no_rps": a.no_rps, "placement": placement},
+        "options": {"rounds": rounds, "phase_secs": secs, "sizes": sizes, "flows": a.snat_flows, "servers": a.servers, "latency_rate": a.latency_rate, "latency_packets": latency_packets, "warm_secs": super::snatbench::WARM_SECS, "busy_poll": a.busy_poll, "no_rps": a.no_rps, "afxdp": a.afxdp, "placement": placement},
         "core_round_trip_ns": {"before": rtt_before, "after": rtt_after},
         "stopped": out.stopped,
         "targets": {"snat_over_netfilter_pps": 1.0, "offload_latency_ratio": 0.5},

@@ -50,6 +50,9 @@ pub struct Options {
     /// RPS on the switch's inside port (steering what arrives there to the system under
     /// test's cores); off, the client's core hands each frame to the switch's ring.
     pub inside_rps: bool,
+    /// The switch's host ports on AF_XDP (`afxdp:`) rather than AF_PACKET, and the hosts'
+    /// transmit checksum offload off (for netfilter's hosts too).
+    pub afxdp: bool,
 }
 
 /// The generated datagram's payload starts with its flow (u32), the phase (u32) and its send
@@ -129,6 +132,19 @@ fn rps(ns: Option<&str>, dev: &str) -> Result<(), String> {
         Some(ns) => run("ip", &["netns", "exec", ns, "sh", "-c", &cmd]),
         None => run("sh", &["-c", &cmd]),
     }
+}
+
+/// Turns transmit checksum offload off on the host's interface (`eth0` in namespace `ns`): its
+/// frames then leave with whole checksums, as AF_XDP ports need.
+fn checksums_whole(ns: &str) -> Result<(), String> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        tern_io::enter_netns(&ns)
+            .and_then(|_| tern_io::afxdp::set_tx_checksum("eth0", false))
+            .map_err(|e| format!("{ns}: {e}"))
+    })
+    .join()
+    .map_err(|_| "the thread turning checksum offload off panicked".to_string())?
 }
 
 /// Runs `ip ARGS` (split on spaces); the error names the command and says what `ip` said.
@@ -364,17 +380,52 @@ struct Received {
     latency_at_sink: Histogram<u64>,
     /// Datagrams whose latency is the kernel's timestamp's.
     stamped: u64,
-    /// Datagrams that reached the external host by each millisecond since the phase began
-    /// (cumulative; by the kernel's receive timestamp, else the sink's receive time).
-    by_ms: Vec<u64>,
+    /// When each reached the external host (the kernel's receive timestamp, else the sink's
+    /// receive time).
+    arrivals: Arrivals,
+    /// When the phase began, ns since the bench began.
     begin_ns: u64,
 }
 
 impl Received {
     /// Datagrams that reached the external host by `t_ns` (ns since the bench began).
     fn by(&self, t_ns: u64) -> u64 {
-        let ms = (t_ns.saturating_sub(self.begin_ns) / 1_000_000) as usize;
-        self.by_ms.get(ms).or(self.by_ms.last()).copied().unwrap_or(0)
+        self.arrivals.by(t_ns.saturating_sub(self.begin_ns))
+    }
+}
+
+/// A phase's datagrams by when they reached the external host, to the millisecond.
+#[derive(Debug, Default)]
+struct Arrivals {
+    /// When the phase began, ns since the Unix epoch on the real-time clock.
+    begin_real: u64,
+    /// Arrivals by millisecond since then.
+    per_ms: Vec<u64>,
+}
+
+impl Arrivals {
+    /// Milliseconds kept (a phase is at most a minute): later arrivals count in the last.
+    const MAX_MS: usize = 120_000;
+
+    fn new(begin_real: u64) -> Arrivals {
+        Arrivals { begin_real, per_ms: Vec::new() }
+    }
+
+    /// One arrival at `real_ns` (ns since the Unix epoch); one before the phase began counts
+    /// in its first millisecond.
+    fn add(&mut self, real_ns: u64) {
+        let ms = ((real_ns.saturating_sub(self.begin_real) / 1_000_000) as usize).min(Self::MAX_MS);
+        if self.per_ms.len() <= ms {
+            self.per_ms.resize(ms + 1, 0);
+        }
+        self.per_ms[ms] += 1;
+    }
+
+    /// Those that arrived by `offset_ns` after the phase began (to the millisecond: the one
+    /// it falls in counts whole).
+    fn by(&self, offset_ns: u64) -> u64 {
+        let ms = (offset_ns / 1_000_000).min(Self::MAX_MS as u64) as usize;
+        self.per_ms.iter().take(ms + 1).sum()
     }
 }
 
@@ -415,10 +466,8 @@ fn sink(ns: String, epoch: Instant) -> Result<mpsc::Sender<SinkCmd>, String> {
         let mut hist = new_hist();
         let mut at_sink = new_hist();
         let mut stamped = 0u64;
-        // Arrivals by millisecond since the phase began (made cumulative at its end).
-        let mut by_ms: Vec<u64> = Vec::new();
+        let mut arrivals = Arrivals::default();
         let mut begin_ns = 0u64;
-        let mut begin_real = 0u64;
         let mut drain: Option<Duration> = None;
         let mut batch = Batch::new(tern_io::udp::MAX_BATCH);
         loop {
@@ -431,25 +480,19 @@ fn sink(ns: String, epoch: Instant) -> Result<mpsc::Sender<SinkCmd>, String> {
                         stamped = 0;
                         hist = new_hist();
                         at_sink = new_hist();
-                        by_ms.clear();
                         begin_ns = epoch.elapsed().as_nanos() as u64;
-                        begin_real = real_ns();
+                        arrivals = Arrivals::new(real_ns());
                     }
                     Ok(SinkCmd::Count(reply)) => {
                         let _ = reply.send(received);
                     }
                     Ok(SinkCmd::End(reply)) => {
-                        let mut sum = 0;
-                        for n in &mut by_ms {
-                            sum += *n;
-                            *n = sum;
-                        }
                         let _ = reply.send(Received {
                             received,
                             latency: std::mem::replace(&mut hist, new_hist()),
                             latency_at_sink: std::mem::replace(&mut at_sink, new_hist()),
                             stamped,
-                            by_ms: std::mem::take(&mut by_ms),
+                            arrivals: std::mem::take(&mut arrivals),
                             begin_ns,
                         });
                         phase = u32::MAX;
@@ -489,13 +532,7 @@ fn sink(ns: String, epoch: Instant) -> Result<mpsc::Sender<SinkCmd>, String> {
                 };
                 let _ = hist.record(arrived.saturating_sub(ts).max(1));
                 let _ = at_sink.record(real_now.saturating_sub(ts).max(1));
-                // Bounded by the phase's length (a flood is at most a minute); later ones
-                // count in the last millisecond kept.
-                let ms = ((arrived.saturating_sub(begin_real) / 1_000_000) as usize).min(120_000);
-                if by_ms.len() <= ms {
-                    by_ms.resize(ms + 1, 0);
-                }
-                by_ms[ms] += 1;
+                arrivals.add(arrived);
             }
             batch.recycle(&pool);
         }
@@ -680,6 +717,10 @@ fn build_tern(t: &mut Topology, o: &Options, epoch: Instant, exe: &Path) -> Resu
     ip(&format!("-n {c} route add default via 10.0.0.254"))?;
     t.host_link(&x, &p2, None, "02:00:00:00:02:01", "198.51.100.2/24")?;
     ip(&format!("-n {x} route add 192.0.2.0/24 dev eth0"))?;
+    if o.afxdp {
+        checksums_whole(&c)?;
+        checksums_whole(&x)?;
+    }
     if o.inside_rps {
         rps(None, &p1)?;
     }
@@ -692,7 +733,8 @@ fn build_tern(t: &mut Topology, o: &Options, epoch: Instant, exe: &Path) -> Resu
     ip(&format!("link set {mg} up"))?;
     let program = t.dir.join("snat.toml");
     std::fs::write(&program, tern_switch::bench::SNAT_PROGRAM).map_err(|e| format!("{}: {e}", program.display()))?;
-    let mut ports = vec![format!("afpacket:{p1}"), format!("afpacket:{p2}")];
+    let kind = if o.afxdp { "afxdp" } else { "afpacket" };
+    let mut ports = vec![format!("{kind}:{p1}"), format!("{kind}:{p2}")];
     let n = o.servers;
     let controls: Vec<SocketAddr> =
         (0..n).map(|s| SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 254, 98, 10 + s as u8)), 9601 + s)).collect();
@@ -837,6 +879,10 @@ fn build_netfilter(t: &mut Topology, o: &Options, epoch: Instant) -> Result<Host
     t.host_link(&x, "out0", Some(&r), "02:00:00:00:02:01", "198.51.100.2/24")?;
     ip(&format!("-n {r} addr add 10.0.0.254/24 dev in0"))?;
     ip(&format!("-n {r} addr add 198.51.100.1/24 dev out0"))?;
+    if o.afxdp {
+        checksums_whole(&c)?;
+        checksums_whole(&x)?;
+    }
     run("ip", &["netns", "exec", &r, "sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
     rps(Some(&r), "in0")?;
     for rule in [
@@ -1078,4 +1124,30 @@ pub fn describe(m: &serde_json::Value) -> Option<String> {
         }
     }
     Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Arrivals;
+
+    #[test]
+    fn arrivals_count_by_the_millisecond_they_reached_the_host() {
+        const MS: u64 = 1_000_000;
+        let begin = 1_700_000_000 * 1_000 * MS;
+        let mut a = Arrivals::new(begin);
+        assert_eq!(a.by(10 * MS), 0);
+        a.add(begin + MS / 2);
+        a.add(begin - 10); // stamped just before the phase began: its first millisecond
+        a.add(begin + 1_200_000);
+        a.add(begin + 5 * MS);
+        a.add(begin + 3_600_000 * MS); // an hour on: the last millisecond kept
+        assert_eq!(a.by(0), 2);
+        assert_eq!(a.by(999_999), 2);
+        assert_eq!(a.by(MS), 3);
+        assert_eq!(a.by(5 * MS - 1), 3);
+        assert_eq!(a.by(5 * MS), 4);
+        assert_eq!(a.by(60_000 * MS), 4);
+        assert_eq!(a.by(u64::MAX), 5);
+        assert_eq!(a.per_ms.len(), Arrivals::MAX_MS + 1);
+    }
 }
