@@ -2,25 +2,14 @@
 //! byte for byte, a port does not see what it sent itself, and a UDP datagram the kernel sent
 //! with checksum offload arrives with its checksum completed.
 
+mod common;
+
 use std::net::UdpSocket;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{Veth, ip, numbered};
 use tern_io::afpacket::AfPacketPort;
 use tern_io::{Batch, Pool, Port};
-
-struct Veth(String);
-
-impl Drop for Veth {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", &self.0]).status();
-    }
-}
-
-fn ip(args: &str) {
-    let ok = Command::new("ip").args(args.split_whitespace()).status().map(|s| s.success()).unwrap_or(false);
-    assert!(ok, "ip {args} failed");
-}
 
 fn recv_all(port: &mut AfPacketPort, want: usize) -> Vec<Vec<u8>> {
     let mut got = Vec::new();
@@ -93,20 +82,6 @@ fn frames_cross_a_veth_pair() {
     let want = u.to_header().calc_checksum_ipv4(&ip4.header().to_header(), u.payload()).unwrap();
     assert_eq!(u.checksum(), want);
     assert!(pb.extra_stats().csum_completed >= 1, "{:?}", pb.extra_stats());
-}
-
-/// A frame of `len` bytes with EtherType 0x88B5, numbered `seq` in its first payload bytes, the
-/// rest a pattern of `seq`.
-fn numbered(seq: u32, len: usize) -> Vec<u8> {
-    let mut f = vec![0u8; len];
-    f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 0xbb]);
-    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0xaa]);
-    f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
-    f[14..18].copy_from_slice(&seq.to_be_bytes());
-    for (j, x) in f[18..].iter_mut().enumerate() {
-        *x = (seq as usize * 7 + j) as u8;
-    }
-    f
 }
 
 fn send_all(port: &mut AfPacketPort, pool: &Pool, frames: impl Iterator<Item = Vec<u8>>) {

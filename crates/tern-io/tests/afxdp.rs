@@ -2,38 +2,14 @@
 //! byte both ways, more of them than the rings hold (the chunks go round), with and without busy
 //! polling; busy polling's interface settings are put back when the port closes.
 
-use std::process::Command;
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{Veth, ip, numbered};
 use tern_io::afpacket::AfPacketPort;
 use tern_io::afxdp::{AfXdpConfig, AfXdpPort, set_tx_checksum};
 use tern_io::{Batch, Pool, Port};
-
-struct Veth(String);
-
-impl Drop for Veth {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", &self.0]).status();
-    }
-}
-
-fn ip(args: &str) {
-    let ok = Command::new("ip").args(args.split_whitespace()).status().map(|s| s.success()).unwrap_or(false);
-    assert!(ok, "ip {args} failed");
-}
-
-/// A frame of `len` bytes with EtherType 0x88B5, numbered `seq`, the rest a pattern of `seq`.
-fn numbered(seq: u32, len: usize) -> Vec<u8> {
-    let mut f = vec![0u8; len];
-    f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 0xbb]);
-    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0xaa]);
-    f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
-    f[14..18].copy_from_slice(&seq.to_be_bytes());
-    for (j, x) in f[18..].iter_mut().enumerate() {
-        *x = (seq as usize * 7 + j) as u8;
-    }
-    f
-}
 
 fn send(port: &mut dyn Port, pool: &Pool, frames: &[Vec<u8>]) -> usize {
     let mut sent = 0;
