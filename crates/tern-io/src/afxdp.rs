@@ -18,9 +18,9 @@
 //! restored when the port closes), for a caller that polls without sleeping
 //! (`tern switch serve --busy-poll`). What that does depends on the driver. On a veth here
 //! (Linux 6.18) the receive work left the sending core — its NAPI context, once deferred, was
-//! run by the deferral timer on the polling core — but the socket's busy polling did not take
-//! the context over, so a frame arriving alone waited for the timer (docs/clip.md has the
-//! measurements).
+//! run by the deferral timer on the polling core — but the socket never got the context's id
+//! (`SO_INCOMING_NAPI_ID` 0), so busy polling had nothing to poll and a frame arriving alone
+//! waited for the timer (docs/clip.md has the measurements).
 //!
 //! XDP sees the bytes as they are on the wire: a checksum the sender left to offload is not
 //! completed (no virtio-net header as with `AF_PACKET`). Turn transmit checksum offload off on
