@@ -13,14 +13,17 @@
 //! (`sendto`), which sends it and hands the chunk back on the *completion* ring.
 //!
 //! With [`AfXdpConfig::busy_poll`] the socket prefers busy polling (`SO_PREFER_BUSY_POLL`,
-//! `SO_BUSY_POLL` 20 µs, budget 64), every `recv` makes the system call that polls, and the
-//! interface defers its interrupts (`napi_defer_hard_irqs` 2, `gro_flush_timeout` 200 µs,
-//! restored when the port closes), for a caller that polls without sleeping
-//! (`tern switch serve --busy-poll`). What that does depends on the driver. On a veth here
-//! (Linux 6.18) the receive work left the sending core — its NAPI context, once deferred, was
-//! run by the deferral timer on the polling core — but the socket never got the context's id
-//! (`SO_INCOMING_NAPI_ID` 0), so busy polling had nothing to poll and a frame arriving alone
-//! waited for the timer (docs/clip.md has the measurements).
+//! `SO_BUSY_POLL` 20 µs, budget 64) and every `recv` makes the system call that polls, for a
+//! caller that polls without sleeping (`tern switch serve --busy-poll`); and the port moderates
+//! the interface's interrupts by its load, as a NIC driver's adaptive coalescing does
+//! ([`Moderation`]): above 50,000 frames a second (over 1 ms) it defers them
+//! (`napi_defer_hard_irqs` 2, `gro_flush_timeout` 200 µs), below 20,000 it stops deferring; the
+//! interface's settings are restored when the port closes. On a veth here (Linux 6.18) the
+//! socket never got the receive context's id (`SO_INCOMING_NAPI_ID` 0), so busy polling had
+//! nothing to poll: deferred, the veth's receive work ran from the deferral timer on the polling
+//! core (the sending core freed, a frame arriving alone waiting for the timer); not deferred, it
+//! runs in the sending core's softirq as soon as a frame is sent. docs/clip.md has the
+//! measurements.
 //!
 //! XDP sees the bytes as they are on the wire: a checksum the sender left to offload is not
 //! completed (no virtio-net header as with `AF_PACKET`). Turn transmit checksum offload off on
@@ -394,6 +397,64 @@ pub struct AfXdpStats {
     pub truncated: u64,
 }
 
+/// Adaptive interrupt moderation, sans I/O: from the frames received and the time, whether the
+/// interface should defer its interrupts — on above [`Moderation::HIGH`] frames a second, off
+/// below [`Moderation::LOW`] (the gap keeps a rate near one threshold from flapping), judged
+/// over windows of at least [`Moderation::WINDOW`].
+#[derive(Debug, Clone)]
+pub struct Moderation {
+    deferring: bool,
+    window_start: Option<Instant>,
+    frames: u64,
+    /// Changes made so far.
+    pub changes: u64,
+}
+
+impl Moderation {
+    /// Frames a second above which interrupts are deferred.
+    pub const HIGH: f64 = 50_000.0;
+    /// Frames a second below which they are not.
+    pub const LOW: f64 = 20_000.0;
+    /// The shortest window a rate is judged over.
+    pub const WINDOW: Duration = Duration::from_millis(1);
+
+    /// Starting with interrupts not deferred.
+    pub fn new() -> Moderation {
+        Moderation { deferring: false, window_start: None, frames: 0, changes: 0 }
+    }
+
+    /// Whether interrupts are deferred now.
+    pub fn deferring(&self) -> bool {
+        self.deferring
+    }
+
+    /// `frames` more received by `now`: `Some(defer)` when the interface's setting should
+    /// change to `defer`.
+    pub fn observe(&mut self, now: Instant, frames: u64) -> Option<bool> {
+        self.frames += frames;
+        let start = *self.window_start.get_or_insert(now);
+        let span = now.saturating_duration_since(start);
+        if span < Self::WINDOW {
+            return None;
+        }
+        let rate = self.frames as f64 / span.as_secs_f64();
+        self.window_start = Some(now);
+        self.frames = 0;
+        let want = if self.deferring { rate >= Self::LOW } else { rate > Self::HIGH };
+        (want != self.deferring).then(|| {
+            self.deferring = want;
+            self.changes += 1;
+            want
+        })
+    }
+}
+
+impl Default for Moderation {
+    fn default() -> Moderation {
+        Moderation::new()
+    }
+}
+
 /// A raw L2 port on one interface's queue 0 through AF_XDP.
 pub struct AfXdpPort {
     // Dropped in this order: the socket and its rings, then the frame memory, then the program.
@@ -415,6 +476,10 @@ pub struct AfXdpPort {
     busy_poll: bool,
     /// The interface settings busy polling changed, with what they were.
     restore: Vec<(std::path::PathBuf, String)>,
+    /// With busy polling: the interrupt moderation, and the interface's settings files
+    /// (`napi_defer_hard_irqs`, `gro_flush_timeout`).
+    moderation: Moderation,
+    moderation_files: Option<[std::path::PathBuf; 2]>,
     pool: Pool,
     stats: PortStats,
     truncated: u64,
@@ -503,6 +568,8 @@ impl AfXdpPort {
             ifname: ifname.to_string(),
             busy_poll: cfg.busy_poll,
             restore: Vec::new(),
+            moderation: Moderation::new(),
+            moderation_files: None,
             pool: pool.clone(),
             stats: PortStats::default(),
             truncated: 0,
@@ -543,12 +610,14 @@ impl AfXdpPort {
             setsockopt(&port.fd, libc::SOL_SOCKET, libc::SO_PREFER_BUSY_POLL, &one, "SO_PREFER_BUSY_POLL")?;
             setsockopt(&port.fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, &usecs, "SO_BUSY_POLL")?;
             setsockopt(&port.fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL_BUDGET, &budget, "SO_BUSY_POLL_BUDGET")?;
-            for (name, value) in [("napi_defer_hard_irqs", "2"), ("gro_flush_timeout", "200000")] {
-                let path = std::path::PathBuf::from(format!("/sys/class/net/{ifname}/{name}"));
-                let was = std::fs::read_to_string(&path).map_err(|e| with_context(e, &path.display().to_string()))?;
-                std::fs::write(&path, value).map_err(|e| with_context(e, &path.display().to_string()))?;
-                port.restore.push((path, was.trim().to_string()));
+            let files = ["napi_defer_hard_irqs", "gro_flush_timeout"]
+                .map(|name| std::path::PathBuf::from(format!("/sys/class/net/{ifname}/{name}")));
+            for path in &files {
+                let was = std::fs::read_to_string(path).map_err(|e| with_context(e, &path.display().to_string()))?;
+                port.restore.push((path.clone(), was.trim().to_string()));
             }
+            port.moderation_files = Some(files);
+            port.set_deferral(false)?;
         }
         Ok(port)
     }
@@ -556,6 +625,21 @@ impl AfXdpPort {
     /// The interface name.
     pub fn ifname(&self) -> &str {
         &self.ifname
+    }
+
+    /// The interrupt moderation (busy polling only): whether deferring now, and its changes.
+    pub fn moderation(&self) -> &Moderation {
+        &self.moderation
+    }
+
+    /// Writes the interface's deferral settings: on, 2 deferrals and 200 µs; off, none.
+    fn set_deferral(&self, on: bool) -> io::Result<()> {
+        let Some(files) = &self.moderation_files else { return Ok(()) };
+        let values = if on { ["2", "200000"] } else { ["0", "0"] };
+        for (path, value) in files.iter().zip(values) {
+            std::fs::write(path, value).map_err(|e| with_context(e, &path.display().to_string()))?;
+        }
+        Ok(())
     }
 
     /// How the XDP program is attached.
@@ -652,6 +736,11 @@ impl Port for AfXdpPort {
             self.fill.producer().store(self.fill_producer, Ordering::Release);
         }
         self.stats.received(delivered);
+        if self.moderation_files.is_some()
+            && let Some(on) = self.moderation.observe(Instant::now(), u64::from(n))
+        {
+            self.set_deferral(on)?;
+        }
         Ok(delivered)
     }
 
@@ -784,6 +873,32 @@ fn ethtool_set(ifname: &str, cmd: u32, data: u32) -> io::Result<()> {
 mod tests {
     use super::*;
     use std::collections::VecDeque;
+
+    #[test]
+    fn moderation_defers_above_the_high_rate_and_stops_below_the_low_one() {
+        let t0 = Instant::now();
+        let ms = |k: u64| t0 + Duration::from_millis(k);
+        let mut m = Moderation::new();
+        assert_eq!(m.observe(t0, 0), None);
+        // 30 frames in 1 ms: 30,000 a second, between the thresholds: no change from off.
+        assert_eq!(m.observe(ms(1), 30), None);
+        // 60 in the next: 60,000 a second: defer.
+        assert_eq!(m.observe(ms(2), 60), Some(true));
+        assert!(m.deferring());
+        // 30 a millisecond again: above the low threshold, it stays deferring.
+        assert_eq!(m.observe(ms(3), 30), None);
+        // Within a window nothing is judged, however many arrive; they count in the next
+        // judgement (1,000 in a millisecond: still deferring).
+        assert_eq!(m.observe(ms(3) + Duration::from_micros(500), 1000), None);
+        assert_eq!(m.observe(ms(4), 0), None);
+        assert!(m.deferring());
+        // 10 in a millisecond: 10,000 a second, below the low threshold: stop.
+        assert_eq!(m.observe(ms(5), 10), Some(false));
+        assert!(!m.deferring());
+        assert_eq!(m.changes, 2);
+        // Quiet for a second: off stays off.
+        assert_eq!(m.observe(ms(1005), 0), None);
+    }
 
     #[test]
     fn the_program_is_six_instructions_with_the_map_in_the_wide_load() {

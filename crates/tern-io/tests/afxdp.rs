@@ -1,6 +1,7 @@
 //! The AF_XDP port over a veth pair (root only: `cargo test -- --ignored`): frames cross byte for
 //! byte both ways, more of them than the rings hold (the chunks go round), with and without busy
-//! polling; busy polling's interface settings are put back when the port closes.
+//! polling; busy polling's interface settings follow the load and are put back when the port
+//! closes.
 
 mod common;
 
@@ -56,8 +57,10 @@ fn crosses(busy: bool) {
     let pool = Pool::new(8192, 2048);
     let was = std::fs::read_to_string(format!("/sys/class/net/{b}/napi_defer_hard_irqs")).unwrap();
     let mut x = AfXdpPort::open(&b, &pool, AfXdpConfig { busy_poll: busy }).unwrap();
+    let deferral = || std::fs::read_to_string(format!("/sys/class/net/{b}/napi_defer_hard_irqs")).unwrap();
     if busy {
-        assert_eq!(std::fs::read_to_string(format!("/sys/class/net/{b}/napi_defer_hard_irqs")).unwrap().trim(), "2");
+        // Moderated by load: not deferring before any traffic.
+        assert_eq!(deferral().trim(), "0");
     }
     let mut p = AfPacketPort::open(&a, &pool).unwrap();
     // Into the AF_XDP port: 5,000 frames, more than its 2,048 chunks on the fill ring, in
@@ -80,6 +83,10 @@ fn crosses(busy: bool) {
     assert!(back == frames, "frames sent changed or out of order");
     assert_eq!(x.stats().rx_dropped, 0);
     assert_eq!(x.stats().tx_dropped, 0);
+    if busy {
+        // The interface's setting is what the moderation last decided.
+        assert_eq!(deferral().trim(), if x.moderation().deferring() { "2" } else { "0" });
+    }
     drop(x);
     assert_eq!(std::fs::read_to_string(format!("/sys/class/net/{b}/napi_defer_hard_irqs")).unwrap(), was);
 }
