@@ -18,7 +18,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -368,7 +368,6 @@ impl AfPacketPort {
     /// Up to `want` frames from the receive ring into `batch`.
     fn recv_ring(&mut self, want: usize, batch: &mut Batch) -> usize {
         let Some(ring) = self.rx_ring.as_mut() else { return 0 };
-        let unspecified = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
         let mut delivered = 0;
         for _ in 0..want {
             let Some(slot) = ring.peek() else { break };
@@ -388,7 +387,7 @@ impl AfPacketPort {
             }
             ring.release();
             if let Some(mut pkt) = p {
-                pkt.set_peer(unspecified);
+                pkt.set_peer(crate::UNSPECIFIED);
                 self.stats.rx_bytes += pkt.len() as u64;
                 batch.push(pkt);
                 delivered += 1;
@@ -421,10 +420,9 @@ impl Port for AfPacketPort {
             let cut = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
             *ok = admit(&mut self.extra, &self.vecs.prefixes[i], p.data_mut(), cut);
         }
-        let unspecified = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
         let hdrs = &self.vecs.hdrs;
         Ok(crate::deliver_received(&mut self.rx_bufs, n, batch, &mut self.stats, &self.pool, |i| {
-            ok[i].then(|| (hdrs[i].msg_len as usize - VNET_HDR, unspecified))
+            ok[i].then(|| (hdrs[i].msg_len as usize - VNET_HDR, crate::UNSPECIFIED))
         }))
     }
 
@@ -444,7 +442,7 @@ impl Port for AfPacketPort {
 
     /// L2 ports have no socket address; this is `0.0.0.0:0`.
     fn local_addr(&self) -> SocketAddr {
-        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))
+        crate::UNSPECIFIED
     }
 
     /// Counters; `rx_dropped` includes the frames the kernel dropped for a full ring.

@@ -32,7 +32,7 @@
 //! kernel and counted in `rx_dropped`.
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -474,12 +474,12 @@ pub struct AfXdpPort {
     tx_free: Vec<u64>,
     ifname: String,
     busy_poll: bool,
-    /// The interface settings busy polling changed, with what they were.
+    /// With busy polling, the interface's deferral settings (`napi_defer_hard_irqs`,
+    /// `gro_flush_timeout`, in that order) with what they were before: what the moderation
+    /// writes, and what closing puts back (empty without busy polling).
     restore: Vec<(std::path::PathBuf, String)>,
-    /// With busy polling: the interrupt moderation, and the interface's settings files
-    /// (`napi_defer_hard_irqs`, `gro_flush_timeout`).
+    /// The interrupt moderation (busy polling only).
     moderation: Moderation,
-    moderation_files: Option<[std::path::PathBuf; 2]>,
     pool: Pool,
     stats: PortStats,
     truncated: u64,
@@ -569,7 +569,6 @@ impl AfXdpPort {
             busy_poll: cfg.busy_poll,
             restore: Vec::new(),
             moderation: Moderation::new(),
-            moderation_files: None,
             pool: pool.clone(),
             stats: PortStats::default(),
             truncated: 0,
@@ -610,13 +609,11 @@ impl AfXdpPort {
             setsockopt(&port.fd, libc::SOL_SOCKET, libc::SO_PREFER_BUSY_POLL, &one, "SO_PREFER_BUSY_POLL")?;
             setsockopt(&port.fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, &usecs, "SO_BUSY_POLL")?;
             setsockopt(&port.fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL_BUDGET, &budget, "SO_BUSY_POLL_BUDGET")?;
-            let files = ["napi_defer_hard_irqs", "gro_flush_timeout"]
-                .map(|name| std::path::PathBuf::from(format!("/sys/class/net/{ifname}/{name}")));
-            for path in &files {
-                let was = std::fs::read_to_string(path).map_err(|e| with_context(e, &path.display().to_string()))?;
-                port.restore.push((path.clone(), was.trim().to_string()));
+            for name in ["napi_defer_hard_irqs", "gro_flush_timeout"] {
+                let path = std::path::PathBuf::from(format!("/sys/class/net/{ifname}/{name}"));
+                let was = std::fs::read_to_string(&path).map_err(|e| with_context(e, &path.display().to_string()))?;
+                port.restore.push((path, was.trim().to_string()));
             }
-            port.moderation_files = Some(files);
             port.set_deferral(false)?;
         }
         Ok(port)
@@ -634,9 +631,8 @@ impl AfXdpPort {
 
     /// Writes the interface's deferral settings: on, 2 deferrals and 200 µs; off, none.
     fn set_deferral(&self, on: bool) -> io::Result<()> {
-        let Some(files) = &self.moderation_files else { return Ok(()) };
         let values = if on { ["2", "200000"] } else { ["0", "0"] };
-        for (path, value) in files.iter().zip(values) {
+        for ((path, _), value) in self.restore.iter().zip(values) {
             std::fs::write(path, value).map_err(|e| with_context(e, &path.display().to_string()))?;
         }
         Ok(())
@@ -694,7 +690,7 @@ impl AfXdpPort {
 }
 
 impl Port for AfXdpPort {
-    fn recv(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
+    fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
         let want = batch.spare().min(MAX_BATCH) as u32;
         if want == 0 {
             return Ok(0);
@@ -704,7 +700,6 @@ impl Port for AfXdpPort {
         }
         let ready = self.rx.producer().load(Ordering::Acquire).wrapping_sub(self.rx_consumer);
         let n = ready.min(want);
-        let unspecified = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
         let mut delivered = 0;
         for k in 0..n {
             let i = self.rx_consumer.wrapping_add(k);
@@ -720,7 +715,7 @@ impl Port for AfXdpPort {
             self.fill.set_addr(self.fill_producer, addr - addr % u64::from(CHUNK_SIZE));
             self.fill_producer = self.fill_producer.wrapping_add(1);
             if ok {
-                pkt.set_peer(unspecified);
+                pkt.set_peer(crate::UNSPECIFIED);
                 self.stats.rx_bytes += pkt.len() as u64;
                 batch.push(pkt);
                 delivered += 1;
@@ -736,8 +731,8 @@ impl Port for AfXdpPort {
             self.fill.producer().store(self.fill_producer, Ordering::Release);
         }
         self.stats.received(delivered);
-        if self.moderation_files.is_some()
-            && let Some(on) = self.moderation.observe(Instant::now(), u64::from(n))
+        if !self.restore.is_empty()
+            && let Some(on) = self.moderation.observe(now, u64::from(n))
         {
             self.set_deferral(on)?;
         }
@@ -788,7 +783,6 @@ impl Port for AfXdpPort {
                 }
             }
         }
-        self.reclaim();
         self.stats.sent(queued as usize);
         Ok(queued as usize)
     }
@@ -803,7 +797,7 @@ impl Port for AfXdpPort {
 
     /// L2 ports have no socket address; this is `0.0.0.0:0`.
     fn local_addr(&self) -> SocketAddr {
-        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))
+        crate::UNSPECIFIED
     }
 
     /// Counters; `rx_dropped` includes the frames the kernel dropped for this socket.

@@ -46,6 +46,7 @@ pub mod udp;
 pub mod uds;
 
 mod packet;
+pub(crate) use packet::UNSPECIFIED;
 pub use packet::{
     Batch, CACHE_BULK, CACHE_MAX, DEFAULT_BATCH, DEFAULT_BUF_SIZE, DEFAULT_HEADROOM, PEER_TAIL, Packet, Pool,
 };

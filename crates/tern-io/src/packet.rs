@@ -40,7 +40,7 @@ const PEER_V4: u64 = 1 << 48;
 const PEER_V6: u64 = 2 << 48;
 const PEER_KIND: u64 = 0xff << 48;
 
-const UNSPECIFIED: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+pub(crate) const UNSPECIFIED: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
 
 impl std::fmt::Debug for Packet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
