@@ -17,13 +17,17 @@
 //! caller that polls without sleeping (`tern switch serve --busy-poll`); and the port moderates
 //! the interface's interrupts by its load, as a NIC driver's adaptive coalescing does
 //! ([`Moderation`]): above 50,000 frames a second (over 1 ms) it defers them
-//! (`napi_defer_hard_irqs` 2, `gro_flush_timeout` 200 µs), below 20,000 it stops deferring; the
-//! interface's settings are restored when the port closes. On a veth here (Linux 6.18) the
-//! socket never got the receive context's id (`SO_INCOMING_NAPI_ID` 0), so busy polling had
-//! nothing to poll: deferred, the veth's receive work ran from the deferral timer on the polling
-//! core (the sending core freed, a frame arriving alone waiting for the timer); not deferred, it
-//! runs in the sending core's softirq as soon as a frame is sent. docs/clip.md has the
-//! measurements.
+//! (`napi_defer_hard_irqs` 2, `gro_flush_timeout` 200 µs) and moves the interface's receive work
+//! onto kernel threads (`threaded` 1) that it gives the polling thread's cores; once the rate
+//! has stayed below 20,000 for 10 ms it stops deferring and the threads go. While deferring, a
+//! `recv` that finds nothing yields the core to those threads. The interface's settings are
+//! restored when the port closes. Why the threads: on a veth here (Linux 6.18) the socket never
+//! got the receive context's id (`SO_INCOMING_NAPI_ID` 0), so busy polling has nothing to poll,
+//! and a veth's receive work runs where it is scheduled — in the softirq of the core that sent
+//! the frame, and once deferred, from a timer on that same core: the sender's core did the
+//! port's receive work (on a NIC with per-queue ids busy polling would take it over instead).
+//! Not deferred, a frame arriving alone is taken in the sender's softirq at once, which is what
+//! low latency wants. docs/clip.md has the measurements.
 //!
 //! XDP sees the bytes as they are on the wire: a checksum the sender left to offload is not
 //! completed (no virtio-net header as with `AF_PACKET`). Turn transmit checksum offload off on
@@ -57,7 +61,8 @@ const MAX_KICKS: usize = 256;
 /// How an [`AfXdpPort`] runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AfXdpConfig {
-    /// Prefer busy polling, and defer the interface's interrupts (see the module's notes).
+    /// Prefer busy polling, and moderate the interface's interrupts and where its receive work
+    /// runs by load (see the module's notes).
     pub busy_poll: bool,
 }
 
@@ -397,6 +402,21 @@ pub struct AfXdpStats {
     pub truncated: u64,
 }
 
+/// The kernel threads that run `ifname`'s receive contexts in threaded mode, by their names
+/// (`napi/IFNAME-ID`, the context's id in digits).
+pub fn napi_threads(ifname: &str) -> Vec<libc::pid_t> {
+    let prefix = format!("napi/{ifname}-");
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: libc::pid_t = e.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+            let id = comm.trim_end().strip_prefix(&prefix)?;
+            (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())).then_some(pid)
+        })
+        .collect()
+}
+
 /// Adaptive interrupt moderation, sans I/O: from the frames received and the time, whether the
 /// interface should defer its interrupts — on above [`Moderation::HIGH`] frames a second, off
 /// below [`Moderation::LOW`] (the gap keeps a rate near one threshold from flapping), judged
@@ -406,6 +426,8 @@ pub struct Moderation {
     deferring: bool,
     window_start: Option<Instant>,
     frames: u64,
+    /// Deferring: since when every window has been below the low rate.
+    low_since: Option<Instant>,
     /// Changes made so far.
     pub changes: u64,
 }
@@ -417,10 +439,14 @@ impl Moderation {
     pub const LOW: f64 = 20_000.0;
     /// The shortest window a rate is judged over.
     pub const WINDOW: Duration = Duration::from_millis(1);
+    /// How long the rate must stay below [`Moderation::LOW`] before deferring stops (a window
+    /// with few frames in a flood, while the receive thread waited for the core, is no end of
+    /// the flood).
+    pub const OFF_AFTER: Duration = Duration::from_millis(10);
 
     /// Starting with interrupts not deferred.
     pub fn new() -> Moderation {
-        Moderation { deferring: false, window_start: None, frames: 0, changes: 0 }
+        Moderation { deferring: false, window_start: None, frames: 0, low_since: None, changes: 0 }
     }
 
     /// Whether interrupts are deferred now.
@@ -440,7 +466,20 @@ impl Moderation {
         let rate = self.frames as f64 / span.as_secs_f64();
         self.window_start = Some(now);
         self.frames = 0;
-        let want = if self.deferring { rate >= Self::LOW } else { rate > Self::HIGH };
+        let want = if self.deferring {
+            if rate >= Self::LOW {
+                self.low_since = None;
+                true
+            } else {
+                let low = *self.low_since.get_or_insert(start);
+                now.saturating_duration_since(low) < Self::OFF_AFTER
+            }
+        } else {
+            rate > Self::HIGH
+        };
+        if !want {
+            self.low_since = None;
+        }
         (want != self.deferring).then(|| {
             self.deferring = want;
             self.changes += 1;
@@ -609,10 +648,14 @@ impl AfXdpPort {
             setsockopt(&port.fd, libc::SOL_SOCKET, libc::SO_PREFER_BUSY_POLL, &one, "SO_PREFER_BUSY_POLL")?;
             setsockopt(&port.fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, &usecs, "SO_BUSY_POLL")?;
             setsockopt(&port.fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL_BUDGET, &budget, "SO_BUSY_POLL_BUDGET")?;
-            for name in ["napi_defer_hard_irqs", "gro_flush_timeout"] {
+            for name in ["napi_defer_hard_irqs", "gro_flush_timeout", "threaded"] {
                 let path = std::path::PathBuf::from(format!("/sys/class/net/{ifname}/{name}"));
-                let was = std::fs::read_to_string(&path).map_err(|e| with_context(e, &path.display().to_string()))?;
-                port.restore.push((path, was.trim().to_string()));
+                match std::fs::read_to_string(&path) {
+                    Ok(was) => port.restore.push((path, was.trim().to_string())),
+                    // A kernel without threaded receive contexts: deferral alone.
+                    Err(_) if name == "threaded" => {}
+                    Err(e) => return Err(with_context(e, &path.display().to_string())),
+                }
             }
             port.set_deferral(false)?;
         }
@@ -629,11 +672,23 @@ impl AfXdpPort {
         &self.moderation
     }
 
-    /// Writes the interface's deferral settings: on, 2 deferrals and 200 µs; off, none.
+    /// Writes the interface's deferral settings: on, 2 deferrals, 200 µs and its receive work
+    /// on kernel threads that share the calling thread's cores; off, none of them.
     fn set_deferral(&self, on: bool) -> io::Result<()> {
-        let values = if on { ["2", "200000"] } else { ["0", "0"] };
+        let values = if on { ["2", "200000", "1"] } else { ["0", "0", "0"] };
         for ((path, _), value) in self.restore.iter().zip(values) {
             std::fs::write(path, value).map_err(|e| with_context(e, &path.display().to_string()))?;
+        }
+        if on && self.restore.len() == 3 {
+            // The kernel made the threads just now, free to run on any core.
+            for pid in napi_threads(&self.ifname) {
+                if !crate::share_affinity(pid) {
+                    return Err(with_context(
+                        io::Error::last_os_error(),
+                        &format!("moving {}'s receive thread {pid} to the port's cores", self.ifname),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -735,6 +790,10 @@ impl Port for AfXdpPort {
             && let Some(on) = self.moderation.observe(now, u64::from(n))
         {
             self.set_deferral(on)?;
+        }
+        if n == 0 && self.restore.len() == 3 && self.moderation.deferring() {
+            // The receive thread shares this core: let it run rather than spin past it.
+            std::thread::yield_now();
         }
         Ok(delivered)
     }
@@ -886,8 +945,15 @@ mod tests {
         assert_eq!(m.observe(ms(3) + Duration::from_micros(500), 1000), None);
         assert_eq!(m.observe(ms(4), 0), None);
         assert!(m.deferring());
-        // 10 in a millisecond: 10,000 a second, below the low threshold: stop.
-        assert_eq!(m.observe(ms(5), 10), Some(false));
+        // 10 in a millisecond: 10,000 a second, below the low threshold, but for less than
+        // OFF_AFTER: it stays deferring; one busy window in between starts the count again.
+        assert_eq!(m.observe(ms(5), 10), None);
+        assert_eq!(m.observe(ms(10), 0), None);
+        assert_eq!(m.observe(ms(11), 60), None);
+        assert_eq!(m.observe(ms(20), 0), None);
+        assert!(m.deferring());
+        // Below it from 11 ms on: at 21 ms, OFF_AFTER, stop.
+        assert_eq!(m.observe(ms(21), 10), Some(false));
         assert!(!m.deferring());
         assert_eq!(m.changes, 2);
         // Quiet for a second: off stays off.

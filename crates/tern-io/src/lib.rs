@@ -294,6 +294,31 @@ pub fn pin_to_cores(cores: &[usize]) -> bool {
     }
 }
 
+/// The cores thread (or process) `pid` may run on (0: the calling thread), or None if it does
+/// not exist.
+pub fn affinity_of(pid: libc::pid_t) -> Option<Vec<usize>> {
+    // SAFETY: a zeroed cpu_set_t we own, written by the kernel for the call; CPU_ISSET reads it
+    // within CPU_SETSIZE. Tested in `tests::affinity_is_shared`.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        Some((0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect())
+    }
+}
+
+/// Gives thread (or process) `pid` the calling thread's cores; returns whether it worked.
+pub fn share_affinity(pid: libc::pid_t) -> bool {
+    // SAFETY: as in `affinity_of`: a zeroed cpu_set_t we own, filled for the calling thread
+    // (pid 0) and read by the kernel for `pid`. Tested in `tests::affinity_is_shared`.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        libc::sched_getaffinity(0, size, &mut set) == 0 && libc::sched_setaffinity(pid, size, &set) == 0
+    }
+}
+
 /// Cores this process may run on.
 pub fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -302,6 +327,32 @@ pub fn available_cores() -> usize {
 #[cfg(test)]
 mod tests {
     use super::Port;
+
+    /// A thread given the caller's cores runs on those (and a missing one is refused).
+    #[test]
+    fn affinity_is_shared() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let h = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let mine = super::affinity_of(0).unwrap();
+        assert!(!mine.is_empty());
+        let last = *mine.last().unwrap();
+        // The caller on one core (its last), then the other thread given that.
+        assert!(super::pin_to_core(last));
+        assert!(super::share_affinity(tid));
+        assert_eq!(super::affinity_of(tid), Some(vec![last]));
+        drop(done_tx);
+        h.join().unwrap();
+        assert!(super::pin_to_cores(&mine));
+        assert_eq!(super::affinity_of(0), Some(mine));
+        assert_eq!(super::affinity_of(libc::pid_t::MAX), None);
+        assert!(!super::share_affinity(libc::pid_t::MAX));
+    }
 
     /// A missing namespace (or a path for a name) is refused, naming it, and the thread stays.
     #[test]

@@ -1,7 +1,7 @@
 //! The AF_XDP port over a veth pair (root only: `cargo test -- --ignored`): frames cross byte for
 //! byte both ways, more of them than the rings hold (the chunks go round), with and without busy
-//! polling; busy polling's interface settings follow the load and are put back when the port
-//! closes.
+//! polling; busy polling's interface settings, and where the interface's receive work runs,
+//! follow the load and are put back when the port closes.
 
 mod common;
 
@@ -101,6 +101,62 @@ fn frames_cross_a_veth_pair_both_ways() {
 #[ignore = "needs root: creates a veth pair and loads an XDP program"]
 fn frames_cross_with_busy_polling() {
     crosses(true);
+}
+
+/// Under load the busy-polled port defers the interface's interrupts and moves its receive work
+/// to kernel threads on the port's own cores; after `OFF_AFTER` without load, back; on close,
+/// the interface's settings as they were. Frames keep arriving whole and in order throughout.
+#[test]
+#[ignore = "needs root: creates a veth pair and loads an XDP program"]
+fn receive_work_follows_the_port_under_load() {
+    let (a, b, _guard) = veth("t");
+    let setting = |name: &str| std::fs::read_to_string(format!("/sys/class/net/{b}/{name}")).unwrap();
+    let was: Vec<String> = ["napi_defer_hard_irqs", "gro_flush_timeout", "threaded"].map(setting).to_vec();
+    // The test thread (which receives) on one core, so that "the port's cores" is not every core.
+    let mine = tern_io::affinity_of(0).unwrap();
+    let core = *mine.last().unwrap();
+    assert!(tern_io::pin_to_core(core));
+    let pool = Pool::new(8192, 2048);
+    let mut x = AfXdpPort::open(&b, &pool, AfXdpConfig { busy_poll: true }).unwrap();
+    let mut p = AfPacketPort::open(&a, &pool).unwrap();
+    assert_eq!(setting("threaded").trim(), "0");
+    // Rounds of 200 frames, received as fast as they come: above 50,000 a second.
+    let mut n = 0u32;
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !x.moderation().deferring() {
+        assert!(Instant::now() < deadline, "the load never moved the receive work: {:?}", x.stats());
+        let frames: Vec<Vec<u8>> = (n..n + 200).map(|i| numbered(i, 64)).collect();
+        n += 200;
+        assert_eq!(send(&mut p, &pool, &frames), 200);
+        got.extend(recv(&mut x, 200, true));
+    }
+    assert_eq!(setting("napi_defer_hard_irqs").trim(), "2");
+    assert_eq!(setting("threaded").trim(), "1");
+    let threads = tern_io::afxdp::napi_threads(&b);
+    assert!(!threads.is_empty(), "no receive thread for {b}");
+    for t in &threads {
+        assert_eq!(tern_io::affinity_of(*t), Some(vec![core]), "receive thread {t}");
+    }
+    // Frames still arrive, through the thread.
+    let frames: Vec<Vec<u8>> = (n..n + 200).map(|i| numbered(i, 64)).collect();
+    n += 200;
+    send(&mut p, &pool, &frames);
+    got.extend(recv(&mut x, 200, true));
+    assert_eq!(got, (0..n).map(|i| numbered(i, 64)).collect::<Vec<_>>(), "frames lost or reordered");
+    // Quiet: after OFF_AFTER of nothing, interrupts again and no thread.
+    let quiet = Instant::now();
+    let mut batch = Batch::new(32);
+    while x.moderation().deferring() {
+        assert!(quiet.elapsed() < Duration::from_secs(2), "the port kept deferring with no load");
+        x.recv(Instant::now(), &mut batch).unwrap();
+    }
+    assert!(quiet.elapsed() >= tern_io::afxdp::Moderation::OFF_AFTER);
+    assert_eq!(setting("threaded").trim(), "0");
+    assert_eq!(setting("napi_defer_hard_irqs").trim(), "0");
+    drop(x);
+    assert_eq!(["napi_defer_hard_irqs", "gro_flush_timeout", "threaded"].map(setting).to_vec(), was);
+    assert!(tern_io::pin_to_cores(&mine));
 }
 
 /// A frame on the interface while no port is open goes on to the kernel (the program is gone
