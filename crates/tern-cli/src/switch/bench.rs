@@ -70,23 +70,25 @@ pub struct SwitchBenchArgs {
     /// --snat: datagrams in the paced run [default: 3000, quick 1500].
     #[arg(long)]
     pub latency_packets: Option<u64>,
-    /// --snat: run Tern's switch in poll mode (`tern switch serve --busy-poll`: it never
-    /// sleeps, taking a core of its own).
+    /// --snat: the switch's host ports on AF_PACKET (`afpacket:`) rather than AF_XDP, and the
+    /// hosts' transmit checksum offload left on. By default they are on AF_XDP (`afxdp:`,
+    /// docs/clip.md), with the hosts' transmit checksum offload off for netfilter's hosts too
+    /// (AF_XDP takes frames as they are sent).
     #[arg(long)]
-    pub busy_poll: bool,
-    /// --snat: leave RPS off on the switch's inside port: the client's core then puts each
-    /// frame into the switch's receive ring itself (in its own softirq, as a NIC's DMA would,
-    /// with no interrupt between cores), and that work counts on the hosts' core, not the
-    /// system under test's. Netfilter keeps RPS (without it, its forwarding runs on the
-    /// hosts' core).
+    pub afpacket: bool,
+    /// --snat: let the switch sleep while idle (`tern switch serve` without --busy-poll). By
+    /// default it polls (`--busy-poll`: it never sleeps, taking its core): then an AF_XDP
+    /// port moderates its interface by load, and under load the interface's receive work runs
+    /// on the switch's core (docs/clip.md).
     #[arg(long)]
+    pub sleep: bool,
+    /// --snat, with --afpacket: leave RPS off on the switch's inside port: the client's core
+    /// then puts each frame into the switch's receive ring itself (in its own softirq, as a
+    /// NIC's DMA would, with no interrupt between cores), and that work counts on the hosts'
+    /// core, not the system under test's. Netfilter keeps RPS (without it, its forwarding
+    /// runs on the hosts' core).
+    #[arg(long, requires = "afpacket")]
     pub no_rps: bool,
-    /// --snat: the switch's host ports on AF_XDP (`afxdp:`, docs/clip.md) rather than
-    /// AF_PACKET; the hosts' transmit checksum offload is then off, for netfilter's hosts too
-    /// (AF_XDP takes frames as they are sent). With --busy-poll the switch's core does the
-    /// ports' receive work, with no interrupt between cores.
-    #[arg(long)]
-    pub afxdp: bool,
     /// Directory for switch.json and the plots.
     #[arg(long, default_value = "reports")]
     pub out: PathBuf,
@@ -291,9 +293,9 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
         latency_rate: a.latency_rate,
         latency_packets,
         servers: a.servers,
-        busy_poll: a.busy_poll,
+        busy_poll: !a.sleep,
         inside_rps: !a.no_rps,
-        afxdp: a.afxdp,
+        afxdp: !a.afpacket,
     };
     let env = Environment::current();
     let say = |s: String| if a.json { eprintln!("{s}") } else { println!("{s}") };
@@ -310,11 +312,11 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
             "the generator and sink pinned to core 0; the system under test on core{} {}: Tern's switch and servers by affinity, netfilter's router by RPS on its inside port, and {}",
             if c.list.contains('-') { "s" } else { "" },
             c.list,
-            match (a.afxdp, a.busy_poll, a.no_rps) {
+            match (!a.afpacket, !a.sleep, a.no_rps) {
                 (true, true, _) =>
-                    "the switch's host ports on AF_XDP, busy polled: the switch's core does their receive work, with no interrupt between cores (the hosts' transmit checksum offload off for both systems)",
+                    "the switch's host ports on AF_XDP, polled: under load their receive work runs on the switch's core, with no interrupt between cores; a frame alone is taken in the sending core's softirq (the hosts' transmit checksum offload off for both systems)",
                 (true, false, _) =>
-                    "the switch's host ports on AF_XDP: their receive work (the XDP program and the copy) runs in the sending core's softirq (the hosts' transmit checksum offload off for both systems)",
+                    "the switch's host ports on AF_XDP, the switch sleeping while idle (--sleep): their receive work (the XDP program and the copy) runs in the sending core's softirq (the hosts' transmit checksum offload off for both systems)",
                 (false, _, true) =>
                     "no RPS on the switch's inside port (--no-rps: the client's core puts each frame into the switch's ring)",
                 (false, _, false) => "RPS on the switch's inside port likewise",
@@ -387,7 +389,7 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
     let mut report = json!({
         "bench": "switch-snat",
         "environment": env,
-        "options": {"rounds": rounds, "phase_secs": secs, "sizes": sizes, "flows": a.snat_flows, "servers": a.servers, "latency_rate": a.latency_rate, "latency_packets": latency_packets, "warm_secs": super::snatbench::WARM_SECS, "busy_poll": a.busy_poll, "no_rps": a.no_rps, "afxdp": a.afxdp, "placement": placement},
+        "options": {"rounds": rounds, "phase_secs": secs, "sizes": sizes, "flows": a.snat_flows, "servers": a.servers, "latency_rate": a.latency_rate, "latency_packets": latency_packets, "warm_secs": super::snatbench::WARM_SECS, "busy_poll": !a.sleep, "no_rps": a.no_rps, "afxdp": !a.afpacket, "placement": placement},
         "core_round_trip_ns": {"before": rtt_before, "after": rtt_after},
         "stopped": out.stopped,
         "targets": {"snat_over_netfilter_pps": 1.0, "offload_latency_ratio": 0.5},
