@@ -79,9 +79,10 @@ impl FramePort {
         FramePort::open_polled(spec, pool, false)
     }
 
-    /// As [`FramePort::open`]; with `busy_poll`, an `afxdp:` port prefers busy polling (its
-    /// interface's receive work runs in each `recv`, on the caller's core: for a caller that
-    /// polls without sleeping).
+    /// As [`FramePort::open`]; with `busy_poll`, an `afxdp:` port prefers busy polling and
+    /// moderates its interface by load, under load running the interface's receive work on
+    /// threads on the caller's cores (`tern_io::afxdp`): for a caller that polls without
+    /// sleeping.
     pub(crate) fn open_polled(spec: &str, pool: &Pool, busy_poll: bool) -> Result<FramePort, String> {
         let (base, opts) = spec.split_once(',').unwrap_or((spec, ""));
         let port = FramePort::open_plain(base, pool, busy_poll)?;

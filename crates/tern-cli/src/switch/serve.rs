@@ -44,7 +44,8 @@ pub struct ServeArgs {
     /// Poll the ports without ever sleeping (a core of its own, as a DPDK or VPP data plane in
     /// poll mode runs): no wake-up between a frame's arrival and its processing. By default an
     /// idle switch sleeps until a frame arrives on any port (or 100 µs pass). `afxdp:` ports
-    /// then prefer busy polling and their interfaces defer interrupts (docs/clip.md).
+    /// then prefer busy polling, and under load their interfaces defer interrupts and run
+    /// their receive work on threads on the switch's cores (docs/clip.md).
     #[arg(long)]
     pub busy_poll: bool,
     /// Print the summary as JSON.
