@@ -14,7 +14,9 @@
 //!
 //! With [`AfXdpConfig::busy_poll`] the socket prefers busy polling (`SO_PREFER_BUSY_POLL`,
 //! `SO_BUSY_POLL` 20 µs, budget 64) and every `recv` makes the system call that polls, for a
-//! caller that polls without sleeping (`tern switch serve --busy-poll`); and the port moderates
+//! caller that polls without sleeping (`tern switch serve --busy-poll`) — once the socket has a
+//! receive context to poll (`SO_INCOMING_NAPI_ID`, read again every 4,096 `recv`s until it
+//! does; until then the call would only cost the core); and the port moderates
 //! the interface's interrupts by its load, as a NIC driver's adaptive coalescing does
 //! ([`Moderation`]): above 50,000 frames a second (over 1 ms) it defers them
 //! (`napi_defer_hard_irqs` 2, `gro_flush_timeout` 200 µs) and moves the interface's receive work
@@ -402,6 +404,16 @@ pub struct AfXdpStats {
     pub truncated: u64,
 }
 
+/// `recv`s between readings of a busy-polled socket's receive context id while it has none.
+const NAPI_RECHECK: u32 = 4096;
+
+/// Whether a `recv` makes the system call that lets the kernel work: when the kernel asked for
+/// it (the fill ring's wakeup flag), or to busy poll — only where the socket has a receive
+/// context to poll (on a veth here it never gets one, and the call would only cost the core).
+fn kicks(busy_poll: bool, napi_id: u32, need_wakeup: bool) -> bool {
+    need_wakeup || (busy_poll && napi_id != 0)
+}
+
 /// The kernel threads that run `ifname`'s receive contexts in threaded mode, by their names
 /// (`napi/IFNAME-ID`, the context's id in digits).
 pub fn napi_threads(ifname: &str) -> Vec<libc::pid_t> {
@@ -513,9 +525,14 @@ pub struct AfXdpPort {
     tx_free: Vec<u64>,
     ifname: String,
     busy_poll: bool,
-    /// With busy polling, the interface's deferral settings (`napi_defer_hard_irqs`,
-    /// `gro_flush_timeout`, in that order) with what they were before: what the moderation
-    /// writes, and what closing puts back (empty without busy polling).
+    /// Busy polling: the socket's receive context id as last read (0: none, so a system call
+    /// to poll would have nothing to poll), and `recv`s until it is read again while 0.
+    napi_id: u32,
+    napi_recheck: u32,
+    /// With busy polling, the interface's settings (`napi_defer_hard_irqs`,
+    /// `gro_flush_timeout` and, where the kernel has it, `threaded`, in that order) with what
+    /// they were before: what the moderation writes, and what closing puts back (empty without
+    /// busy polling).
     restore: Vec<(std::path::PathBuf, String)>,
     /// The interrupt moderation (busy polling only).
     moderation: Moderation,
@@ -606,6 +623,8 @@ impl AfXdpPort {
             tx_free,
             ifname: ifname.to_string(),
             busy_poll: cfg.busy_poll,
+            napi_id: 0,
+            napi_recheck: 0,
             restore: Vec::new(),
             moderation: Moderation::new(),
             pool: pool.clone(),
@@ -727,6 +746,24 @@ impl AfXdpPort {
         self.completion.consumer().store(self.completion_consumer, Ordering::Release);
     }
 
+    /// The socket's receive context id (`SO_INCOMING_NAPI_ID`; 0 when none, or unreadable).
+    fn incoming_napi_id(&self) -> u32 {
+        let mut id: u32 = 0;
+        let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+        // SAFETY: the kernel writes at most `len` (4) bytes into `id`, a u32 we own, and the
+        // length into `len`.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_INCOMING_NAPI_ID,
+                (&mut id as *mut u32).cast(),
+                &mut len,
+            )
+        };
+        if r == 0 { id } else { 0 }
+    }
+
     /// A system call that lets the kernel do the socket's work (busy polling, or a wakeup it
     /// asked for).
     fn kick_rx(&self) {
@@ -750,7 +787,15 @@ impl Port for AfXdpPort {
         if want == 0 {
             return Ok(0);
         }
-        if self.busy_poll || self.fill.need_wakeup() {
+        if self.busy_poll && self.napi_id == 0 {
+            if self.napi_recheck == 0 {
+                self.napi_id = self.incoming_napi_id();
+                self.napi_recheck = NAPI_RECHECK;
+            } else {
+                self.napi_recheck -= 1;
+            }
+        }
+        if kicks(self.busy_poll, self.napi_id, self.fill.need_wakeup()) {
             self.kick_rx();
         }
         let ready = self.rx.producer().load(Ordering::Acquire).wrapping_sub(self.rx_consumer);
@@ -958,6 +1003,14 @@ mod tests {
         assert_eq!(m.changes, 2);
         // Quiet for a second: off stays off.
         assert_eq!(m.observe(ms(1005), 0), None);
+    }
+
+    #[test]
+    fn a_recv_polls_only_what_has_a_receive_context() {
+        assert!(kicks(true, 7, false));
+        assert!(!kicks(true, 0, false), "nothing to poll");
+        assert!(!kicks(false, 7, false), "not busy polling");
+        assert!(kicks(false, 0, true) && kicks(true, 0, true), "the kernel asked");
     }
 
     #[test]
