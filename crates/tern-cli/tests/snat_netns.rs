@@ -690,11 +690,7 @@ fn server_namespaces(
     (control, data)
 }
 
-/// `tern bench switch --snat`, as small as it goes: its topology comes up, every system is
-/// measured, the offloaded flows are served by the switch alone and the server path by servers
-/// alone, the paced datagrams arrive, the top-level figures are there, and it leaves no
-/// namespace, link or nft table behind.
-/// With the switch's host ports on AF_XDP, polled (the default).
+/// `tern bench switch --snat` with the switch's host ports on AF_XDP, polled (the default).
 #[test]
 #[ignore = "needs root: network namespaces, veth pairs, bridges"]
 fn bench_snat_runs_and_cleans_up() {
@@ -712,6 +708,10 @@ fn bench_snat_runs_on_af_packet_ports() {
 /// measure the other.
 static BENCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// `tern bench switch --snat` with `extra`, as small as it goes: its topology comes up, every
+/// system is measured, the offloaded flows are served by the switch alone and the server path
+/// by servers alone, the paced datagrams arrive, the top-level figures are there, and it leaves
+/// no namespace, link or nft table behind.
 fn bench_snat(extra: &[&str]) {
     let _one = BENCH.lock().unwrap_or_else(|e| e.into_inner());
     let tag = extra.join("");
