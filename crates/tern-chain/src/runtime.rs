@@ -121,13 +121,18 @@ fn reason_of(c: u8) -> Option<&'static str> {
 impl Desc {
     /// A new arrival's descriptor: tenant `t` on `chain` with `skip`, arrived at `at` on `port`.
     pub fn new(t: usize, chain: usize, skip: u64, at: Instant, port: u8) -> Desc {
+        Desc::arrived_ns(t, chain, skip, Desc::ns_of(at), port)
+    }
+
+    /// As [`Desc::new`], with the arrival time as [`Desc::ns_of`] gives it.
+    fn arrived_ns(t: usize, chain: usize, skip: u64, arrived: i64, port: u8) -> Desc {
         Desc {
             tenant: t as u16,
             chain: chain as u16,
             instance: 0,
             segment: 0,
             skip,
-            arrived: Desc::ns_of(at),
+            arrived,
             port,
             branch: NO_BRANCH,
             token: 0,
@@ -2039,6 +2044,8 @@ pub struct Scheduler {
     skip_previous: Vec<u64>,
     /// By tenant and generation parity (`t × 2 + g mod 2`): packets moved into their chain.
     pub started: Vec<u64>,
+    /// The last arrival time admitted and its descriptor form (a batch's arrivals share one).
+    last_at: Option<(Instant, i64)>,
 }
 
 impl Scheduler {
@@ -2105,6 +2112,7 @@ impl Scheduler {
             generation: vec![0; tenants.len()],
             skip_previous: plan.tenants.iter().map(|p| p.skip).collect(),
             started: vec![0; tenants.len() * 2],
+            last_at: None,
         }
     }
 
@@ -2215,7 +2223,15 @@ impl Scheduler {
         if self.queues[t].is_empty() {
             self.vt[t] = self.vt[t].max(self.global_vt);
         }
-        let desc = Desc::new(t, self.chain[t], self.skip[t], a.at, a.port);
+        let arrived = match self.last_at {
+            Some((at, ns)) if at == a.at => ns,
+            _ => {
+                let ns = Desc::ns_of(a.at);
+                self.last_at = Some((a.at, ns));
+                ns
+            }
+        };
+        let desc = Desc::arrived_ns(t, self.chain[t], self.skip[t], arrived, a.port);
         self.queues[t].push_back((Item { packet: a.packet, desc }, hash));
         self.queued += 1;
         Ok(t)
@@ -2236,9 +2252,10 @@ impl Scheduler {
         // Round robin over the instances in service that have a credit, those on other cores
         // than the scheduler's first: its own core has the scheduler's work besides.
         let n = self.active.get(ci).copied().unwrap_or(self.instances).clamp(1, self.instances);
-        let start = self.rr[ci];
+        // One division, not one an instance looked at: start < n, so start + j < 2n.
+        let start = self.rr[ci] % n;
         let local = |k: usize| self.first[t][k].is_some_and(|(r, _)| self.local.get(r).copied().unwrap_or(false));
-        let order = (0..n).map(|j| (start + j) % n);
+        let order = (0..n).map(|j| if start + j >= n { start + j - n } else { start + j });
         order.clone().find(|&k| !local(k) && has(k)).or_else(|| order.clone().find(|&k| local(k) && has(k)))
     }
 

@@ -69,6 +69,9 @@ fn scheduler_holds_a_limited_tenant_to_its_rate() {
         }
         // The chain takes them as they come (credits back at once).
         while let Some(d) = s.decide() {
+            // Each keeps its own arrival time (the scheduler converts one a batch, not one an
+            // arrival).
+            assert_eq!(d.item.desc.arrived(), at, "arrival time");
             if let Some((_, c)) = d.to {
                 s.credit(c, 1);
             }
