@@ -691,6 +691,12 @@ impl AfXdpPort {
         &self.moderation
     }
 
+    /// Whether the moderation moves the interface's receive work onto threads (busy polling,
+    /// on a kernel with `threaded`: the third setting saved).
+    fn threads_receive(&self) -> bool {
+        self.restore.len() == 3
+    }
+
     /// Writes the interface's deferral settings: on, 2 deferrals, 200 µs and its receive work
     /// on kernel threads that share the calling thread's cores; off, none of them.
     fn set_deferral(&self, on: bool) -> io::Result<()> {
@@ -698,7 +704,7 @@ impl AfXdpPort {
         for ((path, _), value) in self.restore.iter().zip(values) {
             std::fs::write(path, value).map_err(|e| with_context(e, &path.display().to_string()))?;
         }
-        if on && self.restore.len() == 3 {
+        if on && self.threads_receive() {
             // The kernel made the threads just now, free to run on any core.
             for pid in napi_threads(&self.ifname) {
                 if !crate::share_affinity(pid) {
@@ -836,7 +842,7 @@ impl Port for AfXdpPort {
         {
             self.set_deferral(on)?;
         }
-        if n == 0 && self.restore.len() == 3 && self.moderation.deferring() {
+        if n == 0 && self.threads_receive() && self.moderation.deferring() {
             // The receive thread shares this core: let it run rather than spin past it.
             std::thread::yield_now();
         }

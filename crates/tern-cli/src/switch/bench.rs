@@ -312,7 +312,7 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
             "the generator and sink pinned to core 0; the system under test on core{} {}: Tern's switch and servers by affinity, netfilter's router by RPS on its inside port, and {}",
             if c.list.contains('-') { "s" } else { "" },
             c.list,
-            match (!a.afpacket, !a.sleep, a.no_rps) {
+            match (o.afxdp, o.busy_poll, a.no_rps) {
                 (true, true, _) =>
                     "the switch's host ports on AF_XDP, polled: under load their receive work runs on the switch's core, with no interrupt between cores; a frame alone is taken in the sending core's softirq (the hosts' transmit checksum offload off for both systems)",
                 (true, false, _) =>
@@ -389,7 +389,7 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
     let mut report = json!({
         "bench": "switch-snat",
         "environment": env,
-        "options": {"rounds": rounds, "phase_secs": secs, "sizes": sizes, "flows": a.snat_flows, "servers": a.servers, "latency_rate": a.latency_rate, "latency_packets": latency_packets, "warm_secs": super::snatbench::WARM_SECS, "busy_poll": !a.sleep, "no_rps": a.no_rps, "afxdp": !a.afpacket, "placement": placement},
+        "options": {"rounds": rounds, "phase_secs": secs, "sizes": sizes, "flows": a.snat_flows, "servers": a.servers, "latency_rate": a.latency_rate, "latency_packets": latency_packets, "warm_secs": super::snatbench::WARM_SECS, "busy_poll": o.busy_poll, "no_rps": a.no_rps, "afxdp": o.afxdp, "placement": placement},
         "core_round_trip_ns": {"before": rtt_before, "after": rtt_after},
         "stopped": out.stopped,
         "targets": {"snat_over_netfilter_pps": 1.0, "offload_latency_ratio": 0.5},
