@@ -52,7 +52,8 @@ const CHUNK_SIZE: u32 = 4096;
 /// Entries of each ring (a power of two); half the chunks start on the fill ring, half are free
 /// for sending.
 const RING_SIZE: u32 = 2048;
-/// How long opening waits for a queue another socket has just let go of.
+/// How long opening waits for a queue, or an interface's XDP attachment, that another port has
+/// just let go of.
 const BIND_PATIENCE: Duration = Duration::from_secs(2);
 /// Frames handled a call.
 const MAX_BATCH: usize = crate::udp::MAX_BATCH;
@@ -368,7 +369,20 @@ impl Redirect {
             put32(&mut a, 12, flags);
             bpf(BPF_LINK_CREATE, &mut a)
         };
-        let (link, mode) = match link(XDP_FLAGS_DRV_MODE) {
+        // A port just closed on this interface detaches its program when the last copy of its
+        // link's descriptor goes — a process forked meanwhile holds one until it execs: until
+        // then the interface is taken (EBUSY: a link is attached; EEXIST: a program). Tried
+        // again for up to 2 s.
+        let deadline = Instant::now() + BIND_PATIENCE;
+        let taken = |r: &io::Result<OwnedFd>| {
+            r.as_ref().is_err_and(|e| matches!(e.raw_os_error(), Some(libc::EBUSY) | Some(libc::EEXIST)))
+        };
+        let mut first = link(XDP_FLAGS_DRV_MODE);
+        while taken(&first) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            first = link(XDP_FLAGS_DRV_MODE);
+        }
+        let (link, mode) = match first {
             Ok(l) => (l, XdpMode::Driver),
             Err(_) => (
                 link(XDP_FLAGS_SKB_MODE).map_err(|e| {

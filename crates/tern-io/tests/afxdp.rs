@@ -64,10 +64,12 @@ fn crosses(busy: bool) {
     }
     let mut p = AfPacketPort::open(&a, &pool).unwrap();
     // Into the AF_XDP port: 5,000 frames, more than its 2,048 chunks on the fill ring, in
-    // rounds of 500 so that none overflows the receive ring; lengths 60 to 1,514.
+    // rounds of 200 so that none overflows a ring on the way — the port's receive ring, or the
+    // veth's own 256 frames while the port's moderation defers the veth's receive work;
+    // lengths 60 to 1,514.
     let frames: Vec<Vec<u8>> = (0..5000u32).map(|i| numbered(i, 60 + (i as usize * 37) % 1455)).collect();
     let mut got = Vec::new();
-    for round in frames.chunks(500) {
+    for round in frames.chunks(200) {
         assert_eq!(send(&mut p, &pool, round), round.len());
         got.extend(recv(&mut x, round.len(), busy));
     }
@@ -144,14 +146,15 @@ fn receive_work_follows_the_port_under_load() {
     send(&mut p, &pool, &frames);
     got.extend(recv(&mut x, 200, true));
     assert_eq!(got, (0..n).map(|i| numbered(i, 64)).collect::<Vec<_>>(), "frames lost or reordered");
-    // Quiet: after OFF_AFTER of nothing, interrupts again and no thread.
+    // Quiet: interrupts again and no thread. (When, to the millisecond, is the moderation's
+    // unit test's: the quiet spell counts from the start of the first slow window, which may
+    // begin before the last frames here.)
     let quiet = Instant::now();
     let mut batch = Batch::new(32);
     while x.moderation().deferring() {
         assert!(quiet.elapsed() < Duration::from_secs(2), "the port kept deferring with no load");
         x.recv(Instant::now(), &mut batch).unwrap();
     }
-    assert!(quiet.elapsed() >= tern_io::afxdp::Moderation::OFF_AFTER);
     assert_eq!(setting("threaded").trim(), "0");
     assert_eq!(setting("napi_defer_hard_irqs").trim(), "0");
     drop(x);
