@@ -243,6 +243,11 @@ fn fifty_live_updates_of_one_tenant_leave_the_others_stream_whole() {
         .args(["chain", "serve", fa.to_str().unwrap(), fb.to_str().unwrap()])
         .args(["--port", &format!("afpacket:{s0}"), "--port", &format!("afpacket:{s1}")])
         .args(["--metrics", &metrics_addr, "--duration", "120"])
+        // What is tested is the updates: no fair-share limits. On a machine busy with other
+        // tests, a task's measured time counts its thread's preemptions, the cores look full,
+        // and the fair shares limited b's 4,000 datagrams a second (31 `rate_limited` in one CI
+        // run).
+        .arg("--no-fair")
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
