@@ -330,7 +330,11 @@ impl ComputeUnit {
         if len > input.len() {
             return Err(refuse(Refused::BadLength, input, output));
         }
-        let generation = {
+        // The generation is read and the task queued under one lock, the one `program` takes:
+        // the ring then holds tasks in the order of their generations, as the worker, which
+        // drops the kernels it has moved past, needs (read and queued apart, a task of an older
+        // generation could land behind one of a newer and find its kernel gone: `BadInput`).
+        let entry = {
             let phase = lock(&self.shared.phase);
             if Instant::now() < phase.until {
                 return Err(refuse(Refused::Reconfiguring, input, output));
@@ -338,17 +342,17 @@ impl ComputeUnit {
             if phase.kind.is_none() {
                 return Err(refuse(Refused::Unavailable, input, output));
             }
-            phase.generation
+            let Some(entry) = self.shared.free.pop() else {
+                return Err(refuse(Refused::RingFull, input, output));
+            };
+            let d = Descriptor { entry, generation: phase.generation, input, len, output };
+            // The ring has as many places as there are entries, and each task holds one.
+            if let Err(d) = self.shared.ring.push(d) {
+                let _ = self.shared.free.push(d.entry);
+                return Err(refuse(Refused::RingFull, d.input, d.output));
+            }
+            entry
         };
-        let Some(entry) = self.shared.free.pop() else {
-            return Err(refuse(Refused::RingFull, input, output));
-        };
-        let d = Descriptor { entry, generation, input, len, output };
-        // The ring has as many places as there are entries, and each task holds one.
-        if let Err(d) = self.shared.ring.push(d) {
-            let _ = self.shared.free.push(d.entry);
-            return Err(refuse(Refused::RingFull, d.input, d.output));
-        }
         c.submitted.fetch_add(1, Ordering::Relaxed);
         if let Some(w) = &self.worker {
             w.thread().unpark();
