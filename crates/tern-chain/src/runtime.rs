@@ -414,6 +414,7 @@ fn run_batch(
     fates: &mut Vec<Fate>,
     cx: &mut Cx<'_>,
     emitted_desc: &mut Vec<Desc>,
+    mut between: Option<&mut dyn FnMut() -> Duration>,
 ) {
     // One batch of the chain in TIME_ONE_IN is timed, the first included, counted by the
     // chain's own batches (a count shared by the core's chains would, with chains taking turns,
@@ -461,6 +462,14 @@ fn run_batch(
                     d.set_reply(true);
                     d
                 });
+            }
+            // Between two packets, the core's other duty (the scheduler's refill); its time is
+            // not the task's.
+            if let Some(f) = between.as_deref_mut() {
+                let took = f();
+                if timed {
+                    t0 += took;
+                }
             }
         }
         if ran > 0 {
@@ -573,6 +582,9 @@ pub struct RunStats {
     pub scheduler_ns: u64,
     /// Times a packet waited for a credit (at the head of its queue).
     pub credit_waits: u64,
+    /// `snic`: scheduler rounds run between two packets of a batch of a region on the
+    /// scheduler's core, credits having come back from a region elsewhere.
+    pub refills: u64,
     /// `panic`: the most packets waiting between tasks at once in the scheduler's buffer.
     pub buffer_peak: u64,
     /// Each wrapper: (chain, instance, position, slot, packets, skipped, batches, ns).
@@ -674,8 +686,9 @@ fn publish(
         wrappers,
         unknown_tenant: st.unknown_tenant,
         malformed: st.malformed,
-        sched: sched
-            .map(|s| (s.decisions, s.ns_estimate(), s.credit_waits, s.buffer_peak, s.unknown_tenant, s.malformed)),
+        sched: sched.map(|s| {
+            (s.decisions, s.ns_estimate(), s.credit_waits, s.buffer_peak, s.unknown_tenant, s.malformed, s.refills)
+        }),
         queued: sched.map(|s| s.queues.iter().map(|q| q.len() as u64).collect()).unwrap_or_default(),
         credits: sched.map(|s| s.credits.clone()).unwrap_or_default(),
         load: st.load(),
@@ -964,9 +977,9 @@ struct CoreSnap {
     wrappers: Vec<WrapperStats>,
     unknown_tenant: u64,
     malformed: u64,
-    /// Core 0's scheduler: decisions, ns, credit waits, buffer peak, unknown, malformed;
+    /// Core 0's scheduler: decisions, ns, credit waits, buffer peak, unknown, malformed, refills;
     /// queue depth by tenant; credits on hand by pool.
-    sched: Option<(u64, u64, u64, u64, u64, u64)>,
+    sched: Option<(u64, u64, u64, u64, u64, u64, u64)>,
     queued: Vec<u64>,
     credits: Vec<u64>,
     /// The core's busy time (running, less its idle spells) and its region visits.
@@ -1012,8 +1025,9 @@ impl Monitor {
             live.stats.wrappers.extend(snap.wrappers);
             live.stats.unknown_tenant += snap.unknown_tenant;
             live.stats.malformed += snap.malformed;
-            if let Some((d, ns, w, peak, u, mal)) = snap.sched {
+            if let Some((d, ns, w, peak, u, mal, refills)) = snap.sched {
                 live.stats.decisions += d;
+                live.stats.refills += refills;
                 live.stats.scheduler_ns += ns;
                 live.stats.credit_waits += w;
                 live.stats.buffer_peak = live.stats.buffer_peak.max(peak);
@@ -1122,6 +1136,8 @@ struct CoreState {
     batch: Vec<Item>,
     fates: Vec<Fate>,
     out: Vec<Item>,
+    /// `out` of the scheduler's refill while a region's batch runs (see [`run_region`]).
+    out_between: Vec<Item>,
     emitted: Vec<Packet>,
     emitted_desc: Vec<Desc>,
     /// Credits to give back, by pool; and those given back so far.
@@ -1157,6 +1173,7 @@ impl CoreState {
             batch: Vec::new(),
             fates: Vec::new(),
             out: Vec::new(),
+            out_between: Vec::new(),
             emitted: Vec::new(),
             emitted_desc: Vec::new(),
             give: vec![0; pools],
@@ -1581,6 +1598,7 @@ impl Runtime {
                 stats.unknown_tenant += sc.unknown_tenant;
                 stats.malformed += sc.malformed;
                 stats.credit_waits += sc.credit_waits;
+                stats.refills += sc.refills;
                 stats.decisions += sc.decisions;
                 stats.scheduler_ns += sc.ns_estimate();
                 stats.buffer_peak = stats.buffer_peak.max(sc.buffer_peak);
@@ -2031,6 +2049,9 @@ pub struct Scheduler {
     pub credit_waits: u64,
     pub decisions: u64,
     pub ns: u64,
+    /// Rounds run between two packets of a region's batch on its own core (credits had come
+    /// back).
+    pub refills: u64,
     /// `panic`: the most packets waiting between tasks at once.
     pub buffer_peak: u64,
     /// Rounds run, and the decisions of the timed ones (one in [`TIME_ONE_IN`]; `ns` is theirs).
@@ -2049,6 +2070,12 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
+    /// Whether a region has given credits back since the scheduler last took them in (one
+    /// load a pool and core; a line another core wrote is read only when it changed).
+    fn credits_back(&self, shared: &Shared) -> bool {
+        shared.returned.iter().zip(&self.returned_seen).any(|(r, &seen)| r.0.load(Ordering::Relaxed) > seen)
+    }
+
     /// For `plan`'s tenants with `instances` of each chain; `route[chain][instance][stop]` is
     /// the region of each segment (`snic`) or position (`panic`); `pools` credit pools.
     pub fn new(
@@ -2105,6 +2132,7 @@ impl Scheduler {
             credit_waits: 0,
             decisions: 0,
             ns: 0,
+            refills: 0,
             buffer_peak: 0,
             rounds: 0,
             timed_decisions: 0,
@@ -2324,6 +2352,7 @@ fn worker_loop(
     let mut updates = crate::update::Progress::new(shared.installed.len());
     let mut rounds = 0u32;
     let mut published = Instant::now();
+    let refill_between = sched.is_some() && ingress.is_some();
     while !shared.stop.load(Ordering::Relaxed) {
         rounds = rounds.wrapping_add(1);
         // In an idle spell, when this round starts (it ends the spell if it finds work).
@@ -2350,11 +2379,44 @@ fn worker_loop(
                 st,
             );
         }
+        // Snic, on the scheduler's core: a region's batch here takes a few µs, and regions on
+        // the other core, their credits back, would wait that long for more; the scheduler
+        // runs between the batch's packets when credits have come back.
+        let mut refill = |st: &mut CoreState, eg: &mut dyn Egress| -> Duration {
+            let (Some(s), Some(ing)) = (sched.as_deref_mut(), ingress.as_deref_mut()) else { return Duration::ZERO };
+            if !s.credits_back(shared) {
+                return Duration::ZERO;
+            }
+            let t = Instant::now();
+            s.refills += 1;
+            // What the region's batch has finished so far stays for its own flush (counted
+            // once); the refill sends only what it makes.
+            std::mem::swap(&mut st.out, &mut st.out_between);
+            schedule(
+                s,
+                shared,
+                pool,
+                cfg,
+                classify,
+                ing,
+                &chain_lens,
+                &mut waiting,
+                &mut arrivals,
+                &mut join,
+                &mut updates,
+                eg,
+                st,
+            );
+            std::mem::swap(&mut st.out, &mut st.out_between);
+            t.elapsed()
+        };
+        let refills = cfg.mode == Mode::Snic && refill_between;
         for r in regions.iter_mut() {
             if shared.launch_waiting[r.id].load(Ordering::Acquire) {
                 take_launch(r, shared);
             }
-            work += run_region(r, shared, pool, cfg, egress, st);
+            let between: Option<&mut Between<'_>> = if refills { Some(&mut refill) } else { None };
+            work += run_region(r, shared, pool, cfg, egress, st, between);
             // Credits go back as soon as a batch is done, so the scheduler can refill the
             // region while it runs the next.
             for (i, g) in st.give.iter_mut().enumerate() {
@@ -2673,7 +2735,12 @@ fn region_take(cfg: &Config) -> usize {
     cfg.batch.min((cfg.credits as usize / 2).max(1))
 }
 
-/// One batch of a region; returns the packets it took.
+/// The scheduler's refill, run on its core between two packets of a region's batch there; the
+/// time it took (zero if it did not run).
+type Between<'a> = dyn FnMut(&mut CoreState, &mut dyn Egress) -> Duration + 'a;
+
+/// One batch of a region; returns the packets it took. `between`, on the scheduler's core, runs
+/// between the batch's packets.
 fn run_region(
     r: &mut Region,
     shared: &Shared,
@@ -2681,6 +2748,7 @@ fn run_region(
     cfg: &Config,
     egress: &mut dyn Egress,
     st: &mut CoreState,
+    mut between: Option<&mut Between<'_>>,
 ) -> usize {
     st.batch.clear();
     // Out of service (being reconfigured): its packets wait in its rings, within its chains'
@@ -2742,8 +2810,28 @@ fn run_region(
             Some(seg) => {
                 // The batch's first group starts at `now`; a later one at its own reading.
                 let start = if first_group { now } else { Instant::now() };
-                let mut cx = Cx { now: start, pool, emitted: &mut st.emitted, paced: true };
-                run_batch(&mut seg.3, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc);
+                // Held apart while the batch runs, so that `between` can have the core's state.
+                let mut emitted = std::mem::take(&mut st.emitted);
+                let mut emitted_desc = std::mem::take(&mut st.emitted_desc);
+                let mut fates = std::mem::take(&mut st.fates);
+                let mut cx = Cx { now: start, pool, emitted: &mut emitted, paced: true };
+                match between.as_deref_mut() {
+                    Some(b) => {
+                        let mut hook = || b(st, &mut *egress);
+                        run_batch(
+                            &mut seg.3,
+                            &mut items[..end],
+                            &mut fates,
+                            &mut cx,
+                            &mut emitted_desc,
+                            Some(&mut hook),
+                        );
+                    }
+                    None => run_batch(&mut seg.3, &mut items[..end], &mut fates, &mut cx, &mut emitted_desc, None),
+                }
+                st.emitted = emitted;
+                st.emitted_desc = emitted_desc;
+                st.fates = fates;
             }
             None => {
                 st.fates.clear();
@@ -3052,7 +3140,7 @@ fn run_rtc_batch(chains: &mut [Vec<Wrapper>], pool: &Pool, st: &mut CoreState, n
         let end = items.iter().take_while(|i| i.desc.chain == ci).count();
         if let Some(ws) = chains.get_mut(usize::from(ci)) {
             let mut cx = Cx { now, pool, emitted: &mut st.emitted, paced: false };
-            run_batch(ws, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc);
+            run_batch(ws, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc, None);
         } else {
             st.fates.clear();
             st.fates.resize(end, Fate::Dropped("no_task"));

@@ -1090,6 +1090,7 @@ fn chain_serve_round_trip(mode: &str) {
     assert!(body.contains("tern_chain_port_rx_dropped_packets_total 0"), "{body}");
     assert!(body.contains("tern_chain_port_tx_dropped_packets_total 0"), "{body}");
     assert!(body.contains("tern_chain_rss_dropped_packets_total 0"), "{body}");
+    assert!(body.contains("tern_chain_scheduler_refills_total "), "{body}");
     if mode != "rtc" {
         // Fair shares, every 20 ms: what the tenant offered (the query and the answer), its share.
         let offered = (f.len() + r.len()) as u64;

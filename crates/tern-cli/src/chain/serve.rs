@@ -393,6 +393,12 @@ impl Collector for ChainCollector {
             "Times a tenant's head packet waited for a credit.",
             s.credit_waits,
         )?;
+        counter(
+            &mut enc,
+            "tern_chain_scheduler_refills",
+            "Scheduler rounds run between two packets of a batch on its own core, credits having come back from another core.",
+            s.refills,
+        )?;
         let depth: Vec<(Labels, i64)> =
             live.queue_depth.iter().zip(&self.tenants).map(|(d, n)| (label("tenant", n), *d as i64)).collect();
         gauge_family(&mut enc, "tern_chain_queue_depth", "Packets waiting in each tenant's queue.", &depth)?;
