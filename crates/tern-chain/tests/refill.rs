@@ -71,3 +71,33 @@ fn what_a_batch_finished_before_a_refill_is_counted_once() {
     assert_eq!(by_tenant, [8, 8, 400]);
     assert!(stats.refills >= 1, "{}", stats.refills);
 }
+
+/// A stateful chain is not refilled: its packets go by flow to their instance, and a head
+/// packet bound to a busy instance would hold back the rest (docs/chain.md). With `fast` a
+/// firewall (it keeps flow state), `fast` gets no credit back while `slow`'s batch runs: at most
+/// its 8 packets leave before `slow`'s first, and no refill is counted.
+#[test]
+fn a_stateful_chain_waits_for_the_round() {
+    let fw = Tenant::parse(
+        "tenant = \"fast\"\ndag = \"fw\"\n[ingress]\ndst = \"10.0.2.0/24\"\n[nt.fw]\nkind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\" }]\n",
+    )
+    .unwrap();
+    // 99,500 LUTs: no room for the firewall's 1,000 beside it in a region of 100,000.
+    let slow = Tenant::parse(
+        "tenant = \"slow\"\ndag = \"s\"\n[ingress]\ndst = \"10.0.1.0/24\"\n[nt.s]\nkind = \"dummy\"\nns_per_packet = 5000000\nluts = 99500\n",
+    )
+    .unwrap();
+    let ts = vec![slow, fw];
+    let pool = Pool::new(4096, 2048);
+    let mut packets: Vec<_> =
+        (0..4).map(|i| common::udp(&pool, [10, 9, 0, 1], [10, 0, 1, 7], 1000 + i, 80, b"slow")).collect();
+    packets.extend((0..100).map(|i| common::udp(&pool, [10, 9, 0, 1], [10, 0, 2, 7], 2000 + i, 80, b"fast")));
+    let cfg = Config { mode: Mode::Snic, cores: 2, instances: 1, ..Config::default() };
+    let (out, stats, ()) = common::run_with(&ts, cfg, &pool, packets, 104, |_| ());
+    let region_of = |t: usize| stats.wrappers.iter().find(|w| w.chain == t).and_then(|w| w.region);
+    assert_eq!((region_of(0), region_of(1)), (Some(0), Some(1)), "{:?}", stats.wrappers);
+    assert_eq!((stats.tenants[0].packets_out, stats.tenants[1].packets_out), (4, 100));
+    let first_slow = out.iter().position(|(d, _)| d.tenant == 0).unwrap();
+    assert!(first_slow <= 8, "{first_slow} of fast's packets left before slow's first");
+    assert_eq!(stats.refills, 0);
+}
