@@ -414,7 +414,7 @@ fn run_batch(
     fates: &mut Vec<Fate>,
     cx: &mut Cx<'_>,
     emitted_desc: &mut Vec<Desc>,
-    mut between: Option<&mut dyn FnMut() -> Duration>,
+    mut between: Option<&mut dyn FnMut(bool) -> Duration>,
 ) {
     // One batch of the chain in TIME_ONE_IN is timed, the first included, counted by the
     // chain's own batches (a count shared by the core's chains would, with chains taking turns,
@@ -464,12 +464,9 @@ fn run_batch(
                 });
             }
             // Between two packets, the core's other duty (the scheduler's refill); its time is
-            // not the task's.
+            // not the task's (timed only in a timed batch).
             if let Some(f) = between.as_deref_mut() {
-                let took = f();
-                if timed {
-                    t0 += took;
-                }
+                t0 += f(timed);
             }
         }
         if ran > 0 {
@@ -2398,12 +2395,12 @@ fn worker_loop(
         // Snic, on the scheduler's core: a region's batch here takes a few µs, and regions on
         // the other core, their credits back, would wait that long for more; the scheduler
         // runs between the batch's packets when credits have come back.
-        let mut refill = |st: &mut CoreState, eg: &mut dyn Egress| -> Duration {
+        let mut refill = |st: &mut CoreState, eg: &mut dyn Egress, timed: bool| -> Duration {
             let (Some(s), Some(ing)) = (sched.as_deref_mut(), ingress.as_deref_mut()) else { return Duration::ZERO };
             if !s.credits_back(shared, &refill_lines) {
                 return Duration::ZERO;
             }
-            let t = Instant::now();
+            let t = timed.then(Instant::now);
             s.refills += 1;
             // What the region's batch has finished so far stays for its own flush (counted
             // once); the refill sends only what it makes.
@@ -2424,7 +2421,7 @@ fn worker_loop(
                 st,
             );
             std::mem::swap(&mut st.out, &mut st.out_between);
-            t.elapsed()
+            t.map_or(Duration::ZERO, |t| t.elapsed())
         };
         let refills = cfg.mode == Mode::Snic && refill_between;
         for r in regions.iter_mut() {
@@ -2751,9 +2748,10 @@ fn region_take(cfg: &Config) -> usize {
     cfg.batch.min((cfg.credits as usize / 2).max(1))
 }
 
-/// The scheduler's refill, run on its core between two packets of a region's batch there; the
-/// time it took (zero if it did not run).
-type Between<'a> = dyn FnMut(&mut CoreState, &mut dyn Egress) -> Duration + 'a;
+/// The scheduler's refill, run on its core between two packets of a region's batch there: given
+/// whether the batch is timed, the time it took (zero if it did not run or the batch is not
+/// timed).
+type Between<'a> = dyn FnMut(&mut CoreState, &mut dyn Egress, bool) -> Duration + 'a;
 
 /// One batch of a region; returns the packets it took. `between`, on the scheduler's core, runs
 /// between the batch's packets.
@@ -2833,7 +2831,7 @@ fn run_region(
                 let mut cx = Cx { now: start, pool, emitted: &mut emitted, paced: true };
                 match between.as_deref_mut() {
                     Some(b) => {
-                        let mut hook = || b(st, &mut *egress);
+                        let mut hook = |timed| b(st, &mut *egress, timed);
                         run_batch(
                             &mut seg.3,
                             &mut items[..end],
