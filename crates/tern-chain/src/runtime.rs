@@ -2353,7 +2353,9 @@ fn worker_loop(
     let mut updates = crate::update::Progress::new(shared.installed.len());
     let mut rounds = 0u32;
     let mut published = Instant::now();
-    // The credit lines a refill watches: those of stateless chains' instances. A stateful
+    // The credit lines a refill watches: those other cores give stateless chains' instances'
+    // credits back on (`Shared::returned`: by pool and core; this core stores its own after
+    // its batches, never during one). A stateful
     // chain's packets go to their flow's instance, and a tenant's head packet bound to an
     // instance here (its credits held by the batch running) holds back the rest: a refill
     // would move a packet or two and break the other core's batches up (DAG-D's two instances
@@ -2362,7 +2364,7 @@ fn worker_loop(
     let refill_lines: Vec<usize> = (0..shared.returned.len())
         .filter(|&i| {
             let chain = i / shared.cores.max(1) / shared.instances.max(1);
-            !shared.stateful.get(chain).copied().unwrap_or(true)
+            i % shared.cores.max(1) != core && !shared.stateful.get(chain).copied().unwrap_or(true)
         })
         .collect();
     let refill_between = sched.is_some() && ingress.is_some() && !refill_lines.is_empty();
