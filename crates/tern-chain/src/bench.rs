@@ -96,7 +96,12 @@ impl Ingress for Gen {
                 }
             };
             let Some(p) = copy_in(&self.pool, &self.frames[self.next]) else { return };
-            self.next = (self.next + 1) % self.frames.len();
+            // The next frame in turn (no division a packet: the generator runs on the core it
+            // feeds).
+            self.next += 1;
+            if self.next == self.frames.len() {
+                self.next = 0;
+            }
             out.push(Arrival { packet: p, at, port: 0 });
         }
     }
@@ -791,7 +796,12 @@ impl Ingress for TraceGen {
             }
             self.due = Some(due + Duration::from_secs_f64(1.0 / rate));
             let Some(p) = copy_in(&self.pool, &self.frames[self.next]) else { return };
-            self.next = (self.next + 1) % self.frames.len();
+            // The next frame in turn (no division a packet: the generator runs on the core it
+            // feeds).
+            self.next += 1;
+            if self.next == self.frames.len() {
+                self.next = 0;
+            }
             out.push(Arrival { packet: p, at: due, port: 0 });
         }
     }
