@@ -2355,12 +2355,12 @@ fn worker_loop(
     let mut published = Instant::now();
     // The credit lines a refill watches: those other cores give stateless chains' instances'
     // credits back on (`Shared::returned`: by pool and core; this core stores its own after
-    // its batches, never during one). A stateful
-    // chain's packets go to their flow's instance, and a tenant's head packet bound to an
-    // instance here (its credits held by the batch running) holds back the rest: a refill
-    // would move a packet or two and break the other core's batches up (DAG-D's two instances
-    // against one: 1.62 with refills, 1.66 without, medians of 16 runs each in alternating
-    // order — within this machine's noise, and no gain to have).
+    // its batches, never during one). A stateful chain's packets go to their flow's instance,
+    // and a tenant's head packet bound to an instance here (its credits held by the batch
+    // running) holds back the rest: a refill would move a packet or two and break the other
+    // core's batches up (DAG-D's two instances against one: 1.62 with refills, 1.66 without,
+    // medians of 16 runs each in alternating order — within this machine's noise, and no gain
+    // to have).
     let refill_lines: Vec<usize> = (0..shared.returned.len())
         .filter(|&i| {
             let chain = i / shared.cores.max(1) / shared.instances.max(1);
