@@ -2376,38 +2376,24 @@ fn worker_loop(
             publish(shared, core, st, sched.as_deref(), region_wrappers(regions), false);
             published = Instant::now();
         }
-        let mut work = 0;
-        if let (Some(s), Some(ing)) = (sched.as_deref_mut(), ingress.as_deref_mut()) {
-            work += schedule(
-                s,
-                shared,
-                pool,
-                cfg,
-                classify,
-                ing,
-                &chain_lens,
-                &mut waiting,
-                &mut arrivals,
-                &mut join,
-                &mut updates,
-                egress,
-                st,
-            );
-        }
-        // Snic, on the scheduler's core: a region's batch here takes a few µs, and regions on
-        // the other core, their credits back, would wait that long for more; the scheduler
-        // runs between the batch's packets when credits have come back.
-        let mut refill = |st: &mut CoreState, eg: &mut dyn Egress, timed: bool| -> Duration {
-            let (Some(s), Some(ing)) = (sched.as_deref_mut(), ingress.as_deref_mut()) else { return Duration::ZERO };
-            if !s.credits_back(shared, &refill_lines) {
-                return Duration::ZERO;
+        // A round of the scheduler (core 0): the packets it moved or sent, None on another core.
+        // As a refill (`refill`: Some(whether the batch is timed); `snic`, between two packets
+        // of a region's batch here: regions on the other core, their credits back, would
+        // otherwise wait a batch of a few µs for more), it runs only when credits have come back
+        // on `refill_lines`, gives its time if the batch is timed, and leaves what the batch has
+        // finished so far for the batch's own flush (counted once): it sends only what it makes.
+        let mut round = |st: &mut CoreState, eg: &mut dyn Egress, refill: Option<bool>| -> Option<(usize, Duration)> {
+            let (Some(s), Some(ing)) = (sched.as_deref_mut(), ingress.as_deref_mut()) else { return None };
+            let mut t = None;
+            if let Some(timed) = refill {
+                if !s.credits_back(shared, &refill_lines) {
+                    return None;
+                }
+                t = timed.then(Instant::now);
+                s.refills += 1;
+                std::mem::swap(&mut st.out, &mut st.out_between);
             }
-            let t = timed.then(Instant::now);
-            s.refills += 1;
-            // What the region's batch has finished so far stays for its own flush (counted
-            // once); the refill sends only what it makes.
-            std::mem::swap(&mut st.out, &mut st.out_between);
-            schedule(
+            let n = schedule(
                 s,
                 shared,
                 pool,
@@ -2422,8 +2408,14 @@ fn worker_loop(
                 eg,
                 st,
             );
-            std::mem::swap(&mut st.out, &mut st.out_between);
-            t.map_or(Duration::ZERO, |t| t.elapsed())
+            if refill.is_some() {
+                std::mem::swap(&mut st.out, &mut st.out_between);
+            }
+            Some((n, t.map_or(Duration::ZERO, |t| t.elapsed())))
+        };
+        let mut work = round(st, egress, None).map_or(0, |(n, _)| n);
+        let mut refill = |st: &mut CoreState, eg: &mut dyn Egress, timed: bool| -> Duration {
+            round(st, eg, Some(timed)).map_or(Duration::ZERO, |(_, took)| took)
         };
         let refills = cfg.mode == Mode::Snic && refill_between;
         for r in regions.iter_mut() {
