@@ -18,6 +18,31 @@ fn tenant(name: &str, net: u8, ns: u64) -> Tenant {
     .unwrap()
 }
 
+/// Datagram `i` to 10.0.`net`.7 (source port `net` × 1000 + `i`: a flow each).
+fn to(pool: &Pool, net: u8, i: u16) -> tern_io::Packet {
+    common::udp(pool, [10, 9, 0, 1], [10, 0, net, 7], u16::from(net) * 1000 + i, 80, b"x")
+}
+
+/// Runs tenants `slow` (tenant 0, 4 packets) and `fast` (tenant 1, `fast` packets), in one
+/// instance a chain on 2 cores, checking the placement the tests are built on — `slow` in
+/// region 0 (core 0, beside the scheduler), `fast` in region 1 (core 1) — and that every packet
+/// left once, counted once. Returns how many of `fast`'s left before `slow`'s first, and the
+/// refills.
+fn slow_beside(ts: &[Tenant], fast: u16) -> (usize, u64) {
+    let pool = Pool::new(4096, 2048);
+    let mut packets: Vec<_> = (0..4).map(|i| to(&pool, 1, i)).collect();
+    packets.extend((0..fast).map(|i| to(&pool, 2, i)));
+    let n = 4 + usize::from(fast);
+    let cfg = Config { mode: Mode::Snic, cores: 2, instances: 1, ..Config::default() };
+    let (out, stats, ()) = common::run_with(ts, cfg, &pool, packets, n, |_| ());
+    let region_of = |t: usize| stats.wrappers.iter().find(|w| w.chain == t).and_then(|w| w.region);
+    assert_eq!((region_of(0), region_of(1)), (Some(0), Some(1)), "{:?}", stats.wrappers);
+    assert_eq!(out.len(), n);
+    assert_eq!(out.iter().filter(|(d, _)| d.tenant == 0).count(), 4);
+    assert_eq!((stats.tenants[0].packets_out, stats.tenants[1].packets_out), (4, u64::from(fast)));
+    (out.iter().position(|(d, _)| d.tenant == 0).unwrap(), stats.refills)
+}
+
 /// Tenant `slow` (20 ms a packet) has region 0, on core 0 beside the scheduler; `fast` (no
 /// time) region 1, on core 1. Both hold 8 credits; `slow`'s region takes its 4 packets in one
 /// batch of 80 ms. Without the refill, `fast` gets no credit back until that batch ends: at most
@@ -25,22 +50,9 @@ fn tenant(name: &str, net: u8, ns: u64) -> Tenant {
 /// packets and `fast` gets 8 more each time. Every packet still leaves once, counted once.
 #[test]
 fn the_other_core_is_fed_while_the_scheduler_core_runs_a_long_batch() {
-    let ts = vec![tenant("slow", 1, 20_000_000), tenant("fast", 2, 0)];
-    let pool = Pool::new(4096, 2048);
-    let mut packets: Vec<_> =
-        (0..4).map(|i| common::udp(&pool, [10, 9, 0, 1], [10, 0, 1, 7], 1000 + i, 80, b"slow")).collect();
-    packets.extend((0..400).map(|i| common::udp(&pool, [10, 9, 0, 1], [10, 0, 2, 7], 2000 + i, 80, b"fast")));
-    let cfg = Config { mode: Mode::Snic, cores: 2, instances: 1, ..Config::default() };
-    let (out, stats, ()) = common::run_with(&ts, cfg, &pool, packets, 404, |_| ());
-    // The placement the test is built on: `slow` in region 0 (core 0), `fast` in region 1.
-    let region_of = |t: usize| stats.wrappers.iter().find(|w| w.chain == t).and_then(|w| w.region);
-    assert_eq!((region_of(0), region_of(1)), (Some(0), Some(1)), "{:?}", stats.wrappers);
-    assert_eq!(out.len(), 404);
-    assert_eq!(out.iter().filter(|(d, _)| d.tenant == 0).count(), 4);
-    assert_eq!((stats.tenants[0].packets_out, stats.tenants[1].packets_out), (4, 400));
-    let first_slow = out.iter().position(|(d, _)| d.tenant == 0).unwrap();
+    let (first_slow, refills) = slow_beside(&[tenant("slow", 1, 20_000_000), tenant("fast", 2, 0)], 400);
     assert!(first_slow > 8, "only {first_slow} of fast's packets left before slow's first");
-    assert!(stats.refills >= 1, "{}", stats.refills);
+    assert!(refills >= 1, "{refills}");
 }
 
 /// As above, with a second tenant, `quick`, whose chain shares region 0 with `slow`'s (30,000
@@ -58,10 +70,10 @@ fn what_a_batch_finished_before_a_refill_is_counted_once() {
     let pool = Pool::new(4096, 2048);
     let mut packets = Vec::new();
     for i in 0..8 {
-        packets.push(common::udp(&pool, [10, 9, 0, 1], [10, 0, 3, 7], 3000 + i, 80, b"quick"));
-        packets.push(common::udp(&pool, [10, 9, 0, 1], [10, 0, 1, 7], 1000 + i, 80, b"slow"));
+        packets.push(to(&pool, 3, i));
+        packets.push(to(&pool, 1, i));
     }
-    packets.extend((0..400).map(|i| common::udp(&pool, [10, 9, 0, 1], [10, 0, 2, 7], 2000 + i, 80, b"fast")));
+    packets.extend((0..400).map(|i| to(&pool, 2, i)));
     let cfg = Config { mode: Mode::Snic, cores: 2, instances: 1, ..Config::default() };
     let (out, stats, ()) = common::run_with(&ts, cfg, &pool, packets, 416, |_| ());
     let region_of = |t: usize| stats.wrappers.iter().find(|w| w.chain == t).and_then(|w| w.region);
@@ -87,17 +99,7 @@ fn a_stateful_chain_waits_for_the_round() {
         "tenant = \"slow\"\ndag = \"s\"\n[ingress]\ndst = \"10.0.1.0/24\"\n[nt.s]\nkind = \"dummy\"\nns_per_packet = 5000000\nluts = 99500\n",
     )
     .unwrap();
-    let ts = vec![slow, fw];
-    let pool = Pool::new(4096, 2048);
-    let mut packets: Vec<_> =
-        (0..4).map(|i| common::udp(&pool, [10, 9, 0, 1], [10, 0, 1, 7], 1000 + i, 80, b"slow")).collect();
-    packets.extend((0..100).map(|i| common::udp(&pool, [10, 9, 0, 1], [10, 0, 2, 7], 2000 + i, 80, b"fast")));
-    let cfg = Config { mode: Mode::Snic, cores: 2, instances: 1, ..Config::default() };
-    let (out, stats, ()) = common::run_with(&ts, cfg, &pool, packets, 104, |_| ());
-    let region_of = |t: usize| stats.wrappers.iter().find(|w| w.chain == t).and_then(|w| w.region);
-    assert_eq!((region_of(0), region_of(1)), (Some(0), Some(1)), "{:?}", stats.wrappers);
-    assert_eq!((stats.tenants[0].packets_out, stats.tenants[1].packets_out), (4, 100));
-    let first_slow = out.iter().position(|(d, _)| d.tenant == 0).unwrap();
+    let (first_slow, refills) = slow_beside(&[slow, fw], 100);
     assert!(first_slow <= 8, "{first_slow} of fast's packets left before slow's first");
-    assert_eq!(stats.refills, 0);
+    assert_eq!(refills, 0);
 }
