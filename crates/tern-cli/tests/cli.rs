@@ -952,6 +952,15 @@ fn bench_chain_json_has_the_promised_keys() {
     assert!(!ok && err.contains("--credits"), "{err}");
     let (ok, _, err) = tern(&["bench", "chain", "--fairness", "--credits", "16"]);
     assert!(!ok && err.contains("--credits"), "{err}");
+    assert_eq!(v["options"]["queue"], 4096, "the scheduler's default queue unless asked");
+    let (ok, _, err) = tern(&["bench", "chain", "--queue", "0"]);
+    assert!(!ok && err.contains("--queue 0"), "{err}");
+    let (ok, _, err) = tern(&["bench", "chain", "--fairness", "--queue", "512"]);
+    assert!(!ok && err.contains("--queue"), "{err}");
+    let port = "udp:127.0.0.1:0=127.0.0.1:9";
+    let (ok, _, err) =
+        tern(&["chain", "serve", "examples/chain/web.toml", "--port", port, "--port", port, "--queue", "0"]);
+    assert!(!ok && err.contains("--queue 0"), "{err}");
 }
 
 /// `tern chain serve` between two UDP ports carrying frames: a frame from the inside goes

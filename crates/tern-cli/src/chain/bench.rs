@@ -60,6 +60,12 @@ pub struct ChainBenchArgs {
     /// cores, as the credit model says). Not with --fairness.
     #[arg(long, default_value_t = 8)]
     pub credits: u32,
+    /// Packets the scheduler's queues hold waiting for credits, all tenants together (`snic`,
+    /// `panic`): saturated, they are full, and what they hold is the working set the
+    /// scheduler's core goes through (docs/chain.md measures 512 against 4096). Not with
+    /// --fairness.
+    #[arg(long, default_value_t = 4096)]
+    pub queue: usize,
     /// Directory for chain.json and the plots.
     #[arg(long, default_value = "reports")]
     pub out: PathBuf,
@@ -104,6 +110,9 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         if a.credits != 8 {
             return Err("--credits: the fairness runs keep the paper's 8 (not with --fairness)".into());
         }
+        if a.queue != Config::default().queue {
+            return Err("--queue: the fairness runs keep the default queue (not with --fairness)".into());
+        }
         return super::fairbench::run(a);
     }
     let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 });
@@ -111,6 +120,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
     crate::check_count("cores", a.cores as u64, 256)?;
     crate::check_count("flows", a.flows as u64, 65_536)?;
     crate::check_count("credits", u64::from(a.credits), 1024)?;
+    crate::check_count("queue", a.queue as u64, 1 << 20)?;
     let secs = a.phase_secs.unwrap_or(if a.quick { 0.2 } else { 0.5 });
     if !(secs > 0.0 && secs <= 60.0) {
         return Err("--phase-secs must be in (0, 60]".into());
@@ -127,9 +137,10 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
     let say = |s: String| if a.json { eprintln!("{s}") } else { println!("{s}") };
     say(format!("environment: {}", env.describe()));
     say(format!(
-        "{} cores (core 0 also receives and schedules), batches of 32, {} credits; {rounds} rounds of {secs} s phases after {:.2} s warm-up, the modes in a rotating order",
+        "{} cores (core 0 also receives and schedules), batches of 32, {} credits, queues of {}; {rounds} rounds of {secs} s phases after {:.2} s warm-up, the modes in a rotating order",
         a.cores,
         a.credits,
+        a.queue,
         warmup.as_secs_f64()
     ));
     // The host lends these cores: two threads may get a core each or share one. Measured before
@@ -149,6 +160,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         cores: a.cores,
         instances,
         credits: a.credits,
+        queue: a.queue,
         pin: true,
         ..Config::default()
     };
@@ -382,7 +394,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "environment": env,
         "side_by_side_speed": {"before": pair_before, "after": pair_after},
         "core_round_trip_ns": {"before": rtt_before, "after": rtt_after},
-        "options": {"rounds": rounds, "phase_secs": secs, "warmup_secs": warmup.as_secs_f64(), "cores": a.cores, "credits": a.credits, "ns_per_task": a.ns, "frame_bytes": a.size, "flows": a.flows},
+        "options": {"rounds": rounds, "phase_secs": secs, "warmup_secs": warmup.as_secs_f64(), "cores": a.cores, "credits": a.credits, "queue": a.queue, "ns_per_task": a.ns, "frame_bytes": a.size, "flows": a.flows},
         "lengths": lengths_json,
         "scheduler": {"alone_ns_per_decision": {"median": sched_alone.0, "min": sched_alone.1, "max": sched_alone.2}, "rounds_of_32": SCHED_ROUNDS, "on_data_path_ns_per_decision": sched_ns},
         "dag_d": {"frame_bytes": 1500, "one_instance": one, "two_instances": two, "two_over_one": {"median": aes_ratio.0, "min": aes_ratio.1, "max": aes_ratio.2}, "core_round_trip_ns": {"before": d_rtt0, "after": d_rtt1}},

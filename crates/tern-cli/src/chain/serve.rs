@@ -60,6 +60,11 @@ pub struct ServeArgs {
     /// Credits of a chain instance (snic) or a region (panic).
     #[arg(long, default_value_t = 8)]
     pub credits: u32,
+    /// Packets the scheduler's queues hold waiting for credits, all tenants together (snic,
+    /// panic); more wait at the port. A deeper queue takes a longer burst, and at saturation,
+    /// full, it is the working set the scheduler's core goes through (docs/chain.md).
+    #[arg(long, default_value_t = 4096)]
+    pub queue: usize,
     /// Pin core k to CPU k.
     #[arg(long)]
     pub pin: bool,
@@ -657,6 +662,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     }
     crate::check_count("cores", a.cores as u64, 256)?;
     crate::check_count("credits", u64::from(a.credits), 1 << 16)?;
+    crate::check_count("queue", a.queue as u64, 1 << 20)?;
     if let Some(n) = a.instances {
         crate::check_count("instances", n as u64, 1024)?;
     }
@@ -675,6 +681,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         cores: a.cores,
         instances: a.instances.unwrap_or(0),
         credits: a.credits,
+        queue: a.queue,
         pin: a.pin,
         ..Config::default()
     };
