@@ -64,7 +64,7 @@ pub struct ChainBenchArgs {
     /// `panic`): saturated, they are full, and what they hold is the working set the
     /// scheduler's core goes through (docs/chain.md measures 512 against 4096). Not with
     /// --fairness.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = Config::default().queue)]
     pub queue: usize,
     /// Directory for chain.json and the plots.
     #[arg(long, default_value = "reports")]

@@ -63,7 +63,7 @@ pub struct ServeArgs {
     /// Packets the scheduler's queues hold waiting for credits, all tenants together (snic,
     /// panic); more wait at the port. A deeper queue takes a longer burst, and at saturation,
     /// full, it is the working set the scheduler's core goes through (docs/chain.md).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = Config::default().queue)]
     pub queue: usize,
     /// Pin core k to CPU k.
     #[arg(long)]
