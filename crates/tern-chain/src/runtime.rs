@@ -2377,19 +2377,16 @@ fn worker_loop(
             published = Instant::now();
         }
         // A round of the scheduler (core 0): the packets it moved or sent, None on another core.
-        // As a refill (`refill`: Some(whether the batch is timed); `snic`, between two packets
-        // of a region's batch here: regions on the other core, their credits back, would
-        // otherwise wait a batch of a few µs for more), it runs only when credits have come back
-        // on `refill_lines`, gives its time if the batch is timed, and leaves what the batch has
+        // As a refill (`snic`, between two packets of a region's batch here: regions on the
+        // other core, their credits back, would otherwise wait a batch of a few µs for more), it
+        // runs only when credits have come back on `refill_lines`, and leaves what the batch has
         // finished so far for the batch's own flush (counted once): it sends only what it makes.
-        let mut round = |st: &mut CoreState, eg: &mut dyn Egress, refill: Option<bool>| -> Option<(usize, Duration)> {
+        let mut round = |st: &mut CoreState, eg: &mut dyn Egress, refill: bool| -> Option<usize> {
             let (Some(s), Some(ing)) = (sched.as_deref_mut(), ingress.as_deref_mut()) else { return None };
-            let mut t = None;
-            if let Some(timed) = refill {
+            if refill {
                 if !s.credits_back(shared, &refill_lines) {
                     return None;
                 }
-                t = timed.then(Instant::now);
                 s.refills += 1;
                 std::mem::swap(&mut st.out, &mut st.out_between);
             }
@@ -2408,14 +2405,18 @@ fn worker_loop(
                 eg,
                 st,
             );
-            if refill.is_some() {
+            if refill {
                 std::mem::swap(&mut st.out, &mut st.out_between);
             }
-            Some((n, t.map_or(Duration::ZERO, |t| t.elapsed())))
+            Some(n)
         };
-        let mut work = round(st, egress, None).map_or(0, |(n, _)| n);
+        let mut work = round(st, egress, false).unwrap_or(0);
+        // In a timed batch, the look at the credit lines is timed too, refill or not: a line
+        // the other core wrote makes it wait, and that wait is not the task's.
         let mut refill = |st: &mut CoreState, eg: &mut dyn Egress, timed: bool| -> Duration {
-            round(st, eg, Some(timed)).map_or(Duration::ZERO, |(_, took)| took)
+            let t = timed.then(Instant::now);
+            round(st, eg, true);
+            t.map_or(Duration::ZERO, |t| t.elapsed())
         };
         let refills = cfg.mode == Mode::Snic && refill_between;
         for r in regions.iter_mut() {
@@ -2743,8 +2744,8 @@ fn region_take(cfg: &Config) -> usize {
 }
 
 /// The scheduler's refill, run on its core between two packets of a region's batch there: given
-/// whether the batch is timed, the time it took (zero if it did not run or the batch is not
-/// timed).
+/// whether the batch is timed, the time it took, the look at the credits included (zero if the
+/// batch is not timed).
 type Between<'a> = dyn FnMut(&mut CoreState, &mut dyn Egress, bool) -> Duration + 'a;
 
 /// One batch of a region; returns the packets it took. `between`, on the scheduler's core, runs
