@@ -96,12 +96,7 @@ impl Ingress for Gen {
                 }
             };
             let Some(p) = copy_in(&self.pool, &self.frames[self.next]) else { return };
-            // The next frame in turn (no division a packet: the generator runs on the core it
-            // feeds).
-            self.next += 1;
-            if self.next == self.frames.len() {
-                self.next = 0;
-            }
+            self.next = next_frame(self.next, self.frames.len());
             out.push(Arrival { packet: p, at, port: 0 });
         }
     }
@@ -118,6 +113,12 @@ struct Count {
 
 /// Tenants a sink counts apart.
 pub const TENANT_SLOTS: usize = 16;
+
+/// The frame after `i` of `len`, in turn (no division a packet: a generator runs on the core it
+/// feeds).
+fn next_frame(i: usize, len: usize) -> usize {
+    if i + 1 >= len { 0 } else { i + 1 }
+}
 
 /// A copy of `frame` in a buffer of `pool`, behind the ports' headroom (None: it does not
 /// fit a buffer).
@@ -484,7 +485,7 @@ impl Ingress for MixGen {
             };
             idle = 0;
             let Some(p) = copy_in(&self.pool, &s.frames[s.next]) else { return };
-            s.next = (s.next + 1) % s.frames.len();
+            s.next = next_frame(s.next, s.frames.len());
             out.push(Arrival { packet: p, at, port: 0 });
         }
     }
@@ -796,12 +797,7 @@ impl Ingress for TraceGen {
             }
             self.due = Some(due + Duration::from_secs_f64(1.0 / rate));
             let Some(p) = copy_in(&self.pool, &self.frames[self.next]) else { return };
-            // The next frame in turn (no division a packet: the generator runs on the core it
-            // feeds).
-            self.next += 1;
-            if self.next == self.frames.len() {
-                self.next = 0;
-            }
+            self.next = next_frame(self.next, self.frames.len());
             out.push(Arrival { packet: p, at: due, port: 0 });
         }
     }

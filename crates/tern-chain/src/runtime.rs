@@ -2360,14 +2360,18 @@ fn worker_loop(
     // running) holds back the rest: a refill would move a packet or two and break the other
     // core's batches up (DAG-D's two instances against one: 1.62 with refills, 1.66 without,
     // medians of 16 runs each in alternating order — within this machine's noise, and no gain
-    // to have).
-    let refill_lines: Vec<usize> = (0..shared.returned.len())
-        .filter(|&i| {
-            let chain = i / shared.cores.max(1) / shared.instances.max(1);
-            i % shared.cores.max(1) != core && !shared.stateful.get(chain).copied().unwrap_or(true)
-        })
-        .collect();
-    let refill_between = sched.is_some() && ingress.is_some() && !refill_lines.is_empty();
+    // to have). None but in `snic` (its pools are chain instances) on the scheduler's core.
+    let refill_lines: Vec<usize> = if cfg.mode == Mode::Snic && sched.is_some() && ingress.is_some() {
+        (0..shared.returned.len())
+            .filter(|&i| {
+                let chain = i / shared.cores.max(1) / shared.instances.max(1);
+                i % shared.cores.max(1) != core && !shared.stateful.get(chain).copied().unwrap_or(true)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let refills = !refill_lines.is_empty();
     while !shared.stop.load(Ordering::Relaxed) {
         rounds = rounds.wrapping_add(1);
         // In an idle spell, when this round starts (it ends the spell if it finds work).
@@ -2418,7 +2422,6 @@ fn worker_loop(
             round(st, eg, true);
             t.map_or(Duration::ZERO, |t| t.elapsed())
         };
-        let refills = cfg.mode == Mode::Snic && refill_between;
         for r in regions.iter_mut() {
             if shared.launch_waiting[r.id].load(Ordering::Acquire) {
                 take_launch(r, shared);
@@ -2819,13 +2822,14 @@ fn run_region(
             Some(seg) => {
                 // The batch's first group starts at `now`; a later one at its own reading.
                 let start = if first_group { now } else { Instant::now() };
-                // Held apart while the batch runs, so that `between` can have the core's state.
-                let mut emitted = std::mem::take(&mut st.emitted);
-                let mut emitted_desc = std::mem::take(&mut st.emitted_desc);
-                let mut fates = std::mem::take(&mut st.fates);
-                let mut cx = Cx { now: start, pool, emitted: &mut emitted, paced: true };
                 match between.as_deref_mut() {
                     Some(b) => {
+                        // Held apart while the batch runs, so that `between` can have the
+                        // core's state.
+                        let mut emitted = std::mem::take(&mut st.emitted);
+                        let mut emitted_desc = std::mem::take(&mut st.emitted_desc);
+                        let mut fates = std::mem::take(&mut st.fates);
+                        let mut cx = Cx { now: start, pool, emitted: &mut emitted, paced: true };
                         let mut hook = |timed| b(st, &mut *egress, timed);
                         run_batch(
                             &mut seg.3,
@@ -2835,12 +2839,15 @@ fn run_region(
                             &mut emitted_desc,
                             Some(&mut hook),
                         );
+                        st.emitted = emitted;
+                        st.emitted_desc = emitted_desc;
+                        st.fates = fates;
                     }
-                    None => run_batch(&mut seg.3, &mut items[..end], &mut fates, &mut cx, &mut emitted_desc, None),
+                    None => {
+                        let mut cx = Cx { now: start, pool, emitted: &mut st.emitted, paced: true };
+                        run_batch(&mut seg.3, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc, None);
+                    }
                 }
-                st.emitted = emitted;
-                st.emitted_desc = emitted_desc;
-                st.fates = fates;
             }
             None => {
                 st.fates.clear();
