@@ -27,10 +27,11 @@ fn main() -> Result<(), String> {
             let cfg = Config { mode: Mode::Snic, cores: 2, instances: n, pin: true, ..Config::default() };
             let (ph, st) = bench::measure(&d, &pd, cfg, &frames, load)?;
             line += &format!(
-                " {n}: {:.0} kpps (sched {:.0} ns, credit waits {})",
+                " {n}: {:.0} kpps (sched {:.0} ns, credit waits {}, drops {})",
                 ph.pps / 1e3,
                 ph.scheduler_ns_per_decision,
-                st.credit_waits
+                st.credit_waits,
+                ph.drops
             );
             if verbose {
                 for w in &st.wrappers {

@@ -16,7 +16,8 @@
 //!
 //! A chain has `instances` copies (instance parallelism), their regions spread over the cores;
 //! the scheduler sends a stateless chain's packets round robin over them, a stateful chain's by
-//! flow. Nothing here allocates per packet once the rings and queues have warmed up.
+//! flow (its tenants' queues a lane an instance, so a packet waiting for a busy instance holds
+//! back no other's). Nothing here allocates per packet once the rings and queues have warmed up.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -686,7 +687,7 @@ fn publish(
         sched: sched.map(|s| {
             (s.decisions, s.ns_estimate(), s.credit_waits, s.buffer_peak, s.unknown_tenant, s.malformed, s.refills)
         }),
-        queued: sched.map(|s| s.queues.iter().map(|q| q.len() as u64).collect()).unwrap_or_default(),
+        queued: sched.map(|s| s.tenant_queued.iter().map(|&q| q as u64).collect()).unwrap_or_default(),
         credits: sched.map(|s| s.credits.clone()).unwrap_or_default(),
         load: st.load(),
     };
@@ -2006,11 +2007,17 @@ pub struct Decision {
 /// The scheduler, sans I/O (the data path runs it on core 0): packets admitted into their
 /// tenants' queues, served in virtual-time order, each taking a credit of its chain instance
 /// (`snic`) or its first task's region (`panic`) — round robin over a stateless chain's
-/// instances that have a credit, by flow for a stateful chain.
+/// instances that have a credit, by flow for a stateful chain (whose tenants' queues have a
+/// lane an instance, so a packet waiting for a busy instance holds back no other's).
 #[derive(Debug)]
 pub struct Scheduler {
-    /// By tenant: its queue (packet, flow hash), chain, skip mask, weight, virtual time.
-    queues: Vec<VecDeque<(Item, u64)>>,
+    /// The queues' lanes, tenant by tenant: tenant `t`'s are `lane0[t]..lane0[t + 1]` (one, or
+    /// one an instance of a stateful chain), each holding at most `lane_cap[t]`. By tenant: the
+    /// packets in its lanes, its chain, skip mask, weight, virtual time.
+    queues: Vec<VecDeque<Item>>,
+    lane0: Vec<usize>,
+    lane_cap: Vec<usize>,
+    tenant_queued: Vec<usize>,
     chain: Vec<usize>,
     skip: Vec<u64>,
     inv_weight: Vec<f64>,
@@ -2104,8 +2111,22 @@ impl Scheduler {
                     .collect()
             })
             .collect();
+        // A lane an instance for a stateful chain's tenant, one for the rest.
+        let lanes: Vec<usize> = plan
+            .tenants
+            .iter()
+            .map(|pl| if stateful.get(pl.chain).copied().unwrap_or(true) { instances } else { 1 })
+            .collect();
         Scheduler {
-            queues: tenants.iter().map(|_| VecDeque::new()).collect(),
+            queues: (0..lanes.iter().sum()).map(|_| VecDeque::new()).collect(),
+            lane0: std::iter::once(0)
+                .chain(lanes.iter().scan(0, |at, &n| {
+                    *at += n;
+                    Some(*at)
+                }))
+                .collect(),
+            lane_cap: lanes.iter().map(|&n| (cfg.queue.max(1) / n).max(1)).collect(),
+            tenant_queued: vec![0; plan.tenants.len()],
             chain: plan.tenants.iter().map(|p| p.chain).collect(),
             skip: plan.tenants.iter().map(|p| p.skip).collect(),
             inv_weight: tenants
@@ -2246,10 +2267,14 @@ impl Scheduler {
         if !self.limit[t].admit(a.at, a.packet.len()) {
             return Err((t, a.packet, "rate_limited"));
         }
-        if self.queues[t].len() >= self.queue_cap {
+        // A stateful chain's lane is its flow's instance: its hash modulo the instances (a hash
+        // below them is an instance's number: a packet steered to its owner, or kept to 0).
+        let (first, lanes) = (self.lane0[t], self.lane0[t + 1] - self.lane0[t]);
+        let lane = if lanes > 1 { first + (hash % lanes as u64) as usize } else { first };
+        if self.queues[lane].len() >= self.lane_cap[t] {
             return Err((t, a.packet, "queue_full"));
         }
-        if self.queues[t].is_empty() {
+        if self.tenant_queued[t] == 0 {
             self.vt[t] = self.vt[t].max(self.global_vt);
         }
         let arrived = match self.last_at {
@@ -2261,22 +2286,35 @@ impl Scheduler {
             }
         };
         let desc = Desc::arrived_ns(t, self.chain[t], self.skip[t], arrived, a.port);
-        self.queues[t].push_back((Item { packet: a.packet, desc }, hash));
+        self.queues[lane].push_back(Item { packet: a.packet, desc });
         self.queued += 1;
+        self.tenant_queued[t] += 1;
         Ok(t)
     }
 
-    /// The instance tenant `t`'s head packet would go to, if one has a credit (or its chain
-    /// has nothing to run).
-    fn instance_for(&self, t: usize, hash: u64) -> Option<usize> {
+    /// The lane (of all) of tenant `t` whose head packet goes next and the instance it goes to,
+    /// if one has a credit (or its chain has nothing to run): a stateful chain's lane with the
+    /// oldest head among those whose instance has a credit (its `k`th lane is instance `k`'s;
+    /// its only lane with one instance), a stateless chain's one lane to the next instance
+    /// round robin.
+    fn lane_for(&self, t: usize) -> Option<(usize, usize)> {
         let ci = self.chain[t];
         let has = |k: usize| match self.first[t][k] {
             None => true,
             Some((_, pool)) => self.credits[pool] > 0,
         };
         if self.stateful.get(ci).copied().unwrap_or(true) {
-            let k = (hash % self.instances as u64) as usize;
-            return has(k).then_some(k);
+            let first = self.lane0[t];
+            let mut best: Option<(usize, i64)> = None;
+            for (k, lane) in self.queues[first..self.lane0[t + 1]].iter().enumerate() {
+                if let Some(head) = lane.front()
+                    && best.is_none_or(|(_, at)| head.desc.arrived < at)
+                    && has(k)
+                {
+                    best = Some((k, head.desc.arrived));
+                }
+            }
+            return best.map(|(k, _)| (first + k, k));
         }
         // Round robin over the instances in service that have a credit, those on other cores
         // than the scheduler's first: its own core has the scheduler's work besides.
@@ -2285,26 +2323,27 @@ impl Scheduler {
         let start = self.rr[ci] % n;
         let local = |k: usize| self.first[t][k].is_some_and(|(r, _)| self.local.get(r).copied().unwrap_or(false));
         let order = (0..n).map(|j| if start + j >= n { start + j - n } else { start + j });
-        order.clone().find(|&k| !local(k) && has(k)).or_else(|| order.clone().find(|&k| local(k) && has(k)))
+        let k = order.clone().find(|&k| !local(k) && has(k)).or_else(|| order.clone().find(|&k| local(k) && has(k)))?;
+        Some((self.lane0[t], k))
     }
 
     /// The next decision: the head packet of the tenant with the least virtual time among those
     /// whose packet has a credit to take.
     pub fn decide(&mut self) -> Option<Decision> {
-        let mut best: Option<(usize, usize)> = None;
-        for t in 0..self.queues.len() {
-            let Some((_, hash)) = self.queues[t].front() else { continue };
-            if best.is_some_and(|(b, _)| self.vt[t] >= self.vt[b]) {
+        let mut best: Option<(usize, usize, usize)> = None;
+        for t in 0..self.tenant_queued.len() {
+            if self.tenant_queued[t] == 0 || best.is_some_and(|(b, _, _)| self.vt[t] >= self.vt[b]) {
                 continue;
             }
-            match self.instance_for(t, *hash) {
-                Some(k) => best = Some((t, k)),
+            match self.lane_for(t) {
+                Some((lane, k)) => best = Some((t, lane, k)),
                 None => self.credit_waits += 1,
             }
         }
-        let (t, k) = best?;
-        let (mut item, _) = self.queues[t].pop_front()?;
+        let (t, lane, k) = best?;
+        let mut item = self.queues[lane].pop_front()?;
         self.queued -= 1;
+        self.tenant_queued[t] -= 1;
         let ci = self.chain[t];
         self.rr[ci] = k + 1;
         self.global_vt = self.vt[t];
@@ -2353,21 +2392,11 @@ fn worker_loop(
     let mut updates = crate::update::Progress::new(shared.installed.len());
     let mut rounds = 0u32;
     let mut published = Instant::now();
-    // The credit lines a refill watches: those other cores give stateless chains' instances'
-    // credits back on (`Shared::returned`: by pool and core; this core stores its own after
-    // its batches, never during one). A stateful chain's packets go to their flow's instance,
-    // and a tenant's head packet bound to an instance here (its credits held by the batch
-    // running) holds back the rest: a refill would move a packet or two and break the other
-    // core's batches up (DAG-D's two instances against one: 1.62 with refills, 1.66 without,
-    // medians of 16 runs each in alternating order — within this machine's noise, and no gain
-    // to have). None but in `snic` (its pools are chain instances) on the scheduler's core.
+    // The credit lines a refill watches: those other cores give credits back on
+    // (`Shared::returned`: by pool and core; this core stores its own after its batches, never
+    // during one). None but in `snic` (its pools are chain instances) on the scheduler's core.
     let refill_lines: Vec<usize> = if cfg.mode == Mode::Snic && sched.is_some() && ingress.is_some() {
-        (0..shared.returned.len())
-            .filter(|&i| {
-                let chain = i / shared.cores.max(1) / shared.instances.max(1);
-                i % shared.cores.max(1) != core && !shared.stateful.get(chain).copied().unwrap_or(true)
-            })
-            .collect()
+        (0..shared.returned.len()).filter(|&i| i % shared.cores.max(1) != core).collect()
     } else {
         Vec::new()
     };

@@ -84,22 +84,22 @@ fn what_a_batch_finished_before_a_refill_is_counted_once() {
     assert!(stats.refills >= 1, "{}", stats.refills);
 }
 
-/// A stateful chain is not refilled: its packets go by flow to their instance, and a head
-/// packet bound to a busy instance would hold back the rest (docs/chain.md). With `fast` a
-/// firewall (it keeps flow state), `fast` gets no credit back while `slow`'s batch runs: at most
-/// its 8 packets leave before `slow`'s first, and no refill is counted.
+/// A stateful chain is refilled as well: its tenant's queue has a lane an instance, so a packet
+/// bound to a busy instance holds back no other's (docs/chain.md). With `fast` a firewall (it
+/// keeps flow state), `fast` gets its credits back while `slow`'s batch runs: more than its 8
+/// packets leave before `slow`'s first.
 #[test]
-fn a_stateful_chain_waits_for_the_round() {
+fn a_stateful_chain_is_fed_while_the_scheduler_core_runs_a_long_batch() {
     let fw = Tenant::parse(
         "tenant = \"fast\"\ndag = \"fw\"\n[ingress]\ndst = \"10.0.2.0/24\"\n[nt.fw]\nkind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\" }]\n",
     )
     .unwrap();
     // 99,500 LUTs: no room for the firewall's 1,000 beside it in a region of 100,000.
     let slow = Tenant::parse(
-        "tenant = \"slow\"\ndag = \"s\"\n[ingress]\ndst = \"10.0.1.0/24\"\n[nt.s]\nkind = \"dummy\"\nns_per_packet = 5000000\nluts = 99500\n",
+        "tenant = \"slow\"\ndag = \"s\"\n[ingress]\ndst = \"10.0.1.0/24\"\n[nt.s]\nkind = \"dummy\"\nns_per_packet = 20000000\nluts = 99500\n",
     )
     .unwrap();
-    let (first_slow, refills) = slow_beside(&[slow, fw], 100);
-    assert!(first_slow <= 8, "{first_slow} of fast's packets left before slow's first");
-    assert_eq!(refills, 0);
+    let (first_slow, refills) = slow_beside(&[slow, fw], 400);
+    assert!(first_slow > 8, "only {first_slow} of fast's packets left before slow's first");
+    assert!(refills >= 1, "{refills}");
 }
