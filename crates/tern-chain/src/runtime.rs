@@ -687,7 +687,7 @@ fn publish(
         sched: sched.map(|s| {
             (s.decisions, s.ns_estimate(), s.credit_waits, s.buffer_peak, s.unknown_tenant, s.malformed, s.refills)
         }),
-        queued: sched.map(|s| s.tenant_queued.iter().map(|&q| q as u64).collect()).unwrap_or_default(),
+        queued: sched.map(|s| s.lanes.iter().map(|l| l.queued as u64).collect()).unwrap_or_default(),
         credits: sched.map(|s| s.credits.clone()).unwrap_or_default(),
         load: st.load(),
     };
@@ -2004,6 +2004,16 @@ pub struct Decision {
     pub item: Item,
 }
 
+/// Where a tenant's lanes are among the scheduler's queues (`first..first + n`), the packets
+/// each may hold, and the packets in them all.
+#[derive(Debug, Clone, Copy)]
+struct Lanes {
+    first: usize,
+    n: usize,
+    cap: usize,
+    queued: usize,
+}
+
 /// The scheduler, sans I/O (the data path runs it on core 0): packets admitted into their
 /// tenants' queues, served in virtual-time order, each taking a credit of its chain instance
 /// (`snic`) or its first task's region (`panic`) — round robin over a stateless chain's
@@ -2011,13 +2021,11 @@ pub struct Decision {
 /// lane an instance, so a packet waiting for a busy instance holds back no other's).
 #[derive(Debug)]
 pub struct Scheduler {
-    /// The queues' lanes, tenant by tenant: tenant `t`'s are `lane0[t]..lane0[t + 1]` (one, or
-    /// one an instance of a stateful chain), each holding at most `lane_cap[t]`. By tenant: the
-    /// packets in its lanes, its chain, skip mask, weight, virtual time.
+    /// The queues' lanes, tenant by tenant (one, or one an instance of a stateful chain), and
+    /// by tenant where its lanes are, their bound and the packets in them; its chain, skip
+    /// mask, weight, virtual time.
     queues: Vec<VecDeque<Item>>,
-    lane0: Vec<usize>,
-    lane_cap: Vec<usize>,
-    tenant_queued: Vec<usize>,
+    lanes: Vec<Lanes>,
     chain: Vec<usize>,
     skip: Vec<u64>,
     inv_weight: Vec<f64>,
@@ -2119,14 +2127,14 @@ impl Scheduler {
             .collect();
         Scheduler {
             queues: (0..lanes.iter().sum()).map(|_| VecDeque::new()).collect(),
-            lane0: std::iter::once(0)
-                .chain(lanes.iter().scan(0, |at, &n| {
+            lanes: lanes
+                .iter()
+                .scan(0, |at, &n| {
+                    let first = *at;
                     *at += n;
-                    Some(*at)
-                }))
+                    Some(Lanes { first, n, cap: (cfg.queue.max(1) / n).max(1), queued: 0 })
+                })
                 .collect(),
-            lane_cap: lanes.iter().map(|&n| (cfg.queue.max(1) / n).max(1)).collect(),
-            tenant_queued: vec![0; plan.tenants.len()],
             chain: plan.tenants.iter().map(|p| p.chain).collect(),
             skip: plan.tenants.iter().map(|p| p.skip).collect(),
             inv_weight: tenants
@@ -2269,12 +2277,12 @@ impl Scheduler {
         }
         // A stateful chain's lane is its flow's instance: its hash modulo the instances (a hash
         // below them is an instance's number: a packet steered to its owner, or kept to 0).
-        let (first, lanes) = (self.lane0[t], self.lane0[t + 1] - self.lane0[t]);
-        let lane = if lanes > 1 { first + (hash % lanes as u64) as usize } else { first };
-        if self.queues[lane].len() >= self.lane_cap[t] {
+        let l = self.lanes[t];
+        let lane = if l.n > 1 { l.first + (hash % l.n as u64) as usize } else { l.first };
+        if self.queues[lane].len() >= l.cap {
             return Err((t, a.packet, "queue_full"));
         }
-        if self.tenant_queued[t] == 0 {
+        if l.queued == 0 {
             self.vt[t] = self.vt[t].max(self.global_vt);
         }
         let arrived = match self.last_at {
@@ -2288,7 +2296,7 @@ impl Scheduler {
         let desc = Desc::arrived_ns(t, self.chain[t], self.skip[t], arrived, a.port);
         self.queues[lane].push_back(Item { packet: a.packet, desc });
         self.queued += 1;
-        self.tenant_queued[t] += 1;
+        self.lanes[t].queued += 1;
         Ok(t)
     }
 
@@ -2304,9 +2312,9 @@ impl Scheduler {
             Some((_, pool)) => self.credits[pool] > 0,
         };
         if self.stateful.get(ci).copied().unwrap_or(true) {
-            let first = self.lane0[t];
+            let Lanes { first, n, .. } = self.lanes[t];
             let mut best: Option<(usize, i64)> = None;
-            for (k, lane) in self.queues[first..self.lane0[t + 1]].iter().enumerate() {
+            for (k, lane) in self.queues[first..first + n].iter().enumerate() {
                 if let Some(head) = lane.front()
                     && best.is_none_or(|(_, at)| head.desc.arrived < at)
                     && has(k)
@@ -2324,15 +2332,15 @@ impl Scheduler {
         let local = |k: usize| self.first[t][k].is_some_and(|(r, _)| self.local.get(r).copied().unwrap_or(false));
         let order = (0..n).map(|j| if start + j >= n { start + j - n } else { start + j });
         let k = order.clone().find(|&k| !local(k) && has(k)).or_else(|| order.clone().find(|&k| local(k) && has(k)))?;
-        Some((self.lane0[t], k))
+        Some((self.lanes[t].first, k))
     }
 
     /// The next decision: the head packet of the tenant with the least virtual time among those
     /// whose packet has a credit to take.
     pub fn decide(&mut self) -> Option<Decision> {
         let mut best: Option<(usize, usize, usize)> = None;
-        for t in 0..self.tenant_queued.len() {
-            if self.tenant_queued[t] == 0 || best.is_some_and(|(b, _, _)| self.vt[t] >= self.vt[b]) {
+        for t in 0..self.lanes.len() {
+            if self.lanes[t].queued == 0 || best.is_some_and(|(b, _, _)| self.vt[t] >= self.vt[b]) {
                 continue;
             }
             match self.lane_for(t) {
@@ -2343,7 +2351,7 @@ impl Scheduler {
         let (t, lane, k) = best?;
         let mut item = self.queues[lane].pop_front()?;
         self.queued -= 1;
-        self.tenant_queued[t] -= 1;
+        self.lanes[t].queued -= 1;
         let ci = self.chain[t];
         self.rr[ci] = k + 1;
         self.global_vt = self.vt[t];
