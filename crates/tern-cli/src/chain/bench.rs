@@ -284,7 +284,9 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
             if ph.drops > 0 {
                 let reasons: Vec<String> =
                     st.tenants.iter().flat_map(|t| t.drops.iter().map(|(k, v)| format!("{k} {v}"))).collect();
-                bar.suspend(|| say(format!("DAG-D drops: {}", reasons.join(", "))));
+                // Saturated, a full lane of the tenant's queue drops what comes for it while
+                // the other instance's lane still takes its packets (docs/chain.md).
+                bar.suspend(|| say(format!("DAG-D, {n} instance(s), drops: {}", reasons.join(", "))));
             }
             if n == 1 { one.push(ph) } else { two.push(ph) }
         }
