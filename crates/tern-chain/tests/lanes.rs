@@ -27,13 +27,32 @@ fn packet(pool: &Pool, sport: u16) -> Packet {
     common::udp(pool, [10, 9, 0, 1], [10, 0, 2, 7], sport, 80, b"x")
 }
 
-/// The scheduler for `ts` with two instances of its one chain (a region and a credit pool
-/// each), stateful, with queues of `queue` packets.
-fn scheduler(ts: &[Tenant], queue: usize) -> Scheduler {
-    let p = plan::plan(ts, &area, 8, 100_000).unwrap();
-    let cfg = Config { queue, ..Config::default() };
-    let route = vec![vec![vec![0], vec![1]]];
-    Scheduler::new(&p, ts, &cfg, 2, vec![true], &route, 2)
+/// The firewall tenant's scheduler with two instances of its one chain (a region and a credit
+/// pool each), stateful, with queues of `queue` packets; its classifier and buffers.
+struct Rig {
+    s: Scheduler,
+    classify: Classify,
+    pool: Pool,
+}
+
+impl Rig {
+    fn new(queue: usize) -> Rig {
+        let ts = firewall();
+        let p = plan::plan(&ts, &area, 8, 100_000).unwrap();
+        let cfg = Config { queue, ..Config::default() };
+        let route = vec![vec![vec![0], vec![1]]];
+        let s = Scheduler::new(&p, &ts, &cfg, 2, vec![true], &route, 2);
+        Rig { s, classify: Classify::new(&ts), pool: Pool::new(64, 2048) }
+    }
+
+    /// Admits a packet of flow `sport` arriving `at`: its tenant, or the drop reason.
+    fn admit(&mut self, sport: u16, at: Instant) -> Result<usize, &'static str> {
+        let a = Arrival { packet: packet(&self.pool, sport), at, port: 0 };
+        self.s.admit(a, &mut self.classify).map_err(|(_, pk, reason)| {
+            self.pool.put(pk);
+            reason
+        })
+    }
 }
 
 /// Source ports of `n` flows that go to instance `k` of 2 (their hash modulo 2).
@@ -54,40 +73,34 @@ fn flows_of(k: u64, n: usize) -> Vec<u16> {
 /// Instance 0's 8 credits are taken; then a packet for it heads the tenant's traffic, with 8
 /// for instance 1 behind it. Instance 1's packets go at once (in a single queue they would wait
 /// behind the head for instance 0's credits); the head goes when a credit of instance 0 comes
-/// back. Each flow's packets leave in their order.
+/// back.
 #[test]
 fn a_packet_waiting_for_a_busy_instance_holds_back_no_other() {
-    let ts = firewall();
-    let mut s = scheduler(&ts, 4096);
-    let mut classify = Classify::new(&ts);
-    let pool = Pool::new(64, 2048);
+    let mut r = Rig::new(4096);
     let now = Instant::now();
     let (zero, one) = (flows_of(0, 9), flows_of(1, 8));
-    let mut admit = |s: &mut Scheduler, sport: u16| {
-        s.admit(Arrival { packet: packet(&pool, sport), at: now, port: 0 }, &mut classify).unwrap();
-    };
     for &f in &zero[..8] {
-        admit(&mut s, f);
+        r.admit(f, now).unwrap();
     }
     for _ in 0..8 {
-        let d = s.decide().unwrap();
+        let d = r.s.decide().unwrap();
         assert_eq!(d.item.desc.instance, 0);
     }
     // Instance 0 has no credit left; its next packet comes first.
-    admit(&mut s, zero[8]);
+    r.admit(zero[8], now).unwrap();
     for &f in &one {
-        admit(&mut s, f);
+        r.admit(f, now).unwrap();
     }
     for _ in 0..8 {
-        let d = s.decide().expect("instance 1's packets go past the head waiting for instance 0");
+        let d = r.s.decide().expect("instance 1's packets go past the head waiting for instance 0");
         assert_eq!(d.item.desc.instance, 1);
     }
-    assert!(s.decide().is_none(), "both instances' credits are taken");
-    assert!(s.credit_waits > 0);
-    s.credit(0, 1);
-    let d = s.decide().unwrap();
+    assert!(r.s.decide().is_none(), "both instances' credits are taken");
+    assert!(r.s.credit_waits > 0);
+    r.s.credit(0, 1);
+    let d = r.s.decide().unwrap();
     assert_eq!(d.item.desc.instance, 0);
-    assert_eq!(s.queued(), 0);
+    assert_eq!(r.s.queued(), 0);
 }
 
 /// Between lanes, the oldest head goes first: packets admitted unevenly between instance 0's
@@ -95,19 +108,15 @@ fn a_packet_waiting_for_a_busy_instance_holds_back_no_other() {
 /// came.
 #[test]
 fn lanes_with_credits_go_oldest_first() {
-    let ts = firewall();
-    let mut s = scheduler(&ts, 4096);
-    let mut classify = Classify::new(&ts);
-    let pool = Pool::new(64, 2048);
+    let mut r = Rig::new(4096);
     let t0 = Instant::now();
     let (zero, one) = (flows_of(0, 4), flows_of(1, 4));
     let order = [zero[0], zero[1], one[0], zero[2], one[1], one[2], zero[3], one[3]];
     for (i, &f) in order.iter().enumerate() {
-        let at = t0 + std::time::Duration::from_micros(i as u64);
-        s.admit(Arrival { packet: packet(&pool, f), at, port: 0 }, &mut classify).unwrap();
+        r.admit(f, t0 + std::time::Duration::from_micros(i as u64)).unwrap();
     }
     let mut out = Vec::new();
-    while let Some(d) = s.decide() {
+    while let Some(d) = r.s.decide() {
         let sport = u16::from_be_bytes([d.item.packet.data()[34], d.item.packet.data()[35]]);
         out.push(sport);
     }
@@ -118,22 +127,15 @@ fn lanes_with_credits_go_oldest_first() {
 /// and refuses the fifth (`queue_full`) while instance 1's still takes 4.
 #[test]
 fn each_lane_holds_its_share_of_the_queue() {
-    let ts = firewall();
-    let mut s = scheduler(&ts, 8);
-    let mut classify = Classify::new(&ts);
-    let pool = Pool::new(64, 2048);
+    let mut r = Rig::new(8);
     let now = Instant::now();
     let (zero, one) = (flows_of(0, 5), flows_of(1, 4));
     for &f in &zero[..4] {
-        s.admit(Arrival { packet: packet(&pool, f), at: now, port: 0 }, &mut classify).unwrap();
+        r.admit(f, now).unwrap();
     }
-    let Err((t, _, reason)) = s.admit(Arrival { packet: packet(&pool, zero[4]), at: now, port: 0 }, &mut classify)
-    else {
-        panic!("a fifth packet in a lane of 4");
-    };
-    assert_eq!((t, reason), (0, "queue_full"));
+    assert_eq!(r.admit(zero[4], now), Err("queue_full"));
     for &f in &one {
-        s.admit(Arrival { packet: packet(&pool, f), at: now, port: 0 }, &mut classify).unwrap();
+        r.admit(f, now).unwrap();
     }
-    assert_eq!(s.queued(), 8);
+    assert_eq!(r.s.queued(), 8);
 }
