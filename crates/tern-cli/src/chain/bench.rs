@@ -61,9 +61,9 @@ pub struct ChainBenchArgs {
     #[arg(long, default_value_t = 8)]
     pub credits: u32,
     /// Packets the scheduler's queues hold waiting for credits, all tenants together (`snic`,
-    /// `panic`): saturated, they are full, and what they hold is the working set the
-    /// scheduler's core goes through (docs/chain.md measures 512 against 4096). Not with
-    /// --fairness.
+    /// `panic`; a stateful chain's tenant has a lane an instance, each holding its share):
+    /// saturated, they are full, and what they hold is the working set the scheduler's core
+    /// goes through (docs/chain.md measures 512 and 1024 against 4096). Not with --fairness.
     #[arg(long, default_value_t = Config::default().queue)]
     pub queue: usize,
     /// Directory for chain.json and the plots.

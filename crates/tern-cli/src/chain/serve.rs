@@ -61,7 +61,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 8)]
     pub credits: u32,
     /// Packets the scheduler's queues hold waiting for credits, all tenants together (snic,
-    /// panic); more wait at the port. A deeper queue takes a longer burst, and at saturation,
+    /// panic; a stateful chain's tenant has a lane an instance, each holding its share); more
+    /// wait at the port. A deeper queue takes a longer burst, and at saturation,
     /// full, it is the working set the scheduler's core goes through (docs/chain.md).
     #[arg(long, default_value_t = Config::default().queue)]
     pub queue: usize,
