@@ -486,7 +486,7 @@ fn run_batch(
 /// The tenant a frame is, by the tenants' ingress patterns (the first that matches).
 #[derive(Debug, Clone)]
 pub struct Classify {
-    patterns: Vec<tern_table::classifier::Pattern>,
+    patterns: Vec<tern_table::classifier::Matcher>,
     info: FrameInfo,
     /// By tenant: packets its chain's tasks need steered (a NAT's replies), over `n` instances.
     steer: Vec<Option<Steer>>,
@@ -498,7 +498,7 @@ impl Classify {
     /// For `tenants`, in their order.
     pub fn new(tenants: &[Tenant]) -> Classify {
         Classify {
-            patterns: tenants.iter().map(|t| t.ingress.pattern.clone()).collect(),
+            patterns: tenants.iter().map(|t| tern_table::classifier::Matcher::new(&t.ingress.pattern)).collect(),
             info: FrameInfo::default(),
             steer: Vec::new(),
             one: Vec::new(),
@@ -1504,7 +1504,7 @@ impl Runtime {
         if cfg.mode == Mode::Snic {
             // A snic region runs its whole segment on its core: the scheduler's own core has
             // less room for it. (A panic region runs one task; where the first is says little.)
-            sched.set_local_regions(self.shared.region_core.iter().map(|&c| c == 0).collect());
+            sched.set_local_regions(&self.shared.region_core.iter().map(|&c| c == 0).collect::<Vec<_>>());
         }
         let mut sched = Some(sched);
         let core_regions = std::mem::take(&mut self.cores);
@@ -2014,6 +2014,15 @@ struct Lanes {
     queued: usize,
 }
 
+/// Where a tenant's packets for one chain instance go first: the region and the credit pool
+/// (`None`: its chain has nothing for it to run), and whether the region runs on the
+/// scheduler's own core.
+#[derive(Debug, Clone, Copy)]
+struct Stop {
+    to: Option<(usize, usize)>,
+    local: bool,
+}
+
 /// The scheduler, sans I/O (the data path runs it on core 0): packets admitted into their
 /// tenants' queues, served in virtual-time order, each taking a credit of its chain instance
 /// (`snic`) or its first task's region (`panic`) — round robin over a stateless chain's
@@ -2031,8 +2040,8 @@ pub struct Scheduler {
     inv_weight: Vec<f64>,
     vt: Vec<f64>,
     global_vt: f64,
-    /// By tenant and instance: (region, credit pool) of its first stop, if any.
-    first: Vec<Vec<Option<(usize, usize)>>>,
+    /// By tenant and instance (at `t × instances + k`): its first stop.
+    first: Vec<Stop>,
     /// Credits on hand, by pool.
     credits: Vec<u64>,
     /// Round-robin cursors, by chain; whether each chain is stateful.
@@ -2043,8 +2052,6 @@ pub struct Scheduler {
     queued: usize,
     /// `panic` (a packet's first stop is a position, not a segment).
     panic: bool,
-    /// By region: whether it runs on the scheduler's core.
-    local: Vec<bool>,
     /// By tenant: its ingress limiter (unlimited unless set), and what it offered (packets,
     /// bytes: its intended load, counted before the limiter).
     limit: Vec<TokenBucket>,
@@ -2107,16 +2114,15 @@ impl Scheduler {
         let first = plan
             .tenants
             .iter()
-            .map(|pl| {
-                (0..instances)
-                    .map(|k| {
-                        let stops = route.get(pl.chain)?.get(k)?;
-                        match cfg.mode {
-                            Mode::Snic => stops.first().map(|&r| (r, pl.chain * instances + k)),
-                            _ => next_position(pl.skip, 0, stops.len()).map(|p| (stops[p], stops[p])),
-                        }
-                    })
-                    .collect()
+            .flat_map(|pl| {
+                (0..instances).map(move |k| {
+                    let stops = route.get(pl.chain).and_then(|c| c.get(k));
+                    let to = stops.and_then(|stops| match cfg.mode {
+                        Mode::Snic => stops.first().map(|&r| (r, pl.chain * instances + k)),
+                        _ => next_position(pl.skip, 0, stops.len()).map(|p| (stops[p], stops[p])),
+                    });
+                    Stop { to, local: false }
+                })
             })
             .collect();
         // A lane an instance for a stateful chain's tenant, one for the rest.
@@ -2151,7 +2157,6 @@ impl Scheduler {
             queue_cap: cfg.queue.max(1),
             queued: 0,
             panic: cfg.mode == Mode::Panic,
-            local: Vec::new(),
             limit: tenants.iter().map(|_| TokenBucket::unlimited()).collect(),
             offered: vec![(0, 0); tenants.len()],
             limits_seen: 0,
@@ -2198,8 +2203,10 @@ impl Scheduler {
 
     /// Marks the regions (by id) that run on the scheduler's own core: instances elsewhere are
     /// chosen first.
-    pub fn set_local_regions(&mut self, local: Vec<bool>) {
-        self.local = local;
+    pub fn set_local_regions(&mut self, local: &[bool]) {
+        for s in &mut self.first {
+            s.local = s.to.is_some_and(|(r, _)| local.get(r).copied().unwrap_or(false));
+        }
     }
 
     /// Its time, ns: the timed rounds' time scaled to all its decisions.
@@ -2307,17 +2314,18 @@ impl Scheduler {
     /// round robin.
     fn lane_for(&self, t: usize) -> Option<(usize, usize)> {
         let ci = self.chain[t];
-        let has = |k: usize| match self.first[t][k] {
+        let stops = &self.first[t * self.instances..(t + 1) * self.instances];
+        let has = |s: &Stop| match s.to {
             None => true,
             Some((_, pool)) => self.credits[pool] > 0,
         };
+        let Lanes { first, n, .. } = self.lanes[t];
         if self.stateful.get(ci).copied().unwrap_or(true) {
-            let Lanes { first, n, .. } = self.lanes[t];
             let mut best: Option<(usize, i64)> = None;
-            for (k, lane) in self.queues[first..first + n].iter().enumerate() {
+            for (k, (lane, stop)) in self.queues[first..first + n].iter().zip(stops).enumerate() {
                 if let Some(head) = lane.front()
                     && best.is_none_or(|(_, at)| head.desc.arrived < at)
-                    && has(k)
+                    && has(stop)
                 {
                     best = Some((k, head.desc.arrived));
                 }
@@ -2325,30 +2333,56 @@ impl Scheduler {
             return best.map(|(k, _)| (first + k, k));
         }
         // Round robin over the instances in service that have a credit, those on other cores
-        // than the scheduler's first: its own core has the scheduler's work besides.
+        // than the scheduler's first (its own core has the scheduler's work besides): the first
+        // such in turn, else the first on its own core.
         let n = self.active.get(ci).copied().unwrap_or(self.instances).clamp(1, self.instances);
-        // One division, not one an instance looked at: start < n, so start + j < 2n.
-        let start = self.rr[ci] % n;
-        let local = |k: usize| self.first[t][k].is_some_and(|(r, _)| self.local.get(r).copied().unwrap_or(false));
-        let order = (0..n).map(|j| if start + j >= n { start + j - n } else { start + j });
-        let k = order.clone().find(|&k| !local(k) && has(k)).or_else(|| order.clone().find(|&k| local(k) && has(k)))?;
-        Some((self.lanes[t].first, k))
+        // The cursor is the instance after the last chosen (<= n unless the chain's instances
+        // in service shrank since): a division only then.
+        let rr = self.rr[ci];
+        let start = if rr < n { rr } else { rr % n };
+        let mut local = None;
+        for j in 0..n {
+            let k = if start + j >= n { start + j - n } else { start + j };
+            let stop = &stops[k];
+            if has(stop) {
+                if !stop.local {
+                    return Some((first, k));
+                }
+                local = local.or(Some(k));
+            }
+        }
+        local.map(|k| (first, k))
     }
 
     /// The next decision: the head packet of the tenant with the least virtual time among those
-    /// whose packet has a credit to take.
+    /// whose packet has a credit to take (of equal times, the first tenant).
     pub fn decide(&mut self) -> Option<Decision> {
-        let mut best: Option<(usize, usize, usize)> = None;
-        for t in 0..self.lanes.len() {
-            if self.lanes[t].queued == 0 || best.is_some_and(|(b, _, _)| self.vt[t] >= self.vt[b]) {
-                continue;
-            }
-            match self.lane_for(t) {
-                Some((lane, k)) => best = Some((t, lane, k)),
-                None => self.credit_waits += 1,
+        // Most often the tenant with the least virtual time of all that have packets has a
+        // credit: it is the decision. If it has none, the others are looked at in turn.
+        let mut least: Option<(usize, f64)> = None;
+        for (t, (l, &vt)) in self.lanes.iter().zip(&self.vt).enumerate() {
+            if l.queued > 0 && least.is_none_or(|(_, v)| vt < v) {
+                least = Some((t, vt));
             }
         }
-        let (t, lane, k) = best?;
+        let (m, _) = least?;
+        let (t, lane, k) = match self.lane_for(m) {
+            Some((lane, k)) => (m, lane, k),
+            None => {
+                self.credit_waits += 1;
+                let mut best: Option<(usize, usize, usize)> = None;
+                for t in 0..self.lanes.len() {
+                    if t == m || self.lanes[t].queued == 0 || best.is_some_and(|(b, _, _)| self.vt[t] >= self.vt[b]) {
+                        continue;
+                    }
+                    match self.lane_for(t) {
+                        Some((lane, k)) => best = Some((t, lane, k)),
+                        None => self.credit_waits += 1,
+                    }
+                }
+                best?
+            }
+        };
         let mut item = self.queues[lane].pop_front()?;
         self.queued -= 1;
         self.lanes[t].queued -= 1;
@@ -2359,7 +2393,7 @@ impl Scheduler {
         item.desc.instance = k as u16;
         item.desc.generation = self.generation[t];
         item.desc.skip = self.skip[t];
-        let to = self.first[t][k];
+        let to = self.first[t * self.instances + k].to;
         if let Some((_, pool)) = to {
             self.credits[pool] -= 1;
             self.decisions += 1;

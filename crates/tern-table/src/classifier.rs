@@ -139,6 +139,61 @@ fn net_bits(n: &IpNet) -> (u128, u128) {
     }
 }
 
+/// A [`Pattern`] compiled to test keys one at a time without branching on its `None`s: each
+/// field a (value, mask) or a range that a missing field makes match everything, the
+/// families it applies to settled once. [`Pattern::matches`] is its reference twin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Matcher {
+    /// 0: IPv4 keys only; 1: IPv6 only; 2: both; 3: none (the pattern's families disagree).
+    family: u8,
+    in_port: (u16, u16),
+    src: (u128, u128),
+    dst: (u128, u128),
+    proto: (u8, u8),
+    src_port: (u16, u16),
+    dst_port: (u16, u16),
+}
+
+impl Matcher {
+    /// `p`, compiled.
+    pub fn new(p: &Pattern) -> Matcher {
+        // A prefix tests the key's family as well as its bits: with `v6` and the prefixes'
+        // families together, the one family left (2: any; 3: they disagree, nothing matches).
+        let mut family = p.v6.map_or(2, u8::from);
+        for n in [p.src, p.dst].into_iter().flatten() {
+            let f = u8::from(matches!(n, IpNet::V6(_)));
+            family = match family {
+                2 => f,
+                x if x == f => x,
+                _ => 3,
+            };
+        }
+        let net = |n: &Option<IpNet>| n.as_ref().map_or((0, 0), net_bits);
+        let range = |r: Option<PortRange>| r.map_or((0, u16::MAX), |r| (r.0, r.1));
+        Matcher {
+            family,
+            in_port: p.in_port.map_or((0, 0), |v| (v, u16::MAX)),
+            src: net(&p.src),
+            dst: net(&p.dst),
+            proto: p.proto.map_or((0, 0), |v| (v, u8::MAX)),
+            src_port: range(p.src_port),
+            dst_port: range(p.dst_port),
+        }
+    }
+
+    /// Whether the pattern matches a key.
+    #[inline]
+    pub fn matches(&self, k: &FlowKey) -> bool {
+        (self.family == 2 || self.family == u8::from(k.v6))
+            & (k.in_port & self.in_port.1 == self.in_port.0)
+            & (k.src & self.src.1 == self.src.0)
+            & (k.dst & self.dst.1 == self.dst.0)
+            & (k.proto & self.proto.1 == self.proto.0)
+            & (self.src_port.0 <= k.src_port && k.src_port <= self.src_port.1)
+            & (self.dst_port.0 <= k.dst_port && k.dst_port <= self.dst_port.1)
+    }
+}
+
 impl Pattern {
     /// The families it applies to; an error if its prefixes disagree.
     pub fn families(&self) -> Result<Vec<bool>, String> {

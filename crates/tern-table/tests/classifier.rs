@@ -3,7 +3,7 @@
 
 use ipnet::{IpNet, Ipv4Net};
 use proptest::prelude::*;
-use tern_table::classifier::{Classifier, FlowKey, NaiveClassifier, Pattern, PortRange};
+use tern_table::classifier::{Classifier, FlowKey, Matcher, NaiveClassifier, Pattern, PortRange};
 
 fn net() -> impl Strategy<Value = Option<IpNet>> {
     prop_oneof![
@@ -51,7 +51,40 @@ fn key() -> impl Strategy<Value = FlowKey> {
         })
 }
 
+/// Any pattern, the families of its prefixes and its `v6` free to disagree.
+fn any_pattern() -> impl Strategy<Value = Pattern> {
+    let net6 = (0u128..4, 0u8..=128)
+        .prop_map(|(x, l)| IpNet::V6(ipnet::Ipv6Net::new_assert(((0xfd00u128 << 112) | (x << 100)).into(), l).trunc()));
+    let net = prop_oneof![2 => net(), 1 => net6.prop_map(Some)];
+    (pattern(), prop::option::of(any::<bool>()), net.clone(), net).prop_map(|(mut p, v6, src, dst)| {
+        p.v6 = v6;
+        p.src = src;
+        p.dst = dst;
+        p
+    })
+}
+
+/// Any key, of either family.
+fn any_key() -> impl Strategy<Value = FlowKey> {
+    (key(), any::<bool>(), 0u128..4, 0u128..4).prop_map(|(mut k, v6, s, d)| {
+        if v6 {
+            k.v6 = true;
+            k.src = (0xfd00u128 << 112) | (s << 100) | (k.src & 0xff);
+            k.dst = (0xfd00u128 << 112) | (d << 100) | (k.dst & 0xff);
+        }
+        k
+    })
+}
+
 proptest! {
+    #[test]
+    fn matcher_agrees_with_its_pattern(p in any_pattern(), keys in prop::collection::vec(any_key(), 1..32)) {
+        let m = Matcher::new(&p);
+        for k in &keys {
+            prop_assert_eq!(m.matches(k), p.matches(k), "pattern {:?} key {:?}", p, k);
+        }
+    }
+
     #[test]
     fn tss_agrees_with_naive(rules in prop::collection::vec(pattern(), 0..24), keys in prop::collection::vec(key(), 1..32)) {
         let c = Classifier::new(&rules).unwrap();
