@@ -863,6 +863,16 @@ impl Outbox {
             },
         };
         self.room = self.room.saturating_sub(n);
+        // The next burst's slots, asked for now (the chunk is dropped unwritten): the consuming
+        // core read them last, and a store into a line another core holds waits for it, where
+        // asked for a burst ahead it is here by then (docs/chain.md, "The data path").
+        let ahead = self.burst.min(self.room);
+        if let Ok(mut next) = self.ring.write_chunk_uninit(ahead) {
+            let (a, b) = next.as_mut_slices();
+            for slot in a.iter().chain(b.iter()) {
+                tern_io::prefetch_write(slot);
+            }
+        }
     }
 }
 

@@ -257,21 +257,21 @@ pub fn enter_netns(name: &str) -> io::Result<()> {
     Ok(())
 }
 
-/// Asks the CPU to bring the cache line holding the first byte of `bytes` close, to be written
+/// Asks the CPU to bring the cache line holding the first byte of `x` close, to be written
 /// (x86-64: `prefetchw` where the build enables it, else `prefetcht0`; elsewhere nothing). It
 /// never waits: a batch's lines, asked for together, arrive together, where a store into a
 /// line not in the cache holds later work back until that line comes.
 #[inline]
-pub fn prefetch_write(bytes: &[u8]) {
+pub fn prefetch_write<T: ?Sized>(x: &T) {
     #[cfg(target_arch = "x86_64")]
-    if !bytes.is_empty() {
+    if std::mem::size_of_val(x) > 0 {
         // SAFETY: a prefetch is a hint: it reads nothing the program sees and never faults, and
-        // the pointer is to a live slice's first byte besides (SSE is part of x86-64).
+        // the pointer is to a live value's first byte besides (SSE is part of x86-64).
         // Tested in `tests::prefetch_write_any_slice`.
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(bytes.as_ptr().cast()) }
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>((x as *const T).cast()) }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
+    let _ = x;
 }
 
 /// Busy-waits `d` (pacing, and modelled per-packet costs in benchmarks).
@@ -423,7 +423,9 @@ mod tests {
         for at in [0, 1, 63, 64, 4095, 4096] {
             super::prefetch_write(&v[at..]);
         }
-        super::prefetch_write(&[]);
+        super::prefetch_write::<[u8]>(&[]);
+        super::prefetch_write(&v);
+        super::prefetch_write(&0u64);
         // A hint only: the bytes are as they were, and writable.
         assert!(v.iter().all(|&b| b == 7));
         v[64] = 1;
