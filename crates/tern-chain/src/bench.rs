@@ -132,7 +132,7 @@ fn next_frame(i: usize, len: usize) -> usize {
 #[derive(Debug)]
 pub struct Stash {
     pool: Pool,
-    /// Taken and touched, not yet written.
+    /// Taken, their lines asked for, not yet written.
     ready: Vec<tern_io::Packet>,
 }
 

@@ -2346,10 +2346,14 @@ impl Scheduler {
         // than the scheduler's first (its own core has the scheduler's work besides): the first
         // such in turn, else the first on its own core.
         let n = self.active.get(ci).copied().unwrap_or(self.instances).clamp(1, self.instances);
-        // The cursor is the instance after the last chosen (<= n unless the chain's instances
-        // in service shrank since): a division only then.
+        // The cursor is the instance after the last chosen: at most n unless the chain's
+        // instances in service shrank since, and only then a division.
         let rr = self.rr[ci];
-        let start = if rr < n { rr } else { rr % n };
+        let start = match rr {
+            _ if rr < n => rr,
+            _ if rr == n => 0,
+            _ => rr % n,
+        };
         let mut local = None;
         for j in 0..n {
             let k = if start + j >= n { start + j - n } else { start + j };

@@ -1,5 +1,5 @@
 //! The scheduler against its reference twin: a naive model of the rule docs/chain.md states
-//! ("The credit scheduler"), run side by side on random admissions, decisions and credits
+//! ("The data path": `snic`, and instance parallelism), run side by side on random admissions, decisions and credits
 //! coming back. Each decision must take the same packet to the same instance.
 //!
 //! The rule: of the tenants with a packet whose chain instance has a credit, the one with the
@@ -57,7 +57,8 @@ enum Op {
         len: u16,
     },
     Decide,
-    /// A credit of the pool with the most outstanding, counted from `pick`.
+    /// A credit back to one of the pools that have some out (the `pick`th of them, counted
+    /// round).
     Back {
         pick: u8,
     },
