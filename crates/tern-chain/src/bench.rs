@@ -142,11 +142,17 @@ impl Stash {
         Stash { pool: pool.clone(), ready: Vec::new() }
     }
 
+    /// An empty buffer of the pool, behind the ports' headroom.
+    fn take(&self) -> tern_io::Packet {
+        let mut p = self.pool.packet();
+        p.reserve_headroom(tern_io::DEFAULT_HEADROOM);
+        p
+    }
+
     /// Tops the ready buffers up to `n`, the new ones' lines asked for.
     pub fn fill(&mut self, n: usize) {
         while self.ready.len() < n {
-            let mut p = self.pool.packet();
-            p.reserve_headroom(tern_io::DEFAULT_HEADROOM);
+            let mut p = self.take();
             tern_io::prefetch_write(p.buffer_mut());
             self.ready.push(p);
         }
@@ -155,11 +161,7 @@ impl Stash {
     /// A copy of `frame` behind the ports' headroom, in a ready buffer if there is one (None: it
     /// does not fit a buffer).
     pub fn copy_in(&mut self, frame: &[u8]) -> Option<tern_io::Packet> {
-        let mut p = self.ready.pop().unwrap_or_else(|| {
-            let mut p = self.pool.packet();
-            p.reserve_headroom(tern_io::DEFAULT_HEADROOM);
-            p
-        });
+        let mut p = self.ready.pop().unwrap_or_else(|| self.take());
         if p.extend_from_slice(frame).is_err() {
             self.ready.push(p);
             return None;

@@ -2349,10 +2349,12 @@ impl Scheduler {
         // The cursor is the instance after the last chosen: at most n unless the chain's
         // instances in service shrank since, and only then a division.
         let rr = self.rr[ci];
-        let start = match rr {
-            _ if rr < n => rr,
-            _ if rr == n => 0,
-            _ => rr % n,
+        let start = if rr < n {
+            rr
+        } else if rr == n {
+            0
+        } else {
+            rr % n
         };
         let mut local = None;
         for j in 0..n {
