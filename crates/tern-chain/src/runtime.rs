@@ -408,7 +408,9 @@ pub const TIME_ONE_IN: u64 = 8;
 
 /// Runs `wrappers` over a batch, task by task; `fates` says what became of each item. When
 /// `timed`, the clock is read once after each task that ran (the batch's start is `cx.now`), so
-/// a task's time is the time from the one before it.
+/// a task's time is the time from the one before it. `between` (the scheduler's core) runs
+/// between two packets once in as many runs of a task as the chain has tasks: about a packet's
+/// worth of the chain.
 fn run_batch(
     wrappers: &mut [Wrapper],
     items: &mut [Item],
@@ -427,6 +429,8 @@ fn run_batch(
     fates.clear();
     fates.resize(items.len(), Fate::Alive);
     let mut t0 = cx.now;
+    let every = wrappers.len().max(1);
+    let mut runs = 0usize;
     for w in wrappers.iter_mut() {
         let bit = 1u64 << (w.position & 63);
         let mut ran = 0;
@@ -467,7 +471,13 @@ fn run_batch(
             // Between two packets, the core's other duty (the scheduler's refill); its time is
             // not the task's (timed only in a timed batch).
             if let Some(f) = between.as_deref_mut() {
-                t0 += f(timed);
+                runs += 1;
+                if runs.is_multiple_of(every) {
+                    let d = f(timed);
+                    if timed {
+                        t0 += d;
+                    }
+                }
             }
         }
         if ran > 0 {
@@ -3334,6 +3344,38 @@ impl Egress for Collect {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On the scheduler's core a batch looks at the credits once a packet's worth of the chain
+    /// (as many runs of a task as it has tasks): 4 tasks × 4 packets look 4 times in 16 runs;
+    /// 3 tasks × 2 packets twice; one task × 4 packets after each run. Every packet runs every
+    /// task either way.
+    #[test]
+    fn a_batch_looks_at_the_credits_once_a_packet() {
+        for (len, want) in [(4, 4), (1, 4), (3, 2)] {
+            let tenants = vec![crate::bench::dummy_chain(len, 0)];
+            let area = |_: &crate::tenant::TaskSpec| Ok(1);
+            let plan = crate::plan::plan(&tenants, &area, 8, 1_000_000).unwrap();
+            let mut keys = crate::task::Keys::default();
+            let mut factory = |t: usize, n: usize| crate::task::build(&tenants[t].tasks[n], &mut keys);
+            let mut ws = build_chain(&plan, 0, 1, &mut factory, (0, 1)).unwrap();
+            let pool = Pool::new(8, 256);
+            let packets = if len == 3 { 2 } else { 4 };
+            let mut items: Vec<Item> = (0..packets)
+                .map(|_| Item { packet: pool.packet(), desc: Desc::new(0, 0, 0, Instant::now(), 0) })
+                .collect();
+            let (mut fates, mut emitted, mut emitted_desc) = (Vec::new(), Vec::new(), Vec::new());
+            let mut cx = Cx { now: Instant::now(), pool: &pool, emitted: &mut emitted, paced: true };
+            let mut calls = 0;
+            let mut hook = |_timed: bool| {
+                calls += 1;
+                Duration::ZERO
+            };
+            run_batch(&mut ws, &mut items, &mut fates, &mut cx, &mut emitted_desc, Some(&mut hook));
+            assert_eq!(calls, want, "{len} tasks");
+            assert!(ws.iter().all(|w| w.packets == packets as u64), "{len} tasks");
+            assert!(fates.iter().all(|f| *f == Fate::Alive));
+        }
+    }
 
     /// A descriptor's packed fields: the reply mark and the drop reason change apart; a
     /// reason comes back as given (the same code each time); an arrival before the epoch or
