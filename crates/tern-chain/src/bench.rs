@@ -126,20 +126,22 @@ fn next_frame(i: usize, len: usize) -> usize {
 /// stands for a NIC writing packets into memory, so its own cost should be small; but a buffer
 /// back from a deep queue (4096 packets at saturation) has been out of the cache for a while,
 /// and a copy's stores into a line not in the cache held the next packet back until the line
-/// came: one wait a packet, where asked for together a batch's lines arrive together. In
-/// `snic` with one core, 4 tasks (`chain_len`), 1.02 Mpps [0.95–1.04] copying straight in and
-/// 1.07 [1.02–1.14] this way (docs/chain.md).
+/// came: one wait a packet, where asked for together a batch's lines arrive together, and
+/// asked for a call ahead they are there. In `snic` with one core, 4 tasks (`chain_len`), 1.02
+/// Mpps [0.95–1.04] copying straight in and 1.07 [1.02–1.14] asking just before; in a later
+/// series 1.265 [1.13–1.37] asking just before and 1.315 [1.08–1.40] a call ahead
+/// (docs/chain.md).
 #[derive(Debug)]
 pub struct Stash {
     pool: Pool,
-    /// Taken, their lines asked for, not yet written.
-    ready: Vec<tern_io::Packet>,
+    /// Taken, their lines asked for, not yet written: oldest first.
+    ready: std::collections::VecDeque<tern_io::Packet>,
 }
 
 impl Stash {
     /// Of `pool`'s buffers.
     pub fn new(pool: &Pool) -> Stash {
-        Stash { pool: pool.clone(), ready: Vec::new() }
+        Stash { pool: pool.clone(), ready: std::collections::VecDeque::new() }
     }
 
     /// An empty buffer of the pool, behind the ports' headroom.
@@ -149,21 +151,22 @@ impl Stash {
         p
     }
 
-    /// Tops the ready buffers up to `n`, the new ones' lines asked for.
+    /// Tops the ready buffers up to `n` and as many more, the new ones' lines asked for: the
+    /// next `n` copies go into buffers asked for a call or more ago.
     pub fn fill(&mut self, n: usize) {
-        while self.ready.len() < n {
+        while self.ready.len() < 2 * n {
             let mut p = self.take();
             tern_io::prefetch_write(p.buffer_mut());
-            self.ready.push(p);
+            self.ready.push_back(p);
         }
     }
 
     /// A copy of `frame` behind the ports' headroom, in a ready buffer if there is one (None: it
     /// does not fit a buffer).
     pub fn copy_in(&mut self, frame: &[u8]) -> Option<tern_io::Packet> {
-        let mut p = self.ready.pop().unwrap_or_else(|| self.take());
+        let mut p = self.ready.pop_front().unwrap_or_else(|| self.take());
         if p.extend_from_slice(frame).is_err() {
-            self.ready.push(p);
+            self.ready.push_front(p);
             return None;
         }
         Some(p)
@@ -1063,5 +1066,35 @@ mod tests {
         let per = rig.scheduler.started.chunks(2).map(|g| g.iter().sum::<u64>()).collect::<Vec<_>>();
         assert_eq!(per, vec![800; 4], "eight a tenant a round");
         assert!(rig.ns_per_decision(10) > 0.0);
+    }
+
+    /// A stash keeps twice a call's buffers ready and copies into the oldest first: the frames
+    /// come out whole, behind the ports' headroom; a frame too large for a buffer is refused
+    /// and its buffer kept; what is ready goes back to the pool when the stash goes.
+    #[test]
+    fn stash_copies_into_the_buffers_asked_for_first() {
+        let pool = Pool::new(64, 256);
+        let mut stash = Stash::new(&pool);
+        stash.fill(3);
+        assert_eq!(stash.ready.len(), 6);
+        let first: Vec<*const u8> = stash.ready.iter().take(3).map(|p| p.data().as_ptr()).collect();
+        let got: Vec<tern_io::Packet> = (0..3u8).map(|i| stash.copy_in(&[i; 60]).unwrap()).collect();
+        for (i, p) in got.iter().enumerate() {
+            assert_eq!(p.data(), &[i as u8; 60][..]);
+            assert_eq!(p.headroom(), tern_io::DEFAULT_HEADROOM);
+            assert_eq!(p.data().as_ptr(), first[i], "the oldest ready buffer first");
+        }
+        assert_eq!(stash.ready.len(), 3);
+        assert!(stash.copy_in(&[0; 4096]).is_none());
+        assert_eq!(stash.ready.len(), 3, "the refused frame's buffer is kept");
+        stash.fill(3);
+        assert_eq!(stash.ready.len(), 6);
+        for p in got {
+            pool.put(p);
+        }
+        assert_eq!(pool.free(), 3);
+        drop(stash);
+        assert_eq!(pool.free(), 9, "the ready buffers went back");
+        assert_eq!(pool.allocated(), 9);
     }
 }
