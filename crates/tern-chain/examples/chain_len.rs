@@ -4,7 +4,8 @@
 //! `cargo run --release -p tern-chain --example chain_len -- [ROUNDS] [TASKS] [MODES...]`
 //! (`VERBOSE=1`: also each instance's packets, batch size and first task's ns a packet;
 //! `INSTANCES=N`: N chain instances rather than one a core; `CORES=N`: N cores rather than 2;
-//! `QUEUE=N`: tenant queues of N packets rather than 4096).
+//! `QUEUE=N`: tenant queues of N packets rather than 4096; `CREDITS=N`: N credits a chain
+//! instance rather than 8).
 use std::time::Duration;
 use tern_chain::bench::{self, Load};
 use tern_chain::plan;
@@ -34,7 +35,8 @@ fn main() -> Result<(), String> {
             let instances = std::env::var("INSTANCES").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
             let cores = std::env::var("CORES").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
             let queue = std::env::var("QUEUE").ok().and_then(|s| s.parse().ok()).unwrap_or(4096);
-            let cfg = Config { mode: m, cores, pin: true, instances, queue, ..Config::default() };
+            let credits = std::env::var("CREDITS").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
+            let cfg = Config { mode: m, cores, pin: true, instances, queue, credits, ..Config::default() };
             let (ph, st) = bench::measure(&t, &p, cfg, &frames, load)?;
             line +=
                 &format!(" {}: {:.2} Mpps (scheduler {:.0} ns)", m.name(), ph.pps / 1e6, ph.scheduler_ns_per_decision);
