@@ -529,6 +529,13 @@ impl Classify {
     /// The frame's tenant and its flow's hash, or the drop reason (`malformed`: not an
     /// Ethernet frame carrying IP; `unknown_tenant`: no tenant's pattern matches).
     pub fn tenant(&mut self, frame: &[u8]) -> Result<(usize, u64), &'static str> {
+        let t = self.tenant_only(frame)?;
+        Ok((t, self.flow_hash(t)))
+    }
+
+    /// The frame's tenant, or the drop reason, as [`tenant`](Self::tenant) gives them; its
+    /// flow's hash, if wanted, is [`flow_hash`](Self::flow_hash) right after.
+    pub fn tenant_only(&mut self, frame: &[u8]) -> Result<usize, &'static str> {
         if self.info.parse_into(frame).is_err() || !matches!(self.info.l3, L3::Ipv4 | L3::Ipv6) {
             return Err("malformed");
         }
@@ -542,9 +549,15 @@ impl Classify {
             src_port: i.src_port,
             dst_port: i.dst_port,
         };
-        let t = self.patterns.iter().position(|p| p.matches(&key)).ok_or("unknown_tenant")?;
+        self.patterns.iter().position(|p| p.matches(&key)).ok_or("unknown_tenant")
+    }
+
+    /// The flow hash of the frame [`tenant_only`](Self::tenant_only) last found to be tenant
+    /// `t`'s (as [`tenant`](Self::tenant) gives it).
+    pub fn flow_hash(&self, t: usize) -> u64 {
+        let i = &self.info;
         if self.one.get(t).copied().unwrap_or(false) {
-            return Ok((t, 0));
+            return 0;
         }
         if let Some(Some(st)) = self.steer.get(t)
             && i.l3 == L3::Ipv4
@@ -552,7 +565,7 @@ impl Classify {
             && i.dst_v4() == st.addr
             && let Some(k) = st.owner(i.dst_port, self.n)
         {
-            return Ok((t, k as u64));
+            return k as u64;
         }
         // Both directions of a flow hash alike (a stateful chain's instance sees both).
         let (a, b) = if (i.src, i.src_port) <= (i.dst, i.dst_port) { (i.src, i.src_port) } else { (i.dst, i.dst_port) };
@@ -562,7 +575,7 @@ impl Classify {
         h ^= h >> 33;
         h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
         h ^= h >> 33;
-        Ok((t, h))
+        h
     }
 }
 
@@ -2285,7 +2298,7 @@ impl Scheduler {
     /// drop reason (`malformed`, `unknown_tenant`, `rate_limited`, `queue_full`; the first two
     /// counted here). What a tenant offers is counted before its limiter.
     pub fn admit(&mut self, a: Arrival, classify: &mut Classify) -> Result<usize, (usize, Packet, &'static str)> {
-        let (t, hash) = match classify.tenant(a.packet.data()) {
+        let t = match classify.tenant_only(a.packet.data()) {
             Ok(x) => x,
             Err(r) => {
                 if r == "malformed" {
@@ -2305,7 +2318,8 @@ impl Scheduler {
         // A stateful chain's lane is its flow's instance: its hash modulo the instances (a hash
         // below them is an instance's number: a packet steered to its owner, or kept to 0).
         let l = self.lanes[t];
-        let lane = if l.n > 1 { l.first + (hash % l.n as u64) as usize } else { l.first };
+        // The hash only where there is a lane to choose.
+        let lane = if l.n > 1 { l.first + (classify.flow_hash(t) % l.n as u64) as usize } else { l.first };
         if self.queues[lane].len() >= l.cap {
             return Err((t, a.packet, "queue_full"));
         }
