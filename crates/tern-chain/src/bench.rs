@@ -74,7 +74,8 @@ impl Gen {
     /// Of `frames`, at `rate_pps` (None: as fast as taken).
     pub fn new(pool: &Pool, frames: Vec<Vec<u8>>, rate_pps: Option<f64>) -> Gen {
         let interval = rate_pps.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r));
-        Gen { pool: Stash::new(pool), frames, next: 0, interval, due: None }
+        let longest = frames.iter().map(Vec::len).max().unwrap_or(0);
+        Gen { pool: Stash::new(pool).for_frames(longest), frames, next: 0, interval, due: None }
     }
 }
 
@@ -129,19 +130,30 @@ fn next_frame(i: usize, len: usize) -> usize {
 /// came: one wait a packet, where asked for together a batch's lines arrive together, and
 /// asked for a call ahead they are there. In `snic` with one core, 4 tasks (`chain_len`), 1.02
 /// Mpps [0.95–1.04] copying straight in and 1.07 [1.02–1.14] asking just before; in a later
-/// series 1.265 [1.13–1.37] asking just before and 1.315 [1.08–1.40] a call ahead
-/// (docs/chain.md).
+/// series 1.265 [1.13–1.37] asking just before and 1.315 [1.08–1.40] a call ahead. A frame
+/// longer than a line has all its lines asked for: at 1500 B a buffer that last ran on the
+/// other core is there in that core's cache, and DAG-D's two instances on far cores carried
+/// 709 kpps with every line asked for against 693 with the first only (docs/chain.md).
 #[derive(Debug)]
 pub struct Stash {
     pool: Pool,
     /// Taken, their lines asked for, not yet written: oldest first.
     ready: std::collections::VecDeque<tern_io::Packet>,
+    /// Bytes of each buffer's lines asked for, from the frame's start: the largest frame it
+    /// copies (at least one line).
+    bytes: usize,
 }
 
 impl Stash {
     /// Of `pool`'s buffers.
     pub fn new(pool: &Pool) -> Stash {
-        Stash { pool: pool.clone(), ready: std::collections::VecDeque::new() }
+        Stash { pool: pool.clone(), ready: std::collections::VecDeque::new(), bytes: 1 }
+    }
+
+    /// Asks for the lines of frames up to `bytes` long in each buffer (not only the first).
+    pub fn for_frames(mut self, bytes: usize) -> Stash {
+        self.bytes = bytes.max(1);
+        self
     }
 
     /// An empty buffer of the pool, behind the ports' headroom.
@@ -151,12 +163,16 @@ impl Stash {
         p
     }
 
-    /// Tops the ready buffers up to `n` and as many more, the new ones' lines asked for: the
-    /// next `n` copies go into buffers asked for a call or more ago.
+    /// Tops the ready buffers up to `n` and as many more, the new ones' lines asked for (as
+    /// many as [`for_frames`](Self::for_frames) says, else the first): the next `n` copies go
+    /// into buffers asked for a call or more ago.
     pub fn fill(&mut self, n: usize) {
         while self.ready.len() < 2 * n {
             let mut p = self.take();
-            tern_io::prefetch_write(p.buffer_mut());
+            let buf = p.buffer_mut();
+            for at in (0..self.bytes.min(buf.len())).step_by(64) {
+                tern_io::prefetch_write(&buf[at..]);
+            }
             self.ready.push_back(p);
         }
     }
@@ -499,7 +515,7 @@ pub struct MixGen {
 impl MixGen {
     /// Of `streams` (frames, packets a second).
     pub fn new(pool: &Pool, streams: Vec<(Vec<Vec<u8>>, Option<f64>)>) -> MixGen {
-        let streams = streams
+        let streams: Vec<Stream> = streams
             .into_iter()
             .filter(|(f, _)| !f.is_empty())
             .map(|(frames, rate)| Stream {
@@ -509,7 +525,8 @@ impl MixGen {
                 due: None,
             })
             .collect();
-        MixGen { pool: Stash::new(pool), streams, turn: 0 }
+        let longest = streams.iter().flat_map(|s| s.frames.iter().map(Vec::len)).max().unwrap_or(0);
+        MixGen { pool: Stash::new(pool).for_frames(longest), streams, turn: 0 }
     }
 }
 
@@ -808,7 +825,9 @@ pub struct TraceGen {
 impl TraceGen {
     /// Of `frames`, at the rates of `trace`.
     pub fn new(pool: &Pool, frames: Vec<Vec<u8>>, trace: &[(f64, f64)]) -> TraceGen {
-        TraceGen { pool: Stash::new(pool), frames, next: 0, trace: trace.to_vec(), start: None, due: None }
+        let longest = frames.iter().map(Vec::len).max().unwrap_or(0);
+        let pool = Stash::new(pool).for_frames(longest);
+        TraceGen { pool, frames, next: 0, trace: trace.to_vec(), start: None, due: None }
     }
 
     /// With its trace's time 0 at `start`.
@@ -1074,7 +1093,7 @@ mod tests {
     #[test]
     fn stash_copies_into_the_buffers_asked_for_first() {
         let pool = Pool::new(64, 256);
-        let mut stash = Stash::new(&pool);
+        let mut stash = Stash::new(&pool).for_frames(200);
         stash.fill(3);
         assert_eq!(stash.ready.len(), 6);
         let first: Vec<*const u8> = stash.ready.iter().take(3).map(|p| p.data().as_ptr()).collect();
