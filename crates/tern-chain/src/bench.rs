@@ -131,9 +131,9 @@ fn next_frame(i: usize, len: usize) -> usize {
 /// asked for a call ahead they are there. In `snic` with one core, 4 tasks (`chain_len`), 1.02
 /// Mpps [0.95–1.04] copying straight in and 1.07 [1.02–1.14] asking just before; in a later
 /// series 1.265 [1.13–1.37] asking just before and 1.315 [1.08–1.40] a call ahead. A frame
-/// longer than a line has all its lines asked for: at 1500 B a buffer that last ran on the
-/// other core is there in that core's cache, and DAG-D's two instances on far cores carried
-/// 709 kpps with every line asked for against 693 with the first only (docs/chain.md).
+/// longer than a line has all its lines asked for: at 1500 B a buffer whose packet last ran on
+/// the other core has its lines in that core's cache, and DAG-D's two instances on far cores
+/// carried 709 kpps with every line asked for against 693 with the first only (docs/chain.md).
 #[derive(Debug)]
 pub struct Stash {
     pool: Pool,
@@ -170,7 +170,9 @@ impl Stash {
         while self.ready.len() < 2 * n {
             let mut p = self.take();
             let buf = p.buffer_mut();
-            for at in (0..self.bytes.min(buf.len())).step_by(64) {
+            // A line a step, and the last byte's (a frame need not start on a line).
+            let end = self.bytes.min(buf.len());
+            for at in (0..end).step_by(64).chain(end.checked_sub(1)) {
                 tern_io::prefetch_write(&buf[at..]);
             }
             self.ready.push_back(p);
