@@ -74,8 +74,7 @@ impl Gen {
     /// Of `frames`, at `rate_pps` (None: as fast as taken).
     pub fn new(pool: &Pool, frames: Vec<Vec<u8>>, rate_pps: Option<f64>) -> Gen {
         let interval = rate_pps.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r));
-        let longest = frames.iter().map(Vec::len).max().unwrap_or(0);
-        Gen { pool: Stash::new(pool).for_frames(longest), frames, next: 0, interval, due: None }
+        Gen { pool: Stash::new(pool, &frames), frames, next: 0, interval, due: None }
     }
 }
 
@@ -139,21 +138,17 @@ pub struct Stash {
     pool: Pool,
     /// Taken, their lines asked for, not yet written: oldest first.
     ready: std::collections::VecDeque<tern_io::Packet>,
-    /// Bytes of each buffer's lines asked for, from the frame's start: the largest frame it
-    /// copies (at least one line).
+    /// Bytes of each buffer's lines asked for, from the frame's start: the longest frame it
+    /// copies (at least one byte: the first line).
     bytes: usize,
 }
 
 impl Stash {
-    /// Of `pool`'s buffers.
-    pub fn new(pool: &Pool) -> Stash {
-        Stash { pool: pool.clone(), ready: std::collections::VecDeque::new(), bytes: 1 }
-    }
-
-    /// Asks for the lines of frames up to `bytes` long in each buffer (not only the first).
-    pub fn for_frames(mut self, bytes: usize) -> Stash {
-        self.bytes = bytes.max(1);
-        self
+    /// Of `pool`'s buffers, for copies of `frames`: each buffer's lines asked for as far as the
+    /// longest of them reaches.
+    pub fn new<'a>(pool: &Pool, frames: impl IntoIterator<Item = &'a Vec<u8>>) -> Stash {
+        let bytes = frames.into_iter().map(Vec::len).max().unwrap_or(0).max(1);
+        Stash { pool: pool.clone(), ready: std::collections::VecDeque::new(), bytes }
     }
 
     /// An empty buffer of the pool, behind the ports' headroom.
@@ -163,9 +158,8 @@ impl Stash {
         p
     }
 
-    /// Tops the ready buffers up to `n` and as many more, the new ones' lines asked for (as
-    /// many as [`for_frames`](Self::for_frames) says, else the first): the next `n` copies go
-    /// into buffers asked for a call or more ago.
+    /// Tops the ready buffers up to `n` and as many more, the new ones' lines asked for: the
+    /// next `n` copies go into buffers asked for a call or more ago.
     pub fn fill(&mut self, n: usize) {
         while self.ready.len() < 2 * n {
             let mut p = self.take();
@@ -527,8 +521,7 @@ impl MixGen {
                 due: None,
             })
             .collect();
-        let longest = streams.iter().flat_map(|s| s.frames.iter().map(Vec::len)).max().unwrap_or(0);
-        MixGen { pool: Stash::new(pool).for_frames(longest), streams, turn: 0 }
+        MixGen { pool: Stash::new(pool, streams.iter().flat_map(|s| &s.frames)), streams, turn: 0 }
     }
 }
 
@@ -827,9 +820,7 @@ pub struct TraceGen {
 impl TraceGen {
     /// Of `frames`, at the rates of `trace`.
     pub fn new(pool: &Pool, frames: Vec<Vec<u8>>, trace: &[(f64, f64)]) -> TraceGen {
-        let longest = frames.iter().map(Vec::len).max().unwrap_or(0);
-        let pool = Stash::new(pool).for_frames(longest);
-        TraceGen { pool, frames, next: 0, trace: trace.to_vec(), start: None, due: None }
+        TraceGen { pool: Stash::new(pool, &frames), frames, next: 0, trace: trace.to_vec(), start: None, due: None }
     }
 
     /// With its trace's time 0 at `start`.
@@ -1095,7 +1086,7 @@ mod tests {
     #[test]
     fn stash_copies_into_the_buffers_asked_for_first() {
         let pool = Pool::new(64, 256);
-        let mut stash = Stash::new(&pool).for_frames(200);
+        let mut stash = Stash::new(&pool, &[vec![0; 200]]);
         stash.fill(3);
         assert_eq!(stash.ready.len(), 6);
         let first: Vec<*const u8> = stash.ready.iter().take(3).map(|p| p.data().as_ptr()).collect();

@@ -157,17 +157,13 @@ pub struct Matcher {
 impl Matcher {
     /// `p`, compiled.
     pub fn new(p: &Pattern) -> Matcher {
-        // A prefix tests the key's family as well as its bits: with `v6` and the prefixes'
-        // families together, the one family left (2: any; 3: they disagree, nothing matches).
-        let mut family = p.v6.map_or(2, u8::from);
-        for n in [p.src, p.dst].into_iter().flatten() {
-            let f = u8::from(matches!(n, IpNet::V6(_)));
-            family = match family {
-                2 => f,
-                x if x == f => x,
-                _ => 3,
-            };
-        }
+        // A prefix tests the key's family as well as its bits: the families `v6` and the
+        // prefixes leave (2: any; 3: they disagree, nothing matches).
+        let family = match p.families().as_deref() {
+            Ok([f]) => u8::from(*f),
+            Ok(_) => 2,
+            Err(_) => 3,
+        };
         let net = |n: &Option<IpNet>| n.as_ref().map_or((0, 0), net_bits);
         let range = |r: Option<PortRange>| r.map_or((0, u16::MAX), |r| (r.0, r.1));
         Matcher {
