@@ -445,6 +445,17 @@ pub fn side_by_side(cores: usize, each: Duration) -> f64 {
     mean / alone.max(1) as f64
 }
 
+/// What a dummy task of `ns` spends a packet, measured: the mean over `n` spends in a row,
+/// timed with [`Instant`] around them all. The benches print it beside the configured time.
+pub fn dummy_spends_ns(ns: u64, n: u32) -> f64 {
+    let busy = crate::task::Busy::new();
+    let start = Instant::now();
+    for _ in 0..n {
+        busy.spend(std::hint::black_box(ns));
+    }
+    start.elapsed().as_nanos() as f64 / f64::from(n.max(1))
+}
+
 /// The round trip of a cache line between cores 0 and 1, ns (a counter bounced `n` times
 /// between two pinned threads, the first tenth not timed): what every move between cores costs at least. The host lends
 /// the cores: this differs from run to run (core pairs near or far apart).

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tern_io::{Packet, Pool};
 use tern_wire::frame::{FrameInfo, L3, proto, refit_udp4};
@@ -164,7 +164,7 @@ pub fn build(spec: &TaskSpec, keys: &mut Keys) -> Result<Box<dyn NetworkTask>, S
             Box::new(KvTask { cache: Cache::new(*cfg), info: FrameInfo::default(), answer: Vec::new(), too_large: 0 })
         }
         TaskSpec::Dummy { ns_per_packet, gbps, luts } => {
-            Box::new(Dummy { ns: *ns_per_packet, gbps: *gbps, luts: *luts, passed: 0 })
+            Box::new(Dummy { ns: *ns_per_packet, gbps: *gbps, luts: *luts, passed: 0, busy: Busy::new() })
         }
         TaskSpec::Stage { engine, .. } => {
             return Err(format!(
@@ -532,14 +532,74 @@ impl NetworkTask for GbnTask {
     }
 }
 
+/// Time spent busy, read on the CPU's time-stamp counter through `quanta` (about 10 ns a reading
+/// on this project's hosts, against about 27 for [`Instant`], whose readings made a "100 ns"
+/// dummy spend 140). A spin stops at the first reading past its time, so it runs over by its
+/// readings' cost and part of a loop; that overrun, measured once a process, is taken off each
+/// spend (`over_ns`), so a dummy of `ns` spends `ns` (`tern bench chain` prints what it spends).
+#[derive(Debug, Clone)]
+pub struct Busy {
+    clock: quanta::Clock,
+    over_ns: u64,
+}
+
+impl Default for Busy {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Busy {
+    /// A clock (its calibration, under a millisecond, runs once a process) and the overrun of a
+    /// spend (measured once a process on the same clock: the least of 5 tries of 200 spends of
+    /// 200 ns, so that an interrupt in one try does not count).
+    pub fn new() -> Self {
+        static OVER_NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let clock = quanta::Clock::new();
+        let over_ns = *OVER_NS.get_or_init(|| {
+            const N: u64 = 200;
+            const NS: u64 = 200;
+            let raw = Self { clock: clock.clone(), over_ns: 0 };
+            (0..5)
+                .map(|_| {
+                    let first = clock.raw();
+                    for _ in 0..N {
+                        raw.spend(std::hint::black_box(NS));
+                    }
+                    (clock.delta_as_nanos(first, clock.raw()) / N).saturating_sub(NS)
+                })
+                .min()
+                .unwrap_or(0)
+        });
+        Self { clock, over_ns }
+    }
+
+    /// The overrun taken off each spend, ns (the same for every `Busy` of a process).
+    pub fn over_ns(&self) -> u64 {
+        self.over_ns
+    }
+
+    /// Spends `ns` busy (none for 0): at least `ns` less [`Busy::over_ns`], and `ns` on average.
+    pub fn spend(&self, ns: u64) {
+        if ns == 0 {
+            return;
+        }
+        let target = ns.saturating_sub(self.over_ns);
+        let start = self.clock.raw();
+        while self.clock.delta_as_nanos(start, self.clock.raw()) < target {}
+    }
+}
+
 /// The paper's dummy task: passes every packet on after its configured time, and no faster
-/// than its configured rate (the time a packet's bits take at that rate), both spent busy.
+/// than its configured rate (the time a packet's bits take at that rate), both spent busy
+/// ([`Busy`]).
 #[derive(Debug)]
 struct Dummy {
     ns: u64,
     gbps: f64,
     luts: u64,
     passed: u64,
+    busy: Busy,
 }
 
 impl Dummy {
@@ -548,13 +608,8 @@ impl Dummy {
         if self.gbps > 0.0 && !paced {
             ns = ns.max(len as f64 * 8.0 / self.gbps);
         }
-        if ns <= 0.0 {
-            return;
-        }
-        let d = Duration::from_nanos(ns as u64);
-        let start = Instant::now();
-        while start.elapsed() < d {
-            std::hint::spin_loop();
+        if ns > 0.0 {
+            self.busy.spend(ns as u64);
         }
     }
 }

@@ -26,6 +26,8 @@ pub(crate) const RTT_BOUNCES: u64 = 5_000;
 /// warm-up of as many.
 const SCHED_ROUNDS: usize = 20_000;
 const SCHED_WARMUP_ROUNDS: usize = 20_000;
+/// Spends of a dummy task timed, in a row, to print what one spends.
+const DUMMY_CHECKS: u32 = 100_000;
 use crate::env::Environment;
 
 /// Options of `tern bench chain`.
@@ -152,6 +154,19 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         a.cores,
         100.0 * pair_before,
         rtt_before
+    ));
+    // What a dummy task spends a packet, as measured on core 0: a check on the busy loop.
+    let dummy_ns = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            tern_io::pin_to_core(0);
+            bench::dummy_spends_ns(a.ns, DUMMY_CHECKS)
+        })
+        .join()
+        .unwrap_or(f64::NAN)
+    });
+    say(format!(
+        "dummy task: configured {} ns, spends {dummy_ns:.1} ns a packet (mean of {DUMMY_CHECKS} in a row)",
+        a.ns
     ));
     let profile = tern_hw::Profile::builtin("supernic-htg9200")?;
     let model = tern_hw::chain::ChainModel::from_profile(&profile)?;
@@ -396,7 +411,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "environment": env,
         "side_by_side_speed": {"before": pair_before, "after": pair_after},
         "core_round_trip_ns": {"before": rtt_before, "after": rtt_after},
-        "options": {"rounds": rounds, "phase_secs": secs, "warmup_secs": warmup.as_secs_f64(), "cores": a.cores, "credits": a.credits, "queue": a.queue, "ns_per_task": a.ns, "frame_bytes": a.size, "flows": a.flows},
+        "options": {"rounds": rounds, "phase_secs": secs, "warmup_secs": warmup.as_secs_f64(), "cores": a.cores, "credits": a.credits, "queue": a.queue, "ns_per_task": a.ns, "ns_per_task_spent": dummy_ns, "frame_bytes": a.size, "flows": a.flows},
         "lengths": lengths_json,
         "scheduler": {"alone_ns_per_decision": {"median": sched_alone.0, "min": sched_alone.1, "max": sched_alone.2}, "rounds_of_32": SCHED_ROUNDS, "on_data_path_ns_per_decision": sched_ns},
         "dag_d": {"frame_bytes": 1500, "one_instance": one, "two_instances": two, "two_over_one": {"median": aes_ratio.0, "min": aes_ratio.1, "max": aes_ratio.2}, "core_round_trip_ns": {"before": d_rtt0, "after": d_rtt1}},
