@@ -550,18 +550,19 @@ impl Default for Busy {
 }
 
 impl Busy {
-    /// A clock (its calibration, under a millisecond, runs once a process) and the overrun of a
-    /// spend, measured once a process on the same clock: 51 groups of 20 spends of 200 ns in a
+    /// A copy of the process's clock and overrun, made on first use (a clock's calibration
+    /// takes under a millisecond). The overrun is measured on that clock: 51 groups of 20 spends of 200 ns in a
     /// row, each group timed, and the median group's time a spend less 200 ns — a group an
     /// interrupt or the host's preemption stretched falls outside the median.
     pub fn new() -> Self {
-        static OVER_NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-        let clock = quanta::Clock::new();
-        let over_ns = *OVER_NS.get_or_init(|| {
+        // One clock and one measurement a process; each dummy task gets a copy.
+        static BUSY: std::sync::OnceLock<Busy> = std::sync::OnceLock::new();
+        BUSY.get_or_init(|| {
             const GROUPS: usize = 51;
             const N: u64 = 20;
             const NS: u64 = 200;
-            let raw = Self { clock: clock.clone(), over_ns: 0 };
+            let raw = Self { clock: quanta::Clock::new(), over_ns: 0 };
+            let clock = &raw.clock;
             let mut per_spend: Vec<u64> = (0..GROUPS)
                 .map(|_| {
                     let first = clock.raw();
@@ -572,9 +573,9 @@ impl Busy {
                 })
                 .collect();
             per_spend.sort_unstable();
-            per_spend[GROUPS / 2].saturating_sub(NS)
-        });
-        Self { clock, over_ns }
+            Self { over_ns: per_spend[GROUPS / 2].saturating_sub(NS), clock: raw.clock.clone() }
+        })
+        .clone()
     }
 
     /// The overrun taken off each spend, ns (the same for every `Busy` of a process).
