@@ -41,7 +41,7 @@ fn main() -> Result<(), String> {
             line +=
                 &format!(" {}: {:.2} Mpps (scheduler {:.0} ns)", m.name(), ph.pps / 1e6, ph.scheduler_ns_per_decision);
             if verbose {
-                line += &format!(" credit waits {}", st.credit_waits);
+                line += &format!(" credit waits {}, decisions {}, refills {}", st.credit_waits, st.decisions, st.refills);
                 // Each instance's first task: its packets, batch size and ns a packet.
                 for w in st.wrappers.iter().filter(|w| w.position == 0) {
                     line += &format!(
