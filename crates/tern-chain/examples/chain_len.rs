@@ -27,6 +27,9 @@ fn main() -> Result<(), String> {
     let frames = bench::frames([10, 0, 0, 0], 256, 64);
     let load =
         Load { rate_pps: None, latency: false, warmup: Duration::from_millis(200), secs: Duration::from_millis(1000) };
+    if verbose {
+        println!("a dummy task of 100 ns spends {:.1} ns", bench::dummy_spends_ns(100, 100_000));
+    }
     for _ in 0..rounds {
         let rtt = bench::core_round_trip_ns(20_000);
         let mut line = format!("rtt {rtt:.0} ns:");
@@ -41,7 +44,8 @@ fn main() -> Result<(), String> {
             line +=
                 &format!(" {}: {:.2} Mpps (scheduler {:.0} ns)", m.name(), ph.pps / 1e6, ph.scheduler_ns_per_decision);
             if verbose {
-                line += &format!(" credit waits {}, decisions {}, refills {}", st.credit_waits, st.decisions, st.refills);
+                line +=
+                    &format!(" credit waits {}, decisions {}, refills {}", st.credit_waits, st.decisions, st.refills);
                 // Each instance's first task: its packets, batch size and ns a packet.
                 for w in st.wrappers.iter().filter(|w| w.position == 0) {
                     line += &format!(
