@@ -407,8 +407,9 @@ enum Fate {
 pub const TIME_ONE_IN: u64 = 8;
 
 /// Runs `wrappers` over a batch, task by task; `fates` says what became of each item. When
-/// `timed`, the clock is read once after each task that ran (the batch's start is `cx.now`), so
-/// a task's time is the time from the one before it. `between` (the scheduler's core) runs
+/// `timed`, the clock is read as the first task starts and once after each task that ran, so a
+/// task's time is the time from the one before it (what the region did before the batch, as
+/// sorting it, is no task's). `between` (the scheduler's core) runs
 /// between two packets once in as many runs of a task as the chain has tasks: about a packet's
 /// worth of the chain.
 fn run_batch(
@@ -428,7 +429,7 @@ fn run_batch(
     });
     fates.clear();
     fates.resize(items.len(), Fate::Alive);
-    let mut t0 = cx.now;
+    let mut t0 = if timed { Instant::now() } else { cx.now };
     let every = wrappers.len().max(1);
     let mut runs = 0usize;
     for w in wrappers.iter_mut() {
