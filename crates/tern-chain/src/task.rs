@@ -551,9 +551,10 @@ impl Default for Busy {
 
 impl Busy {
     /// A copy of the process's clock and overrun, made on first use (a clock's calibration
-    /// takes under a millisecond). The overrun is measured on that clock: 51 groups of 20 spends of 200 ns in a
-    /// row, each group timed, and the median group's time a spend less 200 ns — a group an
-    /// interrupt or the host's preemption stretched falls outside the median.
+    /// takes under a millisecond). The overrun is measured on that clock: 51 groups of 20
+    /// spends of 200 ns in a row, each group timed, and the median group's time a spend less
+    /// 200 ns — a group an interrupt or the host's preemption stretched falls outside the
+    /// median.
     pub fn new() -> Self {
         // One clock and one measurement a process; each dummy task gets a copy.
         static BUSY: std::sync::OnceLock<Busy> = std::sync::OnceLock::new();
