@@ -554,8 +554,8 @@ impl Busy {
     /// takes under a millisecond). The overrun is measured on that clock: 51 groups of 20
     /// spends of 200 ns in a row, each group timed, and the least group's time a spend less
     /// 200 ns. An interrupt, the host's preemption or a slow spell only lengthens a group, so
-    /// the least is the truest (a median of the groups, tried first, once took 22 ns where
-    /// 15 was right, and that run's dummies spent 93 ns for 100).
+    /// the least is the truest (with a median of the groups, tried first, one run's dummies
+    /// spent 93 ns for 100).
     pub fn new() -> Self {
         // One clock and one measurement a process; each dummy task gets a copy.
         static BUSY: std::sync::OnceLock<Busy> = std::sync::OnceLock::new();
