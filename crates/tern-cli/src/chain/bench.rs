@@ -27,7 +27,20 @@ pub(crate) const RTT_BOUNCES: u64 = 5_000;
 const SCHED_ROUNDS: usize = 20_000;
 const SCHED_WARMUP_ROUNDS: usize = 20_000;
 /// Spends of a dummy task timed, in a row, to print what one spends.
-const DUMMY_CHECKS: u32 = 100_000;
+pub(crate) const DUMMY_CHECKS: u32 = 100_000;
+
+/// What a dummy task of `ns` spends a packet, as measured on core 0 ([`DUMMY_CHECKS`] spends in
+/// a row): the benches' check on the busy loop.
+pub(crate) fn dummy_check(ns: u64) -> f64 {
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            tern_io::pin_to_core(0);
+            bench::dummy_spends_ns(ns, DUMMY_CHECKS)
+        })
+        .join()
+        .unwrap_or(f64::NAN)
+    })
+}
 use crate::env::Environment;
 
 /// Options of `tern bench chain`.
@@ -155,15 +168,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         100.0 * pair_before,
         rtt_before
     ));
-    // What a dummy task spends a packet, as measured on core 0: a check on the busy loop.
-    let dummy_ns = std::thread::scope(|sc| {
-        sc.spawn(|| {
-            tern_io::pin_to_core(0);
-            bench::dummy_spends_ns(a.ns, DUMMY_CHECKS)
-        })
-        .join()
-        .unwrap_or(f64::NAN)
-    });
+    let dummy_ns = dummy_check(a.ns);
     say(format!(
         "dummy task: configured {} ns, spends {dummy_ns:.1} ns a packet (mean of {DUMMY_CHECKS} in a row)",
         a.ns

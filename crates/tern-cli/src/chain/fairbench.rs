@@ -143,6 +143,11 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
     // cores before and after the run.
     let rtt_before = bench::core_round_trip_ns(super::bench::RTT_BOUNCES);
     say(format!("cores: a cache line's round trip between cores 0 and 1: {rtt_before:.0} ns"));
+    let dummy_ns = super::bench::dummy_check(TASK_NS);
+    say(format!(
+        "dummy task: configured {TASK_NS} ns, spends {dummy_ns:.1} ns a packet (mean of {} in a row)",
+        super::bench::DUMMY_CHECKS
+    ));
     let bar = crate::progress::bar((rounds * 6) as u64, "bench chain --fairness", a.json);
 
     // 1. Both users offer without bound.
@@ -380,7 +385,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "bench": "chain --fairness",
         "environment": env,
         "core_round_trip_ns": {"before": rtt_before, "after": rtt_after},
-        "options": {"rounds": rounds, "phase_secs": secs, "cores": a.cores, "task_ns": TASK_NS, "frame_bytes": size, "epoch_ms": epoch.as_secs_f64() * 1e3},
+        "options": {"rounds": rounds, "phase_secs": secs, "cores": a.cores, "task_ns": TASK_NS, "task_ns_spent": dummy_ns, "frame_bytes": size, "epoch_ms": epoch.as_secs_f64() * 1e3},
         "two_users": {"without": off, "with": on, "jain_without": jain_of(&off), "drf_shares": drf.iter().map(|(d, r)| json!({"dominant": d, "pps": r})).collect::<Vec<_>>(), "share_errors": share_errors},
         "aggressor": {"victim_kept_with": kept_on, "victim_kept_without": kept_off, "with": agg_on, "without": agg_off},
         "allocations": alloc_rows.iter().map(AllocRow::json).collect::<Vec<_>>(),
