@@ -409,9 +409,8 @@ pub const TIME_ONE_IN: u64 = 8;
 /// Runs `wrappers` over a batch, task by task; `fates` says what became of each item. When
 /// `timed`, the clock is read as the first task starts and once after each task that ran, so a
 /// task's time is the time from the one before it (what the region did before the batch, as
-/// sorting it, is no task's). `between` (the scheduler's core) runs
-/// between two packets once in as many runs of a task as the chain has tasks: about a packet's
-/// worth of the chain.
+/// sorting it, is no task's). `between` (the scheduler's core) runs between two packets once
+/// in as many runs of a task as the chain has tasks: about a packet's worth of the chain.
 fn run_batch(
     wrappers: &mut [Wrapper],
     items: &mut [Item],

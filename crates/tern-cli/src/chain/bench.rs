@@ -32,13 +32,19 @@ pub(crate) const DUMMY_CHECKS: u32 = 100_000;
 /// What a dummy task of `ns` spends a packet, as measured on core 0 ([`DUMMY_CHECKS`] spends in
 /// a row): the benches' check on the busy loop.
 pub(crate) fn dummy_check(ns: u64) -> f64 {
+    on_core_0(|| bench::dummy_spends_ns(ns, DUMMY_CHECKS)).unwrap_or(f64::NAN)
+}
+
+/// `f` run on a thread pinned to core 0, where the data path's scheduler runs (None: it
+/// panicked).
+fn on_core_0<T: Send>(f: impl FnOnce() -> T + Send) -> Option<T> {
     std::thread::scope(|sc| {
         sc.spawn(|| {
             tern_io::pin_to_core(0);
-            bench::dummy_spends_ns(ns, DUMMY_CHECKS)
+            f()
         })
         .join()
-        .unwrap_or(f64::NAN)
+        .ok()
     })
 }
 use crate::env::Environment;
@@ -381,16 +387,12 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
     let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     // The decision alone, as the criterion bench `sched` times it: a round of the bench's
     // rounds, on core 0.
-    let alone: Vec<f64> = std::thread::scope(|sc| {
-        sc.spawn(|| {
-            tern_io::pin_to_core(0);
-            let mut rig = bench::SchedRig::new();
-            rig.ns_per_decision(SCHED_WARMUP_ROUNDS);
-            (0..rounds).map(|_| rig.ns_per_decision(SCHED_ROUNDS)).collect()
-        })
-        .join()
-        .unwrap_or_default()
-    });
+    let alone: Vec<f64> = on_core_0(|| {
+        let mut rig = bench::SchedRig::new();
+        rig.ns_per_decision(SCHED_WARMUP_ROUNDS);
+        (0..rounds).map(|_| rig.ns_per_decision(SCHED_ROUNDS)).collect()
+    })
+    .unwrap_or_default();
     let sched_alone = spread(&alone);
     let sched_ns = median(&sched);
     say(format!(
