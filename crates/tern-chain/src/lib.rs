@@ -11,7 +11,8 @@
 //! - [`plan`]: DAGs to physical chains in regions (sharing, skipping, splitting,
 //!   concatenating; parallel tenants' branches in segments of their own);
 //! - [`runtime`]: the data path: descriptors, wrappers, regions on worker cores, the credit
-//!   scheduler, launches, fork and join, in modes `snic`, `panic` and `rtc`;
+//!   scheduler, launches, fork and join, in modes `snic`, `panic` and `rtc`; [`clock`]: the
+//!   time its cores read, from the CPU's time-stamp counter;
 //! - [`scale`]: the autoscaler (instances a chain needs, launched after the PR time) and a
 //!   discrete-event simulation of it;
 //! - [`fair`]: fair sharing (§4.5): DRF by progressive filling over space and time, the
@@ -21,6 +22,7 @@
 
 pub mod aes;
 pub mod bench;
+pub mod clock;
 pub mod dag;
 pub mod fair;
 pub mod fw;

@@ -28,6 +28,7 @@ use tern_io::{Packet, Pool};
 use tern_table::classifier::FlowKey;
 use tern_wire::frame::{FrameInfo, L3};
 
+use crate::clock;
 use crate::fair::TokenBucket;
 use crate::plan::{Plan, Slot};
 use crate::task::{Cx, NetworkTask, Steer, Verdict};
@@ -428,7 +429,7 @@ fn run_batch(
     });
     fates.clear();
     fates.resize(items.len(), Fate::Alive);
-    let mut t0 = if timed { Instant::now() } else { cx.now };
+    let mut t0 = if timed { clock::now() } else { cx.now };
     let every = wrappers.len().max(1);
     let mut runs = 0usize;
     for w in wrappers.iter_mut() {
@@ -484,7 +485,7 @@ fn run_batch(
             w.packets += ran;
             w.batches += 1;
             if timed {
-                let t1 = Instant::now();
+                let t1 = clock::now();
                 w.ns += (t1 - t0).as_nanos() as u64;
                 w.timed_packets += ran;
                 t0 = t1;
@@ -2486,10 +2487,10 @@ fn worker_loop(
     while !shared.stop.load(Ordering::Relaxed) {
         rounds = rounds.wrapping_add(1);
         // In an idle spell, when this round starts (it ends the spell if it finds work).
-        let round_start = st.idle_since.map(|_| Instant::now());
-        if rounds.is_multiple_of(64) && published.elapsed() >= PUBLISH {
+        let round_start = st.idle_since.map(|_| clock::now());
+        if rounds.is_multiple_of(64) && clock::now().saturating_duration_since(published) >= PUBLISH {
             publish(shared, core, st, sched.as_deref(), region_wrappers(regions), false);
-            published = Instant::now();
+            published = clock::now();
         }
         // A round of the scheduler (core 0): the packets it moved or sent, None on another core.
         // As a refill (`snic`, between two packets of a region's batch here: regions on the
@@ -2529,9 +2530,9 @@ fn worker_loop(
         // In a timed batch, the look at the credit lines is timed too, refill or not: a line
         // the other core wrote makes it wait, and that wait is not the task's.
         let mut refill = |st: &mut CoreState, eg: &mut dyn Egress, timed: bool| -> Duration {
-            let t = timed.then(Instant::now);
+            let t = timed.then(clock::now);
             round(st, eg, true);
-            t.map_or(Duration::ZERO, |t| t.elapsed())
+            t.map_or(Duration::ZERO, |t| clock::now().saturating_duration_since(t))
         };
         for r in regions.iter_mut() {
             if shared.launch_waiting[r.id].load(Ordering::Acquire) {
@@ -2553,7 +2554,7 @@ fn worker_loop(
         if work == 0 {
             if idle == 0 {
                 // An idle spell begins (its time is not the core's busy time).
-                st.idle_since = Some(Instant::now());
+                st.idle_since = Some(clock::now());
             }
             idle = idle.saturating_add(1);
             rest(idle);
@@ -2596,7 +2597,7 @@ fn schedule(
     egress: &mut dyn Egress,
     st: &mut CoreState,
 ) -> usize {
-    let t0 = Instant::now();
+    let t0 = clock::now();
     // One round in TIME_ONE_IN is timed (two more clock readings); the rest are not.
     let timed = s.rounds.is_multiple_of(TIME_ONE_IN);
     s.rounds += 1;
@@ -2711,14 +2712,14 @@ fn schedule(
     // The port's time (receiving) is not the scheduler's.
     let mut t1 = t0;
     if timed {
-        t1 = Instant::now();
+        t1 = clock::now();
         s.ns += (t1 - t0).as_nanos() as u64;
     }
     let room = s.room().min(cfg.batch);
     if room > 0 {
         ingress.recv(t0, room, arrivals);
         if timed {
-            t1 = Instant::now();
+            t1 = clock::now();
         }
         let took = !arrivals.is_empty();
         for a in arrivals.drain(..) {
@@ -2783,7 +2784,7 @@ fn schedule(
     }
     st.links.flush();
     if timed {
-        s.ns += t1.elapsed().as_nanos() as u64;
+        s.ns += clock::now().saturating_duration_since(t1).as_nanos() as u64;
         s.timed_decisions += s.decisions - decisions_before;
     }
     let n = st.out.len();
@@ -2877,7 +2878,7 @@ fn run_region(
     // Out of service (being reconfigured): its packets wait in its rings, within its chains'
     // credits; the core's other regions go on.
     if let Some(t) = r.dark_until {
-        if Instant::now() < t {
+        if clock::now() < t {
             return 0;
         }
         r.dark_until = None;
@@ -2886,7 +2887,7 @@ fn run_region(
     if let Some(rate) = r.pace {
         // Its tasks' caps: bytes go through at the slowest one's rate, as a board's region
         // carries at most its task's bandwidth; the core is free meanwhile.
-        let now = Instant::now();
+        let now = clock::now();
         let dt = r.refilled.map_or(0.0, |t| now.saturating_duration_since(t).as_nanos() as f64);
         r.refilled = Some(now);
         r.tokens = (r.tokens + dt * rate).min(PACE_BURST_BYTES);
@@ -2914,7 +2915,7 @@ fn run_region(
         r.tokens -= st.batch.iter().map(|i| i.packet.len() as f64).sum::<f64>();
     }
     st.visits += n as u64;
-    let now = Instant::now();
+    let now = clock::now();
     // Items of one segment are run together; a region holding several segments sorts them.
     if r.segments.len() > 1 {
         st.batch.sort_by_key(|i| (i.desc.chain, i.desc.instance, i.desc.segment));
@@ -2932,7 +2933,7 @@ fn run_region(
         match seg {
             Some(seg) => {
                 // The batch's first group starts at `now`; a later one at its own reading.
-                let start = if first_group { now } else { Instant::now() };
+                let start = if first_group { now } else { clock::now() };
                 match between.as_deref_mut() {
                     Some(b) => {
                         // Held apart while the batch runs, so that `between` can have the
@@ -3221,7 +3222,7 @@ fn rtc_loop(
         out
     };
     while !shared.stop.load(Ordering::Relaxed) {
-        let now = Instant::now();
+        let now = clock::now();
         if now.duration_since(published) >= PUBLISH {
             publish(shared, core, st, None, chain_wrappers(chains), false);
             published = now;
@@ -3252,7 +3253,7 @@ fn rtc_loop(
                 }
             }
         }
-        run_rtc_batch(chains, pool, st, Instant::now());
+        run_rtc_batch(chains, pool, st, clock::now());
         flush(st, egress, now);
     }
     publish(shared, core, st, None, chain_wrappers(chains), true);
