@@ -53,6 +53,12 @@ pub fn now() -> Instant {
     })
 }
 
+/// The time since `t` by [`now`] (zero if `t` is later: a reading across a rebase).
+#[inline]
+pub fn since(t: Instant) -> Duration {
+    now().saturating_duration_since(t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2488,9 +2488,12 @@ fn worker_loop(
         rounds = rounds.wrapping_add(1);
         // In an idle spell, when this round starts (it ends the spell if it finds work).
         let round_start = st.idle_since.map(|_| clock::now());
-        if rounds.is_multiple_of(64) && clock::now().saturating_duration_since(published) >= PUBLISH {
-            publish(shared, core, st, sched.as_deref(), region_wrappers(regions), false);
-            published = clock::now();
+        if rounds.is_multiple_of(64) {
+            let now = clock::now();
+            if now.saturating_duration_since(published) >= PUBLISH {
+                publish(shared, core, st, sched.as_deref(), region_wrappers(regions), false);
+                published = now;
+            }
         }
         // A round of the scheduler (core 0): the packets it moved or sent, None on another core.
         // As a refill (`snic`, between two packets of a region's batch here: regions on the
@@ -2532,7 +2535,7 @@ fn worker_loop(
         let mut refill = |st: &mut CoreState, eg: &mut dyn Egress, timed: bool| -> Duration {
             let t = timed.then(clock::now);
             round(st, eg, true);
-            t.map_or(Duration::ZERO, |t| clock::now().saturating_duration_since(t))
+            t.map_or(Duration::ZERO, clock::since)
         };
         for r in regions.iter_mut() {
             if shared.launch_waiting[r.id].load(Ordering::Acquire) {
@@ -2784,7 +2787,7 @@ fn schedule(
     }
     st.links.flush();
     if timed {
-        s.ns += clock::now().saturating_duration_since(t1).as_nanos() as u64;
+        s.ns += clock::since(t1).as_nanos() as u64;
         s.timed_decisions += s.decisions - decisions_before;
     }
     let n = st.out.len();

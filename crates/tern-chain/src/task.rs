@@ -575,7 +575,7 @@ impl Busy {
                 })
                 .min()
                 .unwrap_or(NS);
-            Self { over_ns: least.saturating_sub(NS), clock: raw.clock.clone() }
+            Self { over_ns: least.saturating_sub(NS), clock: raw.clock }
         })
         .clone()
     }

@@ -16,6 +16,7 @@ use tern_chain::runtime::{Config, Mode};
 use tern_chain::tenant::{self, TaskSpec};
 
 use crate::CmdResult;
+use crate::env::Environment;
 pub(crate) use crate::reports::{spread, write_report};
 
 /// Bounces of the cache line timed before and after each case (about 0.4 to 2.5 ms): the host
@@ -47,8 +48,6 @@ fn on_core_0<T: Send>(f: impl FnOnce() -> T + Send) -> Option<T> {
         .ok()
     })
 }
-use crate::env::Environment;
-
 /// Options of `tern bench chain`.
 #[derive(Debug, Clone, Args)]
 pub struct ChainBenchArgs {
