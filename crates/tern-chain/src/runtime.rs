@@ -407,18 +407,33 @@ enum Fate {
 /// run without reading the clock; a wrapper's time is scaled from its timed packets).
 pub const TIME_ONE_IN: u64 = 8;
 
+/// What the scheduler's core does between two task runs of a batch there (`between` of
+/// [`run_batch`]).
+#[derive(Debug, Clone, Copy)]
+enum Beside {
+    /// Between two packets: a refill, if credits have come back; `timed`: the batch is timed,
+    /// and the refill's time (returned) is no task's.
+    Refill { timed: bool },
+    /// Between two tasks of a packet: the lines the next refill looks at are asked for, so
+    /// that one the other core has written since is here when it looks.
+    Ask,
+}
+
 /// Runs `wrappers` over a batch, task by task; `fates` says what became of each item. When
 /// `timed`, the clock is read as the first task starts and once after each task that ran, so a
 /// task's time is the time from the one before it (what the region did before the batch, as
-/// sorting it, is no task's). `between` (the scheduler's core) runs between two packets once
-/// in as many runs of a task as the chain has tasks: about a packet's worth of the chain.
+/// sorting it, is no task's). `between` (the scheduler's core) runs after every task run: a
+/// refill once in as many runs as the chain has tasks (about a packet's worth of the chain),
+/// an ask for lines at the others. `ahead` runs once, three quarters into the batch's task
+/// runs: what the region reads next is asked for while a quarter of the batch is left.
 fn run_batch(
     wrappers: &mut [Wrapper],
     items: &mut [Item],
     fates: &mut Vec<Fate>,
     cx: &mut Cx<'_>,
     emitted_desc: &mut Vec<Desc>,
-    mut between: Option<&mut dyn FnMut(bool) -> Duration>,
+    mut between: Option<&mut dyn FnMut(Beside) -> Duration>,
+    ahead: Option<&dyn Fn()>,
 ) {
     // One batch of the chain in TIME_ONE_IN is timed, the first included, counted by the
     // chain's own batches (a count shared by the core's chains would, with chains taking turns,
@@ -432,10 +447,19 @@ fn run_batch(
     let mut t0 = if timed { clock::now() } else { cx.now };
     let every = wrappers.len().max(1);
     let mut runs = 0usize;
+    // The (wrapper, item) pair at which `ahead` runs, counted skips and all.
+    let ahead_at = (items.len() * wrappers.len() * 3 / 4).max(1);
+    let mut pairs = 0usize;
     for w in wrappers.iter_mut() {
         let bit = 1u64 << (w.position & 63);
         let mut ran = 0;
         for (item, fate) in items.iter_mut().zip(fates.iter_mut()) {
+            pairs += 1;
+            if pairs == ahead_at
+                && let Some(f) = ahead
+            {
+                f();
+            }
             if *fate != Fate::Alive {
                 continue;
             }
@@ -470,14 +494,17 @@ fn run_batch(
                 });
             }
             // Between two packets, the core's other duty (the scheduler's refill); its time is
-            // not the task's (timed only in a timed batch).
+            // not the task's (timed only in a timed batch). Between two tasks, its lines asked
+            // for.
             if let Some(f) = between.as_deref_mut() {
                 runs += 1;
                 if runs.is_multiple_of(every) {
-                    let d = f(timed);
+                    let d = f(Beside::Refill { timed });
                     if timed {
                         t0 += d;
                     }
+                } else {
+                    f(Beside::Ask);
                 }
             }
         }
@@ -752,6 +779,9 @@ struct Region {
     pace: Option<f64>,
     tokens: f64,
     refilled: Option<Instant>,
+    /// By input: the address of the slot after the last one read (0: none read yet), for
+    /// [`ask_ahead`].
+    next_slot: Vec<usize>,
 }
 
 /// The most bytes a paced region saves up while idle: one full-size frame.
@@ -784,6 +814,7 @@ impl Region {
             dark_until: None,
             tokens: 0.0,
             refilled: None,
+            next_slot: Vec::new(),
         }
     }
 }
@@ -2532,7 +2563,18 @@ fn worker_loop(
         let mut work = round(st, egress, false).unwrap_or(0);
         // In a timed batch, the look at the credit lines is timed too, refill or not: a line
         // the other core wrote makes it wait, and that wait is not the task's.
-        let mut refill = |st: &mut CoreState, eg: &mut dyn Egress, timed: bool| -> Duration {
+        let mut refill = |st: &mut CoreState, eg: &mut dyn Egress, step: Beside| -> Duration {
+            let timed = match step {
+                Beside::Refill { timed } => timed,
+                Beside::Ask => {
+                    for &i in &refill_lines {
+                        if let Some(line) = shared.returned.get(i) {
+                            tern_io::prefetch_read(&line.0);
+                        }
+                    }
+                    return Duration::ZERO;
+                }
+            };
             let t = timed.then(clock::now);
             round(st, eg, true);
             t.map_or(Duration::ZERO, clock::since)
@@ -2864,7 +2906,29 @@ fn region_take(cfg: &Config) -> usize {
 /// The scheduler's refill, run on its core between two packets of a region's batch there: given
 /// whether the batch is timed, the time it took, the look at the credits included (zero if the
 /// batch is not timed).
-type Between<'a> = dyn FnMut(&mut CoreState, &mut dyn Egress, bool) -> Duration + 'a;
+type Between<'a> = dyn FnMut(&mut CoreState, &mut dyn Egress, Beside) -> Duration + 'a;
+
+/// Asks for the lines a region reads as its next batch starts, from each of its `inputs`: the
+/// ring's indices (the whole `rtrb::RingBuffer`, which holds them inline; the producer's was
+/// written by another core) and the `take` slots after the last read (`next_slot`; past the
+/// buffer's end when the ring wraps, a wasted ask). Asked a quarter of a batch early, a line
+/// another core wrote comes while the tasks run rather than when the next batch waits for it
+/// (docs/chain.md, "The data path").
+fn ask_ahead(inputs: &[rtrb::Consumer<Item>], next_slot: &[usize], take: usize) {
+    for (input, &next) in inputs.iter().zip(next_slot) {
+        let ring = input.buffer();
+        let base = std::ptr::from_ref(ring).cast::<u8>();
+        for at in (0..std::mem::size_of_val(ring)).step_by(64) {
+            tern_io::prefetch_read_at(base.wrapping_add(at));
+        }
+        if next != 0 {
+            let slot = next as *const Item;
+            for k in 0..take {
+                tern_io::prefetch_read_at(slot.wrapping_add(k).cast());
+            }
+        }
+    }
+}
 
 /// One batch of a region; returns the packets it took. `between`, on the scheduler's core, runs
 /// between the batch's packets.
@@ -2899,13 +2963,19 @@ fn run_region(
         }
     }
     let n_in = r.inputs.len();
+    r.next_slot.resize(n_in, 0);
     for j in 0..n_in {
-        let input = &mut r.inputs[(r.turn + j) % n_in];
+        let at = (r.turn + j) % n_in;
+        let input = &mut r.inputs[at];
         // What is there, up to the batch, in one go: the ring's head moves once.
         let n = input.slots().min(take - st.batch.len());
         if n > 0
             && let Ok(chunk) = input.read_chunk(n)
         {
+            let (a, b) = chunk.as_slices();
+            if let Some(last) = b.last().or(a.last()) {
+                r.next_slot[at] = std::ptr::from_ref(last).wrapping_add(1) as usize;
+            }
             st.batch.extend(chunk);
         }
     }
@@ -2925,6 +2995,8 @@ fn run_region(
     }
     let mut items = std::mem::take(&mut st.batch);
     let mut first_group = true;
+    let (inputs, next_slot) = (&r.inputs, &r.next_slot);
+    let ahead = || ask_ahead(inputs, next_slot, take);
     while !items.is_empty() {
         let d = items[0].desc;
         let end = items
@@ -2945,7 +3017,7 @@ fn run_region(
                         let mut emitted_desc = std::mem::take(&mut st.emitted_desc);
                         let mut fates = std::mem::take(&mut st.fates);
                         let mut cx = Cx { now: start, pool, emitted: &mut emitted, paced: true };
-                        let mut hook = |timed| b(st, &mut *egress, timed);
+                        let mut hook = |step| b(st, &mut *egress, step);
                         run_batch(
                             &mut seg.3,
                             &mut items[..end],
@@ -2953,6 +3025,7 @@ fn run_region(
                             &mut cx,
                             &mut emitted_desc,
                             Some(&mut hook),
+                            Some(&ahead),
                         );
                         st.emitted = emitted;
                         st.emitted_desc = emitted_desc;
@@ -2960,7 +3033,15 @@ fn run_region(
                     }
                     None => {
                         let mut cx = Cx { now: start, pool, emitted: &mut st.emitted, paced: true };
-                        run_batch(&mut seg.3, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc, None);
+                        run_batch(
+                            &mut seg.3,
+                            &mut items[..end],
+                            &mut st.fates,
+                            &mut cx,
+                            &mut st.emitted_desc,
+                            None,
+                            Some(&ahead),
+                        );
                     }
                 }
             }
@@ -3271,7 +3352,7 @@ fn run_rtc_batch(chains: &mut [Vec<Wrapper>], pool: &Pool, st: &mut CoreState, n
         let end = items.iter().take_while(|i| i.desc.chain == ci).count();
         if let Some(ws) = chains.get_mut(usize::from(ci)) {
             let mut cx = Cx { now, pool, emitted: &mut st.emitted, paced: false };
-            run_batch(ws, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc, None);
+            run_batch(ws, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc, None, None);
         } else {
             st.fates.clear();
             st.fates.resize(end, Fate::Dropped("no_task"));
@@ -3365,11 +3446,12 @@ mod tests {
 
     /// On the scheduler's core a batch looks at the credits once a packet's worth of the chain
     /// (as many runs of a task as it has tasks): 4 tasks × 4 packets look 4 times in 16 runs;
-    /// 3 tasks × 2 packets twice; one task × 4 packets after each run. Every packet runs every
-    /// task either way.
+    /// 3 tasks × 2 packets twice; one task × 4 packets after each run. After every other run it
+    /// asks for the lines; and once a batch, on any core, the ring's next lines are asked for.
+    /// Every packet runs every task either way.
     #[test]
     fn a_batch_looks_at_the_credits_once_a_packet() {
-        for (len, want) in [(4, 4), (1, 4), (3, 2)] {
+        for (len, want, asks) in [(4, 4, 12), (1, 4, 0), (3, 2, 4)] {
             let tenants = vec![crate::bench::dummy_chain(len, 0)];
             let area = |_: &crate::tenant::TaskSpec| Ok(1);
             let plan = crate::plan::plan(&tenants, &area, 8, 1_000_000).unwrap();
@@ -3383,13 +3465,20 @@ mod tests {
                 .collect();
             let (mut fates, mut emitted, mut emitted_desc) = (Vec::new(), Vec::new(), Vec::new());
             let mut cx = Cx { now: Instant::now(), pool: &pool, emitted: &mut emitted, paced: true };
-            let mut calls = 0;
-            let mut hook = |_timed: bool| {
-                calls += 1;
+            let (mut calls, mut asked) = (0, 0);
+            let mut hook = |step| {
+                match step {
+                    Beside::Refill { .. } => calls += 1,
+                    Beside::Ask => asked += 1,
+                }
                 Duration::ZERO
             };
-            run_batch(&mut ws, &mut items, &mut fates, &mut cx, &mut emitted_desc, Some(&mut hook));
+            let ahead = std::cell::Cell::new(0);
+            let count = || ahead.set(ahead.get() + 1);
+            run_batch(&mut ws, &mut items, &mut fates, &mut cx, &mut emitted_desc, Some(&mut hook), Some(&count));
             assert_eq!(calls, want, "{len} tasks");
+            assert_eq!(asked, asks, "{len} tasks");
+            assert_eq!(ahead.get(), 1, "{len} tasks");
             assert!(ws.iter().all(|w| w.packets == packets as u64), "{len} tasks");
             assert!(fates.iter().all(|f| *f == Fate::Alive));
         }
