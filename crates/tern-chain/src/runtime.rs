@@ -2908,24 +2908,25 @@ fn region_take(cfg: &Config) -> usize {
 /// batch is not timed).
 type Between<'a> = dyn FnMut(&mut CoreState, &mut dyn Egress, Beside) -> Duration + 'a;
 
-/// Asks for the lines a region reads as its next batch starts, from each of its `inputs`: the
-/// ring's indices (the whole `rtrb::RingBuffer`, which holds them inline; the producer's was
-/// written by another core) and the `take` slots after the last read (`next_slot`; past the
-/// buffer's end when the ring wraps, a wasted ask). Asked a quarter of a batch early, a line
-/// another core wrote comes while the tasks run rather than when the next batch waits for it
-/// (docs/chain.md, "The data path").
+/// Asks for the lines a region reads as its next batch starts, from each of its `inputs` this
+/// batch took packets from (`next_slot` not 0): the ring's indices (the whole
+/// `rtrb::RingBuffer`, which holds them inline; the producer's was written by another core) and
+/// the `take` slots after the last read (past the buffer's end when the ring wraps, a wasted
+/// ask). Asked a quarter of a batch early, a line another core wrote comes while the tasks run
+/// rather than when the next batch waits for it (docs/chain.md, "The data path").
 fn ask_ahead(inputs: &[rtrb::Consumer<Item>], next_slot: &[usize], take: usize) {
     for (input, &next) in inputs.iter().zip(next_slot) {
+        if next == 0 {
+            continue;
+        }
         let ring = input.buffer();
         let base = std::ptr::from_ref(ring).cast::<u8>();
         for at in (0..std::mem::size_of_val(ring)).step_by(64) {
             tern_io::prefetch_read_at(base.wrapping_add(at));
         }
-        if next != 0 {
-            let slot = next as *const Item;
-            for k in 0..take {
-                tern_io::prefetch_read_at(slot.wrapping_add(k).cast());
-            }
+        let slot = next as *const Item;
+        for k in 0..take {
+            tern_io::prefetch_read_at(slot.wrapping_add(k).cast());
         }
     }
 }
@@ -2969,6 +2970,8 @@ fn run_region(
         let input = &mut r.inputs[at];
         // What is there, up to the batch, in one go: the ring's head moves once.
         let n = input.slots().min(take - st.batch.len());
+        // Asked ahead for only if this batch took from it (a ring idle now likely stays so).
+        r.next_slot[at] = 0;
         if n > 0
             && let Ok(chunk) = input.read_chunk(n)
         {
