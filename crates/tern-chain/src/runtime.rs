@@ -779,8 +779,8 @@ struct Region {
     pace: Option<f64>,
     tokens: f64,
     refilled: Option<Instant>,
-    /// By input: the address of the slot after the last one read (0: none read yet), for
-    /// [`ask_ahead`].
+    /// By input: the address of the slot after the last one read (0: its last batch took
+    /// nothing from it), for [`ask_ahead`].
     next_slot: Vec<usize>,
 }
 
