@@ -453,7 +453,14 @@ fn run_batch(
     for w in wrappers.iter_mut() {
         let bit = 1u64 << (w.position & 63);
         let mut ran = 0;
-        for (item, fate) in items.iter_mut().zip(fates.iter_mut()) {
+        // A task that reads the packets' bytes past their headers: each packet's lines are
+        // asked for while the one before runs (the first's as the task starts).
+        let payload = w.tasks.iter().chain(&w.previous).flatten().any(|t| t.reads_payload());
+        if payload && let Some(first) = items.first() {
+            ask_bytes(first.packet.data());
+        }
+        for j in 0..items.len() {
+            let Some(((item, rest), fate)) = items[j..].split_first_mut().zip(fates.get_mut(j)) else { break };
             pairs += 1;
             if pairs == ahead_at
                 && let Some(f) = ahead
@@ -479,6 +486,9 @@ fn run_batch(
                 continue;
             };
             ran += 1;
+            if payload && let Some(next) = rest.first() {
+                ask_bytes(next.packet.data());
+            }
             let before = cx.emitted.len();
             match task.process(&mut item.packet, cx) {
                 Verdict::Pass => {}
@@ -2907,6 +2917,16 @@ fn region_take(cfg: &Config) -> usize {
 /// whether the batch is timed, the time it took, the look at the credits included (zero if the
 /// batch is not timed).
 type Between<'a> = dyn FnMut(&mut CoreState, &mut dyn Egress, Beside) -> Duration + 'a;
+
+/// Asks for the lines of `bytes`, up to [`ASK_BYTES`] of them (a full-size frame's).
+fn ask_bytes(bytes: &[u8]) {
+    for at in (0..bytes.len().min(ASK_BYTES)).step_by(64) {
+        tern_io::prefetch_read(&bytes[at]);
+    }
+}
+
+/// The most bytes of a packet [`run_batch`] asks for ahead of a task that reads its payload.
+const ASK_BYTES: usize = 2048;
 
 /// Asks for the lines a region reads as its next batch starts, from each of its `inputs` this
 /// batch took packets from (`next_slot` not 0): the ring's indices (the whole

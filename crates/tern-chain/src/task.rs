@@ -96,6 +96,11 @@ pub trait NetworkTask: Send + std::fmt::Debug {
     fn one_instance(&self) -> bool {
         false
     }
+    /// Whether it reads a packet's bytes past its headers (a cipher): a region running it asks
+    /// for the next packet's lines while it runs one (docs/chain.md, "The data path").
+    fn reads_payload(&self) -> bool {
+        false
+    }
 }
 
 /// Packets to an address whose destination port lies in a range are steered to the instance
@@ -260,6 +265,9 @@ impl NetworkTask for AesNt {
         // Its only state, the count of nonces, is the instance's own: any packet may go to any
         // instance.
         Cost { ns_per_packet: 191.0, luts: None, gbps: None, stateful: false, modifies: true }
+    }
+    fn reads_payload(&self) -> bool {
+        true
     }
     fn process(&mut self, p: &mut Packet, _: &mut Cx<'_>) -> Verdict {
         let r = if self.seal { self.task.seal_packet(p) } else { self.task.open_packet(p) };

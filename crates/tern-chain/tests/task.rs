@@ -290,3 +290,22 @@ fn another_engine_runs_as_a_task_through_batch_stage() {
             .unwrap();
     assert!(task::build(&spec.tasks[0], &mut Keys::default()).unwrap_err().contains("stage engine `flow`"));
 }
+
+/// Only the cipher reads a packet's bytes past its headers, so only its region asks for the
+/// next packet's lines while it runs one (docs/chain.md, "The data path"); the others read the
+/// headers, which the batch's first task brought in.
+#[test]
+fn only_the_cipher_reads_the_payload() {
+    for (spec, payload) in [
+        (format!("kind = \"aes\"\nkey = \"{KEY}\""), true),
+        (format!("kind = \"aes\"\nkey = \"{KEY}\"\ndirection = \"open\""), true),
+        ("kind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20010\"".to_string(), false),
+        ("kind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\" }]".to_string(), false),
+        ("kind = \"lb\"\nbackends = [{ name = \"10.2.0.1:8080\" }]".to_string(), false),
+        ("kind = \"kv\"".to_string(), false),
+        ("kind = \"gbn\"".to_string(), false),
+        ("kind = \"dummy\"\nns_per_packet = 10".to_string(), false),
+    ] {
+        assert_eq!(task_of(&spec).reads_payload(), payload, "{spec}");
+    }
+}
