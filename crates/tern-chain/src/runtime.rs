@@ -316,6 +316,9 @@ pub struct Wrapper {
     pub timed_packets: u64,
     /// Batches of its segment it was first in (for the timing's one in [`TIME_ONE_IN`]).
     visits: u64,
+    /// Whether a task of either generation reads packets' bytes past their headers
+    /// ([`NetworkTask::reads_payload`]), kept as its tasks change.
+    payload: bool,
 }
 
 impl Wrapper {
@@ -339,6 +342,12 @@ impl Wrapper {
             *prev = std::mem::replace(cur, task);
             *generation = g;
         }
+        self.look_at_payload();
+    }
+
+    /// Finds again whether a task of either generation reads packets' payload.
+    fn look_at_payload(&mut self) {
+        self.payload = self.tasks.iter().chain(&self.previous).flatten().any(|t| t.reads_payload());
     }
 
     /// Drops tenant `t`'s previous generation's task (none of its packets is left).
@@ -346,6 +355,7 @@ impl Wrapper {
         if let Some(p) = self.previous.get_mut(t) {
             *p = None;
         }
+        self.look_at_payload();
     }
 
     /// Each task's counters, by tenant.
@@ -383,6 +393,7 @@ pub fn build_chain(
             ns: 0,
             timed_packets: 0,
             visits: 0,
+            payload: false,
         })
         .collect();
     for &t in &c.tenants {
@@ -391,6 +402,9 @@ pub fn build_chain(
             task.partition(k, n)?;
             ws[p].tasks[t] = Some(task);
         }
+    }
+    for w in &mut ws {
+        w.look_at_payload();
     }
     Ok(ws)
 }
@@ -455,7 +469,7 @@ fn run_batch(
         let mut ran = 0;
         // A task that reads the packets' bytes past their headers: each packet's lines are
         // asked for while the one before runs (the first's as the task starts).
-        let payload = w.tasks.iter().chain(&w.previous).flatten().any(|t| t.reads_payload());
+        let payload = w.payload;
         if payload && let Some(first) = items.first() {
             ask_bytes(first.packet.data());
         }
@@ -2872,6 +2886,7 @@ fn take_launch(r: &mut Region, shared: &Shared) {
                 for (new, old) in ws.iter_mut().zip(seg.3.iter_mut()) {
                     new.generation.clone_from(&old.generation);
                     new.previous = std::mem::take(&mut old.previous);
+                    new.look_at_payload();
                 }
                 seg.3 = ws;
             }
@@ -3505,6 +3520,34 @@ mod tests {
             assert!(ws.iter().all(|w| w.packets == packets as u64), "{len} tasks");
             assert!(fates.iter().all(|f| *f == Fate::Alive));
         }
+    }
+
+    /// A wrapper knows whether a task of either generation reads packets' payload, as a
+    /// hitless update installs and retires them: a dummy's does not, an AES task's does, and
+    /// it still does while the AES task is the previous generation's.
+    #[test]
+    fn a_wrapper_keeps_track_of_a_payload_reading_task_across_updates() {
+        let tenants = vec![crate::bench::dummy_chain(1, 0)];
+        let area = |_: &crate::tenant::TaskSpec| Ok(1);
+        let plan = crate::plan::plan(&tenants, &area, 8, 1_000_000).unwrap();
+        let mut keys = crate::task::Keys::default();
+        let mut factory = |t: usize, n: usize| crate::task::build(&tenants[t].tasks[n], &mut keys);
+        let mut ws = build_chain(&plan, 0, 1, &mut factory, (0, 1)).unwrap();
+        let w = &mut ws[0];
+        assert!(!w.payload);
+        let key = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+        let aes = crate::tenant::Tenant::parse(&format!(
+            "tenant = \"t\"\ndag = \"x\"\n[nt.x]\nkind = \"aes\"\nkey = \"{key}\""
+        ))
+        .unwrap();
+        let cipher = crate::task::build(&aes.tasks[0], &mut keys).unwrap();
+        w.install(0, 1, Some(cipher));
+        assert!(w.payload);
+        let dummy = crate::task::build(&tenants[0].tasks[0], &mut keys).unwrap();
+        w.install(0, 2, Some(dummy));
+        assert!(w.payload, "the cipher is the previous generation's");
+        w.retire(0);
+        assert!(!w.payload);
     }
 
     /// A descriptor's packed fields: the reply mark and the drop reason change apart; a
