@@ -2935,9 +2935,7 @@ type Between<'a> = dyn FnMut(&mut CoreState, &mut dyn Egress, Beside) -> Duratio
 
 /// Asks for the lines of `bytes`, up to [`ASK_BYTES`] of them (a full-size frame's).
 fn ask_bytes(bytes: &[u8]) {
-    for at in (0..bytes.len().min(ASK_BYTES)).step_by(64) {
-        tern_io::prefetch_read(&bytes[at]);
-    }
+    tern_io::prefetch_read_lines(bytes.as_ptr(), bytes.len().min(ASK_BYTES));
 }
 
 /// The most bytes of a packet [`run_batch`] asks for ahead of a task that reads its payload.
@@ -2955,14 +2953,9 @@ fn ask_ahead(inputs: &[rtrb::Consumer<Item>], next_slot: &[usize], take: usize) 
             continue;
         }
         let ring = input.buffer();
-        let base = std::ptr::from_ref(ring).cast::<u8>();
-        for at in (0..std::mem::size_of_val(ring)).step_by(64) {
-            tern_io::prefetch_read_at(base.wrapping_add(at));
-        }
-        let slot = next as *const Item;
-        for k in 0..take {
-            tern_io::prefetch_read_at(slot.wrapping_add(k).cast());
-        }
+        tern_io::prefetch_read_lines(std::ptr::from_ref(ring).cast(), std::mem::size_of_val(ring));
+        // An item is one line.
+        tern_io::prefetch_read_lines(next as *const u8, take * std::mem::size_of::<Item>());
     }
 }
 

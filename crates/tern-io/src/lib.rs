@@ -285,6 +285,15 @@ pub fn prefetch_read<T: ?Sized>(x: &T) {
     }
 }
 
+/// [`prefetch_read_at`] of each line of the `len` bytes from `p` (a line every 64 bytes from
+/// `p`), which need not point to anything live.
+#[inline]
+pub fn prefetch_read_lines(p: *const u8, len: usize) {
+    for at in (0..len).step_by(64) {
+        prefetch_read_at(p.wrapping_add(at));
+    }
+}
+
 /// [`prefetch_read`] of the line at address `p`, which need not point to anything live (a
 /// slot a ring has not written yet, or past a buffer's end): a prefetch reads nothing the
 /// program sees and never faults.
@@ -457,6 +466,8 @@ mod tests {
         super::prefetch_read_at(std::ptr::NonNull::<u64>::dangling().as_ptr().cast());
         super::prefetch_read_at(std::ptr::null());
         super::prefetch_read_at(usize::MAX as *const u8);
+        super::prefetch_read_lines(v.as_ptr(), v.len());
+        super::prefetch_read_lines(std::ptr::null(), 4096);
         assert!(v.iter().all(|&b| b == 7));
     }
 
