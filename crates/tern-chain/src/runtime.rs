@@ -841,6 +841,12 @@ impl Region {
             next_slot: Vec::new(),
         }
     }
+
+    /// Attaches an input ring (one from each core), with its entry for [`ask_ahead`].
+    fn attach(&mut self, input: rtrb::Consumer<Item>) {
+        self.inputs.push(input);
+        self.next_slot.push(0);
+    }
 }
 
 /// A region's segments: (chain, instance, segment, the segment's wrappers).
@@ -1445,7 +1451,7 @@ impl Runtime {
             for l in &mut links {
                 let (p, c) = rtrb::RingBuffer::new(cap);
                 l.to.push(Outbox::new(p, region_take(&cfg)));
-                r.inputs.push(c);
+                r.attach(c);
             }
         }
         let mut back_in = Vec::new();
@@ -2992,7 +2998,6 @@ fn run_region(
         }
     }
     let n_in = r.inputs.len();
-    r.next_slot.resize(n_in, 0);
     for j in 0..n_in {
         let at = (r.turn + j) % n_in;
         let input = &mut r.inputs[at];
