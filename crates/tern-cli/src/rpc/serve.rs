@@ -15,7 +15,8 @@
 //! A message is decoded with the table as it is when its call arrives and is served and
 //! serialized with that same table. When a move changes the table (automatic field updating,
 //! §III-F), the lanes stop taking calls, let the calls in flight finish, and go on with the new
-//! table: never a table change under a message.
+//! table: never a table change under a message. A lane looks at the table again between taking
+//! calls and decoding them, so a call taken as the table changed waits for the new one.
 //!
 //! A body that does not decode is answered `bad_request`, the error naming the field path and
 //! byte offset. SIGINT or SIGTERM stops it: a summary, exit 0.
@@ -379,6 +380,10 @@ struct Done<'t> {
     _req: Option<Message<'t>>,
 }
 
+/// A lane's server, and the calls it took but had not decoded when the table changed (they are
+/// decoded with the new one).
+type LaneState = (RpcServer<UdpPort>, Vec<Incoming>);
+
 /// Serves `svc` in `mode` on `ports` (one lane each) until `stop` is set or `deadline` passes;
 /// the schema generation at the end.
 #[allow(clippy::too_many_arguments)]
@@ -398,8 +403,8 @@ pub fn serve_ports(
     let units = units(svc, mode)?;
     let mut apps = apps(svc, &live, &pools, &units)?;
     let memory = Arc::new(tern_qnp::ExactlyOnce::new(qnp, ports.len()));
-    let mut servers: Vec<RpcServer<UdpPort>> =
-        ports.into_iter().map(|p| RpcServer::with_memory(p, pool, qnp.clone(), memory.clone())).collect();
+    let mut servers: Vec<LaneState> =
+        ports.into_iter().map(|p| (RpcServer::with_memory(p, pool, qnp.clone(), memory.clone()), Vec::new())).collect();
     let done = || crate::signals::stopping(stop) || deadline.is_some_and(|d| Instant::now() >= d);
     let (name, methods) = (apps[0].name(), apps[0].methods().to_vec());
     loop {
@@ -410,7 +415,7 @@ pub fn serve_ports(
         let live_ref = &live;
         let changed = move || mode.placed() && live_ref.generation() != generation;
         let pools = &pools;
-        servers = std::thread::scope(|scope| -> Result<Vec<RpcServer<UdpPort>>, String> {
+        servers = std::thread::scope(|scope| -> Result<Vec<LaneState>, String> {
             let mut to_handlers = Vec::new();
             let mut handlers = Vec::new();
             for app in apps.iter_mut() {
@@ -419,13 +424,14 @@ pub fn serve_ports(
                 handlers.push(scope.spawn(move || handler(app.as_mut(), mode, table, pools, rx, counters)));
             }
             let mut lanes = Vec::new();
-            for (i, mut server) in std::mem::take(&mut servers).into_iter().enumerate() {
+            for (i, (mut server, mut calls)) in std::mem::take(&mut servers).into_iter().enumerate() {
                 let to_handlers = to_handlers.clone();
                 let (changed, done, methods) = (&changed, &done, &methods);
-                lanes.push(scope.spawn(move || -> Result<RpcServer<UdpPort>, String> {
+                lanes.push(scope.spawn(move || -> Result<LaneState, String> {
                     let leave = || done() || changed();
-                    lane(i, &mut server, mode, table, pools, &to_handlers, (name, methods), counters, &leave)?;
-                    Ok(server)
+                    let app = (name, methods.as_slice());
+                    lane(i, &mut server, &mut calls, mode, table, pools, &to_handlers, app, counters, &leave)?;
+                    Ok((server, calls))
                 }));
             }
             drop(to_handlers);
@@ -447,11 +453,13 @@ pub fn serve_ports(
 
 /// A lane: takes calls, checks and (NIC-side modes) decodes them, hands them to the handlers in
 /// turn, and finishes and sends their responses; returns when `leave` says so and nothing it
-/// handed out is still in flight.
+/// handed out is still in flight. Calls it took are looked at `leave` once more before they
+/// are decoded: taken as the table changed, they stay in `calls` for the next table.
 #[allow(clippy::too_many_arguments)]
 fn lane<'t>(
     i: usize,
     server: &mut RpcServer<UdpPort>,
+    calls: &mut Vec<Incoming>,
     mode: Mode,
     table: &'t SchemaTable,
     pools: &'t Pools,
@@ -464,7 +472,6 @@ fn lane<'t>(
     let (tx, rx) = mpsc::channel::<Done<'t>>();
     let mut in_flight = 0usize;
     let mut next = i;
-    let mut calls: Vec<Incoming> = Vec::new();
     let mut out = Vec::new();
     let result = (|| -> Result<(), String> {
         loop {
@@ -495,9 +502,14 @@ fn lane<'t>(
                 }
                 continue;
             }
-            calls.clear();
-            let wait = if in_flight > 0 { Duration::ZERO } else { Duration::from_millis(20) };
-            server.recv(&mut calls, wait).map_err(|e| e.to_string())?;
+            if calls.is_empty() {
+                let wait = if in_flight > 0 { Duration::ZERO } else { Duration::from_millis(20) };
+                server.recv(calls, wait).map_err(|e| e.to_string())?;
+            }
+            // The table may have changed while they came: then they wait for the new one.
+            if leave() {
+                continue;
+            }
             for c in calls.drain(..) {
                 if in_flight >= LANE_IN_FLIGHT {
                     let e = format!("the lane has {LANE_IN_FLIGHT} calls in flight");
