@@ -17,7 +17,7 @@
 //!   discrete-event simulation of it;
 //! - [`fair`]: fair sharing (§4.5): DRF by progressive filling over space and time, the
 //!   ingress token bucket that enforces it;
-//! - [`trace`] (a packet's way through the plan) and [`bench`] (the rigs of `tern bench chain`).
+//! - [`trace`] (a packet's way through the plan) and [`bench`](mod@bench) (the rigs of `tern bench chain`).
 #![forbid(unsafe_code)]
 
 pub mod aes;

@@ -105,7 +105,7 @@ pub trait NetworkTask: Send + std::fmt::Debug {
 
 /// Packets to an address whose destination port lies in a range are steered to the instance
 /// that owns the port: of `n` instances, port `p` is owned by instance
-/// `(p − first) × n / (last − first + 1)` (and [`slice`] gives each instance's ports).
+/// `(p − first) × n / (last − first + 1)` (and [`slice`](fn@slice) gives each instance's ports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Steer {
     /// The IPv4 address.

@@ -2,7 +2,7 @@
 //! §5.4 KV cache): clients send YCSB's GETs and SETs over go-back-N to a key-value server
 //! behind a link a tenth as fast; one tenant's chain is `gbn -> kv` (the transport ends in the
 //! NIC and a KV cache answers GETs it holds) or `gbn` alone (every request crosses the slow
-//! link). The harness plays the clients and the server around the running [`Runtime`]: port 0
+//! link). The harness plays the clients and the server around the running [`Runtime`](crate::runtime::Runtime): port 0
 //! faces the clients, port 1 the server.
 //!
 //! - Clients: `clients` go-back-N connections, each with `window` requests outstanding (a

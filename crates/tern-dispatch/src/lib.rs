@@ -8,7 +8,7 @@
 //!
 //! - [`rules`]: the rule file (TOML) and its validation; [`matcher`]: the compiled Matcher state
 //!   machine and its naive twin; [`rsd`]: the sans-IO dispatcher core; [`server`]: its runtime
-//!   and the baselines; [`kv`], [`loadgen`], [`bench`], [`synth`]: the paper's experiment.
+//!   and the baselines; [`kv`], [`loadgen`], [`bench`](mod@bench), [`synth`]: the paper's experiment.
 #![forbid(unsafe_code)]
 
 pub mod bench;

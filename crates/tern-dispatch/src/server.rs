@@ -11,7 +11,7 @@
 //!   copy) into the chosen worker's ring, ringing the worker's doorbell once per batch. Workers
 //!   reassemble, run the handler and reply on their own sockets, shared-nothing. Where the RSDs
 //!   run is the [`Placement`]: in each worker (the default; a worker keeps its own requests and
-//!   hands off the rest, [`RsdPort`]) or on `dispatchers` threads of their own (the workers'
+//!   hands off the rest, `RsdPort`) or on `dispatchers` threads of their own (the workers'
 //!   sockets are then bound to the same address but never chosen for receiving).
 //! - [`Mode::Rss`]: one socket per worker and no dispatcher; the kernel's flow hash picks the
 //!   worker (L3/4 dispatch, the upper bound; the rules are ignored).

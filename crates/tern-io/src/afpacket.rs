@@ -7,7 +7,7 @@
 //! completed here and leave correct; frames the kernel left as one large segment (GSO) are
 //! dropped and counted: disable GSO/TSO on the sending side for TCP across the switch
 //! (`ip link set DEV gso_max_size 1500` on the hosts' interfaces where the kernel allows).
-//! Received frames start after [`DEFAULT_HEADROOM`](crate::DEFAULT_HEADROOM) bytes, so a VLAN
+//! Received frames start after [`DEFAULT_HEADROOM`] bytes, so a VLAN
 //! tag can be pushed without moving the frame.
 //!
 //! Frames arrive through a receive ring shared with the kernel (`PACKET_RX_RING`, TPACKET_V2:

@@ -4,7 +4,7 @@
 //! 64 bytes of TLV payload).
 //!
 //! [`run`] uses the application API ([`crate::runtime`]) over kernel UDP on loopback, with
-//! optional fault injection on the client side. [`bench`] runs QNP PingPong and a raw UDP echo
+//! optional fault injection on the client side. [`bench`](fn@bench) runs QNP PingPong and a raw UDP echo
 //! alternately over the same sockets, batching and threads, and reports the ratio.
 
 use std::io;

@@ -1,7 +1,7 @@
 //! A flow's id, as the switch's hash unit computes it for ECMP and a server computes it for its
 //! list of live flows (docs/clip.md, "The switch"): the IPv4 5-tuple (source, destination,
 //! protocol, and the TCP or UDP ports; 0 for other protocols) folded by
-//! [`hash_values`](crate::pipeline::hash_values). Both sides read it from the frame's bytes,
+//! [`hash_values`]. Both sides read it from the frame's bytes,
 //! so they agree on every flow.
 
 use crate::group::FlowId;

@@ -17,7 +17,7 @@
 //! set has one shape per state (everything the hardware runs), that is a single walk with one
 //! table lookup per skip-and-check. Rule sets the hardware cannot run (several shapes at one
 //! state, `suffix`, `contains`) still work: the walk then also tries the other branches, in
-//! precedence order, and keeps the earliest rule that matches. [`reference`] is the naive
+//! precedence order, and keeps the earliest rule that matches. [`reference`](mod@reference) is the naive
 //! evaluator it is tested against.
 //!
 //! Cost (criterion `matcher`, this machine): see `benches/matcher.rs` and the numbers in
