@@ -191,7 +191,9 @@ enum BenchCommand {
     /// tasks in one process, alternating: chains of 2-7 dummy tasks (throughput, and p50 latency
     /// at 20% of the slowest mode's capacity), DAG-D at 1500 B with one and two instances, and
     /// DAG-A and DAG-C sharing DAG-D's chain against separate chains (throughput per region).
-    /// Writes reports/chain.json and plots; --quick runs in under two minutes.
+    /// Ends with each target (e.g. snic >= 0.75x rtc from 4 tasks): met or NOT MET, with the
+    /// case and the cores' round trip it ran at. Writes reports/chain.json and plots; --quick
+    /// runs in under two minutes.
     Chain(chain::bench::ChainBenchArgs),
     /// CLIP's heavy-hitter offload (SNAT, 64 B frames, Zipf α over 10^4 flows): throughput with
     /// the count-min sketch's choice against every miss through a server (all-server), beside
