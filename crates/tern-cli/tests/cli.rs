@@ -940,7 +940,20 @@ fn bench_chain_json_has_the_promised_keys() {
         "sharing_gain_per_region",
     ] {
         assert!(v[key].as_f64().is_some(), "{key}: {}", v[key]);
+        // Each judged against its target, in the JSON and on the table's last verdict line.
+        let (bound, met) = (v["targets"][key].as_f64().unwrap(), v["met"][key].as_bool().unwrap());
+        let figure = v[key].as_f64().unwrap();
+        let at_most = key == "scheduler_ns_per_packet";
+        assert_eq!(met, if at_most { figure <= bound } else { figure >= bound }, "{key}");
+        let line = err.lines().find(|l| l.starts_with("targets: ")).expect("a targets line");
+        let verdict = format!(
+            "{key} {figure:.3} {} {bound} {}",
+            if at_most { "<=" } else { ">=" },
+            if met { "met" } else { "NOT MET" }
+        );
+        assert!(line.contains(&verdict), "{verdict} not in {line}");
     }
+    assert_eq!(v["targets"]["throughput_over_rtc"], 0.75);
     assert_eq!(v["lengths"].as_array().unwrap().len(), 2);
     assert_eq!(v["sharing"]["a_and_c_need_no_region"], true);
     assert!(out_dir.join("chain.json").exists() && out_dir.join("chain.png").exists());
