@@ -905,6 +905,15 @@ fn bench_chain_fairness_json_has_the_promised_keys() {
     for key in ["jain_index", "max_share_error", "victim_rate_kept"] {
         assert!(v[key].as_f64().is_some(), "{key}: {}", v[key]);
     }
+    // Five judged against targets, each with its verdict, in the JSON and on the last line.
+    let line = err.lines().find(|l| l.starts_with("targets: ")).expect("a targets line");
+    for key in ["jain_index", "max_share_error", "victim_rate_kept", "update_lost_packets", "update_p99_ratio"] {
+        let (figure, bound, met) =
+            (v[key].as_f64().unwrap(), v["targets"][key].as_f64().unwrap(), v["met"][key].as_bool().unwrap());
+        let at_least = matches!(key, "jain_index" | "victim_rate_kept");
+        assert_eq!(met, if at_least { figure >= bound } else { figure <= bound }, "{key}");
+        assert!(line.contains(&format!("{key} {figure:.3}")), "{key} not in {line}");
+    }
     assert_eq!(v["two_users"]["with"].as_array().unwrap().len(), 1);
     assert_eq!(v["two_users"]["drf_shares"].as_array().unwrap().len(), 2);
     assert!(out_dir.join("chain-fairness.json").exists());

@@ -425,7 +425,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         ("aes_two_over_one", format!("cores' round trip {d_rtt0:.0}/{d_rtt1:.0} ns")),
         ("sharing_gain_per_region", format!("cores' round trip {s_rtt0:.0}/{s_rtt1:.0} ns")),
     ];
-    let verdicts = verdicts(&summary);
+    let verdicts = verdicts(&TARGETS, &summary);
     say(verdict_line(&verdicts, &whence));
     let mut report = json!({
         "bench": "chain",
@@ -442,8 +442,8 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
             "gain_per_region": {"median": share_gain.0, "min": share_gain.1, "max": share_gain.2},
             "core_round_trip_ns": {"before": s_rtt0, "after": s_rtt1},
         },
-        "targets": TARGETS.iter().map(|&(name, bound, _)| (name.to_string(), json!(bound))).collect::<serde_json::Map<_, _>>(),
-        "met": verdicts.iter().map(|v| (v.name.to_string(), json!(v.met))).collect::<serde_json::Map<_, _>>(),
+        "targets": targets_json(&TARGETS),
+        "met": met_json(&verdicts),
     });
     let mut written = vec![write_report(&a.out, "chain.json", &mut report, &summary)?];
     written.extend(super::plot::chain(&plot_rows, &a.out)?);
@@ -456,9 +456,11 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What `tern bench chain` is judged by (SuperNIC §5.1–5.2, as Tern sets its targets): each
-/// figure of the summary, its bound, and whether the figure must be at least the bound (else at
-/// most).
+/// A bench's targets: each figure of its summary, its bound, and whether the figure must be at
+/// least the bound (else at most).
+pub(super) type Targets = [(&'static str, f64, bool)];
+
+/// What `tern bench chain` is judged by (SuperNIC §5.1–5.2, as Tern sets its targets).
 const TARGETS: [(&str, f64, bool); 6] = [
     ("latency_reduction_vs_panic", 0.4, true),
     ("throughput_over_panic", 1.3, true),
@@ -470,7 +472,7 @@ const TARGETS: [(&str, f64, bool); 6] = [
 
 /// One target against a run's figure.
 #[derive(Debug, PartialEq)]
-struct Verdict {
+pub(super) struct Verdict {
     name: &'static str,
     /// The run's figure (None: no case measured it, as with `--lengths 2`).
     figure: Option<f64>,
@@ -479,10 +481,10 @@ struct Verdict {
     met: bool,
 }
 
-/// Each of [`TARGETS`] against the summary's figure of the same name; one the run did not
+/// Each of `targets` against the summary's figure of the same name; one the run did not
 /// measure is not met.
-fn verdicts(summary: &serde_json::Value) -> Vec<Verdict> {
-    TARGETS
+pub(super) fn verdicts(targets: &Targets, summary: &serde_json::Value) -> Vec<Verdict> {
+    targets
         .iter()
         .map(|&(name, bound, at_least)| {
             let figure = summary.get(name).and_then(serde_json::Value::as_f64);
@@ -492,9 +494,19 @@ fn verdicts(summary: &serde_json::Value) -> Vec<Verdict> {
         .collect()
 }
 
+/// The JSON's `targets`: each bound by name.
+pub(super) fn targets_json(targets: &Targets) -> serde_json::Value {
+    targets.iter().map(|&(name, bound, _)| (name.to_string(), json!(bound))).collect::<serde_json::Map<_, _>>().into()
+}
+
+/// The JSON's `met`: each verdict by name.
+pub(super) fn met_json(verdicts: &[Verdict]) -> serde_json::Value {
+    verdicts.iter().map(|v| (v.name.to_string(), json!(v.met))).collect::<serde_json::Map<_, _>>().into()
+}
+
 /// `targets: NAME FIGURE >= BOUND met (WHERE); ...`, with a word on the cores where one not
 /// met ran on cores far apart (a round trip over 200 ns).
-fn verdict_line(verdicts: &[Verdict], whence: &[(&str, String)]) -> String {
+pub(super) fn verdict_line(verdicts: &[Verdict], whence: &[(&str, String)]) -> String {
     let mut far = false;
     let parts: Vec<String> = verdicts
         .iter()
@@ -540,7 +552,7 @@ mod tests {
             "latency_reduction_vs_panic": 0.41, "throughput_over_panic": 1.2, "throughput_over_rtc": null,
             "scheduler_ns_per_packet": 64.5, "aes_two_over_one": 1.6, "sharing_gain_per_region": 3.0,
         });
-        let v = verdicts(&s);
+        let v = verdicts(&TARGETS, &s);
         let met: Vec<(&str, bool)> = v.iter().map(|v| (v.name, v.met)).collect();
         assert_eq!(
             met,
