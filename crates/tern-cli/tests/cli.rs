@@ -327,6 +327,26 @@ fn flow_check_trace_and_report() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A bench's verdicts: each of `targets` (name, whether at least its bound, else at most) has
+/// its bound in the JSON's `targets`, a verdict in `met` that agrees with the figure, and the
+/// same on the printed `targets:` line (in `err`, the table's stream with `--json`).
+fn assert_verdicts(v: &serde_json::Value, err: &str, targets: &[(&str, bool)]) {
+    let line = err.lines().find(|l| l.starts_with("targets: ")).expect("a targets line");
+    for &(key, at_least) in targets {
+        let bound = v["targets"][key].as_f64().unwrap_or_else(|| panic!("{key}: no bound"));
+        let met = v["met"][key].as_bool().unwrap_or_else(|| panic!("{key}: no verdict"));
+        let figure = v[key].as_f64();
+        assert_eq!(met, figure.is_some_and(|f| if at_least { f >= bound } else { f <= bound }), "{key}");
+        let shown = figure.map_or("not measured".to_string(), |f| format!("{f:.3}"));
+        let verdict = format!(
+            "{key} {shown} {} {bound} {}",
+            if at_least { ">=" } else { "<=" },
+            if met { "met" } else { "NOT MET" }
+        );
+        assert!(line.contains(&verdict), "{verdict} not in {line}");
+    }
+}
+
 #[test]
 fn bench_flow_json_has_the_promised_keys() {
     let dir = std::env::temp_dir().join(format!("tern-cli-bench-flow-{}", std::process::id()));
@@ -352,6 +372,7 @@ fn bench_flow_json_has_the_promised_keys() {
     for k in ["fast_over_slow_64b", "fast_over_slow_1024b", "populate_per_s", "projected_n3000_over_fast_64b"] {
         assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {}", v[k]);
     }
+    assert_verdicts(&v, &err, &[("fast_over_slow_64b", true), ("populate_per_s", true)]);
     // The projection is the N3000's line rate at 64 B (148.8 Mpps) over the measured fast path.
     let s64 = &v["sizes"][0];
     assert_eq!(s64["frame_bytes"], 64);
@@ -905,15 +926,17 @@ fn bench_chain_fairness_json_has_the_promised_keys() {
     for key in ["jain_index", "max_share_error", "victim_rate_kept"] {
         assert!(v[key].as_f64().is_some(), "{key}: {}", v[key]);
     }
-    // Five judged against targets, each with its verdict, in the JSON and on the last line.
-    let line = err.lines().find(|l| l.starts_with("targets: ")).expect("a targets line");
-    for key in ["jain_index", "max_share_error", "victim_rate_kept", "update_lost_packets", "update_p99_ratio"] {
-        let (figure, bound, met) =
-            (v[key].as_f64().unwrap(), v["targets"][key].as_f64().unwrap(), v["met"][key].as_bool().unwrap());
-        let at_least = matches!(key, "jain_index" | "victim_rate_kept");
-        assert_eq!(met, if at_least { figure >= bound } else { figure <= bound }, "{key}");
-        assert!(line.contains(&format!("{key} {figure:.3}")), "{key} not in {line}");
-    }
+    assert_verdicts(
+        &v,
+        &err,
+        &[
+            ("jain_index", true),
+            ("max_share_error", false),
+            ("victim_rate_kept", true),
+            ("update_lost_packets", false),
+            ("update_p99_ratio", false),
+        ],
+    );
     assert_eq!(v["two_users"]["with"].as_array().unwrap().len(), 1);
     assert_eq!(v["two_users"]["drf_shares"].as_array().unwrap().len(), 2);
     assert!(out_dir.join("chain-fairness.json").exists());
@@ -949,19 +972,19 @@ fn bench_chain_json_has_the_promised_keys() {
         "sharing_gain_per_region",
     ] {
         assert!(v[key].as_f64().is_some(), "{key}: {}", v[key]);
-        // Each judged against its target, in the JSON and on the table's last verdict line.
-        let (bound, met) = (v["targets"][key].as_f64().unwrap(), v["met"][key].as_bool().unwrap());
-        let figure = v[key].as_f64().unwrap();
-        let at_most = key == "scheduler_ns_per_packet";
-        assert_eq!(met, if at_most { figure <= bound } else { figure >= bound }, "{key}");
-        let line = err.lines().find(|l| l.starts_with("targets: ")).expect("a targets line");
-        let verdict = format!(
-            "{key} {figure:.3} {} {bound} {}",
-            if at_most { "<=" } else { ">=" },
-            if met { "met" } else { "NOT MET" }
-        );
-        assert!(line.contains(&verdict), "{verdict} not in {line}");
     }
+    assert_verdicts(
+        &v,
+        &err,
+        &[
+            ("latency_reduction_vs_panic", true),
+            ("throughput_over_panic", true),
+            ("throughput_over_rtc", true),
+            ("scheduler_ns_per_packet", false),
+            ("aes_two_over_one", true),
+            ("sharing_gain_per_region", true),
+        ],
+    );
     assert_eq!(v["targets"]["throughput_over_rtc"], 0.75);
     assert_eq!(v["lengths"].as_array().unwrap().len(), 2);
     assert_eq!(v["sharing"]["a_and_c_need_no_region"], true);
@@ -1330,6 +1353,11 @@ fn bench_switch_json_has_the_promised_keys() {
     }
     assert_eq!(v["flows_moved"], 0);
     assert!(v["flows_moved_hash_mod"].as_u64().unwrap() > 0);
+    assert_verdicts(
+        &v,
+        &err,
+        &[("offload_over_all_server_a09", true), ("offload_over_all_server_a12", true), ("flows_moved", false)],
+    );
     assert_eq!(v["offload"].as_array().unwrap().len(), 2);
     assert_eq!(v["options"]["server_ns"], 500);
     for f in ["switch.json", "switch-offload.png", "switch-scaling.svg"] {

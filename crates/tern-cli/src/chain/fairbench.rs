@@ -381,8 +381,8 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "autoscale_ms_to_3x": scale_sum.ms_to_3x,
     });
     say(format!("summary: {summary}"));
-    let verdicts = super::bench::verdicts(&TARGETS, &summary);
-    say(super::bench::verdict_line(&verdicts, &[]));
+    let verdicts = crate::reports::verdicts(&TARGETS, &summary);
+    say(crate::reports::verdict_line(&verdicts, &[]));
     let mut report = json!({
         "bench": "chain --fairness",
         "environment": env,
@@ -394,8 +394,8 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "ycsb": {"setup": YCSB_SETUP, "server_link_bytes_per_s": ycsb_link, "cache_keys": YCSB_SETUP.keys / 10, "workloads": ycsb_rows.iter().map(YcsbRow::json).collect::<Vec<_>>()},
         "autoscaling": {"instance_pps": SCALE_PPS, "trace_pps": scale_trace(), "runs": scale_runs, "simulated": scale_sum.simulated},
         "updates": {"per_round": updates, "with": upd_on, "without": upd_off, "p99_ratios": p99_ratios, "victim_lost_without": lost_without},
-        "targets": super::bench::targets_json(&TARGETS),
-        "met": super::bench::met_json(&verdicts),
+        "targets": crate::reports::targets_json(&TARGETS),
+        "met": crate::reports::met_json(&verdicts),
         "not_built": [],
     });
     let path = write_report(&a.out, "chain-fairness.json", &mut report, &summary)?;

@@ -244,8 +244,11 @@ pub fn run(a: &SwitchBenchArgs) -> CmdResult {
         "options": {"rounds": rounds, "phase_secs": secs, "flows": a.flows, "capacity": a.capacity, "interval_packets": a.interval_packets, "warmup_intervals": a.warmup_intervals, "server_ns": server_ns, "frame_bytes": 64},
         "offload": by_alpha,
         "scaling": scaling,
-        "targets": {"offload_over_all_server_a09": 2.4, "offload_over_all_server_a12": 3.4, "flows_moved": 0},
+        "targets": crate::reports::targets_json(&TARGETS),
     });
+    let verdicts = crate::reports::verdicts(&TARGETS, &summary);
+    say(crate::reports::verdict_line(&verdicts, &[]));
+    report["met"] = crate::reports::met_json(&verdicts);
     let mut written = vec![write_report(&a.out, "switch.json", &mut report, &summary)?];
     written.extend(super::plot::offload(&plot_rows, &a.out)?);
     written.extend(super::plot::scaling(&scaling, &a.out)?);
@@ -392,9 +395,12 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
         "options": {"rounds": rounds, "phase_secs": secs, "sizes": sizes, "flows": a.snat_flows, "servers": a.servers, "latency_rate": a.latency_rate, "latency_packets": latency_packets, "warm_secs": super::snatbench::WARM_SECS, "busy_poll": o.busy_poll, "no_rps": a.no_rps, "afxdp": o.afxdp, "placement": placement},
         "core_round_trip_ns": {"before": rtt_before, "after": rtt_after},
         "stopped": out.stopped,
-        "targets": {"snat_over_netfilter_pps": 1.0, "offload_latency_ratio": 0.5},
+        "targets": crate::reports::targets_json(&SNAT_TARGETS),
         "results": out.report,
     });
+    let verdicts = crate::reports::verdicts(&SNAT_TARGETS, &summary);
+    say(crate::reports::verdict_line(&verdicts, &[]));
+    report["met"] = crate::reports::met_json(&verdicts);
     let mut written = vec![write_report(&a.out, "switch-snat.json", &mut report, &summary)?];
     if !out.rows.is_empty() {
         written.extend(super::plot::snat(&out.rows, &a.out)?);
@@ -407,3 +413,15 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// What `tern bench switch` is judged by (CLIP's evaluation, as Tern sets its targets): each
+/// figure, its bound, and whether the figure must be at least the bound (else at most).
+const TARGETS: [(&str, f64, bool); 3] = [
+    ("offload_over_all_server_a09", 2.4, true),
+    ("offload_over_all_server_a12", 3.4, true),
+    ("flows_moved", 0.0, false),
+];
+
+/// What `tern bench switch --snat` is judged by.
+const SNAT_TARGETS: [(&str, f64, bool); 2] =
+    [("snat_over_netfilter_pps", 1.0, true), ("offload_latency_ratio", 0.5, false)];
