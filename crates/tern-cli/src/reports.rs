@@ -38,7 +38,8 @@ pub(crate) type Targets = [(&'static str, f64, bool)];
 #[derive(Debug, PartialEq)]
 pub(crate) struct Verdict {
     pub name: &'static str,
-    /// The run's figure (None: no case measured it, as with `--lengths 2`).
+    /// The run's figure (None: the run did not measure it, as `tern bench chain --lengths 2`
+    /// does not measure the throughput ratios, judged from 4 tasks).
     figure: Option<f64>,
     bound: f64,
     at_least: bool,
