@@ -110,16 +110,7 @@ fn far_apart(at: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// As `tern bench chain`'s.
-    const TARGETS: [(&str, f64, bool); 6] = [
-        ("latency_reduction_vs_panic", 0.4, true),
-        ("throughput_over_panic", 1.3, true),
-        ("throughput_over_rtc", 0.75, true),
-        ("scheduler_ns_per_packet", 64.0, false),
-        ("aes_two_over_one", 1.6, true),
-        ("sharing_gain_per_region", 1.9, true),
-    ];
+    use crate::chain::bench::TARGETS;
 
     #[test]
     fn verdicts_judge_each_target_in_its_direction_and_name_what_is_missing() {

@@ -458,7 +458,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
 }
 
 /// What `tern bench chain` is judged by (SuperNIC §5.1–5.2, as Tern sets its targets).
-const TARGETS: [(&str, f64, bool); 6] = [
+pub(crate) const TARGETS: [(&str, f64, bool); 6] = [
     ("latency_reduction_vs_panic", 0.4, true),
     ("throughput_over_panic", 1.3, true),
     ("throughput_over_rtc", 0.75, true),
