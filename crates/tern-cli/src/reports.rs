@@ -35,7 +35,7 @@ pub(crate) fn spread(r: &[f64]) -> (f64, f64, f64) {
 pub(crate) type Targets = [(&'static str, f64, bool)];
 
 /// One target against a run's figure.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub(crate) struct Verdict {
     pub name: &'static str,
     /// The run's figure (None: the run did not measure it, as `tern bench chain --lengths 2`
@@ -59,13 +59,28 @@ pub(crate) fn verdicts(targets: &Targets, summary: &serde_json::Value) -> Vec<Ve
         .collect()
 }
 
+/// Judges `figures` (a summary, or a report with its figures at top level) against `targets`:
+/// puts the bounds (`targets`) and the verdicts (`met`) into `report` and returns the
+/// [`verdict_line`] to print, each figure's `whence` beside it.
+pub(crate) fn judge(
+    report: &mut serde_json::Value,
+    targets: &Targets,
+    figures: &serde_json::Value,
+    whence: &[(&str, String)],
+) -> String {
+    let verdicts = verdicts(targets, figures);
+    report["targets"] = targets_json(targets);
+    report["met"] = met_json(&verdicts);
+    verdict_line(&verdicts, whence)
+}
+
 /// The JSON's `targets`: each bound by name.
-pub(crate) fn targets_json(targets: &Targets) -> serde_json::Value {
+fn targets_json(targets: &Targets) -> serde_json::Value {
     targets.iter().map(|&(name, bound, _)| (name.to_string(), json!(bound))).collect::<serde_json::Map<_, _>>().into()
 }
 
 /// The JSON's `met`: each verdict by name.
-pub(crate) fn met_json(verdicts: &[Verdict]) -> serde_json::Value {
+fn met_json(verdicts: &[Verdict]) -> serde_json::Value {
     verdicts.iter().map(|v| (v.name.to_string(), json!(v.met))).collect::<serde_json::Map<_, _>>().into()
 }
 

@@ -17,7 +17,7 @@ use tern_chain::tenant::{self, TaskSpec};
 
 use crate::CmdResult;
 use crate::env::Environment;
-use crate::reports::{met_json, targets_json, verdict_line, verdicts};
+use crate::reports::judge;
 pub(crate) use crate::reports::{spread, write_report};
 
 /// Bounces of the cache line timed before and after each case (about 0.4 to 2.5 ms): the host
@@ -426,8 +426,6 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         ("aes_two_over_one", format!("cores' round trip {d_rtt0:.0}/{d_rtt1:.0} ns")),
         ("sharing_gain_per_region", format!("cores' round trip {s_rtt0:.0}/{s_rtt1:.0} ns")),
     ];
-    let verdicts = verdicts(&TARGETS, &summary);
-    say(verdict_line(&verdicts, &whence));
     let mut report = json!({
         "bench": "chain",
         "environment": env,
@@ -443,9 +441,8 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
             "gain_per_region": {"median": share_gain.0, "min": share_gain.1, "max": share_gain.2},
             "core_round_trip_ns": {"before": s_rtt0, "after": s_rtt1},
         },
-        "targets": targets_json(&TARGETS),
-        "met": met_json(&verdicts),
     });
+    say(judge(&mut report, &TARGETS, &summary, &whence));
     let mut written = vec![write_report(&a.out, "chain.json", &mut report, &summary)?];
     written.extend(super::plot::chain(&plot_rows, &a.out)?);
     for w in &written {

@@ -381,8 +381,6 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "autoscale_ms_to_3x": scale_sum.ms_to_3x,
     });
     say(format!("summary: {summary}"));
-    let verdicts = crate::reports::verdicts(&TARGETS, &summary);
-    say(crate::reports::verdict_line(&verdicts, &[]));
     let mut report = json!({
         "bench": "chain --fairness",
         "environment": env,
@@ -394,10 +392,9 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "ycsb": {"setup": YCSB_SETUP, "server_link_bytes_per_s": ycsb_link, "cache_keys": YCSB_SETUP.keys / 10, "workloads": ycsb_rows.iter().map(YcsbRow::json).collect::<Vec<_>>()},
         "autoscaling": {"instance_pps": SCALE_PPS, "trace_pps": scale_trace(), "runs": scale_runs, "simulated": scale_sum.simulated},
         "updates": {"per_round": updates, "with": upd_on, "without": upd_off, "p99_ratios": p99_ratios, "victim_lost_without": lost_without},
-        "targets": crate::reports::targets_json(&TARGETS),
-        "met": crate::reports::met_json(&verdicts),
         "not_built": [],
     });
+    say(crate::reports::judge(&mut report, &TARGETS, &summary, &[]));
     let path = write_report(&a.out, "chain-fairness.json", &mut report, &summary)?;
     say(format!("wrote {}", path.display()));
     let med = |v: &[tern_chain::ycsb::YcsbPhase]| median(&v.iter().map(|p| p.ops_per_s / 1e3).collect::<Vec<_>>());

@@ -220,7 +220,7 @@ pub fn run(a: &FlowBenchArgs) -> CmdResult {
         c.lpm_delete_per_s / 1e6
     ));
     let ratio_at = |b: usize| ratios.iter().find(|r| r.0 == b).map(|r| r.1);
-    let report = json!({
+    let mut report = json!({
         "bench": "flow",
         "environment": env,
         "options": {"rounds": rounds, "phase_secs": secs, "flows": a.flows, "routes": a.routes, "acl": a.acl, "config_rules": config_rules},
@@ -230,12 +230,9 @@ pub fn run(a: &FlowBenchArgs) -> CmdResult {
         "populate_per_s": populate,
         "config_rate": {"em_populate_per_s": c.em_populate_per_s, "em_delete_per_s": c.em_delete_per_s, "em_update_per_s": c.update_per_s, "lpm_populate_per_s": c.lpm_populate_per_s, "lpm_delete_per_s": c.lpm_delete_per_s},
         "sizes": sizes,
-        "targets": crate::reports::targets_json(&TARGETS),
     });
-    let verdicts = crate::reports::verdicts(&TARGETS, &report);
-    say(crate::reports::verdict_line(&verdicts, &[]));
-    let mut report = report;
-    report["met"] = crate::reports::met_json(&verdicts);
+    let figures = report.clone();
+    say(crate::reports::judge(&mut report, &TARGETS, &figures, &[]));
     std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
     let path = a.out.join("flow.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;

@@ -244,11 +244,8 @@ pub fn run(a: &SwitchBenchArgs) -> CmdResult {
         "options": {"rounds": rounds, "phase_secs": secs, "flows": a.flows, "capacity": a.capacity, "interval_packets": a.interval_packets, "warmup_intervals": a.warmup_intervals, "server_ns": server_ns, "frame_bytes": 64},
         "offload": by_alpha,
         "scaling": scaling,
-        "targets": crate::reports::targets_json(&TARGETS),
     });
-    let verdicts = crate::reports::verdicts(&TARGETS, &summary);
-    say(crate::reports::verdict_line(&verdicts, &[]));
-    report["met"] = crate::reports::met_json(&verdicts);
+    say(crate::reports::judge(&mut report, &TARGETS, &summary, &[]));
     let mut written = vec![write_report(&a.out, "switch.json", &mut report, &summary)?];
     written.extend(super::plot::offload(&plot_rows, &a.out)?);
     written.extend(super::plot::scaling(&scaling, &a.out)?);
@@ -395,12 +392,9 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
         "options": {"rounds": rounds, "phase_secs": secs, "sizes": sizes, "flows": a.snat_flows, "servers": a.servers, "latency_rate": a.latency_rate, "latency_packets": latency_packets, "warm_secs": super::snatbench::WARM_SECS, "busy_poll": o.busy_poll, "no_rps": a.no_rps, "afxdp": o.afxdp, "placement": placement},
         "core_round_trip_ns": {"before": rtt_before, "after": rtt_after},
         "stopped": out.stopped,
-        "targets": crate::reports::targets_json(&SNAT_TARGETS),
         "results": out.report,
     });
-    let verdicts = crate::reports::verdicts(&SNAT_TARGETS, &summary);
-    say(crate::reports::verdict_line(&verdicts, &[]));
-    report["met"] = crate::reports::met_json(&verdicts);
+    say(crate::reports::judge(&mut report, &SNAT_TARGETS, &summary, &[]));
     let mut written = vec![write_report(&a.out, "switch-snat.json", &mut report, &summary)?];
     if !out.rows.is_empty() {
         written.extend(super::plot::snat(&out.rows, &a.out)?);
