@@ -134,7 +134,8 @@ pub fn dump(a: &DumpArgs) -> CmdResult {
     }
     let d = s["decisions"].as_f64().unwrap_or(0.0);
     if d > 0.0 {
-        println!("scheduler: {d} decisions, {:.1} ns each", s["scheduler_ns"].as_f64().unwrap_or(0.0) / d);
+        let ns = s["scheduler_ns"].as_u64().unwrap_or(0);
+        println!("scheduler: {}", super::serve::scheduler_line(d as u64, ns));
     }
     println!("unknown tenant {}, malformed {}", s["unknown_tenant"], s["malformed"]);
     Ok(ExitCode::SUCCESS)

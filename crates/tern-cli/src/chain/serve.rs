@@ -633,6 +633,18 @@ pub fn runtime_json(mode: Mode, tenants: &[String], plan_text: &[String], live: 
     })
 }
 
+/// The scheduler's decisions and its time a decision, as the summary and `chain dump` print
+/// them. Its time comes from the rounds it timed (one in `TIME_ONE_IN`) scaled to all its
+/// decisions; until a timed round has taken a decision there is none to print, not zero.
+pub(crate) fn scheduler_line(decisions: u64, ns: u64) -> String {
+    let what = if decisions == 1 { "decision" } else { "decisions" };
+    if ns == 0 {
+        format!("{decisions} {what} (not timed yet: it times one round in {})", tern_chain::runtime::TIME_ONE_IN)
+    } else {
+        format!("{decisions} {what}, {:.1} ns each", ns as f64 / decisions.max(1) as f64)
+    }
+}
+
 fn print_summary(names: &[String], s: &RunStats, ports: &[(String, PortStats)], elapsed: Duration) {
     println!("ran {:.1} s", elapsed.as_secs_f64());
     for (n, t) in names.iter().zip(&s.tenants) {
@@ -647,7 +659,7 @@ fn print_summary(names: &[String], s: &RunStats, ports: &[(String, PortStats)], 
     }
     println!("unknown tenant {}, malformed {}", s.unknown_tenant, s.malformed);
     if s.decisions > 0 {
-        println!("scheduler: {} decisions, {:.1} ns each", s.decisions, s.scheduler_ns as f64 / s.decisions as f64);
+        println!("scheduler: {}", scheduler_line(s.decisions, s.scheduler_ns));
     }
     for (n, p) in ports {
         println!("port {n}: {} received, {} sent, {} dropped", p.rx_packets, p.tx_packets, p.rx_dropped + p.tx_dropped);
@@ -948,6 +960,13 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_scheduler_line_says_when_nothing_was_timed() {
+        assert_eq!(scheduler_line(2, 0), "2 decisions (not timed yet: it times one round in 8)");
+        assert_eq!(scheduler_line(4, 200), "4 decisions, 50.0 ns each");
+        assert_eq!(scheduler_line(1, 0), "1 decision (not timed yet: it times one round in 8)");
+    }
+
     use super::*;
     use tern_chain::runtime::{Desc, Item};
 
