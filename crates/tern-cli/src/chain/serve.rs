@@ -960,15 +960,15 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use tern_chain::runtime::{Desc, Item};
+
     #[test]
     fn the_scheduler_line_says_when_nothing_was_timed() {
         assert_eq!(scheduler_line(2, 0), "2 decisions (not timed yet: it times one round in 8)");
         assert_eq!(scheduler_line(4, 200), "4 decisions, 50.0 ns each");
         assert_eq!(scheduler_line(1, 0), "1 decision (not timed yet: it times one round in 8)");
     }
-
-    use super::*;
-    use tern_chain::runtime::{Desc, Item};
 
     /// A core may have more to send in one call than a batch holds (its regions' batches
     /// and the tasks' own packets): every frame leaves, none is dropped for a full batch.
