@@ -59,16 +59,16 @@ pub(crate) fn verdicts(targets: &Targets, summary: &serde_json::Value) -> Vec<Ve
         .collect()
 }
 
-/// Judges `figures` (a summary, or a report with its figures at top level) against `targets`:
-/// puts the bounds (`targets`) and the verdicts (`met`) into `report` and returns the
-/// [`verdict_line`] to print, each figure's `whence` beside it.
+/// Judges `figures` (a summary; None: the report's own top level, where a bench keeps its
+/// figures there) against `targets`: puts the bounds (`targets`) and the verdicts (`met`) into
+/// `report` and returns the [`verdict_line`] to print, each figure's `whence` beside it.
 pub(crate) fn judge(
     report: &mut serde_json::Value,
     targets: &Targets,
-    figures: &serde_json::Value,
+    figures: Option<&serde_json::Value>,
     whence: &[(&str, String)],
 ) -> String {
-    let verdicts = verdicts(targets, figures);
+    let verdicts = verdicts(targets, figures.unwrap_or(report));
     report["targets"] = targets_json(targets);
     report["met"] = met_json(&verdicts);
     verdict_line(&verdicts, whence)

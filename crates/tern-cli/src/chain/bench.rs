@@ -442,7 +442,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
             "core_round_trip_ns": {"before": s_rtt0, "after": s_rtt1},
         },
     });
-    say(judge(&mut report, &TARGETS, &summary, &whence));
+    say(judge(&mut report, &TARGETS, Some(&summary), &whence));
     let mut written = vec![write_report(&a.out, "chain.json", &mut report, &summary)?];
     written.extend(super::plot::chain(&plot_rows, &a.out)?);
     for w in &written {

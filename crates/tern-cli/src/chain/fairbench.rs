@@ -394,7 +394,7 @@ pub fn run(a: &ChainBenchArgs) -> CmdResult {
         "updates": {"per_round": updates, "with": upd_on, "without": upd_off, "p99_ratios": p99_ratios, "victim_lost_without": lost_without},
         "not_built": [],
     });
-    say(crate::reports::judge(&mut report, &TARGETS, &summary, &[]));
+    say(crate::reports::judge(&mut report, &TARGETS, Some(&summary), &[]));
     let path = write_report(&a.out, "chain-fairness.json", &mut report, &summary)?;
     say(format!("wrote {}", path.display()));
     let med = |v: &[tern_chain::ycsb::YcsbPhase]| median(&v.iter().map(|p| p.ops_per_s / 1e3).collect::<Vec<_>>());

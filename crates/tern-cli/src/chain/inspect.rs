@@ -132,10 +132,9 @@ pub fn dump(a: &DumpArgs) -> CmdResult {
             if p > 0.0 { ns / p } else { 0.0 }
         );
     }
-    let d = s["decisions"].as_f64().unwrap_or(0.0);
-    if d > 0.0 {
-        let ns = s["scheduler_ns"].as_u64().unwrap_or(0);
-        println!("scheduler: {}", super::serve::scheduler_line(d as u64, ns));
+    let d = s["decisions"].as_u64().unwrap_or(0);
+    if d > 0 {
+        println!("scheduler: {}", super::serve::scheduler_line(d, s["scheduler_ns"].as_u64().unwrap_or(0)));
     }
     println!("unknown tenant {}, malformed {}", s["unknown_tenant"], s["malformed"]);
     Ok(ExitCode::SUCCESS)

@@ -245,7 +245,7 @@ pub fn run(a: &SwitchBenchArgs) -> CmdResult {
         "offload": by_alpha,
         "scaling": scaling,
     });
-    say(crate::reports::judge(&mut report, &TARGETS, &summary, &[]));
+    say(crate::reports::judge(&mut report, &TARGETS, Some(&summary), &[]));
     let mut written = vec![write_report(&a.out, "switch.json", &mut report, &summary)?];
     written.extend(super::plot::offload(&plot_rows, &a.out)?);
     written.extend(super::plot::scaling(&scaling, &a.out)?);
@@ -394,7 +394,7 @@ fn run_snat(a: &SwitchBenchArgs) -> CmdResult {
         "stopped": out.stopped,
         "results": out.report,
     });
-    say(crate::reports::judge(&mut report, &SNAT_TARGETS, &summary, &[]));
+    say(crate::reports::judge(&mut report, &SNAT_TARGETS, Some(&summary), &[]));
     let mut written = vec![write_report(&a.out, "switch-snat.json", &mut report, &summary)?];
     if !out.rows.is_empty() {
         written.extend(super::plot::snat(&out.rows, &a.out)?);
