@@ -93,6 +93,34 @@ pub fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
+/// The data path's own drop reasons (the tasks' are [`crate::task::drop_reasons`]), as a
+/// tenant's drop counters name them; docs/chain.md ("Serving") lists the same, and a test
+/// compares them.
+pub mod reason {
+    /// Over the tenant's ingress limit (its fair share).
+    pub const RATE_LIMITED: &str = "rate_limited";
+    /// The tenant's queue (its lane's) is full.
+    pub const QUEUE_FULL: &str = "queue_full";
+    /// A region's input ring had no room for a packet that had to move on.
+    pub const RING_FULL: &str = "ring_full";
+    /// No task instance for the tenant at a position it does not skip.
+    pub const NO_TASK: &str = "no_task";
+    /// A packet in a region that does not run its chain's segment (a routing fault; never
+    /// expected).
+    pub const NO_REGION: &str = "no_region";
+    /// A parallel DAG's join gave up waiting for a fork's copies.
+    pub const SYNC_TIMEOUT: &str = "sync_timeout";
+    /// A fork's copy arriving after its join gave up on it (a copy, not a packet).
+    pub const SYNC_LATE: &str = "sync_late";
+    /// A join whose copies all arrived, none dropped, without the one it keeps.
+    pub const SYNC_LOST: &str = "sync_lost";
+    /// Every one, in this order.
+    pub const ALL: [&str; 8] =
+        [RATE_LIMITED, QUEUE_FULL, RING_FULL, NO_TASK, NO_REGION, SYNC_TIMEOUT, SYNC_LATE, SYNC_LOST];
+    /// Those only a parallel DAG's join counts.
+    pub const SYNC: [&str; 3] = [SYNC_TIMEOUT, SYNC_LATE, SYNC_LOST];
+}
+
 /// Drop reasons as descriptors carry them: each task's `&'static str` gets a code the first
 /// time a branch drops for it (1 to 126, in that order; 127 for any beyond: `dropped`).
 static REASONS: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
@@ -327,9 +355,15 @@ impl Wrapper {
         match self.tasks.get_mut(t).and_then(Option::as_mut) {
             Some(task) => {
                 self.packets += 1;
-                task.process(p, cx)
+                let v = task.process(p, cx);
+                debug_assert!(
+                    !matches!(v, Verdict::Drop(r) if !crate::task::drop_reasons(task.kind()).contains(&r)),
+                    "{}: {v:?} is not among task::drop_reasons",
+                    task.kind()
+                );
+                v
             }
-            None => Verdict::Drop("no_task"),
+            None => Verdict::Drop(reason::NO_TASK),
         }
     }
 
@@ -496,7 +530,7 @@ fn run_batch(
             };
             let Some(task) = slot.and_then(Option::as_mut) else {
                 // The plan gives every position a tenant does not skip a task of its own.
-                *fate = Fate::Dropped("no_task");
+                *fate = Fate::Dropped(reason::NO_TASK);
                 continue;
             };
             ran += 1;
@@ -506,7 +540,14 @@ fn run_batch(
             let before = cx.emitted.len();
             match task.process(&mut item.packet, cx) {
                 Verdict::Pass => {}
-                Verdict::Drop(r) => *fate = Fate::Dropped(r),
+                Verdict::Drop(r) => {
+                    debug_assert!(
+                        crate::task::drop_reasons(task.kind()).contains(&r),
+                        "{}: `{r}` is not among task::drop_reasons",
+                        task.kind()
+                    );
+                    *fate = Fate::Dropped(r)
+                }
                 Verdict::Reply => *fate = Fate::Replied,
             }
             // A task's own packets go back the way this one came.
@@ -2375,7 +2416,7 @@ impl Scheduler {
         o.0 += 1;
         o.1 += a.packet.len() as u64;
         if !self.limit[t].admit(a.at, a.packet.len()) {
-            return Err((t, a.packet, "rate_limited"));
+            return Err((t, a.packet, reason::RATE_LIMITED));
         }
         // A stateful chain's lane is its flow's instance: its hash modulo the instances (a hash
         // below them is an instance's number: a packet steered to its owner, or kept to 0).
@@ -2383,7 +2424,7 @@ impl Scheduler {
         // The hash only where there is a lane to choose.
         let lane = if l.n > 1 { l.first + (classify.flow_hash(t) % l.n as u64) as usize } else { l.first };
         if self.queues[lane].len() >= l.cap {
-            return Err((t, a.packet, "queue_full"));
+            return Err((t, a.packet, reason::QUEUE_FULL));
         }
         if l.queued == 0 {
             self.vt[t] = self.vt[t].max(self.global_vt);
@@ -2711,7 +2752,7 @@ fn schedule(
             while let Ok(item) = st.back_in[c].pop() {
                 let t = usize::from(item.desc.tenant);
                 let Some(f) = shared.forks.get(t).and_then(Option::as_ref) else {
-                    st.drop_item(pool, item, "no_task");
+                    st.drop_item(pool, item, reason::NO_TASK);
                     continue;
                 };
                 let (ci, k) = (usize::from(item.desc.chain), usize::from(item.desc.instance));
@@ -2727,7 +2768,7 @@ fn schedule(
                             if let Err(item) = st.links.push(shared.route[ci][k][seg], item) {
                                 s.credit(credit_pool, 1);
                                 st.count_done(&item.desc);
-                                st.drop_item(pool, item, "ring_full");
+                                st.drop_item(pool, item, reason::RING_FULL);
                             }
                         } else {
                             s.credit(credit_pool, 1);
@@ -2741,7 +2782,7 @@ fn schedule(
                         *st.tenants[usize::from(d.tenant)].drops.entry(reason).or_default() += 1;
                     }
                     Some(JoinOutcome::Late(d)) => {
-                        *st.tenants[usize::from(d.tenant)].drops.entry("sync_late").or_default() += 1;
+                        *st.tenants[usize::from(d.tenant)].drops.entry(reason::SYNC_LATE).or_default() += 1;
                     }
                 }
             }
@@ -2750,7 +2791,7 @@ fn schedule(
             let (ci, k) = (usize::from(d.chain), usize::from(d.instance));
             s.credit(ci * shared.route[ci].len() + k, 1);
             st.count_done(&d);
-            *st.tenants[usize::from(d.tenant)].drops.entry("sync_timeout").or_default() += 1;
+            *st.tenants[usize::from(d.tenant)].drops.entry(reason::SYNC_TIMEOUT).or_default() += 1;
         }
     }
     // Panic: packets back from a task go on to the next, or leave.
@@ -2852,7 +2893,7 @@ fn schedule(
                 Err(item) => {
                     s.credit(credit_pool, 1);
                     st.count_done(&item.desc);
-                    st.drop_item(pool, item, "ring_full");
+                    st.drop_item(pool, item, reason::RING_FULL);
                 }
             },
         }
@@ -3083,7 +3124,7 @@ fn run_region(
             }
             None => {
                 st.fates.clear();
-                st.fates.resize(end, Fate::Dropped("no_region"));
+                st.fates.resize(end, Fate::Dropped(reason::NO_REGION));
             }
         }
         let fates = std::mem::take(&mut st.fates);
@@ -3106,7 +3147,7 @@ fn run_region(
                             item.desc.segment += 1;
                             let next = shared.route[ci][k][usize::from(item.desc.segment)];
                             if let Err(item) = st.links.push(next, item) {
-                                st.drop_item(pool, item, "ring_full");
+                                st.drop_item(pool, item, reason::RING_FULL);
                             }
                             continue;
                         }
@@ -3138,7 +3179,7 @@ fn run_region(
                         None => Some(item),
                     };
                     if let Some(item) = full {
-                        st.drop_item(pool, item, "ring_full");
+                        st.drop_item(pool, item, reason::RING_FULL);
                     }
                     continue;
                 }
@@ -3148,7 +3189,7 @@ fn run_region(
                     let next = shared.route[ci][k][usize::from(item.desc.segment)];
                     if let Err(item) = st.links.push(next, item) {
                         st.credit_back(credit_pool, &item.desc);
-                        st.drop_item(pool, item, "ring_full");
+                        st.drop_item(pool, item, reason::RING_FULL);
                     }
                     continue;
                 }
@@ -3193,7 +3234,7 @@ fn fork_copies(st: &mut CoreState, shared: &Shared, pool: &Pool, item: Item, f: 
         let region = shared.route[ci][k][f.branches[b].start];
         if let Err(copy) = st.links.push(region, copy) {
             // The join will not see this copy: the packet times out there.
-            st.drop_item(pool, copy, "ring_full");
+            st.drop_item(pool, copy, reason::RING_FULL);
         }
     }
 }
@@ -3205,7 +3246,7 @@ fn to_join(st: &mut CoreState, pool: &Pool, item: Item) {
         None => Some(item),
     };
     if let Some(item) = full {
-        st.drop_item(pool, item, "ring_full");
+        st.drop_item(pool, item, reason::RING_FULL);
     }
 }
 
@@ -3273,7 +3314,7 @@ impl Join {
                 if let Some(i) = keep {
                     pool.put(i.packet);
                 }
-                Some(JoinOutcome::Dropped(e.desc, r.unwrap_or("sync_lost")))
+                Some(JoinOutcome::Dropped(e.desc, r.unwrap_or(reason::SYNC_LOST)))
             }
         }
     }
@@ -3391,7 +3432,7 @@ fn run_rtc_batch(chains: &mut [Vec<Wrapper>], pool: &Pool, st: &mut CoreState, n
             run_batch(ws, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc, None, None);
         } else {
             st.fates.clear();
-            st.fates.resize(end, Fate::Dropped("no_task"));
+            st.fates.resize(end, Fate::Dropped(reason::NO_TASK));
         }
         let fates = std::mem::take(&mut st.fates);
         for (item, fate) in items.drain(..end).zip(fates.iter()) {
@@ -3562,7 +3603,7 @@ mod tests {
         d.set_reply(false);
         assert_eq!((d.reply(), d.dropped()), (false, Some("fw_denied")));
         let code = d.flags;
-        d.set_dropped(Some("sync_late"));
+        d.set_dropped(Some(reason::SYNC_LATE));
         d.set_dropped(Some("fw_denied"));
         assert_eq!(d.flags, code, "one code a reason");
         d.set_dropped(None);

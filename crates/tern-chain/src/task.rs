@@ -34,6 +34,23 @@ pub enum Verdict {
     Reply,
 }
 
+/// Every reason a task of `kind` (one of [`crate::tenant::KINDS`]) drops a packet for: the
+/// names its [`Verdict::Drop`]s carry, which count under them (docs/chain.md's table of kinds
+/// lists the same; a test compares them, and debug builds check each drop against it). None for
+/// a kind that never drops (`dummy`) or is not a kind.
+pub fn drop_reasons(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "firewall" => &crate::fw::FwDrop::NAMES,
+        "nat" => &crate::nat::NatDrop::NAMES,
+        "aes" => &crate::aes::AesDrop::NAMES,
+        "lb" => &["malformed", "not_tcp_udp4"],
+        "gbn" => &["malformed", "connections_full"],
+        "kv" => &["not_udp4", "malformed"],
+        "stage" => &["stage_dropped"],
+        _ => &[],
+    }
+}
+
 /// What a task costs and what it is: the cost descriptor the planner and the hardware model
 /// read.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -577,8 +577,9 @@ struct Branch {
 }
 
 impl NetworkTask for Branch {
+    // A drop needs a kind that names its reason (debug builds check): an engine's stage.
     fn kind(&self) -> &'static str {
-        "dummy"
+        "stage"
     }
     fn cost(&self) -> Cost {
         Cost { ns_per_packet: 0.0, luts: Some(1000), gbps: None, stateful: false, modifies: self.mark.is_some() }
@@ -587,7 +588,7 @@ impl NetworkTask for Branch {
         self.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let id = p.data()[42];
         if self.drop_every > 0 && id.is_multiple_of(self.drop_every) {
-            return Verdict::Drop("branch_said_no");
+            return Verdict::Drop("stage_dropped");
         }
         if let Some(m) = self.mark {
             let last = p.len() - 1;
@@ -636,7 +637,7 @@ fn branches_run_side_by_side_and_join() {
     let out = got.lock().unwrap();
     assert_eq!(out.len(), kept, "{stats:?}");
     assert!(out.iter().all(|(_, b)| b[b.len() - 1] == 0xaa), "the first branch's bytes");
-    assert_eq!(stats.tenants[0].drops.get("branch_said_no").copied(), Some((n as usize - kept) as u64));
+    assert_eq!(stats.tenants[0].drops.get("stage_dropped").copied(), Some((n as usize - kept) as u64));
     let c: Vec<u64> = counts.iter().map(|c| c.load(std::sync::atomic::Ordering::Relaxed)).collect();
     assert_eq!(c, [u64::from(n), u64::from(n), kept as u64], "each task once per packet (z only after the join)");
     // The branches ran in regions of their own.

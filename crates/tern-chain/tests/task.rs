@@ -54,10 +54,80 @@ fn task_of(nt: &str) -> Box<dyn NetworkTask> {
     task::build(&t.tasks[0], &mut Keys::default()).unwrap()
 }
 
+/// Runs `t` on `p`; a drop's reason must be one `task::drop_reasons` lists for its kind (the
+/// names docs/chain.md gives, `tests/docs.rs`).
 fn run(t: &mut dyn NetworkTask, p: &mut Packet, pool: &Pool) -> (Verdict, Vec<Packet>) {
     let mut emitted = Vec::new();
     let v = t.process(p, &mut Cx { now: Instant::now(), pool, emitted: &mut emitted, paced: false });
+    if let Verdict::Drop(r) = v {
+        assert!(task::drop_reasons(t.kind()).contains(&r), "{}: `{r}` is not among its drop reasons", t.kind());
+    }
     (v, emitted)
+}
+
+/// Every kind, on frames of every odd sort (none, cut short, not IP, IPv6, TCP, a fragment,
+/// UDP with garbage or a half message, runs of bytes): each drop is for a reason its kind
+/// lists, and each of those reasons with a frame here that causes it is seen.
+#[test]
+fn every_drop_is_for_a_reason_its_kind_lists() {
+    let pool = Pool::new(64, 2048);
+    let specs = [
+        "kind = \"firewall\"\nrules = [{ action = \"deny\", proto = \"tcp\" }]".to_string(),
+        "kind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20000\"".to_string(),
+        format!("kind = \"aes\"\nkey = \"{KEY}\"\ndirection = \"open\""),
+        "kind = \"lb\"\nbackends = [{ name = \"10.9.0.1:80\" }]".to_string(),
+        "kind = \"gbn\"".to_string(),
+        "kind = \"kv\"".to_string(),
+        "kind = \"dummy\"\nns_per_packet = 1".to_string(),
+    ];
+    let mut frames: Vec<Vec<u8>> = vec![Vec::new(), vec![0; 13], vec![0xff; 60]];
+    let mut arp = udp([10, 0, 0, 1], 1, [10, 0, 0, 2], 2, b"");
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    frames.push(arp);
+    let mut v6 = vec![0u8; 80];
+    v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+    frames.push(v6);
+    let mut tcp = Vec::new();
+    build_tcp4(&mut tcp, [2; 6], [4; 6], [10, 0, 0, 5], [192, 0, 2, 1], 4000, 80, 64, b"");
+    frames.push(tcp.clone());
+    frames.push(tcp[..30].to_vec());
+    // An IPv4 header changed at byte `at` of the frame to `to`, its checksum made right again.
+    let changed = |at: usize, to: u8| {
+        let mut f = udp([10, 0, 0, 1], 1, [10, 0, 0, 2], 2, b"abcdefgh");
+        f[at] = to;
+        f[24..26].copy_from_slice(&[0, 0]);
+        let sum = f[14..34].chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum::<u32>();
+        let sum = (sum & 0xffff) + (sum >> 16);
+        f[24..26].copy_from_slice(&(!((sum & 0xffff) + (sum >> 16)) as u16).to_be_bytes());
+        f
+    };
+    frames.push(changed(21, 1)); // a later fragment (offset 8)
+    frames.push(changed(23, 1)); // ICMP
+    for payload in [&b""[..], b"\x01", b"\x01\x01\x00\x00\x00\x00\x00\x00", &[9u8; 40]] {
+        frames.push(udp([10, 0, 0, 1], 1, [10, 0, 0, 2], 2, payload));
+        frames.push(udp([8, 8, 8, 8], 53, [192, 0, 2, 1], 20000, payload));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for spec in &specs {
+        let mut t = task_of(spec);
+        for f in &frames {
+            let mut p = packet(&pool, 16, f);
+            if let (Verdict::Drop(r), _) = run(t.as_mut(), &mut p, &pool) {
+                seen.insert((t.kind(), r));
+            }
+        }
+    }
+    for want in [("firewall", "malformed"), ("firewall", "not_ip"), ("firewall", "denied"), ("nat", "not_ipv4")] {
+        assert!(seen.contains(&want), "{want:?} not seen: {seen:?}");
+    }
+    for want in [("nat", "fragment"), ("nat", "not_tcp_udp"), ("nat", "no_mapping"), ("aes", "not_udp4")] {
+        assert!(seen.contains(&want), "{want:?} not seen: {seen:?}");
+    }
+    for want in
+        [("aes", "bad_tag"), ("lb", "not_tcp_udp4"), ("gbn", "malformed"), ("kv", "not_udp4"), ("kv", "malformed")]
+    {
+        assert!(seen.contains(&want), "{want:?} not seen: {seen:?}");
+    }
 }
 
 const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";

@@ -32,8 +32,9 @@ struct Stamp {
 }
 
 impl NetworkTask for Stamp {
+    // A drop needs a kind that names its reason (debug builds check): an engine's stage.
     fn kind(&self) -> &'static str {
-        "dummy"
+        "stage"
     }
     fn cost(&self) -> Cost {
         Cost { ns_per_packet: 0.0, luts: None, gbps: None, stateful: false, modifies: true }
@@ -45,7 +46,7 @@ impl NetworkTask for Stamp {
                 *b = self.generation;
                 Verdict::Pass
             }
-            None => Verdict::Drop("short"),
+            None => Verdict::Drop("stage_dropped"),
         }
     }
     fn counters(&self) -> Vec<(&'static str, u64)> {

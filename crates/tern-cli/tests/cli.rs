@@ -1155,6 +1155,30 @@ fn chain_serve_round_trip(mode: &str) {
         assert!(body.contains("tern_chain_instances_in_service{tenant=\"lan\"} 2"), "{body}");
         // Its space share (it asks for no bandwidth: the one instance a deployed chain keeps).
         assert!(body.contains("tern_chain_space_share_instances{tenant=\"lan\"} 1"), "{body}");
+        // docs/chain.md is the contract: it names every family served (a counter by its
+        // sample's `_total` name), and each it names is served (with --autoscale, all are).
+        let doc = std::fs::read_to_string(format!("{}/../../docs/chain.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let served: std::collections::BTreeSet<String> = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .map(|(name, kind)| if kind == "counter" { format!("{name}_total") } else { name.to_string() })
+            .collect();
+        let named: std::collections::BTreeSet<String> = doc
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("tern_chain_") && w.len() > "tern_chain_".len())
+            .map(str::to_string)
+            .collect();
+        assert_eq!(served, named, "the metrics served, and those docs/chain.md names");
+        // Every reason the tenant's packets can be dropped for, from the start: its firewall's
+        // and NAT's, and the data path's; not the join's (its DAG is not parallel).
+        for r in ["denied", "not_ip", "ports_exhausted", "no_mapping", "rate_limited", "queue_full", "no_region"] {
+            assert!(
+                body.contains(&format!("tern_chain_drops_packets_total{{tenant=\"lan\",reason=\"{r}\"}} 0")),
+                "{r}: {body}"
+            );
+        }
+        assert!(!body.contains("reason=\"sync_timeout\""), "{body}");
     }
     let (ok, out, err) = tern(&["chain", "dump", "--server", &metrics]);
     assert!(ok, "{err}");

@@ -21,7 +21,7 @@ use tern_chain::fair::Share;
 use tern_chain::plan::{self, Plan};
 use tern_chain::runtime::{
     Arrival, Classify, Config, Egress, FairShares, Ingress, Item, Launcher, Limiter, Live, Mode, Monitor, RunStats,
-    Runtime, Scaling,
+    Runtime, Scaling, reason,
 };
 use tern_chain::task::Keys;
 use tern_chain::tenant::{self, Tenant};
@@ -231,6 +231,8 @@ struct ChainCollector {
     rejected: Arc<std::sync::atomic::AtomicU64>,
     fair: Shares,
     tenants: Vec<String>,
+    /// By tenant: every reason its packets can be dropped for ([`drop_reasons_of`]).
+    drop_reasons: Vec<Vec<&'static str>>,
     /// By tenant: its chain.
     chain_of: Vec<usize>,
     /// By chain: its space share, instances (with --autoscale).
@@ -239,6 +241,20 @@ struct ChainCollector {
     ports: Ports,
     /// `rtc`: frames dealt to a core whose queue was full.
     rss_dropped: Arc<AtomicU64>,
+}
+
+/// Every reason tenant `t`'s packets can be dropped for (docs/chain.md, "Serving"): its tasks'
+/// (by kind), the data path's, and the join's if its DAG is parallel; each once, in that order.
+fn drop_reasons_of(t: &Tenant) -> Vec<&'static str> {
+    let tasks = t.tasks.iter().flat_map(|s| tern_chain::task::drop_reasons(s.kind()).iter().copied());
+    let own = reason::ALL.into_iter().filter(|r| t.parallel || !reason::SYNC.contains(r));
+    let mut v: Vec<&'static str> = Vec::new();
+    for r in tasks.chain(own) {
+        if !v.contains(&r) {
+            v.push(r);
+        }
+    }
+    v
 }
 
 /// Each tenant's share at the last epoch (None before the first, or without fairness).
@@ -275,18 +291,21 @@ impl Collector for ChainCollector {
             "Packets sent back towards their source (answers, and tasks' own packets such as acknowledgements).",
             &by_tenant(|t| t.replies),
         )?;
+        // Every reason a tenant's packets can be dropped for, 0 until one is; then any other
+        // its counters hold (a kind a live update brought in).
         let mut drops: Vec<(Labels, u64)> = Vec::new();
-        for (t, n) in s.tenants.iter().zip(&self.tenants) {
-            for (reason, v) in &t.drops {
+        for ((t, n), reasons) in s.tenants.iter().zip(&self.tenants).zip(&self.drop_reasons) {
+            let others = t.drops.keys().filter(|r| !reasons.contains(r));
+            for reason in reasons.iter().chain(others) {
                 let mut l = label("tenant", n);
                 l.extend(label("reason", reason));
-                drops.push((l, *v));
+                drops.push((l, t.drops.get(reason).copied().unwrap_or(0)));
             }
         }
         counter_family(
             &mut enc,
             "tern_chain_drops_packets",
-            "Packets dropped, by tenant and reason (the tasks' reasons, rate_limited, queue_full, ring_full).",
+            "Packets dropped, by tenant and reason: its tasks' reasons, and the data path's (rate_limited, queue_full, ring_full, no_task, no_region; sync_timeout, sync_late, sync_lost for a parallel DAG).",
             &drops,
         )?;
         // The ports' own drops come before any tenant is known (a full receive ring) or after
@@ -781,6 +800,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             rejected: rejected.clone(),
             fair: shares.clone(),
             tenants: names.clone(),
+            drop_reasons: tenants.iter().map(drop_reasons_of).collect(),
             chain_of: plan.tenants.iter().map(|p| p.chain).collect(),
             space_shares: space.as_ref().map(|s| s.shares()),
             ports: ports.clone(),
@@ -968,6 +988,23 @@ mod tests {
         assert_eq!(scheduler_line(2, 0), "2 decisions (not timed yet: it times one round in 8)");
         assert_eq!(scheduler_line(4, 200), "4 decisions, 50.0 ns each");
         assert_eq!(scheduler_line(1, 0), "1 decision (not timed yet: it times one round in 8)");
+    }
+
+    /// The drop reasons exported from the start: the tasks' (each once, though the firewall
+    /// and the NAT both count `malformed`), the data path's, and the join's only for a
+    /// parallel DAG.
+    #[test]
+    fn a_tenants_drop_reasons_are_its_tasks_and_the_data_paths() {
+        let ex = |f: &str| PathBuf::from(format!("{}/../../examples/chain/{f}", env!("CARGO_MANIFEST_DIR")));
+        let web = Tenant::load(&ex("web.toml")).unwrap();
+        let r = drop_reasons_of(&web);
+        assert_eq!(r.iter().filter(|x| **x == "malformed").count(), 1, "{r:?}");
+        assert!(r.contains(&"denied") && r.contains(&"rate_limited") && r.contains(&"no_region"), "{r:?}");
+        assert!(!r.contains(&"sync_timeout"), "{r:?}");
+        let par = Tenant::load(&ex("figure4-a-parallel.toml")).unwrap();
+        assert!(par.parallel);
+        let r = drop_reasons_of(&par);
+        assert!(reason::SYNC.iter().all(|s| r.contains(s)), "{r:?}");
     }
 
     /// A core may have more to send in one call than a batch holds (its regions' batches
