@@ -231,6 +231,39 @@ fn bool_of(t: &toml::Table, key: &str, at: &str) -> Result<Option<bool>, String>
     }
 }
 
+/// The keys of a tenant's `[ingress]` table (docs/chain.md lists the same; a test compares them).
+pub const INGRESS_KEYS: [&str; 5] = ["src", "dst", "proto", "src_port", "dst_port"];
+
+/// The keys of a firewall rule (an entry of `rules`; docs/chain.md lists the same).
+pub const RULE_KEYS: [&str; 7] = ["action", "src", "dst", "proto", "src_port", "dst_port", "priority"];
+
+/// The keys of a load balancer's backend (an entry of `backends`; docs/chain.md lists the same).
+pub const BACKEND_KEYS: [&str; 2] = ["name", "weight"];
+
+/// The parameters a task of `kind` takes in its `[nt.NAME]` table beside `kind` (docs/chain.md's
+/// table of kinds and their parameters lists the same; a test compares them). None for a kind
+/// that is not one of [`KINDS`].
+pub fn parameters(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "firewall" => &["rules", "default", "established", "max_flows", "idle_s"],
+        "nat" => &["external", "ports", "idle_s"],
+        "aes" => &["key", "direction"],
+        "lb" => &["backends", "table_size"],
+        "gbn" => &["window", "rto_ms", "queue"],
+        "kv" => &["max_bytes", "max_entries", "max_pending"],
+        "dummy" => &["ns_per_packet", "gbps", "luts"],
+        "stage" => &["engine", "config", "in_port", "luts"],
+        _ => &[],
+    }
+}
+
+/// `t` holds only `kind` and the parameters of `kind`; else an error naming the first other key
+/// and listing what the kind takes.
+fn parameters_only(t: &toml::Table, kind: &str, at: &str) -> Result<(), String> {
+    let allowed: Vec<&str> = std::iter::once("kind").chain(parameters(kind).iter().copied()).collect();
+    only(t, &allowed, at)
+}
+
 fn only(t: &toml::Table, allowed: &[&str], at: &str) -> Result<(), String> {
     match t.keys().find(|k| !allowed.contains(&k.as_str())) {
         Some(k) => Err(format!("{at}.{k}: not a parameter of this kind ({})", allowed.join(", "))),
@@ -297,7 +330,7 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
     let kind = str_of(t, "kind", at)?.ok_or_else(|| format!("{at}.kind: missing (one of {})", KINDS.join(", ")))?;
     match kind {
         "firewall" => {
-            only(t, &["kind", "rules", "default", "established", "max_flows", "idle_s"], at)?;
+            parameters_only(t, "firewall", at)?;
             let mut config = FwConfig::default();
             match str_of(t, "default", at)? {
                 None | Some("deny") => {}
@@ -316,7 +349,7 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
             for (i, r) in list.iter().enumerate() {
                 let rat = format!("{at}.rules[{i}]");
                 let toml::Value::Table(r) = r else { return Err(format!("{rat}: must be a table")) };
-                only(r, &["action", "src", "dst", "proto", "src_port", "dst_port", "priority"], &rat)?;
+                only(r, &RULE_KEYS, &rat)?;
                 let action = match str_of(r, "action", &rat)? {
                     Some("allow") => Action::Allow,
                     Some("deny") => Action::Deny,
@@ -328,7 +361,7 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
             Ok(TaskSpec::Firewall { rules, config })
         }
         "nat" => {
-            only(t, &["kind", "external", "ports", "idle_s"], at)?;
+            parameters_only(t, "nat", at)?;
             let ext = str_of(t, "external", at)?.ok_or_else(|| format!("{at}.external: missing (an IPv4 address)"))?;
             let external: std::net::Ipv4Addr =
                 ext.parse().map_err(|_| format!("{at}.external: `{ext}` is not an IPv4 address"))?;
@@ -343,7 +376,7 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
             Ok(TaskSpec::Nat(NatConfig { external: external.octets(), ports: (lo, hi), idle }))
         }
         "aes" => {
-            only(t, &["kind", "key", "direction"], at)?;
+            parameters_only(t, "aes", at)?;
             let k = str_of(t, "key", at)?.ok_or_else(|| format!("{at}.key: missing (64 hex digits)"))?;
             let key =
                 tern_wire::hex_bytes::<32>(k).ok_or_else(|| format!("{at}.key: not 64 hex digits (a 32-byte key)"))?;
@@ -355,7 +388,7 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
             Ok(TaskSpec::Aes { key, seal })
         }
         "lb" => {
-            only(t, &["kind", "backends", "table_size"], at)?;
+            parameters_only(t, "lb", at)?;
             let Some(toml::Value::Array(list)) = t.get("backends") else {
                 return Err(format!("{at}.backends: missing (a list of {{ name, weight }})"));
             };
@@ -363,7 +396,7 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
             for (i, b) in list.iter().enumerate() {
                 let bat = format!("{at}.backends[{i}]");
                 let toml::Value::Table(b) = b else { return Err(format!("{bat}: must be a table")) };
-                only(b, &["name", "weight"], &bat)?;
+                only(b, &BACKEND_KEYS, &bat)?;
                 let name = str_of(b, "name", &bat)?.ok_or_else(|| format!("{bat}.name: missing"))?;
                 let weight = int_of(b, "weight", &bat, 0..=1000)?.unwrap_or(1) as u32;
                 backends.push((name.to_string(), weight));
@@ -375,7 +408,7 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
             Ok(TaskSpec::Lb { backends, table_size })
         }
         "gbn" => {
-            only(t, &["kind", "window", "rto_ms", "queue"], at)?;
+            parameters_only(t, "gbn", at)?;
             let d = gbn::Config::default();
             Ok(TaskSpec::Gbn(gbn::Config {
                 window: int_of(t, "window", at, 1..=32_768)?.map_or(d.window, |v| v as u32),
@@ -384,7 +417,7 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
             }))
         }
         "kv" => {
-            only(t, &["kind", "max_bytes", "max_entries", "max_pending"], at)?;
+            parameters_only(t, "kv", at)?;
             let d = crate::kv::KvConfig::default();
             Ok(TaskSpec::Kv(crate::kv::KvConfig {
                 max_bytes: int_of(t, "max_bytes", at, 1..=1 << 34)?.map_or(d.max_bytes, |v| v as usize),
@@ -393,7 +426,7 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
             }))
         }
         "dummy" => {
-            only(t, &["kind", "ns_per_packet", "gbps", "luts"], at)?;
+            parameters_only(t, "dummy", at)?;
             let gbps = match t.get("gbps") {
                 None => 0.0,
                 Some(toml::Value::Float(g)) if *g >= 0.0 && g.is_finite() => *g,
@@ -407,7 +440,7 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
             })
         }
         "stage" => {
-            only(t, &["kind", "engine", "config", "in_port", "luts"], at)?;
+            parameters_only(t, "stage", at)?;
             let engine = str_of(t, "engine", at)?.ok_or_else(|| format!("{at}.engine: missing (flow)"))?;
             let config = str_of(t, "config", at)?.ok_or_else(|| format!("{at}.config: missing (the engine's file)"))?;
             if engine.is_empty() || config.is_empty() {
@@ -543,7 +576,7 @@ impl Tenant {
         if !(bandwidth_gbps >= 0.0 && bandwidth_gbps.is_finite()) {
             return Err(format!("bandwidth_gbps = {bandwidth_gbps}: must be a number of Gbit/s, 0 or more"));
         }
-        only(&raw.ingress, &["src", "dst", "proto", "src_port", "dst_port"], "ingress")?;
+        only(&raw.ingress, &INGRESS_KEYS, "ingress")?;
         let pattern = pattern(&raw.ingress, "ingress")?;
         let dag = dag::parse(&raw.dag).map_err(|e| format!("dag: {e}"))?;
         let order = dag.topological().map_err(|c| format!("dag: {c}"))?;

@@ -1,11 +1,12 @@
 //! docs/chain.md is the contract: the drop reasons it lists, for each task kind and for the data
-//! path, are exactly those the code counts under.
+//! path, are exactly those the code counts under; the parameters it gives each kind, and the
+//! keys of `[ingress]`, exactly those a tenant file may hold.
 
 use std::collections::BTreeSet;
 
 use tern_chain::runtime::reason;
 use tern_chain::task::drop_reasons;
-use tern_chain::tenant::KINDS;
+use tern_chain::tenant::{BACKEND_KEYS, INGRESS_KEYS, KINDS, RULE_KEYS, parameters};
 
 fn doc() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/chain.md")).unwrap()
@@ -39,8 +40,7 @@ fn kind_rows(doc: &str) -> Vec<(String, BTreeSet<String>)> {
             break;
         }
         let kind = line.split('`').nth(1).expect("a kind in backticks").to_string();
-        let (_, last) = line.trim_end().trim_end_matches('|').rsplit_once('|').expect("columns");
-        rows.push((kind, names(last)));
+        rows.push((kind, names(&cells(line).pop().expect("columns"))));
     }
     rows
 }
@@ -81,4 +81,76 @@ fn drop_reasons_follow_the_task_enums() {
     assert_eq!(drop_reasons("nat"), of(NatDrop::ALL.iter().map(|d| d.name()).collect()));
     assert_eq!(drop_reasons("aes"), of(AesDrop::ALL.iter().map(|d| d.name()).collect()));
     assert!(drop_reasons("dummy").is_empty() && drop_reasons("no such kind").is_empty());
+}
+
+/// A table's rows under `heading` (a line starting with `header`): each row's first backticked
+/// word and its last column.
+fn table(doc: &str, header: &str) -> Vec<(String, String)> {
+    let start = doc.find(header).unwrap_or_else(|| panic!("docs/chain.md has no table `{header}`"));
+    doc[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let first = l.split('`').nth(1).expect("a backticked first column").to_string();
+            (first, cells(l).pop().expect("columns"))
+        })
+        .collect()
+}
+
+/// A table row's cells (a `\\|` inside one is a `|` of its text).
+fn cells(row: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut chars = row.trim().trim_start_matches('|').chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'|') => out.last_mut().unwrap().push(chars.next().unwrap()),
+            '|' => out.push(String::new()),
+            c => out.last_mut().unwrap().push(c),
+        }
+    }
+    out.pop(); // after the closing `|`
+    out
+}
+
+/// The parameter names in a kind's row: each backticked word that starts a clause, followed by
+/// ` (` or `:` (its default or its form); values in backticks are followed by neither.
+fn parameter_names(cell: &str) -> BTreeSet<String> {
+    let parts: Vec<&str> = cell.split('`').collect();
+    (1..parts.len())
+        .step_by(2)
+        .filter(|&i| {
+            let after = parts.get(i + 1).copied().unwrap_or("");
+            after.starts_with(" (") || after.starts_with(':')
+        })
+        .map(|i| parts[i].to_string())
+        .filter(|n| n.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        .collect()
+}
+
+/// The keys of the first `{ key = ..., key, ... }` in a cell.
+fn braced_keys(cell: &str) -> BTreeSet<String> {
+    let inner = cell.split_once("`{").and_then(|(_, r)| r.split_once("}`")).expect("a `{ ... }` in the cell").0;
+    inner.split(',').filter_map(|k| k.split_whitespace().next()).map(str::to_string).collect()
+}
+
+#[test]
+fn the_docs_give_each_kind_its_parameters() {
+    let doc = doc();
+    let rows = table(&doc, "| kind | parameters |");
+    let documented: BTreeSet<&str> = rows.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(documented, KINDS.iter().copied().collect(), "docs/chain.md's table of parameters");
+    for (kind, cell) in &rows {
+        let code: BTreeSet<String> = parameters(kind).iter().map(|p| p.to_string()).collect();
+        assert_eq!(parameter_names(cell), code, "docs/chain.md, kind `{kind}`: its parameters, and the code's");
+    }
+    // A firewall rule's keys, and a backend's.
+    let cell = |kind: &str| rows.iter().find(|(k, _)| k == kind).map(|(_, c)| c.as_str()).unwrap();
+    let set = |keys: &[&str]| keys.iter().map(|k| k.to_string()).collect::<BTreeSet<String>>();
+    assert_eq!(braced_keys(cell("firewall")), set(&RULE_KEYS), "docs/chain.md: a firewall rule's keys");
+    assert_eq!(braced_keys(cell("lb")), set(&BACKEND_KEYS), "docs/chain.md: a backend's keys");
+    // The `[ingress]` row's keys (its values are quoted, so not plain names).
+    let row = doc.lines().find(|l| l.starts_with("| `[ingress]` |")).expect("an `[ingress]` row");
+    let listed = names(&cells(row)[1]);
+    assert_eq!(listed, INGRESS_KEYS.iter().map(|k| k.to_string()).collect(), "docs/chain.md's `[ingress]` keys");
 }
