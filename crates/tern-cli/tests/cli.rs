@@ -1102,6 +1102,41 @@ fn chain_serve_runs_on_the_cpu_profile() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// docs/chain.md's table of `tern chain serve --json`'s summary is the contract: its keys at the
+/// top level, and each row's "holds" (an object's keys, or a list's entries' keys), are exactly
+/// the summary's.
+fn chain_summary_is_as_documented(v: &serde_json::Value, mode: &str) {
+    use std::collections::BTreeSet;
+    let doc = std::fs::read_to_string(format!("{}/../../docs/chain.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let start = doc.find("| key | holds | what |").expect("the summary's table in docs/chain.md");
+    let keys = |o: &serde_json::Value| -> BTreeSet<String> {
+        o.as_object().unwrap_or_else(|| panic!("{mode}: not an object: {o}")).keys().cloned().collect()
+    };
+    let mut top = BTreeSet::new();
+    for row in doc[start..].lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cols: Vec<&str> = row.split('|').collect();
+        let path = cols[1].trim().trim_matches('`');
+        let holds: BTreeSet<String> = cols[2].split('`').skip(1).step_by(2).map(str::to_string).collect();
+        let mut at = v;
+        for part in path.split('.') {
+            let (name, list) = part.strip_suffix("[]").map_or((part, false), |n| (n, true));
+            at = &at[name];
+            if list {
+                at = &at[0];
+            }
+        }
+        if !path.contains('.') {
+            top.insert(path.to_string());
+        }
+        if holds.is_empty() || (at.is_null() && path == "tenants[].fair" && mode == "rtc") {
+            continue;
+        }
+        let at = if at.is_array() { &at[0] } else { at };
+        assert_eq!(keys(at), holds, "{mode}: `{path}` in the summary, and in docs/chain.md");
+    }
+    assert_eq!(keys(v), top, "{mode}: the summary's keys, and those docs/chain.md gives");
+}
+
 fn chain_serve_round_trip(mode: &str) {
     use std::time::Duration;
     let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
@@ -1235,6 +1270,7 @@ fn chain_serve_round_trip(mode: &str) {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    chain_summary_is_as_documented(&v, mode);
     assert_eq!(v["tenants"][0]["packets_out"], 2, "{mode}: {v}");
     assert_eq!(v["tenants"][0]["fair"].is_null(), mode == "rtc", "{mode}: {v}");
     if mode == "snic" {
