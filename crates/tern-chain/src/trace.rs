@@ -35,9 +35,25 @@ pub struct Trace {
     pub steps: Vec<Step>,
     /// What became of it: `out` (sent on), `reply` (answered back), `drop: REASON`.
     pub fate: String,
-    /// Its bytes at the end, and packets the tasks sent of their own.
+    /// Its bytes at the end, and packets the tasks sent of their own (in JSON as hex strings,
+    /// which `tern chain trace --packet` takes back).
+    #[serde(serialize_with = "hex")]
     pub output: Vec<u8>,
+    #[serde(serialize_with = "hex_each")]
     pub emitted: Vec<Vec<u8>>,
+}
+
+/// Bytes as lower-case hex, two digits a byte.
+fn hex_of(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn hex<S: serde::Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&hex_of(b))
+}
+
+fn hex_each<S: serde::Serializer>(v: &[Vec<u8>], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter().map(|b| hex_of(b)))
 }
 
 /// Traces `frame` through `plan` for `tenants`, with tasks from `factory`.

@@ -1282,6 +1282,26 @@ fn chain_serve_round_trip(mode: &str) {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// docs/chain.md's table of `tern chain trace --json` is the contract: the keys at the top level
+/// and of a step are exactly the trace's.
+fn chain_trace_is_as_documented(v: &serde_json::Value) {
+    use std::collections::BTreeSet;
+    let doc = std::fs::read_to_string(format!("{}/../../docs/chain.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let start = doc.find("| trace key | holds | what |").expect("the trace's table in docs/chain.md");
+    let keys = |o: &serde_json::Value| -> BTreeSet<String> { o.as_object().unwrap().keys().cloned().collect() };
+    let mut top = BTreeSet::new();
+    for row in doc[start..].lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cols: Vec<&str> = row.split('|').collect();
+        let key = cols[1].trim().trim_matches('`');
+        let holds: BTreeSet<String> = cols[2].split('`').skip(1).step_by(2).map(str::to_string).collect();
+        top.insert(key.to_string());
+        if !holds.is_empty() {
+            assert_eq!(keys(&v[key][0]), holds, "`{key}` in the trace, and in docs/chain.md");
+        }
+    }
+    assert_eq!(keys(v), top, "the trace's keys, and those docs/chain.md gives");
+}
+
 /// `tern chain trace`: a DAG-A packet rides DAG-D's chain, skipping NAT, the load balancer and
 /// the two dummies, through the firewall and AES (its payload sealed: 28 bytes more); a packet
 /// the web tenant's firewall denies stops there.
@@ -1308,7 +1328,16 @@ fn chain_trace_shows_skips_and_the_stop() {
         .collect();
     assert_eq!(steps, ["nat skip", "fw pass", "lb skip", "nt4 skip", "nt5 skip", "aes pass"]);
     assert_eq!(v["fate"], "out");
-    assert_eq!(v["output"].as_array().unwrap().len(), 14 + 20 + 8 + 20 + 28);
+    let output = v["output"].as_str().unwrap();
+    assert_eq!(output.len(), 2 * (14 + 20 + 8 + 20 + 28), "hex, two digits a byte");
+    chain_trace_is_as_documented(&v);
+    // Its bytes after go back in as a packet: DAG-A's firewall and AES again, sealed twice.
+    let (ok, out, err) =
+        tern(&["chain", "trace", &ex("figure10-d.toml"), &ex("figure10-a.toml"), "--packet", output, "--json"]);
+    assert!(ok, "{err}");
+    let again: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((&again["tenant"], &again["fate"]), (&v["tenant"], &v["fate"]), "{again}");
+    assert_eq!(again["output"].as_str().unwrap().len(), output.len() + 2 * 28);
     let (ok, out, _) =
         tern(&["chain", "trace", &ex("web.toml"), "--packet", "tcp,nw_src=10.0.0.66,nw_dst=10.1.0.7,tp_dst=80"]);
     assert!(ok);
@@ -1366,7 +1395,8 @@ fn chain_runs_a_flow_switch_as_a_task() {
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["fate"], "out");
-    let o: Vec<u8> = v["output"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap() as u8).collect();
+    let hex = v["output"].as_str().unwrap();
+    let o: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
     assert_eq!(&o[..6], &[2, 0, 0, 0, 0, 2], "the next hop's MAC");
     assert_eq!(o[22], 63, "the TTL decremented");
     let (ok, out, _) =
