@@ -1102,15 +1102,16 @@ fn chain_serve_runs_on_the_cpu_profile() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// docs/chain.md's table of `tern chain serve --json`'s summary is the contract: its keys at the
-/// top level, and each row's "holds" (an object's keys, or a list's entries' keys), are exactly
-/// the summary's.
-fn chain_summary_is_as_documented(v: &serde_json::Value, mode: &str) {
+/// A table of docs/chain.md (the one whose header is `header`: `| KEY | holds | what |`) is the
+/// contract for the JSON `v`: the rows' keys without a dot are `v`'s keys, and each row's
+/// "holds" are the keys of the object at its path (`a.b`; `a[]` is a list's first entry, and a
+/// list is read by its first entry), unless the path is one of `may_be_null` and it is null.
+fn json_is_as_documented(v: &serde_json::Value, header: &str, may_be_null: &[&str]) {
     use std::collections::BTreeSet;
     let doc = std::fs::read_to_string(format!("{}/../../docs/chain.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
-    let start = doc.find("| key | holds | what |").expect("the summary's table in docs/chain.md");
+    let start = doc.find(header).unwrap_or_else(|| panic!("no table `{header}` in docs/chain.md"));
     let keys = |o: &serde_json::Value| -> BTreeSet<String> {
-        o.as_object().unwrap_or_else(|| panic!("{mode}: not an object: {o}")).keys().cloned().collect()
+        o.as_object().unwrap_or_else(|| panic!("{header}: not an object: {o}")).keys().cloned().collect()
     };
     let mut top = BTreeSet::new();
     for row in doc[start..].lines().skip(2).take_while(|l| l.starts_with('|')) {
@@ -1128,13 +1129,13 @@ fn chain_summary_is_as_documented(v: &serde_json::Value, mode: &str) {
         if !path.contains('.') {
             top.insert(path.to_string());
         }
-        if holds.is_empty() || (at.is_null() && path == "tenants[].fair" && mode == "rtc") {
+        if holds.is_empty() || (at.is_null() && may_be_null.contains(&path)) {
             continue;
         }
         let at = if at.is_array() { &at[0] } else { at };
-        assert_eq!(keys(at), holds, "{mode}: `{path}` in the summary, and in docs/chain.md");
+        assert_eq!(keys(at), holds, "{header}: `{path}` in the JSON, and in docs/chain.md");
     }
-    assert_eq!(keys(v), top, "{mode}: the summary's keys, and those docs/chain.md gives");
+    assert_eq!(keys(v), top, "{header}: the JSON's keys, and those docs/chain.md gives");
 }
 
 fn chain_serve_round_trip(mode: &str) {
@@ -1215,6 +1216,9 @@ fn chain_serve_round_trip(mode: &str) {
         }
         assert!(!body.contains("reason=\"sync_timeout\""), "{body}");
     }
+    let runtime = ureq::get(&format!("http://{metrics}/runtime")).call().unwrap().into_body().read_to_string().unwrap();
+    let runtime: serde_json::Value = serde_json::from_str(&runtime).unwrap();
+    json_is_as_documented(&runtime, "| runtime key | holds | what |", &[]);
     let (ok, out, err) = tern(&["chain", "dump", "--server", &metrics]);
     assert!(ok, "{err}");
     assert!(out.contains(&format!("mode {mode}")) && out.contains("ns/packet"), "{out}");
@@ -1270,7 +1274,8 @@ fn chain_serve_round_trip(mode: &str) {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    chain_summary_is_as_documented(&v, mode);
+    let null_fair: &[&str] = if mode == "rtc" { &["tenants[].fair"] } else { &[] };
+    json_is_as_documented(&v, "| key | holds | what |", null_fair);
     assert_eq!(v["tenants"][0]["packets_out"], 2, "{mode}: {v}");
     assert_eq!(v["tenants"][0]["fair"].is_null(), mode == "rtc", "{mode}: {v}");
     if mode == "snic" {
@@ -1280,26 +1285,6 @@ fn chain_serve_round_trip(mode: &str) {
     assert_eq!(v["unknown_tenant"], 1, "{v}");
     assert_eq!(v["rss_dropped"], 0, "{v}");
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-/// docs/chain.md's table of `tern chain trace --json` is the contract: the keys at the top level
-/// and of a step are exactly the trace's.
-fn chain_trace_is_as_documented(v: &serde_json::Value) {
-    use std::collections::BTreeSet;
-    let doc = std::fs::read_to_string(format!("{}/../../docs/chain.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
-    let start = doc.find("| trace key | holds | what |").expect("the trace's table in docs/chain.md");
-    let keys = |o: &serde_json::Value| -> BTreeSet<String> { o.as_object().unwrap().keys().cloned().collect() };
-    let mut top = BTreeSet::new();
-    for row in doc[start..].lines().skip(2).take_while(|l| l.starts_with('|')) {
-        let cols: Vec<&str> = row.split('|').collect();
-        let key = cols[1].trim().trim_matches('`');
-        let holds: BTreeSet<String> = cols[2].split('`').skip(1).step_by(2).map(str::to_string).collect();
-        top.insert(key.to_string());
-        if !holds.is_empty() {
-            assert_eq!(keys(&v[key][0]), holds, "`{key}` in the trace, and in docs/chain.md");
-        }
-    }
-    assert_eq!(keys(v), top, "the trace's keys, and those docs/chain.md gives");
 }
 
 /// `tern chain trace`: a DAG-A packet rides DAG-D's chain, skipping NAT, the load balancer and
@@ -1330,7 +1315,7 @@ fn chain_trace_shows_skips_and_the_stop() {
     assert_eq!(v["fate"], "out");
     let output = v["output"].as_str().unwrap();
     assert_eq!(output.len(), 2 * (14 + 20 + 8 + 20 + 28), "hex, two digits a byte");
-    chain_trace_is_as_documented(&v);
+    json_is_as_documented(&v, "| trace key | holds | what |", &[]);
     // Its bytes after go back in as a packet: DAG-A's firewall and AES again, sealed twice.
     let (ok, out, err) =
         tern(&["chain", "trace", &ex("figure10-d.toml"), &ex("figure10-a.toml"), "--packet", output, "--json"]);

@@ -649,6 +649,7 @@ pub fn runtime_json(mode: Mode, tenants: &[String], plan_text: &[String], live: 
         "stats": live.stats,
         "queue_depth": live.queue_depth,
         "credits": live.credits,
+        "launches": live.launches,
     })
 }
 
