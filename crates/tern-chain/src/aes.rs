@@ -83,7 +83,7 @@ pub enum AesDrop {
 
 impl AesDrop {
     /// Its counter's name.
-    pub const fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             AesDrop::Malformed => "malformed",
             AesDrop::NotUdp4 => "not_udp4",
@@ -96,17 +96,6 @@ impl AesDrop {
     /// Every reason, in counter order.
     pub const ALL: [AesDrop; 5] =
         [AesDrop::Malformed, AesDrop::NotUdp4, AesDrop::TooLarge, AesDrop::BadTag, AesDrop::NoncesExhausted];
-
-    /// Every reason's name, in counter order (what [`crate::task::drop_reasons`] gives).
-    pub const NAMES: [&'static str; 5] = {
-        let mut names = [""; 5];
-        let mut i = 0;
-        while i < 5 {
-            names[i] = AesDrop::ALL[i].name();
-            i += 1;
-        }
-        names
-    };
 }
 
 /// What a task counted.

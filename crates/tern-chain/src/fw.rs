@@ -78,7 +78,7 @@ pub enum FwDrop {
 
 impl FwDrop {
     /// Its counter's name.
-    pub const fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             FwDrop::Malformed => "malformed",
             FwDrop::NotIp => "not_ip",
@@ -88,17 +88,6 @@ impl FwDrop {
 
     /// Every reason, in counter order.
     pub const ALL: [FwDrop; 3] = [FwDrop::Malformed, FwDrop::NotIp, FwDrop::Denied];
-
-    /// Every reason's name, in counter order (what [`crate::task::drop_reasons`] gives).
-    pub const NAMES: [&'static str; 3] = {
-        let mut names = [""; 3];
-        let mut i = 0;
-        while i < 3 {
-            names[i] = FwDrop::ALL[i].name();
-            i += 1;
-        }
-        names
-    };
 }
 
 /// What the firewall counted.

@@ -53,7 +53,7 @@ pub enum NatDrop {
 
 impl NatDrop {
     /// Its counter's name.
-    pub const fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             NatDrop::Malformed => "malformed",
             NatDrop::NotIpv4 => "not_ipv4",
@@ -73,17 +73,6 @@ impl NatDrop {
         NatDrop::NoMapping,
         NatDrop::PortsExhausted,
     ];
-
-    /// Every reason's name, in counter order (what [`crate::task::drop_reasons`] gives).
-    pub const NAMES: [&'static str; 6] = {
-        let mut names = [""; 6];
-        let mut i = 0;
-        while i < 6 {
-            names[i] = NatDrop::ALL[i].name();
-            i += 1;
-        }
-        names
-    };
 }
 
 /// The NAT's settings.
