@@ -1222,6 +1222,8 @@ fn chain_serve_round_trip(mode: &str) {
     let (ok, out, err) = tern(&["chain", "dump", "--server", &metrics]);
     assert!(ok, "{err}");
     assert!(out.contains(&format!("mode {mode}")) && out.contains("ns/packet"), "{out}");
+    let queued = if mode == "rtc" { "" } else { "; queued 0" };
+    assert!(out.contains(&format!("tenant lan: 2 in, 2 out, 0 back; drops: none{queued}\n")), "{out}");
     assert!(out.lines().any(|l| l.contains(" nat ") && l.contains("nat")), "{out}");
     if mode == "snic" {
         // A live update: the firewall now denies UDP. The tenant's new task instances are

@@ -96,14 +96,18 @@ pub fn dump(a: &DumpArgs) -> CmdResult {
     let s = &v["stats"];
     let tenants: Vec<&str> = v["tenants"].as_array().into_iter().flatten().filter_map(|t| t.as_str()).collect();
     for (i, t) in s["tenants"].as_array().into_iter().flatten().enumerate() {
+        // As the server's own summary prints them.
+        let drops: Vec<String> =
+            t["drops"].as_object().into_iter().flatten().map(|(k, n)| format!("{k} {n}")).collect();
+        // Mode rtc has no scheduler and so no queues.
+        let queued = v["queue_depth"].get(i).map_or(String::new(), |q| format!("; queued {q}"));
         println!(
-            "tenant {}: {} in, {} out, {} back, drops {}, queued {}",
+            "tenant {}: {} in, {} out, {} back; drops: {}{queued}",
             tenants.get(i).copied().unwrap_or("?"),
             t["packets_in"],
             t["packets_out"],
             t["replies"],
-            t["drops"],
-            v["queue_depth"].get(i).cloned().unwrap_or_default()
+            if drops.is_empty() { "none".into() } else { drops.join(", ") },
         );
     }
     println!(
