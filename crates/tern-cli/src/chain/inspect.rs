@@ -26,7 +26,8 @@ pub struct TraceArgs {
     /// The hardware profile the plan must fit.
     #[arg(long, default_value = "supernic-htg9200")]
     pub profile: String,
-    /// Print JSON.
+    /// Print JSON (docs/chain.md lists its keys): the frame's bytes as hex, which --packet
+    /// takes back.
     #[arg(long)]
     pub json: bool,
 }
@@ -70,7 +71,7 @@ pub struct DumpArgs {
     /// A running `tern chain serve --metrics ADDR`.
     #[arg(long)]
     pub server: SocketAddr,
-    /// Print the server's JSON as it is.
+    /// Print the server's JSON (its /runtime, whose keys docs/chain.md lists) as it is.
     #[arg(long)]
     pub json: bool,
 }

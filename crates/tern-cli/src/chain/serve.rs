@@ -97,7 +97,7 @@ pub struct ServeArgs {
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Print the summary as JSON.
+    /// Print the summary as JSON on stdout (docs/chain.md, "Serving", lists its keys).
     #[arg(long)]
     pub json: bool,
 }
