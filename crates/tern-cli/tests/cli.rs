@@ -853,6 +853,13 @@ fn chain_check_reads_tenants_and_names_what_is_wrong() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["tenants"][0]["dag"]["order"], serde_json::json!(["fw", "nat", "aes", "lb"]));
     assert_eq!(v["tenants"][0]["uses"][1]["asked"].as_f64(), Some(6400.0));
+    // docs/chain.md's table of the JSON; a parallel tenant's fork (null above).
+    json_is_as_documented(&v, "| check key | holds | what |", &["plan.plan.tenants[].fork"]);
+    let parallel = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/chain/figure4-a-parallel.toml");
+    let (ok, out, err) = tern(&["chain", "check", parallel, "--json"]);
+    assert!(ok, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    json_is_as_documented(&v, "| check key | holds | what |", &[]);
     let dir = std::env::temp_dir().join(format!("tern-chain-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let text = std::fs::read_to_string(example).unwrap();
@@ -861,6 +868,30 @@ fn chain_check_reads_tenants_and_names_what_is_wrong() {
         .unwrap();
     let greedy = dir.join("greedy.toml");
     std::fs::write(&greedy, text.replace("bandwidth_gbps = 10.0", "bandwidth_gbps = 400.0")).unwrap();
+    // As documented: a file that cannot be used has only `file`, `ok` and `error`; a plan that
+    // does not fit, `ok` and `error`.
+    let (ok, out, _) = tern(&["chain", "check", cyclic.to_str().unwrap(), "--json"]);
+    assert!(!ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let keys = |o: &serde_json::Value| o.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&v["tenants"][0]), ["error", "file", "ok"], "{v}");
+    // Nine tenants, each a task as large as most of a region, none shared: 8 regions hold 8.
+    let crowd: Vec<String> = (0..9)
+        .map(|i| {
+            let f = dir.join(format!("big{i}.toml"));
+            let t = format!(
+                "tenant = \"big{i}\"\ndag = \"big{i}\"\n[ingress]\ndst = \"10.{i}.0.0/16\"\n[nt.big{i}]\nkind = \"dummy\"\nluts = 90000\n"
+            );
+            std::fs::write(&f, t).unwrap();
+            f.to_str().unwrap().to_string()
+        })
+        .collect();
+    let mut args = vec!["chain", "check", "--json"];
+    args.extend(crowd.iter().map(String::as_str));
+    let (ok, out, _) = tern(&args);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(!ok && v["plan"]["ok"] == false, "{v}");
+    assert_eq!(keys(&v["plan"]), ["error", "ok"], "{v}");
     let (ok, out, _) = tern(&["chain", "check", cyclic.to_str().unwrap(), greedy.to_str().unwrap()]);
     assert!(!ok);
     assert!(out.contains("cyclic.toml: dag: a cycle: fw -> nat -> aes -> fw"), "{out}");
