@@ -1172,7 +1172,7 @@ fn json_is_as_documented(v: &serde_json::Value, header: &str, may_be_null: &[&st
 fn chain_serve_round_trip(mode: &str) {
     use std::time::Duration;
     let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    let mut args = vec!["--duration", "3", "--json", "--mode", mode, "--metrics", &metrics];
+    let mut args = vec!["--duration", "3", "--json", "--mode", mode, "--metrics", &metrics, "--stats-interval", "1"];
     if mode != "rtc" {
         args.push("--autoscale");
     }
@@ -1305,7 +1305,10 @@ fn chain_serve_round_trip(mode: &str) {
     ]);
     assert!(!ok && err.contains(&format!("cannot bind {p1}")), "{err}");
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The progress reports, on stderr, with --json's summary on stdout.
+    assert!(stderr.lines().any(|l| l.starts_with("[     1 s] ") && l.contains(" packets in, ")), "{stderr}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let null_fair: &[&str] = if mode == "rtc" { &["tenants[].fair"] } else { &[] };
     json_is_as_documented(&v, "| key | holds | what |", null_fair);

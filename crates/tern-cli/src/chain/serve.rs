@@ -97,6 +97,10 @@ pub struct ServeArgs {
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
+    /// Print a one-line progress report to stderr every this many seconds (0: none): packets
+    /// in, out, back and dropped so far, and the rate in over the last interval.
+    #[arg(long, default_value_t = 10.0)]
+    pub stats_interval: f64,
     /// Print the summary as JSON on stdout (docs/chain.md, "Serving", lists its keys).
     #[arg(long)]
     pub json: bool,
@@ -640,6 +644,23 @@ fn reload(
 /// How long an update waits for each step the data path takes.
 const UPDATE_WAIT: Duration = Duration::from_secs(2);
 
+/// The progress report (`--stats-interval`): packets in, out, back and dropped since `started`,
+/// and the rate in since `last` (when, and the packets in then); with the packets in now.
+fn progress_line(s: &RunStats, started: Instant, last: (Instant, u64)) -> (String, u64) {
+    let sum = |f: fn(&tern_chain::runtime::TenantStats) -> u64| s.tenants.iter().map(f).sum::<u64>();
+    let packets_in = sum(|t| t.packets_in);
+    let dropped = sum(|t| t.drops.values().sum()) + s.unknown_tenant + s.malformed;
+    let secs = last.0.elapsed().as_secs_f64();
+    let line = format!(
+        "[{:>6.0} s] {packets_in} packets in, {} out, {} back, {dropped} dropped; {:.0} packets/s in over the last {secs:.0} s",
+        started.elapsed().as_secs_f64(),
+        sum(|t| t.packets_out),
+        sum(|t| t.replies),
+        packets_in.saturating_sub(last.1) as f64 / secs.max(1e-9),
+    );
+    (line, packets_in)
+}
+
 /// `/runtime`'s JSON: the plan and each task's counters, as `tern chain dump` prints them.
 pub fn runtime_json(mode: Mode, tenants: &[String], plan_text: &[String], live: &Live) -> serde_json::Value {
     json!({
@@ -698,6 +719,9 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     crate::check_count("queue", a.queue as u64, 1 << 20)?;
     if let Some(n) = a.instances {
         crate::check_count("instances", n as u64, 1024)?;
+    }
+    if !(a.stats_interval >= 0.0 && a.stats_interval <= 86_400.0) {
+        return Err(format!("--stats-interval {}: must be in [0, 86400] seconds", a.stats_interval).into());
     }
     let tenants = load_tenants(&a.files)?;
     let (plan, profile) = plan_on(&tenants, &a.profile)?;
@@ -857,15 +881,27 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let tenants_w = tenants.clone();
     let updater = rt.updater();
     let rejected2 = rejected.clone();
+    let progress = monitor.clone();
+    let stats_every = (a.stats_interval > 0.0).then(|| Duration::from_secs_f64(a.stats_interval));
     let watcher = std::thread::spawn(move || {
         let mut seen = mtimes(&files);
         let mut running = tenants_w;
+        let mut next_stats = stats_every.map(|e| started + e);
+        let mut last = (started, 0u64);
         while !done2.load(std::sync::atomic::Ordering::Relaxed) {
             if crate::signals::stopping(&signals) || deadline.is_some_and(|d| Instant::now() >= d) {
                 watcher_stop.stop();
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
+            if let Some(t) = next_stats
+                && Instant::now() >= t
+            {
+                next_stats = stats_every.map(|e| t + e);
+                let (line, packets_in) = progress_line(&progress.live().stats, started, last);
+                eprintln!("{line}");
+                last = (Instant::now(), packets_in);
+            }
             let now = mtimes(&files);
             if now == seen {
                 continue;
@@ -989,6 +1025,28 @@ mod tests {
         assert_eq!(scheduler_line(2, 0), "2 decisions (not timed yet: it times one round in 8)");
         assert_eq!(scheduler_line(4, 200), "4 decisions, 50.0 ns each");
         assert_eq!(scheduler_line(1, 0), "1 decision (not timed yet: it times one round in 8)");
+    }
+
+    /// The progress report sums the tenants' counters (drops of every reason, and the frames
+    /// no tenant took) and gives the rate in since the last report.
+    #[test]
+    fn the_progress_line_sums_the_tenants() {
+        let mut s = RunStats::default();
+        for (i, o, b) in [(10, 7, 1), (5, 5, 0)] {
+            let mut t =
+                tern_chain::runtime::TenantStats { packets_in: i, packets_out: o, replies: b, ..Default::default() };
+            t.drops.insert("denied", 2);
+            s.tenants.push(t);
+        }
+        s.unknown_tenant = 3;
+        s.malformed = 1;
+        let started = Instant::now() - Duration::from_secs(20);
+        let (line, now_in) = progress_line(&s, started, (Instant::now() - Duration::from_secs(10), 5));
+        assert_eq!(now_in, 15);
+        assert!(
+            line.starts_with("[    20 s] 15 packets in, 12 out, 1 back, 8 dropped; 1 packets/s in over the last 10 s"),
+            "{line}"
+        );
     }
 
     /// The drop reasons exported from the start: the tasks' (each once, though the firewall
