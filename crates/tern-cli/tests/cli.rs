@@ -347,6 +347,36 @@ fn assert_verdicts(v: &serde_json::Value, err: &str, targets: &[(&str, bool)]) {
     }
 }
 
+/// `tern flow serve --stats-interval`: a progress line on stderr at each interval (the flag
+/// once did nothing), the --json summary on stdout.
+#[test]
+fn flow_serve_reports_progress() {
+    let dir = std::env::temp_dir().join(format!("tern-flow-progress-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let example = std::fs::read_to_string(flow_example("replay.toml")).unwrap();
+    let pcap = flow_example("traffic.pcap");
+    let cfg = example
+        .replace("pcap_in = \"traffic.pcap\"", &format!("pcap_in = \"{pcap}\""))
+        .replace("/tmp/tern-flow-", &format!("{}/", dir.display()));
+    let rules = |f: &str| flow_example(f);
+    let cfg = cfg
+        .replace("\"acl.rules\"", &format!("\"{}\"", rules("acl.rules")))
+        .replace("\"routes.txt\"", &format!("\"{}\"", rules("routes.txt")));
+    let file = dir.join("replay.toml");
+    std::fs::write(&file, cfg).unwrap();
+    let (ok, out, err) =
+        tern(&["flow", "serve", file.to_str().unwrap(), "--duration", "2.2", "--stats-interval", "0.5", "--json"]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with('[') && l.contains(" frames in, ")).collect();
+    assert!(lines.len() >= 2, "{err}");
+    assert!(lines.last().unwrap().contains("600 frames in"), "the capture's 600 frames: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["elapsed_s"].as_f64().is_some(), "{v}");
+    let (ok, _, err) = tern(&["flow", "serve", file.to_str().unwrap(), "--stats-interval=-1"]);
+    assert!(!ok && err.contains("--stats-interval -1"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn bench_flow_json_has_the_promised_keys() {
     let dir = std::env::temp_dir().join(format!("tern-cli-bench-flow-{}", std::process::id()));
