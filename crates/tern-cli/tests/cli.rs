@@ -1845,6 +1845,15 @@ fn switch_serve_and_server_name_a_taken_port() {
     let port = format!("udp:{free}=127.0.0.1:9,loss=0.1,seed=3,dir=rx");
     let (ok, _, err) = tern(&["switch", "server", snat, "--port", &port, "--duration", "0.3"]);
     assert!(ok, "{err}");
+    // The switch on a free port: its progress lines (--stats-interval) on stderr.
+    let free = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    std::fs::write(&config, format!("program = \"{snat}\"\nports = [\"udp:{free}=127.0.0.1:9\"]\nservers = []\n"))
+        .unwrap();
+    let (ok, _, err) =
+        tern(&["switch", "serve", config.to_str().unwrap(), "--duration", "1.2", "--stats-interval", "0.5", "--json"]);
+    assert!(ok, "{err}");
+    let lines = err.lines().filter(|l| l.starts_with('[') && l.contains(" frames in, 0 out; ")).count();
+    assert!(lines >= 2, "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

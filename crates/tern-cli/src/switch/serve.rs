@@ -48,6 +48,10 @@ pub struct ServeArgs {
     /// their receive work on threads on the switch's cores (docs/clip.md).
     #[arg(long)]
     pub busy_poll: bool,
+    /// Print a one-line progress report to stderr every this many seconds (0: none): frames in
+    /// and out, what the switch kept, sent to servers and dropped, and the rate in.
+    #[arg(long, default_value_t = 10.0)]
+    pub stats_interval: f64,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -421,6 +425,9 @@ fn mtime(p: &Path) -> Option<SystemTime> {
 
 /// `tern switch serve`.
 pub fn serve(a: &ServeArgs) -> CmdResult {
+    if !(a.stats_interval >= 0.0 && a.stats_interval <= 86_400.0) {
+        return Err(format!("--stats-interval {}: must be in [0, 86400] seconds", a.stats_interval).into());
+    }
     let (cfg, mut sw) = load(&a.config)?;
     let pool = Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
     let mut ports = Vec::new();
@@ -572,11 +579,34 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let mut input = Batch::new(tern_io::DEFAULT_BATCH);
     let mut generation = 1u64;
     let (mut last_interval, mut last_publish) = (start, start);
+    let stats_every = (a.stats_interval > 0.0).then(|| Duration::from_secs_f64(a.stats_interval));
+    let mut next_stats = stats_every.map(|e| start + e);
+    let mut last_stats = (start, 0u64);
     let mut cfg = cfg;
     loop {
         let now = Instant::now();
         if crate::signals::stopping(&stop) || deadline.is_some_and(|d| now >= d) {
             break;
+        }
+        if let Some(t) = next_stats
+            && now >= t
+        {
+            next_stats = stats_every.map(|e| t + e);
+            let (rx, tx) =
+                ports.iter().map(tern_io::Port::stats).fold((0, 0), |(r, t), s| (r + s.rx_packets, t + s.tx_packets));
+            let st = sw.stats();
+            let secs = last_stats.0.elapsed().as_secs_f64();
+            eprintln!(
+                "[{:>6.0} s] {rx} frames in, {tx} out; {} kept by the switch ({} by offloaded entries), {} requests to servers, {} responses, {} dropped; {:.0} frames/s in over the last {secs:.0} s",
+                start.elapsed().as_secs_f64(),
+                st.switch_only,
+                st.offloaded,
+                st.requests(),
+                st.responses,
+                st.dropped(),
+                rx.saturating_sub(last_stats.1) as f64 / secs.max(1e-9),
+            );
+            last_stats = (now, rx);
         }
         let mut any = false;
         for (i, p) in ports.iter_mut().enumerate() {
