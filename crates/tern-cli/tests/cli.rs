@@ -751,7 +751,7 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
     drop(socket);
     let a = addr.to_string();
     let server = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(["rpc", "serve", cfg, "--listen", &a, "--json"])
+        .args(["rpc", "serve", cfg, "--listen", &a, "--json", "--stats-interval", "0.5"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -780,6 +780,8 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
     assert_eq!(answers[0].status, Status::BadRequest);
     assert!(answers[0].error.contains("User") && answers[0].error.contains("at byte 1"), "{}", answers[0].error);
     assert_eq!(answers[1].status, Status::UnknownMethod);
+    // A progress report after the last call (--stats-interval 0.5).
+    std::thread::sleep(Duration::from_millis(800));
     let pid = server.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let out = server.wait_with_output().unwrap();
@@ -789,6 +791,8 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
     assert_eq!(v["calls"]["ok"].as_u64(), Some(200), "{v}");
     assert_eq!((v["calls"]["bad_request"].as_u64(), v["calls"]["unknown_method"].as_u64()), (Some(1), Some(1)));
     assert_eq!(v["on_unit"].as_u64(), Some(200));
+    let progress: Vec<&str> = stderr.lines().filter(|l| l.starts_with('[') && l.contains(" calls answered ")).collect();
+    assert!(progress.last().is_some_and(|l| l.contains("] 202 calls answered (200 ok), ")), "{stderr}");
 }
 
 /// `tern rpc serve` runs the social network services in each mode and `tern rpc load` calls

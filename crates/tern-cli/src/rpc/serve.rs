@@ -91,6 +91,10 @@ pub struct ServeArgs {
     /// listening on every address].
     #[arg(long)]
     pub mtu: Option<usize>,
+    /// Print a one-line progress report to stderr every this many seconds (0: none): calls
+    /// answered (and of them ok), QNP datagrams dropped, and the rate over the last interval.
+    #[arg(long, default_value_t = 10.0)]
+    pub stats_interval: f64,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -206,6 +210,9 @@ pub fn run(a: &ServeArgs) -> CmdResult {
     if !(a.duration >= 0.0 && a.duration.is_finite()) {
         return Err("--duration must be a number of seconds, 0 or more".into());
     }
+    if !(a.stats_interval >= 0.0 && a.stats_interval <= 86_400.0) {
+        return Err(format!("--stats-interval {}: must be in [0, 86400] seconds", a.stats_interval).into());
+    }
     let mode = Mode::from(a.mode);
     let stop = crate::signals::stop_flag()?;
     let (qnp, pool) = transport(a.listen, a.mtu)?;
@@ -230,7 +237,29 @@ pub fn run(a: &ServeArgs) -> CmdResult {
     );
     let started = Instant::now();
     let deadline = (a.duration > 0.0).then(|| started + Duration::from_secs_f64(a.duration));
-    let generation = serve_ports(&svc, mode, ports, &pool, &qnp, &counters, &stop, deadline)?;
+    let reported = Arc::new(AtomicBool::new(false));
+    let reporter = (a.stats_interval > 0.0).then(|| {
+        let (counters, every, reported) =
+            (counters.clone(), Duration::from_secs_f64(a.stats_interval), reported.clone());
+        std::thread::spawn(move || {
+            let (mut next, mut last) = (started + every, (started, 0u64));
+            while !reported.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+                if Instant::now() >= next {
+                    next += every;
+                    let (line, answered) = progress_line(&counters, started, last);
+                    eprintln!("{line}");
+                    last = (Instant::now(), answered);
+                }
+            }
+        })
+    });
+    let served = serve_ports(&svc, mode, ports, &pool, &qnp, &counters, &stop, deadline);
+    reported.store(true, Ordering::Relaxed);
+    if let Some(r) = reporter {
+        let _ = r.join();
+    }
+    let generation = served?;
     let secs = started.elapsed().as_secs_f64();
     let by_status: Vec<(&str, u64)> = Status::ALL.iter().map(|s| (s.name(), counters.answered(*s))).collect();
     let drops: Vec<(&str, u64)> = DropReason::ALL
@@ -383,6 +412,22 @@ struct Done<'t> {
 /// A lane's server, and the calls it took but had not decoded when the table changed (they are
 /// decoded with the new one).
 type LaneState = (RpcServer<UdpPort>, Vec<Incoming>);
+
+/// The progress report (`--stats-interval`): calls answered since `started` (and of them ok),
+/// QNP datagrams dropped, and the calls a second since `last` (when, and the calls answered
+/// then); with the calls answered now.
+fn progress_line(counters: &Counters, started: Instant, last: (Instant, u64)) -> (String, u64) {
+    let answered: u64 = Status::ALL.iter().map(|s| counters.answered(*s)).sum();
+    let dropped: u64 = counters.drops.iter().flat_map(|l| l.iter()).map(|d| d.load(Ordering::Relaxed)).sum();
+    let secs = last.0.elapsed().as_secs_f64();
+    let line = format!(
+        "[{:>6.0} s] {answered} calls answered ({} ok), {dropped} datagrams dropped; {:.0} calls/s over the last {secs:.0} s",
+        started.elapsed().as_secs_f64(),
+        counters.answered(Status::Ok),
+        answered.saturating_sub(last.1) as f64 / secs.max(1e-9),
+    );
+    (line, answered)
+}
 
 /// Serves `svc` in `mode` on `ports` (one lane each) until `stop` is set or `deadline` passes;
 /// the schema generation at the end.
