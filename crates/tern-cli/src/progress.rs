@@ -58,3 +58,71 @@ pub fn timed<T>(what: &str, expected: Duration, json: bool, f: impl FnOnce() -> 
     pb.finish_and_clear();
     out
 }
+
+/// When a server's one-line progress report is due (`--stats-interval SECONDS`; 0: never): every
+/// interval from its start. A report that comes late (the process was stopped a while) moves the
+/// next one an interval on from then, rather than letting the missed ones come in a burst.
+#[derive(Debug, Clone, Copy)]
+pub struct Ticker {
+    every: Option<Duration>,
+    next: Instant,
+    /// The last report: when, and the count it reported (for the rate since).
+    pub last: (Instant, u64),
+}
+
+impl Ticker {
+    /// Every `secs` seconds from `start`; an error names the flag's value outside 0 to 86,400.
+    pub fn new(secs: f64, start: Instant) -> Result<Ticker, String> {
+        if !(0.0..=86_400.0).contains(&secs) {
+            return Err(format!("--stats-interval {secs}: must be in [0, 86400] seconds"));
+        }
+        let every = (secs > 0.0).then(|| Duration::from_secs_f64(secs));
+        Ok(Ticker { every, next: start + every.unwrap_or_default(), last: (start, 0) })
+    }
+
+    /// Whether a report is due at `now` (then the next is scheduled).
+    pub fn due(&mut self, now: Instant) -> bool {
+        let Some(every) = self.every else { return false };
+        if now < self.next {
+            return false;
+        }
+        self.next += every;
+        if self.next <= now {
+            self.next = now + every;
+        }
+        true
+    }
+
+    /// The rate a second of `count` since the last report, and notes this report (at `now`).
+    pub fn rate(&mut self, count: u64, now: Instant) -> (f64, f64) {
+        let secs = now.saturating_duration_since(self.last.0).as_secs_f64();
+        let rate = count.saturating_sub(self.last.1) as f64 / secs.max(1e-9);
+        self.last = (now, count);
+        (rate, secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ticker_is_due_each_interval_and_a_late_one_does_not_burst() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut t = Ticker::new(1.0, t0).unwrap();
+        assert!(!t.due(t0) && !t.due(t0 + s / 2));
+        assert!(t.due(t0 + s) && !t.due(t0 + s));
+        assert!(t.due(t0 + 2 * s));
+        // Stopped for 10 s: one report, then the next an interval on.
+        assert!(t.due(t0 + 12 * s) && !t.due(t0 + 12 * s + s / 2));
+        assert!(t.due(t0 + 13 * s));
+        assert_eq!(t.rate(50, t0 + 10 * s), (5.0, 10.0));
+        assert_eq!(t.rate(80, t0 + 13 * s), (10.0, 3.0));
+        let mut never = Ticker::new(0.0, t0).unwrap();
+        assert!(!never.due(t0 + 1000 * s));
+        for bad in [-1.0, 86_401.0, f64::NAN] {
+            assert!(Ticker::new(bad, t0).unwrap_err().contains("--stats-interval"), "{bad}");
+        }
+    }
+}

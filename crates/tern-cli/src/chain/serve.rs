@@ -645,20 +645,18 @@ fn reload(
 const UPDATE_WAIT: Duration = Duration::from_secs(2);
 
 /// The progress report (`--stats-interval`): packets in, out, back and dropped since `started`,
-/// and the rate in since `last` (when, and the packets in then); with the packets in now.
-fn progress_line(s: &RunStats, started: Instant, last: (Instant, u64)) -> (String, u64) {
+/// and the rate in since the last report.
+fn progress_line(s: &RunStats, started: Instant, ticker: &mut crate::progress::Ticker) -> String {
     let sum = |f: fn(&tern_chain::runtime::TenantStats) -> u64| s.tenants.iter().map(f).sum::<u64>();
     let packets_in = sum(|t| t.packets_in);
     let dropped = sum(|t| t.drops.values().sum()) + s.unknown_tenant + s.malformed;
-    let secs = last.0.elapsed().as_secs_f64();
-    let line = format!(
-        "[{:>6.0} s] {packets_in} packets in, {} out, {} back, {dropped} dropped; {:.0} packets/s in over the last {secs:.0} s",
+    let (rate, secs) = ticker.rate(packets_in, Instant::now());
+    format!(
+        "[{:>6.0} s] {packets_in} packets in, {} out, {} back, {dropped} dropped; {rate:.0} packets/s in over the last {secs:.0} s",
         started.elapsed().as_secs_f64(),
         sum(|t| t.packets_out),
         sum(|t| t.replies),
-        packets_in.saturating_sub(last.1) as f64 / secs.max(1e-9),
-    );
-    (line, packets_in)
+    )
 }
 
 /// `/runtime`'s JSON: the plan and each task's counters, as `tern chain dump` prints them.
@@ -720,9 +718,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     if let Some(n) = a.instances {
         crate::check_count("instances", n as u64, 1024)?;
     }
-    if !(a.stats_interval >= 0.0 && a.stats_interval <= 86_400.0) {
-        return Err(format!("--stats-interval {}: must be in [0, 86400] seconds", a.stats_interval).into());
-    }
+    // Checked before anything starts; the schedule itself from when serving begins.
+    crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
     let tenants = load_tenants(&a.files)?;
     let (plan, profile) = plan_on(&tenants, &a.profile)?;
     let names: Vec<String> = tenants.iter().map(|t| t.name.clone()).collect();
@@ -882,25 +879,18 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let updater = rt.updater();
     let rejected2 = rejected.clone();
     let progress = monitor.clone();
-    let stats_every = (a.stats_interval > 0.0).then(|| Duration::from_secs_f64(a.stats_interval));
+    let mut ticker = crate::progress::Ticker::new(a.stats_interval, started)?;
     let watcher = std::thread::spawn(move || {
         let mut seen = mtimes(&files);
         let mut running = tenants_w;
-        let mut next_stats = stats_every.map(|e| started + e);
-        let mut last = (started, 0u64);
         while !done2.load(std::sync::atomic::Ordering::Relaxed) {
             if crate::signals::stopping(&signals) || deadline.is_some_and(|d| Instant::now() >= d) {
                 watcher_stop.stop();
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
-            if let Some(t) = next_stats
-                && Instant::now() >= t
-            {
-                next_stats = stats_every.map(|e| t + e);
-                let (line, packets_in) = progress_line(&progress.live().stats, started, last);
-                eprintln!("{line}");
-                last = (Instant::now(), packets_in);
+            if ticker.due(Instant::now()) {
+                eprintln!("{}", progress_line(&progress.live().stats, started, &mut ticker));
             }
             let now = mtimes(&files);
             if now == seen {
@@ -1041,8 +1031,10 @@ mod tests {
         s.unknown_tenant = 3;
         s.malformed = 1;
         let started = Instant::now() - Duration::from_secs(20);
-        let (line, now_in) = progress_line(&s, started, (Instant::now() - Duration::from_secs(10), 5));
-        assert_eq!(now_in, 15);
+        let mut ticker = crate::progress::Ticker::new(10.0, started).unwrap();
+        ticker.last = (Instant::now() - Duration::from_secs(10), 5);
+        let line = progress_line(&s, started, &mut ticker);
+        assert_eq!(ticker.last.1, 15, "the next rate from 15 packets in");
         assert!(
             line.starts_with("[    20 s] 15 packets in, 12 out, 1 back, 8 dropped; 1 packets/s in over the last 10 s"),
             "{line}"

@@ -231,9 +231,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     {
         return Err(format!("--duration {d}: must be in (0, 31536000] seconds").into());
     }
-    if !(a.stats_interval >= 0.0 && a.stats_interval <= 86_400.0) {
-        return Err(format!("--stats-interval {}: must be in [0, 86400] seconds", a.stats_interval).into());
-    }
+    // Checked before anything starts; the schedule itself from when serving begins.
+    crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
     let signals = crate::signals::stop_flag()?;
     let store = KvStore::temporary_with(a.store, a.data_dir.as_deref())?;
     let t = Instant::now();
@@ -289,9 +288,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         say!(a.json, "metrics on http://{bound}/metrics");
     }
     let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
-    let every = (a.stats_interval > 0.0).then(|| Duration::from_secs_f64(a.stats_interval));
-    let mut next_stats = every.map(|e| Instant::now() + e);
-    let mut last = (Instant::now(), 0u64);
+    let mut ticker = crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
     let mut seen = mtime(&a.config);
     let mut next_reload_check = Instant::now();
     let why = loop {
@@ -302,20 +299,16 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             break "duration";
         }
         std::thread::sleep(Duration::from_millis(50));
-        if let Some(t) = next_stats
-            && Instant::now() >= t
-        {
-            next_stats = every.map(|e| t + e);
+        let now = Instant::now();
+        if ticker.due(now) {
             let handled: u64 = server.worker_requests().iter().sum();
-            let secs = last.0.elapsed().as_secs_f64();
+            let (rate, secs) = ticker.rate(handled, now);
             let drops: u64 = server.shared().drop_counts().iter().map(|(_, v)| v).sum();
             eprintln!(
-                "[{:>6.0} s] {handled} requests handled, {:.0} req/s over the last {secs:.0} s, {drops} datagrams dropped, generation {}",
+                "[{:>6.0} s] {handled} requests handled, {rate:.0} req/s over the last {secs:.0} s, {drops} datagrams dropped, generation {}",
                 started.elapsed().as_secs_f64(),
-                (handled - last.1) as f64 / secs.max(1e-9),
                 server.shared().generation.load(std::sync::atomic::Ordering::Relaxed)
             );
-            last = (Instant::now(), handled);
         }
         if Instant::now() < next_reload_check {
             continue;

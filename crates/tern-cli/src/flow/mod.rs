@@ -136,9 +136,8 @@ fn describe(c: &Config) -> String {
 
 /// `tern flow serve`.
 pub fn serve(a: &ServeArgs) -> CmdResult {
-    if !(a.stats_interval >= 0.0 && a.stats_interval <= 86_400.0) {
-        return Err(format!("--stats-interval {}: must be in [0, 86400] seconds", a.stats_interval).into());
-    }
+    // Checked before anything starts; the schedule itself from when serving begins.
+    crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
     let cfg = load(&a.config)?;
     for w in &cfg.warnings {
         eprintln!("warning: {w}");
@@ -187,22 +186,14 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     })?;
     let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
     let mut seen = mtime(&a.config);
-    let started = Instant::now();
-    let stats_every = (a.stats_interval > 0.0).then(|| Duration::from_secs_f64(a.stats_interval));
-    let mut next_stats = stats_every.map(|e| started + e);
-    let mut last = (started, 0u64);
+    let mut ticker = crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
     while deadline.is_none_or(|d| Instant::now() < d) && !data_path.is_finished() && !crate::signals::stopping(&signals)
     {
         std::thread::sleep(Duration::from_millis(100));
-        if let Some(t) = next_stats
-            && Instant::now() >= t
+        if ticker.due(Instant::now())
+            && let Some(s) = ask(&control, Control::Snapshot)
         {
-            next_stats = stats_every.map(|e| t + e);
-            if let Some(s) = ask(&control, Control::Snapshot) {
-                let (line, rx) = progress_line(&s, last);
-                eprintln!("{line}");
-                last = (Instant::now(), rx);
-            }
+            eprintln!("{}", progress_line(&s, &mut ticker));
         }
         let now = mtime(&a.config);
         if now == seen {
@@ -261,22 +252,17 @@ fn summary_json(s: &Snapshot) -> serde_json::Value {
 }
 
 /// The progress report (`--stats-interval`): frames received, sent and dropped so far (by the
-/// ports and by the pipeline), cache hits and misses, and the rate received since `last` (when,
-/// and the frames received then); with the frames received now.
-fn progress_line(s: &Snapshot, last: (Instant, u64)) -> (String, u64) {
+/// ports and by the pipeline), cache hits and misses, and the rate received since the last.
+fn progress_line(s: &Snapshot, ticker: &mut crate::progress::Ticker) -> String {
     let rx: u64 = s.ports.iter().map(|(_, p)| p.rx_packets).sum();
     let tx: u64 = s.ports.iter().map(|(_, p)| p.tx_packets).sum();
     let dropped: u64 = s.ports.iter().map(|(_, p)| p.rx_dropped + p.tx_dropped).sum::<u64>()
         + s.pipeline.drops().map(|(_, n)| n).sum::<u64>();
-    let secs = last.0.elapsed().as_secs_f64();
-    let line = format!(
-        "[{:>6.0} s] {rx} frames in, {tx} out, {dropped} dropped; {} cache hits, {} misses; {:.0} frames/s in over the last {secs:.0} s",
-        s.uptime,
-        s.pipeline.hits,
-        s.pipeline.misses,
-        rx.saturating_sub(last.1) as f64 / secs.max(1e-9),
-    );
-    (line, rx)
+    let (rate, secs) = ticker.rate(rx, Instant::now());
+    format!(
+        "[{:>6.0} s] {rx} frames in, {tx} out, {dropped} dropped; {} cache hits, {} misses; {rate:.0} frames/s in over the last {secs:.0} s",
+        s.uptime, s.pipeline.hits, s.pipeline.misses,
+    )
 }
 
 fn print_summary(s: &Snapshot) {

@@ -210,9 +210,8 @@ pub fn run(a: &ServeArgs) -> CmdResult {
     if !(a.duration >= 0.0 && a.duration.is_finite()) {
         return Err("--duration must be a number of seconds, 0 or more".into());
     }
-    if !(a.stats_interval >= 0.0 && a.stats_interval <= 86_400.0) {
-        return Err(format!("--stats-interval {}: must be in [0, 86400] seconds", a.stats_interval).into());
-    }
+    // Checked before anything starts; the schedule itself from when serving begins.
+    crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
     let mode = Mode::from(a.mode);
     let stop = crate::signals::stop_flag()?;
     let (qnp, pool) = transport(a.listen, a.mtu)?;
@@ -238,18 +237,14 @@ pub fn run(a: &ServeArgs) -> CmdResult {
     let started = Instant::now();
     let deadline = (a.duration > 0.0).then(|| started + Duration::from_secs_f64(a.duration));
     let reported = Arc::new(AtomicBool::new(false));
+    let mut ticker = crate::progress::Ticker::new(a.stats_interval, started)?;
     let reporter = (a.stats_interval > 0.0).then(|| {
-        let (counters, every, reported) =
-            (counters.clone(), Duration::from_secs_f64(a.stats_interval), reported.clone());
+        let (counters, reported) = (counters.clone(), reported.clone());
         std::thread::spawn(move || {
-            let (mut next, mut last) = (started + every, (started, 0u64));
             while !reported.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(50));
-                if Instant::now() >= next {
-                    next += every;
-                    let (line, answered) = progress_line(&counters, started, last);
-                    eprintln!("{line}");
-                    last = (Instant::now(), answered);
+                if ticker.due(Instant::now()) {
+                    eprintln!("{}", progress_line(&counters, started, &mut ticker));
                 }
             }
         })
@@ -414,19 +409,16 @@ struct Done<'t> {
 type LaneState = (RpcServer<UdpPort>, Vec<Incoming>);
 
 /// The progress report (`--stats-interval`): calls answered since `started` (and of them ok),
-/// QNP datagrams dropped, and the calls a second since `last` (when, and the calls answered
-/// then); with the calls answered now.
-fn progress_line(counters: &Counters, started: Instant, last: (Instant, u64)) -> (String, u64) {
+/// QNP datagrams dropped, and the calls a second since the last report.
+fn progress_line(counters: &Counters, started: Instant, ticker: &mut crate::progress::Ticker) -> String {
     let answered: u64 = Status::ALL.iter().map(|s| counters.answered(*s)).sum();
     let dropped: u64 = counters.drops.iter().flat_map(|l| l.iter()).map(|d| d.load(Ordering::Relaxed)).sum();
-    let secs = last.0.elapsed().as_secs_f64();
-    let line = format!(
-        "[{:>6.0} s] {answered} calls answered ({} ok), {dropped} datagrams dropped; {:.0} calls/s over the last {secs:.0} s",
+    let (rate, secs) = ticker.rate(answered, Instant::now());
+    format!(
+        "[{:>6.0} s] {answered} calls answered ({} ok), {dropped} datagrams dropped; {rate:.0} calls/s over the last {secs:.0} s",
         started.elapsed().as_secs_f64(),
         counters.answered(Status::Ok),
-        answered.saturating_sub(last.1) as f64 / secs.max(1e-9),
-    );
-    (line, answered)
+    )
 }
 
 /// Serves `svc` in `mode` on `ports` (one lane each) until `stop` is set or `deadline` passes;

@@ -425,9 +425,8 @@ fn mtime(p: &Path) -> Option<SystemTime> {
 
 /// `tern switch serve`.
 pub fn serve(a: &ServeArgs) -> CmdResult {
-    if !(a.stats_interval >= 0.0 && a.stats_interval <= 86_400.0) {
-        return Err(format!("--stats-interval {}: must be in [0, 86400] seconds", a.stats_interval).into());
-    }
+    // Checked before anything starts; the schedule itself from when serving begins.
+    crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
     let (cfg, mut sw) = load(&a.config)?;
     let pool = Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
     let mut ports = Vec::new();
@@ -579,34 +578,27 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let mut input = Batch::new(tern_io::DEFAULT_BATCH);
     let mut generation = 1u64;
     let (mut last_interval, mut last_publish) = (start, start);
-    let stats_every = (a.stats_interval > 0.0).then(|| Duration::from_secs_f64(a.stats_interval));
-    let mut next_stats = stats_every.map(|e| start + e);
-    let mut last_stats = (start, 0u64);
+    let mut ticker = crate::progress::Ticker::new(a.stats_interval, start)?;
     let mut cfg = cfg;
     loop {
         let now = Instant::now();
         if crate::signals::stopping(&stop) || deadline.is_some_and(|d| now >= d) {
             break;
         }
-        if let Some(t) = next_stats
-            && now >= t
-        {
-            next_stats = stats_every.map(|e| t + e);
+        if ticker.due(now) {
             let (rx, tx) =
                 ports.iter().map(tern_io::Port::stats).fold((0, 0), |(r, t), s| (r + s.rx_packets, t + s.tx_packets));
             let st = sw.stats();
-            let secs = last_stats.0.elapsed().as_secs_f64();
+            let (rate, secs) = ticker.rate(rx, now);
             eprintln!(
-                "[{:>6.0} s] {rx} frames in, {tx} out; {} kept by the switch ({} by offloaded entries), {} requests to servers, {} responses, {} dropped; {:.0} frames/s in over the last {secs:.0} s",
+                "[{:>6.0} s] {rx} frames in, {tx} out; {} kept by the switch ({} by offloaded entries), {} requests to servers, {} responses, {} dropped; {rate:.0} frames/s in over the last {secs:.0} s",
                 start.elapsed().as_secs_f64(),
                 st.switch_only,
                 st.offloaded,
                 st.requests(),
                 st.responses,
                 st.dropped(),
-                rx.saturating_sub(last_stats.1) as f64 / secs.max(1e-9),
             );
-            last_stats = (now, rx);
         }
         let mut any = false;
         for (i, p) in ports.iter_mut().enumerate() {
