@@ -1847,8 +1847,12 @@ fn switch_serve_and_server_name_a_taken_port() {
     }
     // A good one runs (and says nothing of faults it had no packet to inject).
     let port = format!("udp:{free}=127.0.0.1:9,loss=0.1,seed=3,dir=rx");
-    let (ok, _, err) = tern(&["switch", "server", snat, "--port", &port, "--duration", "0.3"]);
+    let (ok, _, err) =
+        tern(&["switch", "server", snat, "--port", &port, "--duration", "1.2", "--stats-interval", "0.5"]);
     assert!(ok, "{err}");
+    // Its progress lines (--stats-interval) on stderr.
+    let lines = err.lines().filter(|l| l.starts_with('[') && l.contains("] 0 requests, 0 responses")).count();
+    assert!(lines >= 2, "{err}");
     // The switch on a free port: its progress lines (--stats-interval) on stderr.
     let free = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     std::fs::write(&config, format!("program = \"{snat}\"\nports = [\"udp:{free}=127.0.0.1:9\"]\nservers = []\n"))

@@ -64,6 +64,10 @@ pub struct ServerArgs {
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
+    /// Print a one-line progress report to stderr every this many seconds (0: none): requests,
+    /// responses, drops, entries, and the rate of requests.
+    #[arg(long, default_value_t = 10.0)]
+    pub stats_interval: f64,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -248,6 +252,8 @@ impl Collector for ServerCollector {
 
 /// `tern switch server`.
 pub fn run(a: &ServerArgs) -> CmdResult {
+    // Checked before anything starts; the schedule itself from when serving begins.
+    crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
     let program = Program::load(&a.program)?;
     let name =
         program.handler.clone().ok_or_else(|| format!("{}: the program names no handler", a.program.display()))?;
@@ -375,10 +381,24 @@ pub fn run(a: &ServerArgs) -> CmdResult {
     }
     let mut full_streak = 0u32;
     let mut last_publish = start;
+    let mut ticker = crate::progress::Ticker::new(a.stats_interval, start)?;
     loop {
         let now = Instant::now();
         if crate::signals::stopping(&stop) || deadline.is_some_and(|d| now >= d) {
             break;
+        }
+        if ticker.due(now) {
+            let st = srv.stats();
+            let (rate, secs) = ticker.rate(st.requests, now);
+            eprintln!(
+                "[{:>6.0} s] {} requests, {} responses ({} with BUSY), {} dropped, {} entries; {rate:.0} requests/s over the last {secs:.0} s",
+                start.elapsed().as_secs_f64(),
+                st.requests,
+                st.responses,
+                st.busy_responses,
+                st.drops.iter().sum::<u64>(),
+                srv.handler().entries(),
+            );
         }
         let now_ns = now.duration_since(start).as_nanos() as u64;
         let n = port.port().recv(now, &mut batch).unwrap_or(0);
