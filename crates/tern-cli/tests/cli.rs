@@ -1981,3 +1981,63 @@ fn a_switch_server_that_comes_back_takes_back_from_its_buddy() {
     let _ = b.kill();
     let _ = b.wait();
 }
+
+/// The docs and the README are the contract for the command line too: every option they give a
+/// `tern` command in backticks (`tern chain serve ... [--stats-interval S]`) is one its `--help`
+/// lists. (A server's option once was documented, parsed and did nothing; this keeps the names
+/// honest, and the tests of each command keep the behaviour.)
+#[test]
+fn every_option_the_docs_give_a_command_is_in_its_help() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(format!("{root}/docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    files.push(format!("{root}/README.md").into());
+    let mut helps: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let mut help = |cmd: &[&str]| -> Option<String> {
+        helps
+            .entry(cmd.join(" "))
+            .or_insert_with(|| {
+                let mut args = cmd.to_vec();
+                args.push("--help");
+                let (ok, out, _) = tern(&args);
+                ok.then_some(out)
+            })
+            .clone()
+    };
+    let (mut checked, mut missing) = (0, BTreeSet::new());
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        // Code spans, a line break inside one read as a space.
+        for span in text.split('`').skip(1).step_by(2) {
+            let span = span.split_whitespace().collect::<Vec<_>>().join(" ");
+            let Some(rest) = span.strip_prefix("tern ") else { continue };
+            let words: Vec<&str> = rest.split(' ').collect();
+            // The longest run of leading words that is a command.
+            let Some((n, h)) = (1..=words.len().min(3))
+                .rev()
+                .filter(|&n| words[..n].iter().all(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-')))
+                .find_map(|n| help(&words[..n]).map(|h| (n, h)))
+            else {
+                continue;
+            };
+            for w in &words[n..] {
+                let w = w.trim_start_matches(['[', '(']);
+                let Some(flag) = w.strip_prefix("--") else { continue };
+                let flag: String = flag.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
+                if flag.is_empty() {
+                    continue;
+                }
+                checked += 1;
+                if !h.contains(&format!("--{flag}")) {
+                    missing.insert(format!("{}: `tern {}` has no --{flag}", f.display(), words[..n].join(" ")));
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} options found in the docs");
+    assert!(missing.is_empty(), "{missing:#?}");
+}
