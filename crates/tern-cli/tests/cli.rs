@@ -2041,3 +2041,36 @@ fn every_option_the_docs_give_a_command_is_in_its_help() {
     assert!(checked > 100, "only {checked} options found in the docs");
     assert!(missing.is_empty(), "{missing:#?}");
 }
+
+/// And the other way for SuperNIC's commands: every option their `--help` lists is one
+/// docs/chain.md explains.
+#[test]
+fn docs_chain_explains_every_option_of_the_chain_commands() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/chain.md")).unwrap();
+    let mut missing = Vec::new();
+    for cmd in [
+        &["chain", "check"][..],
+        &["chain", "serve"],
+        &["chain", "trace"],
+        &["chain", "dump"],
+        &["chain", "sim"],
+        &["bench", "chain"],
+    ] {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let (ok, help, err) = tern(&args);
+        assert!(ok, "{err}");
+        for word in help.split_whitespace() {
+            let Some(flag) = word.strip_prefix("--") else { continue };
+            let flag: String = flag.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
+            if flag.is_empty() || flag == "help" || flag == "version" {
+                continue;
+            }
+            if !doc.contains(&format!("--{flag}")) {
+                missing.push(format!("tern {} --{flag}", cmd.join(" ")));
+            }
+        }
+    }
+    missing.dedup();
+    assert!(missing.is_empty(), "docs/chain.md does not explain {missing:?}");
+}
