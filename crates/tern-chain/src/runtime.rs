@@ -349,19 +349,24 @@ pub struct Wrapper {
     payload: bool,
 }
 
+/// `v`, `task`'s verdict (evaluated first: the task is borrowed again after); debug builds check that a drop's reason is one its kind lists
+/// ([`crate::task::drop_reasons`], what docs/chain.md gives).
+fn checked(v: Verdict, task: &dyn NetworkTask) -> Verdict {
+    debug_assert!(
+        !matches!(v, Verdict::Drop(r) if !crate::task::drop_reasons(task.kind()).contains(&r)),
+        "{}: {v:?} is not among task::drop_reasons",
+        task.kind()
+    );
+    v
+}
+
 impl Wrapper {
     /// Runs tenant `t`'s task on one packet (a trace; the data path runs batches).
     pub fn run_one(&mut self, t: usize, p: &mut Packet, cx: &mut Cx<'_>) -> Verdict {
         match self.tasks.get_mut(t).and_then(Option::as_mut) {
             Some(task) => {
                 self.packets += 1;
-                let v = task.process(p, cx);
-                debug_assert!(
-                    !matches!(v, Verdict::Drop(r) if !crate::task::drop_reasons(task.kind()).contains(&r)),
-                    "{}: {v:?} is not among task::drop_reasons",
-                    task.kind()
-                );
-                v
+                checked(task.process(p, cx), task.as_ref())
             }
             None => Verdict::Drop(reason::NO_TASK),
         }
@@ -538,16 +543,9 @@ fn run_batch(
                 ask_bytes(next.packet.data());
             }
             let before = cx.emitted.len();
-            match task.process(&mut item.packet, cx) {
+            match checked(task.process(&mut item.packet, cx), task.as_ref()) {
                 Verdict::Pass => {}
-                Verdict::Drop(r) => {
-                    debug_assert!(
-                        crate::task::drop_reasons(task.kind()).contains(&r),
-                        "{}: `{r}` is not among task::drop_reasons",
-                        task.kind()
-                    );
-                    *fate = Fate::Dropped(r)
-                }
+                Verdict::Drop(r) => *fate = Fate::Dropped(r),
                 Verdict::Reply => *fate = Fate::Replied,
             }
             // A task's own packets go back the way this one came.

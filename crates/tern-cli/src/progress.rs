@@ -60,36 +60,40 @@ pub fn timed<T>(what: &str, expected: Duration, json: bool, f: impl FnOnce() -> 
 }
 
 /// When a server's one-line progress report is due (`--stats-interval SECONDS`; 0: never): every
-/// interval from its start. A report that comes late (the process was stopped a while) moves the
-/// next one an interval on from then, rather than letting the missed ones come in a burst.
+/// interval from the first look, which starts the schedule (a server looks from its serving
+/// loop, so what it does before, such as loading a store, does not count). A report that comes
+/// late (the process was stopped a while) moves the next one an interval on from then, rather
+/// than letting the missed ones come in a burst.
 #[derive(Debug, Clone, Copy)]
 pub struct Ticker {
     every: Option<Duration>,
-    next: Instant,
-    /// The last report: when, and the count it reported (for the rate since).
+    next: Option<Instant>,
+    /// The last report (or the start): when, and the count it reported (for the rate since).
     pub last: (Instant, u64),
 }
 
 impl Ticker {
-    /// Every `secs` seconds from `start`; an error names the flag's value outside 0 to 86,400.
-    pub fn new(secs: f64, start: Instant) -> Result<Ticker, String> {
+    /// Every `secs` seconds (0: never); an error names the flag's value outside 0 to 86,400.
+    pub fn new(secs: f64) -> Result<Ticker, String> {
         if !(0.0..=86_400.0).contains(&secs) {
             return Err(format!("--stats-interval {secs}: must be in [0, 86400] seconds"));
         }
-        let every = (secs > 0.0).then(|| Duration::from_secs_f64(secs));
-        Ok(Ticker { every, next: start + every.unwrap_or_default(), last: (start, 0) })
+        Ok(Ticker { every: (secs > 0.0).then(|| Duration::from_secs_f64(secs)), next: None, last: (Instant::now(), 0) })
     }
 
-    /// Whether a report is due at `now` (then the next is scheduled).
+    /// Whether a report is due at `now` (then the next is scheduled); the first look starts the
+    /// schedule.
     pub fn due(&mut self, now: Instant) -> bool {
         let Some(every) = self.every else { return false };
-        if now < self.next {
+        let Some(next) = self.next else {
+            self.next = Some(now + every);
+            self.last = (now, 0);
+            return false;
+        };
+        if now < next {
             return false;
         }
-        self.next += every;
-        if self.next <= now {
-            self.next = now + every;
-        }
+        self.next = Some(if next + every <= now { now + every } else { next + every });
         true
     }
 
@@ -110,8 +114,8 @@ mod tests {
     fn a_ticker_is_due_each_interval_and_a_late_one_does_not_burst() {
         let t0 = Instant::now();
         let s = Duration::from_secs(1);
-        let mut t = Ticker::new(1.0, t0).unwrap();
-        assert!(!t.due(t0) && !t.due(t0 + s / 2));
+        let mut t = Ticker::new(1.0).unwrap();
+        assert!(!t.due(t0) && !t.due(t0 + s / 2), "the first look starts the schedule");
         assert!(t.due(t0 + s) && !t.due(t0 + s));
         assert!(t.due(t0 + 2 * s));
         // Stopped for 10 s: one report, then the next an interval on.
@@ -119,10 +123,10 @@ mod tests {
         assert!(t.due(t0 + 13 * s));
         assert_eq!(t.rate(50, t0 + 10 * s), (5.0, 10.0));
         assert_eq!(t.rate(80, t0 + 13 * s), (10.0, 3.0));
-        let mut never = Ticker::new(0.0, t0).unwrap();
+        let mut never = Ticker::new(0.0).unwrap();
         assert!(!never.due(t0 + 1000 * s));
         for bad in [-1.0, 86_401.0, f64::NAN] {
-            assert!(Ticker::new(bad, t0).unwrap_err().contains("--stats-interval"), "{bad}");
+            assert!(Ticker::new(bad).unwrap_err().contains("--stats-interval"), "{bad}");
         }
     }
 }

@@ -1982,13 +1982,8 @@ fn a_switch_server_that_comes_back_takes_back_from_its_buddy() {
     let _ = b.wait();
 }
 
-/// The docs and the README are the contract for the command line too: every option they give a
-/// `tern` command in backticks (`tern chain serve ... [--stats-interval S]`) is one its `--help`
-/// lists. (A server's option once was documented, parsed and did nothing; this keeps the names
-/// honest, and the tests of each command keep the behaviour.)
-#[test]
-fn every_option_the_docs_give_a_command_is_in_its_help() {
-    use std::collections::{BTreeMap, BTreeSet};
+/// The docs (`docs/*.md`) and the README, each with its path.
+fn docs_and_readme() -> Vec<(std::path::PathBuf, String)> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(format!("{root}/docs"))
         .unwrap()
@@ -1996,6 +1991,24 @@ fn every_option_the_docs_give_a_command_is_in_its_help() {
         .filter(|p| p.extension().is_some_and(|x| x == "md"))
         .collect();
     files.push(format!("{root}/README.md").into());
+    files.into_iter().map(|f| (f.clone(), std::fs::read_to_string(&f).unwrap())).collect()
+}
+
+/// The option a word names (`--stats-interval`, `[--json]`, `(--quick`), without its dashes;
+/// not `--help` or `--version`.
+fn option_named(word: &str) -> Option<String> {
+    let flag = word.trim_start_matches(['[', '(']).strip_prefix("--")?;
+    let flag: String = flag.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
+    (!flag.is_empty() && flag != "help" && flag != "version").then_some(flag)
+}
+
+/// The docs and the README are the contract for the command line too: every option they give a
+/// `tern` command in backticks (`tern chain serve ... [--stats-interval S]`) is one its `--help`
+/// lists. (A server's option once was documented, parsed and did nothing; this keeps the names
+/// honest, and the tests of each command keep the behaviour.)
+#[test]
+fn every_option_the_docs_give_a_command_is_in_its_help() {
+    use std::collections::{BTreeMap, BTreeSet};
     let mut helps: BTreeMap<String, Option<String>> = BTreeMap::new();
     let mut help = |cmd: &[&str]| -> Option<String> {
         helps
@@ -2009,8 +2022,7 @@ fn every_option_the_docs_give_a_command_is_in_its_help() {
             .clone()
     };
     let (mut checked, mut missing) = (0, BTreeSet::new());
-    for f in &files {
-        let text = std::fs::read_to_string(f).unwrap();
+    for (f, text) in docs_and_readme() {
         // Code spans, a line break inside one read as a space.
         for span in text.split('`').skip(1).step_by(2) {
             let span = span.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -2024,13 +2036,7 @@ fn every_option_the_docs_give_a_command_is_in_its_help() {
             else {
                 continue;
             };
-            for w in &words[n..] {
-                let w = w.trim_start_matches(['[', '(']);
-                let Some(flag) = w.strip_prefix("--") else { continue };
-                let flag: String = flag.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
-                if flag.is_empty() {
-                    continue;
-                }
+            for flag in words[n..].iter().filter_map(|w| option_named(w)) {
                 checked += 1;
                 if !h.contains(&format!("--{flag}")) {
                     missing.insert(format!("{}: `tern {}` has no --{flag}", f.display(), words[..n].join(" ")));
@@ -2047,13 +2053,9 @@ fn every_option_the_docs_give_a_command_is_in_its_help() {
 /// doc or the README.
 #[test]
 fn the_docs_explain_every_option_of_every_command() {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let read = |f: &str| std::fs::read_to_string(format!("{root}/{f}")).unwrap();
-    let mut all = read("README.md");
-    for e in std::fs::read_dir(format!("{root}/docs")).unwrap() {
-        all.push_str(&std::fs::read_to_string(e.unwrap().path()).unwrap());
-    }
-    let chain = read("docs/chain.md");
+    let docs = docs_and_readme();
+    let all: String = docs.iter().map(|(_, t)| t.as_str()).collect();
+    let chain = &docs.iter().find(|(f, _)| f.ends_with("docs/chain.md")).expect("docs/chain.md").1;
     // The subcommands a help lists under "Commands:".
     let commands = |help: &str| -> Vec<String> {
         let Some((_, rest)) = help.split_once("Commands:") else { return Vec::new() };
@@ -2081,13 +2083,8 @@ fn the_docs_explain_every_option_of_every_command() {
         }
         for cmd in cmds {
             let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
-            let doc = if args.contains(&"chain") { &chain } else { &all };
-            for word in help(&args).split_whitespace() {
-                let Some(flag) = word.trim_start_matches(['(', '[']).strip_prefix("--") else { continue };
-                let flag: String = flag.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
-                if flag.is_empty() || flag == "help" || flag == "version" {
-                    continue;
-                }
+            let doc = if args.contains(&"chain") { chain } else { &all };
+            for flag in help(&args).split_whitespace().filter_map(option_named) {
                 checked += 1;
                 let m = format!("tern {} --{flag}", args.join(" "));
                 if !doc.contains(&format!("--{flag}")) && !missing.contains(&m) {

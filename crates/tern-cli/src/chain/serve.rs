@@ -718,8 +718,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     if let Some(n) = a.instances {
         crate::check_count("instances", n as u64, 1024)?;
     }
-    // Checked before anything starts; the schedule itself from when serving begins.
-    crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
+    // Checked before anything starts; the schedule starts at the serving loop's first look.
+    let mut ticker = crate::progress::Ticker::new(a.stats_interval)?;
     let tenants = load_tenants(&a.files)?;
     let (plan, profile) = plan_on(&tenants, &a.profile)?;
     let names: Vec<String> = tenants.iter().map(|t| t.name.clone()).collect();
@@ -879,7 +879,6 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let updater = rt.updater();
     let rejected2 = rejected.clone();
     let progress = monitor.clone();
-    let mut ticker = crate::progress::Ticker::new(a.stats_interval, started)?;
     let watcher = std::thread::spawn(move || {
         let mut seen = mtimes(&files);
         let mut running = tenants_w;
@@ -1031,7 +1030,7 @@ mod tests {
         s.unknown_tenant = 3;
         s.malformed = 1;
         let started = Instant::now() - Duration::from_secs(20);
-        let mut ticker = crate::progress::Ticker::new(10.0, started).unwrap();
+        let mut ticker = crate::progress::Ticker::new(10.0).unwrap();
         ticker.last = (Instant::now() - Duration::from_secs(10), 5);
         let line = progress_line(&s, started, &mut ticker);
         assert_eq!(ticker.last.1, 15, "the next rate from 15 packets in");

@@ -231,8 +231,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     {
         return Err(format!("--duration {d}: must be in (0, 31536000] seconds").into());
     }
-    // Checked before anything starts; the schedule itself from when serving begins.
-    crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
+    // Checked before anything starts; the schedule starts at the serving loop's first look.
+    let mut ticker = crate::progress::Ticker::new(a.stats_interval)?;
     let signals = crate::signals::stop_flag()?;
     let store = KvStore::temporary_with(a.store, a.data_dir.as_deref())?;
     let t = Instant::now();
@@ -288,7 +288,6 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         say!(a.json, "metrics on http://{bound}/metrics");
     }
     let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
-    let mut ticker = crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
     let mut seen = mtime(&a.config);
     let mut next_reload_check = Instant::now();
     let why = loop {

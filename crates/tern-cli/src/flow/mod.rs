@@ -136,8 +136,8 @@ fn describe(c: &Config) -> String {
 
 /// `tern flow serve`.
 pub fn serve(a: &ServeArgs) -> CmdResult {
-    // Checked before anything starts; the schedule itself from when serving begins.
-    crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
+    // Checked before anything starts; the schedule starts at the serving loop's first look.
+    let mut ticker = crate::progress::Ticker::new(a.stats_interval)?;
     let cfg = load(&a.config)?;
     for w in &cfg.warnings {
         eprintln!("warning: {w}");
@@ -186,7 +186,6 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     })?;
     let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
     let mut seen = mtime(&a.config);
-    let mut ticker = crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
     while deadline.is_none_or(|d| Instant::now() < d) && !data_path.is_finished() && !crate::signals::stopping(&signals)
     {
         std::thread::sleep(Duration::from_millis(100));

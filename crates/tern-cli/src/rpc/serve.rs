@@ -210,8 +210,8 @@ pub fn run(a: &ServeArgs) -> CmdResult {
     if !(a.duration >= 0.0 && a.duration.is_finite()) {
         return Err("--duration must be a number of seconds, 0 or more".into());
     }
-    // Checked before anything starts; the schedule itself from when serving begins.
-    crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
+    // Checked before anything starts; the schedule starts at the serving loop's first look.
+    let mut ticker = crate::progress::Ticker::new(a.stats_interval)?;
     let mode = Mode::from(a.mode);
     let stop = crate::signals::stop_flag()?;
     let (qnp, pool) = transport(a.listen, a.mtu)?;
@@ -237,7 +237,6 @@ pub fn run(a: &ServeArgs) -> CmdResult {
     let started = Instant::now();
     let deadline = (a.duration > 0.0).then(|| started + Duration::from_secs_f64(a.duration));
     let reported = Arc::new(AtomicBool::new(false));
-    let mut ticker = crate::progress::Ticker::new(a.stats_interval, started)?;
     let reporter = (a.stats_interval > 0.0).then(|| {
         let (counters, reported) = (counters.clone(), reported.clone());
         std::thread::spawn(move || {

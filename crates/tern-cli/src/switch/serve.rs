@@ -425,8 +425,8 @@ fn mtime(p: &Path) -> Option<SystemTime> {
 
 /// `tern switch serve`.
 pub fn serve(a: &ServeArgs) -> CmdResult {
-    // Checked before anything starts; the schedule itself from when serving begins.
-    crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
+    // Checked before anything starts; the schedule starts at the serving loop's first look.
+    let mut ticker = crate::progress::Ticker::new(a.stats_interval)?;
     let (cfg, mut sw) = load(&a.config)?;
     let pool = Pool::new(8192, tern_io::DEFAULT_BUF_SIZE);
     let mut ports = Vec::new();
@@ -578,7 +578,6 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let mut input = Batch::new(tern_io::DEFAULT_BATCH);
     let mut generation = 1u64;
     let (mut last_interval, mut last_publish) = (start, start);
-    let mut ticker = crate::progress::Ticker::new(a.stats_interval, start)?;
     let mut cfg = cfg;
     loop {
         let now = Instant::now();

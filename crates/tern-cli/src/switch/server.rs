@@ -252,8 +252,8 @@ impl Collector for ServerCollector {
 
 /// `tern switch server`.
 pub fn run(a: &ServerArgs) -> CmdResult {
-    // Checked before anything starts; the schedule itself from when serving begins.
-    crate::progress::Ticker::new(a.stats_interval, Instant::now())?;
+    // Checked before anything starts; the schedule starts at the serving loop's first look.
+    let mut ticker = crate::progress::Ticker::new(a.stats_interval)?;
     let program = Program::load(&a.program)?;
     let name =
         program.handler.clone().ok_or_else(|| format!("{}: the program names no handler", a.program.display()))?;
@@ -381,7 +381,6 @@ pub fn run(a: &ServerArgs) -> CmdResult {
     }
     let mut full_streak = 0u32;
     let mut last_publish = start;
-    let mut ticker = crate::progress::Ticker::new(a.stats_interval, start)?;
     loop {
         let now = Instant::now();
         if crate::signals::stopping(&stop) || deadline.is_some_and(|d| now >= d) {
