@@ -9,7 +9,7 @@
 use serde::Serialize;
 use tern_hw::{Profile, resource};
 
-use crate::schema::{Class, Kind, SchemaTable};
+use crate::schema::{Class, DefaultValue, Kind, SchemaTable};
 
 /// One field as the report lists it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -83,6 +83,31 @@ fn type_name(t: &SchemaTable, k: Kind) -> String {
     }
 }
 
+/// A proto2 default as a `.proto` file writes it: a number, `true`/`false`, `inf`, `-inf` or
+/// `nan`, an enum value's name, or a string or bytes quoted with C escapes.
+fn default_text(t: &SchemaTable, kind: Kind, d: &DefaultValue) -> String {
+    let quoted = |b: &[u8]| format!("\"{}\"", b.escape_ascii());
+    // `shortest` is the value's shortest decimal that reads back to it (Rust's `{:?}`).
+    let float = |x: f64, shortest: String| match x {
+        x if x.is_nan() => "nan".to_string(),
+        x if x.is_infinite() => if x > 0.0 { "inf" } else { "-inf" }.to_string(),
+        _ => shortest,
+    };
+    match (kind, d) {
+        (Kind::Enum(e), DefaultValue::I64(n)) => {
+            let values = &t.enum_type(e).values;
+            values.iter().find(|(_, v)| i64::from(*v) == *n).map_or_else(|| n.to_string(), |(name, _)| name.clone())
+        }
+        (_, DefaultValue::I64(n)) => n.to_string(),
+        (_, DefaultValue::U64(n)) => n.to_string(),
+        (_, DefaultValue::F64(x)) => float(*x, format!("{x:?}")),
+        (_, DefaultValue::F32(x)) => float(f64::from(*x), format!("{x:?}")),
+        (_, DefaultValue::Bool(b)) => b.to_string(),
+        (_, DefaultValue::Str(s)) => quoted(s.as_bytes()),
+        (_, DefaultValue::Bytes(b)) => quoted(b),
+    }
+}
+
 fn row(t: &SchemaTable, c: &Class) -> ClassRow {
     let fields = c
         .fields
@@ -99,7 +124,7 @@ fn row(t: &SchemaTable, c: &Class) -> ClassRow {
             packed: f.packed,
             map: matches!(f.kind, Kind::Message(s) if t.class(s).map_entry),
             oneof: f.oneof.map(|o| c.oneofs[usize::from(o)].clone()),
-            default: f.default.as_ref().map(|d| format!("{d:?}")),
+            default: f.default.as_ref().map(|d| default_text(t, f.kind, d)),
         })
         .collect();
     ClassRow {

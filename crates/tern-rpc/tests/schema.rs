@@ -98,6 +98,41 @@ fn every_proto2_type_and_label() {
     );
 }
 
+/// `tern rpc check` lists each default as the `.proto` file writes it: an enum's by its value's
+/// name, strings and bytes quoted with C escapes, floats' specials by protobuf's names.
+#[test]
+fn the_check_writes_defaults_as_declared() {
+    let text = r#"
+syntax = "proto2";
+enum Color { RED = 0; BLUE = 5; }
+message D {
+  optional string s = 1 [default = "hi \"there\"\n"]; optional bytes b = 2 [default = "\001z"];
+  optional sint64 i = 3 [default = -7]; optional uint64 u = 4 [default = 18446744073709551615];
+  optional double d = 5 [default = 1.5]; optional float f = 6 [default = 0.1];
+  optional double n = 7 [default = nan]; optional float m = 8 [default = -inf];
+  optional bool t = 9 [default = true]; optional Color c = 10 [default = BLUE];
+}
+"#;
+    let t = compile_str("d.proto", text).unwrap();
+    let r = check::report(&t, &tern_hw::Profile::builtin("cpu").unwrap());
+    let defaults: Vec<&str> = r.classes[0].fields.iter().map(|f| f.default.as_deref().unwrap()).collect();
+    assert_eq!(
+        defaults,
+        [
+            "\"hi \\\"there\\\"\\n\"",
+            "\"\\x01z\"",
+            "-7",
+            "18446744073709551615",
+            "1.5",
+            "0.1",
+            "nan",
+            "-inf",
+            "true",
+            "BLUE"
+        ]
+    );
+}
+
 #[test]
 fn proto3_presence_packing_and_open_enums() {
     let t = compile_str(
