@@ -558,9 +558,28 @@ fn rpc_check_lists_the_table_and_what_does_not_fit() {
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!((v["class_count"].as_u64(), v["fits"].as_bool()), (Some(310), Some(true)));
-    // An Acc label on an int32 is one error naming file, message and field.
+    json_is_as_documented(&v, "rpc", "| check key | holds | what |", &[]);
+    // docs/rpc.md's table of the JSON, on a file with what only some fields have: a oneof, a
+    // default, a group, a map, a recursive class, a field in device memory.
     let dir = std::env::temp_dir().join(format!("tern-rpc-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    let odd = dir.join("odd.proto");
+    std::fs::write(
+        &odd,
+        "syntax = \"proto2\";\nimport \"tern/rpcnic.proto\";\nmessage Node {\n  optional int32 size = 1 [default = 7];\n  \
+         oneof pick { string name = 2; uint64 id = 3; }\n  optional group G = 4 { optional bytes blob = 5 [(tern.acc) = true]; }\n  \
+         map<string, Node> children = 6;\n}\n",
+    )
+    .unwrap();
+    let (ok, out, err) = tern(&["rpc", "check", odd.to_str().unwrap(), "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    json_is_as_documented(&v, "rpc", "| check key | holds | what |", &[]);
+    let fields = &v["classes"][0]["fields"];
+    assert_eq!((fields[0]["default"].as_str(), fields[1]["oneof"].as_str()), (Some("7"), Some("pick")), "{v}");
+    assert_eq!(fields[3]["type"].as_str(), Some("group Node.G"), "{v}");
+    assert!(v["classes"][0]["depth"].is_null() && v["warnings"].as_array().is_some_and(|w| !w.is_empty()), "{v}");
+    // An Acc label on an int32 is one error naming file, message and field.
     let bad = dir.join("u.proto");
     std::fs::write(
         &bad,
@@ -750,8 +769,9 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
     let addr = socket.local_addr().unwrap();
     drop(socket);
     let a = addr.to_string();
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
     let server = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(["rpc", "serve", cfg, "--listen", &a, "--json", "--stats-interval", "0.5"])
+        .args(["rpc", "serve", cfg, "--listen", &a, "--json", "--stats-interval", "0.5", "--metrics", &metrics])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -763,6 +783,8 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
     assert!(ok, "{out}{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!((v["answered"].as_u64(), v["statuses"]["ok"].as_u64()), (Some(200), Some(200)), "{v}");
+    assert_eq!(v["statuses"]["unknown_method"].as_u64(), Some(0), "every status, from the start: {v}");
+    json_is_as_documented(&v, "rpc", "| load key | holds | what |", &[]);
     // A body that is not a User, and a method the service does not have.
     let pool = tern_io::Pool::new(256, 2048);
     let port = UdpPort::bind("127.0.0.1:0".parse().unwrap(), &pool, &UdpConfig::default()).unwrap();
@@ -780,6 +802,46 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
     assert_eq!(answers[0].status, Status::BadRequest);
     assert!(answers[0].error.contains("User") && answers[0].error.contains("at byte 1"), "{}", answers[0].error);
     assert_eq!(answers[1].status, Status::UnknownMethod);
+    // Its metrics while it runs: docs/rpc.md is the contract, naming every family served (a
+    // counter by its sample's `_total` name) and each label value (the statuses, the parts'
+    // counts; QNP's reasons in docs/qnp.md §8), and each family it names is served.
+    let get = |path: &str| ureq::get(&format!("http://{metrics}{path}")).call().unwrap().into_body().read_to_string();
+    let body = get("/metrics").unwrap();
+    assert!(body.contains("tern_rpc_calls_total{status=\"ok\"} 200"), "{body}");
+    assert!(body.contains("tern_rpc_calls_total{status=\"bad_request\"} 1"), "{body}");
+    assert!(body.contains("tern_rpc_images_on_unit_total 200"), "{body}");
+    assert!(body.contains("tern_rpc_parts_total{what=\"stray_next\"} 0"), "{body}");
+    let docs = docs_and_readme();
+    let doc = |name: &str| &docs.iter().find(|(f, _)| f.ends_with(name)).unwrap_or_else(|| panic!("{name}")).1;
+    let (rpc, qnp) = (doc("docs/rpc.md"), doc("docs/qnp.md"));
+    let served: std::collections::BTreeSet<String> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, kind)| if kind == "counter" { format!("{name}_total") } else { name.to_string() })
+        .collect();
+    let named: std::collections::BTreeSet<String> = rpc
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("tern_rpc_") && w.len() > "tern_rpc_".len())
+        .map(str::to_string)
+        .collect();
+    assert_eq!(served, named, "the metrics served, and those docs/rpc.md names");
+    let mut labels = 0;
+    for l in body.lines().filter(|l| l.starts_with("tern_rpc_")) {
+        if let Some((value, _)) = l.split_once("=\"").and_then(|(_, v)| v.split_once('"')) {
+            // docs/qnp.md names an endpoint's reasons as the dispatcher's workers count them.
+            let named = if l.starts_with("tern_rpc_qnp_drops") {
+                qnp.contains(&format!("`qnp_{value}`"))
+            } else {
+                rpc.contains(&format!("`{value}`"))
+            };
+            assert!(named, "{l}: the label's value is not named in the docs");
+            labels += 1;
+        }
+    }
+    assert_eq!(labels, Status::ALL.len() + tern_qnp::DropReason::ALL.len() + tern_endpoint::PartStats::NAMES.len());
+    assert_eq!(get("/ready").unwrap(), "ready\n");
+    assert_eq!(get("/config").unwrap(), std::fs::read_to_string(cfg).unwrap());
     // A progress report after the last call (--stats-interval 0.5).
     std::thread::sleep(Duration::from_millis(800));
     let pid = server.id().to_string();
@@ -791,6 +853,12 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
     assert_eq!(v["calls"]["ok"].as_u64(), Some(200), "{v}");
     assert_eq!((v["calls"]["bad_request"].as_u64(), v["calls"]["unknown_method"].as_u64()), (Some(1), Some(1)));
     assert_eq!(v["on_unit"].as_u64(), Some(200));
+    json_is_as_documented(&v, "rpc", "| serve key | holds | what |", &[]);
+    let mut reasons: Vec<&str> = v["qnp_drops"].as_object().unwrap().keys().map(String::as_str).collect();
+    reasons.sort_unstable();
+    let mut all: Vec<&str> = tern_qnp::DropReason::ALL.iter().map(|r| r.as_str()).collect();
+    all.sort_unstable();
+    assert_eq!(reasons, all, "qnp_drops: every QNP drop reason a key");
     let progress: Vec<&str> = stderr.lines().filter(|l| l.starts_with('[') && l.contains(" calls answered ")).collect();
     assert!(progress.last().is_some_and(|l| l.contains("] 202 calls answered (200 ok), ")), "{stderr}");
 }
@@ -888,12 +956,12 @@ fn chain_check_reads_tenants_and_names_what_is_wrong() {
     assert_eq!(v["tenants"][0]["dag"]["order"], serde_json::json!(["fw", "nat", "aes", "lb"]));
     assert_eq!(v["tenants"][0]["uses"][1]["asked"].as_f64(), Some(6400.0));
     // docs/chain.md's table of the JSON; a parallel tenant's fork (null above).
-    json_is_as_documented(&v, "| check key | holds | what |", &["plan.plan.tenants[].fork"]);
+    json_is_as_documented(&v, "chain", "| check key | holds | what |", &["plan.plan.tenants[].fork"]);
     let parallel = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/chain/figure4-a-parallel.toml");
     let (ok, out, err) = tern(&["chain", "check", parallel, "--json"]);
     assert!(ok, "{out}{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    json_is_as_documented(&v, "| check key | holds | what |", &[]);
+    json_is_as_documented(&v, "chain", "| check key | holds | what |", &[]);
     let dir = std::env::temp_dir().join(format!("tern-chain-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let text = std::fs::read_to_string(example).unwrap();
@@ -1167,40 +1235,57 @@ fn chain_serve_runs_on_the_cpu_profile() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A table of docs/chain.md (the one whose header is `header`: `| KEY | holds | what |`) is the
+/// A table of `docs/DOC.md` (the one whose header is `header`: `| KEY | holds | what |`) is the
 /// contract for the JSON `v`: the rows' keys without a dot are `v`'s keys, and each row's
-/// "holds" are the keys of the object at its path (`a.b`; `a[]` is a list's first entry, and a
-/// list is read by its first entry), unless the path is one of `may_be_null` and it is null.
-fn json_is_as_documented(v: &serde_json::Value, header: &str, may_be_null: &[&str]) {
+/// "holds" are the keys of the object at its path (`a.b`; `a[]` is each of a list's entries, and
+/// a list at a path is read entry by entry), unless the path is one of `may_be_null` and it is
+/// null. Keys a cell names after "where they apply" may be missing; those before may not.
+fn json_is_as_documented(v: &serde_json::Value, doc: &str, header: &str, may_be_null: &[&str]) {
     use std::collections::BTreeSet;
-    let doc = std::fs::read_to_string(format!("{}/../../docs/chain.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
-    let start = doc.find(header).unwrap_or_else(|| panic!("no table `{header}` in docs/chain.md"));
+    let file = format!("docs/{doc}.md");
+    let text = std::fs::read_to_string(format!("{}/../../{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let start = text.find(header).unwrap_or_else(|| panic!("no table `{header}` in {file}"));
     let keys = |o: &serde_json::Value| -> BTreeSet<String> {
         o.as_object().unwrap_or_else(|| panic!("{header}: not an object: {o}")).keys().cloned().collect()
     };
+    let quoted = |cell: &str| -> BTreeSet<String> { cell.split('`').skip(1).step_by(2).map(str::to_string).collect() };
     let mut top = BTreeSet::new();
-    for row in doc[start..].lines().skip(2).take_while(|l| l.starts_with('|')) {
+    for row in text[start..].lines().skip(2).take_while(|l| l.starts_with('|')) {
         let cols: Vec<&str> = row.split('|').collect();
         let path = cols[1].trim().trim_matches('`');
-        let holds: BTreeSet<String> = cols[2].split('`').skip(1).step_by(2).map(str::to_string).collect();
-        let mut at = v;
+        let (required, optional) = cols[2].split_once("where they apply").unwrap_or((cols[2], ""));
+        let (required, optional) = (quoted(required), quoted(optional));
+        // Every value at the path: a list met on the way stands for each of its entries.
+        let mut at = vec![v];
         for part in path.split('.') {
             let (name, list) = part.strip_suffix("[]").map_or((part, false), |n| (n, true));
-            at = &at[name];
+            at = at.into_iter().map(|x| &x[name]).collect();
             if list {
-                at = &at[0];
+                at = at.into_iter().flat_map(|x| x.as_array().into_iter().flatten()).collect();
             }
         }
         if !path.contains('.') {
             top.insert(path.to_string());
         }
-        if holds.is_empty() || (at.is_null() && may_be_null.contains(&path)) {
+        if required.is_empty() && optional.is_empty() {
             continue;
         }
-        let at = if at.is_array() { &at[0] } else { at };
-        assert_eq!(keys(at), holds, "{header}: `{path}` in the JSON, and in docs/chain.md");
+        for x in at {
+            if x.is_null() && may_be_null.contains(&path) {
+                continue;
+            }
+            for x in x.as_array().map_or(vec![x], |l| l.iter().collect()) {
+                let got = keys(x);
+                let missing: Vec<_> = required.difference(&got).collect();
+                let unnamed: Vec<_> = got.iter().filter(|k| !required.contains(*k) && !optional.contains(*k)).collect();
+                assert!(
+                    missing.is_empty() && unnamed.is_empty(),
+                    "{header}: `{path}` in the JSON lacks {missing:?} that {file} gives, and has {unnamed:?} it does not name: {x}"
+                );
+            }
+        }
     }
-    assert_eq!(keys(v), top, "{header}: the JSON's keys, and those docs/chain.md gives");
+    assert_eq!(keys(v), top, "{header}: the JSON's keys, and those {file} gives");
 }
 
 fn chain_serve_round_trip(mode: &str) {
@@ -1283,7 +1368,7 @@ fn chain_serve_round_trip(mode: &str) {
     }
     let runtime = ureq::get(&format!("http://{metrics}/runtime")).call().unwrap().into_body().read_to_string().unwrap();
     let runtime: serde_json::Value = serde_json::from_str(&runtime).unwrap();
-    json_is_as_documented(&runtime, "| runtime key | holds | what |", &[]);
+    json_is_as_documented(&runtime, "chain", "| runtime key | holds | what |", &[]);
     let (ok, out, err) = tern(&["chain", "dump", "--server", &metrics]);
     assert!(ok, "{err}");
     assert!(out.contains(&format!("mode {mode}")) && out.contains("ns/packet"), "{out}");
@@ -1345,7 +1430,7 @@ fn chain_serve_round_trip(mode: &str) {
     assert!(stderr.lines().any(|l| l.starts_with("[     1 s] ") && l.contains(" packets in, ")), "{stderr}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let null_fair: &[&str] = if mode == "rtc" { &["tenants[].fair"] } else { &[] };
-    json_is_as_documented(&v, "| key | holds | what |", null_fair);
+    json_is_as_documented(&v, "chain", "| key | holds | what |", null_fair);
     assert_eq!(v["tenants"][0]["packets_out"], 2, "{mode}: {v}");
     assert_eq!(v["tenants"][0]["fair"].is_null(), mode == "rtc", "{mode}: {v}");
     if mode == "snic" {
@@ -1385,7 +1470,7 @@ fn chain_trace_shows_skips_and_the_stop() {
     assert_eq!(v["fate"], "out");
     let output = v["output"].as_str().unwrap();
     assert_eq!(output.len(), 2 * (14 + 20 + 8 + 20 + 28), "hex, two digits a byte");
-    json_is_as_documented(&v, "| trace key | holds | what |", &[]);
+    json_is_as_documented(&v, "chain", "| trace key | holds | what |", &[]);
     // Its bytes after go back in as a packet: DAG-A's firewall and AES again, sealed twice.
     let (ok, out, err) =
         tern(&["chain", "trace", &ex("figure10-d.toml"), &ex("figure10-a.toml"), "--packet", output, "--json"]);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use hdrhistogram::Histogram;
-use tern_endpoint::{Header, RpcClient};
+use tern_endpoint::{Header, RpcClient, Status};
 use tern_io::udp::{UdpConfig, UdpPort};
 use tern_rpc::service::Service;
 
@@ -64,7 +64,8 @@ pub fn run(a: &LoadArgs) -> CmdResult {
     let port = UdpPort::bind(local, &pool, &UdpConfig::default())?;
     let mut client = RpcClient::new(port, &pool, qnp, a.server);
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
-    let mut by_status = std::collections::BTreeMap::<&str, u64>::new();
+    // Every status from the start, at 0 (`other`, for codes the table does not list, once met).
+    let mut by_status: std::collections::BTreeMap<&str, u64> = Status::ALL.iter().map(|s| (s.name(), 0)).collect();
     let (mut sent, mut done, mut failed) = (0u64, 0u64, 0u64);
     let mut got = Vec::new();
     let bar = crate::progress::bar(a.requests, "calls", a.json);
@@ -118,7 +119,7 @@ pub fn run(a: &LoadArgs) -> CmdResult {
             q(0.5),
             q(0.99)
         );
-        for (s, n) in &by_status {
+        for (s, n) in by_status.iter().filter(|(_, n)| **n > 0) {
             println!("  {s}: {n}");
         }
     }

@@ -285,12 +285,13 @@ pub fn run(a: &ServeArgs) -> CmdResult {
             println!("  calls {n}: {c}");
         }
         println!(
-            "  kernels on a compute unit: {}, on the host: {}; moved {} values ({} bytes); schema generation {}",
+            "  kernels on a compute unit: {}, on the host: {}; moved {} values ({} bytes); schema generation {} (the lanes drained {} time(s) for a new table)",
             get(&counters.on_unit),
             get(&counters.on_host),
             get(&counters.moved_values),
             get(&counters.moved_bytes),
-            generation
+            generation,
+            get(&counters.table_changes)
         );
         println!(
             "  CPU per call: {:.1} us the host's ({mode}: {}), {:.1} us the card's work run here",
