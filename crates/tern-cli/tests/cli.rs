@@ -299,6 +299,7 @@ fn flow_check_trace_and_report() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["ok"], true);
     assert!(v["acl_rules"].as_u64().unwrap() >= 100 && v["routes4"].as_u64().unwrap() >= 10_000);
+    json_is_as_documented(&v, "flow", "| check key | holds | what |", &[]);
     // A config that does not fit: the error names the OFU and the profile; exit 1.
     let dir = std::env::temp_dir().join(format!("tern-cli-flow-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -310,6 +311,10 @@ fn flow_check_trace_and_report() {
     .unwrap();
     let (ok, _, err) = tern(&["flow", "check", bad.to_str().unwrap()]);
     assert!(!ok && err.contains("ofu 3") && err.contains("accelsdp-n3000"), "{err}");
+    let (ok, out, _) = tern(&["flow", "check", bad.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert!(!ok && keys == ["errors", "file", "ok"] && v["ok"] == false, "as docs/flow.md gives it: {v}");
     // Trace: a miss through the slow path, then the cached rule.
     let (ok, out, err) =
         tern(&["flow", "trace", &flow_example("replay.toml"), "udp,nw_src=10.1.0.1,nw_dst=10.2.0.7,tp_dst=53"]);
@@ -364,14 +369,58 @@ fn flow_serve_reports_progress() {
         .replace("\"routes.txt\"", &format!("\"{}\"", rules("routes.txt")));
     let file = dir.join("replay.toml");
     std::fs::write(&file, cfg).unwrap();
-    let (ok, out, err) =
-        tern(&["flow", "serve", file.to_str().unwrap(), "--duration", "2.2", "--stats-interval", "0.5", "--json"]);
-    assert!(ok, "{err}");
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["flow", "serve", file.to_str().unwrap(), "--duration", "2.2", "--stats-interval", "0.5", "--json"])
+        .args(["--metrics", &metrics])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // While it runs (the capture is replayed at once; the run goes on to 2.2 s): docs/flow.md
+    // is the contract for the metric families served, the drop reasons and `/flows`' rows.
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let get = |path: &str| {
+        ureq::get(&format!("http://{metrics}{path}")).call().unwrap().into_body().read_to_string().unwrap()
+    };
+    let body = get("/metrics");
+    let doc = std::fs::read_to_string(format!("{}/../../docs/flow.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let served: std::collections::BTreeSet<String> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, kind)| if kind == "counter" { format!("{name}_total") } else { name.to_string() })
+        .collect();
+    let named: std::collections::BTreeSet<String> = doc
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("tern_flow_") && w.len() > "tern_flow_".len())
+        .map(str::to_string)
+        .collect();
+    assert_eq!(served, named, "the metrics served, and those docs/flow.md names");
+    let reasons: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("tern_flow_drops_packets_total{reason=\""))
+        .filter_map(|l| l.split('"').nth(1))
+        .collect();
+    assert_eq!(reasons.len(), 20 + 9, "every reason, from 0: {body}");
+    for r in &reasons {
+        assert!(doc.contains(&format!("| `{r}` |")), "drop reason {r}: not in docs/flow.md's tables");
+    }
+    let flows: serde_json::Value = serde_json::from_str(&get("/flows")).unwrap();
+    assert!(flows.as_array().is_some_and(|f| !f.is_empty()), "{flows}");
+    for row in flows.as_array().unwrap() {
+        json_is_as_documented(row, "flow", "| flows key | holds | what |", &[]);
+    }
+    let out = child.wait_with_output().unwrap();
+    let (out, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let lines: Vec<&str> = err.lines().filter(|l| l.starts_with('[') && l.contains(" frames in, ")).collect();
     assert!(lines.len() >= 2, "{err}");
     assert!(lines.last().unwrap().contains("600 frames in"), "the capture's 600 frames: {err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(v["elapsed_s"].as_f64().is_some(), "{v}");
+    json_is_as_documented(&v, "flow", "| serve key | holds | what |", &[]);
+    let slow: u64 = v["slow_drops"].as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum();
+    assert!(slow > 0 && v["slow_dropped"].as_u64() == Some(slow), "every slow-path drop has its reason: {v}");
     let (ok, _, err) = tern(&["flow", "serve", file.to_str().unwrap(), "--stats-interval=-1"]);
     assert!(!ok && err.contains("--stats-interval -1"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -1237,9 +1286,10 @@ fn chain_serve_runs_on_the_cpu_profile() {
 
 /// A table of `docs/DOC.md` (the one whose header is `header`: `| KEY | holds | what |`) is the
 /// contract for the JSON `v`: the rows' keys without a dot are `v`'s keys, and each row's
-/// "holds" are the keys of the object at its path (`a.b`; `a[]` is each of a list's entries, and
-/// a list at a path is read entry by entry), unless the path is one of `may_be_null` and it is
-/// null. Keys a cell names after "where they apply" may be missing; those before may not.
+/// "holds" are the keys of the object at its path (`a.b`; `a[]` is each of a list's entries,
+/// `a{}` each value of an object keyed by name, and a list at a path is read entry by entry),
+/// unless the path is one of `may_be_null` and it is null. Keys a cell names after "where they
+/// apply" may be missing; those before may not.
 fn json_is_as_documented(v: &serde_json::Value, doc: &str, header: &str, may_be_null: &[&str]) {
     use std::collections::BTreeSet;
     let file = format!("docs/{doc}.md");
@@ -1258,14 +1308,16 @@ fn json_is_as_documented(v: &serde_json::Value, doc: &str, header: &str, may_be_
         // Every value at the path: a list met on the way stands for each of its entries.
         let mut at = vec![v];
         for part in path.split('.') {
-            let (name, list) = part.strip_suffix("[]").map_or((part, false), |n| (n, true));
-            at = at.into_iter().map(|x| &x[name]).collect();
-            if list {
-                at = at.into_iter().flat_map(|x| x.as_array().into_iter().flatten()).collect();
+            if let Some(name) = part.strip_suffix("[]") {
+                at = at.into_iter().flat_map(|x| x[name].as_array().into_iter().flatten()).collect();
+            } else if let Some(name) = part.strip_suffix("{}") {
+                at = at.into_iter().flat_map(|x| x[name].as_object().into_iter().flat_map(|o| o.values())).collect();
+            } else {
+                at = at.into_iter().map(|x| &x[part]).collect();
             }
         }
         if !path.contains('.') {
-            top.insert(path.to_string());
+            top.insert(path.trim_end_matches("{}").to_string());
         }
         if required.is_empty() && optional.is_empty() {
             continue;

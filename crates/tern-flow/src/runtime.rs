@@ -14,8 +14,8 @@ use tern_io::{Batch, Pool, Port, PortStats};
 
 use crate::config::{Config, PortKind};
 use crate::pipeline::{Outputs, PipelineStats};
-use crate::slowpath::{SlowPath, SlowPathStats};
-use crate::switch::{CacheStats, FlowRow, Switch};
+use crate::slowpath::{SlowDrop, SlowPath, SlowPathStats};
+use crate::switch::{CacheStats, FlowRow, SLOW_EXEC_DROPS, Switch};
 
 /// A port of the switch.
 pub enum FlowPort {
@@ -140,6 +140,17 @@ pub struct Snapshot {
     pub port_errors: u64,
     /// Table generation: 1 at start, +1 per reload.
     pub generation: u64,
+}
+
+impl Snapshot {
+    /// The slow path's drops by reason, every reason (zeros included): its decisions' (the
+    /// names of [`SlowDrop`]) and those of the packets it decided to forward
+    /// ([`SLOW_EXEC_DROPS`], the pipeline's names); together they make `cache.slow_dropped`.
+    pub fn slow_drops(&self) -> Vec<(&'static str, u64)> {
+        let decided = SlowDrop::ALL.iter().map(|r| (r.as_str(), self.slow.dropped[*r as usize]));
+        let exec = SLOW_EXEC_DROPS.iter().zip(self.cache.slow_exec_dropped).map(|(r, n)| (r.as_str(), n));
+        decided.chain(exec).collect()
+    }
 }
 
 /// A question for the running switch; the answer goes back on the enclosed sender.

@@ -23,9 +23,9 @@ use ipnet::IpNet;
 use tern_io::{Batch, Pool};
 use tern_wire::frame::{FrameInfo, L3};
 
-use crate::action::{self, ActionSet, Verdict};
+use crate::action::{self, ActionDrop, ActionSet, Verdict};
 use crate::ofu::{Instruction, Match, OfuCounters, OfuDriver, OfuError, OfuId, OfuKind, OfuSpec, Rule};
-use crate::pipeline::{Outputs, Pipeline, tuple4, tuple6};
+use crate::pipeline::{DropReason, Outputs, Pipeline, tuple4, tuple6};
 use crate::slowpath::{CacheHint, Decision, SlowDrop, SlowPath};
 
 /// Which cached-rule tables the policy fills.
@@ -95,9 +95,26 @@ pub struct CacheStats {
     pub flushed: u64,
     /// Packets the slow path forwarded.
     pub slow_forwarded: u64,
-    /// Packets the slow path dropped.
+    /// Packets the slow path dropped: those it decided to drop (by reason in
+    /// [`SlowPathStats::dropped`](crate::slowpath::SlowPathStats)) and those it decided to
+    /// forward that its next hop's actions or the output dropped (`slow_exec_dropped`).
     pub slow_dropped: u64,
+    /// Packets the slow path decided to forward and that were dropped on their way out, by
+    /// reason in [`SLOW_EXEC_DROPS`] order.
+    pub slow_exec_dropped: [u64; SLOW_EXEC_DROPS.len()],
 }
+
+/// Why a packet the slow path decided to forward was dropped on its way out: its next hop's
+/// actions (`push_vlan` without room, or past the tags the parser takes), an output port the
+/// switch does not have (or no action set for the hop), or a full output batch. Counted as the
+/// pipeline's reasons of the same name, prefixed `slow_` (`tern_flow_drops_packets{reason}`).
+pub const SLOW_EXEC_DROPS: [DropReason; 5] = [
+    DropReason::Action,
+    DropReason::NoRoomForVlan,
+    DropReason::TooManyVlansPushed,
+    DropReason::NoSuchPort,
+    DropReason::OutputQueueFull,
+];
 
 #[derive(Debug)]
 struct CachedTable {
@@ -318,23 +335,29 @@ impl Switch {
             self.install(&info, hint, &actions);
         }
         let Some(actions) = self.slow.actions(hop) else {
-            self.stats.slow_dropped += 1;
-            self.pool.put(pkt);
-            return;
+            return self.slow_exec_drop(DropReason::NoSuchPort, pkt);
         };
         match action::execute(actions, &mut pkt, &mut info) {
             Verdict::Output(p) if usize::from(p) < out.ports.len() => match out.ports[usize::from(p)].push(pkt) {
                 None => self.stats.slow_forwarded += 1,
-                Some(pkt) => {
-                    self.stats.slow_dropped += 1;
-                    self.pool.put(pkt);
-                }
+                Some(pkt) => self.slow_exec_drop(DropReason::OutputQueueFull, pkt),
             },
-            _ => {
-                self.stats.slow_dropped += 1;
-                self.pool.put(pkt);
-            }
+            Verdict::Output(_) => self.slow_exec_drop(DropReason::NoSuchPort, pkt),
+            // A next hop's set ends in `output`; one that sends the frame back up is one without it.
+            Verdict::Host | Verdict::Drop(ActionDrop::Drop) => self.slow_exec_drop(DropReason::Action, pkt),
+            Verdict::Drop(ActionDrop::NoRoomForVlan) => self.slow_exec_drop(DropReason::NoRoomForVlan, pkt),
+            Verdict::Drop(ActionDrop::TooManyVlans) => self.slow_exec_drop(DropReason::TooManyVlansPushed, pkt),
         }
+    }
+
+    /// A packet the slow path decided to forward, dropped on its way out for `why` (one of
+    /// [`SLOW_EXEC_DROPS`]).
+    fn slow_exec_drop(&mut self, why: DropReason, pkt: tern_io::Packet) {
+        self.stats.slow_dropped += 1;
+        if let Some(i) = SLOW_EXEC_DROPS.iter().position(|r| *r == why) {
+            self.stats.slow_exec_dropped[i] += 1;
+        }
+        self.pool.put(pkt);
     }
 
     /// Runs the idle-eviction scan if the policy's interval has passed since the last one.

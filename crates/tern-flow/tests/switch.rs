@@ -25,6 +25,13 @@ fn switch(mode: CacheMode, policy: CachePolicy) -> (Switch, Pool) {
 }
 
 fn switch_with(mode: CacheMode, policy: CachePolicy, acl: Vec<AclRule>) -> (Switch, Pool) {
+    let hop =
+        |port: u16| NextHop { port, eth_src: [2, 0, 0, 0, 0, port as u8], eth_dst: [2, 0, 0, 0, 1, 1], vlan: None };
+    switch_hops(mode, policy, acl, vec![hop(1), hop(2)])
+}
+
+/// A switch of 3 ports whose routes 10.1/16 and 10.2/16 go to `next_hops` 0 and 1.
+fn switch_hops(mode: CacheMode, policy: CachePolicy, acl: Vec<AclRule>, next_hops: Vec<NextHop>) -> (Switch, Pool) {
     let spec = |id, kind| OfuSpec {
         id,
         kind,
@@ -42,10 +49,7 @@ fn switch_with(mode: CacheMode, policy: CachePolicy, acl: Vec<AclRule>) -> (Swit
         acl_default_deny: false,
         routes4: vec![("10.1.0.0/16".parse().unwrap(), 0), ("10.2.0.0/16".parse().unwrap(), 1)],
         routes6: vec![],
-        next_hops: vec![
-            NextHop { port: 1, eth_src: [2, 0, 0, 0, 0, 1], eth_dst: [2, 0, 0, 0, 1, 1], vlan: None },
-            NextHop { port: 2, eth_src: [2, 0, 0, 0, 0, 2], eth_dst: [2, 0, 0, 0, 2, 2], vlan: None },
-        ],
+        next_hops,
     };
     let slow = SlowPath::new(&tables).unwrap();
     let sw = Switch::new(pipeline, slow, driver, CachePolicy { mode, ..policy }, pool.clone()).unwrap();
@@ -223,4 +227,33 @@ fn deparser_sorts_mixed_batches_and_hands_over_uniform_ones() {
     for b in &mut out.ports {
         b.recycle(&pool);
     }
+}
+
+/// A packet the slow path decides to forward and that is dropped on its way out is counted
+/// under its reason (`slow_exec_dropped`), so every drop of `slow_dropped` has a name: a full
+/// output batch, a next hop on a port the switch does not have, and the slow path's own
+/// decisions (`SlowPathStats::dropped`).
+#[test]
+fn the_slow_paths_drops_each_have_a_reason() {
+    use tern_flow::switch::SLOW_EXEC_DROPS;
+    let hop = |port: u16| NextHop { port, eth_src: [2, 0, 0, 0, 0, 1], eth_dst: [2, 0, 0, 0, 1, 1], vlan: None };
+    let (mut sw, pool) = switch_hops(CacheMode::None, CachePolicy::default(), no_ssh(), vec![hop(1), hop(7)]);
+    // Eight new flows to port 1, whose batch holds four; two to port 7, which is not there.
+    let mut b = Batch::new(64);
+    (0..8).for_each(|i| assert!(b.push(udp(&pool, [10, 1, 0, 5], 100 + i)).is_none()));
+    (0..2).for_each(|i| assert!(b.push(udp(&pool, [10, 2, 0, 5], 200 + i)).is_none()));
+    let mut out = Outputs::new(3, 4, 64);
+    sw.process(0, 0, &mut b, &mut out);
+    assert_eq!(out.ports[1].len(), 4);
+    for b in &mut out.ports {
+        b.recycle(&pool);
+    }
+    // One to 10.3/16, which has no route: the slow path's own drop.
+    send(&mut sw, &pool, 1, vec![udp(&pool, [10, 3, 0, 5], 300)]);
+    let s = sw.cache_stats().clone();
+    let exec = |r: DropReason| s.slow_exec_dropped[SLOW_EXEC_DROPS.iter().position(|x| *x == r).unwrap()];
+    assert_eq!((s.slow_forwarded, exec(DropReason::OutputQueueFull), exec(DropReason::NoSuchPort)), (4, 4, 2));
+    let decided: u64 = sw.slow.stats().dropped.iter().sum();
+    assert_eq!(decided, 1);
+    assert_eq!(s.slow_dropped, decided + s.slow_exec_dropped.iter().sum::<u64>(), "every slow-path drop has a reason");
 }

@@ -28,7 +28,6 @@ impl FlowCollector {
 impl Collector for FlowCollector {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         use tern_flow::pipeline::DropReason;
-        use tern_flow::slowpath::SlowDrop;
         let Some(s) = self.snapshot() else { return Ok(()) };
         let per_port = |f: fn(&tern_io::PortStats) -> u64| -> Vec<(Labels, u64)> {
             s.ports.iter().map(|(n, st)| (label("port", n), f(st))).collect()
@@ -98,11 +97,7 @@ impl Collector for FlowCollector {
         )?;
         let mut rows: Vec<(Labels, u64)> =
             DropReason::all().map(|r| (label("reason", r.as_str()), s.pipeline.dropped(r))).collect();
-        rows.extend(
-            SlowDrop::ALL
-                .iter()
-                .map(|r| (label("reason", format!("slow_{}", r.as_str())), s.slow.dropped[*r as usize])),
-        );
+        rows.extend(s.slow_drops().into_iter().map(|(r, n)| (label("reason", format!("slow_{r}")), n)));
         counter_family(
             &mut enc,
             "tern_flow_drops_packets",

@@ -238,15 +238,20 @@ fn summary_json(s: &Snapshot) -> serde_json::Value {
             (n.clone(), v)
         })
         .collect();
-    let drops: serde_json::Map<String, serde_json::Value> =
-        s.pipeline.drops().map(|(r, n)| (r.to_string(), serde_json::json!(n))).collect();
+    // Every reason, zeros included, as `/metrics` has them.
+    let drops: serde_json::Map<String, serde_json::Value> = tern_flow::pipeline::DropReason::all()
+        .map(|r| (r.to_string(), serde_json::json!(s.pipeline.dropped(r))))
+        .collect();
+    let slow_drops: serde_json::Map<String, serde_json::Value> =
+        s.slow_drops().into_iter().map(|(r, n)| (r.to_string(), serde_json::json!(n))).collect();
     serde_json::json!({
         "elapsed_s": s.uptime, "ports": ports, "cache_hits": s.pipeline.hits, "fast_path": s.pipeline.fast_path,
         "cache_misses": s.pipeline.misses, "upcalls": s.cache.upcalls, "slow_forwarded": s.cache.slow_forwarded,
         "slow_dropped": s.cache.slow_dropped, "upcalls_rate_limited": s.cache.upcall_rate_limited,
         "installed_exact": s.cache.installed_exact, "installed_prefix": s.cache.installed_prefix,
         "cached_now": s.cached.0 + s.cached.1, "evicted_idle": s.cache.evicted_idle, "cache_full": s.cache.cache_full,
-        "pipeline_drops": drops, "generation": s.generation,
+        "install_refused": s.cache.install_refused, "uncacheable": s.cache.uncacheable,
+        "pipeline_drops": drops, "slow_drops": slow_drops, "generation": s.generation,
     })
 }
 
@@ -295,6 +300,10 @@ fn print_summary(s: &Snapshot) {
     let drops: Vec<String> = s.pipeline.drops().map(|(r, n)| format!("{r} {n}")).collect();
     if !drops.is_empty() {
         println!("  pipeline drops: {}", drops.join(", "));
+    }
+    let drops: Vec<String> = s.slow_drops().iter().filter(|(_, n)| *n > 0).map(|(r, n)| format!("{r} {n}")).collect();
+    if !drops.is_empty() {
+        println!("  slow-path drops: {}", drops.join(", "));
     }
 }
 
