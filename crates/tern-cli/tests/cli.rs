@@ -385,18 +385,9 @@ fn flow_serve_reports_progress() {
     };
     let body = get("/metrics");
     let doc = std::fs::read_to_string(format!("{}/../../docs/flow.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
-    let served: std::collections::BTreeSet<String> = body
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_once(' '))
-        .map(|(name, kind)| if kind == "counter" { format!("{name}_total") } else { name.to_string() })
-        .collect();
-    let named: std::collections::BTreeSet<String> = doc
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| w.starts_with("tern_flow_") && w.len() > "tern_flow_".len())
-        .map(str::to_string)
-        .collect();
-    assert_eq!(served, named, "the metrics served, and those docs/flow.md names");
+    let named = doc_table_column("flow", "| family | labels | counts |");
+    assert_eq!(families_served(&body), named, "the metrics served, and docs/flow.md's table");
+    assert_eq!(doc_words("flow", "tern_flow_"), named, "docs/flow.md names only the families of its table");
     let reasons: Vec<&str> = body
         .lines()
         .filter(|l| l.starts_with("tern_flow_drops_packets_total{reason=\""))
@@ -863,18 +854,9 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
     let docs = docs_and_readme();
     let doc = |name: &str| &docs.iter().find(|(f, _)| f.ends_with(name)).unwrap_or_else(|| panic!("{name}")).1;
     let (rpc, qnp) = (doc("docs/rpc.md"), doc("docs/qnp.md"));
-    let served: std::collections::BTreeSet<String> = body
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_once(' '))
-        .map(|(name, kind)| if kind == "counter" { format!("{name}_total") } else { name.to_string() })
-        .collect();
-    let named: std::collections::BTreeSet<String> = rpc
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| w.starts_with("tern_rpc_") && w.len() > "tern_rpc_".len())
-        .map(str::to_string)
-        .collect();
-    assert_eq!(served, named, "the metrics served, and those docs/rpc.md names");
+    let named = doc_table_column("rpc", "| family | labels | counts |");
+    assert_eq!(families_served(&body), named, "the metrics served, and docs/rpc.md's table");
+    assert_eq!(doc_words("rpc", "tern_rpc_"), named, "docs/rpc.md names only the families of its table");
     let mut labels = 0;
     for l in body.lines().filter(|l| l.starts_with("tern_rpc_")) {
         if let Some((value, _)) = l.split_once("=\"").and_then(|(_, v)| v.split_once('"')) {
@@ -1284,6 +1266,39 @@ fn chain_serve_runs_on_the_cpu_profile() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The metric families a Prometheus text `body` serves: a counter by its sample's `_total`
+/// name, any other kind by its own.
+fn families_served(body: &str) -> std::collections::BTreeSet<String> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, kind)| if kind == "counter" { format!("{name}_total") } else { name.to_string() })
+        .collect()
+}
+
+/// Every word of `docs/DOC.md` that starts with `prefix` (a metric's name, where the doc
+/// mentions one outside its table too).
+fn doc_words(doc: &str, prefix: &str) -> std::collections::BTreeSet<String> {
+    let text = std::fs::read_to_string(format!("{}/../../docs/{doc}.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with(prefix) && w.len() > prefix.len())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The first column of `docs/DOC.md`'s table whose header starts with `header`: each row's
+/// name in backticks (what follows it, as ` (gauge)`, left out).
+fn doc_table_column(doc: &str, header: &str) -> std::collections::BTreeSet<String> {
+    let text = std::fs::read_to_string(format!("{}/../../docs/{doc}.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let start = text.find(header).unwrap_or_else(|| panic!("no table `{header}` in docs/{doc}.md"));
+    text[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|row| row.split('`').nth(1).map(str::to_string))
+        .collect()
+}
+
 /// A table of `docs/DOC.md` (the one whose header is `header`: `| KEY | holds | what |`) is the
 /// contract for the JSON `v`: the rows' keys without a dot are `v`'s keys, and each row's
 /// "holds" are the keys of the object at its path (`a.b`; `a[]` is each of a list's entries,
@@ -1395,19 +1410,11 @@ fn chain_serve_round_trip(mode: &str) {
         assert!(body.contains("tern_chain_space_share_instances{tenant=\"lan\"} 1"), "{body}");
         // docs/chain.md is the contract: it names every family served (a counter by its
         // sample's `_total` name), and each it names is served (with --autoscale, all are).
-        let doc = std::fs::read_to_string(format!("{}/../../docs/chain.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
-        let served: std::collections::BTreeSet<String> = body
-            .lines()
-            .filter_map(|l| l.strip_prefix("# TYPE "))
-            .filter_map(|l| l.split_once(' '))
-            .map(|(name, kind)| if kind == "counter" { format!("{name}_total") } else { name.to_string() })
-            .collect();
-        let named: std::collections::BTreeSet<String> = doc
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .filter(|w| w.starts_with("tern_chain_") && w.len() > "tern_chain_".len())
-            .map(str::to_string)
-            .collect();
-        assert_eq!(served, named, "the metrics served, and those docs/chain.md names");
+        assert_eq!(
+            families_served(&body),
+            doc_words("chain", "tern_chain_"),
+            "the metrics served, and docs/chain.md's"
+        );
         // Every reason the tenant's packets can be dropped for, from the start: its firewall's
         // and NAT's, and the data path's; not the join's (its DAG is not parallel).
         for r in ["denied", "not_ip", "ports_exhausted", "no_mapping", "rate_limited", "queue_full", "no_region"] {
@@ -1828,6 +1835,25 @@ fn switch_serve_with_two_servers_scales_without_moving_flows() {
     assert!(metrics.contains("tern_switch_drops_total{reason=\"spoofed_header\"} 1"), "{metrics}");
     assert!(metrics.contains("tern_switch_group_version 1"), "{metrics}");
     assert!(metrics.contains("tern_switch_packets_total{path=\"response\"}"), "{metrics}");
+    // docs/clip.md is the contract: its tables name every family the switch and a server
+    // serve, and each they name is served; every label value of a reason, path or handler
+    // counter is named there.
+    let server_metrics =
+        agent.get(&format!("http://{c0}/metrics")).call().unwrap().into_body().read_to_string().unwrap();
+    let tables = [doc_table_column("clip", "| switch family |"), doc_table_column("clip", "| server family |")];
+    let both: std::collections::BTreeSet<String> = tables.iter().flatten().cloned().collect();
+    assert_eq!(doc_words("clip", "tern_switch_"), both, "docs/clip.md names only the families of its tables");
+    for (body, header) in [(&metrics, "| switch family |"), (&server_metrics, "| server family |")] {
+        assert_eq!(families_served(body), doc_table_column("clip", header), "{header} of docs/clip.md, and /metrics");
+        let doc = std::fs::read_to_string(format!("{}/../../docs/clip.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        for l in body.lines().filter(|l| !l.starts_with('#')) {
+            for key in ["reason", "path", "counter"] {
+                if let Some(value) = l.split(&format!("{key}=\"")).nth(1).and_then(|v| v.split('"').next()) {
+                    assert!(doc.contains(&format!("`{value}`")), "{l}: its {key} is not named in docs/clip.md");
+                }
+            }
+        }
+    }
     // Port 1 received the hosts' frames (and the spoofed one: counted as a frame, dropped by
     // the switch, not the port); nothing was dropped by a port.
     let port = |name: &str, port: u16, dir: &str| -> u64 {
@@ -1859,11 +1885,16 @@ fn switch_serve_with_two_servers_scales_without_moving_flows() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["drops"]["spoofed_header"], 1);
+    assert_eq!(v["drops"]["no_route"], 0, "every reason, from 0: {v}");
     assert!(v["responses"].as_u64().unwrap() >= 60, "{v}");
     assert_eq!(v["generation"], 2);
+    json_is_as_documented(&v, "clip", "| serve key | holds | what |", &[]);
     for s in servers {
         let out = s.wait_with_output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        json_is_as_documented(&v, "clip", "| server key | holds | what |", &[]);
+        assert!(v["handler"]["created"].as_u64().unwrap() > 0, "{v}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -235,11 +235,22 @@ fn a_failed_servers_connections_keep_their_public_pair_at_its_buddy() {
     assert_eq!(c.lost, 0);
 }
 
-/// docs/clip.md is the contract: every drop the switch and the NAT count is named there.
+/// docs/clip.md is the contract: every drop the switch, the servers and the NAT count is named
+/// there, and every counter of each handler (`tern_switch_server_handler_total{counter}`).
 #[test]
 fn the_docs_name_every_drop() {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/clip.md")).unwrap();
-    let names = DropReason::ALL.iter().map(|d| d.name()).chain(nat::NatDrop::ALL.iter().map(|d| d.name()));
+    let handlers: Vec<&'static str> = ["snat", "trd"]
+        .into_iter()
+        .flat_map(|h| tern_switch::server::handler(h, 0).unwrap().counters().into_iter().map(|(n, _)| n))
+        .collect();
+    assert!(handlers.contains(&"kept_port") && handlers.contains(&"no_index"), "{handlers:?}");
+    let names = DropReason::ALL
+        .iter()
+        .map(|d| d.name())
+        .chain(nat::NatDrop::ALL.iter().map(|d| d.name()))
+        .chain(ServerDrop::ALL.iter().map(|d| d.name()))
+        .chain(handlers);
     for n in names {
         assert!(doc.contains(&format!("`{n}`")), "docs/clip.md does not name `{n}`");
     }

@@ -346,6 +346,24 @@ impl Collector for SwitchCollector {
             st.unlearned,
         )?;
         counter(&mut enc, "tern_switch_learn_full", "Offload candidates beyond the learning table.", st.learn_full)?;
+        counter(
+            &mut enc,
+            "tern_switch_installed_by_response",
+            "Entries a table kept by responses put in (install).",
+            st.installed_by_response,
+        )?;
+        counter(
+            &mut enc,
+            "tern_switch_removed_by_response",
+            "Entries a table kept by responses took out (remove).",
+            st.removed_by_response,
+        )?;
+        counter(
+            &mut enc,
+            "tern_switch_install_refused",
+            "Installs a table kept by responses refused, full (the flow stays on the server path).",
+            st.install_refused,
+        )?;
         counter(&mut enc, "tern_switch_failovers", "Servers failed over after missed heartbeats.", s.failovers)?;
         gauge(
             &mut enc,
@@ -703,11 +721,11 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let _ = heartbeats.join();
     let _ = watcher.join();
     let st = sw.stats();
-    let drops: serde_json::Map<String, serde_json::Value> = DropReason::ALL
-        .iter()
-        .filter(|&&r| st.drop_count(r) > 0)
-        .map(|&r| (r.name().to_string(), json!(st.drop_count(r))))
-        .collect();
+    // Every reason, from 0, in the JSON; those above 0 in the line printed.
+    let drops: serde_json::Map<String, serde_json::Value> =
+        DropReason::ALL.iter().map(|&r| (r.name().to_string(), json!(st.drop_count(r)))).collect();
+    let dropped: serde_json::Map<String, serde_json::Value> =
+        drops.iter().filter(|(_, n)| n.as_u64() > Some(0)).map(|(r, n)| (r.clone(), n.clone())).collect();
     // Each register array's sum (TCP retransmission detection's counts, for one).
     let registers: serde_json::Map<String, serde_json::Value> = sw
         .pipeline()
@@ -743,6 +761,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         "entries": sw.offload().entries(), "generation": generation, "seconds": start.elapsed().as_secs_f64(),
         "registers": registers, "faults": faults,
         "installed_by_response": st.installed_by_response, "removed_by_response": st.removed_by_response,
+        "install_refused": st.install_refused,
     });
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
@@ -754,7 +773,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             st.requests(),
             st.responses,
             st.dropped(),
-            if drops.is_empty() { String::new() } else { format!(" ({})", serde_json::Value::Object(drops)) },
+            if dropped.is_empty() { String::new() } else { format!(" ({})", serde_json::Value::Object(dropped)) },
             sw.selector().current().version,
             start.elapsed().as_secs_f64(),
             ports
