@@ -241,9 +241,12 @@ fn dispatch_serve_answers_the_load_generator_and_rejects_bad_files() {
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = socket.local_addr().unwrap().to_string();
     drop(socket);
-    let mut server = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(["dispatch", "serve", file.to_str().unwrap(), "--listen", &addr, "--duration", "6"])
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let server = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["dispatch", "serve", file.to_str().unwrap(), "--listen", &addr, "--duration", "6", "--json"])
+        .args(["--metrics", &metrics])
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1500));
@@ -251,12 +254,21 @@ fn dispatch_serve_answers_the_load_generator_and_rejects_bad_files() {
     let by_name = addr.replace("127.0.0.1", "localhost");
     let (ok, out, err) =
         tern(&["dispatch", "load", &by_name, "--workers", "2", "--keys", "4800", "--duration", "1", "--json"]);
-    let status = server.wait().unwrap();
     assert!(ok, "{err}");
-    assert!(status.success());
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(v["completed"].as_u64().unwrap() > 100, "{v}");
     assert_eq!((v["failed"].as_u64(), v["not_found"].as_u64(), v["wrong_value"].as_u64()), (Some(0), Some(0), Some(0)));
+    json_is_as_documented(&v, "dispatch", "| load key | holds | what |", &[]);
+    // docs/dispatch.md is the contract for the families served (its table names each, and no
+    // other), and for the summary's keys.
+    let body = ureq::get(&format!("http://{metrics}/metrics")).call().unwrap().into_body().read_to_string().unwrap();
+    assert_eq!(families_served(&body), doc_words("dispatch", "tern_dispatch_"), "docs/dispatch.md's metrics");
+    let out = server.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    json_is_as_documented(&v, "dispatch", "| serve key | holds | what |", &[]);
+    assert_eq!(v["drops"]["reconfiguring"], 0, "every reason, from 0 (no reload here): {v}");
+    assert_eq!(v["stopped_by"], "duration");
     // A rule naming a queue beyond the workers is refused before anything starts.
     std::fs::write(&file, rules.replacen("queue = 0", "queue = 9", 1)).unwrap();
     let (ok, _, err) = tern(&["dispatch", "serve", file.to_str().unwrap(), "--listen", &addr, "--duration", "1"]);

@@ -354,14 +354,16 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let handled: u64 = shared.workers.iter().map(|w| w.requests.load(std::sync::atomic::Ordering::Relaxed)).sum();
     let partial: u64 =
         shared.workers.iter().map(|w| w.partial_at_stop.load(std::sync::atomic::Ordering::Relaxed)).sum();
-    let drops: Vec<(String, u64)> = shared.drop_counts().into_iter().filter(|(_, v)| *v > 0).collect();
+    // Every reason, from 0, in the JSON; those above 0 in the line printed.
+    let all_drops: Vec<(String, u64)> = shared.drop_counts();
+    let drops: Vec<&(String, u64)> = all_drops.iter().filter(|(_, v)| *v > 0).collect();
     let dropped: u64 = drops.iter().map(|(_, v)| v).sum();
     if a.json {
         let v = serde_json::json!({
             "stopped_by": why, "elapsed_s": elapsed, "requests_handled": handled,
             "requests_per_s": handled as f64 / elapsed.max(1e-9), "first_packets_dispatched": d.rsd.first_packets,
             "received_packets": d.rx_packets, "datagrams_dropped": dropped,
-            "drops": drops.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+            "drops": all_drops.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
             "partial_requests_at_stop": partial, "generation": generation,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
