@@ -2,8 +2,8 @@
 //! then the cached rule's actions on a second pass) and every action set on the parsed frame
 //! must never panic; the parser's common-case path must agree with the general parser; a frame
 //! the pipeline forwards must parse again, and the pipeline's fast path must give what the
-//! staged pipeline (its twin, in a second switch) gives; a compiled action set must do what the
-//! action-by-action interpreter does.
+//! staged pipeline (its twin, in a second switch) gives; every drop of the slow path is counted
+//! under a reason; a compiled action set must do what the action-by-action interpreter does.
 #![no_main]
 
 use std::cell::RefCell;
@@ -71,6 +71,10 @@ fuzz_target!(|data: &[u8]| {
                     }
                 }
                 out.host.packets.recycle(pool);
+                // Every drop of the slow path has its reason: its decisions' and those on the way out.
+                let c = sw.cache_stats();
+                let named: u64 = sw.slow.stats().dropped.iter().sum::<u64>() + c.slow_exec_dropped.iter().sum::<u64>();
+                assert_eq!(c.slow_dropped, named, "a slow-path drop without a reason");
                 seen.push((frames, sw.pipeline.stats().clone()));
             }
             // The same frames and counters, but for the fast path's own count of what it carried.
