@@ -69,8 +69,11 @@ enum Command {
         #[command(subcommand)]
         command: RpcCommand,
     },
-    /// SuperNIC: tenants' DAGs of network tasks. `chain check` reads tenant files: the DAG in
-    /// order, each task's kind, and what the tenant asks of the board against what it has.
+    /// SuperNIC: tenants' DAGs of network tasks on shared, credit-scheduled chains. `chain check`
+    /// reads tenant files and prints the plan; `chain serve` runs the chains between two ports
+    /// (--mode snic, panic or rtc); `chain trace` follows one packet through the plan; `chain
+    /// dump` asks a running server for its per-task runtime; `chain sim` simulates the
+    /// autoscaler at the paper's scale.
     Chain {
         #[command(subcommand)]
         command: ChainCommand,
@@ -82,13 +85,17 @@ enum Command {
     },
     /// CLIP: a programmable switch extended by servers. `switch check` reads switch programs
     /// (TOML in P4's vocabulary) and places them in a Tofino pipe's stages; `switch trace`
-    /// follows one frame through a program, its servers and back.
+    /// follows one frame through a program, its servers and back; `switch serve` and `switch
+    /// server` run a switch and its servers as processes on ports; `switch scale` and `switch
+    /// dump-tables` change and show a running one.
     Switch {
         #[command(subcommand)]
         command: SwitchCommand,
     },
     /// Hardware profiles, and projections of a configuration onto one: a dispatch rule file
-    /// (QingNiao's Matcher on the U250) or a flow switch config (AccelSDP's OFUs on the N3000).
+    /// (QingNiao's Matcher on the U250), a flow switch config (AccelSDP's OFUs on the N3000), an
+    /// RPC service (RpcNIC on the U280), tenant files (SuperNIC on the HTG-9200) or a switch
+    /// configuration (CLIP on the Tofino).
     Hw {
         #[command(subcommand)]
         command: HwCommand,
@@ -312,12 +319,17 @@ enum HwCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Project a configuration onto a hardware profile. Takes either kind of config file, told
-    /// apart by its content: a dispatch rule file (examples/dispatch/*.toml: Matcher RAM/CAM use,
-    /// skip-and-checks, cycles, ingress latency, requests/s and the bottleneck; exit 1 if the
-    /// rules do not fit the Matcher) or a flow switch config (examples/flow/*.toml: OFU and
-    /// action-RAM use, projected packets/s and latency per frame size, configuration rates).
-    /// Projections come from the profile's model, not from measurements.
+    /// Project a configuration onto a hardware profile: whether it fits and how fast it would go
+    /// there. Takes five kinds of file, told apart by content: a dispatch rule file
+    /// (examples/dispatch/*.toml, QingNiao: Matcher RAM/CAM use, skip-and-checks, cycles, ingress
+    /// latency, requests/s and the bottleneck); a flow switch config (examples/flow/*.toml,
+    /// AccelSDP: OFU and action-RAM use, packets/s and latency per frame size, configuration
+    /// rates); an RPC service config (examples/rpc/*.toml, RpcNIC: the schema table's fit,
+    /// (de)serialization per sample); SuperNIC tenant files (examples/chain/*.toml, with --with:
+    /// regions and area, rate and its bound, latency per tenant); a CLIP switch configuration
+    /// (examples/switch/serve.toml: each module's and the program's use of the pipe, both paths'
+    /// rates). Exit 1 (or an error naming what) when it does not fit. Projections come from the
+    /// profile's model, not from measurements.
     Report(hw::ReportArgs),
 }
 

@@ -2174,6 +2174,48 @@ fn docs_and_readme() -> Vec<(std::path::PathBuf, String)> {
     files.into_iter().map(|f| (f.clone(), std::fs::read_to_string(&f).unwrap())).collect()
 }
 
+/// The subcommands a help lists under "Commands:" (not `help`).
+fn commands_in(help: &str) -> Vec<String> {
+    let Some((_, rest)) = help.split_once("Commands:") else { return Vec::new() };
+    let list = rest.split("Options:").next().unwrap_or("");
+    list.lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("    "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect()
+}
+
+/// `tern ARGS --help`.
+fn help_of(args: &[&str]) -> String {
+    let mut a = args.to_vec();
+    a.push("--help");
+    let (ok, out, err) = tern(&a);
+    assert!(ok, "tern {args:?} --help: {err}");
+    out
+}
+
+/// A command group whose summary in `tern --help` names some of its commands (`chain check`)
+/// names all of them: a group's summary once named two of its six commands, written before the
+/// others were.
+#[test]
+fn a_groups_summary_names_all_its_commands_or_none() {
+    let top = help_of(&[]);
+    let mut named_groups = 0;
+    for group in commands_in(&top) {
+        let summary = top.lines().find(|l| l.split_whitespace().next() == Some(group.as_str())).unwrap_or("");
+        let subs = commands_in(&help_of(&[&group]));
+        let named: Vec<&String> = subs.iter().filter(|c| summary.contains(&format!("`{group} {c}"))).collect();
+        if named.is_empty() {
+            continue;
+        }
+        named_groups += 1;
+        let unnamed: Vec<&String> = subs.iter().filter(|c| !named.contains(c)).collect();
+        assert!(unnamed.is_empty(), "`tern --help` on {group} names {named:?} but not {unnamed:?}");
+    }
+    assert!(named_groups >= 3, "rpc, chain and switch name their commands");
+}
+
 /// The option a word names (`--stats-interval`, `[--json]`, `(--quick`), without its dashes;
 /// not `--help` or `--version`.
 fn option_named(word: &str) -> Option<String> {
@@ -2236,24 +2278,7 @@ fn the_docs_explain_every_option_of_every_command() {
     let docs = docs_and_readme();
     let all: String = docs.iter().map(|(_, t)| t.as_str()).collect();
     let chain = &docs.iter().find(|(f, _)| f.ends_with("docs/chain.md")).expect("docs/chain.md").1;
-    // The subcommands a help lists under "Commands:".
-    let commands = |help: &str| -> Vec<String> {
-        let Some((_, rest)) = help.split_once("Commands:") else { return Vec::new() };
-        let list = rest.split("Options:").next().unwrap_or("");
-        list.lines()
-            .filter(|l| l.starts_with("  ") && !l.starts_with("    "))
-            .filter_map(|l| l.split_whitespace().next())
-            .filter(|c| *c != "help")
-            .map(str::to_string)
-            .collect()
-    };
-    let help = |args: &[&str]| -> String {
-        let mut a = args.to_vec();
-        a.push("--help");
-        let (ok, out, err) = tern(&a);
-        assert!(ok, "tern {args:?} --help: {err}");
-        out
-    };
+    let (commands, help) = (commands_in, help_of);
     let (mut checked, mut missing) = (0, Vec::new());
     for group in commands(&help(&[])) {
         let gh = help(&[&group]);
