@@ -988,6 +988,46 @@ fn bench_rpc_apps_measures_every_service_in_every_mode() {
     std::fs::remove_dir_all(&out_dir).unwrap();
 }
 
+/// `tern hw report --json` on each engine's example is as its doc's `| report key |` table gives
+/// it (QingNiao's in docs/rules.md), every key of every entry.
+#[test]
+fn hw_report_json_is_as_each_doc_gives_it() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    let cases: [(&str, &[&str]); 6] = [
+        ("rules", &["dispatch/kv.toml", "--profile", "qingniao-u250"]),
+        ("flow", &["flow/replay.toml"]),
+        ("rpc", &["rpc/image.toml"]),
+        ("rpc", &["rpc/social.toml"]),
+        ("chain", &["chain/figure10-a.toml", "--with", "chain/figure10-d.toml"]),
+        ("clip", &["switch/serve.toml"]),
+    ];
+    for (doc, args) in cases {
+        let args: Vec<String> =
+            args.iter().map(|a| if a.ends_with(".toml") { format!("{root}/{a}") } else { a.to_string() }).collect();
+        let mut cmd = vec!["hw", "report", "--json"];
+        cmd.extend(args.iter().map(String::as_str));
+        let (ok, out, err) = tern(&cmd);
+        assert!(ok, "{cmd:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{cmd:?}: {e}: {out}"));
+        json_is_as_documented(&v, doc, "| report key | holds | what |", &[]);
+    }
+    // A rule set the Matcher cannot hold (a check of 12 bytes; the U250 checks 8): its problems,
+    // and exit 1.
+    let dir = std::env::temp_dir().join(format!("tern-hw-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(format!("{root}/dispatch/kv.proto"), dir.join("kv.proto")).unwrap();
+    let rules = std::fs::read_to_string(format!("{root}/dispatch/kv.toml")).unwrap();
+    let bad = dir.join("wide.toml");
+    let wide = rules.replacen("\"user.0\"", "\"user.0123456789ab\"", 1);
+    assert_ne!(wide, rules, "the example's rule users-0");
+    std::fs::write(&bad, wide).unwrap();
+    let (ok, out, _) = tern(&["hw", "report", "--json", bad.to_str().unwrap(), "--profile", "qingniao-u250"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(!ok && v["offloadable"] == false && v["problems"].as_array().is_some_and(|p| !p.is_empty()), "{v}");
+    json_is_as_documented(&v, "rules", "| report key | holds | what |", &[]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `tern chain check`: the example tenant fits; a tenant with a cycle is refused naming the
 /// file and printing the cycle; one asking more than the line does not fit; exit 1 for both.
 #[test]
