@@ -43,6 +43,8 @@ fn pingpong_json_has_the_promised_keys() {
     assert_eq!(v["completed"], 2000);
     assert_eq!(v["duplicates_delivered"], 0);
     assert!(v["retransmissions"].as_u64().unwrap() > 0);
+    json_is_as_documented(&v, "qnp", "| pingpong key | holds | what |", &[]);
+    assert_eq!(v["drops"].as_object().unwrap().len(), tern_qnp::DropReason::ALL.len(), "every reason: {v}");
 }
 
 #[test]
@@ -109,6 +111,7 @@ fn idl_check_and_compile() {
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["messages"][0]["dispatch_fields"], serde_json::json!([1]));
+    json_is_as_documented(&v, "qnp", "| idl key | holds | what |", &[]);
     let (ok, _, err) = tern(&["idl", "compile", proto.to_str().unwrap(), "--out", dir.join("gen").to_str().unwrap()]);
     assert!(ok, "{err}");
     let code = std::fs::read_to_string(dir.join("gen/kv.rs")).unwrap();
@@ -146,6 +149,12 @@ fn dispatch_check_reports_use_and_fit() {
     assert!(!ok);
     assert!(out.contains("error: rule \"jpegs\": a suffix needs a skip"), "{out}");
     assert!(out.contains("error: rule \"admins\": checks 10 bytes at once"), "{out}");
+    // docs/rules.md's table of the JSON, with problems and a warning.
+    let (ok, out, _) = tern(&["dispatch", "check", &example("mixed.toml"), "--profile", "qingniao-u250", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(!ok && v["ok"] == false && !v["diagnostics"].as_array().unwrap().is_empty(), "{v}");
+    assert!(!v["matcher"]["problems"].as_array().unwrap().is_empty(), "{v}");
+    json_is_as_documented(&v, "rules", "| check key | holds | what |", &[]);
 }
 
 #[test]
@@ -1720,6 +1729,7 @@ fn switch_check_places_or_names_the_problem() {
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["ok"], true);
+    json_is_as_documented(&v, "clip", "| check key | holds | what |", &[]);
     let items = v["programs"][0]["placement"]["items"].as_array().unwrap();
     let nat = items.iter().find(|i| i["name"] == "nat").unwrap();
     assert_eq!(nat["first"], 5, "after the five classifying steps");
@@ -1736,6 +1746,11 @@ fn switch_check_places_or_names_the_problem() {
     let (ok, out, _) = tern(&["switch", "check", big.to_str().unwrap()]);
     assert!(!ok);
     assert!(out.contains("does not fit clip-tofino"), "{out}");
+    // The JSON of a program that does not load, beside one that does not fit.
+    let (ok, out, _) = tern(&["switch", "check", bad.to_str().unwrap(), big.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(!ok && v["ok"] == false && v["programs"][1]["error"].is_string(), "{v}");
+    json_is_as_documented(&v, "clip", "| check key | holds | what |", &["programs[].placement", "programs[].percent"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -1750,6 +1765,7 @@ fn switch_trace_follows_a_frame_through_a_server() {
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["out_port"], 2);
+    json_is_as_documented(&v, "clip", "| trace key | holds | what |", &[]);
     let steps: Vec<&str> = v["steps"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
     assert!(steps.iter().any(|s| s.starts_with("flight: to server")), "{steps:?}");
     assert!(steps.last().unwrap().contains("ipv4 192.0.2."), "{steps:?}");
@@ -1919,6 +1935,7 @@ fn switch_serve_with_two_servers_scales_without_moving_flows() {
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["table"], "nat");
+    json_is_as_documented(&v, "clip", "| tables key | holds | what |", &[]);
     let mirrored: u64 = v["mirrors"].as_array().unwrap().iter().map(|s| s["entries"].as_u64().unwrap()).sum();
     assert_eq!(mirrored, 80, "each flow's entry on its server");
     // A reload (another route) makes generation 2; a broken one is refused and changes nothing.

@@ -119,7 +119,14 @@ pub fn report_json(r: &PingPongReport) -> serde_json::Value {
         "p999_us": r.p999_us,
         "elapsed_s": r.elapsed_s,
         "faults_injected": {"dropped": r.faults_injected.0, "duplicated": r.faults_injected.1, "reordered": r.faults_injected.2},
-        "drops": r.drops.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+        // Every QNP drop reason, from 0 (docs/qnp.md §8).
+        "drops": tern_qnp::DropReason::ALL
+            .iter()
+            .map(|d| {
+                let n = r.drops.iter().find(|(k, _)| k == d.as_str()).map_or(0, |(_, v)| *v);
+                (d.as_str().to_string(), serde_json::json!(n))
+            })
+            .collect::<serde_json::Map<_, _>>(),
     })
 }
 
