@@ -7,6 +7,26 @@ fn tern(args: &[&str]) -> (bool, String, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 
+/// `tern ARGS` started in the background, its stdout and stderr piped.
+fn spawn_tern(args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tern starts")
+}
+
+/// A free local TCP address (for `--metrics`).
+fn free_tcp() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string()
+}
+
+/// The body of `GET http://ADDR/PATH`.
+fn http_text(addr: &str, path: &str) -> String {
+    ureq::get(&format!("http://{addr}{path}")).call().unwrap().into_body().read_to_string().unwrap()
+}
+
 #[test]
 fn pingpong_json_has_the_promised_keys() {
     let (ok, out, err) = tern(&[
@@ -250,14 +270,20 @@ fn dispatch_serve_answers_the_load_generator_and_rejects_bad_files() {
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = socket.local_addr().unwrap().to_string();
     drop(socket);
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    let server = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(["dispatch", "serve", file.to_str().unwrap(), "--listen", &addr, "--duration", "6", "--json"])
-        .args(["--metrics", &metrics])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let metrics = free_tcp();
+    let file_arg = file.to_str().unwrap();
+    let server = spawn_tern(&[
+        "dispatch",
+        "serve",
+        file_arg,
+        "--listen",
+        &addr,
+        "--duration",
+        "6",
+        "--json",
+        "--metrics",
+        &metrics,
+    ]);
     std::thread::sleep(std::time::Duration::from_millis(1500));
     // A host name works as well as an address.
     let by_name = addr.replace("127.0.0.1", "localhost");
@@ -270,7 +296,7 @@ fn dispatch_serve_answers_the_load_generator_and_rejects_bad_files() {
     json_is_as_documented(&v, "dispatch", "| load key | holds | what |", &[]);
     // docs/dispatch.md is the contract for the families served (its table names each, and no
     // other), and for the summary's keys.
-    let body = ureq::get(&format!("http://{metrics}/metrics")).call().unwrap().into_body().read_to_string().unwrap();
+    let body = http_text(&metrics, "/metrics");
     assert_eq!(families_served(&body), doc_words("dispatch", "tern_dispatch_"), "docs/dispatch.md's metrics");
     let out = server.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -390,20 +416,24 @@ fn flow_serve_reports_progress() {
         .replace("\"routes.txt\"", &format!("\"{}\"", rules("routes.txt")));
     let file = dir.join("replay.toml");
     std::fs::write(&file, cfg).unwrap();
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    let child = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(["flow", "serve", file.to_str().unwrap(), "--duration", "2.2", "--stats-interval", "0.5", "--json"])
-        .args(["--metrics", &metrics])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let metrics = free_tcp();
+    let file_arg = file.to_str().unwrap();
+    let child = spawn_tern(&[
+        "flow",
+        "serve",
+        file_arg,
+        "--duration",
+        "2.2",
+        "--stats-interval",
+        "0.5",
+        "--json",
+        "--metrics",
+        &metrics,
+    ]);
     // While it runs (the capture is replayed at once; the run goes on to 2.2 s): docs/flow.md
     // is the contract for the metric families served, the drop reasons and `/flows`' rows.
     std::thread::sleep(std::time::Duration::from_millis(1200));
-    let get = |path: &str| {
-        ureq::get(&format!("http://{metrics}{path}")).call().unwrap().into_body().read_to_string().unwrap()
-    };
+    let get = |path: &str| http_text(&metrics, path);
     let body = get("/metrics");
     let doc = std::fs::read_to_string(format!("{}/../../docs/flow.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
     let named = doc_table_column("flow", "| family | labels | counts |");
@@ -830,13 +860,9 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
     let addr = socket.local_addr().unwrap();
     drop(socket);
     let a = addr.to_string();
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    let server = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(["rpc", "serve", cfg, "--listen", &a, "--json", "--stats-interval", "0.5", "--metrics", &metrics])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let metrics = free_tcp();
+    let server =
+        spawn_tern(&["rpc", "serve", cfg, "--listen", &a, "--json", "--stats-interval", "0.5", "--metrics", &metrics]);
     std::thread::sleep(Duration::from_millis(1500));
     let (ok, _, err) = tern(&["rpc", "serve", cfg, "--listen", &a, "--duration", "1"]);
     assert!(!ok && err.contains(&format!("cannot listen on {a}")), "{err}");
@@ -866,8 +892,8 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
     // Its metrics while it runs: docs/rpc.md is the contract, naming every family served (a
     // counter by its sample's `_total` name) and each label value (the statuses, the parts'
     // counts; QNP's reasons in docs/qnp.md §8), and each family it names is served.
-    let get = |path: &str| ureq::get(&format!("http://{metrics}{path}")).call().unwrap().into_body().read_to_string();
-    let body = get("/metrics").unwrap();
+    let get = |path: &str| http_text(&metrics, path);
+    let body = get("/metrics");
     assert!(body.contains("tern_rpc_calls_total{status=\"ok\"} 200"), "{body}");
     assert!(body.contains("tern_rpc_calls_total{status=\"bad_request\"} 1"), "{body}");
     assert!(body.contains("tern_rpc_images_on_unit_total 200"), "{body}");
@@ -892,8 +918,8 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
         }
     }
     assert_eq!(labels, Status::ALL.len() + tern_qnp::DropReason::ALL.len() + tern_endpoint::PartStats::NAMES.len());
-    assert_eq!(get("/ready").unwrap(), "ready\n");
-    assert_eq!(get("/config").unwrap(), std::fs::read_to_string(cfg).unwrap());
+    assert_eq!(get("/ready"), "ready\n");
+    assert_eq!(get("/config"), std::fs::read_to_string(cfg).unwrap());
     // A progress report after the last call (--stats-interval 0.5).
     std::thread::sleep(Duration::from_millis(800));
     let pid = server.id().to_string();
