@@ -317,6 +317,40 @@ fn gre_is_translated_by_address_through_the_switch() {
     assert_eq!((back[0].0, &back[0].1[30..34]), (INSIDE, &[10u8, 0, 0, 1][..]));
 }
 
+/// docs/clip.md's replica record, byte for byte: what `take_new` writes for a UDP connection is
+/// the layout the doc gives, and a record a peer builds from the doc alone (a TCP connection,
+/// established, a reply seen) is adopted and translates that connection's replies back.
+#[test]
+fn replica_records_are_the_docs_layout() {
+    use tern_switch::server::RemoteHandler;
+    let mut a = Snat::for_server(0).unwrap();
+    let mut resp = [0u8; 7];
+    let mut l3 = udp([10, 0, 0, 1], REMOTE, 5000, 53)[14..].to_vec();
+    a.handle(0, 0, &mut l3, &[0; 9], &mut resp).unwrap();
+    let mut records = Vec::new();
+    a.take_new(&mut records);
+    // Protocol; source and port; destination and port; public address and port; TCP state
+    // (0xff: not TCP); whether a reply came.
+    let mut want = vec![17, 10, 0, 0, 1, 0x13, 0x88];
+    want.extend(REMOTE);
+    want.extend([0, 53, 192, 0, 2, 1, 0x13, 0x88, 0xff, 0]);
+    assert_eq!(records, [want]);
+    // Built from the doc: TCP 10.0.0.2:6000 -> REMOTE:80 as 192.0.2.1:6001, `established` (its
+    // index, 2, in the doc's order of states), a reply seen.
+    let mut rec = vec![6, 10, 0, 0, 2, 0x17, 0x70];
+    rec.extend(REMOTE);
+    rec.extend([0, 80, 192, 0, 2, 1, 0x17, 0x71, 2, 1]);
+    assert_eq!(rec.len(), 21);
+    let mut b = Snat::for_server(1).unwrap();
+    b.adopt_replica(0, &rec).unwrap();
+    // A reply to the public pair, coming in (the request's byte 8: 1), goes to the inside host.
+    let mut l3 = tcp(REMOTE, [192, 0, 2, 1], 80, 6001, 0x10)[14..].to_vec();
+    let mut params = [0u8; 9];
+    params[8] = 1;
+    b.handle(0, 0, &mut l3, &params, &mut resp).unwrap();
+    assert_eq!(resp, [10, 0, 0, 2, 0x17, 0x70, 1], "the inside pair, to write as the destination");
+}
+
 /// A server that comes back takes back from its buddy the connections holding its public
 /// pairs: without that, a new flow to the same destination gets the public pair an adopted
 /// connection still uses at the buddy (replies could not tell them apart); with it, another
