@@ -158,7 +158,7 @@ enum FlowCommand {
     /// do not): cached rules in the OFUs, misses through the slow path's ACL, routes and next
     /// hops. Prometheus metrics and /flows with --metrics. The tables reload (and the cache is
     /// flushed) when the config file's mtime changes: touch it after editing its ACL or route
-    /// files. pcap outputs are complete once it stops by --duration or --until-done.
+    /// files. pcap outputs are complete whenever it stops (SIGINT, SIGTERM, --duration, --until-done).
     Serve(flow::ServeArgs),
     /// Check a config without running it: errors naming the item, warnings, and whether it fits
     /// its profile (or --profile). Exit 0 if usable, 1 otherwise.

@@ -34,3 +34,10 @@ pub fn stop_flag() -> io::Result<Arc<AtomicBool>> {
 pub fn stopping(flag: &AtomicBool) -> bool {
     flag.load(Ordering::Relaxed)
 }
+
+/// Why a server that has stopped stopped, as its summary says it (`stopped (WHY) after ...`,
+/// `stopped_by` in its JSON): `signal` if the flag is set, else `otherwise` (its `--duration`,
+/// or its input's end).
+pub fn why_stopped(flag: &AtomicBool, otherwise: &'static str) -> &'static str {
+    if stopping(flag) { "signal" } else { otherwise }
+}

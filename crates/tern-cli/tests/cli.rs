@@ -1194,6 +1194,86 @@ fn bench_chain_fairness_json_has_the_promised_keys() {
     std::fs::remove_dir_all(&out_dir).unwrap();
 }
 
+/// Servers behave like servers: `flow serve`, `chain serve`, `switch serve` and `switch server`
+/// each stop on SIGINT and on SIGTERM with their summary and exit 0 (dispatch's and rpc's have
+/// tests of their own); flow serve's pcap outputs are whole records when a signal stops it.
+#[test]
+fn every_server_stops_cleanly_on_sigint_and_sigterm() {
+    use std::time::Duration;
+    let dir = std::env::temp_dir().join(format!("tern-signals-all-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let udp = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    // flow serve replaying the capture, its outputs in `dir`.
+    let example = std::fs::read_to_string(flow_example("replay.toml")).unwrap();
+    let flow_cfg = example
+        .replace("pcap_in = \"traffic.pcap\"", &format!("pcap_in = \"{}\"", flow_example("traffic.pcap")))
+        .replace("/tmp/tern-flow-", &format!("{}/", dir.display()))
+        .replace("\"acl.rules\"", &format!("\"{}\"", flow_example("acl.rules")))
+        .replace("\"routes.txt\"", &format!("\"{}\"", flow_example("routes.txt")));
+    let flow = dir.join("replay.toml");
+    std::fs::write(&flow, flow_cfg).unwrap();
+    let tenant = dir.join("lan.toml");
+    std::fs::write(&tenant, "tenant = \"lan\"\ndag = \"nat\"\n[ingress]\nproto = \"udp\"\n[nt.nat]\nkind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20100\"\n").unwrap();
+    let snat = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml");
+    for signal in ["-INT", "-TERM"] {
+        let (a, b, c) = (udp(), udp(), udp());
+        let switch_cfg = dir.join("switch.toml");
+        std::fs::write(
+            &switch_cfg,
+            format!("program = \"{snat}\"\nports = [\"udp:{a}=127.0.0.1:9\", \"udp:{b}=127.0.0.1:9\", \"udp:{c}=127.0.0.1:9\"]\nservers = [3]\n"),
+        )
+        .unwrap();
+        let (chain1, chain2, server) = (
+            format!("udp:{}=127.0.0.1:9", udp()),
+            format!("udp:{}=127.0.0.1:9", udp()),
+            format!("udp:{}=127.0.0.1:9", udp()),
+        );
+        let runs: [(&str, Vec<&str>, &str); 4] = [
+            ("flow serve", vec!["flow", "serve", flow.to_str().unwrap()], "stopped (signal) after "),
+            (
+                "chain serve",
+                vec!["chain", "serve", tenant.to_str().unwrap(), "--port", &chain1, "--port", &chain2],
+                "stopped (signal) after ",
+            ),
+            (
+                "switch serve",
+                vec!["switch", "serve", switch_cfg.to_str().unwrap()],
+                "switch serve stopped (signal) after ",
+            ),
+            (
+                "switch server",
+                vec!["switch", "server", snat, "--port", &server],
+                "switch server 0 stopped (signal) after ",
+            ),
+        ];
+        let children: Vec<_> = runs.iter().map(|(_, args, _)| spawn_tern(args)).collect();
+        std::thread::sleep(Duration::from_millis(1500));
+        for child in &children {
+            assert!(Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap().success());
+        }
+        for ((what, _, summary), child) in runs.iter().zip(children) {
+            let out = child.wait_with_output().unwrap();
+            let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success(), "{what} on SIG{signal}: {:?}\n{stdout}\n{stderr}", out.status);
+            assert!(stdout.contains(summary), "{what} on SIG{signal}: no summary ({summary}):\n{stdout}\n{stderr}");
+        }
+        // The capture's outputs: a pcap header, then whole records (big-endian lengths).
+        for port in ["left", "right"] {
+            let b = std::fs::read(dir.join(format!("{port}.pcap"))).unwrap();
+            let mut at = 24;
+            while at + 16 <= b.len() {
+                at += 16 + u32::from_be_bytes(b[at + 8..at + 12].try_into().unwrap()) as usize;
+            }
+            assert!(
+                at == b.len() && b.len() > 24,
+                "{port}.pcap after SIG{signal}: {} bytes, records end at {at}",
+                b.len()
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `tern bench chain --json` prints the six promised keys at top level (tiny phases: what is
 /// checked is the report, not the figures), writes its files, and refuses zero rounds.
 #[test]

@@ -684,8 +684,8 @@ pub(crate) fn scheduler_line(decisions: u64, ns: u64) -> String {
     }
 }
 
-fn print_summary(names: &[String], s: &RunStats, ports: &[(String, PortStats)], elapsed: Duration) {
-    println!("ran {:.1} s", elapsed.as_secs_f64());
+fn print_summary(names: &[String], s: &RunStats, ports: &[(String, PortStats)], elapsed: Duration, why: &str) {
+    println!("stopped ({why}) after {:.1} s", elapsed.as_secs_f64());
     for (n, t) in names.iter().zip(&s.tenants) {
         let drops: Vec<String> = t.drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
         println!(
@@ -726,6 +726,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let plan_text = plan.describe(&tenants);
     let say = |m: String| if a.json { eprintln!("{m}") } else { println!("{m}") };
     let signals = crate::signals::stop_flag()?;
+    let signals_at_end = signals.clone();
     let pool = Pool::new(16_384, tern_io::DEFAULT_BUF_SIZE);
     let ports: Vec<Mutex<FramePort>> =
         a.ports.iter().map(|s| FramePort::open(s, &pool).map(Mutex::new)).collect::<Result<_, _>>()?;
@@ -979,8 +980,10 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         .collect();
     let offered = limiter.offered();
     let last = shares.lock().map(|s| s.clone()).unwrap_or_default();
+    let why = crate::signals::why_stopped(&signals_at_end, "duration");
     if a.json {
         let j = json!({
+            "stopped_by": why,
             "seconds": started.elapsed().as_secs_f64(),
             "tenants": names.iter().zip(&stats.tenants).zip(&offered).zip(&last).map(|(((n, t), o), s)| json!({
                 "tenant": n, "packets_in": t.packets_in, "packets_out": t.packets_out, "replies": t.replies, "drops": t.drops,
@@ -996,7 +999,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
-        print_summary(&names, &stats, &port_stats, started.elapsed());
+        print_summary(&names, &stats, &port_stats, started.elapsed(), why);
         if a.mode == Mode::Rtc {
             println!("dealt to a full core, dropped: {}", rss_dropped.load(Ordering::Relaxed));
         }

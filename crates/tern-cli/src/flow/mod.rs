@@ -216,12 +216,17 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             },
         }
     }
+    // Its input's end (--until-done) stopped the data path on its own.
+    let otherwise = if data_path.is_finished() && a.until_done { "input done" } else { "duration" };
+    let why = crate::signals::why_stopped(&signals, otherwise);
     stop.store(true, Ordering::Relaxed);
     let rt = data_path.join().map_err(|_| "the data-path thread panicked")?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&summary_json(&rt.snapshot()))?);
+        let mut v = summary_json(&rt.snapshot());
+        v["stopped_by"] = why.into();
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print_summary(&rt.snapshot());
+        print_summary(&rt.snapshot(), why);
     }
     if let Some(e) = rt.last_error() {
         eprintln!("last port error: {e}");
@@ -269,8 +274,8 @@ fn progress_line(s: &Snapshot, ticker: &mut crate::progress::Ticker) -> String {
     )
 }
 
-fn print_summary(s: &Snapshot) {
-    println!("after {:.1} s:", s.uptime);
+fn print_summary(s: &Snapshot, why: &str) {
+    println!("stopped ({why}) after {:.1} s:", s.uptime);
     for (name, p) in &s.ports {
         println!(
             "  port {name}: rx {} frames, tx {} frames, dropped {} rx / {} tx",

@@ -255,6 +255,7 @@ pub fn run(a: &ServeArgs) -> CmdResult {
     }
     let generation = served?;
     let secs = started.elapsed().as_secs_f64();
+    let why = crate::signals::why_stopped(&stop, "duration");
     let by_status: Vec<(&str, u64)> = Status::ALL.iter().map(|s| (s.name(), counters.answered(*s))).collect();
     let drops: Vec<(&str, u64)> = DropReason::ALL
         .iter()
@@ -266,7 +267,7 @@ pub fn run(a: &ServeArgs) -> CmdResult {
     let per_call = |ns: u64| if answered > 0 { ns as f64 / 1000.0 / answered as f64 } else { 0.0 };
     if a.json {
         let v = serde_json::json!({
-            "listen": addr.to_string(), "mtu": qnp.mtu, "app": svc.config.app, "mode": mode.name(), "seconds": secs,
+            "stopped_by": why, "listen": addr.to_string(), "mtu": qnp.mtu, "app": svc.config.app, "mode": mode.name(), "seconds": secs,
             "calls": by_status.iter().map(|(n, c)| (n.to_string(), serde_json::json!(c))).collect::<serde_json::Map<_, _>>(),
             "on_unit": get(&counters.on_unit), "on_host": get(&counters.on_host),
             "moved_values": get(&counters.moved_values), "moved_bytes": get(&counters.moved_bytes),
@@ -280,7 +281,7 @@ pub fn run(a: &ServeArgs) -> CmdResult {
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("stopped after {secs:.1} s:");
+        println!("stopped ({why}) after {secs:.1} s:");
         for (n, c) in &by_status {
             println!("  calls {n}: {c}");
         }

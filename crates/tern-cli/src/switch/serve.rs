@@ -754,7 +754,9 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             json!({"port": i + 1, "rx_packets": st.rx_packets, "tx_packets": st.tx_packets, "rx_dropped": st.rx_dropped, "tx_dropped": st.tx_dropped})
         })
         .collect();
+    let why = crate::signals::why_stopped(&stop, "duration");
     let summary = json!({
+        "stopped_by": why,
         "ports": port_stats,
         "switch_only": st.switch_only, "offloaded": st.offloaded, "requests": st.requests(), "responses": st.responses,
         "arp_replies": st.arp_replies, "drops": drops, "group_version": sw.selector().current().version,
@@ -767,7 +769,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         println!(
-            "switch serve: {} frames kept by the switch ({} by offloaded entries), {} requests to servers, {} responses, {} dropped{}, group version {}, generation {generation}, {:.1} s{}",
+            "switch serve stopped ({why}) after {:.1} s: {} frames kept by the switch ({} by offloaded entries), {} requests to servers, {} responses, {} dropped{}, group version {}, generation {generation}{}",
+            start.elapsed().as_secs_f64(),
             st.switch_only,
             st.offloaded,
             st.requests(),
@@ -775,7 +778,6 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             st.dropped(),
             if dropped.is_empty() { String::new() } else { format!(" ({})", serde_json::Value::Object(dropped)) },
             sw.selector().current().version,
-            start.elapsed().as_secs_f64(),
             ports
                 .iter()
                 .enumerate()

@@ -479,7 +479,9 @@ pub fn run(a: &ServerArgs) -> CmdResult {
     http_stop.store(true, Ordering::Relaxed);
     let st = srv.stats();
     let drops: u64 = st.drops.iter().sum();
+    let why = crate::signals::why_stopped(&stop, "duration");
     let summary = json!({
+        "stopped_by": why,
         "server": a.index, "requests": st.requests, "responses": st.responses, "busy_responses": st.busy_responses,
         "drops": ServerDrop::ALL.iter().zip(st.drops).map(|(d, v)| (d.name().to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "entries": srv.handler().entries(), "seconds": start.elapsed().as_secs_f64(),
@@ -491,13 +493,13 @@ pub fn run(a: &ServerArgs) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         println!(
-            "switch server {}: {} requests, {} responses ({} with BUSY), {drops} dropped, {} entries, {:.1} s",
+            "switch server {} stopped ({why}) after {:.1} s: {} requests, {} responses ({} with BUSY), {drops} dropped, {} entries",
             a.index,
+            start.elapsed().as_secs_f64(),
             st.requests,
             st.responses,
             st.busy_responses,
             srv.handler().entries(),
-            start.elapsed().as_secs_f64()
         );
     }
     Ok(ExitCode::SUCCESS)
