@@ -1318,6 +1318,7 @@ fn bench_chain_json_has_the_promised_keys() {
     );
     assert_eq!(v["targets"]["throughput_over_rtc"], 0.75);
     assert_eq!(v["lengths"].as_array().unwrap().len(), 2);
+    json_is_as_documented(&v, "chain", "| bench key | holds | what |", &[]);
     assert_eq!(v["sharing"]["a_and_c_need_no_region"], true);
     assert!(out_dir.join("chain.json").exists() && out_dir.join("chain.png").exists());
     std::fs::remove_dir_all(&out_dir).unwrap();
@@ -1499,7 +1500,7 @@ fn json_is_as_documented(v: &serde_json::Value, doc: &str, header: &str, may_be_
             }
         }
         if !path.contains('.') {
-            top.insert(path.trim_end_matches("{}").to_string());
+            top.insert(path.trim_end_matches("{}").trim_end_matches("[]").to_string());
         }
         if required.is_empty() && optional.is_empty() {
             continue;
