@@ -458,6 +458,12 @@ fn flow_serve_reports_progress() {
     let lines: Vec<&str> = err.lines().filter(|l| l.starts_with('[') && l.contains(" frames in, ")).collect();
     assert!(lines.len() >= 2, "{err}");
     assert!(lines.last().unwrap().contains("600 frames in"), "the capture's 600 frames: {err}");
+    // Every frame in went out or was dropped (by a port, the pipeline or the slow path).
+    let count = |after: &str| -> u64 {
+        let l = lines.last().unwrap();
+        l.split(after).next().and_then(|s| s.rsplit(' ').next()).and_then(|n| n.parse().ok()).unwrap()
+    };
+    assert_eq!(count(" out, ") + count(" dropped; "), 600, "{}", lines.last().unwrap());
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(v["elapsed_s"].as_f64().is_some(), "{v}");
     json_is_as_documented(&v, "flow", "| serve key | holds | what |", &[]);

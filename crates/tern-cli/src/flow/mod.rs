@@ -261,12 +261,15 @@ fn summary_json(s: &Snapshot) -> serde_json::Value {
 }
 
 /// The progress report (`--stats-interval`): frames received, sent and dropped so far (by the
-/// ports and by the pipeline), cache hits and misses, and the rate received since the last.
+/// ports, the pipeline, the upcall rate limit and the slow path: every frame taken in and not
+/// sent), cache hits and misses, and the rate received since the last.
 fn progress_line(s: &Snapshot, ticker: &mut crate::progress::Ticker) -> String {
     let rx: u64 = s.ports.iter().map(|(_, p)| p.rx_packets).sum();
     let tx: u64 = s.ports.iter().map(|(_, p)| p.tx_packets).sum();
     let dropped: u64 = s.ports.iter().map(|(_, p)| p.rx_dropped + p.tx_dropped).sum::<u64>()
-        + s.pipeline.drops().map(|(_, n)| n).sum::<u64>();
+        + s.pipeline.drops().map(|(_, n)| n).sum::<u64>()
+        + s.cache.upcall_rate_limited
+        + s.cache.slow_dropped;
     let (rate, secs) = ticker.rate(rx, Instant::now());
     format!(
         "[{:>6.0} s] {rx} frames in, {tx} out, {dropped} dropped; {} cache hits, {} misses; {rate:.0} frames/s in over the last {secs:.0} s",
