@@ -1183,6 +1183,7 @@ fn bench_chain_fairness_json_has_the_promised_keys() {
     for key in ["jain_index", "max_share_error", "victim_rate_kept"] {
         assert!(v[key].as_f64().is_some(), "{key}: {}", v[key]);
     }
+    json_is_as_documented(&v, "chain", "| fairness key | holds | what |", &[]);
     assert_verdicts(
         &v,
         &err,
