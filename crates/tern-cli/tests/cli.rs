@@ -1137,6 +1137,7 @@ fn chain_sim_figures_15_to_17() {
     assert!(err.contains("SIMULATION (not a measurement) of SuperNIC's Figure 15"), "{err}");
     assert!(err.contains("SIMULATION (not a measurement) of SuperNIC's Figures 16-17"), "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    json_is_as_documented(&v, "chain", "| sim key | holds | what |", &[]);
     let f15 = &v["figure_15"];
     assert_eq!(f15["simulation"], true);
     assert_eq!(f15["launches"], 1);
