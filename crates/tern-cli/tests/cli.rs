@@ -95,6 +95,7 @@ fn bench_qnp_json_has_the_promised_keys() {
         assert!(v.get(key).is_some(), "missing {key} in {out}");
     }
     assert!(v["qnp_rps"].as_f64().unwrap() > 0.0 && v["raw_rps"].as_f64().unwrap() > 0.0);
+    json_is_as_documented(&v, "qnp", "| bench key | holds | what |", &[]);
 }
 
 #[test]
@@ -500,6 +501,7 @@ fn bench_flow_json_has_the_promised_keys() {
         assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {}", v[k]);
     }
     assert_verdicts(&v, &err, &[("fast_over_slow_64b", true), ("populate_per_s", true)]);
+    json_is_as_documented(&v, "flow", "| bench key | holds | what |", &[]);
     // The projection is the N3000's line rate at 64 B (148.8 Mpps) over the measured fast path.
     let s64 = &v["sizes"][0];
     assert_eq!(s64["frame_bytes"], 64);
