@@ -731,6 +731,12 @@ fn bench_rpc_json_has_the_promised_keys() {
         tern(&["bench", "rpc", "--rounds", "1", "--phase-ms", "2", "--json", "--out", out_dir.to_str().unwrap()]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    json_is_as_documented(
+        &v,
+        "rpc",
+        "| bench key | holds | what |",
+        &["workloads[].decode_copy_over_cpp_arena", "workloads[].encode_over_cpp"],
+    );
     for key in
         ["decode_copy_over_prost", "encode_over_prost", "decode_over_prost_reflect", "preser_host_over_cpu_encode"]
     {
