@@ -1010,6 +1010,7 @@ fn bench_rpc_apps_measures_every_service_in_every_mode() {
     ]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    json_is_as_documented(&v, "rpc", "| apps key | holds | what |", &[]);
     assert!(v["cpu_only_over_rpcnic_host_cpu"].as_f64().unwrap() > 0.0, "{v}");
     let services: Vec<&str> =
         v["services"].as_array().unwrap().iter().map(|s| s["service"].as_str().unwrap()).collect();
