@@ -237,6 +237,7 @@ fn bench_dispatch_json_has_ratios_per_point_and_at_the_default_point() {
         let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
         let d = &v["default_point"];
         assert_eq!(d["transport"], transport);
+        json_is_as_documented(&v, "dispatch", "| bench key | holds | what |", &[]);
         for k in ["rsd_over_rss", "rsd_over_sw_ring", "rsd_over_sw_uds"] {
             assert!(d[k].as_f64().is_some_and(|x| x > 0.0), "default_point.{k}: {d}");
             assert!(v["points"][0][k].as_f64().is_some(), "points[0].{k}");
