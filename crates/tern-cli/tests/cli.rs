@@ -1835,6 +1835,7 @@ fn bench_switch_json_has_the_promised_keys() {
     );
     assert_eq!(v["offload"].as_array().unwrap().len(), 2);
     assert_eq!(v["options"]["server_ns"], 500);
+    json_is_as_documented(&v, "clip", "| bench key | holds | what |", &[]);
     for f in ["switch.json", "switch-offload.png", "switch-scaling.svg"] {
         assert!(out_dir.join(f).exists(), "{f}");
     }
