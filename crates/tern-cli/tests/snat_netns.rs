@@ -733,6 +733,8 @@ fn bench_snat(extra: &[&str]) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // docs/clip.md's table of the JSON.
+    common::docs::json_is_as_documented(&report, "clip", "| snat key | holds | what |", &[]);
     let nft = Command::new("nft").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
     let ms = report["results"]["measurements"].as_array().unwrap();
     let systems: Vec<&str> = ms.iter().map(|m| m["system"].as_str().unwrap()).collect();

@@ -2,6 +2,8 @@
 //! and cleaning up namespaces, links and the server whatever happens.
 #![allow(dead_code)]
 
+pub mod docs;
+
 use std::process::{Child, Command};
 
 /// Removes the namespaces and links and stops the server when dropped.
