@@ -160,6 +160,167 @@ pub mod latency {
     pub const CHAIN_EPOCH: &str = "chain.epoch";
 }
 
+/// Every key the tables of a profile may hold, each with what it means. `docs/profiles.md` lists
+/// the same (a test compares them), and a profile naming another key is refused, the key named:
+/// a misspelt capacity would otherwise leave its resource unbounded without a word.
+pub mod keys {
+    use super::{cost, latency, rate, resource};
+
+    /// `[capacity]`: how much of a resource there is (absent: unbounded).
+    pub const CAPACITY: &[(&str, &str)] = &[
+        (resource::QNP_REQUEST_TABLE_ENTRIES, "requests the receive side tracks at once (QNP's request table)"),
+        (resource::QNP_PKTS_PER_REQUEST, "the most packets one request may span"),
+        (resource::RSD_PARALLEL, "receive-side dispatchers working in parallel"),
+        (resource::RSD_STASH_ENTRIES, "entries of the dispatch-result stash"),
+        (resource::RSD_BYTESTREAM_BYTES, "bytes of a first packet the ByteStream holds for the Matcher"),
+        (resource::MATCHER_RAM_ENTRIES, "Matcher RAM (skip) entries"),
+        (resource::MATCHER_CAM_ENTRIES, "Matcher CAM (check) entries"),
+        (resource::MATCHER_CHECK_BYTES, "bytes one check compares"),
+        (resource::MATCHER_STATES, "Matcher states per application and request type, state 0 included"),
+        (resource::FLOW_LPM4_ENTRIES, "IPv4 LPM rules of a flow-cache OFU (TCAM entries, 32 bits wide)"),
+        (resource::FLOW_LPM6_ENTRIES, "IPv6 LPM rules of a flow-cache OFU (TCAM entries, 128 bits wide)"),
+        (resource::FLOW_EM_ENTRIES, "5-tuple exact-match rules of a flow-cache OFU (BCAM entries)"),
+        (resource::FLOW_ACTION_SET_BITS, "bits of one action set in the action RAM"),
+        (resource::FLOW_INSTRUCTION_FIFO, "instructions the configuration FIFO holds before writes are refused"),
+        (resource::FLOW_OFUS, "offloaded function units the device holds at once"),
+        (resource::RPC_SCHEMA_CLASSES, "message classes the RPC schema table holds"),
+        (resource::RPC_FIELD_SLOTS, "field slots per class in the schema table"),
+        (resource::RPC_SCHEMA_STACK, "entries of the deserializer's nesting stack"),
+        (resource::RPC_DESERIALIZER_LANES, "deserializer lanes"),
+        (resource::RPC_TEMP_BUFFER_BYTES, "bytes of a lane's temp buffer (one DMA write when full)"),
+        (resource::RPC_CHUNK_BYTES, "bytes of a host or device memory chunk"),
+        (resource::RPC_TLB_ENTRIES, "entries of the NIC's TLB over host memory"),
+        (
+            resource::RPC_PRESER_REF_THRESHOLD_BYTES,
+            "values longer than this are referenced by pre-serialized records, not copied",
+        ),
+        (resource::RPC_COMPUTE_UNITS, "compute units"),
+        (resource::RPC_DEVICE_MEMORY_BYTES, "bytes of the NIC's device memory"),
+        (resource::CHAIN_CREDITS, "credits a physical chain starts with"),
+        (resource::CHAIN_REGIONS, "network-task regions on the board"),
+        (resource::CHAIN_REGION_LUTS, "LUTs of one region"),
+        (resource::CHAIN_BOARD_MEMORY_BYTES, "on-board memory, bytes"),
+        ("switch.stages", "match-action stages a pipe"),
+        ("switch.pipes", "pipes of the switch (the resources below are a pipe's)"),
+        ("switch.sram_blocks", "SRAM blocks a stage"),
+        ("switch.sram_rows", "rows of an SRAM block"),
+        ("switch.sram_bits", "bits of an SRAM row"),
+        ("switch.tcam_blocks", "TCAM blocks a stage"),
+        ("switch.tcam_rows", "rows of a TCAM block"),
+        ("switch.tcam_bits", "bits of a TCAM row"),
+        ("switch.crossbar_bytes", "bytes of match key the exact-match input crossbar takes a stage"),
+        ("switch.hash_bits", "hash bits a stage"),
+        ("switch.vliw_slots", "VLIW instruction slots a stage"),
+        ("switch.ports", "front-panel ports"),
+        ("switch.server_cores", "cores of each remote-handler server"),
+    ];
+
+    /// `[cycles]`: an operation's cost in clock cycles (absent: not modelled); also
+    /// `nt.KIND.cycles`, a network task's cycles a packet.
+    pub const CYCLES: &[(&str, &str)] = &[
+        (cost::CHAIN_SCHEDULE, "one scheduling decision of SuperNIC's central scheduler"),
+        (cost::RSD_FIRST_PACKET, "the RSD on a request's first packet before any skip-and-check"),
+        (cost::RSD_SKIP_AND_CHECK, "one skip-and-check of the Matcher (a RAM read, a ByteStream read, a CAM lookup)"),
+        (cost::RSD_STASH_HIT, "a later packet whose decision is in the stash"),
+        (cost::RSS_DISPATCH, "an L3/4 RSS (Toeplitz) dispatch, for comparison"),
+        (cost::CAM_SEARCH, "a key entering a CAM (TCAM or BCAM) to its match address"),
+        (cost::TCAM_WRITE, "writing one TCAM entry"),
+        (cost::BCAM_WRITE, "writing one BCAM entry"),
+        (cost::ACTION, "an action unit's action"),
+    ];
+
+    /// `[rates]`: rates that bound throughput (absent: unbounded); also `nt.KIND.gbps`, the most
+    /// one instance of network task KIND carries, Gbit/s.
+    pub const RATES: &[(&str, &str)] = &[
+        (rate::DMA_PACKETS_PER_S, "packets a second the host DMA path moves"),
+        (rate::LINE_GBPS, "the line rate, Gbit/s"),
+        (rate::CAM_SEARCHES_PER_S, "searches a second one CAM performs"),
+        (rate::MMIO_BYTES_PER_S, "bytes a second the host writes into MMIO registers (instructions)"),
+        (rate::LPM_POPULATE_PER_S, "sustained LPM populate instructions a second"),
+        (rate::LPM_DELETE_PER_S, "sustained LPM delete instructions a second"),
+        (rate::LPM_UPDATE_PER_S, "sustained LPM update instructions a second"),
+        (rate::EM_POPULATE_PER_S, "sustained exact-match populate instructions a second"),
+        (rate::EM_DELETE_PER_S, "sustained exact-match delete instructions a second"),
+        (rate::EM_UPDATE_PER_S, "sustained exact-match update instructions a second"),
+        (rate::PCIE_BYTES_PER_S, "PCIe bandwidth between host and NIC, bytes a second"),
+        (rate::SERIALIZER_BYTES_PER_S, "bytes a second the NIC's serializer encodes"),
+        (rate::KERNEL_BYTES_PER_S, "bytes a second one compute unit's kernel takes in"),
+        ("switch.port.gbps", "a switch port's rate, Gbit/s"),
+        ("switch.server_link.gbps", "a server's link to the switch, Gbit/s"),
+        ("switch.cpu_channel.gbps", "the switch ASIC's channel to its own CPU, Gbit/s"),
+    ];
+
+    /// `[latency_ns]`: fixed latencies, ns (absent: not modelled).
+    pub const LATENCY_NS: &[(&str, &str)] = &[
+        (latency::INGRESS_FIXED, "MAC to the QNP receive module, the RSD's cycles not counted"),
+        (latency::PCIE_ROUND_TRIP, "a PCIe round trip (a read across the link)"),
+        (latency::HOST_DRAM, "a host DRAM access"),
+        (latency::PCIE_WRITE, "one DMA write's link time besides its bytes"),
+        (latency::CHAIN_CORE, "SuperNIC's core, ingress to egress without PHY and MAC"),
+        (latency::CHAIN_BOARD, "SuperNIC's whole board path, port to port"),
+        (latency::CHAIN_PR, "partial reconfiguration of a region"),
+        (latency::CHAIN_EPOCH, "the fairness epoch"),
+        ("switch.remote_path_p90", "90% of packets cross the switch and a server within this"),
+        ("switch.remote_extra_p90", "of that, the remote processing's share"),
+    ];
+
+    /// `[area]`: `BLOCK.RESOURCE`, what a block uses (`device`: the device's totals), with
+    /// RESOURCE one of these.
+    pub const AREA_RESOURCES: &[&str] = &["luts", "registers", "bram36", "bram_kb"];
+
+    /// Whether `key` is `nt.KIND.LAST` with KIND a word of lower-case letters, digits and `_`.
+    fn nt_pattern(key: &str, last: &str) -> bool {
+        key.strip_prefix("nt.").and_then(|k| k.strip_suffix(last)).and_then(|k| k.strip_suffix('.')).is_some_and(
+            |kind| !kind.is_empty() && kind.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+        )
+    }
+
+    /// Whether `table` (`capacity`, `cycles`, `rates`, `latency_ns`, `area`) may hold `key`.
+    pub fn known(table: &str, key: &str) -> bool {
+        let listed = |l: &[(&str, &str)]| l.iter().any(|(k, _)| *k == key);
+        match table {
+            "capacity" => listed(CAPACITY),
+            "cycles" => listed(CYCLES) || nt_pattern(key, "cycles"),
+            "rates" => listed(RATES) || nt_pattern(key, "gbps"),
+            "latency_ns" => listed(LATENCY_NS),
+            "area" => key.rsplit_once('.').is_some_and(|(block, r)| {
+                !block.is_empty()
+                    && block.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.')
+                    && AREA_RESOURCES.contains(&r)
+            }),
+            _ => false,
+        }
+    }
+
+    /// The listed key of `table` nearest `key` (at most three edits away), to suggest.
+    pub fn nearest(table: &str, key: &str) -> Option<&'static str> {
+        let list = match table {
+            "capacity" => CAPACITY,
+            "cycles" => CYCLES,
+            "rates" => RATES,
+            "latency_ns" => LATENCY_NS,
+            _ => return None,
+        };
+        list.iter().map(|(k, _)| (edits(k, key), *k)).filter(|(d, _)| *d <= 3).min().map(|(_, k)| k)
+    }
+
+    /// Levenshtein distance.
+    fn edits(a: &str, b: &str) -> usize {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut prev = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let cur = row[j + 1];
+                row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+                prev = cur;
+            }
+        }
+        row[b.len()]
+    }
+}
+
 pub mod chain;
 pub mod flow;
 pub mod rpc;
@@ -332,6 +493,21 @@ impl Profile {
             && !(1..=64).contains(&bits)
         {
             return Err(invalid(format!("qnp.timer_bits {bits} is outside 1..=64")));
+        }
+        let tables: [(&str, Vec<&String>); 5] = [
+            ("capacity", self.capacity.keys().collect()),
+            ("cycles", self.cycles.keys().collect()),
+            ("rates", self.rates.keys().collect()),
+            ("latency_ns", self.latency_ns.keys().collect()),
+            ("area", self.area.keys().collect()),
+        ];
+        for (table, names) in tables {
+            if let Some(k) = names.into_iter().find(|k| !keys::known(table, k)) {
+                let hint = keys::nearest(table, k).map_or(String::new(), |n| format!(" (did you mean `{n}`?)"));
+                return Err(invalid(format!(
+                    "[{table}] `{k}` is not a key Tern knows{hint}; docs/profiles.md lists every key"
+                )));
+            }
         }
         Ok(())
     }
@@ -692,5 +868,31 @@ mod tests {
         let text = CPU_TOML.replace("[capacity]", "[capacity]\ntypo_field = 1\n[typo]");
         assert!(Profile::from_toml(&text, "z").is_err());
         assert!(matches!(Profile::resolve("nope"), Err(ProfileError::Unknown { .. })));
+    }
+
+    /// A key no table knows is refused, named, with the nearest known key where one is close:
+    /// a misspelt capacity would otherwise leave its resource unbounded.
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        let with = |table: &str, line: &str| format!("name = \"t\"\ndescription = \"t\"\n[{table}]\n{line}\n");
+        let e = Profile::from_toml(&with("capacity", "\"chain.regoins\" = 8"), "t.toml").unwrap_err().to_string();
+        assert!(e.contains("t.toml") && e.contains("[capacity] `chain.regoins`"), "{e}");
+        assert!(e.contains("did you mean `chain.regions`?"), "{e}");
+        let e = Profile::from_toml(&with("rates", "\"warp.speed\" = 9.0"), "t").unwrap_err().to_string();
+        assert!(e.contains("[rates] `warp.speed`") && !e.contains("did you mean"), "{e}");
+        let e = Profile::from_toml(&with("area", "\"core.lut\" = 9.0"), "t").unwrap_err().to_string();
+        assert!(e.contains("[area] `core.lut`"), "{e}");
+        // The patterns: a task kind's rate and cycles, a block's area.
+        for (table, line) in [
+            ("rates", "\"nt.aes.gbps\" = 30.0"),
+            ("cycles", "\"nt.kv_cache.cycles\" = 12"),
+            ("area", "\"nt.gbn.bram_kb\" = 1.0"),
+            ("latency_ns", "\"chain.pr\" = 1.0"),
+        ] {
+            assert!(Profile::from_toml(&with(table, line), "t").is_ok(), "{table}: {line}");
+        }
+        for bad in ["nt..gbps", "nt.AES.gbps", "nt.aes.gbs"] {
+            assert!(!keys::known("rates", bad), "{bad}");
+        }
     }
 }
