@@ -311,7 +311,9 @@ enum HwCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Print a profile (built-in name or TOML file) as TOML, or JSON with --json.
+    /// Print a profile (built-in name or TOML file) as TOML, or JSON with --json: a start for a
+    /// profile of your own (docs/profiles.md gives every key; a key Tern does not know is an
+    /// error naming it).
     Show {
         /// Built-in name or path to a TOML file.
         profile: String,
