@@ -494,14 +494,7 @@ impl Profile {
         {
             return Err(invalid(format!("qnp.timer_bits {bits} is outside 1..=64")));
         }
-        let tables: [(&str, Vec<&String>); 5] = [
-            ("capacity", self.capacity.keys().collect()),
-            ("cycles", self.cycles.keys().collect()),
-            ("rates", self.rates.keys().collect()),
-            ("latency_ns", self.latency_ns.keys().collect()),
-            ("area", self.area.keys().collect()),
-        ];
-        for (table, names) in tables {
+        for (table, names) in self.table_keys() {
             if let Some(k) = names.into_iter().find(|k| !keys::known(table, k)) {
                 let hint = keys::nearest(table, k).map_or(String::new(), |n| format!(" (did you mean `{n}`?)"));
                 return Err(invalid(format!(
@@ -510,6 +503,18 @@ impl Profile {
             }
         }
         Ok(())
+    }
+
+    /// The keys of each of its tables (`capacity`, `cycles`, `rates`, `latency_ns`, `area`),
+    /// by table name, as [`keys::known`] takes them.
+    pub fn table_keys(&self) -> [(&'static str, Vec<&String>); 5] {
+        [
+            ("capacity", self.capacity.keys().collect()),
+            ("cycles", self.cycles.keys().collect()),
+            ("rates", self.rates.keys().collect()),
+            ("latency_ns", self.latency_ns.keys().collect()),
+            ("area", self.area.keys().collect()),
+        ]
     }
 
     /// Capacity of a resource; `None` is unbounded.

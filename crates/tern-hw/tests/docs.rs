@@ -35,13 +35,7 @@ fn the_docs_tables_are_the_keys() {
 fn every_builtin_profile_is_written_in_the_documented_keys() {
     for name in BUILTIN {
         let p = Profile::builtin(name).unwrap();
-        for (t, ks) in [
-            ("capacity", p.capacity.keys().collect::<Vec<_>>()),
-            ("cycles", p.cycles.keys().collect()),
-            ("rates", p.rates.keys().collect()),
-            ("latency_ns", p.latency_ns.keys().collect()),
-            ("area", p.area.keys().collect()),
-        ] {
+        for (t, ks) in p.table_keys() {
             for k in ks {
                 assert!(keys::known(t, k), "{name}: [{t}] {k}");
             }
