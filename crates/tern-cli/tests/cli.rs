@@ -2313,6 +2313,35 @@ fn a_groups_summary_names_all_its_commands_or_none() {
     assert!(named_groups >= 3, "rpc, chain and switch name their commands");
 }
 
+/// The README's Layout names every doc, every examples folder and every crate (it once missed
+/// a doc and two folders written after it).
+#[test]
+fn the_readme_layout_names_every_doc_example_folder_and_crate() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let layout = readme.split("## Layout").nth(1).and_then(|s| s.split("```").nth(1)).expect("a Layout block");
+    let entries = |dir: &str, want_dir: bool| -> Vec<String> {
+        std::fs::read_dir(format!("{root}/{dir}"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir() == want_dir)
+            .map(|p| format!("{dir}/{}", p.file_name().unwrap().to_string_lossy()))
+            .collect()
+    };
+    let mut missing = Vec::new();
+    for doc in entries("docs", false).into_iter().filter(|d| d.ends_with(".md")) {
+        if !layout.lines().any(|l| l.starts_with(&doc)) {
+            missing.push(doc);
+        }
+    }
+    for dir in entries("examples", true).into_iter().chain(entries("crates", true)) {
+        if !layout.lines().any(|l| l.starts_with(&dir) && l[dir.len()..].starts_with([' ', '/'])) {
+            missing.push(dir);
+        }
+    }
+    assert!(missing.is_empty(), "README's Layout lacks {missing:?}");
+}
+
 /// The option a word names (`--stats-interval`, `[--json]`, `(--quick`), without its dashes;
 /// not `--help` or `--version`.
 fn option_named(word: &str) -> Option<String> {
