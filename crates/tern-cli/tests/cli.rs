@@ -1065,10 +1065,21 @@ fn hw_report_json_is_as_each_doc_gives_it() {
         let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{cmd:?}: {e}: {out}"));
         json_is_as_documented(&v, doc, "| report key | holds | what |", &[]);
     }
-    // A rule set the Matcher cannot hold (a check of 12 bytes; the U250 checks 8): its problems,
-    // and exit 1.
+    // A tenant asking more than the board's line: said, in the JSON too, and exit 1.
     let dir = std::env::temp_dir().join(format!("tern-hw-report-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    let web = std::fs::read_to_string(format!("{root}/chain/web.toml")).unwrap();
+    let greedy = dir.join("greedy.toml");
+    let asks = web.lines().map(|l| if l.starts_with("bandwidth_gbps") { "bandwidth_gbps = 500.0" } else { l });
+    std::fs::write(&greedy, asks.collect::<Vec<_>>().join("\n")).unwrap();
+    let (ok, out, _) = tern(&["hw", "report", greedy.to_str().unwrap()]);
+    assert!(!ok && out.contains("does not fit: line rate (Gbit/s) 500 asked, 100 available"), "{out}");
+    let (ok, out, _) = tern(&["hw", "report", greedy.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(!ok && v["fits"] == false && v["tenants"][0]["uses"][0]["fits"] == false, "{v}");
+    json_is_as_documented(&v, "chain", "| report key | holds | what |", &[]);
+    // A rule set the Matcher cannot hold (a check of 12 bytes; the U250 checks 8): its problems,
+    // and exit 1.
     std::fs::copy(format!("{root}/dispatch/kv.proto"), dir.join("kv.proto")).unwrap();
     let rules = std::fs::read_to_string(format!("{root}/dispatch/kv.toml")).unwrap();
     let bad = dir.join("wide.toml");

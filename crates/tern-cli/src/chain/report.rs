@@ -62,6 +62,10 @@ pub fn report(a: &ReportArgs) -> CmdResult {
         None => vec![64, 1500],
     };
     let used: u64 = plan.regions.iter().map(|r| r.luts).sum();
+    // What each tenant asks of the board (`chain check`'s uses): a report of a tenant that does
+    // not fit says so, and exits 1.
+    let uses: Vec<Vec<tenant::Use>> = tenants.iter().map(|t| t.uses(&profile, &m)).collect::<Result<_, _>>()?;
+    let fits = uses.iter().flatten().all(tenant::Use::fits);
     let mut rows = Vec::new();
     for (t, ten) in tenants.iter().enumerate() {
         let pl = &plan.tenants[t];
@@ -100,6 +104,7 @@ pub fn report(a: &ReportArgs) -> CmdResult {
     if a.json {
         let j = json!({
             "profile": profile.name,
+            "fits": fits,
             "regions": {"used": plan.regions.len(), "available": m.regions, "region_luts": m.region_luts},
             "area_luts": {"used": used, "available": m.regions * m.region_luts},
             "plan": plan.describe(&tenants),
@@ -108,10 +113,11 @@ pub fn report(a: &ReportArgs) -> CmdResult {
                 "tenant": tenants[*t].name, "chain": c, "tasks": kinds,
                 "rates": rates.iter().map(|(sz, g, b)| json!({"frame_bytes": sz, "gbps": g, "bound": b})).collect::<Vec<_>>(),
                 "latency_ns": {"snic": s, "panic": p, "tasks_without_cycles": unknown},
+                "uses": uses[*t].iter().map(|u| json!({"what": u.what, "asked": u.asked, "available": u.available, "fits": u.fits()})).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(if fits { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
     println!(
         "{}: {} MHz, {} regions of {} LUTs, {} credits a chain; a decision {} cycles ({:.0} ns)",
@@ -136,6 +142,9 @@ pub fn report(a: &ReportArgs) -> CmdResult {
     for (t, c, kinds, rates, s, p, unknown) in &rows {
         let ten = &tenants[*t];
         println!("tenant {} (chain {c}; tasks {}):", ten.name, kinds.join(", "));
+        for u in uses[*t].iter().filter(|u| !u.fits()) {
+            println!("  does not fit: {} {} asked, {} available", u.what, u.asked, u.available);
+        }
         for (sz, g, b) in rates {
             println!("  {sz} B frames: {g:.1} Gbit/s projected, bound by {b}");
         }
@@ -149,5 +158,5 @@ pub fn report(a: &ReportArgs) -> CmdResult {
             m.board_ns
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if fits { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
