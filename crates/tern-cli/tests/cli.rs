@@ -344,6 +344,20 @@ fn flow_example(name: &str) -> String {
     format!("{}/../../examples/flow/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// examples/flow/replay.toml written into `dir` as `replay.toml`: its capture, ACL and routes
+/// read from the examples, its pcap outputs `dir/left.pcap` and `dir/right.pcap`.
+fn flow_replay_in(dir: &std::path::Path) -> std::path::PathBuf {
+    let cfg = std::fs::read_to_string(flow_example("replay.toml"))
+        .unwrap()
+        .replace("pcap_in = \"traffic.pcap\"", &format!("pcap_in = \"{}\"", flow_example("traffic.pcap")))
+        .replace("/tmp/tern-flow-", &format!("{}/", dir.display()))
+        .replace("\"acl.rules\"", &format!("\"{}\"", flow_example("acl.rules")))
+        .replace("\"routes.txt\"", &format!("\"{}\"", flow_example("routes.txt")));
+    let file = dir.join("replay.toml");
+    std::fs::write(&file, cfg).unwrap();
+    file
+}
+
 #[test]
 fn flow_check_trace_and_report() {
     let (ok, out, err) = tern(&["flow", "check", &flow_example("replay.toml"), "--json"]);
@@ -410,17 +424,7 @@ fn assert_verdicts(v: &serde_json::Value, err: &str, targets: &[(&str, bool)]) {
 fn flow_serve_reports_progress() {
     let dir = std::env::temp_dir().join(format!("tern-flow-progress-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let example = std::fs::read_to_string(flow_example("replay.toml")).unwrap();
-    let pcap = flow_example("traffic.pcap");
-    let cfg = example
-        .replace("pcap_in = \"traffic.pcap\"", &format!("pcap_in = \"{pcap}\""))
-        .replace("/tmp/tern-flow-", &format!("{}/", dir.display()));
-    let rules = |f: &str| flow_example(f);
-    let cfg = cfg
-        .replace("\"acl.rules\"", &format!("\"{}\"", rules("acl.rules")))
-        .replace("\"routes.txt\"", &format!("\"{}\"", rules("routes.txt")));
-    let file = dir.join("replay.toml");
-    std::fs::write(&file, cfg).unwrap();
+    let file = flow_replay_in(&dir);
     let metrics = free_tcp();
     let file_arg = file.to_str().unwrap();
     let child = spawn_tern(&[
@@ -1236,14 +1240,7 @@ fn every_server_stops_cleanly_on_sigint_and_sigterm() {
     std::fs::create_dir_all(&dir).unwrap();
     let udp = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     // flow serve replaying the capture, its outputs in `dir`.
-    let example = std::fs::read_to_string(flow_example("replay.toml")).unwrap();
-    let flow_cfg = example
-        .replace("pcap_in = \"traffic.pcap\"", &format!("pcap_in = \"{}\"", flow_example("traffic.pcap")))
-        .replace("/tmp/tern-flow-", &format!("{}/", dir.display()))
-        .replace("\"acl.rules\"", &format!("\"{}\"", flow_example("acl.rules")))
-        .replace("\"routes.txt\"", &format!("\"{}\"", flow_example("routes.txt")));
-    let flow = dir.join("replay.toml");
-    std::fs::write(&flow, flow_cfg).unwrap();
+    let flow = flow_replay_in(&dir);
     let tenant = dir.join("lan.toml");
     std::fs::write(&tenant, "tenant = \"lan\"\ndag = \"nat\"\n[ingress]\nproto = \"udp\"\n[nt.nat]\nkind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20100\"\n").unwrap();
     let snat = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml");

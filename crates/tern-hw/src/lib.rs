@@ -275,14 +275,25 @@ pub mod keys {
         )
     }
 
+    /// The listed keys of `table` (none for `area`, whose keys follow a pattern).
+    fn listed(table: &str) -> &'static [(&'static str, &'static str)] {
+        match table {
+            "capacity" => CAPACITY,
+            "cycles" => CYCLES,
+            "rates" => RATES,
+            "latency_ns" => LATENCY_NS,
+            _ => &[],
+        }
+    }
+
     /// Whether `table` (`capacity`, `cycles`, `rates`, `latency_ns`, `area`) may hold `key`.
     pub fn known(table: &str, key: &str) -> bool {
-        let listed = |l: &[(&str, &str)]| l.iter().any(|(k, _)| *k == key);
+        if listed(table).iter().any(|(k, _)| *k == key) {
+            return true;
+        }
         match table {
-            "capacity" => listed(CAPACITY),
-            "cycles" => listed(CYCLES) || nt_pattern(key, "cycles"),
-            "rates" => listed(RATES) || nt_pattern(key, "gbps"),
-            "latency_ns" => listed(LATENCY_NS),
+            "cycles" => nt_pattern(key, "cycles"),
+            "rates" => nt_pattern(key, "gbps"),
             "area" => key.rsplit_once('.').is_some_and(|(block, r)| {
                 !block.is_empty()
                     && block.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.')
@@ -294,14 +305,7 @@ pub mod keys {
 
     /// The listed key of `table` nearest `key` (at most three edits away), to suggest.
     pub fn nearest(table: &str, key: &str) -> Option<&'static str> {
-        let list = match table {
-            "capacity" => CAPACITY,
-            "cycles" => CYCLES,
-            "rates" => RATES,
-            "latency_ns" => LATENCY_NS,
-            _ => return None,
-        };
-        list.iter().map(|(k, _)| (edits(k, key), *k)).filter(|(d, _)| *d <= 3).min().map(|(_, k)| k)
+        listed(table).iter().map(|(k, _)| (edits(k, key), *k)).filter(|(d, _)| *d <= 3).min().map(|(_, k)| k)
     }
 
     /// Levenshtein distance.

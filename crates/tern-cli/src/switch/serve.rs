@@ -374,6 +374,20 @@ impl Collector for SwitchCollector {
     }
 }
 
+/// What the switch did with the frames so far, as the progress line and the summary say it:
+/// `N{noun} kept by the switch (M by offloaded entries), R requests to servers, S responses, D
+/// dropped`.
+fn traffic(st: &tern_switch::switch::SwitchStats, noun: &str) -> String {
+    format!(
+        "{}{noun} kept by the switch ({} by offloaded entries), {} requests to servers, {} responses, {} dropped",
+        st.switch_only,
+        st.offloaded,
+        st.requests(),
+        st.responses,
+        st.dropped()
+    )
+}
+
 /// GETs `url` within `timeout`: the body, or why not.
 fn get(url: &str, timeout: Duration) -> Result<String, String> {
     let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(timeout)).build().into();
@@ -605,16 +619,11 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         if ticker.due(now) {
             let (rx, tx) =
                 ports.iter().map(tern_io::Port::stats).fold((0, 0), |(r, t), s| (r + s.rx_packets, t + s.tx_packets));
-            let st = sw.stats();
             let (rate, secs) = ticker.rate(rx, now);
             eprintln!(
-                "[{:>6.0} s] {rx} frames in, {tx} out; {} kept by the switch ({} by offloaded entries), {} requests to servers, {} responses, {} dropped; {rate:.0} frames/s in over the last {secs:.0} s",
+                "[{:>6.0} s] {rx} frames in, {tx} out; {}; {rate:.0} frames/s in over the last {secs:.0} s",
                 start.elapsed().as_secs_f64(),
-                st.switch_only,
-                st.offloaded,
-                st.requests(),
-                st.responses,
-                st.dropped(),
+                traffic(sw.stats(), ""),
             );
         }
         let mut any = false;
@@ -769,13 +778,9 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         println!(
-            "switch serve stopped ({why}) after {:.1} s: {} frames kept by the switch ({} by offloaded entries), {} requests to servers, {} responses, {} dropped{}, group version {}, generation {generation}{}",
+            "switch serve stopped ({why}) after {:.1} s: {}{}, group version {}, generation {generation}{}",
             start.elapsed().as_secs_f64(),
-            st.switch_only,
-            st.offloaded,
-            st.requests(),
-            st.responses,
-            st.dropped(),
+            traffic(st, " frames"),
             if dropped.is_empty() { String::new() } else { format!(" ({})", serde_json::Value::Object(dropped)) },
             sw.selector().current().version,
             ports
