@@ -118,3 +118,18 @@ fn figure_4s_dags_load_with_dummy_tasks() {
         "{e}"
     );
 }
+
+/// Every task kind has a name a profile knows (`nt.NAME.luts` and the rest), and the built-in
+/// SuperNIC profile gives an area for each that takes one from it.
+#[test]
+fn every_kind_has_a_name_profiles_know() {
+    let p = tern_hw::Profile::builtin("supernic-htg9200").unwrap();
+    for kind in tern_chain::tenant::KINDS {
+        let name = tern_chain::tenant::profile_name(kind);
+        assert!(tern_hw::keys::NETWORK_TASKS.iter().any(|(n, _)| *n == name), "{kind}: {name}");
+        // Dummy and stage tasks carry their own area in the tenant file.
+        if !matches!(kind, "dummy" | "stage") {
+            assert!(p.area.contains_key(&format!("nt.{name}.luts")), "{kind}: nt.{name}.luts");
+        }
+    }
+}

@@ -268,11 +268,28 @@ pub mod keys {
     /// RESOURCE one of these.
     pub const AREA_RESOURCES: &[&str] = &["luts", "registers", "bram36", "bram_kb"];
 
-    /// Whether `key` is `nt.KIND.LAST` with KIND a word of lower-case letters, digits and `_`.
+    /// The network tasks a profile names as `nt.KIND` (its `cycles`, `gbps` and area): SuperNIC's
+    /// Figure 6 names, and Tern's own tasks. A chain's task kinds map onto these
+    /// (`tern_chain::tenant::profile_name`; a test there checks each is listed).
+    pub const NETWORK_TASKS: &[(&str, &str)] = &[
+        ("fw", "firewall"),
+        ("nat", "NAT"),
+        ("aes", "AES-GCM"),
+        ("lb", "L4 load balancer"),
+        ("gbn", "go-back-N transport"),
+        ("kv_cache", "KV cache"),
+        ("kv_rep", "KV replication (Figure 6; Tern runs no such task)"),
+        ("dfadd", "floating-point adder (Figure 6; Tern runs no such task)"),
+        ("dummy", "a dummy task of configured cost"),
+        ("stage", "another engine run as a task"),
+    ];
+
+    /// Whether `key` is `nt.KIND.LAST` with KIND one of [`NETWORK_TASKS`].
     fn nt_pattern(key: &str, last: &str) -> bool {
-        key.strip_prefix("nt.").and_then(|k| k.strip_suffix(last)).and_then(|k| k.strip_suffix('.')).is_some_and(
-            |kind| !kind.is_empty() && kind.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
-        )
+        key.strip_prefix("nt.")
+            .and_then(|k| k.strip_suffix(last))
+            .and_then(|k| k.strip_suffix('.'))
+            .is_some_and(|kind| NETWORK_TASKS.iter().any(|(n, _)| *n == kind))
     }
 
     /// The listed keys of `table` (none for `area`, whose keys follow a pattern).
@@ -295,17 +312,27 @@ pub mod keys {
             "cycles" => nt_pattern(key, "cycles"),
             "rates" => nt_pattern(key, "gbps"),
             "area" => key.rsplit_once('.').is_some_and(|(block, r)| {
-                !block.is_empty()
-                    && block.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.')
-                    && AREA_RESOURCES.contains(&r)
+                let word = !block.is_empty()
+                    && block.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.');
+                // A task's block is `nt.KIND`, KIND a listed task: a misspelt one would
+                // otherwise leave the task without an area.
+                let task = block.strip_prefix("nt.").is_none_or(|kind| NETWORK_TASKS.iter().any(|(n, _)| *n == kind));
+                word && task && AREA_RESOURCES.contains(&r)
             }),
             _ => false,
         }
     }
 
-    /// The listed key of `table` nearest `key` (at most three edits away), to suggest.
-    pub fn nearest(table: &str, key: &str) -> Option<&'static str> {
-        listed(table).iter().map(|(k, _)| (edits(k, key), *k)).filter(|(d, _)| *d <= 3).min().map(|(_, k)| k)
+    /// What to suggest for `key`, which `table` does not hold: the listed key nearest it (at
+    /// most three edits away), or for `nt.KIND.…` the task kinds a profile may name.
+    pub fn hint(table: &str, key: &str) -> Option<String> {
+        if let Some(k) = listed(table).iter().map(|(k, _)| (edits(k, key), *k)).filter(|(d, _)| *d <= 3).min() {
+            return Some(format!("did you mean `{}`?", k.1));
+        }
+        key.starts_with("nt.").then(|| {
+            let kinds: Vec<&str> = NETWORK_TASKS.iter().map(|(n, _)| *n).collect();
+            format!("a task's KIND in `nt.KIND.…` is one of {}", kinds.join(", "))
+        })
     }
 
     /// Levenshtein distance.
@@ -500,7 +527,7 @@ impl Profile {
         }
         for (table, names) in self.table_keys() {
             if let Some(k) = names.into_iter().find(|k| !keys::known(table, k)) {
-                let hint = keys::nearest(table, k).map_or(String::new(), |n| format!(" (did you mean `{n}`?)"));
+                let hint = keys::hint(table, k).map_or(String::new(), |h| format!(" ({h})"));
                 return Err(invalid(format!(
                     "[{table}] `{k}` is not a key Tern knows{hint}; docs/profiles.md lists every key"
                 )));
@@ -900,8 +927,20 @@ mod tests {
         ] {
             assert!(Profile::from_toml(&with(table, line), "t").is_ok(), "{table}: {line}");
         }
-        for bad in ["nt..gbps", "nt.AES.gbps", "nt.aes.gbs"] {
+        for bad in ["nt..gbps", "nt.AES.gbps", "nt.aes.gbs", "nt.firewall.gbps"] {
             assert!(!keys::known("rates", bad), "{bad}");
         }
+        // A task kind the profile names must be one it knows, in each table that takes one:
+        // Tern's own kind names (`firewall`, `kv`) are not Figure 6's.
+        for (table, line) in [
+            ("rates", "\"nt.firewall.gbps\" = 30.0"),
+            ("cycles", "\"nt.kv.cycles\" = 12"),
+            ("area", "\"nt.firewall.luts\" = 468"),
+        ] {
+            let e = Profile::from_toml(&with(table, line), "t").unwrap_err().to_string();
+            assert!(e.contains(&format!("[{table}]")) && e.contains("is one of fw, nat, aes"), "{e}");
+        }
+        // Blocks other than tasks keep their free names.
+        assert!(keys::known("area", "packet_store.bram_kb") && keys::known("area", "phy_mac.luts"));
     }
 }

@@ -25,6 +25,7 @@ fn the_docs_tables_are_the_keys() {
         ("| cycles key |", keys::CYCLES),
         ("| rates key |", keys::RATES),
         ("| latency_ns key |", keys::LATENCY_NS),
+        ("| network task |", keys::NETWORK_TASKS),
     ] {
         let code: Vec<(String, String)> = list.iter().map(|(k, m)| (k.to_string(), m.to_string())).collect();
         assert_eq!(table(header), code, "{header}");
