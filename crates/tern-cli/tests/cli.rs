@@ -418,6 +418,38 @@ fn assert_verdicts(v: &serde_json::Value, err: &str, targets: &[(&str, bool)]) {
     }
 }
 
+/// `tern flow serve`'s text summary names each drop reason that dropped a frame, and its
+/// slow-path drops add up to what its pipeline line says the slow path dropped.
+#[test]
+fn flow_serve_summary_names_its_drops() {
+    let dir = std::env::temp_dir().join(format!("tern-flow-summary-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = flow_replay_in(&dir);
+    let (ok, out, err) = tern(&["flow", "serve", file.to_str().unwrap(), "--duration", "1"]);
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(ok, "{err}");
+    let count = |line: &str, label: &str| -> Vec<(String, u64)> {
+        let l =
+            out.lines().find(|l| l.trim_start().starts_with(label)).unwrap_or_else(|| panic!("no `{label}` in {out}"));
+        l.trim_start()[label.len()..]
+            .split(", ")
+            .map(|d| {
+                let (r, n) = d.rsplit_once(' ').unwrap_or_else(|| panic!("{line}: {d}"));
+                (r.to_string(), n.parse().unwrap_or_else(|_| panic!("{line}: {d}")))
+            })
+            .collect()
+    };
+    // The capture holds frames the tables drop, denied by the ACL and with TTL 1.
+    let pipeline = count("pipeline", "pipeline drops: ");
+    let slow = count("slow path", "slow-path drops: ");
+    assert!(pipeline.iter().any(|(r, n)| r == "action_drop" && *n > 0), "{out}");
+    assert!(slow.iter().any(|(r, _)| r == "acl_deny") && slow.iter().any(|(r, _)| r == "ttl_expired"), "{out}");
+    assert!(pipeline.iter().chain(&slow).all(|(_, n)| *n > 0), "only reasons that dropped: {out}");
+    let line = out.lines().find(|l| l.contains("slow path: ")).unwrap();
+    let dropped: u64 = line.split(", ").find_map(|p| p.strip_suffix(" dropped")).unwrap().parse().unwrap();
+    assert_eq!(slow.iter().map(|(_, n)| n).sum::<u64>(), dropped, "{out}");
+}
+
 /// `tern flow serve --stats-interval`: a progress line on stderr at each interval (the flag
 /// once did nothing), the --json summary on stdout.
 #[test]

@@ -305,13 +305,13 @@ fn print_summary(s: &Snapshot, why: &str) {
         s.cache.evicted_idle,
         s.cache.cache_full
     );
-    let drops: Vec<String> = s.pipeline.drops().map(|(r, n)| format!("{r} {n}")).collect();
-    if !drops.is_empty() {
-        println!("  pipeline drops: {}", drops.join(", "));
-    }
-    let drops: Vec<String> = s.slow_drops().iter().filter(|(_, n)| *n > 0).map(|(r, n)| format!("{r} {n}")).collect();
-    if !drops.is_empty() {
-        println!("  slow-path drops: {}", drops.join(", "));
+    let pipeline: Vec<(String, u64)> = s.pipeline.drops().map(|(r, n)| (r.to_string(), n)).collect();
+    let slow: Vec<(String, u64)> = s.slow_drops().into_iter().map(|(r, n)| (r.to_string(), n)).collect();
+    for (what, drops) in [("pipeline", pipeline), ("slow-path", slow)] {
+        let named: Vec<String> = drops.iter().filter(|(_, n)| *n > 0).map(|(r, n)| format!("{r} {n}")).collect();
+        if !named.is_empty() {
+            println!("  {what} drops: {}", named.join(", "));
+        }
     }
 }
 
