@@ -1914,6 +1914,56 @@ impl SwitchHosts {
     }
 }
 
+/// A switch of four UDP ports for two servers, in `dir`: port 1 to the inside host, 2 to the
+/// outside host, 3 and 4 to servers 0 and 1 (`s0`, `s1`), with their control addresses (`c0`,
+/// `c1`) and the switch's metrics address (`m`).
+struct SwitchRig {
+    snat: &'static str,
+    p1: std::net::SocketAddr,
+    s0: std::net::SocketAddr,
+    s1: std::net::SocketAddr,
+    p3: std::net::SocketAddr,
+    p4: std::net::SocketAddr,
+    c0: std::net::SocketAddr,
+    c1: std::net::SocketAddr,
+    m: std::net::SocketAddr,
+    /// The configuration file and its text.
+    config: std::path::PathBuf,
+    text: String,
+}
+
+impl SwitchRig {
+    /// Writes the configuration: the SNAT program, the ports, `extra` lines after the servers'
+    /// control addresses, group `members`, a default route out of port 2.
+    fn new(dir: &std::path::Path, hosts: &SwitchHosts, extra: &str, members: &str) -> SwitchRig {
+        let snat = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml");
+        let (free, tcp) = (SwitchHosts::udp_addr, SwitchHosts::tcp_addr);
+        let (p1, p2, p3, p4, s0, s1) = (free(), free(), free(), free(), free(), free());
+        let (c0, c1, m) = (tcp(), tcp(), tcp());
+        let text = format!(
+            "program = \"{snat}\"\nports = [\"udp:{p1}={}\", \"udp:{p2}={}\", \"udp:{p3}={s0}\", \"udp:{p4}={s1}\"]\nservers = [3, 4]\ncontrol = [\"{c0}\", \"{c1}\"]\n{extra}[group]\nmembers = [{members}]\n[[route]]\nprefix = \"0.0.0.0/0\"\nport = 2\nmac = \"02:00:00:00:00:99\"\n",
+            hosts.inside.local_addr().unwrap(),
+            hosts.outside.local_addr().unwrap()
+        );
+        let config = dir.join("serve.toml");
+        std::fs::write(&config, &text).unwrap();
+        SwitchRig { snat, p1, s0, s1, p3, p4, c0, c1, m, config, text }
+    }
+
+    /// `tern switch server` `i` on its port and control address, `rest` its other options.
+    fn server(&self, i: usize, rest: &str) -> std::process::Child {
+        let (bind, peer, ctl) = if i == 0 { (self.s0, self.p3, self.c0) } else { (self.s1, self.p4, self.c1) };
+        let args = format!("switch server {} --index {i} --port udp:{bind}={peer} --control {ctl} {rest}", self.snat);
+        spawn_tern(&args.split(' ').collect::<Vec<_>>())
+    }
+
+    /// `tern switch serve` on the configuration with its metrics, `rest` its other options.
+    fn serve(&self, rest: &str) -> std::process::Child {
+        let args = format!("switch serve {} --metrics {} {rest}", self.config.display(), self.m);
+        spawn_tern(&args.split(' ').collect::<Vec<_>>())
+    }
+}
+
 /// `tern switch serve` with two `tern switch server` processes, frames carried in UDP
 /// datagrams: inside flows leave translated by server 0 (the only member); `tern switch scale
 /// --add 1` grows the group — old flows keep their server's address, new ones reach server 1
@@ -1921,47 +1971,15 @@ impl SwitchHosts {
 /// (generation 2) say so; both stop on their own with summaries.
 #[test]
 fn switch_serve_with_two_servers_scales_without_moving_flows() {
-    use std::process::Stdio;
     use std::time::Duration;
     let dir = std::env::temp_dir().join(format!("tern-switch-serve-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let snat = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml");
     let hosts = SwitchHosts::new();
-    let (inside, outside) = (&hosts.inside, &hosts.outside);
-    let free = SwitchHosts::udp_addr;
-    let tcp = SwitchHosts::tcp_addr;
-    let (p1, p2, p3, p4, s0, s1) = (free(), free(), free(), free(), free(), free());
-    let (c0, c1, m) = (tcp(), tcp(), tcp());
-    let config = dir.join("serve.toml");
-    let text = format!(
-        "program = \"{snat}\"\nports = [\"udp:{p1}={}\", \"udp:{p2}={}\", \"udp:{p3}={s0}\", \"udp:{p4}={s1}\"]\nservers = [3, 4]\ncontrol = [\"{c0}\", \"{c1}\"]\n[group]\nmembers = [0]\n[[route]]\nprefix = \"0.0.0.0/0\"\nport = 2\nmac = \"02:00:00:00:00:99\"\n",
-        inside.local_addr().unwrap(),
-        outside.local_addr().unwrap()
-    );
-    std::fs::write(&config, &text).unwrap();
-    let spawn = |args: Vec<String>| {
-        Command::new(env!("CARGO_BIN_EXE_tern"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let server = |i: usize, bind, peer, ctl| {
-        spawn(
-            format!("switch server {snat} --index {i} --port udp:{bind}={peer} --control {ctl} --duration 9 --json")
-                .split(' ')
-                .map(String::from)
-                .collect(),
-        )
-    };
-    let servers = [server(0, s0, p3, c0), server(1, s1, p4, c1)];
-    let serve = spawn(
-        format!("switch serve {} --metrics {m} --duration 8 --json", config.display())
-            .split(' ')
-            .map(String::from)
-            .collect(),
-    );
+    let inside = &hosts.inside;
+    let rig = SwitchRig::new(&dir, &hosts, "", "0");
+    let SwitchRig { p1, c0, m, ref config, ref text, .. } = rig;
+    let servers = [rig.server(0, "--duration 9 --json"), rig.server(1, "--duration 9 --json")];
+    let serve = rig.serve("--duration 8 --json");
     std::thread::sleep(Duration::from_millis(1200));
     let exchange = |flows| hosts.exchange(p1, 1, flows);
     let first = exchange(0..20);
@@ -2020,7 +2038,7 @@ fn switch_serve_with_two_servers_scales_without_moving_flows() {
     assert_eq!(mirrored, 80, "each flow's entry on its server");
     // A reload (another route) makes generation 2; a broken one is refused and changes nothing.
     std::fs::write(
-        &config,
+        config,
         text.replace(
             "[group]",
             "[[route]]\nprefix = \"203.0.113.0/24\"\nport = 1\nmac = \"02:00:00:00:00:98\"\n[group]",
@@ -2054,41 +2072,15 @@ fn switch_serve_with_two_servers_scales_without_moving_flows() {
 /// with the translation it had.
 #[test]
 fn switch_fails_a_dead_server_over_to_its_buddy_with_its_entries() {
-    use std::process::Stdio;
     use std::time::Duration;
     let dir = std::env::temp_dir().join(format!("tern-switch-failover-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let snat = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml");
     let hosts = SwitchHosts::new();
-    let (inside, outside) = (&hosts.inside, &hosts.outside);
-    let free = SwitchHosts::udp_addr;
-    let tcp = SwitchHosts::tcp_addr;
-    let (p1, p2, p3, p4, s0, s1) = (free(), free(), free(), free(), free(), free());
-    let (c0, c1, m) = (tcp(), tcp(), tcp());
-    let config = dir.join("serve.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "program = \"{snat}\"\nports = [\"udp:{p1}={}\", \"udp:{p2}={}\", \"udp:{p3}={s0}\", \"udp:{p4}={s1}\"]\nservers = [3, 4]\ncontrol = [\"{c0}\", \"{c1}\"]\nbuddies = [1, 0]\nheartbeat_ms = 300\n[group]\nmembers = [0, 1]\n[[route]]\nprefix = \"0.0.0.0/0\"\nport = 2\nmac = \"02:00:00:00:00:99\"\n",
-            inside.local_addr().unwrap(),
-            outside.local_addr().unwrap()
-        ),
-    )
-    .unwrap();
-    let spawn = |args: String| {
-        Command::new(env!("CARGO_BIN_EXE_tern"))
-            .args(args.split(' '))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let mut server0 =
-        spawn(format!("switch server {snat} --index 0 --port udp:{s0}={p3} --control {c0} --buddy {c1} --duration 8"));
-    let server1 = spawn(format!(
-        "switch server {snat} --index 1 --port udp:{s1}={p4} --control {c1} --buddy {c0} --duration 8 --json"
-    ));
-    let serve = spawn(format!("switch serve {} --metrics {m} --duration 7 --json", config.display()));
+    let rig = SwitchRig::new(&dir, &hosts, "buddies = [1, 0]\nheartbeat_ms = 300\n", "0, 1");
+    let SwitchRig { p1, c0, c1, m, .. } = rig;
+    let mut server0 = rig.server(0, &format!("--buddy {c1} --duration 8"));
+    let server1 = rig.server(1, &format!("--buddy {c0} --duration 8 --json"));
+    let serve = rig.serve("--duration 7 --json");
     std::thread::sleep(Duration::from_millis(1200));
     let exchange = |flows| hosts.exchange(p1, 2, flows);
     let before = exchange(0..30);
