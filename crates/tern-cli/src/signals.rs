@@ -41,3 +41,41 @@ pub fn stopping(flag: &AtomicBool) -> bool {
 pub fn why_stopped(flag: &AtomicBool, otherwise: &'static str) -> &'static str {
     if stopping(flag) { "signal" } else { otherwise }
 }
+
+/// The most a server's `--duration` may ask: a year, in seconds.
+pub const MAX_DURATION_SECS: f64 = 31_536_000.0;
+
+/// Parses a server's `--duration`: seconds, more than 0 and at most [`MAX_DURATION_SECS`] (a
+/// value past that, infinite or not a number is refused here, where it would otherwise stop the
+/// server at once or end it with a panic).
+pub fn duration_secs(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(d) if d > 0.0 && d <= MAX_DURATION_SECS => Ok(d),
+        _ => Err(format!("give a number of seconds more than 0 and at most {MAX_DURATION_SECS} (a year)")),
+    }
+}
+
+/// When a server given `--duration` `secs` (checked by [`duration_secs`]) from `start` stops.
+pub fn deadline(start: std::time::Instant, secs: Option<f64>) -> Option<std::time::Instant> {
+    secs.map(|d| start + std::time::Duration::from_secs_f64(d.clamp(0.0, MAX_DURATION_SECS)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duration_is_a_year_at_most_and_more_than_nothing() {
+        for ok in ["0.5", "1", "31536000", " 2 "] {
+            assert!(duration_secs(ok).is_ok(), "{ok}");
+        }
+        for bad in ["0", "-1", "inf", "NaN", "1e30", "31536000.5", "", "ten"] {
+            let e = duration_secs(bad).unwrap_err();
+            assert!(e.contains("more than 0") && e.contains("31536000"), "{bad}: {e}");
+        }
+        // The deadline of the longest one is an instant (no overflow, no panic).
+        let now = std::time::Instant::now();
+        assert_eq!(deadline(now, Some(1.0)), Some(now + std::time::Duration::from_secs(1)));
+        assert!(deadline(now, Some(MAX_DURATION_SECS)).is_some() && deadline(now, None).is_none());
+    }
+}

@@ -418,6 +418,59 @@ fn assert_verdicts(v: &serde_json::Value, err: &str, targets: &[(&str, bool)]) {
     }
 }
 
+/// Every server says in its help what it stops at without `--duration`, and refuses a duration
+/// that is no number of seconds it can wait (infinite, not a number, past a year, 0 or less)
+/// naming the option, before it starts: such values once ended some servers with a panic and
+/// stopped others at once. As the README says.
+#[test]
+fn every_server_takes_a_duration_it_can_keep() {
+    let ex = |p: &str| format!("{}/../../examples/{p}", env!("CARGO_MANIFEST_DIR"));
+    let port = "udp:127.0.0.1:0=127.0.0.1:9";
+    let (flow, snat, serve, chain, rpc) = (
+        ex("flow/replay.toml"),
+        ex("switch/snat.toml"),
+        ex("switch/serve.toml"),
+        ex("chain/figure10-d.toml"),
+        ex("rpc/image.toml"),
+    );
+    let servers: [Vec<&str>; 6] = [
+        vec!["dispatch", "serve", "rules.toml"],
+        vec!["flow", "serve", &flow],
+        vec!["rpc", "serve", &rpc],
+        vec!["chain", "serve", &chain, "--port", port, "--port", port],
+        vec!["switch", "serve", &serve],
+        vec!["switch", "server", &snat, "--port", port],
+    ];
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let readme = readme.split_whitespace().collect::<Vec<_>>().join(" ");
+    for args in &servers {
+        let name = args[..2].join(" ");
+        assert!(readme.contains(&format!("`{name}`")), "the README's list of servers lacks {name}");
+        let (ok, out, _) = tern(&[args[0], args[1], "--help"]);
+        assert!(ok, "{name}");
+        let help = out.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            help.contains("--duration <DURATION> Stop after this many seconds (more than 0, at most a year) [default: run until SIGINT or SIGTERM, which stop it cleanly"),
+            "{name}: {out}"
+        );
+        for bad in ["inf", "NaN", "1e30", "0", "-1"] {
+            let mut a = args.clone();
+            let flag = format!("--duration={bad}");
+            a.push(&flag);
+            let out = Command::new(env!("CARGO_BIN_EXE_tern")).args(&a).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{name} {flag}: {err}");
+            assert!(
+                err.contains("'--duration <DURATION>'") && err.contains("at most 31536000"),
+                "{name} {flag}: {err}"
+            );
+        }
+    }
+    // The chain's fairness epoch, likewise.
+    let (ok, _, err) = tern(&["chain", "serve", &chain, "--port", port, "--port", port, "--epoch-ms", "inf"]);
+    assert!(!ok && err.contains("'--epoch-ms <EPOCH_MS>'") && err.contains("at most 3600000"), "{err}");
+}
+
 /// `tern flow serve`'s text summary names each drop reason that dropped a frame, and its
 /// slow-path drops add up to what its pipeline line says the slow path dropped.
 #[test]

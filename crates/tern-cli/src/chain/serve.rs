@@ -80,8 +80,9 @@ pub struct ServeArgs {
     pub metrics: Option<SocketAddr>,
     /// Recompute fair shares this often, ms: each tenant's offered load and its tasks'
     /// measured time on each core give its share (DRF over the cores' time, weighted by its
-    /// bandwidth), set as its ingress limit (snic, panic) [default: the profile's epoch].
-    #[arg(long)]
+    /// bandwidth), set as its ingress limit (snic, panic); more than 0, at most 3,600,000 (an
+    /// hour) [default: the profile's epoch].
+    #[arg(long, value_parser = epoch_ms)]
     pub epoch_ms: Option<f64>,
     /// No fair shares: no ingress limits (the scheduler's virtual-time order alone).
     #[arg(long)]
@@ -94,8 +95,9 @@ pub struct ServeArgs {
     /// a chain above its own.
     #[arg(long)]
     pub autoscale: bool,
-    /// Stop after this many seconds.
-    #[arg(long)]
+    /// Stop after this many seconds (more than 0, at most a year) [default: run until SIGINT or
+    /// SIGTERM, which stop it cleanly with its summary].
+    #[arg(long, value_parser = crate::signals::duration_secs)]
     pub duration: Option<f64>,
     /// Print a one-line progress report to stderr every this many seconds (0: none): packets
     /// in, out, back and dropped so far, and the rate in over the last interval.
@@ -684,6 +686,17 @@ pub(crate) fn scheduler_line(decisions: u64, ns: u64) -> String {
     }
 }
 
+/// The longest fairness epoch `--epoch-ms` may ask, ms: an hour.
+const MAX_EPOCH_MS: f64 = 3_600_000.0;
+
+/// Parses `--epoch-ms`: more than 0 and at most [`MAX_EPOCH_MS`].
+fn epoch_ms(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(ms) if ms > 0.0 && ms <= MAX_EPOCH_MS => Ok(ms),
+        _ => Err(format!("give a number of milliseconds more than 0 and at most {MAX_EPOCH_MS} (an hour)")),
+    }
+}
+
 fn print_summary(names: &[String], s: &RunStats, ports: &[(String, PortStats)], elapsed: Duration, why: &str) {
     println!("stopped ({why}) after {:.1} s", elapsed.as_secs_f64());
     for (n, t) in names.iter().zip(&s.tenants) {
@@ -754,10 +767,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let monitor = rt.monitor();
     let limiter = rt.limiter();
     let stopper = rt.stopper();
-    let epoch = match a.epoch_ms {
-        Some(ms) => Duration::from_secs_f64(ms.max(0.0) / 1e3),
-        None => board.epoch,
-    };
+    let epoch = a.epoch_ms.map_or(board.epoch, |ms| Duration::from_secs_f64(ms.clamp(0.0, MAX_EPOCH_MS) / 1e3));
     if epoch.is_zero() {
         return Err("--epoch-ms: give a positive number of milliseconds".into());
     }
@@ -868,7 +878,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         })
         .collect();
     // The data path runs on this thread; a watcher stops it on a signal or at the deadline.
-    let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+    let deadline = crate::signals::deadline(Instant::now(), a.duration);
     let started = Instant::now();
     let watcher_stop = stopper.clone();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));

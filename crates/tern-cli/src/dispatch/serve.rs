@@ -94,9 +94,10 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics (and /ready, /config) on this address.
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
-    /// Stop after this many seconds [default: run until SIGINT or SIGTERM, which stop it cleanly:
-    /// requests already read are answered, the summary is printed, the store is removed].
-    #[arg(long)]
+    /// Stop after this many seconds (more than 0, at most a year) [default: run until SIGINT or
+    /// SIGTERM, which stop it cleanly: requests already read are answered, the summary is
+    /// printed, the store is removed].
+    #[arg(long, value_parser = crate::signals::duration_secs)]
     pub duration: Option<f64>,
     /// Print a one-line progress report every this many seconds (0: none).
     #[arg(long, default_value_t = 10.0)]
@@ -226,11 +227,6 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         qnp: worker_qnp(a, sc.as_ref(), &profile, workers)?,
         ..ServerOptions::default()
     };
-    if let Some(d) = a.duration
-        && !(d > 0.0 && d <= 31_536_000.0)
-    {
-        return Err(format!("--duration {d}: must be in (0, 31536000] seconds").into());
-    }
     // Checked before anything starts; the schedule starts at the serving loop's first look.
     let mut ticker = crate::progress::Ticker::new(a.stats_interval)?;
     let signals = crate::signals::stop_flag()?;
@@ -287,7 +283,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         let bound = metrics::serve(addr, registry, config_text.clone(), stop.clone(), None)?;
         say!(a.json, "metrics on http://{bound}/metrics");
     }
-    let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+    let deadline = crate::signals::deadline(Instant::now(), a.duration);
     let mut seen = mtime(&a.config);
     let mut next_reload_check = Instant::now();
     let why = loop {

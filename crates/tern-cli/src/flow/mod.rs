@@ -37,9 +37,9 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics, /flows (JSON, for dump-flows), /ready and /config here.
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
-    /// Stop after this many seconds [default: run until SIGINT or SIGTERM, which stop it cleanly
-    /// with its summary].
-    #[arg(long)]
+    /// Stop after this many seconds (more than 0, at most a year) [default: run until SIGINT or
+    /// SIGTERM, which stop it cleanly with its summary].
+    #[arg(long, value_parser = crate::signals::duration_secs)]
     pub duration: Option<f64>,
     /// Stop once every pcap input has been replayed (and its frames sent).
     #[arg(long)]
@@ -184,7 +184,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         rt.run(&dp_stop, &rx, until_done);
         rt
     })?;
-    let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+    let deadline = crate::signals::deadline(Instant::now(), a.duration);
     let mut seen = mtime(&a.config);
     while deadline.is_none_or(|d| Instant::now() < d) && !data_path.is_finished() && !crate::signals::stopping(&signals)
     {

@@ -83,9 +83,10 @@ pub struct ServeArgs {
     /// Where the work runs.
     #[arg(long, value_enum, default_value_t = ModeArg::Rpcnic)]
     pub mode: ModeArg,
-    /// Stop after this many seconds (0: at SIGINT or SIGTERM).
-    #[arg(long, default_value_t = 0.0)]
-    pub duration: f64,
+    /// Stop after this many seconds (more than 0, at most a year) [default: run until SIGINT or
+    /// SIGTERM, which stop it cleanly with its summary].
+    #[arg(long, value_parser = crate::signals::duration_secs)]
+    pub duration: Option<f64>,
     /// IP MTU that responses are segmented by (576 to 65535) [default: the path MTU to the
     /// listening address as the kernel knows it, at most 65535 (loopback's); 1500 when
     /// listening on every address].
@@ -207,9 +208,6 @@ fn status_of(s: CallStatus) -> Status {
 /// `tern rpc serve`.
 pub fn run(a: &ServeArgs) -> CmdResult {
     let svc = Service::load(&a.config)?;
-    if !(a.duration >= 0.0 && a.duration.is_finite()) {
-        return Err("--duration must be a number of seconds, 0 or more".into());
-    }
     // Checked before anything starts; the schedule starts at the serving loop's first look.
     let mut ticker = crate::progress::Ticker::new(a.stats_interval)?;
     let mode = Mode::from(a.mode);
@@ -235,7 +233,7 @@ pub fn run(a: &ServeArgs) -> CmdResult {
         qnp.mtu
     );
     let started = Instant::now();
-    let deadline = (a.duration > 0.0).then(|| started + Duration::from_secs_f64(a.duration));
+    let deadline = crate::signals::deadline(started, a.duration);
     let reported = Arc::new(AtomicBool::new(false));
     let reporter = (a.stats_interval > 0.0).then(|| {
         let (counters, reported) = (counters.clone(), reported.clone());

@@ -38,8 +38,9 @@ pub struct ServeArgs {
     /// `POST /scale?add=S`, `?remove=S` or `?members=S,T` (what `tern switch scale` sends).
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
-    /// Stop after this many seconds.
-    #[arg(long)]
+    /// Stop after this many seconds (more than 0, at most a year) [default: run until SIGINT or
+    /// SIGTERM, which stop it cleanly with its summary].
+    #[arg(long, value_parser = crate::signals::duration_secs)]
     pub duration: Option<f64>,
     /// Poll the ports without ever sleeping (a core of its own, as a DPDK or VPP data plane in
     /// poll mode runs): no wake-up between a frame's arrival and its processing. By default an
@@ -603,7 +604,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         );
     }
     let start = Instant::now();
-    let deadline = a.duration.map(|d| start + Duration::from_secs_f64(d.max(0.0)));
+    let deadline = crate::signals::deadline(start, a.duration);
     let peers: Vec<_> = ports.iter().map(|p| p.peer()).collect();
     let wait_fds: Option<Vec<_>> = ports.iter().map(tern_io::Port::wait_fd).collect();
     let mut outs: Vec<Batch> = (0..=ports.len()).map(|_| Batch::new(4 * tern_io::DEFAULT_BATCH)).collect();

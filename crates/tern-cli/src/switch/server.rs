@@ -61,8 +61,9 @@ pub struct ServerArgs {
     /// CLIP's EtherType (hex or decimal).
     #[arg(long, default_value = "0x88B5", value_parser = parse_ethertype)]
     pub ethertype: u16,
-    /// Stop after this many seconds.
-    #[arg(long)]
+    /// Stop after this many seconds (more than 0, at most a year) [default: run until SIGINT or
+    /// SIGTERM, which stop it cleanly with its summary].
+    #[arg(long, value_parser = crate::signals::duration_secs)]
     pub duration: Option<f64>,
     /// Print a one-line progress report to stderr every this many seconds (0: none): requests,
     /// responses, drops, entries, and the rate of requests.
@@ -341,7 +342,7 @@ pub fn run(a: &ServerArgs) -> CmdResult {
         );
     }
     let start = Instant::now();
-    let deadline = a.duration.map(|d| start + Duration::from_secs_f64(d.max(0.0)));
+    let deadline = crate::signals::deadline(start, a.duration);
     let mut batch = Batch::new(tern_io::DEFAULT_BATCH);
     let peer = port.peer();
     // Taking back from the buddy: a thread asks (the loop never waits on the buddy), the loop
