@@ -123,6 +123,15 @@ fn bad_options_name_the_bad_item() {
     assert!(err.contains("qnp.request_table_entries asked for 1024, 0 available"), "{err}");
     let (ok, _, err) = tern(&["hw", "show", "nope"]);
     assert!(!ok && err.contains("nope"), "{err}");
+    // Sizes past what a request or a store can hold are refused before anything is allocated
+    // for them (both once ended the process with a panic).
+    let (ok, _, err) = tern(&["dispatch", "pingpong", "--payload", "18446744073709551615"]);
+    assert!(!ok && err.contains("--payload 18446744073709551615: a request carries at most"), "{err}");
+    let kv = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/dispatch/kv.toml");
+    let (ok, _, err) = tern(&["dispatch", "serve", kv, "--keys", "18446744073709551615"]);
+    assert!(!ok && err.contains("keys (18446744073709551615) must be at least 24 and at most"), "{err}");
+    let (ok, _, err) = tern(&["rpc", "load", "x.toml", "--timeout", "1e30"]);
+    assert!(!ok && err.contains("'--timeout <TIMEOUT>'"), "{err}");
 }
 
 #[test]

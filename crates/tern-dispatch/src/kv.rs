@@ -23,6 +23,9 @@ use crate::synth::Spec;
 pub const PARTITIONS: u32 = 24;
 /// Key bytes.
 pub const KEY_LEN: usize = 62;
+/// The most keys a store may hold: [`KvStore::load`] sorts them all in memory first, about 100
+/// bytes a key.
+pub const MAX_KEYS: u64 = 100_000_000;
 /// Value bytes.
 pub const VALUE_LEN: usize = 64;
 /// Zipf exponent within a partition.
@@ -68,8 +71,11 @@ impl KvLayout {
         if self.workers == 0 {
             return Err(KvError::Layout("workers must be at least 1".into()));
         }
-        if self.keys < u64::from(PARTITIONS) {
-            return Err(KvError::Layout(format!("keys ({}) must be at least {PARTITIONS}", self.keys)));
+        if !(u64::from(PARTITIONS)..=MAX_KEYS).contains(&self.keys) {
+            return Err(KvError::Layout(format!(
+                "keys ({}) must be at least {PARTITIONS} and at most {MAX_KEYS} (the loader sorts every key in memory)",
+                self.keys
+            )));
         }
         Ok(())
     }
@@ -404,6 +410,19 @@ mod tests {
 
     fn layout(rules: u32, workers: u16) -> KvLayout {
         KvLayout { spec: Spec { rules, ..Spec::default() }, workers, keys: 2400 }
+    }
+
+    /// A store holds from one key a partition to [`MAX_KEYS`]; outside that the layout is
+    /// refused before anything is allocated.
+    #[test]
+    fn a_layout_holds_a_key_a_partition_to_max_keys() {
+        let with = |keys| KvLayout { keys, ..layout(32, 4) };
+        assert!(with(u64::from(PARTITIONS)).validate().is_ok() && with(MAX_KEYS).validate().is_ok());
+        for bad in [u64::from(PARTITIONS) - 1, MAX_KEYS + 1, u64::MAX] {
+            let e = with(bad).validate().unwrap_err().to_string();
+            assert!(e.contains(&bad.to_string()) && e.contains("at most 100000000"), "{e}");
+        }
+        assert!(KeySampler::new(&with(u64::MAX)).is_err());
     }
 
     #[test]

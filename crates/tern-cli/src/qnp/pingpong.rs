@@ -85,6 +85,18 @@ impl PingpongArgs {
             return Err("--request-table-entries must be at least 1".into());
         }
         let qnp = QnpConfig { max_retries: self.max_retries, request_table_entries: entries, ..base };
+        // Checked before the ping's bytes are made: what cannot fit in a request is refused here.
+        let fits = qnp.payload_capacity() * usize::from(qnp.max_pkts_per_request);
+        if self.payload > fits {
+            return Err(format!(
+                "--payload {}: a request carries at most {fits} bytes under profile {} ({} packets of {} payload bytes)",
+                self.payload,
+                profile.name,
+                qnp.max_pkts_per_request,
+                qnp.payload_capacity()
+            )
+            .into());
+        }
         let mut ledger = tern_hw::Ledger::new(&profile);
         for i in 0..self.server_threads {
             qnp.check(&mut ledger, &format!("pingpong server thread {i}"))?;
