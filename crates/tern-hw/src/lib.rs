@@ -362,6 +362,9 @@ pub mod switch;
 pub const BUILTIN: &[&str] =
     &["cpu", "qingniao-u250", "accelsdp-n3000", "rpcnic-u280", "supernic-htg9200", "clip-tofino"];
 
+/// The longest latency a profile may give, ns: an hour.
+pub const MAX_LATENCY_NS: f64 = 3.6e12;
+
 const CPU_TOML: &str = include_str!("../../../examples/profiles/cpu.toml");
 const QINGNIAO_U250_TOML: &str = include_str!("../../../examples/profiles/qingniao-u250.toml");
 const ACCELSDP_N3000_TOML: &str = include_str!("../../../examples/profiles/accelsdp-n3000.toml");
@@ -519,6 +522,11 @@ impl Profile {
             if !(*v >= 0.0 && v.is_finite()) {
                 return Err(invalid(format!("{name} = {v} must be a non-negative number")));
             }
+        }
+        // A latency becomes a wait in real time (a region's PR, the fairness epoch): an hour at
+        // most, where a longer one would be no wait a server could keep.
+        if let Some((name, v)) = self.latency_ns.iter().find(|(_, v)| **v > MAX_LATENCY_NS) {
+            return Err(invalid(format!("{name} = {v} ns is longer than an hour ({MAX_LATENCY_NS} ns)")));
         }
         if let Some(bits) = self.qnp.timer_bits
             && !(1..=64).contains(&bits)
@@ -908,6 +916,18 @@ mod tests {
 
     /// A key no table knows is refused, named, with the nearest known key where one is close:
     /// a misspelt capacity would otherwise leave its resource unbounded.
+    /// A latency longer than an hour is refused by name: it becomes a real wait (a region's PR,
+    /// the fairness epoch), and 1e30 ns once ended `chain serve` with a panic.
+    #[test]
+    fn a_latency_is_an_hour_at_most() {
+        let with = |v: &str| format!("name = \"t\"\ndescription = \"t\"\n[latency_ns]\n\"chain.epoch\" = {v}\n");
+        assert!(Profile::from_toml(&with("3.6e12"), "t").is_ok());
+        for bad in ["3.7e12", "1e30"] {
+            let e = Profile::from_toml(&with(bad), "t").unwrap_err().to_string();
+            assert!(e.contains("chain.epoch") && e.contains("longer than an hour"), "{e}");
+        }
+    }
+
     #[test]
     fn unknown_keys_are_refused_by_name() {
         let with = |table: &str, line: &str| format!("name = \"t\"\ndescription = \"t\"\n[{table}]\n{line}\n");

@@ -492,21 +492,28 @@ impl Collector for ChainCollector {
 }
 
 /// A thread that runs `f` every `epoch` (on a fixed schedule; an overrun one goes on at once)
-/// until `done`.
+/// until `done`. It looks at `done` at least every 100 ms while it waits, so that a long epoch
+/// does not hold a stopping server back.
 fn every(
     epoch: Duration,
     done: Arc<std::sync::atomic::AtomicBool>,
     mut f: impl FnMut() + Send + 'static,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
+        let stopping = || done.load(std::sync::atomic::Ordering::Relaxed);
         let mut next = Instant::now();
-        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        while !stopping() {
             next += epoch;
-            let now = Instant::now();
-            if next > now {
-                std::thread::sleep(next - now);
-            } else {
-                next = now;
+            loop {
+                let now = Instant::now();
+                if next <= now {
+                    next = now;
+                    break;
+                }
+                if stopping() {
+                    return;
+                }
+                std::thread::sleep((next - now).min(Duration::from_millis(100)));
             }
             f();
         }
@@ -1148,5 +1155,24 @@ mod tests {
         assert_eq!(out.len(), usize::from(n) - to_core1, "core 0 keeps its own");
         assert!(core1.pop().is_ok() && core1.pop().is_err(), "core 1 got one");
         assert_eq!(dropped.load(Ordering::Relaxed) as usize, to_core1 - 1);
+    }
+
+    /// A thread on an hour's epoch stops soon after it is told to (it once slept the whole
+    /// epoch, and a stopping server waited for it), without running its work again.
+    #[test]
+    fn a_long_epoch_does_not_hold_a_stop_back() {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let runs = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let r = runs.clone();
+        let t = every(Duration::from_secs(3600), done.clone(), move || {
+            r.fetch_add(1, Ordering::Relaxed);
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        done.store(true, Ordering::Relaxed);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(t.join().is_ok()));
+        // Generous: it looks every 100 ms; without that it would wait an hour.
+        assert_eq!(rx.recv_timeout(Duration::from_secs(30)), Ok(true), "the thread stopped");
+        assert_eq!(runs.load(Ordering::Relaxed), 0, "no epoch passed");
     }
 }
