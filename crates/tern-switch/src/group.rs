@@ -123,6 +123,9 @@ pub struct SelectorConfig {
     pub pins: usize,
 }
 
+/// The most ECMP buckets a group may have (each group's buckets are made at once).
+pub const MAX_BUCKETS: usize = 1 << 16;
+
 impl Default for SelectorConfig {
     fn default() -> SelectorConfig {
         SelectorConfig { buckets: 256, filter_ways: 2, filter_width: 1 << 16, pins: 4096 }
@@ -165,6 +168,9 @@ pub struct Selector {
 impl Selector {
     /// A selector whose first group (version 0) is `members`.
     pub fn new(cfg: SelectorConfig, members: &[ServerId]) -> Result<Selector, GroupError> {
+        if !(1..=MAX_BUCKETS).contains(&cfg.buckets) {
+            return Err(GroupError::Shape(format!("buckets = {}: give 1 to {MAX_BUCKETS}", cfg.buckets)));
+        }
         let filter = || Bloom::new(cfg.filter_ways, cfg.filter_width).map_err(|e| GroupError::Shape(e.to_string()));
         Ok(Selector {
             cfg,

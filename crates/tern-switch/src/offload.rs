@@ -50,6 +50,9 @@ pub struct OffloadConfig {
     pub seed: u64,
 }
 
+/// Entries of the original table and the reservoir made before any is needed.
+const PREALLOCATED: usize = 1 << 12;
+
 impl Default for OffloadConfig {
     fn default() -> OffloadConfig {
         OffloadConfig { capacity: 2048, sketch_ways: 2, sketch_width: 1024, threshold: 8, mode: Mode::Sketch, seed: 1 }
@@ -108,11 +111,12 @@ impl Offload {
     pub fn new(cfg: OffloadConfig) -> Result<Offload, tern_table::TableError> {
         Ok(Offload {
             sketch: CountMin::new(cfg.sketch_ways, cfg.sketch_width)?,
-            original: HashMap::with_capacity(cfg.capacity),
+            // Room made as entries come, past the first few thousand: `capacity` is a bound.
+            original: HashMap::with_capacity(cfg.capacity.min(PREALLOCATED)),
             digests: Vec::new(),
             digested: HashSet::new(),
             history: HashMap::new(),
-            reservoir: Vec::with_capacity(cfg.capacity),
+            reservoir: Vec::with_capacity(cfg.capacity.min(PREALLOCATED)),
             in_reservoir: HashSet::new(),
             seen: 0,
             rng: cfg.seed | 1,

@@ -338,6 +338,11 @@ fn fields(what: &str, raw: &[RawField], prefix: &str) -> Result<Vec<(String, u32
     Ok(out)
 }
 
+/// The most entries a register array may have: 2^24, more than one stage of a Tofino pipe
+/// holds at one bit an entry (a register array lives in one stage). Its cells are made when the
+/// program is loaded.
+pub const MAX_REGISTER_ENTRIES: u64 = 1 << 24;
+
 impl Program {
     /// Parses and checks a program; an error names the item.
     pub fn parse(text: &str) -> Result<Program, String> {
@@ -361,9 +366,9 @@ impl Program {
             if registers.iter().any(|x: &Register| x.name == r.name) {
                 return Err(format!("register `{}` is declared twice", r.name));
             }
-            if r.entries == 0 || !matches!(r.bits, 1 | 8 | 16 | 32 | 64) {
+            if !(1..=MAX_REGISTER_ENTRIES).contains(&r.entries) || !matches!(r.bits, 1 | 8 | 16 | 32 | 64) {
                 return Err(format!(
-                    "register `{}`: {} entries of {} bits (entries at least 1; bits 1, 8, 16, 32 or 64)",
+                    "register `{}`: {} entries of {} bits (entries 1 to {MAX_REGISTER_ENTRIES}; bits 1, 8, 16, 32 or 64)",
                     r.name, r.entries, r.bits
                 ));
             }

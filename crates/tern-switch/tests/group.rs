@@ -390,3 +390,15 @@ fn figure_7_no_flow_moves_where_hash_mod_moves_most() {
         eprintln!("hash-mod moved {} of {} flows", r.hm_moved.len(), r.first.len());
     }
 }
+
+/// A group's buckets are made at once: 1 to 2^16 (more once ended the process on allocation);
+/// the error names the key.
+#[test]
+fn buckets_are_bounded() {
+    let with = |buckets| SelectorConfig { buckets, ..cfg(1 << 10, 16) };
+    assert!(Selector::new(with(1 << 16), &[1]).is_ok());
+    for bad in [0, (1 << 16) + 1, usize::MAX] {
+        let e = Selector::new(with(bad), &[1]).expect_err("refused").to_string();
+        assert!(e.contains(&format!("buckets = {bad}")) && e.contains("1 to 65536"), "{e}");
+    }
+}

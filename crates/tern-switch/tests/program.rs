@@ -115,6 +115,15 @@ fn bad_programs_are_refused_by_name() {
     assert!(e.contains("`ecmp` takes no `port`"), "{e}");
     // Not TOML of a program at all.
     assert!(Program::parse("name = 3").is_err());
+    // A register array's cells are made at load: 2^24 at most (more would once end the
+    // process on allocation).
+    for (entries, ok) in [(1u64 << 24, true), ((1 << 24) + 1, false), (i64::MAX as u64, false)] {
+        let r = Program::parse(&base.replacen("entries = 1024", &format!("entries = {entries}"), 1));
+        assert_eq!(r.is_ok(), ok, "{entries}: {r:?}");
+        if let Err(e) = r {
+            assert!(e.contains("register `to_server`") && e.contains("entries 1 to 16777216"), "{e}");
+        }
+    }
 }
 
 /// Declared headers and parser states: a loop, a header no state reaches, a field of another

@@ -204,7 +204,11 @@ pub fn load(path: &Path) -> Result<(ServeConfig, Switch), String> {
         busy_timeout_ns: d.busy_timeout_ns,
     };
     let interval = Duration::from_millis(o.interval_ms.unwrap_or(100).max(1));
-    let heartbeat = Duration::from_millis(raw.heartbeat_ms.unwrap_or(300).max(10));
+    let heartbeat_ms = raw.heartbeat_ms.unwrap_or(300);
+    if !(10..=60_000).contains(&heartbeat_ms) {
+        return Err(at(format!("heartbeat_ms = {heartbeat_ms}: give 10 to 60000")));
+    }
+    let heartbeat = Duration::from_millis(heartbeat_ms);
     let built = Switch::new(program.clone(), switch.clone()).map_err(|e| at(e.to_string()))?;
     let cfg = ServeConfig {
         program,
@@ -568,7 +572,11 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
                     }
                 }
             }
-            std::thread::sleep((bound / 3).saturating_sub(round.elapsed()));
+            // The next round a third of the bound after this one began; the stop is seen
+            // within 100 ms.
+            while !hb_stop.load(Ordering::Relaxed) && round.elapsed() < bound / 3 {
+                std::thread::sleep((bound / 3).saturating_sub(round.elapsed()).min(Duration::from_millis(100)));
+            }
         }
     })?;
     // Reload: the configuration and its program watched; a change that loads is applied.
