@@ -29,10 +29,10 @@ pub struct FlowBenchArgs {
     /// Flows (distinct 5-tuples) in the traffic.
     #[arg(long, default_value_t = 1000)]
     pub flows: usize,
-    /// IPv4 routes in the slow path's table.
+    /// IPv4 routes in the slow path's table (1 to 10,000,000).
     #[arg(long, default_value_t = 10_000)]
     pub routes: usize,
-    /// ACL rules in the slow path.
+    /// ACL rules in the slow path (0 to 100,000).
     #[arg(long, default_value_t = 120)]
     pub acl: usize,
     /// Frame sizes, bytes.
@@ -112,6 +112,10 @@ pub fn run(a: &FlowBenchArgs) -> CmdResult {
     let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 });
     crate::check_count("rounds", rounds as u64, 1000)?;
     crate::check_count("flows", a.flows as u64, 10_000_000)?;
+    crate::check_count("routes", a.routes as u64, 10_000_000)?;
+    if a.acl > 100_000 {
+        return Err(format!("--acl {}: must be in 0..=100000", a.acl).into());
+    }
     if let Some(n) = a.config_rules {
         crate::check_count("config-rules", n as u64, 10_000_000)?;
     }

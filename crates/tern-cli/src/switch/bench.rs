@@ -41,8 +41,8 @@ pub struct SwitchBenchArgs {
     /// Intervals learned before each measured phase (not timed).
     #[arg(long, default_value_t = 5)]
     pub warmup_intervals: usize,
-    /// The server's cost a request beyond its handler, ns [default: measured here: a small
-    /// frame's receive and send through the kernel's UDP stack on loopback].
+    /// The server's cost a request beyond its handler, ns, at most 1,000,000 [default: measured
+    /// here: a small frame's receive and send through the kernel's UDP stack on loopback].
     #[arg(long)]
     pub server_ns: Option<u64>,
     /// Flows a set in the scaling experiment (four sets).
@@ -117,6 +117,11 @@ pub fn run(a: &SwitchBenchArgs) -> CmdResult {
     crate::check_count("capacity", a.capacity as u64, 1 << 20)?;
     crate::check_count("interval-packets", a.interval_packets, 1 << 32)?;
     crate::check_count("scaling-flows", u64::from(a.scaling_flows), 1 << 20)?;
+    if let Some(ns) = a.server_ns
+        && ns > 1_000_000
+    {
+        return Err(format!("--server-ns {ns}: must be in 0..=1000000").into());
+    }
     if a.warmup_intervals > 1000 {
         return Err("--warmup-intervals: at most 1000".into());
     }
