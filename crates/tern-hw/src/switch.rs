@@ -58,11 +58,11 @@ impl std::ops::Add for Use {
     type Output = Use;
     fn add(self, o: Use) -> Use {
         Use {
-            sram_blocks: self.sram_blocks + o.sram_blocks,
-            tcam_blocks: self.tcam_blocks + o.tcam_blocks,
-            crossbar_bytes: self.crossbar_bytes + o.crossbar_bytes,
-            hash_bits: self.hash_bits + o.hash_bits,
-            vliw_slots: self.vliw_slots + o.vliw_slots,
+            sram_blocks: self.sram_blocks.saturating_add(o.sram_blocks),
+            tcam_blocks: self.tcam_blocks.saturating_add(o.tcam_blocks),
+            crossbar_bytes: self.crossbar_bytes.saturating_add(o.crossbar_bytes),
+            hash_bits: self.hash_bits.saturating_add(o.hash_bits),
+            vliw_slots: self.vliw_slots.saturating_add(o.vliw_slots),
         }
     }
 }
@@ -74,14 +74,30 @@ fn log2_ceil(n: u64) -> u64 {
     if n <= 1 { 0 } else { u64::from(64 - (n - 1).leading_zeros()) }
 }
 
+/// The most stages a profile may give a pipe (Tofino has 12, Tofino 2 has 20).
+pub const MAX_STAGES: u64 = 64;
+/// The most of any other per-stage resource a profile may give (blocks, rows, bits, bytes,
+/// slots).
+pub const MAX_SHAPE: u64 = 1 << 20;
+
 impl SwitchModel {
     /// The model of `p`, or an error naming what the profile lacks.
     pub fn from_profile(p: &Profile) -> Result<SwitchModel, String> {
-        let cap = |k: &str| {
-            p.capacity(k).filter(|&v| v > 0).ok_or_else(|| format!("profile {} has no {k} (or it is 0)", p.name))
+        // Each value bounded: the placement makes a stage's worth of state for each stage, and
+        // a pipe's totals multiply them.
+        let within = |k: &str, most: u64| {
+            let v = p
+                .capacity(k)
+                .filter(|&v| v > 0)
+                .ok_or_else(|| format!("profile {} has no {k} (or it is 0)", p.name))?;
+            if v > most {
+                return Err(format!("profile {}: {k} = {v} is more than {most}", p.name));
+            }
+            Ok(v)
         };
+        let cap = |k: &str| within(k, MAX_SHAPE);
         Ok(SwitchModel {
-            stages: cap("switch.stages")?,
+            stages: within("switch.stages", MAX_STAGES)?,
             sram_blocks: cap("switch.sram_blocks")?,
             sram_rows: cap("switch.sram_rows")?,
             sram_bits: cap("switch.sram_bits")?,
@@ -94,7 +110,8 @@ impl SwitchModel {
         })
     }
 
-    /// What a pipe has: each stage's resources times the stages.
+    /// What a pipe has: each stage's resources times the stages (each at most [`MAX_STAGES`]
+    /// and [`MAX_SHAPE`]: no product overflows).
     pub fn totals(&self) -> Use {
         Use {
             sram_blocks: self.sram_blocks * self.stages,
@@ -107,12 +124,14 @@ impl SwitchModel {
 
     /// SRAM blocks for `entries` items of `bits` each, packed into rows (a wide item spans
     /// rows).
+    /// A program's sizes are its author's: the arithmetic saturates rather than wrap, so that
+    /// no size can come out small enough to fit.
     fn sram_for(&self, entries: u64, bits: u64) -> (u64, u64) {
         let bits = bits.max(1);
         let rows = if bits <= self.sram_bits {
             entries.div_ceil(self.sram_bits / bits)
         } else {
-            entries * bits.div_ceil(self.sram_bits)
+            entries.saturating_mul(bits.div_ceil(self.sram_bits))
         };
         (rows.div_ceil(self.sram_rows), rows)
     }
@@ -120,12 +139,17 @@ impl SwitchModel {
     /// `arrays` register arrays of `entries` cells of `bits`, each indexed by a hash.
     pub fn registers(&self, arrays: u64, entries: u64, bits: u64) -> Use {
         let (blocks, _) = self.sram_for(entries, bits);
-        Use { sram_blocks: arrays * blocks, hash_bits: arrays * log2_ceil(entries), ..Use::default() }
+        Use {
+            sram_blocks: arrays.saturating_mul(blocks),
+            hash_bits: arrays.saturating_mul(log2_ceil(entries)),
+            ..Use::default()
+        }
     }
 
     /// An exact-match table of `entries` with a `key_bits` key and `action_bits` of action data.
     pub fn exact(&self, entries: u64, key_bits: u64, action_bits: u64) -> Use {
-        let (blocks, rows) = self.sram_for(entries, key_bits + action_bits + ENTRY_OVERHEAD_BITS);
+        let (blocks, rows) =
+            self.sram_for(entries, key_bits.saturating_add(action_bits).saturating_add(ENTRY_OVERHEAD_BITS));
         Use {
             sram_blocks: blocks,
             crossbar_bytes: key_bits.div_ceil(8),
@@ -140,7 +164,7 @@ impl SwitchModel {
         let wide = key_bits.div_ceil(self.tcam_bits).max(1);
         let deep = entries.div_ceil(self.tcam_rows).max(1);
         let (data, _) = if action_bits > 0 { self.sram_for(entries, action_bits) } else { (0, 0) };
-        Use { tcam_blocks: wide * deep, sram_blocks: data, ..Use::default() }
+        Use { tcam_blocks: wide.saturating_mul(deep), sram_blocks: data, ..Use::default() }
     }
 
     /// An action of `primitives` operations.
@@ -168,6 +192,28 @@ mod tests {
 
     fn model() -> SwitchModel {
         SwitchModel::from_profile(&Profile::builtin("clip-tofino").unwrap()).unwrap()
+    }
+
+    /// A profile's shape is bounded (the placement makes state for each stage) and named when
+    /// not; a program's sizes saturate rather than wrap (a table of 2^64 − 1 entries once came
+    /// out as a few blocks).
+    #[test]
+    fn shapes_are_bounded_and_sizes_saturate() {
+        let mut p = Profile::builtin("clip-tofino").unwrap();
+        p.capacity.insert("switch.stages".into(), MAX_STAGES + 1);
+        let e = SwitchModel::from_profile(&p).unwrap_err();
+        assert!(e.contains("switch.stages = 65 is more than 64"), "{e}");
+        let mut p = Profile::builtin("clip-tofino").unwrap();
+        p.capacity.insert("switch.sram_rows".into(), MAX_SHAPE + 1);
+        assert!(SwitchModel::from_profile(&p).unwrap_err().contains("switch.sram_rows"));
+        let m = model();
+        let t = m.totals();
+        assert!(m.exact(u64::MAX, 104, 32).sram_blocks > t.sram_blocks);
+        assert!(m.exact(u64::MAX, u64::MAX, u64::MAX).sram_blocks > t.sram_blocks);
+        assert!(m.ternary(u64::MAX, 4096, 32).tcam_blocks > t.tcam_blocks);
+        assert!(m.registers(u64::MAX, u64::MAX, 64).sram_blocks > t.sram_blocks);
+        let full = Use { sram_blocks: u64::MAX, ..Use::default() };
+        assert_eq!((full + m.exact(1, 104, 32)).sram_blocks, u64::MAX);
     }
 
     /// The pipe's totals: 12 stages of 80 SRAM and 24 TCAM blocks, 128 crossbar bytes, 416 hash
