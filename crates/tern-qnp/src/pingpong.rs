@@ -360,11 +360,28 @@ pub fn bench(cfg: &BenchConfig) -> io::Result<BenchReport> {
     let mode = Arc::new(AtomicU8::new(MODE_RAW));
     let mode_seen = Arc::new(AtomicU8::new(u8::MAX));
     let qnp_cfg = QnpConfig::default();
+    // The raw echo sends the ping as one datagram from one buffer: it must fit there.
+    let too_long = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "payload {} bytes: the raw echo's datagram (QNP header and ping with it) must fit a {}-byte buffer",
+                cfg.payload,
+                tern_io::DEFAULT_BUF_SIZE
+            ),
+        )
+    };
+    if cfg.payload > tern_io::DEFAULT_BUF_SIZE {
+        return Err(too_long());
+    }
     let datagram_bytes = {
         let mut buf = Vec::new();
         Ping { seq: 0, payload: vec![0; cfg.payload] }.encode(&mut buf);
         tern_wire::qnp::HEADER_LEN + buf.len()
     };
+    if datagram_bytes > tern_io::DEFAULT_BUF_SIZE {
+        return Err(too_long());
+    }
 
     let server = {
         let (pool, mode, mode_seen, qnp_cfg, pin) =
@@ -575,6 +592,20 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A payload whose raw datagram would not fit a buffer is refused before any phase (it
+    /// once ran past the buffer's end; the largest once ran out of memory).
+    #[test]
+    fn bench_refuses_a_payload_past_a_buffer() {
+        for payload in [tern_io::DEFAULT_BUF_SIZE - 20, 70_000, usize::MAX] {
+            let cfg = BenchConfig { payload, pin: false, ..BenchConfig::default() };
+            let e = bench(&cfg).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                e.contains(&format!("payload {payload} bytes")) && e.contains("2048-byte buffer"),
+                "{payload}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn ping_is_a_128_byte_frame() {

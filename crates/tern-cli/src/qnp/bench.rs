@@ -21,7 +21,8 @@ pub struct QnpBenchArgs {
     /// Requests outstanding at once.
     #[arg(long, default_value_t = 32)]
     pub concurrency: usize,
-    /// Ping payload bytes (50 makes the paper's 128-byte frames).
+    /// Ping payload bytes (50 makes the paper's 128-byte frames); the raw echo's datagram, about
+    /// 39 bytes more, must fit a 2048-byte buffer.
     #[arg(long, default_value_t = PAYLOAD_FOR_128B)]
     pub payload: usize,
     /// Do not pin the two threads to cores 0 and 1.
