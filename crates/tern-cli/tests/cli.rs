@@ -480,6 +480,50 @@ fn every_server_takes_a_duration_it_can_keep() {
     assert!(!ok && err.contains("'--epoch-ms <EPOCH_MS>'") && err.contains("at most 3600000"), "{err}");
 }
 
+/// An HTTP server on a free local address that answers every request with 200 and `body`.
+fn fake_http(body: &'static str) -> String {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = c.read(&mut buf);
+            let _ = write!(c, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        }
+    });
+    addr
+}
+
+/// The clients of a running server (`chain dump`, `switch dump-tables`, `switch scale`) pointed
+/// at an HTTP server that is not one say so, naming what its answer lacks, rather than print
+/// `null`s and question marks.
+#[test]
+fn clients_name_an_answer_that_is_not_their_servers() {
+    let addr = fake_http("{\"version\": 1}");
+    for (args, server, lacks) in [
+        (vec!["chain", "dump", "--server", &addr], "tern chain serve --metrics", "mode"),
+        (vec!["switch", "dump-tables", "--server", &addr], "tern switch serve --metrics", "table"),
+        (vec!["switch", "scale", "--server", &addr, "--add", "1"], "tern switch serve --metrics", "members"),
+    ] {
+        let (ok, out, err) = tern(&args);
+        assert!(!ok && out.is_empty(), "{args:?}: {out}");
+        assert!(err.contains(&format!("not an answer of `{server}` (no `{lacks}`)")), "{args:?}: {err}");
+    }
+    for json in [false, true] {
+        let args = if json {
+            vec!["flow", "dump-flows", "--server", &addr, "--json"]
+        } else {
+            vec!["flow", "dump-flows", "--server", &addr]
+        };
+        let (ok, out, err) = tern(&args);
+        assert!(
+            !ok && out.is_empty() && err.contains("not an answer of `tern flow serve --metrics`"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 /// `tern flow serve`'s text summary names each drop reason that dropped a frame, and its
 /// slow-path drops add up to what its pipeline line says the slow path dropped.
 #[test]

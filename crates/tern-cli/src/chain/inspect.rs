@@ -86,6 +86,7 @@ pub fn dump(a: &DumpArgs) -> CmdResult {
         .read_to_string()
         .map_err(|e| format!("{url}: {e}"))?;
     let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| format!("{url}: not JSON: {e}"))?;
+    crate::metrics::answered_by(&url, &v, "tern chain serve --metrics", &["mode", "plan", "stats", "tenants"])?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);

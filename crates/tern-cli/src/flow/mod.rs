@@ -394,11 +394,14 @@ pub fn flow_line(r: &FlowRow) -> String {
 /// `tern flow dump-flows`.
 pub fn dump_flows(a: &DumpFlowsArgs) -> CmdResult {
     let body = http_get(a.server, "/flows")?;
+    // Read as rows whatever is printed: an answer that is not one is named as such.
+    let rows: Vec<FlowRow> = serde_json::from_str(&body).map_err(|e| {
+        format!("http://{}/flows: not an answer of `tern flow serve --metrics` ({e}); is that its address?", a.server)
+    })?;
     if a.json {
         println!("{body}");
         return Ok(ExitCode::SUCCESS);
     }
-    let rows: Vec<FlowRow> = serde_json::from_str(&body)?;
     println!("{} cached rule(s)", rows.len());
     for r in &rows {
         println!("{}", flow_line(r));

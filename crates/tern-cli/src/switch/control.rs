@@ -53,6 +53,7 @@ pub fn scale(a: &ScaleArgs) -> CmdResult {
         return Ok(ExitCode::FAILURE);
     }
     let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| format!("{url}: not JSON: {e}"))?;
+    crate::metrics::answered_by(&url, &v, "tern switch serve --metrics", &["version", "members", "live_flows"])?;
     println!(
         "group version {}: members {}, {} live flows taken from the servers",
         v["version"], v["members"], v["live_flows"]
@@ -87,7 +88,9 @@ fn get_json(url: &str) -> Result<serde_json::Value, String> {
 /// `tern switch dump-tables`: the mirrored table's entries in the switch (the original, with
 /// each entry's hits this interval) and on each server (the mirror).
 pub fn dump(a: &DumpArgs) -> CmdResult {
-    let mut v = get_json(&format!("http://{}/tables", a.server))?;
+    let url = format!("http://{}/tables", a.server);
+    let mut v = get_json(&url)?;
+    crate::metrics::answered_by(&url, &v, "tern switch serve --metrics", &["table", "original", "servers"])?;
     let servers: Vec<String> =
         v["servers"].as_array().into_iter().flatten().filter_map(|s| s.as_str().map(String::from)).collect();
     let mut mirrors = Vec::new();
