@@ -181,6 +181,16 @@ fn answer(
     let _ = req.respond(resp);
 }
 
+/// Checks that `v`, the JSON `url` answered, holds each of `keys` at its top level, as the
+/// endpoint of `server` (the command that serves it) does: a client pointed at another HTTP
+/// server says so rather than print what it did not get.
+pub fn answered_by(url: &str, v: &serde_json::Value, server: &str, keys: &[&str]) -> Result<(), String> {
+    match keys.iter().find(|k| v.get(**k).is_none_or(serde_json::Value::is_null)) {
+        Some(k) => Err(format!("{url}: not an answer of `{server}` (no `{k}`); is that its address?")),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::{Read, Write};
@@ -248,15 +258,5 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(true));
         let err = serve(addr, Registry::default(), Arc::default(), stop, None).unwrap_err().to_string();
         assert!(err.contains(&addr.to_string()) && err.contains("in use"), "{err}");
-    }
-}
-
-/// Checks that `v`, the JSON `url` answered, holds each of `keys` at its top level, as the
-/// endpoint of `server` (the command that serves it) does: a client pointed at another HTTP
-/// server says so rather than print what it did not get.
-pub fn answered_by(url: &str, v: &serde_json::Value, server: &str, keys: &[&str]) -> Result<(), String> {
-    match keys.iter().find(|k| v.get(**k).is_none_or(serde_json::Value::is_null)) {
-        Some(k) => Err(format!("{url}: not an answer of `{server}` (no `{k}`); is that its address?")),
-        None => Ok(()),
     }
 }
