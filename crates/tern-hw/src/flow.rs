@@ -132,7 +132,10 @@ impl FlowModel {
     /// action set has `actions` actions.
     pub fn project(&self, frame_bytes: u32, actions: u32) -> Projection {
         let words = (u64::from(frame_bytes) * 8).div_ceil(u64::from(self.datapath_bits.max(1)));
-        let cycles = words + self.search_cycles + u64::from(actions) * self.action_cycles;
+        // A profile's cycles are its author's: saturate rather than wrap.
+        let cycles = words
+            .saturating_add(self.search_cycles)
+            .saturating_add(u64::from(actions).saturating_mul(self.action_cycles));
         let latency_ns = cycles as f64 * 1e3 / self.clock_mhz;
         let line_pps =
             self.line_gbps.map_or(f64::INFINITY, |g| g * 1e9 / 8.0 / (f64::from(frame_bytes) + WIRE_OVERHEAD_BYTES));
@@ -156,6 +159,14 @@ impl FlowModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A profile's cycles past what u64 adds saturate rather than wrap to a fast projection.
+    #[test]
+    fn huge_cycles_saturate() {
+        let base = FlowModel::from_profile(&Profile::builtin("accelsdp-n3000").unwrap()).unwrap();
+        let m = FlowModel { search_cycles: u64::MAX - 1, action_cycles: u64::MAX / 2, ..base };
+        assert!(m.project(64, 3).latency_ns >= base.project(64, 3).latency_ns * 1e6);
+    }
 
     #[test]
     fn table5_and_section6_figures() {

@@ -641,7 +641,7 @@ impl Ledger {
     }
 
     fn in_use(&self, resource: &str) -> u64 {
-        self.claims.get(resource).map_or(0, |c| c.iter().map(|(_, n)| n).sum())
+        self.claims.get(resource).map_or(0, |c| c.iter().fold(0u64, |a, (_, n)| a.saturating_add(*n)))
     }
 
     fn error(&self, resource: &str, owner: &str, asked: u64, capacity: u64, in_use: u64) -> CapacityError {

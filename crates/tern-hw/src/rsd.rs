@@ -110,12 +110,13 @@ impl RsdModel {
 
     /// Cycles for a first packet with `k` skip-and-checks.
     pub fn first_packet_cycles(&self, k: u32) -> u64 {
-        self.first_packet + self.skip_and_check * u64::from(k)
+        // A profile's cycles are its author's: saturate rather than wrap.
+        self.first_packet.saturating_add(self.skip_and_check.saturating_mul(u64::from(k)))
     }
 
     /// Cycles for a whole request: the first packet, then `packets - 1` stash hits.
     pub fn request_cycles(&self, k: u32, packets: u32) -> u64 {
-        self.first_packet_cycles(k) + self.stash_hit * u64::from(packets.saturating_sub(1))
+        self.first_packet_cycles(k).saturating_add(self.stash_hit.saturating_mul(u64::from(packets.saturating_sub(1))))
     }
 
     /// Nanoseconds per cycle.
@@ -162,6 +163,15 @@ mod tests {
 
     fn u250() -> RsdModel {
         RsdModel::from_profile(&Profile::builtin("qingniao-u250").unwrap()).unwrap()
+    }
+
+    /// A profile's cycles past what u64 adds saturate: no request comes out cheaper than its
+    /// first packet.
+    #[test]
+    fn huge_cycles_saturate() {
+        let m = RsdModel { first_packet: u64::MAX - 1, skip_and_check: u64::MAX / 2, stash_hit: u64::MAX, ..u250() };
+        assert_eq!(m.first_packet_cycles(3), u64::MAX);
+        assert_eq!(m.request_cycles(3, 4), u64::MAX);
     }
 
     /// QingNiao Table 1: cycles exactly, and ingress latency measured on the testbed within 2%.
