@@ -302,6 +302,10 @@ pub struct Snat {
     /// reads (not the whole table). A key whose connection is gone, or is now this server's
     /// own, is dropped when next read.
     adopted: hashbrown::HashSet<Tuple>,
+    /// When the buddy's copy of each connection this server replicated expires if no record
+    /// refreshes it (ns). A connection still in use past half its timeout since is replicated
+    /// again, so that the buddy holds every live connection, however long it lives.
+    buddy_deadline: hashbrown::HashMap<Tuple, u64>,
 }
 
 /// Whether public pair `p` is the server of `cfg`'s to give out: one of its addresses, a port
@@ -360,6 +364,26 @@ impl Snat {
         owns(self.nat.config(), p)
     }
 
+    /// Queues connection `orig` for its buddy (`take_new`) if it is new, or if the buddy's copy
+    /// would expire within half the connection's timeout: the buddy's copy sees no packets, so
+    /// without a refresh a connection in use longer than its timeout would be gone there when
+    /// this server fails.
+    fn replicate_if_due(&mut self, orig: Tuple, new: bool, now_ns: u64) {
+        let Some(c) = self.nat.get(&orig, now_ns) else { return };
+        let timeout = c.deadline.saturating_sub(now_ns);
+        let due = new || self.buddy_deadline.get(&orig).is_none_or(|&d| d <= now_ns.saturating_add(timeout / 2));
+        if !due {
+            return;
+        }
+        self.fresh.push(orig);
+        self.buddy_deadline.insert(orig, c.deadline);
+        // Keys of connections gone since do not pile up: at most about twice the table.
+        if self.buddy_deadline.len() > 2 * self.nat.len() + 1024 {
+            let Snat { nat, buddy_deadline, .. } = self;
+            buddy_deadline.retain(|t, _| nat.get(t, 0).is_some());
+        }
+    }
+
     /// Drops the adopted keys whose connection is gone or is this server's own now.
     fn prune_adopted(&mut self) {
         let Snat { nat, adopted, .. } = self;
@@ -368,7 +392,13 @@ impl Snat {
 
     /// A SNAT with `cfg`.
     pub fn new(cfg: NatConfig) -> Result<Snat, String> {
-        Ok(Snat { nat: Nat::new(cfg)?, fresh: Vec::new(), taken_back: Default::default(), adopted: Default::default() })
+        Ok(Snat {
+            nat: Nat::new(cfg)?,
+            fresh: Vec::new(),
+            taken_back: Default::default(),
+            adopted: Default::default(),
+            buddy_deadline: Default::default(),
+        })
     }
 
     /// Server `index`'s SNAT: its own address 192.0.2.`index+1`, every port (docs/clip.md).
@@ -417,9 +447,7 @@ impl RemoteHandler for Snat {
             _ => (self.nat.translate(l3, dir, now_ns), 2),
         };
         let tr = tr.map_err(NatDrop::name)?;
-        if self.nat.counters.created > made {
-            self.fresh.push(tr.orig);
-        }
+        self.replicate_if_due(tr.orig, self.nat.counters.created > made, now_ns);
         let (addr, port) = if dir == Dir::Out { tr.public } else { (tr.orig.src, tr.orig.sport) };
         response[..4].copy_from_slice(&addr.to_be_bytes());
         response[4..6].copy_from_slice(&port.to_be_bytes());
@@ -495,7 +523,9 @@ impl RemoteHandler for Snat {
     /// its first packet only; netfilter's loose pick-up does the same).
     fn adopt_replica(&mut self, now_ns: u64, r: &[u8]) -> Result<(), &'static str> {
         let c = self.connection_of(now_ns, r)?;
-        self.nat.adopt(c)?;
+        // A record of a connection held already with the same pair refreshes it (its owner
+        // still uses it); one whose tuples another connection holds is refused.
+        self.nat.readopt(c)?;
         if !self.owns(c.public) {
             self.adopted.insert(c.orig);
             // Keys of connections gone since do not pile up: at most about twice the table.

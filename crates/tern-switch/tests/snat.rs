@@ -317,6 +317,40 @@ fn gre_is_translated_by_address_through_the_switch() {
     assert_eq!((back[0].0, &back[0].1[30..34]), (INSIDE, &[10u8, 0, 0, 1][..]));
 }
 
+/// A connection in use for longer than its timeout is still held by the buddy, with its pair:
+/// the buddy's copy sees no packets, so its owner replicates it again once past half its
+/// timeout since the last record (the buddy's copy once expired a timeout after the
+/// connection was made, and a failover after that gave its flow a new pair). A connection
+/// refreshed without a change of pair is taken as the same one; records are not sent for every
+/// packet.
+#[test]
+fn the_buddy_holds_a_long_lived_connection() {
+    use tern_switch::server::RemoteHandler;
+    let (mut a, mut b) = (Snat::for_server(0).unwrap(), Snat::for_server(1).unwrap());
+    let timeout = a.nat().config().timeouts.udp;
+    let mut resp = [0u8; 7];
+    let (mut records, mut sent) = (Vec::new(), 0);
+    // A packet every eighth of the timeout for three timeouts; records go to the buddy after
+    // each, as the runtime hands them over after each batch.
+    let steps = 24;
+    for i in 0..=steps {
+        let now = i * timeout / 8;
+        let mut l3 = udp([10, 0, 0, 1], REMOTE, 5000, 53)[14..].to_vec();
+        a.handle(now, 0, &mut l3, &[0; 9], &mut resp).unwrap();
+        a.take_new(&mut records);
+        sent += records.len();
+        for r in records.drain(..) {
+            b.adopt_replica(now, &r).unwrap();
+        }
+        let mine = a.nat().connections(now).next().expect("A holds it");
+        let copy = b.nat().get(&mine.orig, now).unwrap_or_else(|| panic!("the buddy lost it at step {i}"));
+        assert_eq!(copy.public, mine.public, "its pair");
+    }
+    // The first, then about one each half timeout: not one a packet.
+    assert!((2..=8).contains(&sent), "{sent} records");
+    assert_eq!(b.nat().len(), 1);
+}
+
 /// docs/clip.md's replica record, byte for byte: what `take_new` writes for a UDP connection is
 /// the layout the doc gives, and a record a peer builds from the doc alone (a TCP connection,
 /// established, a reply seen) is adopted and translates that connection's replies back.
