@@ -748,11 +748,27 @@ fn errors_name_the_one_bad_item() {
         &["bench", "dispatch", "--quick", "--rounds", "0"],
         &["bench", "dispatch", "--quick", "--default-rounds", "100000"],
         &["bench", "flow", "--quick", "--rounds", "0"],
+        &["bench", "flow", "--quick", "--routes", "18446744073709551615"],
         &["dispatch", "load", "127.0.0.1:9", "--concurrency", "0"],
     ] {
         let (ok, _, err) = tern(args);
         let flag = args.iter().find(|a| a.starts_with("--") && *a != &"--quick").unwrap();
         assert!(!ok && err.contains(&format!("{flag} ")) && err.contains("must be in 1..="), "{args:?}: {err}");
+    }
+    // Counts that may be 0, past their bound (u64::MAX once ran `bench flow` forever and
+    // `bench switch` past any phase).
+    for (args, want) in [
+        (
+            &["bench", "flow", "--quick", "--acl", "18446744073709551615"][..],
+            "--acl 18446744073709551615: must be in 0..=100000",
+        ),
+        (
+            &["bench", "switch", "--quick", "--server-ns", "18446744073709551615"],
+            "--server-ns 18446744073709551615: must be in 0..=1000000",
+        ),
+    ] {
+        let (ok, _, err) = tern(args);
+        assert!(!ok && err.contains(want), "{args:?}: {err}");
     }
     // A bad next hop is one error that counts the routes using it; a missing capture is named.
     let flow = std::fs::read_to_string(flow_example("replay.toml")).unwrap();
@@ -2254,6 +2270,19 @@ fn switch_serve_and_server_name_a_taken_port() {
     std::fs::write(&config, format!("program = \"{snat}\"\nports = []\nservers = []\nbogus = 1\n")).unwrap();
     let (ok, _, err) = tern(&["switch", "serve", config.to_str().unwrap()]);
     assert!(!ok && err.contains("serve.toml") && err.contains("bogus"), "{err}");
+    // A heartbeat bound outside 10 ms to a minute is refused by name (it was raised to 10
+    // silently, and a huge one hung the stop).
+    for hb in [5u64, 60_001, 1_000_000_000] {
+        std::fs::write(
+            &config,
+            format!(
+                "program = \"{snat}\"\nports = [\"udp:127.0.0.1:0=127.0.0.1:9\"]\nservers = []\nheartbeat_ms = {hb}\n"
+            ),
+        )
+        .unwrap();
+        let (ok, _, err) = tern(&["switch", "serve", config.to_str().unwrap(), "--duration", "1"]);
+        assert!(!ok && err.contains(&format!("heartbeat_ms = {hb}: give 10 to 60000")), "{err}");
+    }
     // A port's fault options: a probability out of range and an unknown option, each named.
     for (opt, want) in [("loss=2", "loss"), ("drop=0.1", "no option `drop`"), ("loss", "not KEY=VALUE")] {
         let port = format!("udp:{free}=127.0.0.1:9,{opt}");
