@@ -49,9 +49,30 @@ pub const MAX_DURATION_SECS: f64 = 31_536_000.0;
 /// value past that, infinite or not a number is refused here, where it would otherwise stop the
 /// server at once or end it with a panic).
 pub fn duration_secs(s: &str) -> Result<f64, String> {
+    positive_at_most(s, MAX_DURATION_SECS, "seconds", "a year")
+}
+
+/// Parses a number more than 0 and at most `most` (`unit`, `most` said as `in_words`): the
+/// value parser of a time option, which refuses infinity and NaN.
+pub fn positive_at_most(s: &str, most: f64, unit: &str, in_words: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
-        Ok(d) if d > 0.0 && d <= MAX_DURATION_SECS => Ok(d),
-        _ => Err(format!("give a number of seconds more than 0 and at most {MAX_DURATION_SECS} (a year)")),
+        Ok(v) if v > 0.0 && v <= most => Ok(v),
+        _ => Err(format!("give a number of {unit} more than 0 and at most {most} ({in_words})")),
+    }
+}
+
+/// Sleeps until `until` unless `stop` is set first: it looks at the flag at least every 100 ms,
+/// so that a long wait does not hold a stopping server back. Returns whether it slept to the end.
+pub fn sleep_unless(stop: &AtomicBool, until: std::time::Instant) -> bool {
+    loop {
+        let now = std::time::Instant::now();
+        if now >= until {
+            return true;
+        }
+        if stopping(stop) {
+            return false;
+        }
+        std::thread::sleep((until - now).min(std::time::Duration::from_millis(100)));
     }
 }
 

@@ -302,10 +302,10 @@ pub struct Snat {
     /// reads (not the whole table). A key whose connection is gone, or is now this server's
     /// own, is dropped when next read.
     adopted: hashbrown::HashSet<Tuple>,
-    /// When the buddy's copy of each connection this server replicated expires if no record
-    /// refreshes it (ns). A connection still in use past half its timeout since is replicated
-    /// again, so that the buddy holds every live connection, however long it lives.
-    buddy_deadline: hashbrown::HashMap<Tuple, u64>,
+    /// When each connection this server replicated is due to be replicated again (ns): half
+    /// its timeout after its last record, well before the buddy's copy, which sees no packets,
+    /// expires. So the buddy holds every live connection, however long it lives.
+    refresh_at: hashbrown::HashMap<Tuple, u64>,
 }
 
 /// Whether public pair `p` is the server of `cfg`'s to give out: one of its addresses, a port
@@ -364,23 +364,22 @@ impl Snat {
         owns(self.nat.config(), p)
     }
 
-    /// Queues connection `orig` for its buddy (`take_new`) if it is new, or if the buddy's copy
-    /// would expire within half the connection's timeout: the buddy's copy sees no packets, so
+    /// Queues connection `orig` for its buddy (`take_new`) if it is new, or if half its timeout
+    /// has passed since its last record: the buddy's copy sees no packets, so
     /// without a refresh a connection in use longer than its timeout would be gone there when
     /// this server fails.
     fn replicate_if_due(&mut self, orig: Tuple, new: bool, now_ns: u64) {
-        let Some(c) = self.nat.get(&orig, now_ns) else { return };
-        let timeout = c.deadline.saturating_sub(now_ns);
-        let due = new || self.buddy_deadline.get(&orig).is_none_or(|&d| d <= now_ns.saturating_add(timeout / 2));
-        if !due {
+        // One lookup a packet; the connection itself only when a record is due.
+        if !new && self.refresh_at.get(&orig).is_some_and(|&t| t > now_ns) {
             return;
         }
+        let Some(c) = self.nat.get(&orig, now_ns) else { return };
         self.fresh.push(orig);
-        self.buddy_deadline.insert(orig, c.deadline);
+        self.refresh_at.insert(orig, now_ns.saturating_add(c.deadline.saturating_sub(now_ns) / 2));
         // Keys of connections gone since do not pile up: at most about twice the table.
-        if self.buddy_deadline.len() > 2 * self.nat.len() + 1024 {
-            let Snat { nat, buddy_deadline, .. } = self;
-            buddy_deadline.retain(|t, _| nat.get(t, 0).is_some());
+        if self.refresh_at.len() > 2 * self.nat.len() + 1024 {
+            let Snat { nat, refresh_at, .. } = self;
+            refresh_at.retain(|t, _| nat.get(t, 0).is_some());
         }
     }
 
@@ -397,7 +396,7 @@ impl Snat {
             fresh: Vec::new(),
             taken_back: Default::default(),
             adopted: Default::default(),
-            buddy_deadline: Default::default(),
+            refresh_at: Default::default(),
         })
     }
 

@@ -500,20 +500,12 @@ fn every(
     mut f: impl FnMut() + Send + 'static,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let stopping = || done.load(std::sync::atomic::Ordering::Relaxed);
         let mut next = Instant::now();
-        while !stopping() {
-            next += epoch;
-            loop {
-                let now = Instant::now();
-                if next <= now {
-                    next = now;
-                    break;
-                }
-                if stopping() {
-                    return;
-                }
-                std::thread::sleep((next - now).min(Duration::from_millis(100)));
+        while !crate::signals::stopping(&done) {
+            // An overrun epoch goes on at once, its schedule from now.
+            next = (next + epoch).max(Instant::now());
+            if !crate::signals::sleep_unless(&done, next) {
+                return;
             }
             f();
         }
@@ -698,10 +690,7 @@ const MAX_EPOCH_MS: f64 = 3_600_000.0;
 
 /// Parses `--epoch-ms`: more than 0 and at most [`MAX_EPOCH_MS`].
 fn epoch_ms(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(ms) if ms > 0.0 && ms <= MAX_EPOCH_MS => Ok(ms),
-        _ => Err(format!("give a number of milliseconds more than 0 and at most {MAX_EPOCH_MS} (an hour)")),
-    }
+    crate::signals::positive_at_most(s, MAX_EPOCH_MS, "milliseconds", "an hour")
 }
 
 fn print_summary(names: &[String], s: &RunStats, ports: &[(String, PortStats)], elapsed: Duration, why: &str) {

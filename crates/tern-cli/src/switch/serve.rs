@@ -572,11 +572,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
                     }
                 }
             }
-            // The next round a third of the bound after this one began; the stop is seen
-            // within 100 ms.
-            while !hb_stop.load(Ordering::Relaxed) && round.elapsed() < bound / 3 {
-                std::thread::sleep((bound / 3).saturating_sub(round.elapsed()).min(Duration::from_millis(100)));
-            }
+            // The next round a third of the bound after this one began.
+            crate::signals::sleep_unless(&hb_stop, round + bound / 3);
         }
     })?;
     // Reload: the configuration and its program watched; a change that loads is applied.
