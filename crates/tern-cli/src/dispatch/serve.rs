@@ -27,7 +27,8 @@ use crate::metrics;
 /// `tern dispatch gen-rules`).
 #[derive(Debug, Clone, Args)]
 pub struct KeyShape {
-    /// Keys in the store [default: `keys` in the rule file's `[server]` (serve), else 100000].
+    /// Keys in the store, 24 to 100,000,000 [default: `keys` in the rule file's `[server]`
+    /// (serve), else 100000].
     #[arg(long)]
     pub keys: Option<u64>,
     /// Skip-and-checks of the rules the keys are built for.

@@ -40,7 +40,8 @@ pub struct PingpongArgs {
     /// Client threads, each with its own socket.
     #[arg(long, default_value_t = 1)]
     pub client_threads: usize,
-    /// Ping payload bytes (50 makes the paper's 128-byte frames).
+    /// Ping payload bytes (50 makes the paper's 128-byte frames); at most what a request
+    /// carries under --profile (cpu: 255 packets of 1450 bytes).
     #[arg(long, default_value_t = PAYLOAD_FOR_128B)]
     pub payload: usize,
     /// Hardware profile whose QNP limits apply (built-in name or TOML file).
