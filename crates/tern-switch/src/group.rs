@@ -162,6 +162,8 @@ pub struct Selector {
     busy: Vec<ServerId>,
     /// Servers failed over, and the buddy that took their flows (a chain followed to its end).
     redirects: HashMap<ServerId, ServerId>,
+    /// Servers that listed live flows at the last change (still served while in it).
+    draining: Vec<ServerId>,
     stats: SelectorStats,
 }
 
@@ -180,6 +182,7 @@ impl Selector {
             pins: HashMap::new(),
             busy: Vec::new(),
             redirects: HashMap::new(),
+            draining: Vec::new(),
             stats: SelectorStats::default(),
         })
     }
@@ -189,8 +192,7 @@ impl Selector {
     /// flows if it failed; None if that server is not one the switch sends to.
     pub fn owner(&self, s: ServerId) -> Option<ServerId> {
         let t = self.redirects.get(&s).copied().unwrap_or(s);
-        let member = self.groups.iter().flatten().any(|g| g.members.contains(&t));
-        (member || self.pins.values().any(|&p| p == t)).then_some(t)
+        self.serves(t).then_some(t)
     }
 
     /// The server for a packet of `flow`, and how it was found (the data plane's lookup:
@@ -293,6 +295,7 @@ impl Selector {
             }
         }
         self.redirects.insert(dead, buddy);
+        self.draining.retain(|&s| s != dead);
         self.stats.failovers += 1;
         Ok(())
     }
@@ -325,8 +328,18 @@ impl Selector {
         let after = |f: FlowId| {
             if self.filters[c].contains(f) { self.current().pick(f) } else { group.pick(f) }
         };
-        let mut pins = HashMap::new();
+        // Where each live flow is: a flow a failed-over server lists is at its buddy (which
+        // gets its packets); one that two servers list (a server failed over and named again
+        // lists its old flows until they idle) is at the one its packets reach now.
+        let mut held: HashMap<FlowId, ServerId> = HashMap::new();
         for &(f, s) in live {
+            let s = self.redirects.get(&s).copied().unwrap_or(s);
+            if !held.contains_key(&f) || s == self.predict(f) {
+                held.insert(f, s);
+            }
+        }
+        let mut pins = HashMap::new();
+        for (&f, &s) in &held {
             if after(f) != s {
                 pins.insert(f, s);
             }
@@ -336,6 +349,16 @@ impl Selector {
         }
         self.stats.last_pins = pins.len();
         self.pins = pins;
+        // Every server that listed live flows (by the name packets reach) stays served until a
+        // change finds it with none: what a program sends to it by name (SNAT's replies, to
+        // the owner of their address) still reaches it.
+        let mut draining: Vec<ServerId> = live.iter().map(|&(_, s)| s).collect();
+        draining.sort_unstable();
+        draining.dedup();
+        draining.retain(|s| !self.redirects.contains_key(s));
+        self.draining = draining;
+        // A server failed over and named again is back: what is sent to it goes to it.
+        self.redirects.retain(|dead, _| !members.contains(dead));
         self.filters[o].clear();
         self.groups[o] = Some(group);
         self.cur = o;
@@ -365,9 +388,12 @@ impl Selector {
         self.cur
     }
 
-    /// Whether anything still sends packets to `server`: a group slot it is in, or a pin.
+    /// Whether anything still sends packets to `server`: a group slot it is in, a pin, or the
+    /// live flows it listed at the last change.
     pub fn serves(&self, server: ServerId) -> bool {
-        self.groups.iter().flatten().any(|g| g.members.contains(&server)) || self.pins.values().any(|&s| s == server)
+        self.groups.iter().flatten().any(|g| g.members.contains(&server))
+            || self.pins.values().any(|&s| s == server)
+            || self.draining.contains(&server)
     }
 
     /// Pinned flows.

@@ -66,6 +66,27 @@ pub trait RemoteHandler: Send {
     fn taken_back(&self) -> usize {
         0
     }
+    /// Records (as [`take_new`](Self::take_new)'s) of every entry it made itself and holds:
+    /// what a buddy that restarted (and so lost its replicas) is sent again. None by default.
+    fn own_records(&mut self, out: &mut Vec<Vec<u8>>) {
+        let _ = out;
+    }
+    /// The flows of every entry it holds, each with until when its state lives (None: the
+    /// server's idle time from now): when a failover makes this server serve another's flows
+    /// ([`Server::take_over`]) they are its live flows, so that a group change keeps them here
+    /// before their next packet (a flow another live server also lists stays with the one its
+    /// packets reach). None by default.
+    fn held_flows(&mut self, out: &mut Vec<(FlowId, Option<u64>)>) {
+        let _ = out;
+    }
+    /// Until when (ns, on `handle`'s clock) the state the last `handle` touched lives, if the
+    /// handler keeps state a flow's packets must keep finding (SNAT: the connection, until its
+    /// timeout). The server keeps the flow live until then, however long it is idle, so that a
+    /// group change keeps it on this server (pinned). None by default: live for the server's
+    /// idle time.
+    fn state_deadline(&self) -> Option<u64> {
+        None
+    }
     /// Its counters by name (for metrics and tests).
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
@@ -116,12 +137,17 @@ pub struct ServerStats {
     pub drops: [u64; 4],
 }
 
+/// The most replica records a server keeps for a buddy that has not taken them
+/// ([`Server::put_back_replicas`]).
+pub const MAX_PENDING_REPLICAS: usize = 1 << 20;
+
 /// A server: its handler and its live flows.
 pub struct Server {
     ethertype: u16,
     program: u16,
     handler: Box<dyn RemoteHandler>,
-    /// Live flows: last packet's time (ns).
+    /// Live flows: until when each is live (ns): its last packet's time and the idle time,
+    /// or later while its handler's state for it lives ([`RemoteHandler::state_deadline`]).
     live: HashMap<FlowId, u64>,
     idle_ns: u64,
     stats: ServerStats,
@@ -148,7 +174,8 @@ impl std::fmt::Debug for Server {
 
 impl Server {
     /// A server of `program` running `handler`; a flow is live until `idle_ns` pass without its
-    /// packets.
+    /// packets, or while its handler's state for it lives
+    /// ([`RemoteHandler::state_deadline`]), whichever is later.
     pub fn new(ethertype: u16, program: u16, handler: Box<dyn RemoteHandler>, idle_ns: u64) -> Server {
         Server {
             ethertype,
@@ -194,6 +221,40 @@ impl Server {
         std::mem::take(&mut self.replicas)
     }
 
+    /// Its buddy restarted and lost its replicas: every entry its handler made itself and
+    /// holds goes to it again with the next replicas ([`RemoteHandler::own_records`]).
+    /// Returns how many records were queued (none without a buddy).
+    pub fn resync(&mut self) -> usize {
+        if !self.replicate {
+            return 0;
+        }
+        let before = self.replicas.len();
+        self.handler.own_records(&mut self.replicas);
+        let dropped = self.replicas.len().saturating_sub(MAX_PENDING_REPLICAS);
+        self.replicas.drain(..dropped);
+        self.replicas.len() - before.saturating_sub(dropped)
+    }
+
+    /// Records of `take_replicas` its buddy did not take (down, or not answering in time):
+    /// kept, ahead of newer ones, for the runtime's next try, so that a buddy that comes back
+    /// holds them. At most [`MAX_PENDING_REPLICAS`] are kept, the oldest dropped first;
+    /// returns how many were dropped.
+    pub fn put_back_replicas(&mut self, mut records: Vec<Vec<u8>>) -> usize {
+        if !self.replicate {
+            return records.len();
+        }
+        records.append(&mut self.replicas);
+        let dropped = records.len().saturating_sub(MAX_PENDING_REPLICAS);
+        records.drain(..dropped);
+        self.replicas = records;
+        dropped
+    }
+
+    /// Records waiting for the buddy (new since the last `take_replicas`, or put back).
+    pub fn pending_replicas(&self) -> usize {
+        self.replicas.len()
+    }
+
     /// The records of entries adopted here from other servers, for each to take back its own
     /// when it comes back ([`RemoteHandler::hand_back`]).
     pub fn hand_back(&mut self) -> Vec<Vec<u8>> {
@@ -202,10 +263,43 @@ impl Server {
         out
     }
 
-    /// Takes back what its buddy handed back at `now_ns` ([`RemoteHandler::take_back`]);
-    /// returns how many records were refused.
+    /// Another server was failed over to this one at `now_ns`, which now serves the entries it
+    /// adopted from it: the flows of what it holds are live here ([`RemoteHandler::held_flows`]:
+    /// a group change pins them here before their next packet), and those go to its own buddy
+    /// with its next replicas (the records its handler would hand back,
+    /// [`RemoteHandler::hand_back`]), so that a failure of this server too, before those
+    /// entries see a packet here, loses none of them. Returns how many records were queued
+    /// (none if it has no buddy).
+    pub fn take_over(&mut self, now_ns: u64) -> usize {
+        self.hold_live(now_ns);
+        if !self.replicate {
+            return 0;
+        }
+        let before = self.replicas.len();
+        self.handler.hand_back(&mut self.replicas);
+        self.replicas.len() - before
+    }
+
+    /// Takes back what its buddy handed back at `now_ns` ([`RemoteHandler::take_back`]): the
+    /// flows of what it holds are live (replies to its public pairs still reach it if it leaves
+    /// the group); returns how many records were refused.
     pub fn take_back(&mut self, now_ns: u64, records: &[Vec<u8>]) -> usize {
-        self.handler.take_back(now_ns, records)
+        let refused = self.handler.take_back(now_ns, records);
+        self.hold_live(now_ns);
+        refused
+    }
+
+    /// The flows of every entry its handler holds are live until their state's deadline (or
+    /// the idle time from `now_ns`, if later).
+    fn hold_live(&mut self, now_ns: u64) {
+        let mut flows = Vec::new();
+        self.handler.held_flows(&mut flows);
+        let idle = now_ns.saturating_add(self.idle_ns);
+        for (f, until) in flows {
+            let until = until.map_or(idle, |u| u.max(idle));
+            let t = self.live.entry(f).or_insert(until);
+            *t = (*t).max(until);
+        }
     }
 
     /// Entries held because the buddy handed them back ([`RemoteHandler::taken_back`]).
@@ -241,18 +335,24 @@ impl Server {
         if self.path_ns > 0 {
             tern_io::spin_for(std::time::Duration::from_nanos(self.path_ns));
         }
-        self.live.insert(flow, now_ns);
+        let mut until = now_ns.saturating_add(self.idle_ns);
+        if until < u64::MAX
+            && let Some(d) = self.handler.state_deadline()
+        {
+            until = until.max(d);
+        }
+        self.live.insert(flow, until);
         self.stats.responses += 1;
         self.stats.busy_responses += u64::from(busy);
         Ok(())
     }
 
-    /// Forgets flows idle for the idle time; returns them (ended flows, for the switch's pins).
+    /// Forgets flows idle for the idle time (and whose handler state is gone); returns them
+    /// (ended flows, for the switch's pins).
     pub fn expire(&mut self, now_ns: u64) -> Vec<FlowId> {
-        let idle = self.idle_ns;
         let mut ended = Vec::new();
-        self.live.retain(|&f, &mut t| {
-            let live = now_ns.saturating_sub(t) < idle;
+        self.live.retain(|&f, &mut until| {
+            let live = now_ns < until;
             if !live {
                 ended.push(f);
             }
@@ -306,6 +406,8 @@ pub struct Snat {
     /// its timeout after its last record, well before the buddy's copy, which sees no packets,
     /// expires. So the buddy holds every live connection, however long it lives.
     refresh_at: hashbrown::HashMap<Tuple, u64>,
+    /// The connection the last request touched (for `state_deadline`).
+    last: Option<Tuple>,
 }
 
 /// Whether public pair `p` is the server of `cfg`'s to give out: one of its addresses, a port
@@ -316,6 +418,19 @@ fn owns(cfg: &NatConfig, p: (u32, u16)) -> bool {
 
 /// A replica record's bytes.
 const SNAT_RECORD: usize = 21;
+
+/// The flow id of a connection's packets going out (as [`crate::flow::flow_id_l3`] reads them:
+/// ports for TCP and UDP only).
+fn out_flow(t: &Tuple) -> FlowId {
+    let (sp, dp) = if matches!(t.proto, nat::TCP | nat::UDP) { (t.sport, t.dport) } else { (0, 0) };
+    crate::pipeline::hash_values(&[
+        u64::from(t.src),
+        u64::from(t.dst),
+        u64::from(t.proto),
+        u64::from(sp),
+        u64::from(dp),
+    ])
+}
 
 /// A SNAT replica record of connection `c` (the layout under `take_new`).
 fn snat_record(c: &Connection) -> Vec<u8> {
@@ -397,6 +512,7 @@ impl Snat {
             taken_back: Default::default(),
             adopted: Default::default(),
             refresh_at: Default::default(),
+            last: None,
         })
     }
 
@@ -445,7 +561,9 @@ impl RemoteHandler for Snat {
             }
             _ => (self.nat.translate(l3, dir, now_ns), 2),
         };
+        self.last = None;
         let tr = tr.map_err(NatDrop::name)?;
+        self.last = Some(tr.orig);
         self.replicate_if_due(tr.orig, self.nat.counters.created > made, now_ns);
         let (addr, port) = if dir == Dir::Out { tr.public } else { (tr.orig.src, tr.orig.sport) };
         response[..4].copy_from_slice(&addr.to_be_bytes());
@@ -457,6 +575,23 @@ impl RemoteHandler for Snat {
 
     fn entries(&self) -> usize {
         self.nat.len()
+    }
+
+    /// Every connection with one of its own public pairs.
+    fn own_records(&mut self, out: &mut Vec<Vec<u8>>) {
+        let cfg = self.nat.config();
+        out.extend(self.nat.connections(0).filter(|c| owns(cfg, c.public)).map(|c| snat_record(&c)));
+    }
+
+    /// Each connection's flow (the id of its packets going out) and timeout.
+    fn held_flows(&mut self, out: &mut Vec<(FlowId, Option<u64>)>) {
+        out.extend(self.nat.connections(0).map(|c| (out_flow(&c.orig), Some(c.deadline))));
+    }
+
+    /// The connection's timeout: the flow stays on this server while the connection lives, as
+    /// netfilter keeps it.
+    fn state_deadline(&self) -> Option<u64> {
+        self.nat.get(self.last.as_ref()?, 0).map(|c| c.deadline)
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -673,6 +808,24 @@ impl RemoteHandler for TrdHandler {
         out.append(&mut self.fresh);
     }
 
+    /// Every direction it tracks but those holding another server's register.
+    fn own_records(&mut self, out: &mut Vec<Vec<u8>>) {
+        let trd = &self.trd;
+        out.extend(
+            trd.directions()
+                .filter(|(_, index, _)| index.is_none_or(|i| trd.owns(i)))
+                .map(|(d, index, highest)| trd_record(TRD_OPENED, &d, index, highest)),
+        );
+    }
+
+    /// Each direction's flow.
+    fn held_flows(&mut self, out: &mut Vec<(FlowId, Option<u64>)>) {
+        out.extend(self.trd.directions().map(|((src, dst, sp, dp), ..)| {
+            let id = crate::pipeline::hash_values(&[u64::from(src), u64::from(dst), 6, u64::from(sp), u64::from(dp)]);
+            (id, None)
+        }));
+    }
+
     /// Directions holding a register of another server's slice: adopted from it.
     fn hand_back(&mut self, out: &mut Vec<Vec<u8>>) {
         out.extend(self.trd.adopted().map(|(d, index, highest)| trd_record(TRD_OPENED, &d, Some(index), highest)));
@@ -844,24 +997,18 @@ impl Cluster {
                 }
                 // The server's batch changes places with the spare, which comes back empty.
                 std::mem::swap(&mut self.outs[usize::from(sp)], &mut self.spare);
-                let b = &mut self.spare;
                 moved = true;
                 if !self.alive[s] {
-                    self.lost += b.len() as u64;
-                    b.recycle(&self.pool);
+                    self.lost += self.spare.len() as u64;
+                    self.spare.recycle(&self.pool);
                     continue;
                 }
                 let srv = &mut self.servers[s];
                 srv.replicate = self.replicate && self.buddy[s].is_some();
-                srv.process(self.now_ns, b, self.busy[s], &self.pool);
-                // Replicas reach the buddy before the responses go on.
-                let replicas = srv.take_replicas();
-                if let Some(d) = self.buddy[s]
-                    && self.alive.get(d) == Some(&true)
-                {
-                    self.servers[d].adopt_replicas(self.now_ns, &replicas);
-                }
-                self.switch.process(sp, b, &mut self.outs, &self.pool);
+                srv.process(self.now_ns, &mut self.spare, self.busy[s], &self.pool);
+                // Replicas reach the buddy before the responses go on (kept while it is down).
+                self.replicate_from(s);
+                self.switch.process(sp, &mut self.spare, &mut self.outs, &self.pool);
             }
             self.switch.tick(self.now_ns, &mut self.outs);
             if !moved && self.switch.config().servers.iter().all(|&sp| self.outs[usize::from(sp)].is_empty()) {
@@ -889,13 +1036,73 @@ impl Cluster {
         let mut out = Vec::new();
         for dead in self.heartbeats.dead(self.now_ns) {
             let Some(buddy) = self.buddy[usize::from(dead)] else { continue };
-            if self.switch.fail_over(dead, buddy as u16).is_ok() {
+            if self.fail_over(dead, buddy as u16).is_ok() {
                 self.heartbeats.forget(dead);
-                self.failed_over.push((dead, buddy as u16));
                 out.push(dead);
             }
         }
         out
+    }
+
+    /// Fails `dead` over to `buddy` (the controller's part: [`Switch::fail_over`]), and the
+    /// buddy takes over ([`Server::take_over`]): what it adopted goes to its own buddy now.
+    ///
+    /// [`Switch::fail_over`]: crate::switch::Switch::fail_over
+    pub fn fail_over(
+        &mut self,
+        dead: crate::group::ServerId,
+        buddy: crate::group::ServerId,
+    ) -> Result<(), crate::switch::SwitchError> {
+        self.switch.fail_over(dead, buddy)?;
+        self.failed_over.push((dead, buddy));
+        let b = usize::from(buddy);
+        if let Some(srv) = self.servers.get_mut(b) {
+            srv.replicate = self.replicate && self.buddy[b].is_some();
+            srv.take_over(self.now_ns);
+            self.replicate_from(b);
+        }
+        Ok(())
+    }
+
+    /// Server `s`'s replica records to its buddy if it is running; else kept at `s`
+    /// ([`Server::put_back_replicas`]).
+    fn replicate_from(&mut self, s: usize) {
+        let replicas = self.servers[s].take_replicas();
+        if replicas.is_empty() {
+            return;
+        }
+        match self.buddy[s] {
+            Some(d) if self.alive.get(d) == Some(&true) => {
+                self.servers[d].adopt_replicas(self.now_ns, &replicas);
+            }
+            _ => {
+                self.servers[s].put_back_replicas(replicas);
+            }
+        }
+    }
+
+    /// Server `d` runs again after a restart (empty, its own entries taken back from its
+    /// buddy): every server whose buddy it is sends it its own entries again
+    /// ([`Server::resync`]).
+    pub fn restarted(&mut self, d: usize) {
+        self.alive[d] = true;
+        for s in 0..self.servers.len() {
+            if self.buddy[s] == Some(d) && self.alive[s] {
+                self.servers[s].replicate = self.replicate;
+                self.servers[s].resync();
+                self.replicate_from(s);
+            }
+        }
+    }
+
+    /// Every running server's waiting replica records to its buddy, if that one runs (what a
+    /// runtime's retries do while time passes).
+    pub fn flush_replicas(&mut self) {
+        for s in 0..self.servers.len() {
+            if self.alive[s] {
+                self.replicate_from(s);
+            }
+        }
     }
 
     /// The servers' live flows, ⟨flow, server⟩ (what the controller takes before a change).

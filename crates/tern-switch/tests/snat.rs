@@ -235,6 +235,55 @@ fn a_failed_servers_connections_keep_their_public_pair_at_its_buddy() {
     assert_eq!(c.lost, 0);
 }
 
+/// A buddy that was down gets what it missed: a server keeps the replicas its buddy did not
+/// take, and when the buddy restarts (empty) it is sent every entry of its own again.
+#[test]
+fn a_buddy_that_restarts_gets_every_entry_again() {
+    let mut c = cluster();
+    let entries = |c: &Cluster, s: usize| c.servers[s].handler().entries();
+    // Server 1 dies (not failed over: server 0 still makes connections and replicas, which wait).
+    c.alive[1] = false;
+    let mut pairs = Vec::new();
+    for h in 1..=30u8 {
+        if let [(_, f)] = &c.send(INSIDE, &[&udp([10, 0, 1, h], REMOTE, 8000, 53)])[..] {
+            pairs.push((h, ends(f).0));
+        }
+    }
+    assert!(!pairs.is_empty() && pairs.iter().all(|(_, (a, _))| owner_of(*a) == 0));
+    assert_eq!(c.servers[0].pending_replicas(), pairs.len(), "what server 1 missed waits at server 0");
+    // It restarts empty: server 0 sends it every connection of its own.
+    let mut fresh = Server::new(clip::DEFAULT_ETHERTYPE, 1, Box::new(Snat::for_server(1).unwrap()), 1_000_000_000);
+    fresh.replicate = true;
+    c.servers[1] = fresh;
+    c.restarted(1);
+    assert_eq!(c.servers[0].pending_replicas(), 0);
+    assert_eq!(entries(&c, 1), entries(&c, 0), "server 1 holds each of server 0's connections");
+    // Then server 0 fails: every flow it served keeps its pair at server 1, out and in.
+    c.alive[0] = false;
+    c.fail_over(0, 1).unwrap();
+    for (h, (a, p)) in &pairs {
+        let (_, out) = one(c.send(INSIDE, &[&udp([10, 0, 1, *h], REMOTE, 8000, 53)]));
+        assert_eq!(ends(&out).0, (*a, *p), "flow {h} kept its pair");
+        let (_, back) = one(c.send(OUTSIDE, &[&udp(REMOTE, a.octets(), 53, *p)]));
+        assert_eq!(ends(&back).1, (Ipv4Addr::new(10, 0, 1, *h), 8000));
+    }
+    assert_eq!(entries(&c, 1), pairs.len(), "no connection was made anew");
+}
+
+/// A server keeps at most `MAX_PENDING_REPLICAS` records for a buddy that takes none, the
+/// oldest dropped first.
+#[test]
+fn records_kept_for_a_buddy_are_bounded() {
+    let mut s = Server::new(clip::DEFAULT_ETHERTYPE, 1, Box::new(Snat::for_server(0).unwrap()), 1);
+    s.replicate = true;
+    let max = tern_switch::server::MAX_PENDING_REPLICAS;
+    assert_eq!(s.put_back_replicas(vec![vec![1]; max - 1]), 0);
+    assert_eq!(s.put_back_replicas(vec![vec![2]; 3]), 2, "two over");
+    let kept = s.take_replicas();
+    assert_eq!(kept.len(), max);
+    assert_eq!((kept[0][0], kept[max - 1][0]), (2, 1), "the newest put back ahead; the oldest gone");
+}
+
 /// docs/clip.md is the contract: every drop the switch, the servers and the NAT count is named
 /// there, and every counter of each handler (`tern_switch_server_handler_total{counter}`).
 #[test]
@@ -511,6 +560,145 @@ mod hand_back_twin {
                     })
                     .collect();
                 prop_assert_eq!(tuples(&handed), tuples(&walk));
+            }
+        }
+    }
+}
+
+/// Guarantees across change: four UDP streams (one source port each, to one destination)
+/// through three servers (buddies 1, 0, 0; each idle after 500 ms, far below UDP's 30 s) while
+/// the group changes to any members, servers are failed over while still running (a heartbeat
+/// missed under load) or killed, killed ones restart (taking back what their buddy holds) and
+/// come back, and time passes (never past UDP's timeout in all). One failure at a time: the
+/// next only once the failed server is back in the group. Every datagram of a stream leaves
+/// with the public pair its first did, and a reply to that pair always comes back in.
+mod pairs_across_change {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A datagram of stream k out, or a reply to it in.
+        Out(u8),
+        Reply(u8),
+        /// `scale --members`: the servers' live flows taken, then the change.
+        Change(Vec<u16>),
+        /// Failed over to its buddy while still running.
+        FailOver(u16),
+        /// Killed (its state gone), then failed over to its buddy.
+        Kill(u16),
+        /// The killed server starts again, empty, and takes back from its buddy.
+        Restart,
+        Tick(u16),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u8..4).prop_map(Op::Out),
+            2 => (0u8..4).prop_map(Op::Reply),
+            1 => prop::sample::subsequence(vec![0u16, 1, 2], 1..=3).prop_map(Op::Change),
+            1 => (0u16..3).prop_map(Op::FailOver),
+            1 => (0u16..3).prop_map(Op::Kill),
+            1 => Just(Op::Restart),
+            1 => (0u16..400).prop_map(Op::Tick),
+        ]
+    }
+
+    const IDLE_NS: u64 = 500_000_000;
+    const BUDDIES: [u16; 3] = [1, 0, 0];
+
+    fn server(s: u16) -> Server {
+        Server::new(clip::DEFAULT_ETHERTYPE, 1, Box::new(Snat::for_server(s).unwrap()), IDLE_NS)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn every_stream_keeps_its_pair(ops in prop::collection::vec(op(), 1..60)) {
+            let program = Program::load(std::path::Path::new(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../examples/switch/snat.toml"
+            )))
+            .unwrap();
+            let cfg = SwitchConfig {
+                ports: 5,
+                servers: vec![3, 4, 5],
+                members: vec![0, 1],
+                routes: vec![
+                    Route { prefix: "0.0.0.0/0".parse().unwrap(), port: OUTSIDE, mac: OUTSIDE_MAC },
+                    Route { prefix: "10.0.0.0/8".parse().unwrap(), port: INSIDE, mac: INSIDE_MAC },
+                ],
+                ..SwitchConfig::default()
+            };
+            let mut c = Cluster::new(Switch::new(program, cfg).unwrap(), (0..3).map(server).collect());
+            c.buddy = BUDDIES.iter().map(|&b| Some(usize::from(b))).collect();
+            let mut members = vec![0u16, 1];
+            let mut pairs: Vec<Option<(Ipv4Addr, u16)>> = vec![None; 4];
+            // The server failed over and not yet back in the group; the one killed and not
+            // yet restarted.
+            let (mut failed, mut dead): (Option<u16>, Option<u16>) = (None, None);
+            let mut done = Vec::new();
+            for o in ops {
+                done.push(format!("{o:?}"));
+                match o {
+                    Op::Out(k) => {
+                        let out = c.send(INSIDE, &[&udp([10, 0, 0, 1 + k], REMOTE, 6000, 53)]);
+                        prop_assert_eq!(out.len(), 1, "stream {} not out: {:?}", k, done);
+                        let p = ends(&out[0].1).0;
+                        if let Some(q) = pairs[usize::from(k)] {
+                            prop_assert_eq!(p, q, "stream {} changed its pair: {:?}", k, done);
+                        }
+                        pairs[usize::from(k)] = Some(p);
+                    }
+                    Op::Reply(k) => {
+                        if let Some((a, p)) = pairs[usize::from(k)] {
+                            let out = c.send(OUTSIDE, &[&udp(REMOTE, a.octets(), 53, p)]);
+                            prop_assert_eq!(out.len(), 1, "the reply to stream {} did not come in: {:?}", k, done);
+                            prop_assert_eq!(ends(&out[0].1).1, (Ipv4Addr::new(10, 0, 0, 1 + k), 6000));
+                        }
+                    }
+                    Op::Change(m) => {
+                        if dead.is_some_and(|d| m.contains(&d)) {
+                            continue;
+                        }
+                        for s in &mut c.servers {
+                            s.expire(c.now_ns);
+                        }
+                        let live = c.live_flows();
+                        if c.switch.change_group(&m, &live).is_ok() {
+                            if failed.is_some_and(|f| m.contains(&f)) {
+                                failed = None;
+                            }
+                            members = m;
+                        }
+                    }
+                    Op::FailOver(d) | Op::Kill(d) => {
+                        let b = BUDDIES[usize::from(d)];
+                        if failed.is_some() || !members.contains(&d) || !members.contains(&b) {
+                            continue;
+                        }
+                        if matches!(o, Op::Kill(_)) {
+                            c.alive[usize::from(d)] = false;
+                            dead = Some(d);
+                        }
+                        prop_assert!(c.fail_over(d, b).is_ok());
+                        members.retain(|&x| x != d);
+                        failed = Some(d);
+                    }
+                    Op::Restart => {
+                        if let Some(d) = dead.take() {
+                            let d = usize::from(d);
+                            let mut srv = server(d as u16);
+                            srv.replicate = true;
+                            srv.take_back(c.now_ns, &c.servers[usize::from(BUDDIES[d])].hand_back());
+                            c.servers[d] = srv;
+                            c.restarted(d);
+                            // Time passes: the others' tries again reach it.
+                            c.flush_replicas();
+                        }
+                    }
+                    Op::Tick(ms) => c.now_ns += u64::from(ms) * 1_000_000,
+                }
             }
         }
     }

@@ -396,9 +396,12 @@ fn group_changes_move_no_flow_on_frames() {
     assert_eq!(sent, got, "no packet lost");
     assert_eq!(c.switch.stats().dropped(), 0);
     // Server 0 is out of the group but still serves its flows: it drains. When they end (its
-    // list is empty after the idle time) and their pins go, it retires.
+    // list is empty once their connections time out, however short the idle time: a NAT keeps
+    // a connection's pair that long) and their pins go, it retires.
     assert!(c.switch.selector().serves(0));
     c.now_ns += 2_000_000_000;
+    assert!(c.servers[0].expire(c.now_ns).is_empty(), "idle, but their connections live");
+    c.now_ns += tern_switch::nat::Timeouts::default().udp;
     let ended = c.servers[0].expire(c.now_ns);
     assert!(!ended.is_empty());
     c.switch.unpin(&ended);
