@@ -366,16 +366,21 @@ fn snat_between_namespaces_against_netfilter() {
     // holds its replicas: the stream goes on with the same public pair; only the datagrams sent
     // before detection (their answers) are lost.
     let (child, out) = start_ext(&py, &ext, 4);
-    // Earlier flows go idle (the servers' --idle-ms is 500): then only the stream is live.
-    std::thread::sleep(Duration::from_millis(1200));
     let s2 = stream("k", 6200, 80);
     std::thread::sleep(Duration::from_millis(400));
     let killed = {
-        // The server holding the stream: the one with a live flow now.
+        // The server holding the stream: the one whose entries have its connection with the
+        // server's own public address (its buddy's copy has the same; earlier flows are still
+        // live, their connections not timed out).
         let mut k = None;
         for (i, c) in control.iter().enumerate() {
-            let body = http_get(c, "/flows");
-            if body.contains("\"flows\":[") && !body.contains("\"flows\":[]") {
+            let body: serde_json::Value = serde_json::from_str(&http_get(c, "/entries")).unwrap_or_default();
+            let own = format!("192.0.2.{}:", i + 1);
+            let holds = body["shown"].as_array().into_iter().flatten().any(|e| {
+                e["key"].as_str().is_some_and(|k| k.contains(":6200 "))
+                    && e["value"].as_str().is_some_and(|v| v.starts_with(&own))
+            });
+            if holds {
                 k = Some(i);
             }
         }
@@ -392,6 +397,13 @@ fn snat_between_namespaces_against_netfilter() {
     // 0.3 s each lost one waits for its answer), a few are lost; the rest arrive.
     assert!(lost <= 20, "only what was sent before detection is lost: {lost}\n{s2_out}");
     assert!(k_from.len() >= 50, "the stream went on after the failover: {}", k_from.len());
+
+    // The switch failed the killed server over (not the stream's datagrams going elsewhere).
+    let metrics = http_get(&m, "/metrics");
+    let failovers = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tern_switch_failovers_total ").and_then(|v| v.trim().parse::<u64>().ok()));
+    assert!(failovers.is_some_and(|n| n >= 1), "a failover: {failovers:?}");
 
     // Stop the switch (SIGTERM: its summary) and the servers.
     run(&["kill", "-TERM", &sw.id().to_string()]);

@@ -225,10 +225,12 @@ pub fn load(path: &Path) -> Result<(ServeConfig, Switch), String> {
 
 /// What the controller asks the data loop.
 enum Ctl {
+    /// A membership change (`add=S`, `remove=S` or `members=S,T`, applied to the group as the
+    /// data loop has it) with the servers' live flows; the reply: the new version and members.
     Change {
-        members: Vec<ServerId>,
+        query: String,
         live: Vec<(FlowId, ServerId)>,
-        reply: mpsc::Sender<Result<u16, String>>,
+        reply: mpsc::Sender<Result<(u16, Vec<ServerId>), String>>,
     },
     FailOver {
         dead: ServerId,
@@ -405,12 +407,17 @@ fn get(url: &str, timeout: Duration) -> Result<String, String> {
         .map_err(|e| format!("{url}: {e}"))
 }
 
-/// The live flows of every server with a control endpoint, ⟨flow, server⟩.
-fn live_flows(control: &[SocketAddr]) -> Result<Vec<(FlowId, ServerId)>, String> {
+/// The live flows of every server with a control endpoint, ⟨flow, server⟩. A server the
+/// heartbeats failed over (`failed`) that does not answer is left out: its flows went to its
+/// buddy, which lists them.
+fn live_flows(control: &[SocketAddr], failed: &[bool]) -> Result<Vec<(FlowId, ServerId)>, String> {
     let mut live = Vec::new();
     for (s, addr) in control.iter().enumerate() {
-        let body = get(&format!("http://{addr}/flows"), Duration::from_secs(2))
-            .map_err(|e| format!("server {s}'s live flows: {e}"))?;
+        let body = match get(&format!("http://{addr}/flows"), Duration::from_secs(2)) {
+            Ok(b) => b,
+            Err(_) if failed.get(s) == Some(&true) => continue,
+            Err(e) => return Err(format!("server {s}'s live flows: {e}")),
+        };
         let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| format!("server {s}: not JSON: {e}"))?;
         for f in v["flows"].as_array().into_iter().flatten() {
             if let Some(f) = f.as_u64() {
@@ -476,6 +483,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let http_stop = Arc::new(AtomicBool::new(false));
     let failovers = Arc::new(AtomicU64::new(0));
     let control = Arc::new(Mutex::new(cfg.control.clone()));
+    // Servers the heartbeats failed over (until they answer again), by server.
+    let failed: Arc<Mutex<Vec<bool>>> = Arc::new(Mutex::new(vec![false; cfg.control.len()]));
     let endpoint = match a.metrics {
         Some(addr) => {
             let mut registry = Registry::default();
@@ -500,31 +509,34 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             let ask = Mutex::new(ctl_tx.clone());
             let snap_p = snap.clone();
             let control_p = control.clone();
+            let failed_p = failed.clone();
             let servers = cfg.switch.servers.len();
             let post: crate::metrics::Post = Box::new(move |url, _body| {
                 let (path, query) = url.split_once('?').unwrap_or((url, ""));
                 if path != "/scale" {
                     return None;
                 }
+                // Checked here against the last published group (a bad query is a 400); the
+                // data loop applies it to the group as it is then (a failover since included).
                 let current = snap_p.lock().map(|s| s.members.clone()).unwrap_or_default();
-                let members = match new_members(query, &current, servers) {
-                    Ok(m) => m,
-                    Err(e) => return Some(Err((400, e))),
-                };
+                if let Err(e) = new_members(query, &current, servers) {
+                    return Some(Err((400, e)));
+                }
                 let addrs = control_p.lock().map(|c| c.clone()).unwrap_or_default();
-                let live = match live_flows(&addrs) {
+                let failed = failed_p.lock().map(|f| f.clone()).unwrap_or_default();
+                let live = match live_flows(&addrs, &failed) {
                     Ok(l) => l,
                     Err(e) => return Some(Err((502, e))),
                 };
                 let (tx, rx) = mpsc::channel();
-                let sent =
-                    ask.lock().map(|a| a.send(Ctl::Change { members: members.clone(), live: live.clone(), reply: tx }));
+                let n = live.len();
+                let sent = ask.lock().map(|a| a.send(Ctl::Change { query: query.to_string(), live, reply: tx }));
                 if !matches!(sent, Ok(Ok(()))) {
                     return Some(Err((503, "the switch is stopping".into())));
                 }
                 Some(match rx.recv_timeout(Duration::from_secs(5)) {
-                    Ok(Ok(version)) => {
-                        Ok(json!({"version": version, "members": members, "live_flows": live.len()}).to_string())
+                    Ok(Ok((version, members))) => {
+                        Ok(json!({"version": version, "members": members, "live_flows": n}).to_string())
                     }
                     Ok(Err(e)) => Err((409, e)),
                     Err(_) => Err((504, "the switch did not answer".into())),
@@ -541,26 +553,47 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let hb_stop = http_stop.clone();
     let hb_tx = ctl_tx.clone();
     let hb_snap = snap.clone();
-    let hb_control = control.clone();
+    let hb_failed = failed.clone();
     let bound = cfg.heartbeat;
     let buddies = cfg.buddies.clone();
+    let addrs = control.lock().map(|c| c.clone()).unwrap_or_default();
+    // Each server polled by a thread of its own (one slow answer delays no other server's),
+    // over one kept-alive connection.
+    let last_ok: Arc<Mutex<Vec<Instant>>> = Arc::new(Mutex::new(vec![Instant::now(); addrs.len()]));
+    let mut pollers = Vec::new();
+    for (s, addr) in addrs.iter().enumerate() {
+        let (stop, last_ok, url) = (http_stop.clone(), last_ok.clone(), format!("http://{addr}/ready"));
+        pollers.push(std::thread::Builder::new().name(format!("tern-switch-heartbeat-{s}")).spawn(move || {
+            let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(bound / 3)).build().into();
+            while !stop.load(Ordering::Relaxed) {
+                let round = Instant::now();
+                let ok = agent
+                    .get(&url)
+                    .call()
+                    .is_ok_and(|mut r| r.status().as_u16() == 200 && r.body_mut().read_to_string().is_ok());
+                if ok && let Ok(mut l) = last_ok.lock() {
+                    l[s] = Instant::now();
+                }
+                crate::signals::sleep_unless(&stop, round + bound / 3);
+            }
+        })?);
+    }
     let heartbeats = std::thread::Builder::new().name("tern-switch-heartbeats".into()).spawn(move || {
-        let addrs = hb_control.lock().map(|c| c.clone()).unwrap_or_default();
-        let mut last_ok: Vec<Instant> = vec![Instant::now(); addrs.len()];
-        let mut failed = vec![false; addrs.len()];
+        let takeover: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(bound)).build().into();
         while !hb_stop.load(Ordering::Relaxed) && !addrs.is_empty() {
             let round = Instant::now();
-            for (s, addr) in addrs.iter().enumerate() {
-                if get(&format!("http://{addr}/ready"), bound / 3).is_ok() {
-                    last_ok[s] = Instant::now();
+            let last = last_ok.lock().map(|l| l.clone()).unwrap_or_default();
+            let mut failed = hb_failed.lock().map(|f| f.clone()).unwrap_or_default();
+            for (s, t) in last.iter().enumerate() {
+                if t.elapsed() < bound {
                     failed[s] = false;
                 }
             }
             let members = hb_snap.lock().map(|s| s.members.clone()).unwrap_or_default();
             for &m in &members {
                 let s = usize::from(m);
-                if s < addrs.len() && !failed[s] && last_ok[s].elapsed() >= bound {
-                    let live = |b: ServerId| b != m && last_ok.get(usize::from(b)).is_some_and(|t| t.elapsed() < bound);
+                if s < addrs.len() && !failed[s] && last[s].elapsed() >= bound {
+                    let live = |b: ServerId| b != m && last.get(usize::from(b)).is_some_and(|t| t.elapsed() < bound);
                     // Its configured buddy holds its replicas; without one, the next live member.
                     let buddy = match buddies.get(s) {
                         Some(&b) => Some(b).filter(|&b| live(b) && members.contains(&b)),
@@ -569,10 +602,17 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
                     if let Some(buddy) = buddy {
                         failed[s] = true;
                         let _ = hb_tx.send(Ctl::FailOver { dead: m, buddy });
+                        // The buddy takes over: what it adopted is live there and goes on to
+                        // its own buddy (docs/clip.md, "Running a switch and its servers").
+                        if let Some(b) = addrs.get(usize::from(buddy)) {
+                            let _ = takeover.post(&format!("http://{b}/takeover")).send(&[][..]);
+                        }
                     }
                 }
             }
-            // The next round a third of the bound after this one began.
+            if let Ok(mut f) = hb_failed.lock() {
+                *f = failed;
+            }
             crate::signals::sleep_unless(&hb_stop, round + bound / 3);
         }
     })?;
@@ -669,8 +709,11 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         }
         while let Ok(c) = ctl_rx.try_recv() {
             match c {
-                Ctl::Change { members, live, reply } => {
-                    let _ = reply.send(sw.change_group(&members, &live).map_err(|e| e.to_string()));
+                Ctl::Change { query, live, reply } => {
+                    let current = sw.selector().current().members.clone();
+                    let changed = new_members(&query, &current, cfg.switch.servers.len())
+                        .and_then(|m| sw.change_group(&m, &live).map(|v| (v, m)).map_err(|e| e.to_string()));
+                    let _ = reply.send(changed);
                 }
                 Ctl::FailOver { dead, buddy } => {
                     if sw.fail_over(dead, buddy).is_ok() {
@@ -734,6 +777,9 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     }
     http_stop.store(true, Ordering::Relaxed);
     let _ = heartbeats.join();
+    for p in pollers {
+        let _ = p.join();
+    }
     let _ = watcher.join();
     let st = sw.stats();
     // Every reason, from 0, in the JSON; those above 0 in the line printed.

@@ -144,10 +144,83 @@ struct Snap {
     /// Replicas sent to the buddy, refused there or failed to send; taken from another server.
     replicas_sent: u64,
     replicas_failed: u64,
+    replicas_pending: usize,
+    resyncs: u64,
+    takeovers: u64,
     replicas_adopted: u64,
     /// The buddy's hand-backs, and the entries held because of them.
     handbacks: HandBacks,
     held_back: usize,
+}
+
+/// The most records one `POST /replicas` carries (the buddy reads at most 1 MiB a request).
+const RECORDS_A_POST: usize = 40_000;
+
+/// A server's side of replication: what it sent its buddy, and who the buddy is.
+#[derive(Debug, Default)]
+struct Replicator {
+    /// Records the buddy took; records dropped unsent (more waiting than a server keeps).
+    sent: u64,
+    dropped: u64,
+    /// Times the buddy was found restarted (and sent this server's own entries again), and
+    /// takeovers (the switch failed another server over to this one).
+    resyncs: u64,
+    takeovers: u64,
+    /// The buddy's run id, from its last answer.
+    boot: Option<u64>,
+    /// The last try, and when the last that failed was (the batches' own sends wait 100 ms
+    /// after one: a buddy that is down costs each batch no time).
+    last: Option<Instant>,
+    failed_at: Option<Instant>,
+}
+
+impl Replicator {
+    /// Whether a send is due outside a batch: records waiting, 100 ms after the last try (a
+    /// buddy that did not answer is tried again every 100 ms), or a second without any (its
+    /// run id checked).
+    fn due(&self, now: Instant, pending: usize) -> bool {
+        let since = self.last.map_or(Duration::MAX, |t| now.duration_since(t));
+        (pending > 0 && since >= Duration::from_millis(100)) || since >= Duration::from_secs(1)
+    }
+
+    /// Sends the server's waiting records to `buddy` (in posts of at most [`RECORDS_A_POST`]),
+    /// an empty post if there are none; what the buddy does not take is put back. A buddy
+    /// whose run id changed restarted: the server's own entries go to it again.
+    fn send(&mut self, agent: &ureq::Agent, buddy: SocketAddr, srv: &mut Server, now: Instant) {
+        self.last = Some(now);
+        let mut records = srv.take_replicas();
+        let url = format!("http://{buddy}/replicas");
+        let mut at = 0;
+        loop {
+            let end = (at + RECORDS_A_POST).min(records.len());
+            let answer = agent
+                .post(&url)
+                .send(&encode_records(&records[at..end])[..])
+                .ok()
+                .filter(|r| r.status().as_u16() == 200)
+                .and_then(|r| r.into_body().read_to_string().ok())
+                .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok());
+            let Some(v) = answer else {
+                self.failed_at = Some(now);
+                self.dropped += srv.put_back_replicas(records.split_off(at)) as u64;
+                return;
+            };
+            self.failed_at = None;
+            self.sent += (end - at) as u64;
+            let boot = v["boot"].as_u64();
+            if boot.is_some() && self.boot.is_some() && boot != self.boot {
+                self.resyncs += 1;
+                srv.resync();
+            }
+            if boot.is_some() {
+                self.boot = boot;
+            }
+            at = end;
+            if at >= records.len() {
+                return;
+            }
+        }
+    }
 }
 
 /// Records in a body: each a 2-byte length (big-endian) and the record.
@@ -215,8 +288,26 @@ impl Collector for ServerCollector {
         counter(
             &mut enc,
             "tern_switch_server_replicas_failed",
-            "Entries the buddy did not take (it answered no, or not in time).",
+            "Entries dropped unsent: more waiting for the buddy than a server keeps (1,048,576).",
             s.replicas_failed,
+        )?;
+        gauge(
+            &mut enc,
+            "tern_switch_server_replicas_pending",
+            "Entries waiting for the buddy (it did not answer, or not in time: tried again every 100 ms).",
+            i64::try_from(s.replicas_pending).unwrap_or(i64::MAX),
+        )?;
+        counter(
+            &mut enc,
+            "tern_switch_server_resyncs",
+            "Times the buddy was found restarted (its run id changed) and sent this server's own entries again.",
+            s.resyncs,
+        )?;
+        counter(
+            &mut enc,
+            "tern_switch_server_takeovers",
+            "Times the switch failed another server over to this one (POST /takeover).",
+            s.takeovers,
         )?;
         counter(
             &mut enc,
@@ -267,7 +358,8 @@ pub fn run(a: &ServerArgs) -> CmdResult {
         .http_status_as_error(false)
         .build()
         .into();
-    let (mut replicas_sent, mut replicas_failed, mut replicas_adopted) = (0u64, 0u64, 0u64);
+    let mut replicator = Replicator::default();
+    let mut replicas_adopted = 0u64;
     let pool = Pool::new(4096, tern_io::DEFAULT_BUF_SIZE);
     let mut port = FramePort::open(&a.port, &pool)?;
     let stop = crate::signals::stop_flag()?;
@@ -275,6 +367,13 @@ pub fn run(a: &ServerArgs) -> CmdResult {
     let (ask_tx, ask_rx) = mpsc::channel::<Ask>();
     // Replicas from the server this one is buddy to: queued by the endpoint, taken by the loop.
     let inbox: Arc<Mutex<Vec<Vec<u8>>>> = Arc::new(Mutex::new(Vec::new()));
+    // The switch failed another server over to this one (`POST /takeover`).
+    let takeover = Arc::new(AtomicBool::new(false));
+    // This run's id, in every answer to `POST /replicas`: a server whose buddy's id changes
+    // knows it restarted (its replicas gone) and sends it its own entries again.
+    let boot: u64 =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+            ^ (u64::from(std::process::id()) << 40);
     let http_stop = Arc::new(AtomicBool::new(false));
     let control = match a.control {
         Some(addr) => {
@@ -310,7 +409,12 @@ pub fn run(a: &ServerArgs) -> CmdResult {
             });
             let config = Arc::new(Mutex::new(format!("switch server {} of {}\n", a.index, a.program.display())));
             let inbox_p = inbox.clone();
+            let takeover_p = takeover.clone();
             let post: crate::metrics::Post = Box::new(move |url, body| {
+                if url == "/takeover" {
+                    takeover_p.store(true, Ordering::Relaxed);
+                    return Some(Ok(json!({"server": index, "takeover": true}).to_string()));
+                }
                 if url != "/replicas" {
                     return None;
                 }
@@ -322,7 +426,7 @@ pub fn run(a: &ServerArgs) -> CmdResult {
                 match inbox_p.lock() {
                     Ok(mut q) if q.len() < 1 << 20 => {
                         q.extend(records);
-                        Some(Ok(json!({"queued": n}).to_string()))
+                        Some(Ok(json!({"queued": n, "boot": boot}).to_string()))
                     }
                     _ => Some(Err((503, "replica queue full".into()))),
                 }
@@ -410,16 +514,10 @@ pub fn run(a: &ServerArgs) -> CmdResult {
             full_streak = if batch.is_full() { full_streak + 1 } else { 0 };
             srv.process(now_ns, &mut batch, busy, &pool);
             // The buddy takes the batch's new entries before its responses leave.
-            if let Some(buddy) = a.buddy {
-                let records = srv.take_replicas();
-                if !records.is_empty() {
-                    let n = records.len() as u64;
-                    let url = format!("http://{buddy}/replicas");
-                    match agent.post(&url).send(&encode_records(&records)[..]) {
-                        Ok(r) if r.status().as_u16() == 200 => replicas_sent += n,
-                        _ => replicas_failed += n,
-                    }
-                }
+            if let Some(buddy) = a.buddy
+                && replicator.failed_at.is_none_or(|t| now.duration_since(t) >= Duration::from_millis(100))
+            {
+                replicator.send(&agent, buddy, &mut srv, now);
             }
             if let Some(peer) = peer {
                 for p in batch.iter_mut() {
@@ -438,6 +536,18 @@ pub fn run(a: &ServerArgs) -> CmdResult {
                 let _ = ask.send(());
                 next_handback = Some(now + HANDBACK_EVERY);
             }
+        }
+        if takeover.swap(false, Ordering::Relaxed) {
+            let n = srv.take_over(now_ns);
+            replicator.takeovers += 1;
+            eprintln!("switch server {}: took over another server's flows ({n} entries to its buddy)", a.index);
+        }
+        // Waiting replicas (put back, taken over, or for a buddy that restarted) go when due,
+        // and at least every second a buddy is asked who it is.
+        if let Some(buddy) = a.buddy
+            && replicator.due(now, srv.pending_replicas())
+        {
+            replicator.send(&agent, buddy, &mut srv, now);
         }
         let adopted = inbox.try_lock().map(|mut q| std::mem::take(&mut *q)).unwrap_or_default();
         if !adopted.is_empty() {
@@ -468,8 +578,11 @@ pub fn run(a: &ServerArgs) -> CmdResult {
                     entries: srv.handler().entries(),
                     handler: srv.handler().counters(),
                     busy,
-                    replicas_sent,
-                    replicas_failed,
+                    replicas_sent: replicator.sent,
+                    replicas_failed: replicator.dropped,
+                    replicas_pending: srv.pending_replicas(),
+                    resyncs: replicator.resyncs,
+                    takeovers: replicator.takeovers,
                     replicas_adopted,
                     handbacks,
                     held_back: srv.taken_back(),
@@ -486,7 +599,8 @@ pub fn run(a: &ServerArgs) -> CmdResult {
         "server": a.index, "requests": st.requests, "responses": st.responses, "busy_responses": st.busy_responses,
         "drops": ServerDrop::ALL.iter().zip(st.drops).map(|(d, v)| (d.name().to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "entries": srv.handler().entries(), "seconds": start.elapsed().as_secs_f64(),
-        "replicas_sent": replicas_sent, "replicas_failed": replicas_failed, "replicas_adopted": replicas_adopted,
+        "replicas_sent": replicator.sent, "replicas_failed": replicator.dropped, "replicas_pending": srv.pending_replicas(),
+        "resyncs": replicator.resyncs, "takeovers": replicator.takeovers, "replicas_adopted": replicas_adopted,
         "handbacks": handbacks.taken, "handback_refused": handbacks.refused, "handback_failed": handbacks.failed, "held_back": srv.taken_back(),
         "handler": srv.handler().counters().into_iter().map(|(n, v)| (n.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
     });
