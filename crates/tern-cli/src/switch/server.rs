@@ -39,19 +39,23 @@ pub struct ServerArgs {
     pub index: u16,
     /// Serve the control endpoint here: Prometheus `/metrics` (tern_switch_server_*), `/ready`
     /// (the switch's heartbeat), `/flows` (its live flows, JSON), `/entries` (its handler's
-    /// table, JSON) and `/handback` (the entries it adopted from other servers, as records,
-    /// JSON).
+    /// table, JSON), `/handback` (the entries it adopted from other servers, as records,
+    /// JSON), `POST /replicas` (another server's entries) and `POST /takeover` (the switch
+    /// failed another server over to this one).
     #[arg(long)]
     pub control: Option<SocketAddr>,
     /// Its buddy's control endpoint: the entries its handler makes are sent there (`POST
     /// /replicas`) before the responses that tell of them leave, so that the switch can fail
-    /// this server over to the buddy with its state (the switch's `buddies` must agree). On
-    /// start (a server that comes back after a failover) it first takes back from the buddy
-    /// (`GET /handback`) the entries holding its public pairs or registers, waiting up to a
-    /// second for the answer, and asks again every second while it holds any.
+    /// this server over to the buddy with its state (the switch's `buddies` must agree). What
+    /// the buddy does not take waits and is sent again every 100 ms; a buddy found restarted
+    /// is sent every entry of this server's own again. On start (a server that comes back
+    /// after a failover) it first takes back from the buddy (`GET /handback`) the entries
+    /// holding its public pairs or registers, waiting up to a second for the answer, and asks
+    /// again every second while it holds any.
     #[arg(long)]
     pub buddy: Option<SocketAddr>,
-    /// A flow is live until this many ms pass without its packets.
+    /// A flow is live until this many ms pass without its packets, or longer while the
+    /// handler's state for it lives (SNAT: the connection, until its timeout).
     #[arg(long, default_value_t = 10_000)]
     pub idle_ms: u64,
     /// Answer with BUSY set after this many full receive batches in a row (its queue is
