@@ -746,7 +746,15 @@ fn bench_snat(extra: &[&str]) {
     assert!(out.status.success(), "{stderr}");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // docs/clip.md's table of the JSON.
-    common::docs::json_is_as_documented(&report, "clip", "| snat key | holds | what |", &[]);
+    // The per-busy-core ratio is null when a system's busy share over a phase this short (0.2
+    // s: 20 clock ticks) rounds to nothing, as on a machine busy with other tests; every other
+    // side is measured (checked below).
+    common::docs::json_is_as_documented(
+        &report,
+        "clip",
+        "| snat key | holds | what |",
+        &["results.snat_over_netfilter_pps_per_busy_core_spread"],
+    );
     let nft = Command::new("nft").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
     let ms = report["results"]["measurements"].as_array().unwrap();
     let systems: Vec<&str> = ms.iter().map(|m| m["system"].as_str().unwrap()).collect();

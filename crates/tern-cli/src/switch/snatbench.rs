@@ -1072,7 +1072,8 @@ pub fn run_network(
             .filter_map(|round| {
                 let a = all.iter().find(|m| m.system == num && m.frame_bytes == base && m.round == round)?;
                 let b = all.iter().find(|m| m.system == den && m.frame_bytes == base && m.round == round)?;
-                (f(b) > 0.0).then(|| f(a) / f(b))
+                // A side not measured (NaN: a busy share below the clock's tick) is left out.
+                (f(b) > 0.0 && f(a).is_finite()).then(|| f(a) / f(b))
             })
             .collect();
         (!r.is_empty()).then(|| spread(&r))
@@ -1084,7 +1085,7 @@ pub fn run_network(
     let lat_ratio = ratio("switch_only", "servers_1", |m| m.latency_p50_us);
     summary.insert("snat_over_netfilter_pps".into(), json!(pps_ratio.map(|r| r.0)));
     summary.insert("offload_latency_ratio".into(), json!(lat_ratio.map(|r| r.0)));
-    let per_core = ratio("switch_only", "netfilter", |m| m.pps_per_busy_core.unwrap_or(0.0));
+    let per_core = ratio("switch_only", "netfilter", |m| m.pps_per_busy_core.unwrap_or(f64::NAN));
     summary.insert("snat_over_netfilter_pps_per_busy_core".into(), json!(per_core.map(|r| r.0)));
     let spread_json = |r: Option<(f64, f64, f64)>| r.map(|(m, lo, hi)| json!({"median": m, "min": lo, "max": hi}));
     let report = json!({

@@ -77,6 +77,7 @@ pub fn json_is_as_documented(v: &serde_json::Value, doc: &str, header: &str, may
                 continue;
             }
             for x in x.as_array().map_or(vec![x], |l| l.iter().collect()) {
+                assert!(x.is_object(), "{header}: `{path}` in the JSON is not an object: {x}");
                 let got = keys(x);
                 let missing: Vec<_> = required.difference(&got).collect();
                 let unnamed: Vec<_> = got.iter().filter(|k| !required.contains(*k) && !optional.contains(*k)).collect();
