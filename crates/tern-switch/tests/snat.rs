@@ -565,11 +565,13 @@ mod hand_back_twin {
     }
 }
 
-/// Guarantees across change: four UDP streams (one source port each, to one destination)
-/// through three servers (buddies 1, 0, 0; each idle after 500 ms, far below UDP's 30 s) while
-/// the group changes to any members, servers are failed over while still running (a heartbeat
-/// missed under load) or killed, killed ones restart (taking back what their buddy holds) and
-/// come back, and time passes (never past UDP's timeout in all). One failure at a time: the
+/// Guarantees across change: six streams, four UDP and two TCP (a SYN, then ACKs; SYN-ACK
+/// the first reply), one source port each, through three servers (buddies 1, 0, 0; each idle
+/// after 500 ms, far below UDP's 30 s) while the group changes to any members, servers are
+/// failed over while still running (a heartbeat missed under load) or killed, killed ones
+/// restart (taking back what their buddy holds) and come back, the offload's interval moves
+/// heavy flows' entries into the switch (two packets an interval), and time passes (never past
+/// UDP's timeout in all). One failure at a time: the
 /// next only once the failed server is back in the group. Every datagram of a stream leaves
 /// with the public pair its first did, and a reply to that pair always comes back in.
 mod pairs_across_change {
@@ -589,13 +591,16 @@ mod pairs_across_change {
         Kill(u16),
         /// The killed server starts again, empty, and takes back from its buddy.
         Restart,
+        /// The controller's offload interval: heavy flows' entries move into the switch.
+        Interval,
         Tick(u16),
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            4 => (0u8..4).prop_map(Op::Out),
-            2 => (0u8..4).prop_map(Op::Reply),
+            1 => Just(Op::Interval),
+            4 => (0u8..6).prop_map(Op::Out),
+            2 => (0u8..6).prop_map(Op::Reply),
             1 => prop::sample::subsequence(vec![0u16, 1, 2], 1..=3).prop_map(Op::Change),
             1 => (0u16..3).prop_map(Op::FailOver),
             1 => (0u16..3).prop_map(Op::Kill),
@@ -628,12 +633,15 @@ mod pairs_across_change {
                     Route { prefix: "0.0.0.0/0".parse().unwrap(), port: OUTSIDE, mac: OUTSIDE_MAC },
                     Route { prefix: "10.0.0.0/8".parse().unwrap(), port: INSIDE, mac: INSIDE_MAC },
                 ],
+                // A flow with two packets in an interval is heavy: its entries move into the switch.
+                offload: tern_switch::offload::OffloadConfig { threshold: 2, ..Default::default() },
                 ..SwitchConfig::default()
             };
             let mut c = Cluster::new(Switch::new(program, cfg).unwrap(), (0..3).map(server).collect());
             c.buddy = BUDDIES.iter().map(|&b| Some(usize::from(b))).collect();
             let mut members = vec![0u16, 1];
-            let mut pairs: Vec<Option<(Ipv4Addr, u16)>> = vec![None; 4];
+            let mut pairs: Vec<Option<(Ipv4Addr, u16)>> = vec![None; 6];
+            let mut replied = [false; 6];
             // The server failed over and not yet back in the group; the one killed and not
             // yet restarted.
             let (mut failed, mut dead): (Option<u16>, Option<u16>) = (None, None);
@@ -642,7 +650,13 @@ mod pairs_across_change {
                 done.push(format!("{o:?}"));
                 match o {
                     Op::Out(k) => {
-                        let out = c.send(INSIDE, &[&udp([10, 0, 0, 1 + k], REMOTE, 6000, 53)]);
+                        // Streams 0-3 UDP; 4-5 TCP (a SYN first, then ACKs).
+                        let frame = if k < 4 {
+                            udp([10, 0, 0, 1 + k], REMOTE, 6000, 53)
+                        } else {
+                            tcp([10, 0, 0, 1 + k], REMOTE, 6000, 80, if pairs[usize::from(k)].is_none() { 0x02 } else { 0x10 })
+                        };
+                        let out = c.send(INSIDE, &[&frame]);
                         prop_assert_eq!(out.len(), 1, "stream {} not out: {:?}", k, done);
                         let p = ends(&out[0].1).0;
                         if let Some(q) = pairs[usize::from(k)] {
@@ -652,7 +666,14 @@ mod pairs_across_change {
                     }
                     Op::Reply(k) => {
                         if let Some((a, p)) = pairs[usize::from(k)] {
-                            let out = c.send(OUTSIDE, &[&udp(REMOTE, a.octets(), 53, p)]);
+                            let frame = if k < 4 {
+                                udp(REMOTE, a.octets(), 53, p)
+                            } else {
+                                let first = !replied[usize::from(k)];
+                                replied[usize::from(k)] = true;
+                                tcp(REMOTE, a.octets(), 80, p, if first { 0x12 } else { 0x10 })
+                            };
+                            let out = c.send(OUTSIDE, &[&frame]);
                             prop_assert_eq!(out.len(), 1, "the reply to stream {} did not come in: {:?}", k, done);
                             prop_assert_eq!(ends(&out[0].1).1, (Ipv4Addr::new(10, 0, 0, 1 + k), 6000));
                         }
@@ -696,6 +717,9 @@ mod pairs_across_change {
                             // Time passes: the others' tries again reach it.
                             c.flush_replicas();
                         }
+                    }
+                    Op::Interval => {
+                        c.switch.interval();
                     }
                     Op::Tick(ms) => c.now_ns += u64::from(ms) * 1_000_000,
                 }
