@@ -770,6 +770,20 @@ fn errors_name_the_one_bad_item() {
         let (ok, _, err) = tern(args);
         assert!(!ok && err.contains(want), "{args:?}: {err}");
     }
+    // `bench switch`'s options of the SNAT run are refused without --snat (they were ignored).
+    for opt in [
+        &["--sizes", "64"][..],
+        &["--snat-flows", "8"],
+        &["--servers", "2"],
+        &["--latency-rate", "1000"],
+        &["--latency-packets", "10"],
+        &["--afpacket"],
+        &["--sleep"],
+    ] {
+        let args: Vec<&str> = ["bench", "switch", "--quick"].iter().chain(opt).copied().collect();
+        let (ok, _, err) = tern(&args);
+        assert!(!ok && err.contains("--snat") && err.contains(opt[0]), "{args:?}: {err}");
+    }
     // A bad next hop is one error that counts the routes using it; a missing capture is named.
     let flow = std::fs::read_to_string(flow_example("replay.toml")).unwrap();
     let base = std::path::Path::new(&flow_example("replay.toml")).parent().unwrap().to_path_buf();

@@ -56,31 +56,31 @@ pub struct SwitchBenchArgs {
     pub snat: bool,
     /// --snat: frame sizes, bytes (Ethernet header on, no FCS) [default: 64,128,256,512,1024,1500;
     /// quick 64,1500]. The ratios are taken at the first.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', requires = "snat")]
     pub sizes: Vec<usize>,
     /// --snat: UDP flows (source ports) the generator sends from, in turn.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, requires = "snat")]
     pub snat_flows: usize,
     /// --snat: servers (each a process in its own namespace); Tern runs via 1 to this many.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, requires = "snat")]
     pub servers: u16,
     /// --snat: the paced run's rate for latency, datagrams a second.
-    #[arg(long, default_value_t = 5000.0)]
+    #[arg(long, default_value_t = 5000.0, requires = "snat")]
     pub latency_rate: f64,
     /// --snat: datagrams in the paced run [default: 3000, quick 1500].
-    #[arg(long)]
+    #[arg(long, requires = "snat")]
     pub latency_packets: Option<u64>,
     /// --snat: the switch's host ports on AF_PACKET (`afpacket:`) rather than AF_XDP, and the
     /// hosts' transmit checksum offload left on. By default they are on AF_XDP (`afxdp:`,
     /// docs/clip.md), with the hosts' transmit checksum offload off for netfilter's hosts too
     /// (AF_XDP takes frames as they are sent).
-    #[arg(long)]
+    #[arg(long, requires = "snat")]
     pub afpacket: bool,
     /// --snat: let the switch sleep while idle (`tern switch serve` without --busy-poll). By
     /// default it polls (`--busy-poll`: it never sleeps, taking its core): then an AF_XDP
     /// port moderates its interface by load, and under load the interface's receive work runs
     /// on the switch's core (docs/clip.md).
-    #[arg(long)]
+    #[arg(long, requires = "snat")]
     pub sleep: bool,
     /// --snat, with --afpacket: leave RPS off on the switch's inside port: the client's core
     /// then puts each frame into the switch's receive ring itself (in its own softirq, as a
