@@ -66,18 +66,19 @@ pub trait RemoteHandler: Send {
     fn taken_back(&self) -> usize {
         0
     }
-    /// Records (as [`take_new`](Self::take_new)'s) of every entry it made itself and holds:
-    /// what a buddy that restarted (and so lost its replicas) is sent again. None by default.
-    fn own_records(&mut self, out: &mut Vec<Vec<u8>>) {
-        let _ = out;
+    /// Records (as [`take_new`](Self::take_new)'s) of every entry it made itself and holds
+    /// live at `now_ns`: what a buddy that restarted (and so lost its replicas) is sent again.
+    /// None by default.
+    fn own_records(&mut self, now_ns: u64, out: &mut Vec<Vec<u8>>) {
+        let _ = (now_ns, out);
     }
-    /// The flows of every entry it holds, each with until when its state lives (None: the
+    /// The flows of every entry it holds live at `now_ns`, each with until when its state lives (None: the
     /// server's idle time from now): when a failover makes this server serve another's flows
     /// ([`Server::take_over`]) they are its live flows, so that a group change keeps them here
     /// before their next packet (a flow another live server also lists stays with the one its
     /// packets reach). None by default.
-    fn held_flows(&mut self, out: &mut Vec<(FlowId, Option<u64>)>) {
-        let _ = out;
+    fn held_flows(&mut self, now_ns: u64, out: &mut Vec<(FlowId, Option<u64>)>) {
+        let _ = (now_ns, out);
     }
     /// Until when (ns, on `handle`'s clock) the state the last `handle` touched lives, if the
     /// handler keeps state a flow's packets must keep finding (SNAT: the connection, until its
@@ -222,14 +223,14 @@ impl Server {
     }
 
     /// Its buddy restarted and lost its replicas: every entry its handler made itself and
-    /// holds goes to it again with the next replicas ([`RemoteHandler::own_records`]).
+    /// holds at `now_ns` goes to it again with the next replicas ([`RemoteHandler::own_records`]).
     /// Returns how many records were queued (none without a buddy).
-    pub fn resync(&mut self) -> usize {
+    pub fn resync(&mut self, now_ns: u64) -> usize {
         if !self.replicate {
             return 0;
         }
         let before = self.replicas.len();
-        self.handler.own_records(&mut self.replicas);
+        self.handler.own_records(now_ns, &mut self.replicas);
         let dropped = self.replicas.len().saturating_sub(MAX_PENDING_REPLICAS);
         self.replicas.drain(..dropped);
         self.replicas.len() - before.saturating_sub(dropped)
@@ -293,7 +294,7 @@ impl Server {
     /// the idle time from `now_ns`, if later).
     fn hold_live(&mut self, now_ns: u64) {
         let mut flows = Vec::new();
-        self.handler.held_flows(&mut flows);
+        self.handler.held_flows(now_ns, &mut flows);
         let idle = now_ns.saturating_add(self.idle_ns);
         for (f, until) in flows {
             let until = until.map_or(idle, |u| u.max(idle));
@@ -578,14 +579,14 @@ impl RemoteHandler for Snat {
     }
 
     /// Every connection with one of its own public pairs.
-    fn own_records(&mut self, out: &mut Vec<Vec<u8>>) {
+    fn own_records(&mut self, now_ns: u64, out: &mut Vec<Vec<u8>>) {
         let cfg = self.nat.config();
-        out.extend(self.nat.connections(0).filter(|c| owns(cfg, c.public)).map(|c| snat_record(&c)));
+        out.extend(self.nat.connections(now_ns).filter(|c| owns(cfg, c.public)).map(|c| snat_record(&c)));
     }
 
     /// Each connection's flow (the id of its packets going out) and timeout.
-    fn held_flows(&mut self, out: &mut Vec<(FlowId, Option<u64>)>) {
-        out.extend(self.nat.connections(0).map(|c| (out_flow(&c.orig), Some(c.deadline))));
+    fn held_flows(&mut self, now_ns: u64, out: &mut Vec<(FlowId, Option<u64>)>) {
+        out.extend(self.nat.connections(now_ns).map(|c| (out_flow(&c.orig), Some(c.deadline))));
     }
 
     /// The connection's timeout: the flow stays on this server while the connection lives, as
@@ -809,7 +810,7 @@ impl RemoteHandler for TrdHandler {
     }
 
     /// Every direction it tracks but those holding another server's register.
-    fn own_records(&mut self, out: &mut Vec<Vec<u8>>) {
+    fn own_records(&mut self, _now_ns: u64, out: &mut Vec<Vec<u8>>) {
         let trd = &self.trd;
         out.extend(
             trd.directions()
@@ -819,7 +820,7 @@ impl RemoteHandler for TrdHandler {
     }
 
     /// Each direction's flow.
-    fn held_flows(&mut self, out: &mut Vec<(FlowId, Option<u64>)>) {
+    fn held_flows(&mut self, _now_ns: u64, out: &mut Vec<(FlowId, Option<u64>)>) {
         out.extend(self.trd.directions().map(|((src, dst, sp, dp), ..)| {
             let id = crate::pipeline::hash_values(&[u64::from(src), u64::from(dst), 6, u64::from(sp), u64::from(dp)]);
             (id, None)
@@ -1089,7 +1090,7 @@ impl Cluster {
         for s in 0..self.servers.len() {
             if self.buddy[s] == Some(d) && self.alive[s] {
                 self.servers[s].replicate = self.replicate;
-                self.servers[s].resync();
+                self.servers[s].resync(self.now_ns);
                 self.replicate_from(s);
             }
         }

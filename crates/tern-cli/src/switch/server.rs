@@ -190,7 +190,7 @@ impl Replicator {
     /// Sends the server's waiting records to `buddy` (in posts of at most [`RECORDS_A_POST`]),
     /// an empty post if there are none; what the buddy does not take is put back. A buddy
     /// whose run id changed restarted: the server's own entries go to it again.
-    fn send(&mut self, agent: &ureq::Agent, buddy: SocketAddr, srv: &mut Server, now: Instant) {
+    fn send(&mut self, agent: &ureq::Agent, buddy: SocketAddr, srv: &mut Server, now: Instant, now_ns: u64) {
         self.last = Some(now);
         let mut records = srv.take_replicas();
         let url = format!("http://{buddy}/replicas");
@@ -214,7 +214,7 @@ impl Replicator {
             let boot = v["boot"].as_u64();
             if boot.is_some() && self.boot.is_some() && boot != self.boot {
                 self.resyncs += 1;
-                srv.resync();
+                srv.resync(now_ns);
             }
             if boot.is_some() {
                 self.boot = boot;
@@ -519,9 +519,10 @@ pub fn run(a: &ServerArgs) -> CmdResult {
             srv.process(now_ns, &mut batch, busy, &pool);
             // The buddy takes the batch's new entries before its responses leave.
             if let Some(buddy) = a.buddy
+                && srv.pending_replicas() > 0
                 && replicator.failed_at.is_none_or(|t| now.duration_since(t) >= Duration::from_millis(100))
             {
-                replicator.send(&agent, buddy, &mut srv, now);
+                replicator.send(&agent, buddy, &mut srv, now, now_ns);
             }
             if let Some(peer) = peer {
                 for p in batch.iter_mut() {
@@ -551,7 +552,7 @@ pub fn run(a: &ServerArgs) -> CmdResult {
         if let Some(buddy) = a.buddy
             && replicator.due(now, srv.pending_replicas())
         {
-            replicator.send(&agent, buddy, &mut srv, now);
+            replicator.send(&agent, buddy, &mut srv, now, now_ns);
         }
         let adopted = inbox.try_lock().map(|mut q| std::mem::take(&mut *q)).unwrap_or_default();
         if !adopted.is_empty() {
