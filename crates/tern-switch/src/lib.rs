@@ -1,6 +1,7 @@
 //! CLIP (seed 004) in software: a programmable switch extended by a group of commodity servers
 //! (docs/clip.md).
 //!
+//! - [`config`]: `tern switch serve`'s configuration (TOML), checked, with its switch built;
 //! - [`group`]: the server group behind the switch and how a flow finds its server while the
 //!   group grows and shrinks (§III-D, Appendix B): versioned groups of ECMP buckets, the `cur`
 //!   register and two alternating Bloom filters, and a bounded table of pinned flows the
@@ -28,6 +29,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod config;
 pub mod flow;
 pub mod group;
 pub mod mirror;

@@ -66,7 +66,7 @@ pub fn handler_rate(handler: &str, program: u16, param_len: u8) -> Result<f64, S
 
 /// `tern hw report SWITCH_CONFIG`.
 pub fn report(a: &ReportArgs) -> CmdResult {
-    let (cfg, _) = super::serve::load(&a.config)?;
+    let (cfg, _) = tern_switch::config::load(&a.config)?;
     let profile = tern_hw::Profile::resolve(a.profile.as_deref().unwrap_or("clip-tofino"))?;
     let model = tern_hw::switch::SwitchModel::from_profile(&profile)?;
     let mods = modules::project(&model, &cfg.switch).map_err(|e| e.to_string())?;

@@ -63,7 +63,7 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = 4)]
     pub busy_batches: u32,
     /// CLIP's EtherType (hex or decimal).
-    #[arg(long, default_value = "0x88B5", value_parser = parse_ethertype)]
+    #[arg(long, default_value = "0x88B5", value_parser = tern_switch::config::parse_ethertype)]
     pub ethertype: u16,
     /// Stop after this many seconds (more than 0, at most a year) [default: run until SIGINT or
     /// SIGTERM, which stop it cleanly with its summary].
@@ -76,19 +76,6 @@ pub struct ServerArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
-}
-
-/// An EtherType, `0x88B5` or decimal: at least 0x0600 (below is an 802.3 length).
-pub fn parse_ethertype(s: &str) -> Result<u16, String> {
-    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(h) => u16::from_str_radix(h, 16),
-        None => s.parse::<u16>(),
-    }
-    .map_err(|_| format!("`{s}` is not a 16-bit number"))?;
-    if v < 0x0600 {
-        return Err(format!("{s}: an EtherType is at least 0x0600"));
-    }
-    Ok(v)
 }
 
 /// What the control endpoint asks the data loop.
