@@ -212,6 +212,9 @@ pub struct Service {
     pub samples: Vec<Sample>,
 }
 
+/// The longest `.proto` a configuration may name.
+pub const MAX_PROTO_BYTES: u64 = 16 << 20;
+
 /// Whether a TOML text looks like a service configuration (it has `app` and `proto`).
 pub fn is_service_config(text: &str) -> bool {
     toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("app") && t.contains_key("proto"))
@@ -220,10 +223,16 @@ pub fn is_service_config(text: &str) -> bool {
 impl Service {
     /// Reads and checks the configuration at `path`.
     pub fn load(path: &Path) -> Result<Service, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError { file: path.display().to_string(), message: format!("cannot read: {e}") })?;
+        Service::parse(&text, path)
+    }
+
+    /// Checks configuration `text`, read from `path` (the files it names are found beside it).
+    pub fn parse(text: &str, path: &Path) -> Result<Service, ConfigError> {
         let file = path.display().to_string();
         let err = |message: String| ConfigError { file: file.clone(), message };
-        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
-        let config: ServiceConfig = toml::from_str(&text).map_err(|e| err(e.to_string().trim_end().to_string()))?;
+        let config: ServiceConfig = toml::from_str(text).map_err(|e| err(e.to_string().trim_end().to_string()))?;
         let dir = path.parent().unwrap_or(Path::new("."));
         if !APPS.contains(&config.app.as_str()) {
             return Err(err(format!("app `{}` is not one Tern runs (apps: {})", config.app, APPS.join(", "))));
@@ -243,6 +252,7 @@ impl Service {
             }
         }
         let proto = dir.join(&config.proto);
+        tern_wire::check_regular_file(&proto, MAX_PROTO_BYTES).map_err(|e| err(format!("proto: {e}")))?;
         let table = compile_file(&proto, &[]).map_err(|e| err(format!("proto: {e}")))?;
         let mut units = Vec::new();
         for (i, u) in config.units.iter().enumerate() {
@@ -289,6 +299,8 @@ impl Service {
             let (source, bytes) = match (&m.file, m.avatar, m.generate) {
                 (Some(f), None, false) => {
                     let f = dir.join(f);
+                    tern_wire::check_regular_file(&f, crate::decode::DecodeOptions::default().max_message_bytes as u64)
+                        .map_err(|e| err(format!("{at}.file: {e}")))?;
                     let b =
                         std::fs::read(&f).map_err(|e| err(format!("{at}.file: cannot read {}: {e}", f.display())))?;
                     (f.display().to_string(), b)

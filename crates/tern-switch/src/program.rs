@@ -251,6 +251,9 @@ pub struct ParserState {
 /// The built-in parser's headers.
 pub const BUILTIN_HEADERS: [&str; 4] = ["ethernet", "ipv4", "tcp", "udp"];
 
+/// The longest program file [`Program::load`] reads.
+pub const MAX_PROGRAM_BYTES: u64 = 16 << 20;
+
 /// A checked program.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Program {
@@ -622,8 +625,10 @@ impl Program {
         })
     }
 
-    /// Loads and checks a program file; an error names the file and the item.
+    /// Loads and checks a program file (a regular file of at most [`MAX_PROGRAM_BYTES`]); an
+    /// error names the file and the item.
     pub fn load(path: &std::path::Path) -> Result<Program, String> {
+        tern_wire::check_regular_file(path, MAX_PROGRAM_BYTES)?;
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         Program::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }

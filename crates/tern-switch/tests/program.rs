@@ -175,3 +175,10 @@ extract = "b"
         assert!(e.contains(want), "{to}: {e}");
     }
 }
+
+/// A program file must be a regular file (a device would be read forever), named in the error.
+#[test]
+fn a_program_that_is_not_a_regular_file_is_refused() {
+    let e = Program::load(std::path::Path::new("/dev/zero")).unwrap_err();
+    assert!(e.contains("/dev/zero is not a regular file"), "{e}");
+}

@@ -37,6 +37,19 @@ pub fn hex_bytes<const N: usize>(s: &str) -> Option<[u8; N]> {
     Some(k)
 }
 
+/// Checks that `path`, a file a configuration names, is a regular file of at most `max` bytes
+/// (not a device or a pipe, which reading would never finish); the error names it.
+pub fn check_regular_file(path: &std::path::Path, max: u64) -> std::result::Result<(), String> {
+    let m = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !m.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    if m.len() > max {
+        return Err(format!("{} is {} bytes, more than the {max} a file here may be", path.display(), m.len()));
+    }
+    Ok(())
+}
+
 /// Bytes of Ethernet (14) + IPv4 without options (20) + UDP (8) in front of a QNP header.
 pub const ETH_IPV4_UDP_LEN: usize = 42;
 
