@@ -558,9 +558,10 @@ impl Tenant {
         Ok(ForkShape { prefix, branches, suffix })
     }
 
-    /// Reads and checks the tenant file at `path`.
+    /// Reads and checks the tenant file at `path` (a regular file of at most 16 MiB).
     pub fn load(path: &Path) -> Result<Tenant, TenantError> {
         let file = path.display().to_string();
+        tern_wire::check_regular_file(path, 16 << 20).map_err(|message| TenantError { file: file.clone(), message })?;
         let text = std::fs::read_to_string(path)
             .map_err(|e| TenantError { file: file.clone(), message: format!("cannot read: {e}") })?;
         Tenant::parse(&text).map_err(|message| TenantError { file, message })

@@ -133,3 +133,10 @@ fn every_kind_has_a_name_profiles_know() {
         }
     }
 }
+
+/// A tenant file that is a device (read without end) is refused by name, unread.
+#[test]
+fn a_device_as_a_tenant_file_is_refused() {
+    let e = Tenant::load(Path::new("/dev/zero")).unwrap_err().to_string();
+    assert!(e.contains("/dev/zero is not a regular file"), "{e}");
+}

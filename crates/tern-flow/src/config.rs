@@ -276,9 +276,17 @@ pub fn parse_acl_rule(line: &str, ports: &[String]) -> Result<AclRule, String> {
     Ok(AclRule { pattern: p, action })
 }
 
+/// The longest rule or route file a configuration may name (1 GiB).
+pub const MAX_LIST_FILE_BYTES: u64 = 1 << 30;
+
 /// Lines of a rule or route file with comments and blanks removed, with their line numbers.
 fn file_lines(base: &Path, file: &Path, problems: &mut Vec<String>) -> Vec<(String, String)> {
     let path = if file.is_absolute() { file.to_path_buf() } else { base.join(file) };
+    // A device or a pipe would be read without end: refused before reading.
+    if let Err(e) = tern_wire::check_regular_file(&path, MAX_LIST_FILE_BYTES) {
+        problems.push(e);
+        return Vec::new();
+    }
     match std::fs::read_to_string(&path) {
         Ok(text) => text
             .lines()

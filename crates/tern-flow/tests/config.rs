@@ -163,3 +163,12 @@ fn reload_swaps_the_tables_and_flushes_the_cache() {
     assert_eq!(rt.snapshot().generation, 2);
     assert_eq!(send(&mut rt), (1, 0));
 }
+
+/// A rule or route file that is a device (read without end) is refused by name, unread.
+#[test]
+fn a_device_named_as_a_rule_or_route_file_is_refused() {
+    for section in ["[acl]\ndefault = \"allow\"\nfile = \"/dev/zero\"\n", "[routes]\nfile = \"/dev/zero\"\n"] {
+        let e = refused(&format!("{PORTS}{section}"));
+        assert!(e.contains("/dev/zero is not a regular file"), "{section}: {e}");
+    }
+}

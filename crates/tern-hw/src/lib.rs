@@ -479,8 +479,15 @@ impl Profile {
         Ok(profile)
     }
 
-    /// Loads a profile from a TOML file.
+    /// Loads a profile from a TOML file (a regular file: a device or a pipe, which reading
+    /// would never finish, is refused).
     pub fn load(path: &Path) -> Result<Profile, ProfileError> {
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file() || m.len() > 16 << 20) {
+            return Err(ProfileError::Io {
+                path: path.display().to_string(),
+                source: std::io::Error::other("not a regular file of at most 16 MiB"),
+            });
+        }
         let text = std::fs::read_to_string(path)
             .map_err(|source| ProfileError::Io { path: path.display().to_string(), source })?;
         Profile::from_toml(&text, &path.display().to_string())

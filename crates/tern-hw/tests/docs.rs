@@ -43,3 +43,10 @@ fn every_builtin_profile_is_written_in_the_documented_keys() {
         }
     }
 }
+
+/// A profile file that is a device (read without end) is refused by name, unread.
+#[test]
+fn a_device_as_a_profile_file_is_refused() {
+    let e = Profile::load(std::path::Path::new("/dev/zero")).unwrap_err().to_string();
+    assert!(e.contains("/dev/zero") && e.contains("not a regular file"), "{e}");
+}
