@@ -250,6 +250,27 @@ fn spawn_in(ns: &str, args: &[&str]) -> Child {
         .unwrap()
 }
 
+/// `tern switch server PROGRAM` number `k` in namespace `ns` on its `eth0` (AF_PACKET), its
+/// control endpoint at `control`, for 120 s, with `extra` options.
+fn spawn_server(ns: &str, program: &str, k: usize, control: &str, extra: &[&str]) -> Child {
+    let idx = k.to_string();
+    let mut args = vec![
+        "switch",
+        "server",
+        program,
+        "--index",
+        &idx,
+        "--port",
+        "afpacket:eth0",
+        "--control",
+        control,
+        "--duration",
+        "120",
+    ];
+    args.extend_from_slice(extra);
+    spawn_in(ns, &args)
+}
+
 #[test]
 #[ignore = "needs root: network namespaces, veth pairs, bridges"]
 fn snat_between_namespaces_against_netfilter() {
@@ -291,28 +312,8 @@ fn snat_between_namespaces_against_netfilter() {
     )
     .unwrap();
     let start_server = |k: usize| -> Child {
-        let (ns, _) = &data_ports[k];
-        let idx = k.to_string();
-        spawn_in(
-            ns,
-            &[
-                "switch",
-                "server",
-                snat,
-                "--index",
-                &idx,
-                "--port",
-                "afpacket:eth0",
-                "--control",
-                &control[k],
-                "--buddy",
-                &control[if k == 0 { 1 } else { 0 }],
-                "--idle-ms",
-                "500",
-                "--duration",
-                "120",
-            ],
-        )
+        let buddy = &control[if k == 0 { 1 } else { 0 }];
+        spawn_server(&data_ports[k].0, snat, k, &control[k], &["--buddy", buddy, "--idle-ms", "500"])
     };
     let mut servers: Vec<Child> = (0..3usize).map(start_server).collect();
     let mut sw = Command::new(env!("CARGO_BIN_EXE_tern"))
@@ -573,28 +574,8 @@ fn trd_counts_kernel_tcp_retransmissions_under_loss() {
         ),
     )
     .unwrap();
-    let mut servers: Vec<Child> = (0..2usize)
-        .map(|k| {
-            let idx = k.to_string();
-            let (ns, _) = &data_ports[k];
-            spawn_in(
-                ns,
-                &[
-                    "switch",
-                    "server",
-                    trd,
-                    "--index",
-                    &idx,
-                    "--port",
-                    "afpacket:eth0",
-                    "--control",
-                    &control[k],
-                    "--duration",
-                    "120",
-                ],
-            )
-        })
-        .collect();
+    let mut servers: Vec<Child> =
+        (0..2usize).map(|k| spawn_server(&data_ports[k].0, trd, k, &control[k], &[])).collect();
     let mut sw = Command::new(env!("CARGO_BIN_EXE_tern"))
         .args(["switch", "serve", config.to_str().unwrap(), "--metrics", &m, "--duration", "120", "--json"])
         .stdout(Stdio::piped())
