@@ -40,6 +40,13 @@ pub fn flow_id(frame: &[u8]) -> Option<FlowId> {
     five_tuple(frame).map(|t| hash_values(&t))
 }
 
+/// The flow id of packets with these addresses, protocol and ports (as their bytes give it:
+/// the ports count for TCP and UDP only), for state kept by tuple rather than by frame.
+pub fn flow_id_of(src: u32, dst: u32, proto: u8, sport: u16, dport: u16) -> FlowId {
+    let (sp, dp) = if matches!(proto, 6 | 17) { (sport, dport) } else { (0, 0) };
+    hash_values(&[u64::from(src), u64::from(dst), u64::from(proto), u64::from(sp), u64::from(dp)])
+}
+
 /// An IPv4 packet's flow id (None: not IPv4).
 pub fn flow_id_l3(ip: &[u8]) -> Option<FlowId> {
     five_tuple_l3(ip).map(|t| hash_values(&t))

@@ -281,12 +281,17 @@ impl Server {
         self.replicas.len() - before
     }
 
-    /// Takes back what its buddy handed back at `now_ns` ([`RemoteHandler::take_back`]): the
-    /// flows of what it holds are live (replies to its public pairs still reach it if it leaves
+    /// Takes back what its buddy handed back at `now_ns` ([`RemoteHandler::take_back`]); when
+    /// that brought something, the flows of what it holds are live (replies to its public pairs still reach it if it leaves
     /// the group); returns how many records were refused.
     pub fn take_back(&mut self, now_ns: u64, records: &[Vec<u8>]) -> usize {
+        let before = self.handler.taken_back();
         let refused = self.handler.take_back(now_ns, records);
-        self.hold_live(now_ns);
+        // A walk of what it holds only when the hand-back brought something (it is asked again
+        // every second while it holds any).
+        if self.handler.taken_back() > before {
+            self.hold_live(now_ns);
+        }
         refused
     }
 
@@ -419,19 +424,6 @@ fn owns(cfg: &NatConfig, p: (u32, u16)) -> bool {
 
 /// A replica record's bytes.
 const SNAT_RECORD: usize = 21;
-
-/// The flow id of a connection's packets going out (as [`crate::flow::flow_id_l3`] reads them:
-/// ports for TCP and UDP only).
-fn out_flow(t: &Tuple) -> FlowId {
-    let (sp, dp) = if matches!(t.proto, nat::TCP | nat::UDP) { (t.sport, t.dport) } else { (0, 0) };
-    crate::pipeline::hash_values(&[
-        u64::from(t.src),
-        u64::from(t.dst),
-        u64::from(t.proto),
-        u64::from(sp),
-        u64::from(dp),
-    ])
-}
 
 /// A SNAT replica record of connection `c` (the layout under `take_new`).
 fn snat_record(c: &Connection) -> Vec<u8> {
@@ -586,7 +578,10 @@ impl RemoteHandler for Snat {
 
     /// Each connection's flow (the id of its packets going out) and timeout.
     fn held_flows(&mut self, now_ns: u64, out: &mut Vec<(FlowId, Option<u64>)>) {
-        out.extend(self.nat.connections(now_ns).map(|c| (out_flow(&c.orig), Some(c.deadline))));
+        out.extend(self.nat.connections(now_ns).map(|c| {
+            let t = c.orig;
+            (crate::flow::flow_id_of(t.src, t.dst, t.proto, t.sport, t.dport), Some(c.deadline))
+        }));
     }
 
     /// The connection's timeout: the flow stays on this server while the connection lives, as
@@ -821,10 +816,9 @@ impl RemoteHandler for TrdHandler {
 
     /// Each direction's flow.
     fn held_flows(&mut self, _now_ns: u64, out: &mut Vec<(FlowId, Option<u64>)>) {
-        out.extend(self.trd.directions().map(|((src, dst, sp, dp), ..)| {
-            let id = crate::pipeline::hash_values(&[u64::from(src), u64::from(dst), 6, u64::from(sp), u64::from(dp)]);
-            (id, None)
-        }));
+        out.extend(
+            self.trd.directions().map(|((src, dst, sp, dp), ..)| (crate::flow::flow_id_of(src, dst, 6, sp, dp), None)),
+        );
     }
 
     /// Directions holding a register of another server's slice: adopted from it.
