@@ -561,9 +561,8 @@ impl Tenant {
     /// Reads and checks the tenant file at `path` (a regular file of at most 16 MiB).
     pub fn load(path: &Path) -> Result<Tenant, TenantError> {
         let file = path.display().to_string();
-        tern_wire::check_regular_file(path, 16 << 20).map_err(|message| TenantError { file: file.clone(), message })?;
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| TenantError { file: file.clone(), message: format!("cannot read: {e}") })?;
+        let text = tern_wire::read_regular_text(path, tern_wire::MAX_CONFIG_BYTES)
+            .map_err(|e| TenantError { file: file.clone(), message: e.problem })?;
         Tenant::parse(&text).map_err(|message| TenantError { file, message })
     }
 

@@ -134,6 +134,71 @@ fn bad_options_name_the_bad_item() {
     assert!(!ok && err.contains("'--timeout <TIMEOUT>'"), "{err}");
 }
 
+/// `tern ARGS` with `stdin` given, killed (and the test failed) if it runs past 30 s; whether
+/// it succeeded, and its stdout and stderr together (each short: a pipe is not drained while
+/// it runs).
+fn tern_bounded(args: &[&str], stdin: std::process::Stdio) -> (bool, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(args)
+        .stdin(stdin)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tern starts");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("tern {args:?} still ran after 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut text).expect("stdout");
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut text).expect("stderr");
+    (status.success(), text)
+}
+
+#[test]
+fn a_device_given_as_a_file_is_refused_by_name_unread() {
+    // Each command that reads a configuration, a rule file or an input file, given /dev/zero
+    // (which reading would fill memory without end: once the case for several of them).
+    let proto = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/rpc/image.proto");
+    let cases: &[&[&str]] = &[
+        &["dispatch", "check", "/dev/zero"],
+        &["dispatch", "serve", "/dev/zero"],
+        &["flow", "check", "/dev/zero"],
+        &["flow", "serve", "/dev/zero"],
+        &["hw", "report", "/dev/zero"],
+        &["hw", "show", "/dev/zero"],
+        &["rpc", "check", "/dev/zero"],
+        &["rpc", "serve", "/dev/zero"],
+        &["rpc", "load", "/dev/zero"],
+        &["rpc", "decode", "--proto", proto, "--message", "image.User", "/dev/zero"],
+        &["rpc", "encode", "--proto", proto, "--message", "image.User", "/dev/zero"],
+        &["chain", "check", "/dev/zero"],
+        &["switch", "check", "/dev/zero"],
+        &["switch", "serve", "/dev/zero"],
+    ];
+    for args in cases {
+        let (ok, err) = tern_bounded(args, std::process::Stdio::null());
+        assert!(!ok, "tern {args:?} succeeded");
+        assert!(err.contains("/dev/zero") && err.contains("not a "), "tern {args:?}: {err}");
+    }
+    // Stdin without end (`rpc decode` and `encode` read it when no file is given): refused
+    // past its bound.
+    for (cmd, bound) in [("decode", 64u64 << 20), ("encode", 256 << 20)] {
+        let zero = std::fs::File::open("/dev/zero").expect("/dev/zero");
+        let (ok, err) =
+            tern_bounded(&["rpc", cmd, "--proto", proto, "--message", "image.User"], std::process::Stdio::from(zero));
+        assert!(!ok, "rpc {cmd} from /dev/zero succeeded");
+        assert!(err.contains(&format!("stdin holds more than the {bound} bytes")), "rpc {cmd}: {err}");
+    }
+}
+
 #[test]
 fn idl_check_and_compile() {
     let dir = std::env::temp_dir().join(format!("tern-cli-idl-{}", std::process::id()));

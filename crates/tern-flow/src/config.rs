@@ -279,15 +279,15 @@ pub fn parse_acl_rule(line: &str, ports: &[String]) -> Result<AclRule, String> {
 /// The longest rule or route file a configuration may name (1 GiB).
 pub const MAX_LIST_FILE_BYTES: u64 = 1 << 30;
 
+/// The most bytes a configuration file may have (16 MiB; its rule and route lists are files
+/// of their own).
+pub const MAX_CONFIG_FILE_BYTES: u64 = tern_wire::MAX_CONFIG_BYTES;
+
 /// Lines of a rule or route file with comments and blanks removed, with their line numbers.
 fn file_lines(base: &Path, file: &Path, problems: &mut Vec<String>) -> Vec<(String, String)> {
     let path = if file.is_absolute() { file.to_path_buf() } else { base.join(file) };
     // A device or a pipe would be read without end: refused before reading.
-    if let Err(e) = tern_wire::check_regular_file(&path, MAX_LIST_FILE_BYTES) {
-        problems.push(e);
-        return Vec::new();
-    }
-    match std::fs::read_to_string(&path) {
+    match tern_wire::read_regular_text(&path, MAX_LIST_FILE_BYTES) {
         Ok(text) => text
             .lines()
             .enumerate()
@@ -297,7 +297,7 @@ fn file_lines(base: &Path, file: &Path, problems: &mut Vec<String>) -> Vec<(Stri
             .filter(|(_, l)| !l.is_empty())
             .collect(),
         Err(e) => {
-            problems.push(format!("cannot read {}: {e}", path.display()));
+            problems.push(e.to_string());
             Vec::new()
         }
     }
@@ -311,8 +311,8 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 /// Reads and checks a configuration file against `profile` (a built-in name or a file) in place
 /// of the one it names, if given.
 pub fn load_for(path: &Path, profile: Option<&str>) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError { path: path.display().to_string(), problems: vec![format!("cannot read: {e}")] })?;
+    let text = tern_wire::read_regular_text(path, MAX_CONFIG_FILE_BYTES)
+        .map_err(|e| ConfigError { path: path.display().to_string(), problems: vec![e.problem] })?;
     parse_for(&text, path, profile)
 }
 

@@ -169,6 +169,6 @@ fn reload_swaps_the_tables_and_flushes_the_cache() {
 fn a_device_named_as_a_rule_or_route_file_is_refused() {
     for section in ["[acl]\ndefault = \"allow\"\nfile = \"/dev/zero\"\n", "[routes]\nfile = \"/dev/zero\"\n"] {
         let e = refused(&format!("{PORTS}{section}"));
-        assert!(e.contains("/dev/zero is not a regular file"), "{section}: {e}");
+        assert!(e.contains("/dev/zero: not a regular file"), "{section}: {e}");
     }
 }

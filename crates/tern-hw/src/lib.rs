@@ -438,13 +438,13 @@ pub enum ProfileError {
         /// The name asked for.
         name: String,
     },
-    /// The file could not be read.
-    #[error("cannot read profile {path}: {source}")]
+    /// The file could not be read, or is not a regular file of at most 16 MiB.
+    #[error("profile {path}: {message}")]
     Io {
         /// Path.
         path: String,
-        /// Cause.
-        source: std::io::Error,
+        /// What went wrong.
+        message: String,
     },
     /// The TOML is not a valid profile.
     #[error("invalid profile {origin}: {message}")]
@@ -479,17 +479,11 @@ impl Profile {
         Ok(profile)
     }
 
-    /// Loads a profile from a TOML file (a regular file: a device or a pipe, which reading
-    /// would never finish, is refused).
+    /// Loads a profile from a TOML file (a regular file of at most 16 MiB: a device or a pipe,
+    /// which reading would never finish, is refused unread).
     pub fn load(path: &Path) -> Result<Profile, ProfileError> {
-        if std::fs::metadata(path).is_ok_and(|m| !m.is_file() || m.len() > 16 << 20) {
-            return Err(ProfileError::Io {
-                path: path.display().to_string(),
-                source: std::io::Error::other("not a regular file of at most 16 MiB"),
-            });
-        }
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ProfileError::Io { path: path.display().to_string(), source })?;
+        let text = tern_wire::read_regular_text(path, tern_wire::MAX_CONFIG_BYTES)
+            .map_err(|e| ProfileError::Io { path: path.display().to_string(), message: e.problem })?;
         Profile::from_toml(&text, &path.display().to_string())
     }
 

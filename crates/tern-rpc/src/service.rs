@@ -221,10 +221,11 @@ pub fn is_service_config(text: &str) -> bool {
 }
 
 impl Service {
-    /// Reads and checks the configuration at `path`.
+    /// Reads and checks the configuration at `path` (a regular file of at most 16 MiB,
+    /// `tern_wire::MAX_CONFIG_BYTES`).
     pub fn load(path: &Path) -> Result<Service, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError { file: path.display().to_string(), message: format!("cannot read: {e}") })?;
+        let text = tern_wire::read_regular_text(path, tern_wire::MAX_CONFIG_BYTES)
+            .map_err(|e| ConfigError { file: path.display().to_string(), message: e.problem })?;
         Service::parse(&text, path)
     }
 
@@ -299,10 +300,11 @@ impl Service {
             let (source, bytes) = match (&m.file, m.avatar, m.generate) {
                 (Some(f), None, false) => {
                     let f = dir.join(f);
-                    tern_wire::check_regular_file(&f, crate::decode::DecodeOptions::default().max_message_bytes as u64)
-                        .map_err(|e| err(format!("{at}.file: {e}")))?;
-                    let b =
-                        std::fs::read(&f).map_err(|e| err(format!("{at}.file: cannot read {}: {e}", f.display())))?;
+                    let b = tern_wire::read_regular_file(
+                        &f,
+                        crate::decode::DecodeOptions::default().max_message_bytes as u64,
+                    )
+                    .map_err(|e| err(format!("{at}.file: {e}")))?;
                     (f.display().to_string(), b)
                 }
                 (None, Some([w, h]), false) if config.app == "image" && class.name == "image.User" => {

@@ -51,11 +51,11 @@ fn mistakes_name_the_item() {
         ("type = \"image.User\"", "type = \"image.Nobody\"", "messages[0].type: `image.Nobody`"),
         ("type = \"image.User\"", "type = \"image.Photo\"", "messages[0].avatar: only the image app's image.User"),
         ("avatar = [64, 64]", "avatar = [0, 64]", "messages[0].avatar: 0 x 64"),
-        ("avatar = [64, 64]", "file = \"missing.bin\"", "messages[0].file: cannot read"),
+        ("avatar = [64, 64]", "file = \"missing.bin\"", "missing.bin: cannot read: "),
         ("chunk_bytes = 4096", "chunk_bytes = 1", "pools.chunk_bytes = 1"),
         // A device would be read forever: refused before any reading.
-        ("proto = \"image.proto\"", "proto = \"/dev/zero\"", "proto: /dev/zero is not a regular file"),
-        ("avatar = [64, 64]", "file = \"/dev/zero\"", "messages[0].file: /dev/zero is not a regular file"),
+        ("proto = \"image.proto\"", "proto = \"/dev/zero\"", "proto: /dev/zero: not a regular file"),
+        ("avatar = [64, 64]", "file = \"/dev/zero\"", "messages[0].file: /dev/zero: not a regular file"),
     ] {
         let e = load_changed(from, to);
         assert!(e.contains(says), "{from} -> {to}: {e}");

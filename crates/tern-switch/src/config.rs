@@ -95,10 +95,13 @@ pub struct ServeConfig {
     pub interval: Duration,
 }
 
-/// Reads and checks a configuration and builds its switch (every refusal comes now, naming
-/// the item); errors name the file.
+/// The most bytes a configuration file may have (16 MiB).
+pub const MAX_CONFIG_FILE_BYTES: u64 = tern_wire::MAX_CONFIG_BYTES;
+
+/// Reads and checks a configuration (a regular file of at most [`MAX_CONFIG_FILE_BYTES`]) and
+/// builds its switch (every refusal comes now, naming the item); errors name the file.
 pub fn load(path: &Path) -> Result<(ServeConfig, Switch), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = tern_wire::read_regular_text(path, MAX_CONFIG_FILE_BYTES)?;
     parse(&text, path)
 }
 

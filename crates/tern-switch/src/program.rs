@@ -628,8 +628,7 @@ impl Program {
     /// Loads and checks a program file (a regular file of at most [`MAX_PROGRAM_BYTES`]); an
     /// error names the file and the item.
     pub fn load(path: &std::path::Path) -> Result<Program, String> {
-        tern_wire::check_regular_file(path, MAX_PROGRAM_BYTES)?;
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = tern_wire::read_regular_text(path, MAX_PROGRAM_BYTES)?;
         Program::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 

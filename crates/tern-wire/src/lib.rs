@@ -37,18 +37,74 @@ pub fn hex_bytes<const N: usize>(s: &str) -> Option<[u8; N]> {
     Some(k)
 }
 
+/// A file that could not be read whole: `path: problem` (the problem alone for an error that
+/// names the file itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileError {
+    /// The file, as given.
+    pub path: String,
+    /// What is wrong: `not a regular file`, `N bytes, more than the MAX a file here may be`,
+    /// `more than the MAX bytes a file here may be`, `not UTF-8 text (byte K)`, or `cannot
+    /// read: ` and the system's error.
+    pub problem: String,
+}
+
+impl core::fmt::Display for FileError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}: {}", self.path, self.problem)
+    }
+}
+
+impl std::error::Error for FileError {}
+
+impl From<FileError> for String {
+    fn from(e: FileError) -> String {
+        e.to_string()
+    }
+}
+
+fn file_error(path: &std::path::Path, problem: String) -> FileError {
+    FileError { path: path.display().to_string(), problem }
+}
+
 /// Checks that `path`, a file a configuration names, is a regular file of at most `max` bytes
 /// (not a device or a pipe, which reading would never finish); the error names it.
-pub fn check_regular_file(path: &std::path::Path, max: u64) -> std::result::Result<(), String> {
-    let m = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+pub fn check_regular_file(path: &std::path::Path, max: u64) -> std::result::Result<(), FileError> {
+    let m = std::fs::metadata(path).map_err(|e| file_error(path, format!("cannot read: {e}")))?;
     if !m.is_file() {
-        return Err(format!("{} is not a regular file", path.display()));
+        return Err(file_error(path, "not a regular file".into()));
     }
     if m.len() > max {
-        return Err(format!("{} is {} bytes, more than the {max} a file here may be", path.display(), m.len()));
+        return Err(file_error(path, format!("{} bytes, more than the {max} a file here may be", m.len())));
     }
     Ok(())
 }
+
+/// Reads `path` whole: refused, unread, unless it is a regular file of at most `max` bytes
+/// ([`check_regular_file`]); and the read itself stops past `max` bytes, so a file that grows
+/// while it is read (or one whose size the file system does not know) is refused too rather
+/// than read without end.
+pub fn read_regular_file(path: &std::path::Path, max: u64) -> std::result::Result<Vec<u8>, FileError> {
+    use std::io::Read;
+    check_regular_file(path, max)?;
+    let f = std::fs::File::open(path).map_err(|e| file_error(path, format!("cannot read: {e}")))?;
+    let mut bytes = Vec::new();
+    f.take(max.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| file_error(path, format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > max {
+        return Err(file_error(path, format!("more than the {max} bytes a file here may be")));
+    }
+    Ok(bytes)
+}
+
+/// [`read_regular_file`] as UTF-8 text.
+pub fn read_regular_text(path: &std::path::Path, max: u64) -> std::result::Result<String, FileError> {
+    String::from_utf8(read_regular_file(path, max)?)
+        .map_err(|e| file_error(path, format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to())))
+}
+
+/// The most bytes a configuration file (a rule file, a switch, tenant or service
+/// configuration) may have: 16 MiB.
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
 
 /// Bytes of Ethernet (14) + IPv4 without options (20) + UDP (8) in front of a QNP header.
 pub const ETH_IPV4_UDP_LEN: usize = 42;
@@ -75,3 +131,49 @@ impl std::error::Error for Error {}
 
 /// Result of header parsing.
 pub type Result<T> = core::result::Result<T, Error>;
+
+#[cfg(test)]
+mod file_tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn devices_and_pipes_are_refused_unread() {
+        let e = read_regular_file(Path::new("/dev/zero"), MAX_CONFIG_BYTES).unwrap_err();
+        assert_eq!(e.to_string(), "/dev/zero: not a regular file");
+        assert_eq!(e.problem, "not a regular file");
+        let dir = std::env::temp_dir().join(format!("tern-wire-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("pipe");
+        // No writer ever opens it: reading it would wait for ever.
+        if std::process::Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success()) {
+            let e = read_regular_text(&fifo, 1 << 20).unwrap_err();
+            assert!(e.to_string().ends_with("pipe: not a regular file"), "{e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+        let e = read_regular_text(Path::new("/nonexistent/tern.toml"), 1).unwrap_err();
+        assert!(e.to_string().starts_with("/nonexistent/tern.toml: cannot read: "), "{e}");
+    }
+
+    #[test]
+    fn the_bound_holds_on_the_size_and_on_the_read() {
+        let dir = std::env::temp_dir().join(format!("tern-wire-size-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("ten");
+        std::fs::write(&f, b"0123456789").unwrap();
+        assert_eq!(read_regular_text(&f, 10).unwrap(), "0123456789");
+        let e = read_regular_file(&f, 9).unwrap_err();
+        assert!(e.to_string().ends_with("ten: 10 bytes, more than the 9 a file here may be"), "{e}");
+        std::fs::write(&f, [b'a', 0xff, b'b']).unwrap();
+        let e = read_regular_text(&f, 10).unwrap_err();
+        assert!(e.to_string().ends_with("ten: not UTF-8 text (byte 1)"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        // A regular file whose size the file system gives as 0 but which holds more: the read
+        // stops past the bound.
+        if std::fs::metadata("/proc/self/status").is_ok_and(|m| m.is_file() && m.len() == 0) {
+            let e = read_regular_file(Path::new("/proc/self/status"), 16).unwrap_err();
+            assert_eq!(e.to_string(), "/proc/self/status: more than the 16 bytes a file here may be");
+            assert!(read_regular_text(Path::new("/proc/self/status"), 1 << 20).unwrap().contains("Pid:"));
+        }
+    }
+}

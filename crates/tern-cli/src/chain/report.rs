@@ -17,7 +17,7 @@ use crate::hw::ReportArgs;
 
 /// Whether `path` is a tenant file (TOML with `tenant` and `dag`).
 pub fn is_tenant_file(path: &Path) -> bool {
-    std::fs::read_to_string(path)
+    tern_wire::read_regular_text(path, tern_wire::MAX_CONFIG_BYTES)
         .ok()
         .and_then(|t| t.parse::<toml::Table>().ok())
         .is_some_and(|t| t.contains_key("tenant") && t.contains_key("dag"))

@@ -106,13 +106,22 @@ pub struct CodecArgs {
     pub proto_names: bool,
 }
 
-fn read_input(file: &Option<PathBuf>) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+/// The most JSON `rpc encode` reads (256 MiB: four times the largest message `rpc decode`
+/// reads, room for base64 and field names).
+const MAX_JSON_INPUT_BYTES: u64 = 256 << 20;
+
+/// The input, FILE (a regular file) or stdin, of at most `max` bytes: more is refused, naming
+/// the bound, rather than read without end (`/dev/zero`, or stdin from `yes`).
+fn read_input(file: &Option<PathBuf>, max: u64) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     use std::io::Read as _;
     match file {
-        Some(p) => std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()).into()),
+        Some(p) => Ok(tern_wire::read_regular_file(p, max)?),
         None => {
             let mut b = Vec::new();
-            std::io::stdin().read_to_end(&mut b)?;
+            std::io::stdin().lock().take(max.saturating_add(1)).read_to_end(&mut b)?;
+            if b.len() as u64 > max {
+                return Err(format!("stdin holds more than the {max} bytes this input may be").into());
+            }
             Ok(b)
         }
     }
@@ -133,9 +142,10 @@ fn table_and_class(a: &CodecArgs) -> Result<(tern_rpc::schema::SchemaTable, u32)
 /// `tern rpc decode`: wire bytes to JSON on stdout.
 pub fn decode(a: &CodecArgs) -> CmdResult {
     let (table, class) = table_and_class(a)?;
-    let input = read_input(&a.file)?;
+    let opts = tern_rpc::decode::DecodeOptions::default();
+    let input = read_input(&a.file, opts.max_message_bytes as u64)?;
     let pools = tern_rpc::decode::Pools::default();
-    let msg = tern_rpc::decode::decode(&table, class, &input, &pools, &tern_rpc::decode::DecodeOptions::default())?;
+    let msg = tern_rpc::decode::decode(&table, class, &input, &pools, &opts)?;
     println!("{}", serde_json::to_string_pretty(&tern_rpc::json::to_json(&msg, a.proto_names))?);
     Ok(ExitCode::SUCCESS)
 }
@@ -144,7 +154,7 @@ pub fn decode(a: &CodecArgs) -> CmdResult {
 pub fn encode(a: &CodecArgs) -> CmdResult {
     use std::io::{IsTerminal as _, Write as _};
     let (table, class) = table_and_class(a)?;
-    let input = read_input(&a.file)?;
+    let input = read_input(&a.file, MAX_JSON_INPUT_BYTES)?;
     let json: serde_json::Value = serde_json::from_slice(&input).map_err(|e| format!("the input is not JSON: {e}"))?;
     let bytes = tern_rpc::json::from_json(&table, class, &json)?;
     let mut out = std::io::stdout().lock();

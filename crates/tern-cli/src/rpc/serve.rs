@@ -219,7 +219,9 @@ pub fn run(a: &ServeArgs) -> CmdResult {
     if let Some(m) = a.metrics {
         let mut registry = prometheus_client::registry::Registry::default();
         registry.register_collector(Box::new(super::metrics::RpcCollector { counters: counters.clone() }));
-        let config = Arc::new(std::sync::Mutex::new(std::fs::read_to_string(&a.config).unwrap_or_default()));
+        let config = Arc::new(std::sync::Mutex::new(
+            tern_wire::read_regular_text(&a.config, tern_wire::MAX_CONFIG_BYTES).unwrap_or_default(),
+        ));
         let bound = crate::metrics::serve(m, registry, config, stop.clone(), None)?;
         eprintln!("metrics on http://{bound}/metrics");
     }

@@ -18,7 +18,7 @@ use crate::hw::ReportArgs;
 
 /// Whether `path` is a switch configuration (`program`, `ports` and `servers` keys).
 pub fn is_switch_config(path: &Path) -> bool {
-    std::fs::read_to_string(path)
+    tern_wire::read_regular_text(path, tern_wire::MAX_CONFIG_BYTES)
         .ok()
         .and_then(|t| t.parse::<toml::Table>().ok())
         .is_some_and(|t| t.contains_key("program") && t.contains_key("servers") && t.contains_key("ports"))

@@ -375,7 +375,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
                     Err(_) => Err((504, "the switch did not answer".into())),
                 })
             });
-            let text = std::fs::read_to_string(&a.config).unwrap_or_default();
+            let text = tern_wire::read_regular_text(&a.config, tern_wire::MAX_CONFIG_BYTES).unwrap_or_default();
             let config = Arc::new(Mutex::new(text));
             Some(crate::metrics::serve_with_post(addr, registry, config, http_stop.clone(), Some(extra), Some(post))?)
         }

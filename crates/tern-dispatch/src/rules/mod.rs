@@ -497,13 +497,13 @@ impl RuleSet {
 /// A rule file that could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    /// The file could not be read, or is not a regular file of at most [`MAX_RULE_FILE_BYTES`].
+    #[error("{message}")]
     Io {
         /// The file.
         path: String,
-        /// Cause.
-        source: std::io::Error,
+        /// What went wrong, naming the file.
+        message: String,
     },
     /// The TOML is malformed or has unknown keys.
     #[error("{path}: {message}")]
@@ -542,10 +542,15 @@ pub struct Loaded {
     pub rules: RuleSet,
 }
 
-/// Reads and checks a rule file; `idl` is resolved relative to the file.
+/// The most bytes a rule file may have (16 MiB).
+pub const MAX_RULE_FILE_BYTES: u64 = tern_wire::MAX_CONFIG_BYTES;
+
+/// Reads and checks a rule file (a regular file of at most [`MAX_RULE_FILE_BYTES`]: a device or
+/// a pipe is refused unread); `idl` is resolved relative to the file.
 pub fn load(path: &std::path::Path) -> Result<Loaded, LoadError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io { path: shown.clone(), source })?;
+    let text = tern_wire::read_regular_text(path, MAX_RULE_FILE_BYTES)
+        .map_err(|e| LoadError::Io { path: shown.clone(), message: e.to_string() })?;
     let config: DispatchConfig =
         toml::from_str(&text).map_err(|e| LoadError::Toml { path: shown.clone(), message: e.to_string() })?;
     let idl = path.parent().unwrap_or(std::path::Path::new(".")).join(&config.idl);
