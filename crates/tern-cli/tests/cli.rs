@@ -196,6 +196,12 @@ fn a_device_given_as_a_file_is_refused_by_name_unread() {
             tern_bounded(&["rpc", cmd, "--proto", proto, "--message", "image.User"], std::process::Stdio::from(zero));
         assert!(!ok, "rpc {cmd} from /dev/zero succeeded");
         assert!(err.contains(&format!("stdin holds more than the {bound} bytes")), "rpc {cmd}: {err}");
+        if cmd == "decode" {
+            // docs/rpc.md quotes this refusal word for word.
+            let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/rpc.md")).unwrap();
+            let said = err.lines().find(|l| l.contains("stdin holds")).unwrap().trim_start_matches("error: ");
+            assert!(doc.replace('\n', " ").contains(said), "docs/rpc.md does not quote `{said}`");
+        }
     }
 }
 
