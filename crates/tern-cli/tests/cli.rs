@@ -627,6 +627,33 @@ fn flow_serve_summary_names_its_drops() {
     assert_eq!(slow.iter().map(|(_, n)| n).sum::<u64>(), dropped, "{out}");
 }
 
+/// A capture cut inside a record (its writer killed) is replayed up to the cut, and the summary
+/// says where it ended and why, as text and as JSON (once it ended in silence).
+#[test]
+fn flow_serve_says_where_a_capture_ended_early() {
+    let dir = std::env::temp_dir().join(format!("tern-flow-cut-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = flow_replay_in(&dir);
+    let whole = std::fs::read(flow_example("traffic.pcap")).unwrap();
+    let cut = dir.join("cut.pcap");
+    std::fs::write(&cut, &whole[..whole.len() / 2]).unwrap();
+    let cfg = std::fs::read_to_string(&file).unwrap().replace(&flow_example("traffic.pcap"), cut.to_str().unwrap());
+    std::fs::write(&file, cfg).unwrap();
+    let (ok, out, err) = tern(&["flow", "serve", file.to_str().unwrap(), "--until-done", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    json_is_as_documented(&v, "flow", "| serve key | holds | what |", &[]);
+    let rx = v["ports"]["left"]["rx_packets"].as_u64().unwrap();
+    assert!(rx > 100 && rx < 600, "the frames before the cut, of 600: {v}");
+    let e = v["captures"]["left"]["error"].as_str().unwrap_or_else(|| panic!("no error: {v}"));
+    assert!(e.starts_with(&format!("{}: record {}: ", cut.display(), rx + 1)), "{e}");
+    assert_eq!(v["captures"]["left"]["skipped"], 0, "{v}");
+    let (ok, out, err) = tern(&["flow", "serve", file.to_str().unwrap(), "--until-done"]);
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("port left: the capture ended early, at a record it could not read: {e}")), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `tern flow serve --stats-interval`: a progress line on stderr at each interval (the flag
 /// once did nothing), the --json summary on stdout.
 #[test]

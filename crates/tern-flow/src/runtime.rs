@@ -59,6 +59,15 @@ impl FlowPort {
         })
     }
 
+    /// A replayed capture's frames skipped (not Ethernet, or longer than a buffer) and the read
+    /// error that ended it early, if one did; None for a port without a capture to replay.
+    pub fn capture(&self) -> Option<(u64, Option<String>)> {
+        match self {
+            FlowPort::Pcap { input: Some(p), .. } => Some((p.skipped(), p.error().map(str::to_string))),
+            _ => None,
+        }
+    }
+
     /// Whether the port will never receive again (a replayed capture that has ended).
     pub fn exhausted(&self) -> bool {
         match self {
@@ -126,6 +135,9 @@ pub struct Snapshot {
     pub uptime: f64,
     /// Port names and counters.
     pub ports: Vec<(String, PortStats)>,
+    /// Of each port replaying a capture (by name): frames skipped, and the read error that
+    /// ended the capture early (a record the capture library could not read), if one did.
+    pub captures: Vec<(String, u64, Option<String>)>,
     /// Pipeline counters.
     pub pipeline: PipelineStats,
     /// Cache counters.
@@ -273,6 +285,12 @@ impl Runtime {
         Snapshot {
             uptime: now.saturating_duration_since(self.start).as_secs_f64(),
             ports: self.names.iter().cloned().zip(self.ports.iter().map(FlowPort::stats)).collect(),
+            captures: self
+                .names
+                .iter()
+                .zip(&self.ports)
+                .filter_map(|(n, p)| p.capture().map(|(skipped, error)| (n.clone(), skipped, error)))
+                .collect(),
             pipeline: self.switch.pipeline.stats().clone(),
             cache: self.switch.cache_stats().clone(),
             slow: self.switch.slow.stats().clone(),

@@ -69,6 +69,8 @@ pub struct PcapIn {
     /// Frames skipped: not Ethernet (pcapng interfaces of another link type), too long for a
     /// buffer, or unreadable records after which reading stops.
     skipped: u64,
+    /// Packet records read so far (pcapng: packet blocks), skipped ones included.
+    records: u64,
     error: Option<String>,
     stats: PortStats,
 }
@@ -117,6 +119,7 @@ impl PcapIn {
             done: false,
             linktypes: Vec::new(),
             skipped: 0,
+            records: 0,
             error: None,
             stats: PortStats::default(),
         };
@@ -134,7 +137,8 @@ impl PcapIn {
         self.skipped
     }
 
-    /// The read error that ended the capture early, if one did.
+    /// The read error that ended the capture early, if one did: the file, the number of the
+    /// record (from 1; pcapng: of the packet blocks) it could not read, and why.
     pub fn error(&self) -> Option<&str> {
         self.error.as_deref()
     }
@@ -173,11 +177,17 @@ impl PcapIn {
             match item {
                 None => self.done = true,
                 Some(Err(e)) => {
-                    self.error = Some(format!("{}: {e}", self.path));
+                    self.error = Some(format!("{}: record {}: {e}", self.path, self.records + 1));
                     self.done = true;
                 }
-                Some(Ok(Some((ts, data)))) if data.len() <= room => self.next = Some((ts, data)),
-                Some(Ok(_)) => self.skipped += 1,
+                Some(Ok(Some((ts, data)))) if data.len() <= room => {
+                    self.records += 1;
+                    self.next = Some((ts, data));
+                }
+                Some(Ok(_)) => {
+                    self.records += 1;
+                    self.skipped += 1;
+                }
             }
         }
     }
@@ -498,6 +508,27 @@ mod tests {
         std::fs::write(dir.join("junk.pcap"), b"definitely not a capture").unwrap();
         let e = PcapIn::open(&dir.join("junk.pcap"), &pool, Timing::Fast).unwrap_err();
         assert!(e.to_string().contains("junk.pcap"), "{e}");
+        // A capture cut inside its 4th record (as one whose writer was killed), and one whose
+        // 2nd record claims 4 GB: the frames before are replayed, then the error names the
+        // file and the record, and nothing of the claimed size is allocated.
+        let whole = std::fs::read(&path).unwrap();
+        // Where record k starts: the file header (24 bytes), then each record's 16 and its frame.
+        let at = |k: usize| 24 + frames[..k].iter().map(|f| 16 + f.len()).sum::<usize>();
+        let mut huge = whole[..at(1) + 16].to_vec();
+        huge[at(1) + 8..at(1) + 16].copy_from_slice(&[0xf0, 0xff, 0xff, 0xff, 0xf0, 0xff, 0xff, 0xff]);
+        huge.extend_from_slice(&[0; 100]);
+        for (name, bytes, good) in [("cut.pcap", whole[..at(3) + 20].to_vec(), 3), ("huge.pcap", huge, 1)] {
+            std::fs::write(dir.join(name), &bytes).unwrap();
+            let mut inp = PcapIn::open(&dir.join(name), &pool, Timing::Fast).unwrap();
+            let mut got = 0;
+            while !inp.finished() {
+                got += inp.recv(Instant::now(), &mut batch).unwrap();
+                batch.recycle(&pool);
+            }
+            assert_eq!(got, good, "{name}");
+            let e = inp.error().unwrap_or_else(|| panic!("{name}: no error"));
+            assert!(e.starts_with(&format!("{}: record {}: ", dir.join(name).display(), good + 1)), "{e}");
+        }
         assert!("x0".parse::<Timing>().is_err() && "slow".parse::<Timing>().is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }

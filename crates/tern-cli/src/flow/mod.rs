@@ -243,6 +243,11 @@ fn summary_json(s: &Snapshot) -> serde_json::Value {
             (n.clone(), v)
         })
         .collect();
+    let captures: serde_json::Map<String, serde_json::Value> = s
+        .captures
+        .iter()
+        .map(|(n, skipped, error)| (n.clone(), serde_json::json!({"skipped": skipped, "error": error})))
+        .collect();
     // Every reason, zeros included, as `/metrics` has them.
     let drops: serde_json::Map<String, serde_json::Value> = tern_flow::pipeline::DropReason::all()
         .map(|r| (r.to_string(), serde_json::json!(s.pipeline.dropped(r))))
@@ -250,7 +255,7 @@ fn summary_json(s: &Snapshot) -> serde_json::Value {
     let slow_drops: serde_json::Map<String, serde_json::Value> =
         s.slow_drops().into_iter().map(|(r, n)| (r.to_string(), serde_json::json!(n))).collect();
     serde_json::json!({
-        "elapsed_s": s.uptime, "ports": ports, "cache_hits": s.pipeline.hits, "fast_path": s.pipeline.fast_path,
+        "elapsed_s": s.uptime, "ports": ports, "captures": captures, "cache_hits": s.pipeline.hits, "fast_path": s.pipeline.fast_path,
         "cache_misses": s.pipeline.misses, "upcalls": s.cache.upcalls, "slow_forwarded": s.cache.slow_forwarded,
         "slow_dropped": s.cache.slow_dropped, "upcalls_rate_limited": s.cache.upcall_rate_limited,
         "installed_exact": s.cache.installed_exact, "installed_prefix": s.cache.installed_prefix,
@@ -284,6 +289,16 @@ fn print_summary(s: &Snapshot, why: &str) {
             "  port {name}: rx {} frames, tx {} frames, dropped {} rx / {} tx",
             p.rx_packets, p.tx_packets, p.rx_dropped, p.tx_dropped
         );
+    }
+    for (name, skipped, error) in &s.captures {
+        if *skipped > 0 {
+            println!(
+                "  port {name}: {skipped} frame(s) of the capture skipped (not Ethernet, or longer than a buffer)"
+            );
+        }
+        if let Some(e) = error {
+            println!("  port {name}: the capture ended early, at a record it could not read: {e}");
+        }
     }
     println!(
         "  pipeline: {} hits ({} on the fast path), {} misses; slow path: {} upcalls, {} forwarded, {} dropped, {} rate-limited",
