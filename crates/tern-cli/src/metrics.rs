@@ -1,13 +1,13 @@
 //! The Prometheus endpoint of `serve` commands: `/metrics` (text exposition, encoded by
 //! `prometheus-client` from the engine's counters at scrape time), `/ready` and `/config`,
-//! served over HTTP by `tiny_http`.
+//! served over HTTP by [`crate::http`].
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::thread;
-use std::time::Duration;
+
+use crate::http::Reply;
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -69,13 +69,10 @@ pub type PostFn = dyn Fn(&str, &[u8]) -> Option<Result<String, (u16, String)>> +
 /// See [`PostFn`].
 pub type Post = Box<PostFn>;
 
-/// Threads answering requests. Connections are read (and slow clients waited for) on
-/// tiny_http's own per-connection threads, so these only encode and write answers.
-const HANDLERS: usize = 2;
-
 /// Serves `/metrics`, `/ready`, `/config` (and whatever `extra` answers, as JSON) over HTTP/1.1
 /// on `addr` until `stop` is set; returns the bound address. `GET` and `HEAD` only (others: 405
-/// with `Allow`); the query string is ignored; unknown paths are 404.
+/// with `Allow`); the query string is ignored; unknown paths are 404. The HTTP side, and what it
+/// refuses, is [`crate::http`]'s.
 pub fn serve(
     addr: SocketAddr,
     registry: Registry,
@@ -95,90 +92,55 @@ pub fn serve_with_post(
     extra: Option<Extra>,
     post: Option<Post>,
 ) -> std::io::Result<SocketAddr> {
-    let server = tiny_http::Server::http(addr)
-        .map_err(|e| std::io::Error::other(format!("cannot serve metrics on {addr}: {e}")))?;
-    let bound = server
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| std::io::Error::other(format!("metrics endpoint on {addr} has no IP address")))?;
-    let shared = Arc::new((server, registry, config, extra, post));
-    for i in 0..HANDLERS {
-        let (shared, stop) = (shared.clone(), stop.clone());
-        thread::Builder::new().name(format!("tern-metrics-{i}")).spawn(move || {
-            let (server, registry, config, extra, post) = &*shared;
-            while !stop.load(Ordering::Relaxed) {
-                match server.recv_timeout(Duration::from_millis(100)) {
-                    Ok(Some(req)) => answer(req, registry, config, extra.as_deref(), post.as_deref()),
-                    Ok(None) => {}
-                    Err(_) => thread::sleep(Duration::from_millis(20)),
-                }
-            }
-        })?;
-    }
-    Ok(bound)
-}
-
-fn header(name: &str, value: &str) -> tiny_http::Header {
-    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("valid header")
+    let handler: Arc<crate::http::Handler> = Arc::new(move |method: &str, target: &str, body: &[u8]| {
+        answer(method, target, body, &registry, &config, extra.as_deref(), post.as_deref())
+    });
+    crate::http::serve(addr, stop, handler)
 }
 
 fn answer(
-    mut req: tiny_http::Request,
+    method: &str,
+    target: &str,
+    body: &[u8],
     registry: &Registry,
     config: &Mutex<String>,
     extra: Option<&ExtraFn>,
     post: Option<&PostFn>,
-) {
-    use tiny_http::Method;
-    if *req.method() == Method::Post
+) -> Reply {
+    if method == "POST"
         && let Some(p) = post
     {
-        let url = req.url().to_string();
-        let mut data = Vec::new();
-        let read = std::io::Read::read_to_end(&mut std::io::Read::take(req.as_reader(), 1 << 20), &mut data);
-        let answer = match read {
-            Ok(_) => p(&url, &data),
-            Err(e) => Some(Err((400, format!("reading the body: {e}")))),
+        return match p(target, body) {
+            Some(Ok(body)) => Reply { status: 200, content_type: "application/json", body, allow: None },
+            Some(Err((status, msg))) => Reply::text(status, format!("{msg}\n")),
+            None => Reply::text(404, "no such control path\n"),
         };
-        let (status, body) = match answer {
-            Some(Ok(body)) => (200, body),
-            Some(Err((status, msg))) => (status, format!("{msg}\n")),
-            None => (404, "no such control path\n".into()),
-        };
-        let ctype = if status == 200 { "application/json" } else { "text/plain; charset=utf-8" };
-        let resp =
-            tiny_http::Response::from_string(body).with_status_code(status).with_header(header("Content-Type", ctype));
-        let _ = req.respond(resp);
-        return;
     }
-    if !matches!(req.method(), Method::Get | Method::Head) {
+    if method != "GET" && method != "HEAD" {
         let allow = if post.is_some() { "GET, HEAD, POST" } else { "GET, HEAD" };
-        let resp = tiny_http::Response::from_string(format!("only {allow}\n"))
-            .with_status_code(405)
-            .with_header(header("Allow", allow));
-        let _ = req.respond(resp);
-        return;
+        return Reply { allow: Some(allow), ..Reply::text(405, format!("only {allow}\n")) };
     }
-    let path = req.url().split('?').next().unwrap_or("/").to_string();
-    let (status, ctype, body) = match path.as_str() {
+    let path = target.split('?').next().unwrap_or("/");
+    match path {
         "/metrics" => {
             let mut body = String::new();
             match prometheus_client::encoding::text::encode(&mut body, registry) {
-                Ok(()) => (200, "application/openmetrics-text; version=1.0.0; charset=utf-8", body),
-                Err(_) => (500, "text/plain; charset=utf-8", "encoding failed\n".into()),
+                Ok(()) => Reply {
+                    status: 200,
+                    content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    body,
+                    allow: None,
+                },
+                Err(_) => Reply::text(500, "encoding failed\n"),
             }
         }
-        "/ready" => (200, "text/plain; charset=utf-8", "ready\n".into()),
-        "/config" => (200, "text/plain; charset=utf-8", config.lock().map(|c| c.clone()).unwrap_or_default()),
+        "/ready" => Reply::text(200, "ready\n"),
+        "/config" => Reply::text(200, config.lock().map(|c| c.clone()).unwrap_or_default()),
         p => match extra.and_then(|f| f(p)) {
-            Some(body) => (200, "application/json", body),
-            None => (404, "text/plain; charset=utf-8", "try /metrics, /ready or /config\n".into()),
+            Some(body) => Reply { status: 200, content_type: "application/json", body, allow: None },
+            None => Reply::text(404, "try /metrics, /ready or /config\n"),
         },
-    };
-    // tiny_http leaves the body out of the answer to a HEAD request.
-    let resp =
-        tiny_http::Response::from_string(body).with_status_code(status).with_header(header("Content-Type", ctype));
-    let _ = req.respond(resp);
+    }
 }
 
 /// Checks that `v`, the JSON `url` answered, holds each of `keys` at its top level, as the
@@ -195,6 +157,8 @@ pub fn answered_by(url: &str, v: &serde_json::Value, server: &str, keys: &[&str]
 mod tests {
     use std::io::{Read, Write};
     use std::net::TcpStream;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
 
     use super::*;
 
@@ -249,14 +213,5 @@ mod tests {
         slow.read_to_string(&mut text).unwrap();
         assert!(text.starts_with("HTTP/1.1 200"), "{text}");
         stop.store(true, Ordering::Relaxed);
-    }
-
-    #[test]
-    fn a_held_address_is_an_error_naming_it() {
-        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = held.local_addr().unwrap();
-        let stop = Arc::new(AtomicBool::new(true));
-        let err = serve(addr, Registry::default(), Arc::default(), stop, None).unwrap_err().to_string();
-        assert!(err.contains(&addr.to_string()) && err.contains("in use"), "{err}");
     }
 }

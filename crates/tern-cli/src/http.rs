@@ -1,0 +1,431 @@
+//! The HTTP/1.1 server under every `--metrics`/`--control` endpoint: requests parsed by
+//! `httparse`, each connection on a thread of its own, every length a client sends bounded
+//! before anything is allocated for it, and every wait bounded in time.
+//!
+//! Why not a server crate: `tiny_http` 0.12 (the latest) drains an unread body into a buffer
+//! of the size the client declared, so one request declaring `Content-Length:
+//! 999999999999999` ended the process (an allocation failure), and it reads bodies on the
+//! answering threads without a time limit, so two clients trickling a body stopped every
+//! answer, heartbeats included. The framing here is what the endpoints need and no more
+//! (docs/dispatch.md, "Metrics", lists it): `Content-Length` bodies of at most
+//! [`MAX_BODY_BYTES`] (413 above it, before reading), no chunked bodies (501), a request's head
+//! of at most [`MAX_HEAD_BYTES`] (431), a request complete within [`REQUEST_DEADLINE`] of its
+//! first byte (else the connection is closed), a kept-alive connection closed after [`IDLE`]
+//! without a request, and at most [`MAX_CONNECTIONS`] connections at once (503 past them).
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The most bytes a request's body may have (1 MiB).
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// The most bytes a request line and its headers may have (16 KiB).
+pub const MAX_HEAD_BYTES: usize = 16 << 10;
+/// The most headers a request may have.
+pub const MAX_HEADERS: usize = 64;
+/// From a request's first byte to its last.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a kept-alive connection waits for its next request.
+pub const IDLE: Duration = Duration::from_secs(60);
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 256;
+/// How long writing an answer may wait for the client to read.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a waiting connection looks at the stop flag.
+const POLL: Duration = Duration::from_millis(100);
+
+/// An answer: status, content type, body, and the `Allow` header of a 405.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The status code.
+    pub status: u16,
+    /// The `Content-Type`.
+    pub content_type: &'static str,
+    /// The body (left out of the answer to a `HEAD`).
+    pub body: String,
+    /// The methods a 405 says are allowed.
+    pub allow: Option<&'static str>,
+}
+
+impl Reply {
+    /// A plain-text answer.
+    pub fn text(status: u16, body: impl Into<String>) -> Reply {
+        Reply { status, content_type: "text/plain; charset=utf-8", body: body.into(), allow: None }
+    }
+}
+
+/// What answers a request: its method, its target (path and query, as sent) and its body.
+pub type Handler = dyn Fn(&str, &str, &[u8]) -> Reply + Send + Sync;
+
+/// Serves `handler` on `addr` until `stop` is set; returns the bound address (an address
+/// another process holds is an error naming it).
+pub fn serve(addr: SocketAddr, stop: Arc<AtomicBool>, handler: Arc<Handler>) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot serve metrics on {addr}: {e}")))?;
+    let bound = listener.local_addr()?;
+    listener.set_nonblocking(true)?;
+    let active = Arc::new(AtomicUsize::new(0));
+    thread::Builder::new().name("tern-http-accept".into()).spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((s, _)) => {
+                    if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+                        active.fetch_sub(1, Ordering::AcqRel);
+                        refuse_busy(s);
+                        continue;
+                    }
+                    let (stop, handler, mine) = (stop.clone(), handler.clone(), active.clone());
+                    let spawned = thread::Builder::new().name("tern-http".into()).spawn(move || {
+                        let _ = connection(s, &stop, &*handler);
+                        mine.fetch_sub(1, Ordering::AcqRel);
+                    });
+                    if spawned.is_err() {
+                        active.fetch_sub(1, Ordering::AcqRel);
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => thread::sleep(Duration::from_millis(5)),
+                Err(_) => thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    })?;
+    Ok(bound)
+}
+
+/// Past [`MAX_CONNECTIONS`]: a 503, written without waiting, and the connection closed.
+fn refuse_busy(mut s: TcpStream) {
+    let _ = s.set_nonblocking(true);
+    let body = "too many connections\n";
+    let _ = s.write_all(head(503, "text/plain; charset=utf-8", body.len(), None, true).as_bytes());
+    let _ = s.write_all(body.as_bytes());
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        413 => "Content Too Large",
+        417 => "Expectation Failed",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Status",
+    }
+}
+
+fn head(status: u16, content_type: &str, len: usize, allow: Option<&str>, close: bool) -> String {
+    let mut h =
+        format!("HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {len}\r\n", reason(status));
+    if let Some(a) = allow {
+        h += &format!("Allow: {a}\r\n");
+    }
+    if close {
+        h += "Connection: close\r\n";
+    }
+    h + "\r\n"
+}
+
+fn write_reply(s: &mut TcpStream, r: &Reply, head_only: bool, close: bool) -> std::io::Result<()> {
+    let mut out = head(r.status, r.content_type, r.body.len(), r.allow, close).into_bytes();
+    if !head_only {
+        out.extend_from_slice(r.body.as_bytes());
+    }
+    s.write_all(&out)?;
+    s.flush()
+}
+
+/// A request's head, as the connection needs it.
+struct Head {
+    len: usize,
+    method: String,
+    target: String,
+    body: usize,
+    keep_alive: bool,
+    expect_continue: bool,
+}
+
+/// Parses the head at the start of `buf`: `Ok(None)` while it is incomplete, `Err` with the
+/// answer that refuses it (the connection is then closed).
+fn parse_head(buf: &[u8]) -> Result<Option<Head>, Reply> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD_BYTES => {
+            return Err(Reply::text(431, format!("a request's head is at most {MAX_HEAD_BYTES} bytes\n")));
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(Reply::text(431, format!("a request has at most {MAX_HEADERS} headers\n")));
+        }
+        Err(e) => return Err(Reply::text(400, format!("not an HTTP/1.x request: {e}\n"))),
+    };
+    if len > MAX_HEAD_BYTES {
+        return Err(Reply::text(431, format!("a request's head is at most {MAX_HEAD_BYTES} bytes\n")));
+    }
+    let (method, target, minor) = (req.method.unwrap_or(""), req.path.unwrap_or("/"), req.version.unwrap_or(1));
+    let mut body: Option<u64> = None;
+    let (mut close, mut keep, mut expect_continue) = (false, false, false);
+    for h in req.headers.iter() {
+        let value = std::str::from_utf8(h.value).unwrap_or("").trim();
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let n: u64 = value
+                .parse()
+                .map_err(|_| Reply::text(400, format!("Content-Length `{value}` is not a number of bytes\n")))?;
+            if body.is_some_and(|b| b != n) {
+                return Err(Reply::text(400, "two Content-Length headers that differ\n"));
+            }
+            body = Some(n);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(Reply::text(501, "chunked bodies are not taken: send Content-Length\n"));
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            for token in value.split(',').map(str::trim) {
+                close |= token.eq_ignore_ascii_case("close");
+                keep |= token.eq_ignore_ascii_case("keep-alive");
+            }
+        } else if h.name.eq_ignore_ascii_case("expect") {
+            if !value.eq_ignore_ascii_case("100-continue") {
+                return Err(Reply::text(417, format!("Expect `{value}` is not supported\n")));
+            }
+            expect_continue = true;
+        }
+    }
+    let body = body.unwrap_or(0);
+    if body > MAX_BODY_BYTES as u64 {
+        return Err(Reply::text(413, format!("a request's body is at most {MAX_BODY_BYTES} bytes, not {body}\n")));
+    }
+    Ok(Some(Head {
+        len,
+        method: method.to_string(),
+        target: target.to_string(),
+        body: body as usize,
+        keep_alive: if minor >= 1 { !close } else { keep },
+        expect_continue,
+    }))
+}
+
+/// Reads more of the connection into `buf`: `Ok(false)` when the client closed it, an error
+/// when `deadline` passed, `stop` was set, or the socket failed.
+fn fill(s: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant, stop: &AtomicBool) -> std::io::Result<bool> {
+    let mut chunk = [0u8; 8192];
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(std::io::Error::other("stopping"));
+        }
+        if Instant::now() >= deadline {
+            return Err(ErrorKind::TimedOut.into());
+        }
+        match s.read(&mut chunk) {
+            Ok(0) => return Ok(false),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                return Ok(true);
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Answers the requests of one connection, in order, until it closes, fails, stays idle past
+/// [`IDLE`], sends a request it refuses, or `stop` is set.
+fn connection(mut s: TcpStream, stop: &AtomicBool, handler: &Handler) -> std::io::Result<()> {
+    s.set_nonblocking(false)?;
+    s.set_read_timeout(Some(POLL))?;
+    s.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    let _ = s.set_nodelay(true);
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    loop {
+        // The head: the idle wait, then (from its first byte) the request's deadline.
+        let mut deadline = if buf.is_empty() { Instant::now() + IDLE } else { Instant::now() + REQUEST_DEADLINE };
+        let head = loop {
+            if !buf.is_empty() {
+                match parse_head(&buf) {
+                    Ok(Some(h)) => break h,
+                    Ok(None) => {}
+                    Err(r) => return write_reply(&mut s, &r, false, true),
+                }
+            }
+            let was_empty = buf.is_empty();
+            if !fill(&mut s, &mut buf, deadline, stop)? {
+                return Ok(());
+            }
+            if was_empty {
+                deadline = Instant::now() + REQUEST_DEADLINE;
+            }
+        };
+        buf.drain(..head.len);
+        if head.expect_continue && head.body > buf.len() {
+            s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+        }
+        while buf.len() < head.body {
+            if !fill(&mut s, &mut buf, deadline, stop)? {
+                return Ok(());
+            }
+        }
+        let body: Vec<u8> = buf.drain(..head.body).collect();
+        let reply = handler(&head.method, &head.target, &body);
+        let close = !head.keep_alive || stop.load(Ordering::Relaxed);
+        write_reply(&mut s, &reply, head.method == "HEAD", close)?;
+        if close {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn echo() -> Arc<Handler> {
+        Arc::new(|m: &str, t: &str, b: &[u8]| Reply::text(200, format!("{m} {t} {}\n", b.len())))
+    }
+
+    fn start() -> (SocketAddr, Arc<AtomicBool>) {
+        let stop = Arc::new(AtomicBool::new(false));
+        (serve("127.0.0.1:0".parse().unwrap(), stop.clone(), echo()).unwrap(), stop)
+    }
+
+    /// Sends `raw`, then reads until the server closes the connection (or 5 s pass).
+    fn exchange(addr: SocketAddr, raw: &[u8]) -> String {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(raw).unwrap();
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn requests_in_a_row_and_pipelined_on_one_connection() {
+        let (addr, stop) = start();
+        let out = exchange(
+            addr,
+            b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nPOST /b?q=1 HTTP/1.1\r\nContent-Length: 3\r\n\r\nxyzHEAD /c HTTP/1.1\r\nConnection: close\r\n\r\n",
+        );
+        let heads: Vec<&str> = out.split("HTTP/1.1 ").skip(1).collect();
+        assert_eq!(heads.len(), 3, "{out}");
+        assert!(heads[0].starts_with("200 OK") && heads[0].ends_with("GET /a 0\n"), "{out}");
+        assert!(heads[1].ends_with("POST /b?q=1 3\n"), "{out}");
+        // HEAD: the length of the body it would have, no body.
+        assert!(heads[2].contains("Content-Length: 10\r\n") && heads[2].ends_with("\r\n\r\n"), "{out}");
+        // HTTP/1.0 closes after one answer unless asked to keep the connection.
+        let out = exchange(addr, b"GET /d HTTP/1.0\r\n\r\nGET /e HTTP/1.0\r\n\r\n");
+        assert_eq!(out.matches("HTTP/1.1 200").count(), 1, "{out}");
+        stop.store(true, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn lengths_a_client_declares_are_bounded_before_anything_is_read() {
+        let (addr, stop) = start();
+        // Once the end of the process: a drain sized by the declared length.
+        let out = exchange(addr, b"POST /x HTTP/1.1\r\nContent-Length: 999999999999999\r\n\r\n0123");
+        assert!(out.starts_with("HTTP/1.1 413 ") && out.contains("at most 1048576 bytes"), "{out}");
+        let big = format!("POST /x HTTP/1.1\r\nContent-Length: {}\r\n\r\n", MAX_BODY_BYTES + 1);
+        assert!(exchange(addr, big.as_bytes()).starts_with("HTTP/1.1 413 "));
+        let exact = format!("POST /x HTTP/1.1\r\nContent-Length: {MAX_BODY_BYTES}\r\nConnection: close\r\n\r\n");
+        let mut raw = exact.into_bytes();
+        raw.extend(std::iter::repeat_n(b'a', MAX_BODY_BYTES));
+        assert!(exchange(addr, &raw).ends_with(&format!("POST /x {MAX_BODY_BYTES}\n")));
+        let out = exchange(addr, b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n");
+        assert!(out.starts_with("HTTP/1.1 501 "), "{out}");
+        let out = exchange(addr, b"POST /x HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab");
+        assert!(out.starts_with("HTTP/1.1 400 "), "{out}");
+        let out = exchange(addr, b"POST /x HTTP/1.1\r\nContent-Length: -1\r\n\r\n");
+        assert!(out.starts_with("HTTP/1.1 400 "), "{out}");
+        let mut long = b"GET /x HTTP/1.1\r\nX: ".to_vec();
+        long.extend(std::iter::repeat_n(b'a', MAX_HEAD_BYTES + 10));
+        assert!(exchange(addr, &long).starts_with("HTTP/1.1 431 "));
+        let many: String = (0..MAX_HEADERS + 1).map(|i| format!("X{i}: y\r\n")).collect();
+        assert!(exchange(addr, format!("GET /x HTTP/1.1\r\n{many}\r\n").as_bytes()).starts_with("HTTP/1.1 431 "));
+        assert!(exchange(addr, b"\x00\x01garbage\r\n\r\n").starts_with("HTTP/1.1 400 "));
+        // Expect: 100-continue is answered before the body comes.
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(b"POST /x HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut first = [0u8; 25];
+        c.read_exact(&mut first).unwrap();
+        assert_eq!(&first, b"HTTP/1.1 100 Continue\r\n\r\n");
+        c.write_all(b"ok").unwrap();
+        let mut rest = String::new();
+        c.read_to_string(&mut rest).unwrap();
+        assert!(rest.starts_with("HTTP/1.1 200") && rest.ends_with("POST /x 2\n"), "{rest}");
+        stop.store(true, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn slow_clients_hold_up_no_other_request() {
+        let (addr, stop) = start();
+        // Clients that stop inside a head and inside a body (declaring 1 MiB, sending 10 bytes).
+        let mut held = Vec::new();
+        for i in 0..8 {
+            let mut c = TcpStream::connect(addr).unwrap();
+            if i % 2 == 0 {
+                c.write_all(b"GET /met").unwrap();
+            } else {
+                c.write_all(b"POST /r HTTP/1.1\r\nContent-Length: 1048576\r\n\r\n0123456789").unwrap();
+            }
+            held.push(c);
+        }
+        thread::sleep(Duration::from_millis(200));
+        let start = Instant::now();
+        let out = exchange(addr, b"GET /ready HTTP/1.1\r\nConnection: close\r\n\r\n");
+        assert!(out.ends_with("GET /ready 0\n"), "{out}");
+        assert!(start.elapsed() < Duration::from_secs(2), "an answer waited {:?}", start.elapsed());
+        stop.store(true, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn a_request_is_whole_within_its_deadline_or_its_connection_closes() {
+        let (addr, stop) = start();
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(REQUEST_DEADLINE + Duration::from_secs(5))).unwrap();
+        let start = Instant::now();
+        c.write_all(b"GET /slow HTTP/1.1\r\n").unwrap();
+        // One header line a second: never whole within the deadline.
+        let mut out = Vec::new();
+        for _ in 0..(REQUEST_DEADLINE.as_secs() + 3) {
+            thread::sleep(Duration::from_secs(1));
+            if c.write_all(b"X: y\r\n").is_err() {
+                break;
+            }
+        }
+        let _ = c.read_to_end(&mut out);
+        assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+        let took = start.elapsed();
+        assert!(took >= REQUEST_DEADLINE && took < REQUEST_DEADLINE + Duration::from_secs(4), "{took:?}");
+        stop.store(true, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn past_the_connection_bound_a_client_is_told_busy() {
+        let (addr, stop) = start();
+        let held: Vec<TcpStream> = (0..MAX_CONNECTIONS).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        thread::sleep(Duration::from_millis(300));
+        let out = exchange(addr, b"GET /x HTTP/1.1\r\n\r\n");
+        assert!(out.starts_with("HTTP/1.1 503 "), "{out}");
+        drop(held);
+        // Their threads see the closes within a poll.
+        thread::sleep(Duration::from_millis(500));
+        assert!(exchange(addr, b"GET /x HTTP/1.1\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 200 "));
+        stop.store(true, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn a_held_address_is_an_error_naming_it() {
+        let held = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = held.local_addr().unwrap();
+        let err = serve(addr, Arc::new(AtomicBool::new(true)), echo()).unwrap_err().to_string();
+        assert!(err.contains(&addr.to_string()) && err.contains("in use"), "{err}");
+    }
+}
