@@ -421,6 +421,28 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
     }
 
+    /// docs/dispatch.md's table of limits is the contract: each row's value is the code's.
+    #[test]
+    fn the_docs_give_each_limit() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/dispatch.md")).unwrap();
+        let row = |starts: &str| -> String {
+            doc.lines()
+                .find(|l| l.starts_with(starts))
+                .unwrap_or_else(|| panic!("docs/dispatch.md: no row `{starts}`"))
+                .to_string()
+        };
+        let body = row("| a request's body");
+        assert!(body.contains(&format!("{} MiB", MAX_BODY_BYTES >> 20)) && body.contains("1,048,576"), "{body}");
+        let head = row("| a request line and headers");
+        assert!(head.contains(&format!("| {} KiB, {MAX_HEADERS} headers |", MAX_HEAD_BYTES >> 10)), "{head}");
+        let whole = row("| a request, from its first byte");
+        assert!(whole.contains(&format!("| {} s |", REQUEST_DEADLINE.as_secs())), "{whole}");
+        let idle = row("| a kept-alive connection");
+        assert!(idle.contains(&format!("| {} s |", IDLE.as_secs())), "{idle}");
+        let conns = row("| connections at once");
+        assert!(conns.contains(&format!("| {MAX_CONNECTIONS} |")), "{conns}");
+    }
+
     #[test]
     fn a_held_address_is_an_error_naming_it() {
         let held = TcpListener::bind("127.0.0.1:0").unwrap();
