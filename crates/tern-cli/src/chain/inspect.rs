@@ -79,7 +79,11 @@ pub struct DumpArgs {
 /// `tern chain dump`.
 pub fn dump(a: &DumpArgs) -> CmdResult {
     let url = format!("http://{}/runtime", a.server);
-    let body = ureq::get(&url)
+    // An address that takes the connection and never answers is an error, not a wait.
+    let agent: ureq::Agent =
+        ureq::Agent::config_builder().timeout_global(Some(std::time::Duration::from_secs(10))).build().into();
+    let body = agent
+        .get(&url)
         .call()
         .map_err(|e| format!("{url}: {e}"))?
         .into_body()
