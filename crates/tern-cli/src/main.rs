@@ -7,7 +7,6 @@ mod dispatch;
 mod env;
 mod flow;
 mod frames;
-mod http;
 mod hw;
 mod metrics;
 mod plot;

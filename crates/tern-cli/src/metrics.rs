@@ -1,13 +1,13 @@
 //! The Prometheus endpoint of `serve` commands: `/metrics` (text exposition, encoded by
 //! `prometheus-client` from the engine's counters at scrape time), `/ready` and `/config`,
-//! served over HTTP by [`crate::http`].
+//! served over HTTP by [`tern_io::http`].
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use crate::http::Reply;
+use tern_io::http::Reply;
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -72,7 +72,7 @@ pub type Post = Box<PostFn>;
 /// Serves `/metrics`, `/ready`, `/config` (and whatever `extra` answers, as JSON) over HTTP/1.1
 /// on `addr` until `stop` is set; returns the bound address. `GET` and `HEAD` only (others: 405
 /// with `Allow`); the query string is ignored; unknown paths are 404. The HTTP side, and what it
-/// refuses, is [`crate::http`]'s.
+/// refuses, is [`tern_io::http`]'s.
 pub fn serve(
     addr: SocketAddr,
     registry: Registry,
@@ -92,10 +92,10 @@ pub fn serve_with_post(
     extra: Option<Extra>,
     post: Option<Post>,
 ) -> std::io::Result<SocketAddr> {
-    let handler: Arc<crate::http::Handler> = Arc::new(move |method: &str, target: &str, body: &[u8]| {
+    let handler: Arc<tern_io::http::Handler> = Arc::new(move |method: &str, target: &str, body: &[u8]| {
         answer(method, target, body, &registry, &config, extra.as_deref(), post.as_deref())
     });
-    crate::http::serve(addr, stop, handler)
+    tern_io::http::serve(addr, stop, handler)
 }
 
 fn answer(

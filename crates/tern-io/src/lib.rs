@@ -7,7 +7,8 @@
 //! - [`uds`]: Unix datagram links between threads (an IPC baseline);
 //! - [`afpacket`]: whole L2 frames on a veth or NIC through a raw socket (root);
 //! - [`cbpf`]: classic BPF programs that steer a socket group, and their interpreter;
-//! - [`pcap`]: capture files as input ([`pcap::PcapIn`]) and output ([`pcap::PcapOut`]).
+//! - [`pcap`]: capture files as input ([`pcap::PcapIn`]) and output ([`pcap::PcapOut`]);
+//! - [`http`]: the HTTP/1.1 server of the commands' metrics and control endpoints.
 //!
 //! Wrappers stack on any port (as smoltcp's devices do): [`fault::FaultInjector`] (seeded loss,
 //! duplication, reordering, delay, corruption; this kernel has no netem) and
@@ -37,6 +38,7 @@ pub mod afpacket;
 pub mod afxdp;
 pub mod cbpf;
 pub mod fault;
+pub mod http;
 pub mod mem;
 pub mod memnet;
 mod mmsg;

@@ -1,4 +1,4 @@
-//! The HTTP/1.1 server under every `--metrics`/`--control` endpoint: requests parsed by
+//! The HTTP/1.1 server under every `--metrics`/`--control` endpoint of `tern`: requests parsed by
 //! `httparse`, each connection on a thread of its own, every length a client sends bounded
 //! before anything is allocated for it, and every wait bounded in time.
 //!
@@ -144,18 +144,25 @@ fn write_reply(s: &mut TcpStream, r: &Reply, head_only: bool, close: bool) -> st
 }
 
 /// A request's head, as the connection needs it.
-struct Head {
-    len: usize,
-    method: String,
-    target: String,
-    body: usize,
-    keep_alive: bool,
-    expect_continue: bool,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// Its bytes (request line, headers and the blank line).
+    pub len: usize,
+    /// The method.
+    pub method: String,
+    /// The target: path and query, as sent.
+    pub target: String,
+    /// Its body's bytes (`Content-Length`; 0 without one), at most [`MAX_BODY_BYTES`].
+    pub body: usize,
+    /// Whether the connection stays open after the answer.
+    pub keep_alive: bool,
+    /// Whether the client waits for `100 Continue` before it sends the body.
+    pub expect_continue: bool,
 }
 
-/// Parses the head at the start of `buf`: `Ok(None)` while it is incomplete, `Err` with the
-/// answer that refuses it (the connection is then closed).
-fn parse_head(buf: &[u8]) -> Result<Option<Head>, Reply> {
+/// Parses the head at the start of `buf` (untrusted bytes: never panics): `Ok(None)` while it
+/// is incomplete, `Err` with the answer that refuses it (the connection is then closed).
+pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Reply> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let len = match req.parse(buf) {
