@@ -36,6 +36,9 @@ pub const MAX_CONNECTIONS: usize = 256;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a waiting connection looks at the stop flag.
 const POLL: Duration = Duration::from_millis(100);
+/// How often the listener looks for a new connection (and at the stop flag): a new connection
+/// waits at most this long to be taken (kept-alive ones, as heartbeats' and scrapers', not at all).
+const ACCEPT_POLL: Duration = Duration::from_millis(10);
 
 /// An answer: status, content type, body, and the `Allow` header of a 405.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +89,7 @@ pub fn serve(addr: SocketAddr, stop: Arc<AtomicBool>, handler: Arc<Handler>) -> 
                         active.fetch_sub(1, Ordering::AcqRel);
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => thread::sleep(Duration::from_millis(5)),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
                 Err(_) => thread::sleep(Duration::from_millis(20)),
             }
         }
