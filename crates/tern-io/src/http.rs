@@ -80,14 +80,14 @@ pub fn serve(addr: SocketAddr, stop: Arc<AtomicBool>, handler: Arc<Handler>) -> 
                         refuse_busy(s);
                         continue;
                     }
-                    let (stop, handler, mine) = (stop.clone(), handler.clone(), active.clone());
-                    let spawned = thread::Builder::new().name("tern-http".into()).spawn(move || {
+                    let (stop, handler) = (stop.clone(), handler.clone());
+                    // The slot is given back however the thread ends (a handler's panic too),
+                    // or at once if the thread does not start.
+                    let slot = Slot(active.clone());
+                    let _ = thread::Builder::new().name("tern-http".into()).spawn(move || {
+                        let _slot = slot;
                         let _ = connection(s, &stop, &*handler);
-                        mine.fetch_sub(1, Ordering::AcqRel);
                     });
-                    if spawned.is_err() {
-                        active.fetch_sub(1, Ordering::AcqRel);
-                    }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
                 Err(_) => thread::sleep(Duration::from_millis(20)),
@@ -95,6 +95,15 @@ pub fn serve(addr: SocketAddr, stop: Arc<AtomicBool>, handler: Arc<Handler>) -> 
         }
     })?;
     Ok(bound)
+}
+
+/// One of the [`MAX_CONNECTIONS`] taken; given back when dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Past [`MAX_CONNECTIONS`]: a 503, written without waiting, and the connection closed.
