@@ -92,10 +92,29 @@ pub fn serve_with_post(
     extra: Option<Extra>,
     post: Option<Post>,
 ) -> std::io::Result<SocketAddr> {
+    let refusals = Arc::new(tern_io::http::Refusals::default());
+    let mut registry = registry;
+    registry.register_collector(Box::new(HttpCollector(refusals.clone())));
     let handler: Arc<tern_io::http::Handler> = Arc::new(move |method: &str, target: &str, body: &[u8]| {
         answer(method, target, body, &registry, &config, extra.as_deref(), post.as_deref())
     });
-    tern_io::http::serve(addr, stop, handler)
+    tern_io::http::serve(addr, stop, handler, refusals)
+}
+
+/// Every endpoint's own family: what its HTTP server refused, by reason (every reason, from 0).
+#[derive(Debug)]
+struct HttpCollector(Arc<tern_io::http::Refusals>);
+
+impl prometheus_client::collector::Collector for HttpCollector {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let rows: Vec<_> = self.0.counts().into_iter().map(|(r, n)| (label("reason", r), n)).collect();
+        counter_family(
+            &mut enc,
+            "tern_http_refused",
+            "Requests this endpoint refused, and connections it closed before an answer, by reason.",
+            &rows,
+        )
+    }
 }
 
 fn answer(
@@ -212,6 +231,36 @@ mod tests {
         let mut text = String::new();
         slow.read_to_string(&mut text).unwrap();
         assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Every endpoint serves what its HTTP server refused, every reason from 0, each reason in
+    /// docs/dispatch.md's table of them.
+    #[test]
+    fn refusals_are_counted_by_reason_as_the_docs_name_them() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let addr =
+            serve("127.0.0.1:0".parse().unwrap(), Registry::default(), Arc::default(), stop.clone(), None).unwrap();
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"POST /metrics HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n").unwrap();
+        let mut text = String::new();
+        c.read_to_string(&mut text).unwrap();
+        assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+        let body = agent().get(&format!("http://{addr}/metrics")).call().unwrap().body_mut().read_to_string().unwrap();
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/dispatch.md")).unwrap();
+        assert!(doc.contains("`tern_http_refused_total{reason}`"), "docs/dispatch.md names the family");
+        for (reason, status) in tern_io::http::REFUSALS {
+            let n = if reason == "body_too_large" { 1 } else { 0 };
+            assert!(
+                body.contains(&format!("tern_http_refused_total{{reason=\"{reason}\"}} {n}\n")),
+                "{reason}: {body}"
+            );
+            let says = status.map_or("connection closed".to_string(), |s| format!("`{s}`"));
+            assert!(
+                doc.lines().any(|l| l.contains(&format!("`{reason}`")) && l.contains(&says)),
+                "docs/dispatch.md: no row for `{reason}` ({says})"
+            );
+        }
         stop.store(true, Ordering::Relaxed);
     }
 }

@@ -16,7 +16,7 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -63,9 +63,50 @@ impl Reply {
 /// What answers a request: its method, its target (path and query, as sent) and its body.
 pub type Handler = dyn Fn(&str, &str, &[u8]) -> Reply + Send + Sync;
 
-/// Serves `handler` on `addr` until `stop` is set; returns the bound address (an address
-/// another process holds is an error naming it).
-pub fn serve(addr: SocketAddr, stop: Arc<AtomicBool>, handler: Arc<Handler>) -> std::io::Result<SocketAddr> {
+/// Why the endpoint refused a request or closed a connection before answering it: the names
+/// `tern_http_refused_total{reason}` counts them by, with the status each answers (none for a
+/// request not whole within [`REQUEST_DEADLINE`]: its connection is closed).
+pub const REFUSALS: [(&str, Option<u16>); 7] = [
+    ("malformed", Some(400)),
+    ("body_too_large", Some(413)),
+    ("expectation", Some(417)),
+    ("head_too_large", Some(431)),
+    ("chunked", Some(501)),
+    ("busy", Some(503)),
+    ("deadline", None),
+];
+
+/// Requests refused and connections closed before an answer, by reason ([`REFUSALS`]).
+#[derive(Debug, Default)]
+pub struct Refusals([AtomicU64; REFUSALS.len()]);
+
+impl Refusals {
+    /// Each reason of [`REFUSALS`] with its count so far.
+    pub fn counts(&self) -> Vec<(&'static str, u64)> {
+        REFUSALS.iter().zip(&self.0).map(|((r, _), n)| (*r, n.load(Ordering::Relaxed))).collect()
+    }
+
+    fn count(&self, reason: &str) {
+        if let Some(i) = REFUSALS.iter().position(|(r, _)| *r == reason) {
+            self.0[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn count_status(&self, status: u16) {
+        if let Some(i) = REFUSALS.iter().position(|(_, s)| *s == Some(status)) {
+            self.0[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Serves `handler` on `addr` until `stop` is set, counting what it refuses in `refusals`;
+/// returns the bound address (an address another process holds is an error naming it).
+pub fn serve(
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    handler: Arc<Handler>,
+    refusals: Arc<Refusals>,
+) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot serve metrics on {addr}: {e}")))?;
     let bound = listener.local_addr()?;
@@ -77,16 +118,17 @@ pub fn serve(addr: SocketAddr, stop: Arc<AtomicBool>, handler: Arc<Handler>) -> 
                 Ok((s, _)) => {
                     if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
                         active.fetch_sub(1, Ordering::AcqRel);
+                        refusals.count("busy");
                         refuse_busy(s);
                         continue;
                     }
-                    let (stop, handler) = (stop.clone(), handler.clone());
+                    let (stop, handler, refusals) = (stop.clone(), handler.clone(), refusals.clone());
                     // The slot is given back however the thread ends (a handler's panic too),
                     // or at once if the thread does not start.
                     let slot = Slot(active.clone());
                     let _ = thread::Builder::new().name("tern-http".into()).spawn(move || {
                         let _slot = slot;
-                        let _ = connection(s, &stop, &*handler);
+                        let _ = connection(s, &stop, &*handler, &refusals);
                     });
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
@@ -257,7 +299,7 @@ fn fill(s: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant, stop: &AtomicBo
 
 /// Answers the requests of one connection, in order, until it closes, fails, stays idle past
 /// [`IDLE`], sends a request it refuses, or `stop` is set.
-fn connection(mut s: TcpStream, stop: &AtomicBool, handler: &Handler) -> std::io::Result<()> {
+fn connection(mut s: TcpStream, stop: &AtomicBool, handler: &Handler, refusals: &Refusals) -> std::io::Result<()> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(POLL))?;
     s.set_write_timeout(Some(WRITE_TIMEOUT))?;
@@ -271,11 +313,19 @@ fn connection(mut s: TcpStream, stop: &AtomicBool, handler: &Handler) -> std::io
                 match parse_head(&buf) {
                     Ok(Some(h)) => break h,
                     Ok(None) => {}
-                    Err(r) => return write_reply(&mut s, &r, false, true),
+                    Err(r) => {
+                        refusals.count_status(r.status);
+                        return write_reply(&mut s, &r, false, true);
+                    }
                 }
             }
             let was_empty = buf.is_empty();
-            if !fill(&mut s, &mut buf, deadline, stop)? {
+            // Past the deadline with a request begun: counted; idle, or stopping: not.
+            if !fill(&mut s, &mut buf, deadline, stop).inspect_err(|e| {
+                if !was_empty && e.kind() == ErrorKind::TimedOut {
+                    refusals.count("deadline");
+                }
+            })? {
                 return Ok(());
             }
             if was_empty {
@@ -287,7 +337,11 @@ fn connection(mut s: TcpStream, stop: &AtomicBool, handler: &Handler) -> std::io
             s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
         }
         while buf.len() < head.body {
-            if !fill(&mut s, &mut buf, deadline, stop)? {
+            if !fill(&mut s, &mut buf, deadline, stop).inspect_err(|e| {
+                if e.kind() == ErrorKind::TimedOut {
+                    refusals.count("deadline");
+                }
+            })? {
                 return Ok(());
             }
         }
@@ -310,8 +364,14 @@ mod tests {
     }
 
     fn start() -> (SocketAddr, Arc<AtomicBool>) {
+        let (addr, stop, _) = start_counted();
+        (addr, stop)
+    }
+
+    fn start_counted() -> (SocketAddr, Arc<AtomicBool>, Arc<Refusals>) {
         let stop = Arc::new(AtomicBool::new(false));
-        (serve("127.0.0.1:0".parse().unwrap(), stop.clone(), echo()).unwrap(), stop)
+        let refusals = Arc::new(Refusals::default());
+        (serve("127.0.0.1:0".parse().unwrap(), stop.clone(), echo(), refusals.clone()).unwrap(), stop, refusals)
     }
 
     /// Sends `raw`, then reads until the server closes the connection (or 5 s pass).
@@ -345,7 +405,7 @@ mod tests {
 
     #[test]
     fn lengths_a_client_declares_are_bounded_before_anything_is_read() {
-        let (addr, stop) = start();
+        let (addr, stop, refusals) = start_counted();
         // Once the end of the process: a drain sized by the declared length.
         let out = exchange(addr, b"POST /x HTTP/1.1\r\nContent-Length: 999999999999999\r\n\r\n0123");
         assert!(out.starts_with("HTTP/1.1 413 ") && out.contains("at most 1048576 bytes"), "{out}");
@@ -379,6 +439,15 @@ mod tests {
         let mut rest = String::new();
         c.read_to_string(&mut rest).unwrap();
         assert!(rest.starts_with("HTTP/1.1 200") && rest.ends_with("POST /x 2\n"), "{rest}");
+        let out = exchange(addr, b"POST /x HTTP/1.1\r\nContent-Length: 2\r\nExpect: later\r\n\r\nok");
+        assert!(out.starts_with("HTTP/1.1 417 "), "{out}");
+        // Each refusal counted under its reason.
+        let want = [("malformed", 3), ("body_too_large", 2), ("expectation", 1), ("head_too_large", 2), ("chunked", 1)];
+        let counts = refusals.counts();
+        for (reason, n) in want {
+            assert!(counts.contains(&(reason, n)), "{reason}: {counts:?}");
+        }
+        assert!(counts.contains(&("busy", 0)) && counts.contains(&("deadline", 0)), "{counts:?}");
         stop.store(true, Ordering::Relaxed);
     }
 
@@ -406,7 +475,7 @@ mod tests {
 
     #[test]
     fn a_request_is_whole_within_its_deadline_or_its_connection_closes() {
-        let (addr, stop) = start();
+        let (addr, stop, refusals) = start_counted();
         let mut c = TcpStream::connect(addr).unwrap();
         c.set_read_timeout(Some(REQUEST_DEADLINE + Duration::from_secs(5))).unwrap();
         let start = Instant::now();
@@ -423,16 +492,18 @@ mod tests {
         assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
         let took = start.elapsed();
         assert!(took >= REQUEST_DEADLINE && took < REQUEST_DEADLINE + Duration::from_secs(4), "{took:?}");
+        assert!(refusals.counts().contains(&("deadline", 1)), "{:?}", refusals.counts());
         stop.store(true, Ordering::Relaxed);
     }
 
     #[test]
     fn past_the_connection_bound_a_client_is_told_busy() {
-        let (addr, stop) = start();
+        let (addr, stop, refusals) = start_counted();
         let held: Vec<TcpStream> = (0..MAX_CONNECTIONS).map(|_| TcpStream::connect(addr).unwrap()).collect();
         thread::sleep(Duration::from_millis(300));
         let out = exchange(addr, b"GET /x HTTP/1.1\r\n\r\n");
         assert!(out.starts_with("HTTP/1.1 503 "), "{out}");
+        assert!(refusals.counts().contains(&("busy", 1)), "{:?}", refusals.counts());
         drop(held);
         // Their threads see the closes within a poll.
         thread::sleep(Duration::from_millis(500));
@@ -466,7 +537,7 @@ mod tests {
     fn a_held_address_is_an_error_naming_it() {
         let held = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = held.local_addr().unwrap();
-        let err = serve(addr, Arc::new(AtomicBool::new(true)), echo()).unwrap_err().to_string();
+        let err = serve(addr, Arc::new(AtomicBool::new(true)), echo(), Arc::default()).unwrap_err().to_string();
         assert!(err.contains(&addr.to_string()) && err.contains("in use"), "{err}");
     }
 }

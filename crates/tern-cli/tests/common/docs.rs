@@ -2,10 +2,13 @@
 //! names and tables a doc gives, and a JSON output checked key by key against a doc's table.
 
 /// The metric families a Prometheus text `body` serves: a counter by its sample's `_total`
-/// name, any other kind by its own.
+/// name, any other kind by its own. Every endpoint's own HTTP family (`tern_http_`, documented
+/// once, in docs/dispatch.md, and checked by `tern`'s metrics tests) is left out: the engine's
+/// docs list the engine's.
 pub fn families_served(body: &str) -> std::collections::BTreeSet<String> {
     body.lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter(|l| !l.starts_with("tern_http_"))
         .filter_map(|l| l.split_once(' '))
         .map(|(name, kind)| if kind == "counter" { format!("{name}_total") } else { name.to_string() })
         .collect()
