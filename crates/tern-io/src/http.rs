@@ -108,7 +108,7 @@ pub fn serve(
     refusals: Arc<Refusals>,
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot serve metrics on {addr}: {e}")))?;
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot serve HTTP (metrics, control) on {addr}: {e}")))?;
     let bound = listener.local_addr()?;
     listener.set_nonblocking(true)?;
     let active = Arc::new(AtomicUsize::new(0));
