@@ -144,8 +144,24 @@ struct Snap {
     held_back: usize,
 }
 
-/// The most records one `POST /replicas` carries (the buddy reads at most 1 MiB a request).
+/// The most records one `POST /replicas` carries; and a post's body stays within the 1 MiB a
+/// request may carry (`tern_io::http::MAX_BODY_BYTES`: the buddy refuses more, 413).
 const RECORDS_A_POST: usize = 40_000;
+
+/// Where the post of `records` from `at` ends: at most [`RECORDS_A_POST`] records and
+/// `MAX_BODY_BYTES` encoded (each record 2 bytes of length and its bytes), and at least one.
+fn post_end(records: &[Vec<u8>], at: usize) -> usize {
+    let mut bytes = 0;
+    let mut end = at;
+    for r in records.iter().skip(at).take(RECORDS_A_POST) {
+        bytes += 2 + r.len();
+        if bytes > tern_io::http::MAX_BODY_BYTES && end > at {
+            break;
+        }
+        end += 1;
+    }
+    end
+}
 
 /// A server's side of replication: what it sent its buddy, and who the buddy is.
 #[derive(Debug, Default)]
@@ -183,7 +199,7 @@ impl Replicator {
         let url = format!("http://{buddy}/replicas");
         let mut at = 0;
         loop {
-            let end = (at + RECORDS_A_POST).min(records.len());
+            let end = post_end(&records, at);
             let answer = agent
                 .post(&url)
                 .send(&encode_records(&records[at..end])[..])
@@ -610,4 +626,25 @@ pub fn run(a: &ServerArgs) -> CmdResult {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Posts of replicas stay within what the buddy's endpoint takes: a count, and 1 MiB.
+    #[test]
+    fn posts_fit_the_body_a_request_may_carry() {
+        let small = vec![vec![0u8; 21]; 100_000];
+        assert_eq!(post_end(&small, 0), RECORDS_A_POST);
+        assert_eq!(post_end(&small, 90_000), 100_000);
+        let large = vec![vec![0u8; 1000]; 5000];
+        let end = post_end(&large, 0);
+        assert_eq!(end, tern_io::http::MAX_BODY_BYTES / 1002);
+        assert!(encode_records(&large[..end]).len() <= tern_io::http::MAX_BODY_BYTES);
+        assert!(encode_records(&large[..end + 1]).len() > tern_io::http::MAX_BODY_BYTES);
+        // Every post takes at least one record, and the records round-trip.
+        assert_eq!(post_end(&large, 4999), 5000);
+        assert_eq!(decode_records(&encode_records(&large[..3])).unwrap(), large[..3].to_vec());
+    }
 }
