@@ -11,12 +11,14 @@
 //! [`MAX_BODY_BYTES`] (413 above it, before reading), no chunked bodies (501), a request's head
 //! of at most [`MAX_HEAD_BYTES`] (431), a request complete within [`REQUEST_DEADLINE`] of its
 //! first byte (else the connection is closed), a kept-alive connection closed after [`IDLE`]
-//! without a request, and at most [`MAX_CONNECTIONS`] connections at once (503 past them).
+//! without a request, and at most [`MAX_CONNECTIONS`] connections at once, and
+//! [`MAX_CONNECTIONS_PER_PEER`] from one address (503 past them).
 
+use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -32,6 +34,8 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 pub const IDLE: Duration = Duration::from_secs(60);
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 256;
+/// Connections served at once from one address: one client cannot take every slot.
+pub const MAX_CONNECTIONS_PER_PEER: usize = 64;
 /// How long writing an answer may wait for the client to read.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a waiting connection looks at the stop flag.
@@ -111,21 +115,22 @@ pub fn serve(
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot serve HTTP (metrics, control) on {addr}: {e}")))?;
     let bound = listener.local_addr()?;
     listener.set_nonblocking(true)?;
-    let active = Arc::new(AtomicUsize::new(0));
+    let slots = Arc::new(Slots::default());
     thread::Builder::new().name("tern-http-accept".into()).spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             match listener.accept() {
-                Ok((s, _)) => {
-                    if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-                        active.fetch_sub(1, Ordering::AcqRel);
-                        refusals.count("busy");
-                        refuse_busy(s);
-                        continue;
-                    }
-                    let (stop, handler, refusals) = (stop.clone(), handler.clone(), refusals.clone());
+                Ok((s, peer)) => {
                     // The slot is given back however the thread ends (a handler's panic too),
                     // or at once if the thread does not start.
-                    let slot = Slot(active.clone());
+                    let slot = match Slots::take(&slots, peer.ip()) {
+                        Ok(slot) => slot,
+                        Err(why) => {
+                            refusals.count("busy");
+                            refuse_busy(s, why);
+                            continue;
+                        }
+                    };
+                    let (stop, handler, refusals) = (stop.clone(), handler.clone(), refusals.clone());
                     let _ = thread::Builder::new().name("tern-http".into()).spawn(move || {
                         let _slot = slot;
                         let _ = connection(s, &stop, &*handler, &refusals);
@@ -139,19 +144,51 @@ pub fn serve(
     Ok(bound)
 }
 
-/// One of the [`MAX_CONNECTIONS`] taken; given back when dropped.
-struct Slot(Arc<AtomicUsize>);
+/// The connections being served: in all, and by the address they come from.
+#[derive(Debug, Default)]
+struct Slots {
+    active: AtomicUsize,
+    by_peer: Mutex<HashMap<IpAddr, usize>>,
+}
 
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+impl Slots {
+    /// A slot for a connection from `ip`, or why there is none.
+    fn take(slots: &Arc<Slots>, ip: IpAddr) -> Result<Slot, &'static str> {
+        let mut by_peer = slots.by_peer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // (Only the listener takes slots, so nothing takes one between the looks and the count.)
+        if by_peer.get(&ip).is_some_and(|&n| n >= MAX_CONNECTIONS_PER_PEER) {
+            return Err("too many connections from this address\n");
+        }
+        if slots.active.load(Ordering::Acquire) >= MAX_CONNECTIONS {
+            return Err("too many connections\n");
+        }
+        *by_peer.entry(ip).or_insert(0) += 1;
+        slots.active.fetch_add(1, Ordering::AcqRel);
+        Ok(Slot(slots.clone(), ip))
     }
 }
 
-/// Past [`MAX_CONNECTIONS`]: a 503, written without waiting, and the connection closed.
-fn refuse_busy(mut s: TcpStream) {
+/// A connection's place among [`MAX_CONNECTIONS`] and its address's
+/// [`MAX_CONNECTIONS_PER_PEER`]; given back when dropped.
+struct Slot(Arc<Slots>, IpAddr);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut by_peer = self.0.by_peer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = by_peer.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                by_peer.remove(&self.1);
+            }
+        }
+        self.0.active.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Past [`MAX_CONNECTIONS`] or [`MAX_CONNECTIONS_PER_PEER`]: a 503, written without waiting,
+/// and the connection closed.
+fn refuse_busy(mut s: TcpStream, body: &str) {
     let _ = s.set_nonblocking(true);
-    let body = "too many connections\n";
     let _ = s.write_all(head(503, "text/plain; charset=utf-8", body.len(), None, true).as_bytes());
     let _ = s.write_all(body.as_bytes());
 }
@@ -496,18 +533,48 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
     }
 
+    /// A connection to `addr` from loopback address 127.0.0.`host`.
+    fn connect_from(host: u8, addr: SocketAddr) -> TcpStream {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.bind(&SocketAddr::from(([127, 0, 0, host], 0)).into()).unwrap();
+        s.connect(&addr.into()).unwrap();
+        s.into()
+    }
+
+    /// Sends `raw` from 127.0.0.`host` and reads the answer until the server closes.
+    fn exchange_from(host: u8, addr: SocketAddr, raw: &[u8]) -> String {
+        let mut c = connect_from(host, addr);
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(raw).unwrap();
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
     #[test]
-    fn past_the_connection_bound_a_client_is_told_busy() {
+    fn past_the_connection_bounds_a_client_is_told_busy() {
         let (addr, stop, refusals) = start_counted();
-        let held: Vec<TcpStream> = (0..MAX_CONNECTIONS).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let get = b"GET /x HTTP/1.1\r\nConnection: close\r\n\r\n";
+        // One address holding its share: it is refused more, another address is served.
+        let mut held: Vec<TcpStream> = (0..MAX_CONNECTIONS_PER_PEER).map(|_| connect_from(2, addr)).collect();
         thread::sleep(Duration::from_millis(300));
-        let out = exchange(addr, b"GET /x HTTP/1.1\r\n\r\n");
-        assert!(out.starts_with("HTTP/1.1 503 "), "{out}");
-        assert!(refusals.counts().contains(&("busy", 1)), "{:?}", refusals.counts());
+        let out = exchange_from(2, addr, get);
+        assert!(out.starts_with("HTTP/1.1 503 ") && out.contains("from this address"), "{out}");
+        assert!(exchange_from(3, addr, get).starts_with("HTTP/1.1 200 "));
+        // Every slot held, by as many addresses as it takes: anyone is refused.
+        let peers = MAX_CONNECTIONS / MAX_CONNECTIONS_PER_PEER;
+        for host in 3..(2 + peers as u8) {
+            held.extend((0..MAX_CONNECTIONS_PER_PEER).map(|_| connect_from(host, addr)));
+        }
+        thread::sleep(Duration::from_millis(300));
+        let out = exchange_from(100, addr, get);
+        assert!(out.starts_with("HTTP/1.1 503 ") && out.contains("too many connections\n"), "{out}");
+        assert!(refusals.counts().contains(&("busy", 2)), "{:?}", refusals.counts());
         drop(held);
-        // Their threads see the closes within a poll.
+        // Their threads see the closes within a poll, and give their slots back.
         thread::sleep(Duration::from_millis(500));
-        assert!(exchange(addr, b"GET /x HTTP/1.1\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 200 "));
+        assert!(exchange_from(2, addr, get).starts_with("HTTP/1.1 200 "));
+        assert!(exchange_from(100, addr, get).starts_with("HTTP/1.1 200 "));
         stop.store(true, Ordering::Relaxed);
     }
 
@@ -529,8 +596,10 @@ mod tests {
         assert!(whole.contains(&format!("| {} s |", REQUEST_DEADLINE.as_secs())), "{whole}");
         let idle = row("| a kept-alive connection");
         assert!(idle.contains(&format!("| {} s |", IDLE.as_secs())), "{idle}");
-        let conns = row("| connections at once");
+        let conns = row("| connections at once |");
         assert!(conns.contains(&format!("| {MAX_CONNECTIONS} |")), "{conns}");
+        let peer = row("| connections at once from one address");
+        assert!(peer.contains(&format!("| {MAX_CONNECTIONS_PER_PEER} |")), "{peer}");
     }
 
     #[test]
