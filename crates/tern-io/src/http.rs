@@ -411,14 +411,10 @@ mod tests {
         (serve("127.0.0.1:0".parse().unwrap(), stop.clone(), echo(), refusals.clone()).unwrap(), stop, refusals)
     }
 
-    /// Sends `raw`, then reads until the server closes the connection (or 5 s pass).
+    /// Sends `raw` from 127.0.0.1, then reads until the server closes the connection (or 5 s
+    /// pass).
     fn exchange(addr: SocketAddr, raw: &[u8]) -> String {
-        let mut c = TcpStream::connect(addr).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        c.write_all(raw).unwrap();
-        let mut out = Vec::new();
-        let _ = c.read_to_end(&mut out);
-        String::from_utf8_lossy(&out).into_owned()
+        exchange_from(1, addr, raw)
     }
 
     #[test]
@@ -541,7 +537,8 @@ mod tests {
         s.into()
     }
 
-    /// Sends `raw` from 127.0.0.`host` and reads the answer until the server closes.
+    /// Sends `raw` from 127.0.0.`host`, then reads until the server closes the connection (or
+    /// 5 s pass).
     fn exchange_from(host: u8, addr: SocketAddr, raw: &[u8]) -> String {
         let mut c = connect_from(host, addr);
         c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
