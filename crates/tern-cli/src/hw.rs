@@ -34,18 +34,24 @@ pub struct ReportArgs {
     pub json: bool,
 }
 
-/// `tern hw report`: hands the file to the engine whose configuration it is.
+/// `tern hw report`: hands the file to the engine whose configuration it is, told by its
+/// keys (the file read and parsed once here; one that cannot be read or is not TOML goes to
+/// the dispatch report, whose error names it).
 pub fn report(a: &ReportArgs) -> CmdResult {
-    if crate::flow::is_flow_config(&a.config) {
+    let table = tern_wire::read_regular_text(&a.config, tern_wire::MAX_CONFIG_BYTES)
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .unwrap_or_default();
+    if crate::flow::is_flow_config(&table) {
         return crate::flow::report(a);
     }
-    if crate::rpc::report::is_service_config(&a.config) {
+    if tern_rpc::service::is_service_table(&table) {
         return crate::rpc::report::report(a);
     }
-    if crate::chain::report::is_tenant_file(&a.config) {
+    if crate::chain::report::is_tenant_file(&table) {
         return crate::chain::report::report(a);
     }
-    if crate::switch::report::is_switch_config(&a.config) {
+    if crate::switch::report::is_switch_config(&table) {
         return crate::switch::report::report(a);
     }
     if !a.with.is_empty() {

@@ -212,12 +212,12 @@ pub struct Service {
     pub samples: Vec<Sample>,
 }
 
-/// The longest `.proto` a configuration may name.
-pub const MAX_PROTO_BYTES: u64 = 16 << 20;
+/// The longest `.proto` a configuration may name (the front end's bound on every `.proto`).
+pub const MAX_PROTO_BYTES: u64 = tern_idl::frontend::MAX_PROTO_FILE_BYTES;
 
-/// Whether a TOML text looks like a service configuration (it has `app` and `proto`).
-pub fn is_service_config(text: &str) -> bool {
-    toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("app") && t.contains_key("proto"))
+/// Whether a parsed TOML table looks like a service configuration (it has `app` and `proto`).
+pub fn is_service_table(t: &toml::Table) -> bool {
+    t.contains_key("app") && t.contains_key("proto")
 }
 
 impl Service {

@@ -3,7 +3,7 @@
 //! DAG's projected rate (and what bounds it: the line, the credits, or a task beside the other
 //! tenants sharing it) and latency on the board, cycle by cycle where the profile gives them.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::json;
@@ -15,12 +15,9 @@ use super::serve::{load_tenants, plan_on};
 use crate::CmdResult;
 use crate::hw::ReportArgs;
 
-/// Whether `path` is a tenant file (TOML with `tenant` and `dag`).
-pub fn is_tenant_file(path: &Path) -> bool {
-    tern_wire::read_regular_text(path, tern_wire::MAX_CONFIG_BYTES)
-        .ok()
-        .and_then(|t| t.parse::<toml::Table>().ok())
-        .is_some_and(|t| t.contains_key("tenant") && t.contains_key("dag"))
+/// Whether a parsed file is a tenant file (TOML with `tenant` and `dag`).
+pub fn is_tenant_file(t: &toml::Table) -> bool {
+    t.contains_key("tenant") && t.contains_key("dag")
 }
 
 fn bound_name(b: &Bound) -> String {

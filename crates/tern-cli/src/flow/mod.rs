@@ -93,11 +93,9 @@ pub struct TraceArgs {
     pub repeat: u32,
 }
 
-/// Whether a file is a flow configuration (it declares ports or OFUs) rather than a dispatch
-/// rule file.
-pub fn is_flow_config(path: &Path) -> bool {
-    let Ok(text) = tern_wire::read_regular_text(path, tern_wire::MAX_CONFIG_BYTES) else { return false };
-    let Ok(v) = text.parse::<toml::Table>() else { return false };
+/// Whether a parsed file is a flow configuration (it declares ports or OFUs) rather than a
+/// dispatch rule file.
+pub fn is_flow_config(v: &toml::Table) -> bool {
     v.contains_key("port") || v.contains_key("ofu") || v.contains_key("next_hop")
 }
 

@@ -14,12 +14,6 @@ use tern_rpc::service::Service;
 
 use crate::CmdResult;
 
-/// Whether the file is an RPC service configuration.
-pub fn is_service_config(path: &std::path::Path) -> bool {
-    tern_wire::read_regular_text(path, tern_wire::MAX_CONFIG_BYTES)
-        .is_ok_and(|t| tern_rpc::service::is_service_config(&t))
-}
-
 /// One use against the profile: what, asked, available (`None`: unbounded).
 struct Use {
     what: &'static str,

@@ -3,7 +3,6 @@
 //! the projected rates of the switch path and the remote path; and the latencies the paper
 //! measured.
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -16,12 +15,9 @@ use tern_wire::clip::{self, Kind, Repr};
 use crate::CmdResult;
 use crate::hw::ReportArgs;
 
-/// Whether `path` is a switch configuration (`program`, `ports` and `servers` keys).
-pub fn is_switch_config(path: &Path) -> bool {
-    tern_wire::read_regular_text(path, tern_wire::MAX_CONFIG_BYTES)
-        .ok()
-        .and_then(|t| t.parse::<toml::Table>().ok())
-        .is_some_and(|t| t.contains_key("program") && t.contains_key("servers") && t.contains_key("ports"))
+/// Whether a parsed file is a switch configuration (`program`, `ports` and `servers` keys).
+pub fn is_switch_config(t: &toml::Table) -> bool {
+    t.contains_key("program") && t.contains_key("servers") && t.contains_key("ports")
 }
 
 /// Requests a second one core of a server answers with `handler` (measured here, ~0.2 s):
