@@ -85,15 +85,20 @@ pub fn check_regular_file(path: &std::path::Path, max: u64) -> std::result::Resu
 /// while it is read (or one whose size the file system does not know) is refused too rather
 /// than read without end.
 pub fn read_regular_file(path: &std::path::Path, max: u64) -> std::result::Result<Vec<u8>, FileError> {
-    use std::io::Read;
     check_regular_file(path, max)?;
     let f = std::fs::File::open(path).map_err(|e| file_error(path, format!("cannot read: {e}")))?;
+    read_at_most(f, max)
+        .map_err(|e| file_error(path, format!("cannot read: {e}")))?
+        .ok_or_else(|| file_error(path, format!("more than the {max} bytes a file here may be")))
+}
+
+/// Reads `r` to its end if it holds at most `max` bytes (None if it holds more: the read stops
+/// one byte past the bound, so a source without end is never read whole).
+pub fn read_at_most(r: impl std::io::Read, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
     let mut bytes = Vec::new();
-    f.take(max.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| file_error(path, format!("cannot read: {e}")))?;
-    if bytes.len() as u64 > max {
-        return Err(file_error(path, format!("more than the {max} bytes a file here may be")));
-    }
-    Ok(bytes)
+    r.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= max).then_some(bytes))
 }
 
 /// [`read_regular_file`] as UTF-8 text.

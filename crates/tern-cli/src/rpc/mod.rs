@@ -113,17 +113,10 @@ const MAX_JSON_INPUT_BYTES: u64 = 256 << 20;
 /// The input, FILE (a regular file) or stdin, of at most `max` bytes: more is refused, naming
 /// the bound, rather than read without end (`/dev/zero`, or stdin from `yes`).
 fn read_input(file: &Option<PathBuf>, max: u64) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
-    use std::io::Read as _;
     match file {
         Some(p) => Ok(tern_wire::read_regular_file(p, max)?),
-        None => {
-            let mut b = Vec::new();
-            std::io::stdin().lock().take(max.saturating_add(1)).read_to_end(&mut b)?;
-            if b.len() as u64 > max {
-                return Err(format!("stdin holds more than the {max} bytes this input may be").into());
-            }
-            Ok(b)
-        }
+        None => Ok(tern_wire::read_at_most(std::io::stdin().lock(), max)?
+            .ok_or_else(|| format!("stdin holds more than the {max} bytes this input may be"))?),
     }
 }
 
