@@ -189,28 +189,12 @@ impl Drop for Slot {
 /// and the connection closed.
 fn refuse_busy(mut s: TcpStream, body: &str) {
     let _ = s.set_nonblocking(true);
-    let _ = s.write_all(head(503, "text/plain; charset=utf-8", body.len(), None, true).as_bytes());
-    let _ = s.write_all(body.as_bytes());
+    let _ = write_reply(&mut s, &Reply::text(503, body), false, true);
 }
 
+/// The reason phrase of `status`, as the `http` crate names it.
 fn reason(status: u16) -> &'static str {
-    match status {
-        100 => "Continue",
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        409 => "Conflict",
-        413 => "Content Too Large",
-        417 => "Expectation Failed",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        501 => "Not Implemented",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "Status",
-    }
+    http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Status")
 }
 
 fn head(status: u16, content_type: &str, len: usize, allow: Option<&str>, close: bool) -> String {
