@@ -11,13 +11,14 @@
 //! [`MAX_BODY_BYTES`] (413 above it, before reading), no chunked bodies (501), a request's head
 //! of at most [`MAX_HEAD_BYTES`] (431), a request complete within [`REQUEST_DEADLINE`] of its
 //! first byte (else the connection is closed), a kept-alive connection closed after [`IDLE`]
-//! without a request, and at most [`MAX_CONNECTIONS`] connections at once, and
+//! without a request, and at most [`MAX_CONNECTIONS`] connections at once (a new one past them
+//! closes an idle or slow one, as [`EVICTABLE_AFTER`] says, or is answered 503), and
 //! [`MAX_CONNECTIONS_PER_PEER`] from one address (503 past them).
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -36,6 +37,10 @@ pub const IDLE: Duration = Duration::from_secs(60);
 pub const MAX_CONNECTIONS: usize = 256;
 /// Connections served at once from one address: one client cannot take every slot.
 pub const MAX_CONNECTIONS_PER_PEER: usize = 64;
+/// With every slot taken, a new connection closes one that is idle (the one idle longest), or
+/// else one whose request began more than this long ago and is not yet whole (the oldest): so
+/// connections held open without a request, or trickling one, cannot lock others out.
+pub const EVICTABLE_AFTER: Duration = Duration::from_secs(1);
 /// How long writing an answer may wait for the client to read.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a waiting connection looks at the stop flag.
@@ -69,8 +74,9 @@ pub type Handler = dyn Fn(&str, &str, &[u8]) -> Reply + Send + Sync;
 
 /// Why the endpoint refused a request or closed a connection before answering it: the names
 /// `tern_http_refused_total{reason}` counts them by, with the status each answers (none for a
-/// request not whole within [`REQUEST_DEADLINE`]: its connection is closed).
-pub const REFUSALS: [(&str, Option<u16>); 7] = [
+/// request not whole within [`REQUEST_DEADLINE`], or a connection closed to make room, as
+/// [`EVICTABLE_AFTER`] says: the connection is closed).
+pub const REFUSALS: [(&str, Option<u16>); 8] = [
     ("malformed", Some(400)),
     ("body_too_large", Some(413)),
     ("expectation", Some(417)),
@@ -78,6 +84,7 @@ pub const REFUSALS: [(&str, Option<u16>); 7] = [
     ("chunked", Some(501)),
     ("busy", Some(503)),
     ("deadline", None),
+    ("evicted", None),
 ];
 
 /// Requests refused and connections closed before an answer, by reason ([`REFUSALS`]).
@@ -122,7 +129,7 @@ pub fn serve(
                 Ok((s, peer)) => {
                     // The slot is given back however the thread ends (a handler's panic too),
                     // or at once if the thread does not start.
-                    let slot = match Slots::take(&slots, peer.ip()) {
+                    let slot = match Slots::take(&slots, &s, peer.ip(), &refusals) {
                         Ok(slot) => slot,
                         Err(why) => {
                             refusals.count("busy");
@@ -132,8 +139,7 @@ pub fn serve(
                     };
                     let (stop, handler, refusals) = (stop.clone(), handler.clone(), refusals.clone());
                     let _ = thread::Builder::new().name("tern-http".into()).spawn(move || {
-                        let _slot = slot;
-                        let _ = connection(s, &stop, &*handler, &refusals);
+                        let _ = connection(s, &slot, &stop, &*handler, &refusals);
                     });
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
@@ -144,44 +150,118 @@ pub fn serve(
     Ok(bound)
 }
 
-/// The connections being served: in all, and by the address they come from.
+/// Where a connection is: what decides whether it may be closed to make room for a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a request's first byte (a new connection, or a kept-alive one between
+    /// requests).
+    Idle,
+    /// A request begun and not yet whole.
+    Reading,
+    /// Its request in the handler, or its answer being written: never closed to make room.
+    Answering,
+}
+
+/// A connection being served: a handle on its socket (to close it), where it is and since when.
+#[derive(Debug)]
+struct Conn {
+    socket: TcpStream,
+    peer: IpAddr,
+    phase: Phase,
+    since: Instant,
+}
+
+/// The connections being served: each, and how many come from each address.
 #[derive(Debug, Default)]
-struct Slots {
-    active: AtomicUsize,
-    by_peer: Mutex<HashMap<IpAddr, usize>>,
+struct Slots(Mutex<SlotsInner>);
+
+#[derive(Debug, Default)]
+struct SlotsInner {
+    conns: HashMap<u64, Conn>,
+    by_peer: HashMap<IpAddr, usize>,
+    next: u64,
+}
+
+impl SlotsInner {
+    fn release(&mut self, id: u64) {
+        if let Some(c) = self.conns.remove(&id)
+            && let Some(n) = self.by_peer.get_mut(&c.peer)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.by_peer.remove(&c.peer);
+            }
+        }
+    }
+
+    /// With every slot taken: closes the connection idle longest, else the one whose request
+    /// began longest ago, if over [`EVICTABLE_AFTER`] ago, and frees its slot at once (its
+    /// thread sees the close and ends). Whether one was closed.
+    fn evict(&mut self, now: Instant) -> bool {
+        let victim = self
+            .conns
+            .iter()
+            .filter(|(_, c)| match c.phase {
+                Phase::Idle => true,
+                Phase::Reading => now.duration_since(c.since) > EVICTABLE_AFTER,
+                Phase::Answering => false,
+            })
+            .min_by_key(|(_, c)| (c.phase != Phase::Idle, c.since))
+            .map(|(id, _)| *id);
+        let Some(id) = victim else { return false };
+        if let Some(c) = self.conns.get(&id) {
+            let _ = c.socket.shutdown(std::net::Shutdown::Both);
+        }
+        self.release(id);
+        true
+    }
 }
 
 impl Slots {
-    /// A slot for a connection from `ip`, or why there is none.
-    fn take(slots: &Arc<Slots>, ip: IpAddr) -> Result<Slot, &'static str> {
-        let mut by_peer = slots.by_peer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // (Only the listener takes slots, so nothing takes one between the looks and the count.)
-        if by_peer.get(&ip).is_some_and(|&n| n >= MAX_CONNECTIONS_PER_PEER) {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotsInner> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A slot for connection `s` from `ip` (closing an idle or slow one to make room where
+    /// every slot is taken, counted in `refusals`), or why there is none.
+    fn take(slots: &Arc<Slots>, s: &TcpStream, ip: IpAddr, refusals: &Refusals) -> Result<Slot, &'static str> {
+        let socket = s.try_clone().map_err(|_| "cannot serve this connection\n")?;
+        let mut inner = slots.lock();
+        if inner.by_peer.get(&ip).is_some_and(|&n| n >= MAX_CONNECTIONS_PER_PEER) {
             return Err("too many connections from this address\n");
         }
-        if slots.active.load(Ordering::Acquire) >= MAX_CONNECTIONS {
-            return Err("too many connections\n");
+        if inner.conns.len() >= MAX_CONNECTIONS {
+            if !inner.evict(Instant::now()) {
+                return Err("too many connections\n");
+            }
+            refusals.count("evicted");
         }
-        *by_peer.entry(ip).or_insert(0) += 1;
-        slots.active.fetch_add(1, Ordering::AcqRel);
-        Ok(Slot(slots.clone(), ip))
+        let id = inner.next;
+        inner.next += 1;
+        inner.conns.insert(id, Conn { socket, peer: ip, phase: Phase::Idle, since: Instant::now() });
+        *inner.by_peer.entry(ip).or_insert(0) += 1;
+        Ok(Slot(slots.clone(), id))
     }
 }
 
 /// A connection's place among [`MAX_CONNECTIONS`] and its address's
-/// [`MAX_CONNECTIONS_PER_PEER`]; given back when dropped.
-struct Slot(Arc<Slots>, IpAddr);
+/// [`MAX_CONNECTIONS_PER_PEER`]; given back when dropped (or when the connection is closed to
+/// make room).
+struct Slot(Arc<Slots>, u64);
+
+impl Slot {
+    /// The connection is now at `phase`.
+    fn enter(&self, phase: Phase) {
+        if let Some(c) = self.0.lock().conns.get_mut(&self.1) {
+            c.phase = phase;
+            c.since = Instant::now();
+        }
+    }
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut by_peer = self.0.by_peer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(n) = by_peer.get_mut(&self.1) {
-            *n -= 1;
-            if *n == 0 {
-                by_peer.remove(&self.1);
-            }
-        }
-        self.0.active.fetch_sub(1, Ordering::AcqRel);
+        self.0.lock().release(self.1);
     }
 }
 
@@ -318,9 +398,16 @@ fn fill(s: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant, stop: &AtomicBo
     }
 }
 
-/// Answers the requests of one connection, in order, until it closes, fails, stays idle past
-/// [`IDLE`], sends a request it refuses, or `stop` is set.
-fn connection(mut s: TcpStream, stop: &AtomicBool, handler: &Handler, refusals: &Refusals) -> std::io::Result<()> {
+/// Answers the requests of one connection, in order, until it closes (or is closed to make
+/// room, [`EVICTABLE_AFTER`]), fails, stays idle past [`IDLE`], sends a request it refuses, or
+/// `stop` is set; tells `slot` where it is.
+fn connection(
+    mut s: TcpStream,
+    slot: &Slot,
+    stop: &AtomicBool,
+    handler: &Handler,
+    refusals: &Refusals,
+) -> std::io::Result<()> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(POLL))?;
     s.set_write_timeout(Some(WRITE_TIMEOUT))?;
@@ -329,6 +416,7 @@ fn connection(mut s: TcpStream, stop: &AtomicBool, handler: &Handler, refusals: 
     loop {
         // The head: the idle wait, then (from its first byte) the request's deadline.
         let mut deadline = if buf.is_empty() { Instant::now() + IDLE } else { Instant::now() + REQUEST_DEADLINE };
+        slot.enter(if buf.is_empty() { Phase::Idle } else { Phase::Reading });
         let head = loop {
             if !buf.is_empty() {
                 match parse_head(&buf) {
@@ -351,6 +439,7 @@ fn connection(mut s: TcpStream, stop: &AtomicBool, handler: &Handler, refusals: 
             }
             if was_empty {
                 deadline = Instant::now() + REQUEST_DEADLINE;
+                slot.enter(Phase::Reading);
             }
         };
         buf.drain(..head.len);
@@ -367,6 +456,7 @@ fn connection(mut s: TcpStream, stop: &AtomicBool, handler: &Handler, refusals: 
             }
         }
         let body: Vec<u8> = buf.drain(..head.body).collect();
+        slot.enter(Phase::Answering);
         let reply = handler(&head.method, &head.target, &body);
         let close = !head.keep_alive || stop.load(Ordering::Relaxed);
         write_reply(&mut s, &reply, head.method == "HEAD", close)?;
@@ -532,30 +622,142 @@ mod tests {
         String::from_utf8_lossy(&out).into_owned()
     }
 
+    /// A server whose handler answers `/hold` only once `release` is set (its connections stay
+    /// answering; `holding` counts them), and anything else as [`echo`].
+    fn start_holding() -> (SocketAddr, Arc<AtomicBool>, Arc<Refusals>, Arc<AtomicBool>, Arc<AtomicU64>) {
+        let (release, holding) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let (r, h) = (release.clone(), holding.clone());
+        let handler: Arc<Handler> = Arc::new(move |m: &str, t: &str, b: &[u8]| {
+            if t == "/hold" {
+                h.fetch_add(1, Ordering::SeqCst);
+                while !r.load(Ordering::SeqCst) {
+                    thread::sleep(Duration::from_millis(5));
+                }
+            }
+            Reply::text(200, format!("{m} {t} {}\n", b.len()))
+        });
+        let (stop, refusals) = (Arc::new(AtomicBool::new(false)), Arc::new(Refusals::default()));
+        let addr = serve("127.0.0.1:0".parse().unwrap(), stop.clone(), handler, refusals.clone()).unwrap();
+        (addr, stop, refusals, release, holding)
+    }
+
+    /// Waits (at most 20 s) until `n` requests are in the holding handler.
+    fn until_holding(holding: &AtomicU64, n: u64) {
+        let start = Instant::now();
+        while holding.load(Ordering::SeqCst) < n {
+            assert!(start.elapsed() < Duration::from_secs(20), "{} of {n} held", holding.load(Ordering::SeqCst));
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Whether the server closed `c` without a byte (within 5 s).
+    fn closed_unanswered(c: &mut TcpStream) -> bool {
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut out = Vec::new();
+        matches!(c.read_to_end(&mut out), Ok(0))
+    }
+
     #[test]
     fn past_the_connection_bounds_a_client_is_told_busy() {
-        let (addr, stop, refusals) = start_counted();
+        let (addr, stop, refusals, release, holding) = start_holding();
         let get = b"GET /x HTTP/1.1\r\nConnection: close\r\n\r\n";
-        // One address holding its share: it is refused more, another address is served.
-        let mut held: Vec<TcpStream> = (0..MAX_CONNECTIONS_PER_PEER).map(|_| connect_from(2, addr)).collect();
-        thread::sleep(Duration::from_millis(300));
+        let hold = |host: u8| {
+            let mut c = connect_from(host, addr);
+            c.write_all(b"GET /hold HTTP/1.1\r\n\r\n").unwrap();
+            c
+        };
+        // One address holding its share (answering: never closed to make room): it is refused
+        // more, another address is served.
+        let mut held: Vec<TcpStream> = (0..MAX_CONNECTIONS_PER_PEER).map(|_| hold(2)).collect();
+        until_holding(&holding, MAX_CONNECTIONS_PER_PEER as u64);
         let out = exchange_from(2, addr, get);
         assert!(out.starts_with("HTTP/1.1 503 ") && out.contains("from this address"), "{out}");
         assert!(exchange_from(3, addr, get).starts_with("HTTP/1.1 200 "));
-        // Every slot held, by as many addresses as it takes: anyone is refused.
+        // Every slot held, by as many addresses as it takes, none of them idle or slow: anyone
+        // is refused.
         let peers = MAX_CONNECTIONS / MAX_CONNECTIONS_PER_PEER;
         for host in 3..(2 + peers as u8) {
-            held.extend((0..MAX_CONNECTIONS_PER_PEER).map(|_| connect_from(host, addr)));
+            held.extend((0..MAX_CONNECTIONS_PER_PEER).map(|_| hold(host)));
         }
-        thread::sleep(Duration::from_millis(300));
+        until_holding(&holding, MAX_CONNECTIONS as u64);
         let out = exchange_from(100, addr, get);
         assert!(out.starts_with("HTTP/1.1 503 ") && out.contains("too many connections\n"), "{out}");
-        assert!(refusals.counts().contains(&("busy", 2)), "{:?}", refusals.counts());
+        let counts = refusals.counts();
+        assert!(counts.contains(&("busy", 2)) && counts.contains(&("evicted", 0)), "{counts:?}");
+        release.store(true, Ordering::SeqCst);
         drop(held);
-        // Their threads see the closes within a poll, and give their slots back.
+        // Their threads answer, see the closes, and give their slots back.
         thread::sleep(Duration::from_millis(500));
         assert!(exchange_from(2, addr, get).starts_with("HTTP/1.1 200 "));
         assert!(exchange_from(100, addr, get).starts_with("HTTP/1.1 200 "));
+        stop.store(true, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn with_every_slot_taken_the_connection_idle_longest_makes_room() {
+        let (addr, stop, refusals) = start_counted();
+        // Kept-alive connections from four addresses, each answered once and idle since: the
+        // first idle longest.
+        let peers = MAX_CONNECTIONS / MAX_CONNECTIONS_PER_PEER;
+        let mut idle = Vec::new();
+        for i in 0..MAX_CONNECTIONS {
+            let mut c = connect_from(2 + (i % peers) as u8, addr);
+            c.write_all(b"GET /once HTTP/1.1\r\n\r\n").unwrap();
+            let mut answer = [0u8; 256];
+            let n = c.read(&mut answer).unwrap();
+            assert!(answer[..n].ends_with(b"GET /once 0\n"), "{}", String::from_utf8_lossy(&answer[..n]));
+            idle.push(c);
+            if i == 0 {
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+        thread::sleep(Duration::from_millis(50));
+        // A new client is served; the connection idle longest was closed for it, unanswered.
+        let get = b"GET /x HTTP/1.1\r\nConnection: close\r\n\r\n";
+        assert!(exchange_from(100, addr, get).starts_with("HTTP/1.1 200 "));
+        assert!(closed_unanswered(&mut idle[0]));
+        let counts = refusals.counts();
+        assert!(counts.contains(&("evicted", 1)) && counts.contains(&("busy", 0)), "{counts:?}");
+        // The others were kept: the second still answers on its connection.
+        idle[1].write_all(b"GET /again HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap();
+        let mut out = String::new();
+        idle[1].read_to_string(&mut out).unwrap();
+        assert!(out.ends_with("GET /again 0\n"), "{out}");
+        stop.store(true, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn with_every_slot_taken_a_request_trickling_past_its_grace_makes_room() {
+        let (addr, stop, refusals, release, holding) = start_holding();
+        // Every slot but one held by requests begun and never finished, the first begun
+        // earliest; the last slot by a connection that sent nothing yet.
+        let peers = MAX_CONNECTIONS / MAX_CONNECTIONS_PER_PEER;
+        let mut slow = Vec::new();
+        for i in 0..MAX_CONNECTIONS - 1 {
+            let mut c = connect_from(2 + (i % peers) as u8, addr);
+            c.write_all(b"GET /slo").unwrap();
+            slow.push(c);
+            if i == 0 {
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let mut fresh = connect_from(2 + ((MAX_CONNECTIONS - 1) % peers) as u8, addr);
+        thread::sleep(EVICTABLE_AFTER + Duration::from_millis(300));
+        let get = b"GET /x HTTP/1.1\r\nConnection: close\r\n\r\n";
+        // The idle one goes first, though it came last (the newcomer keeps its slot: its
+        // request is in the handler); then the request begun earliest.
+        let mut first = connect_from(100, addr);
+        first.write_all(b"GET /hold HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap();
+        until_holding(&holding, 1);
+        assert!(closed_unanswered(&mut fresh));
+        assert!(exchange_from(101, addr, get).starts_with("HTTP/1.1 200 "));
+        assert!(closed_unanswered(&mut slow[0]));
+        release.store(true, Ordering::SeqCst);
+        let mut out = String::new();
+        first.read_to_string(&mut out).unwrap();
+        assert!(out.ends_with("GET /hold 0\n"), "{out}");
+        let counts = refusals.counts();
+        assert!(counts.contains(&("evicted", 2)) && counts.contains(&("deadline", 0)), "{counts:?}");
         stop.store(true, Ordering::Relaxed);
     }
 
@@ -579,6 +781,9 @@ mod tests {
         assert!(idle.contains(&format!("| {} s |", IDLE.as_secs())), "{idle}");
         let conns = row("| connections at once |");
         assert!(conns.contains(&format!("| {MAX_CONNECTIONS} |")), "{conns}");
+        assert!(conns.contains(&format!("if over {} s ago", EVICTABLE_AFTER.as_secs())), "{conns}");
+        let full = row("| connections at once, none of them idle or slow |");
+        assert!(full.contains(&format!("| {MAX_CONNECTIONS} |")), "{full}");
         let peer = row("| connections at once from one address");
         assert!(peer.contains(&format!("| {MAX_CONNECTIONS_PER_PEER} |")), "{peer}");
     }
