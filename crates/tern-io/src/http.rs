@@ -12,8 +12,8 @@
 //! of at most [`MAX_HEAD_BYTES`] (431), a request complete within [`REQUEST_DEADLINE`] of its
 //! first byte (else the connection is closed), a kept-alive connection closed after [`IDLE`]
 //! without a request, and at most [`MAX_CONNECTIONS`] connections at once (a new one past them
-//! closes an idle or slow one, as [`EVICTABLE_AFTER`] says, or is answered 503), and
-//! [`MAX_CONNECTIONS_PER_PEER`] from one address (503 past them).
+//! takes the slot of one from the address holding the most, as [`serve`] says, or is answered
+//! 503), and [`MAX_CONNECTIONS_PER_PEER`] from one address (503 past them).
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
@@ -37,10 +37,6 @@ pub const IDLE: Duration = Duration::from_secs(60);
 pub const MAX_CONNECTIONS: usize = 256;
 /// Connections served at once from one address: one client cannot take every slot.
 pub const MAX_CONNECTIONS_PER_PEER: usize = 64;
-/// With every slot taken, a new connection closes one that is idle (the one idle longest), or
-/// else one whose request began more than this long ago and is not yet whole (the oldest): so
-/// connections held open without a request, or trickling one, cannot lock others out.
-pub const EVICTABLE_AFTER: Duration = Duration::from_secs(1);
 /// How long writing an answer may wait for the client to read.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a waiting connection looks at the stop flag.
@@ -74,8 +70,8 @@ pub type Handler = dyn Fn(&str, &str, &[u8]) -> Reply + Send + Sync;
 
 /// Why the endpoint refused a request or closed a connection before answering it: the names
 /// `tern_http_refused_total{reason}` counts them by, with the status each answers (none for a
-/// request not whole within [`REQUEST_DEADLINE`], or a connection closed to make room, as
-/// [`EVICTABLE_AFTER`] says: the connection is closed).
+/// request not whole within [`REQUEST_DEADLINE`], or a connection closed to make room for a new
+/// one, as [`serve`] says: the connection is closed).
 pub const REFUSALS: [(&str, Option<u16>); 8] = [
     ("malformed", Some(400)),
     ("body_too_large", Some(413)),
@@ -112,6 +108,15 @@ impl Refusals {
 
 /// Serves `handler` on `addr` until `stop` is set, counting what it refuses in `refusals`;
 /// returns the bound address (an address another process holds is an error naming it).
+///
+/// With all [`MAX_CONNECTIONS`] slots taken, a new connection takes the slot of one from the
+/// address holding the most connections, where that address holds more than the newcomer's
+/// does: the one of them idle longest (a new connection that sent nothing yet, or a kept-alive
+/// one between requests), else the one whose request began longest ago. A connection whose
+/// request is in the handler, or whose answer is being written, keeps its slot. The closed
+/// connection gets no answer, and is counted as `evicted`. So addresses holding many
+/// connections, idle or trickling requests, displace each other, and a client that holds few
+/// (a scraper, a heartbeat) keeps them and is served; with none to close, a 503.
 pub fn serve(
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
@@ -194,19 +199,19 @@ impl SlotsInner {
         }
     }
 
-    /// With every slot taken: closes the connection idle longest, else the one whose request
-    /// began longest ago, if over [`EVICTABLE_AFTER`] ago, and frees its slot at once (its
-    /// thread sees the close and ends). Whether one was closed.
-    fn evict(&mut self, now: Instant) -> bool {
+    /// With every slot taken, for a new connection from `ip`: closes a connection of the address
+    /// holding the most, provided it holds more than `ip` does (after the swap no address holds
+    /// more than it did, and `ip` no more than the other): its connection idle longest, else its
+    /// request begun longest ago; a connection answering is never closed. Frees the slot at once
+    /// (the closed connection's thread sees the close and ends). Whether one was closed.
+    fn evict(&mut self, ip: IpAddr) -> bool {
+        let holds = |peer: &IpAddr| self.by_peer.get(peer).copied().unwrap_or(0);
+        let newcomer = holds(&ip);
         let victim = self
             .conns
             .iter()
-            .filter(|(_, c)| match c.phase {
-                Phase::Idle => true,
-                Phase::Reading => now.duration_since(c.since) > EVICTABLE_AFTER,
-                Phase::Answering => false,
-            })
-            .min_by_key(|(_, c)| (c.phase != Phase::Idle, c.since))
+            .filter(|(_, c)| c.phase != Phase::Answering && holds(&c.peer) > newcomer)
+            .min_by_key(|(_, c)| (std::cmp::Reverse(holds(&c.peer)), c.phase != Phase::Idle, c.since))
             .map(|(id, _)| *id);
         let Some(id) = victim else { return false };
         if let Some(c) = self.conns.get(&id) {
@@ -222,8 +227,9 @@ impl Slots {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A slot for connection `s` from `ip` (closing an idle or slow one to make room where
-    /// every slot is taken, counted in `refusals`), or why there is none.
+    /// A slot for connection `s` from `ip`, or why there is none. Where every slot is taken, a
+    /// connection of the address holding the most is closed to make room ([`SlotsInner::evict`];
+    /// counted in `refusals` as `evicted`).
     fn take(slots: &Arc<Slots>, s: &TcpStream, ip: IpAddr, refusals: &Refusals) -> Result<Slot, &'static str> {
         let socket = s.try_clone().map_err(|_| "cannot serve this connection\n")?;
         let mut inner = slots.lock();
@@ -231,7 +237,7 @@ impl Slots {
             return Err("too many connections from this address\n");
         }
         if inner.conns.len() >= MAX_CONNECTIONS {
-            if !inner.evict(Instant::now()) {
+            if !inner.evict(ip) {
                 return Err("too many connections\n");
             }
             refusals.count("evicted");
@@ -399,7 +405,7 @@ fn fill(s: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant, stop: &AtomicBo
 }
 
 /// Answers the requests of one connection, in order, until it closes (or is closed to make
-/// room, [`EVICTABLE_AFTER`]), fails, stays idle past [`IDLE`], sends a request it refuses, or
+/// room, [`serve`]), fails, stays idle past [`IDLE`], sends a request it refuses, or
 /// `stop` is set; tells `slot` where it is.
 fn connection(
     mut s: TcpStream,
@@ -727,37 +733,63 @@ mod tests {
     }
 
     #[test]
-    fn with_every_slot_taken_a_request_trickling_past_its_grace_makes_room() {
+    fn with_every_slot_taken_the_addresses_holding_most_make_room_and_a_lone_client_keeps_its_own() {
         let (addr, stop, refusals, release, holding) = start_holding();
-        // Every slot but one held by requests begun and never finished, the first begun
-        // earliest; the last slot by a connection that sent nothing yet.
+        // A lone client's kept-alive connection (a scraper, a heartbeat), idle longest of all.
+        let mut lone = connect_from(9, addr);
+        let ask = |c: &mut TcpStream, path: &str| {
+            c.write_all(format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes()).unwrap();
+            let mut answer = [0u8; 256];
+            let n = c.read(&mut answer).unwrap();
+            String::from_utf8_lossy(&answer[..n]).into_owned()
+        };
+        assert!(ask(&mut lone, "/lone").ends_with("GET /lone 0\n"));
+        thread::sleep(Duration::from_millis(50));
+        // Every other slot held by four addresses: requests begun and never finished, the first
+        // begun earliest, and last a connection that sent nothing yet.
         let peers = MAX_CONNECTIONS / MAX_CONNECTIONS_PER_PEER;
         let mut slow = Vec::new();
-        for i in 0..MAX_CONNECTIONS - 1 {
+        for i in 0..MAX_CONNECTIONS - 2 {
             let mut c = connect_from(2 + (i % peers) as u8, addr);
             c.write_all(b"GET /slo").unwrap();
             slow.push(c);
-            if i == 0 {
+            if i < peers {
                 thread::sleep(Duration::from_millis(50));
             }
         }
-        let mut fresh = connect_from(2 + ((MAX_CONNECTIONS - 1) % peers) as u8, addr);
-        thread::sleep(EVICTABLE_AFTER + Duration::from_millis(300));
-        let get = b"GET /x HTTP/1.1\r\nConnection: close\r\n\r\n";
-        // The idle one goes first, though it came last (the newcomer keeps its slot: its
-        // request is in the handler); then the request begun earliest.
-        let mut first = connect_from(100, addr);
-        first.write_all(b"GET /hold HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap();
-        until_holding(&holding, 1);
+        let mut fresh = connect_from(2 + ((MAX_CONNECTIONS - 2) % peers) as u8, addr);
+        thread::sleep(Duration::from_millis(300));
+        // Newcomers (each kept in the handler, so it keeps its slot) displace those addresses'
+        // connections, the idle one first though it came last, then the requests begun
+        // earliest, one address after another as each comes to hold the most.
+        let newcomer = |host: u8, n: u64| {
+            let mut c = connect_from(host, addr);
+            c.write_all(b"GET /hold HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap();
+            until_holding(&holding, n);
+            c
+        };
+        let mut served = vec![newcomer(100, 1)];
         assert!(closed_unanswered(&mut fresh));
-        assert!(exchange_from(101, addr, get).starts_with("HTTP/1.1 200 "));
+        served.push(newcomer(101, 2));
         assert!(closed_unanswered(&mut slow[0]));
-        release.store(true, Ordering::SeqCst);
-        let mut out = String::new();
-        first.read_to_string(&mut out).unwrap();
-        assert!(out.ends_with("GET /hold 0\n"), "{out}");
+        served.push(newcomer(102, 3));
+        assert!(closed_unanswered(&mut slow[1]));
+        // The lone client was idle longest, yet kept its connection.
+        assert!(ask(&mut lone, "/again").ends_with("GET /again 0\n"));
+        // Each of the four now holds 63, the newcomers 1: a newcomer from one of the four would
+        // hold more than any other after a swap, so it is refused.
+        let get = b"GET /x HTTP/1.1\r\nConnection: close\r\n\r\n";
+        let out = exchange_from(2, addr, get);
+        assert!(out.starts_with("HTTP/1.1 503 ") && out.contains("too many connections\n"), "{out}");
         let counts = refusals.counts();
-        assert!(counts.contains(&("evicted", 2)) && counts.contains(&("deadline", 0)), "{counts:?}");
+        assert!(counts.contains(&("evicted", 3)) && counts.contains(&("busy", 1)), "{counts:?}");
+        release.store(true, Ordering::SeqCst);
+        for mut c in served {
+            let mut out = String::new();
+            c.read_to_string(&mut out).unwrap();
+            assert!(out.ends_with("GET /hold 0\n"), "{out}");
+        }
+        drop(slow);
         stop.store(true, Ordering::Relaxed);
     }
 
@@ -781,8 +813,7 @@ mod tests {
         assert!(idle.contains(&format!("| {} s |", IDLE.as_secs())), "{idle}");
         let conns = row("| connections at once |");
         assert!(conns.contains(&format!("| {MAX_CONNECTIONS} |")), "{conns}");
-        assert!(conns.contains(&format!("if over {} s ago", EVICTABLE_AFTER.as_secs())), "{conns}");
-        let full = row("| connections at once, none of them idle or slow |");
+        let full = row("| connections at once, none of them to close |");
         assert!(full.contains(&format!("| {MAX_CONNECTIONS} |")), "{full}");
         let peer = row("| connections at once from one address");
         assert!(peer.contains(&format!("| {MAX_CONNECTIONS_PER_PEER} |")), "{peer}");
