@@ -8,7 +8,8 @@
 //! answering threads without a time limit, so two clients trickling a body stopped every
 //! answer, heartbeats included. The framing here is what the endpoints need and no more
 //! (docs/dispatch.md, "Metrics", lists it): `Content-Length` bodies of at most
-//! [`MAX_BODY_BYTES`] (413 above it, before reading), no chunked bodies (501), a request's head
+//! [`MAX_BODY_BYTES`] (413 above it, before reading), chunked bodies of at most as many bytes
+//! ([`Chunked`]; other transfer codings 501), a request's head
 //! of at most [`MAX_HEAD_BYTES`] (431), a request complete within [`REQUEST_DEADLINE`] of its
 //! first byte (else the connection is closed), a kept-alive connection closed after [`IDLE`]
 //! without a request, and at most [`MAX_CONNECTIONS`] connections at once (a new one past them
@@ -27,8 +28,10 @@ use std::time::{Duration, Instant};
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 /// The most bytes a request line and its headers may have (16 KiB).
 pub const MAX_HEAD_BYTES: usize = 16 << 10;
-/// The most headers a request may have.
+/// The most headers a request may have (and the most trailer fields after a chunked body).
 pub const MAX_HEADERS: usize = 64;
+/// The most bytes a chunk-size line of a chunked body may have (its size and extensions).
+pub const MAX_CHUNK_LINE: usize = 1024;
 /// From a request's first byte to its last.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// How long a kept-alive connection waits for its next request.
@@ -77,7 +80,7 @@ pub const REFUSALS: [(&str, Option<u16>); 8] = [
     ("body_too_large", Some(413)),
     ("expectation", Some(417)),
     ("head_too_large", Some(431)),
-    ("chunked", Some(501)),
+    ("transfer_coding", Some(501)),
     ("busy", Some(503)),
     ("deadline", None),
     ("evicted", None),
@@ -315,6 +318,9 @@ pub struct Head {
     pub target: String,
     /// Its body's bytes (`Content-Length`; 0 without one), at most [`MAX_BODY_BYTES`].
     pub body: usize,
+    /// Whether its body comes chunked (`Transfer-Encoding: chunked`; `body` is then 0): read it
+    /// with [`Chunked`].
+    pub chunked: bool,
     /// Whether the connection stays open after the answer.
     pub keep_alive: bool,
     /// Whether the client waits for `100 Continue` before it sends the body.
@@ -343,6 +349,8 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Reply> {
     let (method, target, minor) = (req.method.unwrap_or(""), req.path.unwrap_or("/"), req.version.unwrap_or(1));
     let mut body: Option<u64> = None;
     let (mut close, mut keep, mut expect_continue) = (false, false, false);
+    // The transfer codings, in the order applied (every `Transfer-Encoding` header's list).
+    let mut codings: Vec<&str> = Vec::new();
     for h in req.headers.iter() {
         let value = std::str::from_utf8(h.value).unwrap_or("").trim();
         if h.name.eq_ignore_ascii_case("content-length") {
@@ -354,7 +362,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Reply> {
             }
             body = Some(n);
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            return Err(Reply::text(501, "chunked bodies are not taken: send Content-Length\n"));
+            codings.extend(value.split(',').map(str::trim).filter(|c| !c.is_empty()));
         } else if h.name.eq_ignore_ascii_case("connection") {
             for token in value.split(',').map(str::trim) {
                 close |= token.eq_ignore_ascii_case("close");
@@ -367,6 +375,24 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Reply> {
             expect_continue = true;
         }
     }
+    let chunked = !codings.is_empty();
+    if chunked {
+        if let Some(other) = codings.iter().find(|c| !c.eq_ignore_ascii_case("chunked")) {
+            return Err(Reply::text(
+                501,
+                format!("transfer coding `{other}` is not supported: send the body as it is, chunked or not\n"),
+            ));
+        }
+        if codings.len() > 1 {
+            return Err(Reply::text(400, "a body chunked more than once\n"));
+        }
+        if body.is_some() {
+            return Err(Reply::text(400, "both Content-Length and Transfer-Encoding\n"));
+        }
+        if minor == 0 {
+            return Err(Reply::text(400, "Transfer-Encoding in an HTTP/1.0 request\n"));
+        }
+    }
     let body = body.unwrap_or(0);
     if body > MAX_BODY_BYTES as u64 {
         return Err(Reply::text(413, format!("a request's body is at most {MAX_BODY_BYTES} bytes, not {body}\n")));
@@ -376,9 +402,141 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Reply> {
         method: method.to_string(),
         target: target.to_string(),
         body: body as usize,
+        chunked,
         keep_alive: if minor >= 1 { !close } else { keep },
         expect_continue,
     }))
+}
+
+/// A chunked body being decoded (sans-IO; untrusted bytes: never panics): each chunk's size line
+/// (hexadecimal, extensions ignored, at most [`MAX_CHUNK_LINE`] bytes), its data and CRLF, then
+/// a last chunk of size 0 and the trailer fields (parsed, at most [`MAX_HEADERS`] and
+/// [`MAX_HEAD_BYTES`], and dropped). The chunks' data together is at most [`MAX_BODY_BYTES`]:
+/// a size that would pass it is refused (413) before its data is read.
+#[derive(Debug, Default)]
+pub struct Chunked {
+    at: ChunkAt,
+    body: Vec<u8>,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum ChunkAt {
+    /// A chunk's size line.
+    #[default]
+    Size,
+    /// This many bytes of a chunk's data still to come.
+    Data(usize),
+    /// The CRLF after a chunk's data.
+    DataEnd,
+    /// The trailer fields after the last chunk.
+    Trailers,
+    /// The body is whole.
+    Done,
+}
+
+impl Chunked {
+    /// Decodes what it can from the front of `buf` and removes it from there: `Ok(true)` once
+    /// the body is whole (the bytes after it, a pipelined request's, are left in `buf`),
+    /// `Ok(false)` while it needs more bytes, `Err` with the answer that refuses it.
+    pub fn take(&mut self, buf: &mut Vec<u8>) -> Result<bool, Reply> {
+        let mut pos = 0;
+        let done = self.step(buf, &mut pos);
+        buf.drain(..pos);
+        done
+    }
+
+    fn step(&mut self, buf: &[u8], pos: &mut usize) -> Result<bool, Reply> {
+        loop {
+            let rest = &buf[*pos..];
+            match self.at {
+                ChunkAt::Size => {
+                    if rest.is_empty() {
+                        return Ok(false);
+                    }
+                    if !rest[0].is_ascii_hexdigit() {
+                        return Err(Reply::text(400, "a chunk's size is not hexadecimal\n"));
+                    }
+                    let (n, size) = match httparse::parse_chunk_size(rest) {
+                        Ok(httparse::Status::Complete(c)) => c,
+                        Ok(httparse::Status::Partial) if rest.len() > MAX_CHUNK_LINE => {
+                            return Err(Reply::text(
+                                400,
+                                format!("a chunk-size line is at most {MAX_CHUNK_LINE} bytes\n"),
+                            ));
+                        }
+                        Ok(httparse::Status::Partial) => return Ok(false),
+                        Err(_) => return Err(Reply::text(400, "a chunk's size line is malformed\n")),
+                    };
+                    if n > MAX_CHUNK_LINE {
+                        return Err(Reply::text(400, format!("a chunk-size line is at most {MAX_CHUNK_LINE} bytes\n")));
+                    }
+                    let room = (MAX_BODY_BYTES - self.body.len()) as u64;
+                    if size > room {
+                        return Err(Reply::text(
+                            413,
+                            format!("a request's body is at most {MAX_BODY_BYTES} bytes, chunked or not\n"),
+                        ));
+                    }
+                    *pos += n;
+                    // At most MAX_BODY_BYTES, so it fits.
+                    self.at = if size == 0 { ChunkAt::Trailers } else { ChunkAt::Data(size as usize) };
+                }
+                ChunkAt::Data(left) => {
+                    let k = left.min(rest.len());
+                    if k == 0 {
+                        return Ok(false);
+                    }
+                    self.body.extend_from_slice(&rest[..k]);
+                    *pos += k;
+                    self.at = if k == left { ChunkAt::DataEnd } else { ChunkAt::Data(left - k) };
+                }
+                ChunkAt::DataEnd => {
+                    if rest.len() < 2 {
+                        return Ok(false);
+                    }
+                    if &rest[..2] != b"\r\n" {
+                        return Err(Reply::text(400, "a chunk's data is not followed by CRLF\n"));
+                    }
+                    *pos += 2;
+                    self.at = ChunkAt::Size;
+                }
+                ChunkAt::Trailers => {
+                    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                    match httparse::parse_headers(rest, &mut fields) {
+                        Ok(httparse::Status::Complete((n, _))) if n <= MAX_HEAD_BYTES => {
+                            *pos += n;
+                            self.at = ChunkAt::Done;
+                        }
+                        Ok(httparse::Status::Partial) if rest.len() <= MAX_HEAD_BYTES => return Ok(false),
+                        Ok(_) => {
+                            return Err(Reply::text(
+                                431,
+                                format!("a body's trailer is at most {MAX_HEAD_BYTES} bytes\n"),
+                            ));
+                        }
+                        Err(httparse::Error::TooManyHeaders) => {
+                            return Err(Reply::text(
+                                431,
+                                format!("a body's trailer has at most {MAX_HEADERS} fields\n"),
+                            ));
+                        }
+                        Err(e) => return Err(Reply::text(400, format!("a body's trailer is malformed: {e}\n"))),
+                    }
+                }
+                ChunkAt::Done => return Ok(true),
+            }
+        }
+    }
+
+    /// The body decoded so far (all of it once [`Chunked::take`] said it is whole).
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The body, taken out.
+    pub fn into_body(self) -> Vec<u8> {
+        self.body
+    }
 }
 
 /// Reads more of the connection into `buf`: `Ok(false)` when the client closed it, an error
@@ -449,19 +607,40 @@ fn connection(
             }
         };
         buf.drain(..head.len);
-        if head.expect_continue && head.body > buf.len() {
+        if head.expect_continue && (head.body > buf.len() || (head.chunked && buf.is_empty())) {
             s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
         }
-        while buf.len() < head.body {
-            if !fill(&mut s, &mut buf, deadline, stop).inspect_err(|e| {
+        let more = |s: &mut TcpStream, buf: &mut Vec<u8>| {
+            fill(s, buf, deadline, stop).inspect_err(|e| {
                 if e.kind() == ErrorKind::TimedOut {
                     refusals.count("deadline");
                 }
-            })? {
-                return Ok(());
+            })
+        };
+        let body: Vec<u8> = if head.chunked {
+            let mut chunked = Chunked::default();
+            loop {
+                match chunked.take(&mut buf) {
+                    Ok(true) => break chunked.into_body(),
+                    Ok(false) => {
+                        if !more(&mut s, &mut buf)? {
+                            return Ok(());
+                        }
+                    }
+                    Err(r) => {
+                        refusals.count_status(r.status);
+                        return write_reply(&mut s, &r, false, true);
+                    }
+                }
             }
-        }
-        let body: Vec<u8> = buf.drain(..head.body).collect();
+        } else {
+            while buf.len() < head.body {
+                if !more(&mut s, &mut buf)? {
+                    return Ok(());
+                }
+            }
+            buf.drain(..head.body).collect()
+        };
         slot.enter(Phase::Answering);
         let reply = handler(&head.method, &head.target, &body);
         let close = !head.keep_alive || stop.load(Ordering::Relaxed);
@@ -528,8 +707,8 @@ mod tests {
         let mut raw = exact.into_bytes();
         raw.extend(std::iter::repeat_n(b'a', MAX_BODY_BYTES));
         assert!(exchange(addr, &raw).ends_with(&format!("POST /x {MAX_BODY_BYTES}\n")));
-        let out = exchange(addr, b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n");
-        assert!(out.starts_with("HTTP/1.1 501 "), "{out}");
+        let out = exchange(addr, b"POST /x HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n");
+        assert!(out.starts_with("HTTP/1.1 501 ") && out.contains("`gzip`"), "{out}");
         let out = exchange(addr, b"POST /x HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab");
         assert!(out.starts_with("HTTP/1.1 400 "), "{out}");
         let out = exchange(addr, b"POST /x HTTP/1.1\r\nContent-Length: -1\r\n\r\n");
@@ -555,7 +734,13 @@ mod tests {
         let out = exchange(addr, b"POST /x HTTP/1.1\r\nContent-Length: 2\r\nExpect: later\r\n\r\nok");
         assert!(out.starts_with("HTTP/1.1 417 "), "{out}");
         // Each refusal counted under its reason.
-        let want = [("malformed", 3), ("body_too_large", 2), ("expectation", 1), ("head_too_large", 2), ("chunked", 1)];
+        let want = [
+            ("malformed", 3),
+            ("body_too_large", 2),
+            ("expectation", 1),
+            ("head_too_large", 2),
+            ("transfer_coding", 1),
+        ];
         let counts = refusals.counts();
         for (reason, n) in want {
             assert!(counts.contains(&(reason, n)), "{reason}: {counts:?}");
@@ -793,6 +978,109 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
     }
 
+    #[test]
+    fn chunked_bodies_are_taken_within_the_same_bounds() {
+        let (addr, stop, refusals) = start_counted();
+        // Chunks with extensions and a trailer, a request pipelined after it.
+        let out = exchange(
+            addr,
+            b"POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\nA\r\n0123456789\r\n0\r\nX-T: 1\r\n\r\nGET /n HTTP/1.1\r\nConnection: close\r\n\r\n",
+        );
+        assert!(out.contains("POST /c 13\n") && out.ends_with("GET /n 0\n"), "{out}");
+        // 100-continue before a chunked body.
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(
+            b"POST /e HTTP/1.1\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+        let mut first = [0u8; 25];
+        c.read_exact(&mut first).unwrap();
+        assert_eq!(&first, b"HTTP/1.1 100 Continue\r\n\r\n");
+        c.write_all(b"2\r\nok\r\n0\r\n\r\n").unwrap();
+        let mut rest = String::new();
+        c.read_to_string(&mut rest).unwrap();
+        assert!(rest.ends_with("POST /e 2\n"), "{rest}");
+        // A chunk that would take the body past its bound: refused before its data comes.
+        let over = format!(
+            "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n0123456789abcdef\r\n{:x}\r\n",
+            MAX_BODY_BYTES - 15
+        );
+        assert!(exchange(addr, over.as_bytes()).starts_with("HTTP/1.1 413 "));
+        let huge = b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n";
+        assert!(exchange(addr, huge).starts_with("HTTP/1.1 4"));
+        for bad in [
+            &b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n3\r\nabc\r\n0\r\n\r\n"[..],
+            b"POST /x HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+            b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n",
+            b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\r\n",
+        ] {
+            let out = exchange(addr, bad);
+            assert!(out.starts_with("HTTP/1.1 400 "), "{}: {out}", String::from_utf8_lossy(bad));
+        }
+        let mut long = b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1;".to_vec();
+        long.extend(std::iter::repeat_n(b'e', MAX_CHUNK_LINE + 10));
+        assert!(exchange(addr, &long).starts_with("HTTP/1.1 400 "));
+        let many: String = (0..MAX_HEADERS + 1).map(|i| format!("T{i}: y\r\n")).collect();
+        let trailers = format!("POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n{many}\r\n");
+        assert!(exchange(addr, trailers.as_bytes()).starts_with("HTTP/1.1 431 "));
+        let counts = refusals.counts();
+        for (reason, n) in [("malformed", 7), ("body_too_large", 1), ("head_too_large", 1)] {
+            assert!(counts.iter().any(|&(r, c)| r == reason && c >= n), "{reason}: {counts:?}");
+        }
+        stop.store(true, Ordering::Relaxed);
+    }
+
+    proptest::proptest! {
+        /// A body cut into any chunks (extensions on some), with or without trailers, fed in any
+        /// pieces, decodes to itself and leaves what follows it in the buffer.
+        #[test]
+        fn a_chunked_body_decodes_to_itself_however_it_is_cut_and_fed(
+            body in proptest::collection::vec(proptest::num::u8::ANY, 0..3000),
+            cuts in proptest::collection::vec(1usize..700, 0..12),
+            feeds in proptest::collection::vec(1usize..300, 1..40),
+            ext in proptest::bool::ANY,
+            trailer in proptest::bool::ANY,
+        ) {
+            let mut wire = Vec::new();
+            let mut at = 0;
+            for (i, cut) in cuts.iter().chain(std::iter::once(&usize::MAX)).enumerate() {
+                let end = at + (*cut).min(body.len() - at);
+                if end == at {
+                    break;
+                }
+                let ext = if ext && i % 2 == 0 { ";name=\"v\"" } else { "" };
+                wire.extend(format!("{:X}{ext}\r\n", end - at).bytes());
+                wire.extend(&body[at..end]);
+                wire.extend(b"\r\n");
+                at = end;
+            }
+            wire.extend(b"0\r\n");
+            if trailer {
+                wire.extend(b"Digest: x\r\n");
+            }
+            wire.extend(b"\r\nNEXT");
+            let (mut c, mut buf, mut fed, mut whole) = (Chunked::default(), Vec::new(), 0, false);
+            for f in feeds.iter().cycle() {
+                let take = (*f).min(wire.len() - fed);
+                buf.extend_from_slice(&wire[fed..fed + take]);
+                fed += take;
+                if c.take(&mut buf).unwrap() {
+                    whole = true;
+                    break;
+                }
+                proptest::prop_assert!(take > 0, "all of it fed and not whole");
+            }
+            proptest::prop_assert!(whole);
+            // What follows the body stays, whatever was fed beyond it.
+            buf.extend_from_slice(&wire[fed..]);
+            proptest::prop_assert_eq!(&buf[..], b"NEXT");
+            proptest::prop_assert_eq!(c.body(), &body[..]);
+        }
+    }
+
     /// docs/dispatch.md's table of limits is the contract: each row's value is the code's.
     #[test]
     fn the_docs_give_each_limit() {
@@ -807,6 +1095,9 @@ mod tests {
         assert!(body.contains(&format!("{} MiB", MAX_BODY_BYTES >> 20)) && body.contains("1,048,576"), "{body}");
         let head = row("| a request line and headers");
         assert!(head.contains(&format!("| {} KiB, {MAX_HEADERS} headers |", MAX_HEAD_BYTES >> 10)), "{head}");
+        let chunked = row("| a chunked body");
+        let line = format!("{},{:03}", MAX_CHUNK_LINE / 1000, MAX_CHUNK_LINE % 1000);
+        assert!(chunked.contains(&format!("line (size and extensions) {line} bytes")), "{chunked}");
         let whole = row("| a request, from its first byte");
         assert!(whole.contains(&format!("| {} s |", REQUEST_DEADLINE.as_secs())), "{whole}");
         let idle = row("| a kept-alive connection");
