@@ -259,11 +259,18 @@ impl Slots {
 struct Slot(Arc<Slots>, u64);
 
 impl Slot {
-    /// The connection is now at `phase`.
-    fn enter(&self, phase: Phase) {
-        if let Some(c) = self.0.lock().conns.get_mut(&self.1) {
-            c.phase = phase;
-            c.since = Instant::now();
+    /// The connection is now at `phase`; false if it was closed to make room. (Both under one
+    /// lock: a connection is either closed before its request enters the handler, and the
+    /// request is not run, or it is answering and not closed.)
+    #[must_use]
+    fn enter(&self, phase: Phase) -> bool {
+        match self.0.lock().conns.get_mut(&self.1) {
+            Some(c) => {
+                c.phase = phase;
+                c.since = Instant::now();
+                true
+            }
+            None => false,
         }
     }
 }
@@ -580,7 +587,9 @@ fn connection(
     loop {
         // The head: the idle wait, then (from its first byte) the request's deadline.
         let mut deadline = if buf.is_empty() { Instant::now() + IDLE } else { Instant::now() + REQUEST_DEADLINE };
-        slot.enter(if buf.is_empty() { Phase::Idle } else { Phase::Reading });
+        if !slot.enter(if buf.is_empty() { Phase::Idle } else { Phase::Reading }) {
+            return Ok(());
+        }
         let head = loop {
             if !buf.is_empty() {
                 match parse_head(&buf) {
@@ -603,7 +612,9 @@ fn connection(
             }
             if was_empty {
                 deadline = Instant::now() + REQUEST_DEADLINE;
-                slot.enter(Phase::Reading);
+                if !slot.enter(Phase::Reading) {
+                    return Ok(());
+                }
             }
         };
         buf.drain(..head.len);
@@ -641,7 +652,10 @@ fn connection(
             }
             buf.drain(..head.body).collect()
         };
-        slot.enter(Phase::Answering);
+        // A connection closed to make room runs no request, even one whole in its buffer.
+        if !slot.enter(Phase::Answering) {
+            return Ok(());
+        }
         let reply = handler(&head.method, &head.target, &body);
         let close = !head.keep_alive || stop.load(Ordering::Relaxed);
         write_reply(&mut s, &reply, head.method == "HEAD", close)?;
@@ -1079,6 +1093,28 @@ mod tests {
             proptest::prop_assert_eq!(&buf[..], b"NEXT");
             proptest::prop_assert_eq!(c.body(), &body[..]);
         }
+    }
+
+    #[test]
+    fn a_connection_closed_to_make_room_runs_no_request_and_an_answering_one_is_not_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (a, b) = (TcpStream::connect(listener.local_addr().unwrap()).unwrap(), listener.accept().unwrap().0);
+        let (slots, refusals) = (Arc::new(Slots::default()), Refusals::default());
+        let ip = IpAddr::from([127, 0, 0, 2]);
+        let (first, second) =
+            (Slots::take(&slots, &a, ip, &refusals).unwrap(), Slots::take(&slots, &b, ip, &refusals).unwrap());
+        assert!(first.enter(Phase::Answering) && second.enter(Phase::Reading));
+        // A newcomer from an address holding fewer: the answering one is passed over.
+        assert!(slots.lock().evict(IpAddr::from([127, 0, 0, 3])));
+        assert!(first.enter(Phase::Idle), "the answering connection was kept");
+        assert!(!second.enter(Phase::Answering), "the reading one was closed and may not run its request");
+        assert_eq!(slots.lock().conns.len(), 1);
+        assert_eq!(slots.lock().by_peer.get(&ip), Some(&1));
+        // Its slot given back once: dropping it later frees nothing more.
+        drop(second);
+        assert_eq!(slots.lock().by_peer.get(&ip), Some(&1));
+        drop(first);
+        assert!(slots.lock().conns.is_empty() && slots.lock().by_peer.is_empty());
     }
 
     /// docs/dispatch.md's table of limits is the contract: each row's value is the code's.
