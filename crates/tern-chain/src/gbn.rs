@@ -23,7 +23,7 @@
 //! assert!(tx.is_idle());
 //! ```
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// The header's length.
@@ -329,5 +329,107 @@ impl Receiver {
     /// Its counters.
     pub fn stats(&self) -> ReceiverStats {
         self.stats
+    }
+}
+
+/// The receiving end's bounds on its connections (the `gbn` task's `max_connections` and
+/// `idle_s`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiveConfig {
+    /// Connections kept at once, at most (1 to 2^20). Default 4096.
+    pub max_connections: usize,
+    /// A connection without a data packet for this long is forgotten. Default 60 s.
+    pub idle: Duration,
+}
+
+impl Default for ReceiveConfig {
+    fn default() -> Self {
+        ReceiveConfig { max_connections: 4096, idle: Duration::from_secs(60) }
+    }
+}
+
+/// A new connection's data packet, with [`ReceiveConfig::max_connections`] kept and none of
+/// them idle past [`ReceiveConfig::idle`] at the last look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("every connection is taken (at most {0})")]
+pub struct ConnectionsFull(pub usize);
+
+/// The receiving end's connections, each a [`Receiver`] made at its first data packet
+/// (expecting sequence number 0) and forgotten once it has been idle for
+/// [`ReceiveConfig::idle`]: a data packet after that meets a new receiver, as for a new
+/// connection. Sans-IO: the caller passes the time.
+#[derive(Debug)]
+pub struct Connections {
+    cfg: ReceiveConfig,
+    map: HashMap<u32, (Receiver, Instant)>,
+    last_sweep: Option<Instant>,
+    expired: u64,
+}
+
+impl Connections {
+    /// No connection yet.
+    pub fn new(cfg: ReceiveConfig) -> Connections {
+        Connections { cfg, map: HashMap::new(), last_sweep: None, expired: 0 }
+    }
+
+    /// [`Receiver::on_header`] on `h`'s connection at `now`: its receiver is made at its first
+    /// data packet, or again once it was idle for [`ReceiveConfig::idle`]. A new connection
+    /// with [`ReceiveConfig::max_connections`] kept is refused ([`ConnectionsFull`]); idle connections are
+    /// looked for no more often than ten times an idle period, so one idle past its time may
+    /// hold its place for up to a tenth of that longer.
+    pub fn on_header(&mut self, h: Header, now: Instant) -> Result<Option<(bool, Header)>, ConnectionsFull> {
+        if h.kind != DATA {
+            // Not data: no connection is made or kept alive for it.
+            return Ok(None);
+        }
+        self.sweep(now);
+        let (idle, n) = (self.cfg.idle, self.map.len());
+        let (r, last) = match self.map.entry(h.conn) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let (r, last) = e.into_mut();
+                if now.saturating_duration_since(*last) >= idle {
+                    // Idle past its time (the sweep has not come round yet): forgotten.
+                    *r = Receiver::new(h.conn);
+                    self.expired += 1;
+                }
+                (r, last)
+            }
+            std::collections::hash_map::Entry::Vacant(_) if n >= self.cfg.max_connections => {
+                return Err(ConnectionsFull(self.cfg.max_connections));
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let (r, last) = e.insert((Receiver::new(h.conn), now));
+                (r, last)
+            }
+        };
+        *last = now;
+        Ok(r.on_header(h))
+    }
+
+    /// Forgets the connections idle for [`ReceiveConfig::idle`], looking no more often than
+    /// ten times an idle period.
+    fn sweep(&mut self, now: Instant) {
+        if self.last_sweep.is_some_and(|t| now.saturating_duration_since(t) < self.cfg.idle / 10) {
+            return;
+        }
+        self.last_sweep = Some(now);
+        let (before, idle) = (self.map.len(), self.cfg.idle);
+        self.map.retain(|_, (_, last)| now.saturating_duration_since(*last) < idle);
+        self.expired += (before - self.map.len()) as u64;
+    }
+
+    /// Connections kept now.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Connections forgotten for being idle, so far.
+    pub fn expired(&self) -> u64 {
+        self.expired
     }
 }

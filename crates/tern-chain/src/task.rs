@@ -182,7 +182,15 @@ pub fn build(spec: &TaskSpec, keys: &mut Keys) -> Result<Box<dyn NetworkTask>, S
             Box::new(AesNt { task: AesTask::new(&keys.space(*key)).map_err(|e| format!("aes: {e}"))?, seal: *seal })
         }
         TaskSpec::Lb { backends, table_size } => Box::new(LbTask::new(backends, *table_size)?),
-        TaskSpec::Gbn(_) => Box::new(GbnTask::default()),
+        TaskSpec::Gbn(cfg) => Box::new(GbnTask {
+            connections: gbn::Connections::new(*cfg),
+            info: FrameInfo::default(),
+            delivered: 0,
+            acks: 0,
+            malformed: 0,
+            connections_full: 0,
+            no_buffer: 0,
+        }),
         TaskSpec::Kv(cfg) => {
             Box::new(KvTask { cache: Cache::new(*cfg), info: FrameInfo::default(), answer: Vec::new(), too_large: 0 })
         }
@@ -474,15 +482,13 @@ impl NetworkTask for KvTask {
     }
 }
 
-/// Connections a transport task keeps at most.
-pub const GBN_MAX_CONNECTIONS: usize = 4096;
-
 /// The go-back-N transport's receiving end: a UDP payload that is a data packet of the next
 /// number in order is delivered (the header taken off, the frame going on) and acknowledged
-/// with a packet of its own; any other data packet is turned into the acknowledgement.
-#[derive(Debug, Default)]
+/// with a packet of its own; any other data packet is turned into the acknowledgement. Its
+/// connections are bounded and forgotten when idle ([`gbn::Connections`]).
+#[derive(Debug)]
 struct GbnTask {
-    receivers: HashMap<u32, gbn::Receiver>,
+    connections: gbn::Connections,
     info: FrameInfo,
     delivered: u64,
     acks: u64,
@@ -507,18 +513,16 @@ impl NetworkTask for GbnTask {
             self.malformed += 1;
             return Verdict::Drop("malformed");
         };
-        let n = self.receivers.len();
-        let r = match self.receivers.entry(h.conn) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(_) if n >= GBN_MAX_CONNECTIONS => {
+        let (deliver, ack) = match self.connections.on_header(h, cx.now) {
+            Ok(Some(answer)) => answer,
+            Ok(None) => {
+                self.malformed += 1;
+                return Verdict::Drop("malformed");
+            }
+            Err(gbn::ConnectionsFull(_)) => {
                 self.connections_full += 1;
                 return Verdict::Drop("connections_full");
             }
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(gbn::Receiver::new(h.conn)),
-        };
-        let Some((deliver, ack)) = r.on_header(h) else {
-            self.malformed += 1;
-            return Verdict::Drop("malformed");
         };
         let mut ack_bytes = [0u8; gbn::HEADER_LEN];
         ack_bytes[0] = gbn::VERSION;
@@ -550,7 +554,8 @@ impl NetworkTask for GbnTask {
         vec![
             ("delivered", self.delivered),
             ("acks", self.acks),
-            ("connections", self.receivers.len() as u64),
+            ("connections", self.connections.len() as u64),
+            ("expired", self.connections.expired()),
             ("malformed", self.malformed),
             ("connections_full", self.connections_full),
             ("no_buffer", self.no_buffer),

@@ -97,8 +97,8 @@ pub enum TaskSpec {
         /// Table entries.
         table_size: usize,
     },
-    /// The go-back-N transport's settings.
-    Gbn(gbn::Config),
+    /// The go-back-N transport's receiving end: its bounds on connections.
+    Gbn(gbn::ReceiveConfig),
     /// The KV cache's bounds.
     Kv(crate::kv::KvConfig),
     /// Another engine run as a task through `tern_io::BatchStage` (what `tern chain` offers:
@@ -249,7 +249,7 @@ pub fn parameters(kind: &str) -> &'static [&'static str] {
         "nat" => &["external", "ports", "idle_s"],
         "aes" => &["key", "direction"],
         "lb" => &["backends", "table_size"],
-        "gbn" => &["window", "rto_ms", "queue"],
+        "gbn" => &["max_connections", "idle_s"],
         "kv" => &["max_bytes", "max_entries", "max_pending"],
         "dummy" => &["ns_per_packet", "gbps", "luts"],
         "stage" => &["engine", "config", "in_port", "luts"],
@@ -409,11 +409,11 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
         }
         "gbn" => {
             parameters_only(t, "gbn", at)?;
-            let d = gbn::Config::default();
-            Ok(TaskSpec::Gbn(gbn::Config {
-                window: int_of(t, "window", at, 1..=32_768)?.map_or(d.window, |v| v as u32),
-                rto: int_of(t, "rto_ms", at, 1..=60_000)?.map_or(d.rto, |v| Duration::from_millis(v as u64)),
-                queue: int_of(t, "queue", at, 1..=1 << 20)?.map_or(d.queue, |v| v as usize),
+            let d = gbn::ReceiveConfig::default();
+            Ok(TaskSpec::Gbn(gbn::ReceiveConfig {
+                max_connections: int_of(t, "max_connections", at, 1..=1 << 20)?
+                    .map_or(d.max_connections, |v| v as usize),
+                idle: int_of(t, "idle_s", at, 1..=86_400)?.map_or(d.idle, |v| Duration::from_secs(v as u64)),
             }))
         }
         "kv" => {

@@ -1,11 +1,15 @@
 //! The go-back-N transport: its header byte for byte, a parser that refuses what is not a
 //! packet, and sender/receiver pairs over the `FaultInjector` (seeded loss, duplication and
-//! reordering) delivering every payload once and in order, across the sequence numbers' wrap.
+//! reordering) delivering every payload once and in order, across the sequence numbers' wrap;
+//! the receiving end's connections bounded and forgotten when idle.
 
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use tern_chain::gbn::{ACK, Config, DATA, HEADER_LEN, Header, MAX_PAYLOAD, PacketError, Receiver, Sender};
+use tern_chain::gbn::{
+    ACK, Config, Connections, ConnectionsFull, DATA, HEADER_LEN, Header, MAX_PAYLOAD, PacketError, ReceiveConfig,
+    Receiver, Sender,
+};
 use tern_io::fault::{FaultConfig, FaultInjector};
 use tern_io::{Batch, Pool, Port, mem};
 
@@ -20,6 +24,85 @@ fn the_header_is_the_documented_bytes() {
     assert_eq!(HEADER_LEN, 12);
     let (h, p) = Header::parse(&b).unwrap();
     assert_eq!((h, p), (Header { kind: DATA, len: 2, conn: 0x0102_0304, seq: 5 }, &b"ab"[..]));
+}
+
+fn data(conn: u32, seq: u32) -> Header {
+    Header { kind: DATA, len: 0, conn, seq }
+}
+
+/// Whether the packet is delivered, and the sequence number its acknowledgement asks for next.
+fn took(c: &mut Connections, h: Header, now: Instant) -> Result<(bool, u32), ConnectionsFull> {
+    c.on_header(h, now).map(|a| a.map(|(d, ack)| (d, ack.seq)).expect("a data packet is answered"))
+}
+
+#[test]
+fn a_connection_idle_for_its_time_is_forgotten_and_starts_again_at_zero() {
+    let idle = Duration::from_secs(60);
+    let mut c = Connections::new(ReceiveConfig { max_connections: 8, idle });
+    let t0 = Instant::now();
+    assert_eq!(took(&mut c, data(1, 0), t0), Ok((true, 1)));
+    assert_eq!(took(&mut c, data(1, 1), t0 + Duration::from_secs(30)), Ok((true, 2)));
+    // Just short of idle since its last data packet: still known.
+    assert_eq!(took(&mut c, data(1, 2), t0 + Duration::from_secs(89)), Ok((true, 3)));
+    assert_eq!(c.expired(), 0);
+    // A whole idle period since: forgotten, so its next number is not delivered and the
+    // acknowledgement asks for 0, as for a new connection.
+    assert_eq!(took(&mut c, data(1, 3), t0 + Duration::from_secs(149)), Ok((false, 0)));
+    assert_eq!(c.expired(), 1);
+    assert_eq!(took(&mut c, data(1, 0), t0 + Duration::from_secs(150)), Ok((true, 1)));
+    // What is not data makes and refreshes no connection.
+    assert_eq!(c.on_header(Header { kind: ACK, len: 0, conn: 2, seq: 0 }, t0), Ok(None));
+    assert_eq!(c.len(), 1);
+}
+
+#[test]
+fn connections_are_bounded_and_an_idle_one_gives_its_place_up() {
+    let idle = Duration::from_secs(10);
+    let mut c = Connections::new(ReceiveConfig { max_connections: 2, idle });
+    let t0 = Instant::now();
+    assert!(took(&mut c, data(1, 0), t0).is_ok() && took(&mut c, data(2, 0), t0).is_ok());
+    // A third is refused; the two kept go on.
+    assert_eq!(took(&mut c, data(3, 0), t0), Err(ConnectionsFull(2)));
+    assert_eq!(took(&mut c, data(1, 1), t0 + Duration::from_secs(5)), Ok((true, 2)));
+    // Connection 2 idle for its time: within a tenth of it more, its place is free.
+    let later = t0 + idle + idle / 10;
+    assert_eq!(took(&mut c, data(3, 0), later), Ok((true, 1)));
+    assert_eq!((c.len(), c.expired()), (2, 1));
+    assert_eq!(took(&mut c, data(1, 2), later), Ok((true, 3)), "connection 1 was not idle");
+}
+
+proptest! {
+    /// Any data packets of any connections at any times: never more connections than the
+    /// bound, and a connection's delivered numbers run 0, 1, 2, ... from each time it was
+    /// (re)made.
+    #[test]
+    fn connections_never_pass_their_bound(
+        steps in proptest::collection::vec((0u32..40, 0u32..4, 0u64..3000), 1..400),
+    ) {
+        let idle = Duration::from_secs(1);
+        let mut c = Connections::new(ReceiveConfig { max_connections: 16, idle });
+        let mut now = Instant::now();
+        // The model: each connection's next number and its last data packet's time; one idle
+        // for `idle` since is new again.
+        let mut known: std::collections::HashMap<u32, (u32, Instant)> = std::collections::HashMap::new();
+        for (conn, seq, ms) in steps {
+            now += Duration::from_millis(ms / 10);
+            match c.on_header(data(conn, seq), now) {
+                Ok(Some((delivered, ack))) => {
+                    let want = match known.get(&conn) {
+                        Some(&(next, last)) if now.duration_since(last) < idle => next,
+                        _ => 0,
+                    };
+                    prop_assert_eq!(delivered, seq == want);
+                    prop_assert_eq!(ack.seq, if delivered { want + 1 } else { want });
+                    known.insert(conn, (ack.seq, now));
+                }
+                Ok(None) => prop_assert!(false, "a data packet unanswered"),
+                Err(ConnectionsFull(n)) => prop_assert_eq!(n, 16),
+            }
+            prop_assert!(c.len() <= 16);
+        }
+    }
 }
 
 #[test]

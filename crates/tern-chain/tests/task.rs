@@ -250,6 +250,20 @@ fn gbn_delivers_in_order_and_acknowledges() {
     assert_eq!(gbn::Header::parse(&ack).unwrap().0.seq, 1);
     let mut p = packet(&pool, 64, &udp([10, 0, 0, 1], 7000, [10, 0, 0, 2], 7001, b"no header"));
     assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Drop("malformed"));
+    // At most `max_connections`: another connection's data is dropped by name, the kept one
+    // goes on.
+    let mut t = task_of("kind = \"gbn\"\nmax_connections = 1\nidle_s = 5");
+    assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &data(0, b"a")), &pool).0, Verdict::Pass);
+    let mut other = Vec::new();
+    gbn::Header { kind: gbn::DATA, len: 1, conn: 4, seq: 0 }.write(b"b", &mut other);
+    let mut p = packet(&pool, 64, &udp([10, 0, 0, 1], 7000, [10, 0, 0, 2], 7001, &other));
+    assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Drop("connections_full"));
+    assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &data(1, b"c")), &pool).0, Verdict::Pass);
+    let counters: std::collections::HashMap<_, _> = t.counters().into_iter().collect();
+    assert_eq!((counters["connections"], counters["connections_full"], counters["expired"]), (1, 1, 0));
+    // The sender's settings are not the receiving end's: refused by name.
+    let err = Tenant::parse("tenant = \"t\"\ndag = \"x\"\n[nt.x]\nkind = \"gbn\"\nwindow = 4\n").unwrap_err();
+    assert!(err.contains("window") && err.contains("max_connections, idle_s"), "{err}");
 }
 
 #[test]
