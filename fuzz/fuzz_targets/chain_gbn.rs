@@ -2,13 +2,15 @@
 //! packets (a 1-byte length, then that many bytes), each given to a receiver and to a sender
 //! with payloads in flight. Nothing may panic; the receiver counts each payload it hands out
 //! once; the sender never has more in flight than its window, nor acknowledged more than it
-//! sent.
+//! sent; the receiving end's table of connections (each packet that parses, to the connection
+//! its header names, each packet's length byte moving the clock by 10 ms a unit, against an idle
+//! time of 1 s) never holds more than its bound.
 #![no_main]
 
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use tern_chain::gbn::{Config, Header, Receiver, Sender};
+use tern_chain::gbn::{Config, Connections, Header, ReceiveConfig, Receiver, Sender};
 
 fuzz_target!(|data: &[u8]| {
     let t0 = Instant::now();
@@ -23,12 +25,18 @@ fuzz_target!(|data: &[u8]| {
     let mut rest = data;
     let mut delivered = 0u8;
     let mut k = 0u32;
+    let mut table = Connections::new(ReceiveConfig { max_connections: 3, idle: Duration::from_secs(1) });
+    let mut now = t0;
     while let [n, tail @ ..] = rest {
         let n = usize::from(*n).min(tail.len());
         let packet = &tail[..n];
         rest = &tail[n..];
         k += 1;
-        let _ = Header::parse(packet);
+        if let Ok((h, _)) = Header::parse(packet) {
+            now += Duration::from_millis(10 * n as u64);
+            let _ = table.on_header(h, now);
+            assert!(table.len() <= 3);
+        }
         let (d, _ack) = rx.on_packet(packet);
         if let Some(d) = d {
             assert!(rx.stats().delivered == u64::from(delivered) + 1);
