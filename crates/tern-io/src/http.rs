@@ -38,7 +38,8 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 pub const IDLE: Duration = Duration::from_secs(60);
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 256;
-/// Connections served at once from one address: one client cannot take every slot.
+/// Connections served at once from one address (an IPv6 address's /64: [`peer_of`]): one client
+/// cannot take every slot.
 pub const MAX_CONNECTIONS_PER_PEER: usize = 64;
 /// How long writing an answer may wait for the client to read.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -137,7 +138,7 @@ pub fn serve(
                 Ok((s, peer)) => {
                     // The slot is given back however the thread ends (a handler's panic too),
                     // or at once if the thread does not start.
-                    let slot = match Slots::take(&slots, &s, peer.ip(), &refusals) {
+                    let slot = match Slots::take(&slots, &s, peer_of(peer.ip()), &refusals) {
                         Ok(slot) => slot,
                         Err(why) => {
                             refusals.count("busy");
@@ -156,6 +157,18 @@ pub fn serve(
         }
     })?;
     Ok(bound)
+}
+
+/// The peer a connection is counted against: its IPv4 address (an IPv4-mapped IPv6 one as the
+/// IPv4 address), or its IPv6 address's /64, the block one host or site is usually given.
+pub fn peer_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+    }
 }
 
 /// Where a connection is: what decides whether it may be closed to make room for a new one.
@@ -1115,6 +1128,17 @@ mod tests {
         assert_eq!(slots.lock().by_peer.get(&ip), Some(&1));
         drop(first);
         assert!(slots.lock().conns.is_empty() && slots.lock().by_peer.is_empty());
+    }
+
+    #[test]
+    fn an_ipv6_peer_is_its_64_and_a_mapped_ipv4_one_its_ipv4_address() {
+        let v6 = |s: &str| IpAddr::V6(s.parse().unwrap());
+        assert_eq!(peer_of(v6("2001:db8:1:2:aaaa:bbbb:cccc:dddd")), v6("2001:db8:1:2::"));
+        assert_eq!(peer_of(v6("2001:db8:1:2::1")), peer_of(v6("2001:db8:1:2:ffff::9")));
+        assert_ne!(peer_of(v6("2001:db8:1:2::1")), peer_of(v6("2001:db8:1:3::1")));
+        assert_eq!(peer_of(v6("::ffff:192.0.2.7")), IpAddr::from([192, 0, 2, 7]));
+        assert_eq!(peer_of(IpAddr::from([192, 0, 2, 7])), IpAddr::from([192, 0, 2, 7]));
+        assert_eq!(peer_of(v6("::1")), v6("::"));
     }
 
     /// docs/dispatch.md's table of limits is the contract: each row's value is the code's.
