@@ -7,7 +7,8 @@
 //! again, from the oldest (go back N). The receiver delivers only the next payload in order,
 //! drops everything else, and answers every data packet with a cumulative acknowledgement: the
 //! next sequence number it expects. So each payload is delivered exactly once and in order
-//! whatever the network loses, duplicates or reorders.
+//! whatever the network loses, duplicates or reorders. The receiving end keeps its connections
+//! in [`Connections`]: bounded, and each forgotten after a time without data.
 //!
 //! ```
 //! use std::time::{Duration, Instant};
@@ -348,8 +349,8 @@ impl Default for ReceiveConfig {
     }
 }
 
-/// A new connection's data packet, with [`ReceiveConfig::max_connections`] kept and none of
-/// them idle past [`ReceiveConfig::idle`] at the last look.
+/// Why a new connection's data packet was refused: [`ReceiveConfig::max_connections`] kept,
+/// none of them idle past [`ReceiveConfig::idle`] at the last look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("every connection is taken (at most {0})")]
 pub struct ConnectionsFull(pub usize);
@@ -373,8 +374,9 @@ impl Connections {
     }
 
     /// [`Receiver::on_header`] on `h`'s connection at `now`: its receiver is made at its first
-    /// data packet, or again once it was idle for [`ReceiveConfig::idle`]. A new connection
-    /// with [`ReceiveConfig::max_connections`] kept is refused ([`ConnectionsFull`]); idle connections are
+    /// data packet, or again once it was idle for [`ReceiveConfig::idle`]; what is not data
+    /// gets `None` and makes no connection. A new connection with
+    /// [`ReceiveConfig::max_connections`] kept is refused ([`ConnectionsFull`]); idle ones are
     /// looked for no more often than ten times an idle period, so one idle past its time may
     /// hold its place for up to a tenth of that longer.
     pub fn on_header(&mut self, h: Header, now: Instant) -> Result<Option<(bool, Header)>, ConnectionsFull> {
