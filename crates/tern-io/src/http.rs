@@ -703,6 +703,21 @@ mod tests {
         exchange_from(1, addr, raw)
     }
 
+    /// Sends `head` (its request line and headers, without the blank line) asking
+    /// `Expect: 100-continue`; once the `100 Continue` comes, sends `body`; returns the rest.
+    fn continued(addr: SocketAddr, head: &str, body: &[u8]) -> String {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(format!("{head}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();
+        let mut first = [0u8; 25];
+        c.read_exact(&mut first).unwrap();
+        assert_eq!(&first, b"HTTP/1.1 100 Continue\r\n\r\n");
+        c.write_all(body).unwrap();
+        let mut rest = String::new();
+        c.read_to_string(&mut rest).unwrap();
+        rest
+    }
+
     #[test]
     fn requests_in_a_row_and_pipelined_on_one_connection() {
         let (addr, stop) = start();
@@ -747,16 +762,7 @@ mod tests {
         assert!(exchange(addr, format!("GET /x HTTP/1.1\r\n{many}\r\n").as_bytes()).starts_with("HTTP/1.1 431 "));
         assert!(exchange(addr, b"\x00\x01garbage\r\n\r\n").starts_with("HTTP/1.1 400 "));
         // Expect: 100-continue is answered before the body comes.
-        let mut c = TcpStream::connect(addr).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        c.write_all(b"POST /x HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut first = [0u8; 25];
-        c.read_exact(&mut first).unwrap();
-        assert_eq!(&first, b"HTTP/1.1 100 Continue\r\n\r\n");
-        c.write_all(b"ok").unwrap();
-        let mut rest = String::new();
-        c.read_to_string(&mut rest).unwrap();
+        let rest = continued(addr, "POST /x HTTP/1.1\r\nContent-Length: 2", b"ok");
         assert!(rest.starts_with("HTTP/1.1 200") && rest.ends_with("POST /x 2\n"), "{rest}");
         let out = exchange(addr, b"POST /x HTTP/1.1\r\nContent-Length: 2\r\nExpect: later\r\n\r\nok");
         assert!(out.starts_with("HTTP/1.1 417 "), "{out}");
@@ -1015,18 +1021,7 @@ mod tests {
         );
         assert!(out.contains("POST /c 13\n") && out.ends_with("GET /n 0\n"), "{out}");
         // 100-continue before a chunked body.
-        let mut c = TcpStream::connect(addr).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        c.write_all(
-            b"POST /e HTTP/1.1\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
-        )
-        .unwrap();
-        let mut first = [0u8; 25];
-        c.read_exact(&mut first).unwrap();
-        assert_eq!(&first, b"HTTP/1.1 100 Continue\r\n\r\n");
-        c.write_all(b"2\r\nok\r\n0\r\n\r\n").unwrap();
-        let mut rest = String::new();
-        c.read_to_string(&mut rest).unwrap();
+        let rest = continued(addr, "POST /e HTTP/1.1\r\nTransfer-Encoding: chunked", b"2\r\nok\r\n0\r\n\r\n");
         assert!(rest.ends_with("POST /e 2\n"), "{rest}");
         // A chunk that would take the body past its bound: refused before its data comes.
         let over = format!(
