@@ -197,6 +197,13 @@ impl Firewall {
         Ok(())
     }
 
+    /// Exchanges its established flows with `other`'s (another generation of it: the rules
+    /// may differ; the flows are the traffic's).
+    pub fn swap_flows(&mut self, other: &mut Firewall) {
+        std::mem::swap(&mut self.flows, &mut other.flows);
+        std::mem::swap(&mut self.last_sweep, &mut other.last_sweep);
+    }
+
     /// Forgets flows idle for `idle` (looked at no more than ten times an idle period).
     fn sweep(&mut self, now: Instant) {
         let every = self.cfg.idle / 10;

@@ -420,6 +420,13 @@ impl Connections {
         self.expired += (before - self.map.len()) as u64;
     }
 
+    /// Exchanges its connections with `other`'s (another generation of it: the bounds may
+    /// differ; the connections are the peers').
+    pub fn swap_connections(&mut self, other: &mut Connections) {
+        std::mem::swap(&mut self.map, &mut other.map);
+        std::mem::swap(&mut self.last_sweep, &mut other.last_sweep);
+    }
+
     /// Connections kept now.
     pub fn len(&self) -> usize {
         self.map.len()

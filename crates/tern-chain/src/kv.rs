@@ -202,6 +202,19 @@ pub struct Cache {
 }
 
 impl Cache {
+    /// Exchanges everything it holds (entries, forwarded GETs, SETs remembered, counters
+    /// aside) with `other`'s (another generation of it) if both have the same bounds; whether
+    /// they did.
+    pub fn swap_entries(&mut self, other: &mut Cache) -> bool {
+        if self.cfg != other.cfg {
+            return false;
+        }
+        let stats = (self.stats, other.stats);
+        std::mem::swap(self, other);
+        (self.stats, other.stats) = stats;
+        true
+    }
+
     /// An empty cache bounded by `cfg`.
     pub fn new(cfg: KvConfig) -> Cache {
         Cache {

@@ -119,6 +119,19 @@ pub struct Nat {
 }
 
 impl Nat {
+    /// Exchanges its mappings with `other`'s (another generation of it) if both hand out the
+    /// same external address and ports (else a mapping would name a port the other does not
+    /// own); whether they did.
+    pub fn swap_mappings(&mut self, other: &mut Nat) -> bool {
+        if (self.cfg.external, self.cfg.ports) != (other.cfg.external, other.cfg.ports) {
+            return false;
+        }
+        std::mem::swap(&mut self.out, &mut other.out);
+        std::mem::swap(&mut self.back, &mut other.back);
+        std::mem::swap(&mut self.cursor, &mut other.cursor);
+        true
+    }
+
     /// A NAT with `cfg` (a reversed port range is taken in order).
     pub fn new(cfg: NatConfig) -> Nat {
         let (lo, hi) = (cfg.ports.0.min(cfg.ports.1), cfg.ports.0.max(cfg.ports.1));

@@ -373,11 +373,16 @@ impl Wrapper {
     }
 
     /// Makes `task` tenant `t`'s task of generation `g`, keeping the one it replaces as the
-    /// previous generation's (for that generation's packets still in flight).
-    fn install(&mut self, t: usize, g: u8, task: Option<Box<dyn NetworkTask>>) {
+    /// previous generation's (for that generation's packets still in flight). The new task takes
+    /// the state of the one it replaces ([`NetworkTask::swap_state`]: a firewall's established
+    /// flows, a NAT's mappings, ...), which the previous generation's packets then share.
+    fn install(&mut self, t: usize, g: u8, mut task: Option<Box<dyn NetworkTask>>) {
         if let (Some(cur), Some(prev), Some(generation)) =
             (self.tasks.get_mut(t), self.previous.get_mut(t), self.generation.get_mut(t))
         {
+            if let (Some(new), Some(old)) = (task.as_mut(), cur.as_mut()) {
+                new.swap_state(old.as_mut());
+            }
             *prev = std::mem::replace(cur, task);
             *generation = g;
         }
@@ -528,12 +533,16 @@ fn run_batch(
                 continue;
             }
             let t = usize::from(item.desc.tenant);
-            let slot = if w.generation.get(t) == Some(&item.desc.generation) {
-                w.tasks.get_mut(t)
+            let current = w.generation.get(t) == Some(&item.desc.generation);
+            let (tasks, previous) = (&mut w.tasks, &mut w.previous);
+            // A previous generation's packet (an update draining) runs its own generation's
+            // task on the state the two share, lent to it by the current task for the packet.
+            let (task, mut lender) = if current {
+                (tasks.get_mut(t).and_then(Option::as_mut), None)
             } else {
-                w.previous.get_mut(t)
+                (previous.get_mut(t).and_then(Option::as_mut), tasks.get_mut(t).and_then(Option::as_mut))
             };
-            let Some(task) = slot.and_then(Option::as_mut) else {
+            let Some(task) = task else {
                 // The plan gives every position a tenant does not skip a task of its own.
                 *fate = Fate::Dropped(reason::NO_TASK);
                 continue;
@@ -543,7 +552,12 @@ fn run_batch(
                 ask_bytes(next.packet.data());
             }
             let before = cx.emitted.len();
-            match checked(task.process(&mut item.packet, cx), task.as_ref()) {
+            let lent = lender.as_mut().is_some_and(|cur| task.swap_state(cur.as_mut()));
+            let verdict = checked(task.process(&mut item.packet, cx), task.as_ref());
+            if lent && let Some(cur) = lender {
+                cur.swap_state(task.as_mut());
+            }
+            match verdict {
                 Verdict::Pass => {}
                 Verdict::Drop(r) => *fate = Fate::Dropped(r),
                 Verdict::Reply => *fate = Fate::Replied,

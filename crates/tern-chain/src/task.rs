@@ -119,6 +119,27 @@ pub trait NetworkTask: Send + std::fmt::Debug {
     fn reads_payload(&self) -> bool {
         false
     }
+    /// The state it keeps from packet to packet apart from its parameters (a firewall's
+    /// established flows, a NAT's mappings, a transport's connections, a cache's entries), for
+    /// [`swap_state`](Self::swap_state) to find in another task; `None` (the default) for a task
+    /// without such state.
+    fn state(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
+    /// Exchanges that state with `other`'s where both are of one kind and it may pass between
+    /// them (a NAT's only with the same external address and ports, a cache's only with the same
+    /// bounds); whether it did. An update's new task takes its predecessor's state so, and the
+    /// two generations share it while the previous one's packets drain (docs/chain.md,
+    /// "Updates").
+    fn swap_state(&mut self, other: &mut dyn NetworkTask) -> bool {
+        let _ = other;
+        false
+    }
+}
+
+/// `other`'s state if it is a `T`.
+fn state_of<T: 'static>(other: &mut dyn NetworkTask) -> Option<&mut T> {
+    other.state().and_then(|s| s.downcast_mut::<T>())
 }
 
 /// Packets to an address whose destination port lies in a range are steered to the instance
@@ -213,6 +234,12 @@ impl NetworkTask for FwTask {
     fn kind(&self) -> &'static str {
         "firewall"
     }
+    fn state(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(&mut self.0)
+    }
+    fn swap_state(&mut self, other: &mut dyn NetworkTask) -> bool {
+        state_of::<Firewall>(other).map(|o| self.0.swap_flows(o)).is_some()
+    }
     fn cost(&self) -> Cost {
         Cost { ns_per_packet: 114.0, luts: None, gbps: None, stateful: true, modifies: false }
     }
@@ -243,6 +270,12 @@ struct NatTask {
 impl NetworkTask for NatTask {
     fn kind(&self) -> &'static str {
         "nat"
+    }
+    fn state(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(&mut self.nat)
+    }
+    fn swap_state(&mut self, other: &mut dyn NetworkTask) -> bool {
+        state_of::<Nat>(other).is_some_and(|o| self.nat.swap_mappings(o))
     }
     fn cost(&self) -> Cost {
         Cost { ns_per_packet: 51.0, luts: None, gbps: None, stateful: true, modifies: true }
@@ -435,6 +468,12 @@ impl NetworkTask for KvTask {
     fn kind(&self) -> &'static str {
         "kv"
     }
+    fn state(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(&mut self.cache)
+    }
+    fn swap_state(&mut self, other: &mut dyn NetworkTask) -> bool {
+        state_of::<Cache>(other).is_some_and(|o| self.cache.swap_entries(o))
+    }
     fn cost(&self) -> Cost {
         Cost { ns_per_packet: 82.0, luts: None, gbps: None, stateful: true, modifies: true }
     }
@@ -500,6 +539,12 @@ struct GbnTask {
 impl NetworkTask for GbnTask {
     fn kind(&self) -> &'static str {
         "gbn"
+    }
+    fn state(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(&mut self.connections)
+    }
+    fn swap_state(&mut self, other: &mut dyn NetworkTask) -> bool {
+        state_of::<gbn::Connections>(other).map(|o| self.connections.swap_connections(o)).is_some()
     }
     fn cost(&self) -> Cost {
         Cost { ns_per_packet: 85.0, luts: None, gbps: None, stateful: true, modifies: true }

@@ -310,6 +310,60 @@ fn nat_firewall_and_dummy_through_the_trait() {
     assert_eq!(p.data(), &f[..]);
 }
 
+/// An update's next generation takes a task's state (`swap_state`): a firewall's established
+/// flows under new rules, a NAT's mappings, a transport's connections, a cache's entries; not
+/// between tasks of other kinds, nor a NAT's with other ports or a cache's with other bounds.
+#[test]
+fn a_next_generation_takes_the_state_of_the_one_before() {
+    let pool = Pool::new(8, 2048);
+    let out = || udp([10, 0, 0, 5], 4000, [8, 8, 8, 8], 53, b"q");
+    let back = || udp([8, 8, 8, 8], 53, [10, 0, 0, 5], 4000, b"a");
+    let mut fw = task_of("kind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\", dst_port = 53 }]");
+    assert_eq!(run(fw.as_mut(), &mut packet(&pool, 0, &out()), &pool).0, Verdict::Pass);
+    // New rules that would allow neither direction: the flow goes on by its state.
+    let mut fw2 = task_of("kind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\", dst_port = 80 }]");
+    let mut fresh = task_of("kind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\", dst_port = 80 }]");
+    assert!(fw2.swap_state(fw.as_mut()));
+    assert_eq!(run(fw2.as_mut(), &mut packet(&pool, 0, &back()), &pool).0, Verdict::Pass);
+    assert_eq!(run(fresh.as_mut(), &mut packet(&pool, 0, &back()), &pool).0, Verdict::Drop("denied"));
+
+    let nat_of =
+        |ports: &str| task_of(&format!("kind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"{ports}\"\nidle_s = 30"));
+    let mut nat = nat_of("20000-20010");
+    let mut p = packet(&pool, 0, &udp([10, 0, 0, 6], 4000, [8, 8, 8, 8], 53, b"q"));
+    assert_eq!(run(nat.as_mut(), &mut p, &pool).0, Verdict::Pass);
+    let mut nat2 = nat_of("20000-20010");
+    assert!(nat2.swap_state(nat.as_mut()));
+    // The reply to the mapping the first made comes in through the second.
+    let mut r = packet(&pool, 0, &udp([8, 8, 8, 8], 53, [192, 0, 2, 1], 20000, b"a"));
+    assert_eq!(run(nat2.as_mut(), &mut r, &pool).0, Verdict::Pass);
+    assert_eq!(parsed(r.data()).2, [10, 0, 0, 6]);
+    // A new flow through the second takes the next port, not the first's again.
+    let mut p = packet(&pool, 0, &udp([10, 0, 0, 7], 4000, [8, 8, 8, 8], 53, b"q"));
+    assert_eq!(run(nat2.as_mut(), &mut p, &pool).0, Verdict::Pass);
+    assert_eq!(parsed(p.data()).1, 20001);
+    assert!(!nat_of("20000-20020").swap_state(nat2.as_mut()), "other ports: not passed on");
+    assert!(!nat2.swap_state(fw2.as_mut()), "another kind: not passed on");
+
+    let mut gbn1 = task_of("kind = \"gbn\"");
+    let data = |seq: u32| {
+        let mut b = Vec::new();
+        gbn::Header { kind: gbn::DATA, len: 1, conn: 9, seq }.write(b"d", &mut b);
+        udp([10, 0, 0, 1], 7000, [10, 0, 0, 2], 7001, &b)
+    };
+    assert_eq!(run(gbn1.as_mut(), &mut packet(&pool, 64, &data(0)), &pool).0, Verdict::Pass);
+    let mut gbn2 = task_of("kind = \"gbn\"\nidle_s = 10");
+    assert!(gbn2.swap_state(gbn1.as_mut()));
+    assert_eq!(run(gbn2.as_mut(), &mut packet(&pool, 64, &data(1)), &pool).0, Verdict::Pass, "the next in order");
+
+    let kv_of = |n: u32| task_of(&format!("kind = \"kv\"\nmax_entries = {n}"));
+    let (mut kv1, mut kv2) = (kv_of(16), kv_of(16));
+    assert!(kv2.swap_state(kv1.as_mut()));
+    assert!(!kv_of(32).swap_state(kv2.as_mut()), "other bounds: not passed on");
+    let mut dummy = task_of("kind = \"dummy\"");
+    assert!(!dummy.swap_state(kv2.as_mut()));
+}
+
 proptest::proptest! {
     /// Every port of a range belongs to exactly one instance's slice, the one `owner` names.
     #[test]

@@ -2,6 +2,9 @@
 //! DAG is replaced 20 times while A and B stream through a chain they share, cut over three
 //! regions on two cores. Every packet of A runs exactly one generation's tasks (each task
 //! stamps its generation into the packet), and B loses nothing and sees its packets in order.
+//! A's first task counts the packets it saw, a state each generation takes from the one before
+//! and shares with it while the old generation's packets drain: the counts A's packets carry
+//! run 0, 1, 2, ... across every update, none twice.
 //! No timing is asserted: the stream runs until the updates are done, however long they take.
 
 mod common;
@@ -22,14 +25,22 @@ const STAMPS: usize = 14 + 20 + 8 + 8;
 /// A stamp no task wrote.
 const UNSTAMPED: u8 = 0xee;
 
+/// Where the first task writes its count of the packets it saw (8 bytes).
+const COUNT: usize = STAMPS + 3;
+
 /// A test task: writes its generation at its own byte (by its name: `s1` the first), and
-/// takes `spin` a packet.
+/// takes `spin` a packet; the first also writes how many packets it saw before (its state).
 #[derive(Debug)]
 struct Stamp {
     generation: u8,
     at: usize,
     spin: Duration,
+    seen: Count,
 }
+
+/// The packets a task saw: its state, passed on to its next generation.
+#[derive(Debug, Default)]
+struct Count(u64);
 
 impl NetworkTask for Stamp {
     // A drop needs a kind that names its reason (debug builds check): an engine's stage.
@@ -41,12 +52,30 @@ impl NetworkTask for Stamp {
     }
     fn process(&mut self, packet: &mut Packet, _: &mut Cx<'_>) -> Verdict {
         tern_chain::runtime::spin_for(self.spin);
+        if self.at == 0
+            && let Some(count) = packet.data_mut().get_mut(COUNT..COUNT + 8)
+        {
+            count.copy_from_slice(&self.seen.0.to_le_bytes());
+            self.seen.0 += 1;
+        }
         match packet.data_mut().get_mut(STAMPS + self.at) {
             Some(b) => {
                 *b = self.generation;
                 Verdict::Pass
             }
             None => Verdict::Drop("stage_dropped"),
+        }
+    }
+    fn state(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(&mut self.seen)
+    }
+    fn swap_state(&mut self, other: &mut dyn NetworkTask) -> bool {
+        match other.state().and_then(|s| s.downcast_mut::<Count>()) {
+            Some(o) => {
+                std::mem::swap(&mut self.seen, o);
+                true
+            }
+            None => false,
         }
     }
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -78,7 +107,7 @@ fn stamp_of(tenants: &[Tenant], t: usize, node: usize, generation: u8) -> Box<dy
     let name = &tenants[t].dag.nodes()[node];
     let at = usize::from(name.as_bytes()[1] - b'1');
     let spin = if t == 1 && at == 2 { Duration::from_micros(50) } else { Duration::ZERO };
-    Box::new(Stamp { generation, at, spin })
+    Box::new(Stamp { generation, at, spin, seen: Count::default() })
 }
 
 /// Streams packets of A and B (alternating, each with its own sequence numbers) as fast as the
@@ -100,6 +129,7 @@ impl Ingress for Stream {
             let _ = i;
             let mut payload = self.seq[t].to_le_bytes().to_vec();
             payload.extend_from_slice(&[UNSTAMPED; 3]);
+            payload.extend_from_slice(&[0; 8]);
             let k = t as u8 + 1;
             let packet = udp(&self.pool, [10, 1, 0, 1], [10, 0, k, 1], 5000, 6000, &payload);
             out.push(Arrival { packet, at: now, port: 0 });
@@ -121,6 +151,8 @@ struct Seen {
     /// A: packets by generation.
     a_generations: std::collections::BTreeMap<u8, u64>,
     b_bad_stamps: u64,
+    /// Each tenant's counts from its first task, as they left.
+    counts: [Vec<u64>; 2],
 }
 
 struct Check {
@@ -137,6 +169,7 @@ impl Egress for Check {
             let stamps = &d[STAMPS..STAMPS + 3];
             let t = usize::from(item.desc.tenant);
             s.got[t] += 1;
+            s.counts[t].push(u64::from_le_bytes(d[COUNT..COUNT + 8].try_into().unwrap()));
             if t == 1 {
                 if seq != s.b_next {
                     s.b_out_of_order += 1;
@@ -229,6 +262,13 @@ fn a_tenant_updated_twenty_times_mid_stream_leaves_the_other_untouched() {
     assert_eq!(s.a_generations.keys().next_back(), Some(&20), "A's last packets ran generation 20");
     assert!(s.a_generations.contains_key(&0), "A's first packets ran generation 0");
     assert_eq!(updater.in_flight(0, 20) + updater.in_flight(0, 19), 0, "nothing is left in flight");
+    // A's first task's count went on across the 20 updates: every packet a count of its own.
+    for (t, counts) in s.counts.iter().enumerate() {
+        let mut sorted = counts.clone();
+        sorted.sort_unstable();
+        let want: Vec<u64> = (0..counts.len() as u64).collect();
+        assert!(sorted == want, "tenant {t}: counts are not 0..{} each once", counts.len());
+    }
 }
 
 #[test]
