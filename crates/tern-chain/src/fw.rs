@@ -100,6 +100,8 @@ pub struct FwStats {
     pub flows: u64,
     pub expired: u64,
     pub state_full: u64,
+    /// Flows remembered under another generation's rules that these rules deny, forgotten.
+    pub revoked: u64,
     /// Drops, by [`FwDrop::ALL`]'s order.
     pub drops: [u64; 3],
 }
@@ -107,13 +109,20 @@ pub struct FwStats {
 /// A flow, as a frame carries it (source first).
 type Flow = (bool, u128, u128, u8, u16, u16);
 
+/// Each firewall's rules are told apart by a number of their own (see [`Firewall::swap_flows`]).
+static RULES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 /// The firewall.
 #[derive(Debug)]
 pub struct Firewall {
     cfg: FwConfig,
     actions: Vec<Action>,
     classifier: Classifier,
-    flows: HashMap<Flow, Instant>,
+    /// This firewall's rules' number.
+    rules: u32,
+    /// Each flow: when its last packet passed, and the number of the rules it was last allowed
+    /// under.
+    flows: HashMap<Flow, (Instant, u32)>,
     info: FrameInfo,
     last_sweep: Option<Instant>,
     stats: FwStats,
@@ -127,6 +136,7 @@ impl Firewall {
             cfg,
             actions: rules.iter().map(|r| r.action).collect(),
             classifier: Classifier::new(&patterns)?,
+            rules: RULES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             flows: HashMap::new(),
             info: FrameInfo::default(),
             last_sweep: None,
@@ -157,38 +167,44 @@ impl Firewall {
             self.sweep(now);
             let reply: Flow = (v6, i.dst, i.src, i.proto, i.dst_port, i.src_port);
             for f in [flow, reply] {
-                match self.flows.get_mut(&f) {
-                    Some(t) if now.duration_since(*t) < self.cfg.idle => {
-                        *t = now;
-                        self.stats.established += 1;
-                        return Ok(());
-                    }
-                    Some(_) => {
+                // Most often: remembered under these rules, and live.
+                let (rules, idle) = (self.rules, self.cfg.idle);
+                if let Some((t, r)) = self.flows.get_mut(&f)
+                    && *r == rules
+                    && now.duration_since(*t) < idle
+                {
+                    *t = now;
+                    self.stats.established += 1;
+                    return Ok(());
+                }
+                match self.flows.get(&f).copied() {
+                    Some((t, _)) if now.duration_since(t) >= self.cfg.idle => {
                         // Idle past its time (the sweep has not come round yet): forgotten.
                         self.flows.remove(&f);
                         self.stats.expired += 1;
+                    }
+                    // Remembered under other rules (a generation before, handed over by an
+                    // update): kept only if these rules let the flow through as it began.
+                    Some((_, rules)) if rules != self.rules && self.action(f) == Action::Deny => {
+                        self.flows.remove(&f);
+                        self.stats.revoked += 1;
+                    }
+                    Some(_) => {
+                        self.flows.insert(f, (now, self.rules));
+                        self.stats.established += 1;
+                        return Ok(());
                     }
                     None => {}
                 }
             }
         }
-        let key = FlowKey {
-            in_port: 0,
-            v6,
-            src: i.src,
-            dst: i.dst,
-            proto: i.proto,
-            src_port: i.src_port,
-            dst_port: i.dst_port,
-        };
-        let action = self.classifier.lookup(&key).rule.map_or(self.cfg.default, |r| self.actions[r]);
-        if action == Action::Deny {
+        if self.action(flow) == Action::Deny {
             return Err(FwDrop::Denied);
         }
         self.stats.allowed += 1;
         if self.cfg.established {
             if self.flows.len() < self.cfg.max_flows {
-                self.flows.insert(flow, now);
+                self.flows.insert(flow, (now, self.rules));
                 self.stats.flows += 1;
             } else {
                 self.stats.state_full += 1;
@@ -197,8 +213,16 @@ impl Firewall {
         Ok(())
     }
 
-    /// Exchanges its established flows with `other`'s (another generation of it: the rules
-    /// may differ; the flows are the traffic's).
+    /// What the rules (or the default) do with a packet of `flow`.
+    fn action(&self, (v6, src, dst, proto, src_port, dst_port): Flow) -> Action {
+        let key = FlowKey { in_port: 0, v6, src, dst, proto, src_port, dst_port };
+        self.classifier.lookup(&key).rule.map_or(self.cfg.default, |r| self.actions[r])
+    }
+
+    /// Exchanges its established flows with `other`'s (another generation of it). The rules may
+    /// differ: a flow remembered under the other's rules is let through by its state only once
+    /// these rules are found, at its next packet, to let the flow through as it began (else it is
+    /// forgotten, counted `revoked`, and the packet meets the rules).
     pub fn swap_flows(&mut self, other: &mut Firewall) {
         std::mem::swap(&mut self.flows, &mut other.flows);
         std::mem::swap(&mut self.last_sweep, &mut other.last_sweep);
@@ -213,7 +237,7 @@ impl Firewall {
         self.last_sweep = Some(now);
         let before = self.flows.len();
         let idle = self.cfg.idle;
-        self.flows.retain(|_, t| now.duration_since(*t) < idle);
+        self.flows.retain(|_, (t, _)| now.duration_since(*t) < idle);
         self.stats.expired += (before - self.flows.len()) as u64;
     }
 

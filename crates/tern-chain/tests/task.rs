@@ -320,12 +320,21 @@ fn a_next_generation_takes_the_state_of_the_one_before() {
     let back = || udp([8, 8, 8, 8], 53, [10, 0, 0, 5], 4000, b"a");
     let mut fw = task_of("kind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\", dst_port = 53 }]");
     assert_eq!(run(fw.as_mut(), &mut packet(&pool, 0, &out()), &pool).0, Verdict::Pass);
-    // New rules that would allow neither direction: the flow goes on by its state.
-    let mut fw2 = task_of("kind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\", dst_port = 80 }]");
-    let mut fresh = task_of("kind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\", dst_port = 80 }]");
+    // New rules that still let the flow through as it began (and its reply by no rule): the
+    // reply goes on by the state handed over, where a firewall with no state denies it.
+    let rules =
+        "rules = [{ action = \"allow\", proto = \"udp\", dst_port = 53 }, { action = \"allow\", proto = \"tcp\" }]";
+    let mut fw2 = task_of(&format!("kind = \"firewall\"\n{rules}"));
+    let mut fresh = task_of(&format!("kind = \"firewall\"\n{rules}"));
     assert!(fw2.swap_state(fw.as_mut()));
     assert_eq!(run(fw2.as_mut(), &mut packet(&pool, 0, &back()), &pool).0, Verdict::Pass);
     assert_eq!(run(fresh.as_mut(), &mut packet(&pool, 0, &back()), &pool).0, Verdict::Drop("denied"));
+    // Rules that now deny the flow cut it, both ways: its state is forgotten (`revoked`).
+    let mut fw3 = task_of("kind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\", dst_port = 80 }]");
+    assert!(fw3.swap_state(fw2.as_mut()));
+    assert_eq!(run(fw3.as_mut(), &mut packet(&pool, 0, &back()), &pool).0, Verdict::Drop("denied"));
+    assert_eq!(run(fw3.as_mut(), &mut packet(&pool, 0, &out()), &pool).0, Verdict::Drop("denied"));
+    assert!(fw3.counters().contains(&("revoked", 1)), "{:?}", fw3.counters());
 
     let nat_of =
         |ports: &str| task_of(&format!("kind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"{ports}\"\nidle_s = 30"));
@@ -343,7 +352,7 @@ fn a_next_generation_takes_the_state_of_the_one_before() {
     assert_eq!(run(nat2.as_mut(), &mut p, &pool).0, Verdict::Pass);
     assert_eq!(parsed(p.data()).1, 20001);
     assert!(!nat_of("20000-20020").swap_state(nat2.as_mut()), "other ports: not passed on");
-    assert!(!nat2.swap_state(fw2.as_mut()), "another kind: not passed on");
+    assert!(!nat2.swap_state(fw3.as_mut()), "another kind: not passed on");
 
     let mut gbn1 = task_of("kind = \"gbn\"");
     let data = |seq: u32| {
