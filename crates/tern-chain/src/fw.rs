@@ -169,13 +169,14 @@ impl Firewall {
             for f in [flow, reply] {
                 // Most often: remembered under these rules, and live.
                 let (rules, idle) = (self.rules, self.cfg.idle);
-                if let Some((t, r)) = self.flows.get_mut(&f)
-                    && *r == rules
-                    && now.duration_since(*t) < idle
-                {
-                    *t = now;
-                    self.stats.established += 1;
-                    return Ok(());
+                match self.flows.get_mut(&f) {
+                    None => continue,
+                    Some((t, r)) if *r == rules && now.duration_since(*t) < idle => {
+                        *t = now;
+                        self.stats.established += 1;
+                        return Ok(());
+                    }
+                    Some(_) => {}
                 }
                 match self.flows.get(&f).copied() {
                     Some((t, _)) if now.duration_since(t) >= self.cfg.idle => {
