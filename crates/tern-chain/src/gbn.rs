@@ -358,8 +358,8 @@ pub struct ConnectionsFull(pub usize);
 /// The receiving end's connections, each a [`Receiver`] made at its first data packet
 /// (expecting sequence number 0) and forgotten once it has been idle for
 /// [`ReceiveConfig::idle`]: a data packet after that meets a new receiver, as for a new
-/// connection. Sans-IO: the caller passes the time.
-#[derive(Debug)]
+/// connection. Sans-IO: the caller passes the time. (`Default`: [`ReceiveConfig`]'s defaults.)
+#[derive(Debug, Default)]
 pub struct Connections {
     cfg: ReceiveConfig,
     map: HashMap<u32, (Receiver, Instant)>,

@@ -203,15 +203,7 @@ pub fn build(spec: &TaskSpec, keys: &mut Keys) -> Result<Box<dyn NetworkTask>, S
             Box::new(AesNt { task: AesTask::new(&keys.space(*key)).map_err(|e| format!("aes: {e}"))?, seal: *seal })
         }
         TaskSpec::Lb { backends, table_size } => Box::new(LbTask::new(backends, *table_size)?),
-        TaskSpec::Gbn(cfg) => Box::new(GbnTask {
-            connections: gbn::Connections::new(*cfg),
-            info: FrameInfo::default(),
-            delivered: 0,
-            acks: 0,
-            malformed: 0,
-            connections_full: 0,
-            no_buffer: 0,
-        }),
+        TaskSpec::Gbn(cfg) => Box::new(GbnTask { connections: gbn::Connections::new(*cfg), ..GbnTask::default() }),
         TaskSpec::Kv(cfg) => {
             Box::new(KvTask { cache: Cache::new(*cfg), info: FrameInfo::default(), answer: Vec::new(), too_large: 0 })
         }
@@ -525,7 +517,7 @@ impl NetworkTask for KvTask {
 /// number in order is delivered (the header taken off, the frame going on) and acknowledged
 /// with a packet of its own; any other data packet is turned into the acknowledgement. Its
 /// connections are bounded and forgotten when idle ([`gbn::Connections`]).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct GbnTask {
     connections: gbn::Connections,
     info: FrameInfo,

@@ -247,11 +247,13 @@ impl Slots {
     /// connection of the address holding the most is closed to make room ([`SlotsInner::evict`];
     /// counted in `refusals` as `evicted`).
     fn take(slots: &Arc<Slots>, s: &TcpStream, ip: IpAddr, refusals: &Refusals) -> Result<Slot, &'static str> {
-        let socket = s.try_clone().map_err(|_| "cannot serve this connection\n")?;
         let mut inner = slots.lock();
         if inner.by_peer.get(&ip).is_some_and(|&n| n >= MAX_CONNECTIONS_PER_PEER) {
             return Err("too many connections from this address\n");
         }
+        // The handle to close it by, taken only for a connection that may be served (before a
+        // connection is closed to make room for it).
+        let socket = s.try_clone().map_err(|_| "cannot serve this connection\n")?;
         if inner.conns.len() >= MAX_CONNECTIONS {
             if !inner.evict(ip) {
                 return Err("too many connections\n");
