@@ -3,10 +3,11 @@
 //!
 //! A sealed payload is `nonce (12 bytes) ‖ ciphertext ‖ tag (16 bytes)`. The nonce is the task
 //! instance's number (4 bytes) then its count of payloads sealed (8 bytes), both big-endian.
-//! Instance numbers come from the tenant's [`KeySpace`], which hands each out once for as long as
-//! it lives — across every instance of the task and every relaunch of its chain — so no two
-//! payloads sealed under the key share a nonce. (A key outlives a process only if its key space
-//! does: after a restart, give the tenant a new key.)
+//! Instance numbers come from the tenant's [`KeySpace`], which hands each out once — across every
+//! instance of the task and every relaunch of its chain — so no two payloads sealed under the
+//! key share a nonce. A key space made with [`KeySpace::with_ledger`] reserves its numbers in a
+//! [`ledger::Ledger`] file, so that this holds across restarts and between processes too;
+//! [`KeySpace::new`]'s count from 0 in this process alone; [`KeySpace::random`]'s are random.
 //!
 //! ```
 //! use tern_chain::aes::{AesTask, KeySpace};
@@ -21,12 +22,15 @@
 //! assert_eq!(f, plain);
 //! ```
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+pub mod ledger;
+
+use std::sync::{Arc, Mutex};
 
 use aes_gcm::aead::AeadInPlace;
 use aes_gcm::{Aes256Gcm, KeyInit, Nonce, Tag};
 use tern_wire::frame::{FrameInfo, L3, proto, refit_udp4};
+
+use ledger::{KeyId, Ledger, LedgerError};
 
 /// Bytes a sealed payload gains: the nonce and the tag.
 pub const OVERHEAD: usize = NONCE_LEN + TAG_LEN;
@@ -40,24 +44,122 @@ pub const MAX_IP_LEN: usize = 9000;
 /// A tenant's key and the instance numbers handed out under it.
 pub struct KeySpace {
     cipher: Aes256Gcm,
-    next: AtomicU64,
+    id: KeyId,
+    numbers: Mutex<Numbers>,
+}
+
+/// Where a key space's instance numbers come from.
+#[derive(Debug)]
+enum Numbers {
+    /// 0, 1, 2, … in this process.
+    Process { next: u64 },
+    /// Blocks reserved in a ledger: `next..end` is what is left of the last one.
+    Ledger { ledger: Arc<Ledger>, next: u64, end: u64, handed: u64 },
+    /// A random number and a random start count, each instance.
+    Random { handed: u64 },
+    /// None: why.
+    Refused(String),
 }
 
 impl std::fmt::Debug for KeySpace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeySpace").field("next", &self.next).finish_non_exhaustive()
+        f.debug_struct("KeySpace").field("id", &self.id).field("numbers", &self.numbers).finish_non_exhaustive()
     }
 }
 
+/// Why a task instance could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InstanceError {
+    /// The key's 2^32 instance numbers are all handed out (reserved, with a ledger).
+    #[error("nonces_exhausted: key {0}: all 2^32 instance numbers handed out; give the tenant a new key")]
+    Exhausted(KeyId),
+    /// The ledger could not reserve numbers.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// The key space hands out no numbers (why), or the system gave no random bytes.
+    #[error("no nonces: {0}")]
+    Refused(String),
+}
+
 impl KeySpace {
-    /// The key space of `key`.
+    fn make(key: [u8; 32], numbers: Numbers) -> Arc<KeySpace> {
+        Arc::new(KeySpace { cipher: Aes256Gcm::new(&key.into()), id: KeyId::of(&key), numbers: Mutex::new(numbers) })
+    }
+
+    /// The key space of `key`, its instance numbers 0, 1, 2, … in this process alone: two
+    /// processes, or one restarted, given the same key repeat nonces. For tests and benchmarks;
+    /// what seals real traffic takes [`KeySpace::with_ledger`].
     pub fn new(key: [u8; 32]) -> Arc<KeySpace> {
-        Arc::new(KeySpace { cipher: Aes256Gcm::new(&key.into()), next: AtomicU64::new(0) })
+        KeySpace::make(key, Numbers::Process { next: 0 })
+    }
+
+    /// The key space of `key`, its instance numbers reserved [`ledger::BLOCK`] at a time in
+    /// `ledger`: never handed out twice by any key space on the ledger's file, in any process.
+    pub fn with_ledger(key: [u8; 32], ledger: Arc<Ledger>) -> Arc<KeySpace> {
+        KeySpace::make(key, Numbers::Ledger { ledger, next: 0, end: 0, handed: 0 })
+    }
+
+    /// The key space of `key` whose instances each take a random instance number and start
+    /// counting at a random number below 2^63: 95 random bits a nonce's first, so nonces
+    /// repeat only by chance (for one-off instances, as `chain trace`'s, that no ledger should
+    /// pay for; fewer than 2^32 of them under one key).
+    pub fn random(key: [u8; 32]) -> Arc<KeySpace> {
+        KeySpace::make(key, Numbers::Random { handed: 0 })
+    }
+
+    /// The key space of `key` that makes no instances: each try fails with `why`.
+    pub fn refused(key: [u8; 32], why: String) -> Arc<KeySpace> {
+        KeySpace::make(key, Numbers::Refused(why))
+    }
+
+    /// Its key's id (the ledger's name for it).
+    pub fn id(&self) -> KeyId {
+        self.id
     }
 
     /// Instance numbers handed out so far.
     pub fn instances(&self) -> u64 {
-        self.next.load(Ordering::Relaxed).min(1 << 32)
+        match self.numbers.lock().as_deref() {
+            Ok(Numbers::Process { next }) => (*next).min(ledger::NUMBERS),
+            Ok(Numbers::Ledger { handed, .. } | Numbers::Random { handed }) => *handed,
+            Ok(Numbers::Refused(_)) | Err(_) => 0,
+        }
+    }
+
+    /// The next instance: its number and its first count.
+    fn next_instance(&self) -> Result<(u32, u64), InstanceError> {
+        let mut n = self.numbers.lock().map_err(|_| InstanceError::Refused("key space lock poisoned".into()))?;
+        match &mut *n {
+            Numbers::Process { next } => {
+                let i = u32::try_from(*next).map_err(|_| InstanceError::Exhausted(self.id))?;
+                *next += 1;
+                Ok((i, 0))
+            }
+            Numbers::Ledger { ledger, next, end, handed } => {
+                if *next == *end {
+                    let r = ledger.reserve(self.id, ledger::BLOCK)?;
+                    (*next, *end) = (r.start, r.end);
+                }
+                if *next == *end {
+                    return Err(InstanceError::Exhausted(self.id));
+                }
+                let i = u32::try_from(*next).map_err(|_| InstanceError::Exhausted(self.id))?;
+                *next += 1;
+                *handed += 1;
+                Ok((i, 0))
+            }
+            Numbers::Random { handed } => {
+                let mut b = [0u8; 12];
+                getrandom::fill(&mut b).map_err(|e| InstanceError::Refused(format!("no random bytes: {e}")))?;
+                let (i, c) = b.split_at(4);
+                *handed += 1;
+                Ok((
+                    u32::from_be_bytes(i.try_into().unwrap_or_default()),
+                    u64::from_be_bytes(c.try_into().unwrap_or_default()) >> 1,
+                ))
+            }
+            Numbers::Refused(why) => Err(InstanceError::Refused(why.clone())),
+        }
     }
 }
 
@@ -122,11 +224,11 @@ pub struct AesTask {
 }
 
 impl AesTask {
-    /// A new instance under `space`, with an instance number no other has had.
-    pub fn new(space: &Arc<KeySpace>) -> Result<AesTask, AesDrop> {
-        let n = space.next.fetch_add(1, Ordering::Relaxed);
-        let instance = u32::try_from(n).map_err(|_| AesDrop::NoncesExhausted)?;
-        Ok(AesTask { space: space.clone(), instance, count: 0, info: FrameInfo::default(), stats: AesStats::default() })
+    /// A new instance under `space`, with an instance number no other has had (by chance alone,
+    /// under [`KeySpace::random`]).
+    pub fn new(space: &Arc<KeySpace>) -> Result<AesTask, InstanceError> {
+        let (instance, count) = space.next_instance()?;
+        Ok(AesTask { space: space.clone(), instance, count, info: FrameInfo::default(), stats: AesStats::default() })
     }
 
     /// Its instance number.

@@ -177,16 +177,45 @@ pub fn slice(first: u16, last: u16, k: usize, n: usize) -> Option<(u16, u16)> {
 }
 
 /// Every tenant's AES key space, kept across launches so that relaunched instances never reuse
-/// a nonce (docs/chain.md, "AES-GCM").
+/// a nonce (docs/chain.md, "AES-GCM"), and where their instance numbers come from.
 #[derive(Debug, Default)]
 pub struct Keys {
     spaces: HashMap<[u8; 32], Arc<KeySpace>>,
+    numbering: Numbering,
+}
+
+/// Where the key spaces of a [`Keys`] take their instance numbers.
+#[derive(Debug, Clone, Default)]
+pub enum Numbering {
+    /// 0, 1, 2, … in this process ([`KeySpace::new`]): tests and benchmarks.
+    #[default]
+    Process,
+    /// Reserved in a nonce ledger ([`KeySpace::with_ledger`]): what seals real traffic.
+    Ledger(Arc<crate::aes::ledger::Ledger>),
+    /// Random ([`KeySpace::random`]): one-off instances.
+    Random,
+    /// None: every instance is refused with this reason.
+    Refused(String),
 }
 
 impl Keys {
+    /// Key spaces numbered as `numbering` says.
+    pub fn new(numbering: Numbering) -> Keys {
+        Keys { spaces: HashMap::new(), numbering }
+    }
+
     /// The key space of `key`, made the first time it is asked for.
     pub fn space(&mut self, key: [u8; 32]) -> Arc<KeySpace> {
-        self.spaces.entry(key).or_insert_with(|| KeySpace::new(key)).clone()
+        let numbering = &self.numbering;
+        self.spaces
+            .entry(key)
+            .or_insert_with(|| match numbering {
+                Numbering::Process => KeySpace::new(key),
+                Numbering::Ledger(l) => KeySpace::with_ledger(key, l.clone()),
+                Numbering::Random => KeySpace::random(key),
+                Numbering::Refused(why) => KeySpace::refused(key, why.clone()),
+            })
+            .clone()
     }
 }
 

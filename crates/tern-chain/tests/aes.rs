@@ -4,9 +4,11 @@
 //! dropped by name.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use etherparse::{NetHeaders, PacketHeaders, TransportHeader};
-use tern_chain::aes::{AesDrop, AesTask, KeySpace, MAX_IP_LEN, NONCE_LEN, OVERHEAD};
+use tern_chain::aes::ledger::{HEADER, KeyId, Ledger, NUMBERS};
+use tern_chain::aes::{AesDrop, AesTask, InstanceError, KeySpace, MAX_IP_LEN, NONCE_LEN, OVERHEAD};
 use tern_wire::frame::{build_tcp4, build_udp4};
 
 fn hex(s: &str) -> Vec<u8> {
@@ -107,6 +109,69 @@ fn nonces_never_repeat_across_instances_and_relaunches() {
         }
     }
     assert_eq!((nonces.len(), space.instances()), (1200, 12));
+}
+
+/// Key spaces on one nonce ledger (docs/chain.md, "AES-GCM") stand for servers restarted, or
+/// two at once, given one key: across 5 "processes" of 30 instances each (past a block of
+/// 64), two of them at a time from two threads, no nonce repeats; each process's first
+/// instance number starts a block of its own. With the numbers run out, an instance is refused
+/// by name; a random key space's instances start at random numbers.
+#[test]
+fn a_ledger_keeps_nonces_unique_across_processes() {
+    let dir = std::env::temp_dir().join(format!("tern-aes-ledger-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let path = dir.join("aes-nonces");
+    let key = [3; 32];
+    let process = || {
+        let space = KeySpace::with_ledger(key, Arc::new(Ledger::new(&path)));
+        let mut nonces = Vec::new();
+        for _ in 0..30 {
+            let mut t = AesTask::new(&space).unwrap();
+            for _ in 0..3 {
+                let mut f = udp(b"same payload every time");
+                t.seal(&mut f).unwrap();
+                nonces.push(payload(&f)[..NONCE_LEN].to_vec());
+            }
+        }
+        assert_eq!(space.instances(), 30);
+        nonces
+    };
+    let mut all: Vec<Vec<u8>> = process();
+    for _ in 0..2 {
+        let (a, b) = std::thread::scope(|s| {
+            let h = s.spawn(process);
+            (process(), h.join().unwrap())
+        });
+        all.extend(a.into_iter().chain(b));
+    }
+    let firsts: HashSet<u32> = all.chunks(90).map(|c| u32::from_be_bytes(c[0][..4].try_into().unwrap())).collect();
+    assert_eq!(firsts, HashSet::from([0, 64, 128, 192, 256]), "each process starts a block");
+    let unique: HashSet<&Vec<u8>> = all.iter().collect();
+    assert_eq!((all.len(), unique.len()), (450, 450), "a nonce repeated");
+    assert_eq!(Ledger::new(&path).read().unwrap(), vec![(KeyId::of(&key), 320)]);
+
+    // The key's last numbers: two instances, then none.
+    std::fs::write(&path, format!("{HEADER}\n{} {}\n", KeyId::of(&key), NUMBERS - 2)).unwrap();
+    let space = KeySpace::with_ledger(key, Arc::new(Ledger::new(&path)));
+    let last: Vec<u32> = (0..2).map(|_| AesTask::new(&space).unwrap().instance()).collect();
+    assert_eq!(last, [u32::MAX - 1, u32::MAX]);
+    let e = AesTask::new(&space).unwrap_err();
+    assert_eq!(e, InstanceError::Exhausted(KeyId::of(&key)));
+    assert!(e.to_string().starts_with("nonces_exhausted"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let random = KeySpace::random(key);
+    let firsts: HashSet<(u32, Vec<u8>)> = (0..8)
+        .map(|_| {
+            let mut t = AesTask::new(&random).unwrap();
+            let mut f = udp(b"x");
+            t.seal(&mut f).unwrap();
+            (t.instance(), payload(&f)[..NONCE_LEN].to_vec())
+        })
+        .collect();
+    assert_eq!(firsts.len(), 8, "random instances differ");
+    let refused = KeySpace::refused(key, "no ledger here".into());
+    assert_eq!(AesTask::new(&refused).unwrap_err().to_string(), "no nonces: no ledger here");
 }
 
 #[test]

@@ -1660,16 +1660,21 @@ struct LanServe {
 
 impl LanServe {
     fn start(tag: &str, args: &[&str]) -> LanServe {
+        LanServe::start_with(
+            tag,
+            "tenant = \"lan\"\ndag = \"fw -> nat\"\n[ingress]\nproto = \"udp\"\n[nt.fw]\nkind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\" }]\n[nt.nat]\nkind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20100\"\n",
+            args,
+        )
+    }
+
+    /// As [`LanServe::start`], the tenant file `lan.toml` holding `text`.
+    fn start_with(tag: &str, text: &str, args: &[&str]) -> LanServe {
         use std::net::UdpSocket;
         use std::time::Duration;
         let dir = std::env::temp_dir().join(format!("tern-chain-serve-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let tenant = dir.join("lan.toml");
-        std::fs::write(
-            &tenant,
-            "tenant = \"lan\"\ndag = \"fw -> nat\"\n[ingress]\nproto = \"udp\"\n[nt.fw]\nkind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\" }]\n[nt.nat]\nkind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20100\"\n",
-        )
-        .unwrap();
+        std::fs::write(&tenant, text).unwrap();
         let inside = UdpSocket::bind("127.0.0.1:0").unwrap();
         let outside = UdpSocket::bind("127.0.0.1:0").unwrap();
         for s in [&inside, &outside] {
@@ -1704,6 +1709,49 @@ impl LanServe {
         let (n, _) = self.outside.recv_from(&mut buf).expect("the translated frame leaves on the other port");
         buf[..n].to_vec()
     }
+}
+
+/// A server restarted with the same AES key never seals under a nonce it used before: the
+/// instance numbers are reserved in the nonce ledger (docs/chain.md, "AES-GCM"). Each run's
+/// sealed payload opens under the key; the second run's instance numbers follow the first's
+/// block. A ledger path holding another file is refused, naming it, the file left as it was.
+#[test]
+fn chain_serve_never_repeats_a_nonce_across_restarts() {
+    use tern_chain::aes::{AesTask, KeySpace};
+    let key = [0x5a_u8; 32];
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    let text = format!(
+        "tenant = \"sealed\"\ndag = \"aes\"\n[ingress]\nproto = \"udp\"\n[nt.aes]\nkind = \"aes\"\nkey = \"{hex}\"\n"
+    );
+    let dir = std::env::temp_dir().join(format!("tern-chain-serve-nonces-{}", std::process::id()));
+    let ledger = dir.join("state/aes-nonces");
+    let ledger_arg = ledger.to_str().unwrap().to_string();
+    let mut nonces = Vec::new();
+    for run in 0..2 {
+        let s = LanServe::start_with("nonces", &text, &["--duration", "2", "--nonce-ledger", &ledger_arg]);
+        let mut out = s.send_query();
+        nonces.push(out[14 + 20 + 8..][..12].to_vec());
+        AesTask::new(&KeySpace::new(key)).unwrap().open(&mut out).expect("the sealed payload opens under the key");
+        assert_eq!(out, LanServe::query(), "run {run}");
+        let out = s.child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains(&format!("reserved in the nonce ledger {ledger_arg}")), "{stdout}");
+    }
+    let instance = |n: &[u8]| u32::from_be_bytes(n[..4].try_into().unwrap());
+    assert!(instance(&nonces[0]) < 64 && (64..128).contains(&instance(&nonces[1])), "{nonces:02x?}");
+    let held = std::fs::read_to_string(&ledger).unwrap();
+    assert!(held.starts_with("# tern aes-gcm nonce ledger v1\n") && held.ends_with(" 128\n"), "{held}");
+    // The tenant file given as the ledger: refused by name, left as it was.
+    let tenant = dir.join("lan.toml");
+    let s = LanServe::start_with("nonces", &text, &["--duration", "2", "--nonce-ledger", tenant.to_str().unwrap()]);
+    let out = s.child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains(&format!("nonce ledger {}: not a nonce ledger", tenant.display())), "{stderr}");
+    assert!(stderr.contains("sealed: nt.aes"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&tenant).unwrap(), text);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// On `cpu` (no SuperNIC board: no `chain.*` values) `tern chain serve --autoscale` plans on

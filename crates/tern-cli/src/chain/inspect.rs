@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use tern_chain::task::Keys;
+use tern_chain::task::{Keys, Numbering};
 use tern_wire::frame::FrameInfo;
 
 use super::serve::{load_tenants, plan_on};
@@ -37,7 +37,9 @@ pub fn trace(a: &TraceArgs) -> CmdResult {
     let tenants = load_tenants(&a.files)?;
     let (plan, _) = plan_on(&tenants, &a.profile)?;
     let frame = parse_packet(&a.packet).map_err(|e| format!("packet: {e}"))?;
-    let mut keys = Keys::default();
+    // Random nonces: a trace's sealed bytes never repeat a nonce a server used, and no ledger
+    // pays for one-off instances.
+    let mut keys = Keys::new(Numbering::Random);
     let pool = tern_io::Pool::new(64, tern_io::DEFAULT_BUF_SIZE);
     let mut factory = |t: usize, n: usize| super::stage::build(&tenants, t, n, &mut keys, &pool);
     let t = tern_chain::trace::trace(&plan, &tenants, &frame, &mut factory)?;

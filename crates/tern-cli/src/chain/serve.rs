@@ -17,13 +17,14 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use serde_json::json;
+use tern_chain::aes::ledger::Ledger;
 use tern_chain::fair::Share;
 use tern_chain::plan::{self, Plan};
 use tern_chain::runtime::{
     Arrival, Classify, Config, Egress, FairShares, Ingress, Item, Launcher, Limiter, Live, Mode, Monitor, RunStats,
     Runtime, Scaling, reason,
 };
-use tern_chain::task::Keys;
+use tern_chain::task::{Keys, Numbering};
 use tern_chain::tenant::{self, Tenant};
 use tern_chain::update::Updater;
 use tern_io::{Batch, Pool, Port, PortStats};
@@ -106,6 +107,35 @@ pub struct ServeArgs {
     /// Print the summary as JSON on stdout (docs/chain.md, "Serving", lists its keys).
     #[arg(long)]
     pub json: bool,
+    /// The nonce ledger: the file where AES-GCM tasks reserve their instance numbers, key by
+    /// key, so that a key never seals two payloads under one nonce across restarts, nor in two
+    /// servers sharing the file (docs/chain.md, "AES-GCM"). Made at the first AES task; keep
+    /// it: a server given the same key without it repeats nonces
+    /// [default: $XDG_STATE_HOME/tern/aes-nonces, else $HOME/.local/state/tern/aes-nonces].
+    #[arg(long, value_name = "FILE")]
+    pub nonce_ledger: Option<PathBuf>,
+}
+
+/// Where `serve` keeps its nonce ledger: `--nonce-ledger`, else under `$XDG_STATE_HOME`, else
+/// under `$HOME/.local/state` (each only if set to an absolute path); else AES tasks are refused.
+pub fn nonce_numbering(given: Option<&std::path::Path>) -> Numbering {
+    let from_env = |var: &str, under: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .map(|p| p.join(under).join("tern/aes-nonces"))
+    };
+    match given
+        .map(PathBuf::from)
+        .or_else(|| from_env("XDG_STATE_HOME", ""))
+        .or_else(|| from_env("HOME", ".local/state"))
+    {
+        Some(path) => Numbering::Ledger(Arc::new(Ledger::new(path))),
+        None => Numbering::Refused(
+            "no nonce ledger: neither XDG_STATE_HOME nor HOME is set to an absolute path; give --nonce-ledger FILE"
+                .into(),
+        ),
+    }
 }
 
 type Ports = Arc<Vec<Mutex<FramePort>>>;
@@ -749,8 +779,10 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         pin: a.pin,
         ..Config::default()
     };
-    // AES key spaces live as long as the server: relaunched instances never reuse a nonce.
-    let keys = Arc::new(Mutex::new(Keys::default()));
+    // AES key spaces live as long as the server, their numbers reserved in the nonce ledger:
+    // relaunched instances, and the next server given the same key, never reuse a nonce.
+    let numbering = nonce_numbering(a.nonce_ledger.as_deref());
+    let keys = Arc::new(Mutex::new(Keys::new(numbering.clone())));
     let rt = {
         let mut k = keys.lock().map_err(|_| "keys lock")?;
         let mut factory = |t: usize, n: usize| super::stage::build(&tenants, t, n, &mut k, &pool);
@@ -782,6 +814,11 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     ));
     for l in &plan_text {
         say(format!("  {l}"));
+    }
+    if let Numbering::Ledger(l) = &numbering
+        && tenants.iter().any(|t| t.tasks.iter().any(|s| matches!(s, tern_chain::tenant::TaskSpec::Aes { .. })))
+    {
+        say(format!("AES-GCM instance numbers reserved in the nonce ledger {}", l.path().display()));
     }
     // The space step: the tenants' DRF shares of the board's regions and on-chip memory, which
     // bound the autoscaler's launches.

@@ -77,6 +77,8 @@ pub fn build(
             }
             Ok(Box::new(StageTask::new(s, *in_port, *luts)))
         }
-        spec => task::build(spec, keys),
+        spec => {
+            task::build(spec, keys).map_err(|e| format!("{}: nt.{}: {e}", tenants[t].name, tenants[t].dag.nodes()[n]))
+        }
     }
 }
