@@ -9,10 +9,12 @@
 //! [`Status::AuthFailed`].
 //!
 //! Sealed bytes are `nonce (12) || ciphertext || tag (16)`. Each seal takes a fresh nonce from
-//! the [`Sealer`] it runs with: 4 bytes drawn from the operating system's random source when the
-//! sealer is made (a unit's programming), then a 64-bit counter, so no two seals of one sealer
-//! share a nonce and sealers with the same key (units programmed alike, or one unit programmed
-//! again) differ in their first four bytes.
+//! the [`Sealer`] it runs with: 4 bytes, then a 64-bit little-endian counter, all 96 bits drawn
+//! from the operating system's random source when the sealer is made (a unit's programming) and
+//! the counter going up by one a seal (wrapping). So no two seals of one sealer share a nonce
+//! (not in 2^64 seals), and two sealers with the same key (units programmed alike, or one unit
+//! programmed again) repeat one only if both random starts fall within one range of seals:
+//! with k sealers of m seals each, a chance of about k² · m / 2^96.
 
 use std::fmt;
 use std::str::FromStr;
@@ -154,14 +156,18 @@ impl fmt::Debug for Sealer {
 }
 
 impl Sealer {
-    /// A sealer for `key`, its nonce prefix drawn from the operating system.
+    /// A sealer for `key`, its first nonce's 96 bits (prefix and counter) drawn from the
+    /// operating system.
     pub fn new(key: &[u8; 32]) -> Sealer {
         let mut prefix = [0u8; 4];
         OsRng.fill_bytes(&mut prefix);
-        Sealer::with_prefix(key, prefix)
+        let mut s = Sealer::with_prefix(key, prefix);
+        s.counter = OsRng.next_u64();
+        s
     }
 
-    /// A sealer whose nonces start with `prefix` (tests: the same nonces as a direct call).
+    /// A sealer whose nonces start with `prefix`, its counter at 0 (tests: the same nonces as a
+    /// direct call).
     pub fn with_prefix(key: &[u8; 32], prefix: [u8; 4]) -> Sealer {
         Sealer { cipher: Aes256Gcm::new(key.into()), prefix, counter: 0 }
     }
@@ -171,7 +177,7 @@ impl Sealer {
         let mut n = [0u8; NONCE_BYTES];
         n[..4].copy_from_slice(&self.prefix);
         n[4..].copy_from_slice(&self.counter.to_le_bytes());
-        self.counter += 1;
+        self.counter = self.counter.wrapping_add(1);
         n
     }
 
