@@ -141,12 +141,7 @@ impl Ledger {
             return Ok(first..end);
         }
         entries[at].1 = end;
-        let mut text = String::with_capacity(HEADER.len() + 1 + entries.len() * 45);
-        text.push_str(HEADER);
-        text.push('\n');
-        for (k, next) in &entries {
-            text.push_str(&format!("{k} {next}\n"));
-        }
+        let text = render(&entries);
         let tmp = self.sibling(".tmp");
         let write = || -> std::io::Result<()> {
             let mut f = std::fs::File::create(&tmp)?;
@@ -176,36 +171,62 @@ impl Ledger {
         }
         let text = tern_wire::read_regular_text(&self.path, MAX_BYTES)
             .map_err(|e| LedgerError::Io { path: path.clone(), why: e.problem })?;
-        let mut lines = text.lines();
-        if lines.next() != Some(HEADER) {
-            return Err(LedgerError::NotLedger { path });
-        }
-        let mut entries: Vec<(KeyId, u64)> = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        for (i, l) in lines.enumerate() {
-            let line = i + 2;
-            let bad = |why: String| LedgerError::Bad { path: path.clone(), line, why };
-            if l.trim().is_empty() {
-                continue;
-            }
-            let mut f = l.split_ascii_whitespace();
-            let (Some(k), Some(v), None) = (f.next(), f.next(), f.next()) else {
-                return Err(bad("not `KEY-ID NEXT` (32 hex digits, a number)".into()));
-            };
-            let id =
-                tern_wire::hex_bytes::<16>(k).ok_or_else(|| bad(format!("`{k}`: not a key id of 32 hex digits")))?;
-            let next = v
-                .parse::<u64>()
-                .ok()
-                .filter(|&n| n <= NUMBERS)
-                .ok_or_else(|| bad(format!("`{v}`: not a number from 0 to {NUMBERS}")))?;
-            if !seen.insert(id) {
-                return Err(bad(format!("key id {k} a second time")));
-            }
-            entries.push((KeyId(id), next));
-        }
-        Ok(entries)
+        parse(&text).map_err(|e| match e {
+            ParseError::NotLedger => LedgerError::NotLedger { path },
+            ParseError::Line(line, why) => LedgerError::Bad { path, line, why },
+        })
     }
+}
+
+/// Why a ledger's text does not parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseError {
+    /// Its first line is not [`HEADER`].
+    NotLedger,
+    /// This line (from 1) is not `KEY-ID NEXT`, or names a key a second time: why.
+    Line(usize, String),
+}
+
+/// A ledger's text: each key's first number not yet reserved, in the text's order.
+pub fn parse(text: &str) -> Result<Vec<(KeyId, u64)>, ParseError> {
+    let mut lines = text.lines();
+    if lines.next() != Some(HEADER) {
+        return Err(ParseError::NotLedger);
+    }
+    let mut entries: Vec<(KeyId, u64)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (i, l) in lines.enumerate() {
+        let bad = |why: String| ParseError::Line(i + 2, why);
+        if l.trim().is_empty() {
+            continue;
+        }
+        let mut f = l.split_ascii_whitespace();
+        let (Some(k), Some(v), None) = (f.next(), f.next(), f.next()) else {
+            return Err(bad("not `KEY-ID NEXT` (32 hex digits, a number)".into()));
+        };
+        let id = tern_wire::hex_bytes::<16>(k).ok_or_else(|| bad(format!("`{k}`: not a key id of 32 hex digits")))?;
+        let next = v
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| n <= NUMBERS)
+            .ok_or_else(|| bad(format!("`{v}`: not a number from 0 to {NUMBERS}")))?;
+        if !seen.insert(id) {
+            return Err(bad(format!("key id {k} a second time")));
+        }
+        entries.push((KeyId(id), next));
+    }
+    Ok(entries)
+}
+
+/// The text of a ledger holding `entries` (which [`parse`] gives back).
+pub fn render(entries: &[(KeyId, u64)]) -> String {
+    let mut text = String::with_capacity(HEADER.len() + 1 + entries.len() * 45);
+    text.push_str(HEADER);
+    text.push('\n');
+    for (k, next) in entries {
+        text.push_str(&format!("{k} {next}\n"));
+    }
+    text
 }
 
 #[cfg(test)]
