@@ -169,6 +169,80 @@ proptest! {
         prop_assert_eq!(r, build(SERVER, inside, dport, sport, &payload));
     }
 
+    /// Any flows of either protocol, out and in, at any times, on a range of 3 ports (idle 1 s),
+    /// against what docs/chain.md promises: a flow used within the idle time keeps its port; a
+    /// port goes to at most one flow at a time, and from one flow to another only once the first
+    /// idled; a reply reaches the flow that last took its port, while that flow is not idle; a
+    /// new flow is refused only while every port of its protocol is held by a flow used within
+    /// the idle time and a tenth (the sweep's period).
+    #[test]
+    fn ports_follow_the_documented_policy(
+        ops in proptest::collection::vec((any::<bool>(), any::<bool>(), 1u16..5, 0u64..600), 1..120),
+    ) {
+        const LO: u16 = 30000;
+        let idle = Duration::from_secs(1);
+        let mut n = Nat::new(NatConfig { external: EXT, ports: (LO, LO + 2), idle });
+        let t0 = Instant::now();
+        let mut now = t0;
+        // By (tcp, inside port): the port it last got and when it was last translated.
+        let mut flows: std::collections::HashMap<(bool, u16), (u16, Instant)> = Default::default();
+        // By (tcp, external port): the flow that last took it.
+        let mut holder: std::collections::HashMap<(bool, u16), u16> = Default::default();
+        let since = |t: Instant, now: Instant| now.duration_since(t);
+        for (inbound, is_tcp, flow, dt) in ops {
+            now += Duration::from_millis(dt);
+            let build = if is_tcp { tcp } else { udp };
+            if inbound {
+                let port = LO + flow % 3;
+                let mut r = build(SERVER, EXT, 53, port, b"r");
+                let got = n.translate(&mut r, Dir::Inbound, now);
+                if let Some(&h) = holder.get(&(is_tcp, port)) {
+                    let (hp, last) = flows[&(is_tcp, h)];
+                    if hp == port && since(last, now) < idle {
+                        prop_assert!(got.is_ok(), "a reply to the live flow {h}: {got:?}");
+                    }
+                    if got.is_ok() {
+                        prop_assert_eq!(seen(&r).2.1, h, "a reply reaches the port's last flow");
+                        flows.insert((is_tcp, h), (port, now));
+                    }
+                } else {
+                    prop_assert_eq!(got, Err(NatDrop::NoMapping));
+                }
+                continue;
+            }
+            let mut f = build(INSIDE, SERVER, flow, 53, b"q");
+            match n.translate(&mut f, Dir::Outbound, now) {
+                Ok(()) => {
+                    let port = seen(&f).2.0;
+                    prop_assert!((LO..=LO + 2).contains(&port));
+                    if let Some(&(had, last)) = flows.get(&(is_tcp, flow))
+                        && since(last, now) < idle
+                    {
+                        prop_assert_eq!(port, had, "a live flow keeps its port");
+                    }
+                    if let Some(&h) = holder.get(&(is_tcp, port))
+                        && h != flow
+                    {
+                        let (hp, last) = flows[&(is_tcp, h)];
+                        prop_assert!(hp != port || since(last, now) >= idle, "port {port} taken from live flow {h}");
+                    }
+                    holder.insert((is_tcp, port), flow);
+                    flows.insert((is_tcp, flow), (port, now));
+                }
+                Err(d) => {
+                    prop_assert_eq!(d, NatDrop::PortsExhausted);
+                    for p in LO..=LO + 2 {
+                        let h = holder.get(&(is_tcp, p));
+                        prop_assert!(h.is_some(), "port {p} never handed out, yet none free");
+                        let (hp, last) = flows[&(is_tcp, *h.unwrap())];
+                        prop_assert!(hp == p, "port {p}'s flow moved on, yet none free");
+                        prop_assert!(since(last, now) < idle + idle / 10, "port {p}'s flow idled, yet none free");
+                    }
+                }
+            }
+        }
+    }
+
     /// Any bytes, either way: translated or dropped by name, never a panic.
     #[test]
     fn any_bytes_are_taken(b in proptest::collection::vec(any::<u8>(), 0..80), inbound in any::<bool>()) {
