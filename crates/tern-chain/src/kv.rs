@@ -204,17 +204,41 @@ pub struct Cache {
 }
 
 impl Cache {
-    /// Exchanges everything it holds (entries, forwarded GETs, SETs remembered, counters
-    /// aside) with `other`'s (another generation of it) if both have the same bounds; whether
-    /// they did.
+    /// Exchanges everything it holds (entries, forwarded GETs, SETs remembered; bounds and
+    /// counters aside) with `other`'s (another generation of it); then each side keeps within
+    /// its own bounds, its least recently used entries and oldest forwarded GETs going first
+    /// (counted `evicted`; a GET forgotten has its answer not kept). A cache's entries are
+    /// what the server held, so any subset of them is still never stale.
     pub fn swap_entries(&mut self, other: &mut Cache) -> bool {
-        if self.cfg != other.cfg {
-            return false;
-        }
-        let stats = (self.stats, other.stats);
+        let kept = ((self.cfg, self.stats), (other.cfg, other.stats));
         std::mem::swap(self, other);
-        (self.stats, other.stats) = stats;
+        ((self.cfg, self.stats), (other.cfg, other.stats)) = kept;
+        self.trim();
+        other.trim();
         true
+    }
+
+    /// Evicts down to the bounds: entries least recently used first, forwarded GETs oldest first.
+    fn trim(&mut self) {
+        while self.bytes > self.cfg.max_bytes || self.entries.len() > self.cfg.max_entries {
+            let Some((_, oldest)) = self.lru.pop_first() else { break };
+            if let Some(e) = self.entries.remove(&oldest) {
+                self.bytes -= oldest.len() + e.value.len();
+                self.stats.evicted += 1;
+            }
+        }
+        self.forget_past_pending_bound();
+    }
+
+    /// Forgets the oldest forwarded GETs past `max_pending`.
+    fn forget_past_pending_bound(&mut self) {
+        while self.pending.len() > self.cfg.max_pending {
+            let Some((id, at)) = self.pending_order.pop_front() else { break };
+            if self.pending.get(&id).is_some_and(|p| p.1 == at) {
+                self.pending.remove(&id);
+            }
+        }
+        self.sweep_order();
     }
 
     /// An empty cache bounded by `cfg`.
@@ -266,14 +290,7 @@ impl Cache {
                 self.seq += 1;
                 self.pending.insert(m.id, (m.key.to_vec(), self.seq));
                 self.pending_order.push_back((m.id, self.seq));
-                // The oldest GETs past the bound are forgotten.
-                while self.pending.len() > self.cfg.max_pending {
-                    let Some((id, at)) = self.pending_order.pop_front() else { break };
-                    if self.pending.get(&id).is_some_and(|p| p.1 == at) {
-                        self.pending.remove(&id);
-                    }
-                }
-                self.sweep_order();
+                self.forget_past_pending_bound();
                 Verdict::Forward
             }
             Op::Set => {

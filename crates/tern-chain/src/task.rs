@@ -127,8 +127,8 @@ pub trait NetworkTask: Send + std::fmt::Debug {
         None
     }
     /// Exchanges that state with `other`'s where both are of one kind and it may pass between
-    /// them (a NAT's only with the same external address and ports, a cache's only with the same
-    /// bounds); whether it did. An update's new task takes its predecessor's state so, and the
+    /// them (a NAT's only with the same external address and ports; a cache's within each side's
+    /// own bounds); whether it did. An update's new task takes its predecessor's state so, and the
     /// two generations share it while the previous one's packets drain (docs/chain.md,
     /// "Updates").
     fn swap_state(&mut self, other: &mut dyn NetworkTask) -> bool {

@@ -91,6 +91,42 @@ fn what_is_kept_stays_within_its_bounds_least_recently_used_first() {
     assert_eq!(c.get(b"f"), None);
 }
 
+/// An update with other bounds passes the cache on (docs/chain.md, "Updates"): the smaller side
+/// keeps its most recently used entries and its newest forwarded GETs, the rest evicted
+/// (counted) or forgotten (their answers not kept); what it keeps still answers GETs, and a SET
+/// after the exchange still removes it.
+#[test]
+fn entries_pass_to_a_cache_with_other_bounds_within_them() {
+    let cfg = |n: usize| KvConfig { max_bytes: 1 << 20, max_entries: n, max_pending: n };
+    let mut old = Cache::new(cfg(8));
+    for k in 0..8u8 {
+        old.on_request(&msg(Op::Get, u32::from(k), &[k], b""));
+        old.on_response(&msg(Op::Value, u32::from(k), &[k], &[k; 4]));
+    }
+    // Key 0 used last; GETs 20..24 forwarded, unanswered.
+    assert_eq!(old.on_request(&msg(Op::Get, 9, &[0], b"")), Verdict::Answer);
+    for id in 20..24 {
+        old.on_request(&msg(Op::Get, id, &[100 + id as u8], b""));
+    }
+    let mut new = Cache::new(cfg(3));
+    assert!(new.swap_entries(&mut old));
+    assert_eq!((old.len(), new.len(), new.stats().evicted), (0, 3, 5));
+    let kept: Vec<u8> = (0..8u8).filter(|k| new.get(&[*k]).is_some()).collect();
+    assert_eq!(kept, [0, 6, 7], "the most recently used");
+    // Of the four forwarded GETs the newest three are remembered: GET 20's answer is not kept.
+    new.on_response(&msg(Op::Value, 20, &[120], b"x"));
+    new.on_response(&msg(Op::Value, 23, &[123], b"x"));
+    assert_eq!((new.get(&[120]), new.get(&[123]).is_some()), (None, true));
+    let mut answer = Vec::new();
+    assert_eq!(new.on_request_answer(&msg(Op::Get, 30, &[7], b""), &mut answer), Verdict::Answer);
+    new.on_request(&msg(Op::Set, 31, &[7], b"new"));
+    assert_eq!(new.get(&[7]), None, "a SET after the exchange removes it");
+    // And back into the larger one: all kept (0 and 123; 123's keep pushed 6 out, the SET 7).
+    let mut back = Cache::new(cfg(8));
+    assert!(back.swap_entries(&mut new));
+    assert_eq!((back.len(), back.stats().evicted, back.get(&[0]).is_some()), (2, 0, true));
+}
+
 /// A client operation: GET or SET of one of a few keys; the server's answers to earlier GETs
 /// delivered back in any order.
 #[derive(Debug, Clone)]
