@@ -135,9 +135,9 @@ impl KeySpace {
                 *next += 1;
                 Ok((i, 0))
             }
-            Numbers::Ledger { ledger, next, end, handed } => {
+            Numbers::Ledger { ledger: book, next, end, handed } => {
                 if *next == *end {
-                    let r = ledger.reserve(self.id, ledger::BLOCK)?;
+                    let r = book.reserve(self.id, ledger::BLOCK)?;
                     (*next, *end) = (r.start, r.end);
                 }
                 if *next == *end {
