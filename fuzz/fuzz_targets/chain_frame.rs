@@ -68,7 +68,7 @@ fuzz_target!(|data: &[u8]| {
                 continue;
             };
             let pl = &w.plan.tenants[t];
-            let mut cx = Cx { now: Instant::now(), pool: &w.pool, emitted: &mut emitted, paced: false };
+            let mut cx = Cx { now: Instant::now(), pool: &w.pool, emitted: &mut emitted, paced: false, port: 0 };
             let mut leaves = true;
             for wr in &mut w.chains[pl.chain] {
                 if pl.skip >> wr.position & 1 == 1 {

@@ -128,7 +128,7 @@ fn bench(c: &mut Criterion) {
     let mut emitted = Vec::new();
     g.bench_function("dummy_0ns", |b| {
         b.iter(|| {
-            let mut cx = tern_chain::task::Cx { now, pool: &pool, emitted: &mut emitted, paced: false };
+            let mut cx = tern_chain::task::Cx { now, pool: &pool, emitted: &mut emitted, paced: false, port: 0 };
             black_box(dummy.process(black_box(&mut p), &mut cx))
         })
     });

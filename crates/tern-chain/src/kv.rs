@@ -8,16 +8,27 @@
 //! it replaced. What is kept is bounded per tenant (bytes and entries), the least recently used
 //! going first.
 //!
+//! Every message goes some [`Way`]: the side it came in on and its UDP source and destination.
+//! Values are kept by server (the GET's destination) and key, and an answer is kept only if it
+//! came back the way its GET went — from the other side, from the server the GET went to, to
+//! the client that sent it — so a client cannot put a value of its own in the cache.
+//!
 //! ```
-//! use tern_chain::kv::{Cache, KvConfig, Msg, Op, Verdict};
+//! use tern_chain::kv::{Cache, KvConfig, Msg, Op, Verdict, Way};
 //! let mut kv = Cache::new(KvConfig::default());
 //! let get = Msg { op: Op::Get, id: 1, key: b"k", value: b"" }.to_vec();
 //! let value = Msg { op: Op::Value, id: 1, key: b"k", value: b"v" }.to_vec();
-//! assert_eq!(kv.on_request(&get), Verdict::Forward);   // a miss: on to the server
-//! kv.on_response(&value);                              // its answer is kept
 //! let mut answer = Vec::new();
-//! assert_eq!(kv.on_request_answer(&get, &mut answer), Verdict::Answer); // a hit
+//! let to_server = Way { side: 0, src: ([10, 0, 0, 5], 4000), dst: ([10, 0, 0, 9], 11211) };
+//! assert_eq!(kv.request(&get, to_server, &mut answer), Verdict::Forward); // a miss: on to the server
+//! kv.response(&value, to_server.back());                              // its answer is kept
+//! assert_eq!(kv.request(&get, to_server, &mut answer), Verdict::Answer);  // a hit
 //! assert_eq!(Msg::parse(&answer).unwrap().value, b"v");
+//! // A VALUE a client sends, from its own side, is not kept.
+//! let forged = Msg { op: Op::Value, id: 2, key: b"x", value: b"mine" }.to_vec();
+//! kv.request(&Msg { op: Op::Get, id: 2, key: b"x", value: b"" }.to_vec(), to_server, &mut answer);
+//! kv.response(&forged, Way { side: 0, ..to_server.back() });
+//! assert_eq!(kv.get_at(to_server.dst, b"x"), None);
 //! ```
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -124,6 +135,36 @@ impl<'a> Msg<'a> {
     }
 }
 
+/// A UDP endpoint: IPv4 address and port.
+pub type Endpoint = ([u8; 4], u16);
+
+/// Which way a message went: the side (port) it came in on, its UDP source and destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Way {
+    pub side: u8,
+    pub src: Endpoint,
+    pub dst: Endpoint,
+}
+
+impl Way {
+    /// The way [`Cache::on_request`] takes a message: side 0, 10.0.0.1:1 to 10.0.0.2:2 (one
+    /// client and one server, for tests).
+    pub const CLIENT: Way = Way { side: 0, src: ([10, 0, 0, 1], 1), dst: ([10, 0, 0, 2], 2) };
+
+    /// The way back: from the other side (1 from 0, else 0), source and destination swapped.
+    pub fn back(self) -> Way {
+        Way { side: u8::from(self.side == 0), src: self.dst, dst: self.src }
+    }
+}
+
+/// A key as the cache keeps it: its server's address and port (6 bytes), then the key.
+fn slot(server: Endpoint, key: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&server.0);
+    out.extend_from_slice(&server.1.to_be_bytes());
+    out.extend_from_slice(key);
+}
+
 /// What to do with a client's message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -166,6 +207,9 @@ pub struct KvStats {
     pub not_kept_after_set: u64,
     /// Entries pushed out to stay within the bounds.
     pub evicted: u64,
+    /// Answers to a GET remembered that did not come back the way it went (from its side, from
+    /// another address, to another client): not kept, the GET still waiting for its answer.
+    pub not_kept_wrong_way: u64,
     /// Messages that did not parse.
     pub malformed: u64,
 }
@@ -177,6 +221,15 @@ struct Entry {
     tick: u64,
 }
 
+/// A GET forwarded: its key (server and key), the sequence number when it passed, the side it
+/// came in on.
+#[derive(Debug)]
+struct Pending {
+    key: Vec<u8>,
+    at: u64,
+    side: u8,
+}
+
 /// One tenant's cache.
 #[derive(Debug)]
 pub struct Cache {
@@ -186,14 +239,17 @@ pub struct Cache {
     lru: BTreeMap<u64, Vec<u8>>,
     bytes: usize,
     tick: u64,
-    /// The sequence number of the last SET of each key that passed (while it may matter).
+    /// The sequence number of the last SET of each key (server and key) that passed (while it
+    /// may matter).
     last_set: HashMap<Vec<u8>, u64>,
-    /// GETs forwarded: request id → (key, the sequence number when it passed).
-    pending: HashMap<u32, (Vec<u8>, u64)>,
-    /// The same, oldest first, as (request id, sequence number); entries no longer in
-    /// `pending` (answered, or replaced by a later GET of the same id) are skipped, and swept
-    /// out when they outnumber the live ones.
-    pending_order: VecDeque<(u32, u64)>,
+    /// GETs forwarded: (client, request id) → what it asked.
+    pending: HashMap<(Endpoint, u32), Pending>,
+    /// The same, oldest first, as ((client, request id), sequence number); entries no longer in
+    /// `pending` (answered, or replaced by a later GET of the same client and id) are skipped,
+    /// and swept out when they outnumber the live ones.
+    pending_order: VecDeque<((Endpoint, u32), u64)>,
+    /// A key being looked up (server and key), reused.
+    scratch: Vec<u8>,
     seq: u64,
     /// GETs forwarded before this sequence number are not kept (set when `last_set` had to be
     /// forgotten to stay bounded: as if every key had been SET then).
@@ -234,7 +290,7 @@ impl Cache {
     fn forget_past_pending_bound(&mut self) {
         while self.pending.len() > self.cfg.max_pending {
             let Some((id, at)) = self.pending_order.pop_front() else { break };
-            if self.pending.get(&id).is_some_and(|p| p.1 == at) {
+            if self.pending.get(&id).is_some_and(|p| p.at == at) {
                 self.pending.remove(&id);
             }
         }
@@ -252,6 +308,7 @@ impl Cache {
             last_set: HashMap::new(),
             pending: HashMap::new(),
             pending_order: VecDeque::new(),
+            scratch: Vec::new(),
             seq: 0,
             floor: 0,
             sweeps: 0,
@@ -259,28 +316,40 @@ impl Cache {
         }
     }
 
-    /// A client's message, when the caller needs no answer bytes (a hit is still counted and
-    /// reported).
+    /// [`Cache::request`] by [`Way::CLIENT`], when the caller needs no answer bytes (a hit is
+    /// still counted and reported).
     pub fn on_request(&mut self, payload: &[u8]) -> Verdict {
         let mut sink = Vec::new();
-        self.on_request_answer(payload, &mut sink)
+        self.request(payload, Way::CLIENT, &mut sink)
     }
 
-    /// A client's message: a GET that hits is answered into `answer` (a VALUE message with the
-    /// GET's id); a GET that misses is forwarded and remembered; a SET removes its key and is
-    /// forwarded; anything else is forwarded as it is, or dropped if it does not parse.
+    /// [`Cache::request`] by [`Way::CLIENT`].
     pub fn on_request_answer(&mut self, payload: &[u8], answer: &mut Vec<u8>) -> Verdict {
+        self.request(payload, Way::CLIENT, answer)
+    }
+
+    /// [`Cache::response`] by [`Way::CLIENT`]'s way back.
+    pub fn on_response(&mut self, payload: &[u8]) {
+        self.response(payload, Way::CLIENT.back());
+    }
+
+    /// A client's message, going `way`: a GET whose key its destination (the server) gave a
+    /// value for that is kept is answered into `answer` (a VALUE message with the GET's id); a
+    /// GET that misses is forwarded and remembered; a SET removes its key (at that server) and
+    /// is forwarded; anything else is forwarded as it is, or dropped if it does not parse.
+    pub fn request(&mut self, payload: &[u8], way: Way, answer: &mut Vec<u8>) -> Verdict {
         let Ok(m) = Msg::parse(payload) else {
             self.stats.malformed += 1;
             return Verdict::Drop;
         };
+        slot(way.dst, m.key, &mut self.scratch);
         match m.op {
             Op::Get => {
                 self.tick += 1;
-                if let Some(e) = self.entries.get_mut(m.key) {
+                if let Some(e) = self.entries.get_mut(self.scratch.as_slice()) {
                     self.lru.remove(&e.tick);
                     e.tick = self.tick;
-                    self.lru.insert(self.tick, m.key.to_vec());
+                    self.lru.insert(self.tick, self.scratch.clone());
                     answer.clear();
                     Msg { op: Op::Value, id: m.id, key: m.key, value: &e.value }.write(answer);
                     self.stats.hits += 1;
@@ -288,24 +357,26 @@ impl Cache {
                 }
                 self.stats.misses += 1;
                 self.seq += 1;
-                self.pending.insert(m.id, (m.key.to_vec(), self.seq));
-                self.pending_order.push_back((m.id, self.seq));
+                let id = (way.src, m.id);
+                self.pending.insert(id, Pending { key: self.scratch.clone(), at: self.seq, side: way.side });
+                self.pending_order.push_back((id, self.seq));
                 self.forget_past_pending_bound();
                 Verdict::Forward
             }
             Op::Set => {
                 self.seq += 1;
-                self.remove(m.key);
+                let key = std::mem::take(&mut self.scratch);
+                self.remove(&key);
                 // Remembered while a GET forwarded before it may still be answered; bounded: past
                 // twice the pending GETs, what no pending GET predates is forgotten, and if more
                 // than half the bound is left, all of it, with every pending GET's answer then
                 // left unkept. So a sweep (a pass over these and the pending GETs) comes at most
                 // once in half the bound's SETs, whatever order a client sends GETs and SETs in.
                 if !self.pending.is_empty() {
-                    self.last_set.insert(m.key.to_vec(), self.seq);
+                    self.last_set.insert(key.clone(), self.seq);
                     let bound = 2 * self.cfg.max_pending.max(1);
                     if self.last_set.len() > bound {
-                        let oldest = self.pending.values().map(|(_, at)| *at).min().unwrap_or(self.seq);
+                        let oldest = self.pending.values().map(|p| p.at).min().unwrap_or(self.seq);
                         self.last_set.retain(|_, s| *s > oldest);
                         self.sweeps += 1;
                         if self.last_set.len() > bound / 2 {
@@ -314,6 +385,7 @@ impl Cache {
                         }
                     }
                 }
+                self.scratch = key;
                 self.stats.sets += 1;
                 Verdict::Forward
             }
@@ -321,9 +393,11 @@ impl Cache {
         }
     }
 
-    /// A server's answer on its way back to the client: a VALUE for a GET this cache forwarded
-    /// is kept, unless a SET of the key passed after the GET did.
-    pub fn on_response(&mut self, payload: &[u8]) {
+    /// A server's answer on its way back to the client, going `way`: a VALUE for a GET this
+    /// cache forwarded is kept if it came back the way the GET went (from the other side, from
+    /// the GET's destination, to its source: else counted `not_kept_wrong_way`, the GET still
+    /// remembered), unless a SET of the key passed after the GET did.
+    pub fn response(&mut self, payload: &[u8], way: Way) {
         let Ok(m) = Msg::parse(payload) else {
             self.stats.malformed += 1;
             return;
@@ -331,25 +405,34 @@ impl Cache {
         if m.op != Op::Value {
             return;
         }
-        let Some((key, at)) = self.pending.remove(&m.id) else { return };
+        let id = (way.dst, m.id);
+        let Some(p) = self.pending.get(&id) else { return };
+        slot(way.src, m.key, &mut self.scratch);
+        // The GET's key starts with its server: an answer from elsewhere, or about another
+        // key, does not match; nor one from the GET's own side.
+        if way.side == p.side || p.key.get(..6) != self.scratch.get(..6) {
+            self.stats.not_kept_wrong_way += 1;
+            return;
+        }
+        let Some(Pending { key, at, .. }) = self.pending.remove(&id) else { return };
         self.sweep_order();
         let replaced = at < self.floor || self.last_set.get(&key).is_some_and(|&s| s > at);
         // With no GET left to answer, no SET can matter any more.
         if self.pending.is_empty() {
             self.last_set.clear();
         }
-        if key != m.key {
+        if key != self.scratch {
             return;
         }
         if replaced {
             self.stats.not_kept_after_set += 1;
             return;
         }
-        let size = m.key.len() + m.value.len();
+        let size = key.len() + m.value.len();
         if size > self.cfg.max_bytes || self.cfg.max_entries == 0 {
             return;
         }
-        self.remove(m.key);
+        self.remove(&key);
         while self.bytes + size > self.cfg.max_bytes || self.entries.len() >= self.cfg.max_entries {
             let Some((_, oldest)) = self.lru.pop_first() else { break };
             if let Some(e) = self.entries.remove(&oldest) {
@@ -358,8 +441,8 @@ impl Cache {
             }
         }
         self.tick += 1;
-        self.entries.insert(m.key.to_vec(), Entry { value: m.value.to_vec(), tick: self.tick });
-        self.lru.insert(self.tick, m.key.to_vec());
+        self.lru.insert(self.tick, key.clone());
+        self.entries.insert(key, Entry { value: m.value.to_vec(), tick: self.tick });
         self.bytes += size;
         self.stats.kept += 1;
     }
@@ -369,7 +452,7 @@ impl Cache {
     fn sweep_order(&mut self) {
         if self.pending_order.len() > 2 * self.pending.len() + 16 {
             let pending = &self.pending;
-            self.pending_order.retain(|(id, at)| pending.get(id).is_some_and(|p| p.1 == *at));
+            self.pending_order.retain(|(id, at)| pending.get(id).is_some_and(|p| p.at == *at));
         }
     }
 
@@ -380,9 +463,16 @@ impl Cache {
         }
     }
 
-    /// The value kept for `key`.
+    /// The value kept for `key` at [`Way::CLIENT`]'s server.
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.entries.get(key).map(|e| e.value.as_slice())
+        self.get_at(Way::CLIENT.dst, key)
+    }
+
+    /// The value kept for `key` at `server`.
+    pub fn get_at(&self, server: Endpoint, key: &[u8]) -> Option<&[u8]> {
+        let mut k = Vec::with_capacity(6 + key.len());
+        slot(server, key, &mut k);
+        self.entries.get(&k).map(|e| e.value.as_slice())
     }
 
     /// Entries and bytes kept.
@@ -395,7 +485,7 @@ impl Cache {
         self.entries.is_empty()
     }
 
-    /// Bytes of keys and values kept.
+    /// Bytes of keys (each with its server's 6 bytes) and values kept.
     pub fn bytes(&self) -> usize {
         self.bytes
     }

@@ -553,6 +553,7 @@ fn run_batch(
             }
             let before = cx.emitted.len();
             let lent = lender.as_mut().is_some_and(|cur| task.swap_state(cur.as_mut()));
+            cx.port = item.desc.port;
             let verdict = checked(task.process(&mut item.packet, cx), task.as_ref());
             if lent && let Some(cur) = lender {
                 cur.swap_state(task.as_mut());
@@ -3105,7 +3106,7 @@ fn run_region(
                         let mut emitted = std::mem::take(&mut st.emitted);
                         let mut emitted_desc = std::mem::take(&mut st.emitted_desc);
                         let mut fates = std::mem::take(&mut st.fates);
-                        let mut cx = Cx { now: start, pool, emitted: &mut emitted, paced: true };
+                        let mut cx = Cx { now: start, pool, emitted: &mut emitted, paced: true, port: 0 };
                         let mut hook = |step| b(st, &mut *egress, step);
                         run_batch(
                             &mut seg.3,
@@ -3121,7 +3122,7 @@ fn run_region(
                         st.fates = fates;
                     }
                     None => {
-                        let mut cx = Cx { now: start, pool, emitted: &mut st.emitted, paced: true };
+                        let mut cx = Cx { now: start, pool, emitted: &mut st.emitted, paced: true, port: 0 };
                         run_batch(
                             &mut seg.3,
                             &mut items[..end],
@@ -3440,7 +3441,7 @@ fn run_rtc_batch(chains: &mut [Vec<Wrapper>], pool: &Pool, st: &mut CoreState, n
         let ci = items[0].desc.chain;
         let end = items.iter().take_while(|i| i.desc.chain == ci).count();
         if let Some(ws) = chains.get_mut(usize::from(ci)) {
-            let mut cx = Cx { now, pool, emitted: &mut st.emitted, paced: false };
+            let mut cx = Cx { now, pool, emitted: &mut st.emitted, paced: false, port: 0 };
             run_batch(ws, &mut items[..end], &mut st.fates, &mut cx, &mut st.emitted_desc, None, None);
         } else {
             st.fates.clear();
@@ -3477,12 +3478,17 @@ pub use tern_io::spin_for;
 /// `tern chain trace`).
 #[derive(Debug, Default)]
 pub struct VecIngress {
-    packets: VecDeque<Packet>,
+    packets: VecDeque<(Packet, u8)>,
 }
 
 impl VecIngress {
-    /// Of `packets`, in order.
+    /// Of `packets`, in order, all on port 0.
     pub fn new(packets: impl IntoIterator<Item = Packet>) -> VecIngress {
+        VecIngress::on_ports(packets.into_iter().map(|p| (p, 0)))
+    }
+
+    /// Of `packets`, in order, each on its port.
+    pub fn on_ports(packets: impl IntoIterator<Item = (Packet, u8)>) -> VecIngress {
         VecIngress { packets: packets.into_iter().collect() }
     }
 }
@@ -3490,8 +3496,8 @@ impl VecIngress {
 impl Ingress for VecIngress {
     fn recv(&mut self, now: Instant, max: usize, out: &mut Vec<Arrival>) {
         for _ in 0..max {
-            let Some(packet) = self.packets.pop_front() else { break };
-            out.push(Arrival { packet, at: now, port: 0 });
+            let Some((packet, port)) = self.packets.pop_front() else { break };
+            out.push(Arrival { packet, at: now, port });
         }
     }
 }
@@ -3553,7 +3559,7 @@ mod tests {
                 .map(|_| Item { packet: pool.packet(), desc: Desc::new(0, 0, 0, Instant::now(), 0) })
                 .collect();
             let (mut fates, mut emitted, mut emitted_desc) = (Vec::new(), Vec::new(), Vec::new());
-            let mut cx = Cx { now: Instant::now(), pool: &pool, emitted: &mut emitted, paced: true };
+            let mut cx = Cx { now: Instant::now(), pool: &pool, emitted: &mut emitted, paced: true, port: 0 };
             let (mut calls, mut asked) = (0, 0);
             let mut hook = |step| {
                 match step {

@@ -85,6 +85,9 @@ pub struct Cx<'a> {
     /// task then spends only its own time. Otherwise (a whole chain on a core, `rtc`; a trace)
     /// a capped task spends the time its cap says itself.
     pub paced: bool,
+    /// The port the packet in hand came in on (set before each packet; 0 where there is one,
+    /// as in a trace).
+    pub port: u8,
 }
 
 /// A network task: one instance, holding one tenant's state.
@@ -498,17 +501,23 @@ impl NetworkTask for KvTask {
     fn cost(&self) -> Cost {
         Cost { ns_per_packet: 82.0, luts: None, gbps: None, stateful: true, modifies: true }
     }
-    fn process(&mut self, p: &mut Packet, _: &mut Cx<'_>) -> Verdict {
+    fn process(&mut self, p: &mut Packet, cx: &mut Cx<'_>) -> Verdict {
         let Some((l3, l4, end)) = udp4(&mut self.info, p.data()) else { return Verdict::Drop("not_udp4") };
+        let i = self.info;
+        let way = kv::Way {
+            side: cx.port,
+            src: (i.src_v4().to_be_bytes(), i.src_port),
+            dst: (i.dst_v4().to_be_bytes(), i.dst_port),
+        };
         let payload = &p.data()[l4 + 8..end];
         match payload.first().copied() {
             Some(op) if op == kv::Op::Value as u8 || op == kv::Op::NotFound as u8 || op == kv::Op::Stored as u8 => {
-                self.cache.on_response(payload);
+                self.cache.response(payload, way);
                 Verdict::Pass
             }
             _ => {
                 self.answer.clear();
-                match self.cache.on_request_answer(payload, &mut self.answer) {
+                match self.cache.request(payload, way, &mut self.answer) {
                     kv::Verdict::Forward => Verdict::Pass,
                     kv::Verdict::Drop => Verdict::Drop("malformed"),
                     kv::Verdict::Answer => {
@@ -532,6 +541,7 @@ impl NetworkTask for KvTask {
             ("sets", s.sets),
             ("kept", s.kept),
             ("not_kept_after_set", s.not_kept_after_set),
+            ("not_kept_wrong_way", s.not_kept_wrong_way),
             ("evicted", s.evicted),
             ("malformed", s.malformed),
             ("answer_too_large", self.too_large),

@@ -84,7 +84,7 @@ pub fn trace(plan: &Plan, tenants: &[Tenant], frame: &[u8], factory: &mut Factor
     t.skip = pl.skip;
     let mut wrappers = build_chain(plan, pl.chain, tenants.len(), factory, (0, 1))?;
     let mut emitted = Vec::new();
-    let mut cx = Cx { now: Instant::now(), pool: &pool, emitted: &mut emitted, paced: false };
+    let mut cx = Cx { now: Instant::now(), pool: &pool, emitted: &mut emitted, paced: false, port: 0 };
     t.fate = "out".into();
     for w in &mut wrappers {
         let mut step =

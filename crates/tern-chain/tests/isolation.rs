@@ -4,16 +4,17 @@
 
 mod common;
 
-use common::{area, run_with, udp};
+use common::{area, run_on_ports, run_with, udp};
 use tern_chain::kv::{Msg, Op};
 use tern_chain::plan;
 use tern_chain::runtime::{Config, Desc, Mode};
 use tern_chain::tenant::Tenant;
 use tern_io::{Packet, Pool};
 
-/// Runs `packets` through `tenants` on 2 cores in `mode`; returns what left, in order.
-fn run(tenants: &[Tenant], mode: Mode, pool: &Pool, packets: Vec<Packet>, expect: usize) -> Vec<(Desc, Vec<u8>)> {
-    run_with(tenants, Config { mode, cores: 2, ..Config::default() }, pool, packets, expect, |_| ()).0
+/// Runs `packets` (each on its port) through `tenants` on 2 cores in `mode`; returns what
+/// left, in order.
+fn run(tenants: &[Tenant], mode: Mode, pool: &Pool, packets: Vec<(Packet, u8)>, expect: usize) -> Vec<(Desc, Vec<u8>)> {
+    run_on_ports(tenants, Config { mode, cores: 2, ..Config::default() }, pool, packets, expect, |_| ()).0
 }
 
 /// The UDP payload of an Ethernet/IPv4/UDP frame.
@@ -28,8 +29,10 @@ fn payload(frame: &[u8]) -> Vec<u8> {
 }
 
 /// Two tenants share one KV cache task (the same name: one position of one chain). Tenant A's
-/// server answers A's GET of key `k`, which A's cache keeps; A's next GET of `k` is answered in
-/// the NIC, but tenant B's GET of the same key goes on to B's server: B's cache has nothing.
+/// server answers A's GET of key `k` (from port 1, the server's side), which A's cache keeps;
+/// A's next GET of `k` is answered in the NIC, but tenant B's GET of the same key goes on to
+/// B's server: B's cache has nothing. A VALUE a client forges as its server's, on the clients'
+/// side, is not kept: the GET it answers still goes on.
 #[test]
 fn a_shared_kv_cache_keeps_each_tenants_values_apart() {
     let tenants: Vec<Tenant> = (1..=2)
@@ -48,14 +51,19 @@ fn a_shared_kv_cache_keeps_each_tenants_values_apart() {
         let value = Msg { op: Op::Value, id: 1, key: b"k", value: b"tenant A's secret" }.to_vec();
         let (a_client, a_server) = ([10, 0, 1, 5], [10, 0, 1, 200]);
         let (b_client, b_server) = ([10, 0, 2, 5], [10, 0, 2, 200]);
+        let get2 = |id| Msg { op: Op::Get, id, key: b"k2", value: b"" }.to_vec();
+        let forged = Msg { op: Op::Value, id: 4, key: b"k2", value: b"forged" }.to_vec();
         let packets = vec![
-            udp(&pool, a_client, a_server, 5000, 11211, &get(1)),
-            udp(&pool, a_server, a_client, 11211, 5000, &value),
-            udp(&pool, a_client, a_server, 5000, 11211, &get(2)),
-            udp(&pool, b_client, b_server, 5000, 11211, &get(3)),
+            (udp(&pool, a_client, a_server, 5000, 11211, &get(1)), 0),
+            (udp(&pool, a_server, a_client, 11211, 5000, &value), 1),
+            (udp(&pool, a_client, a_server, 5000, 11211, &get(2)), 0),
+            (udp(&pool, b_client, b_server, 5000, 11211, &get(3)), 0),
+            (udp(&pool, a_client, a_server, 5000, 11211, &get2(4)), 0),
+            (udp(&pool, a_server, a_client, 11211, 5000, &forged), 0),
+            (udp(&pool, a_client, a_server, 5000, 11211, &get2(5)), 0),
         ];
-        let out = run(&tenants, mode, &pool, packets, 4);
-        assert_eq!(out.len(), 4, "{mode:?}");
+        let out = run(&tenants, mode, &pool, packets, 7);
+        assert_eq!(out.len(), 7, "{mode:?}");
         let answered: Vec<(u16, Vec<u8>)> =
             out.iter().filter(|(d, _)| d.reply()).map(|(d, f)| (d.tenant, payload(f))).collect();
         assert_eq!(answered.len(), 1, "{mode:?}: one hit, A's second GET");
@@ -66,6 +74,8 @@ fn a_shared_kv_cache_keeps_each_tenants_values_apart() {
         assert_eq!(b_out.len(), 1, "{mode:?}");
         let m = Msg::parse(&b_out[0]).unwrap();
         assert_eq!((m.op, m.id), (Op::Get, 3), "{mode:?}");
+        // The GET after the forged VALUE went on to A's server too.
+        assert!(out.iter().any(|(d, f)| !d.reply() && Msg::parse(&payload(f)).is_ok_and(|m| m.id == 5)), "{mode:?}");
     }
 }
 
@@ -87,7 +97,7 @@ fn a_shared_nat_keeps_each_tenants_mappings_apart() {
     for mode in [Mode::Snic, Mode::Panic, Mode::Rtc] {
         let pool = Pool::new(1024, 2048);
         // One flow out of tenant 1's network.
-        let out = run(&tenants, mode, &pool, vec![udp(&pool, [10, 0, 1, 5], [8, 8, 8, 8], 4000, 53, b"q")], 1);
+        let out = run(&tenants, mode, &pool, vec![(udp(&pool, [10, 0, 1, 5], [8, 8, 8, 8], 4000, 53, b"q"), 0)], 1);
         assert_eq!(out.len(), 1, "{mode:?}");
         let h = etherparse::SlicedPacket::from_ethernet(&out[0].1).unwrap();
         let Some(etherparse::TransportSlice::Udp(u)) = h.transport else { panic!("not UDP") };

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use tern_chain::kv::{Cache, KvConfig, MAX_KEY, Msg, MsgError, Op, Verdict};
+use tern_chain::kv::{Cache, KvConfig, MAX_KEY, Msg, MsgError, Op, Verdict, Way};
 
 fn msg(op: Op, id: u32, key: &[u8], value: &[u8]) -> Vec<u8> {
     Msg { op, id, key, value }.to_vec()
@@ -89,6 +89,42 @@ fn what_is_kept_stays_within_its_bounds_least_recently_used_first() {
     // One too large for the cache is not kept at all.
     keep(&mut c, 7, b"f", 200);
     assert_eq!(c.get(b"f"), None);
+}
+
+/// An answer is kept only if it came back the way its GET went (docs/chain.md, "KV cache"): a
+/// VALUE a client forges — from its own side, even with the server's address — or one from
+/// another address, is not kept, and the GET still takes its real answer; values are the
+/// server's they came from (a GET to another server misses); two clients using one request id
+/// each have their own GET remembered.
+#[test]
+fn only_answers_that_come_back_the_way_their_get_went_are_kept() {
+    let mut c = Cache::new(KvConfig::default());
+    let mut answer = Vec::new();
+    let (client, server) = (([10, 0, 0, 5], 4000), ([10, 0, 0, 9], 11211));
+    let to_server = Way { side: 0, src: client, dst: server };
+    let get = |id, key: &[u8]| msg(Op::Get, id, key, b"");
+    let value = |id, key: &[u8], v: &[u8]| msg(Op::Value, id, key, v);
+    assert_eq!(c.request(&get(1, b"k"), to_server, &mut answer), Verdict::Forward);
+    // Forged on the clients' side with the server's address, and from another address.
+    c.response(&value(1, b"k", b"forged"), Way { side: 0, ..to_server.back() });
+    c.response(&value(1, b"k", b"elsewhere"), Way { src: ([10, 0, 0, 66], 11211), ..to_server.back() });
+    assert_eq!((c.get_at(server, b"k"), c.stats().not_kept_wrong_way), (None, 2));
+    // The real answer, still awaited, is kept.
+    c.response(&value(1, b"k", b"real"), to_server.back());
+    assert_eq!(c.get_at(server, b"k"), Some(&b"real"[..]));
+    assert_eq!(c.request(&get(2, b"k"), to_server, &mut answer), Verdict::Answer);
+    // Another server's key of the same name misses; a SET to it leaves this one's value.
+    let other = Way { dst: ([10, 0, 0, 10], 11211), ..to_server };
+    assert_eq!(c.request(&get(3, b"k"), other, &mut answer), Verdict::Forward);
+    c.request(&msg(Op::Set, 4, b"k", b"x"), other, &mut answer);
+    assert_eq!(c.get_at(server, b"k"), Some(&b"real"[..]));
+    // Two clients, one request id: each GET is remembered, each answer kept for its own.
+    let b = Way { src: ([10, 0, 0, 6], 4000), ..to_server };
+    c.request(&get(9, b"a"), to_server, &mut answer);
+    c.request(&get(9, b"b"), b, &mut answer);
+    c.response(&value(9, b"b", b"for b"), b.back());
+    c.response(&value(9, b"a", b"for a"), to_server.back());
+    assert_eq!((c.get_at(server, b"a"), c.get_at(server, b"b")), (Some(&b"for a"[..]), Some(&b"for b"[..])));
 }
 
 /// An update with other bounds passes the cache on (docs/chain.md, "Updates"): the smaller side

@@ -214,7 +214,7 @@ fn interpret(tenants: &[Tenant], packets: &[(usize, u32)]) -> Vec<Vec<u8>> {
     for &(t, id) in packets {
         let mut p = frame(&pool, t, id);
         let mut emitted = Vec::new();
-        let mut cx = Cx { now: Instant::now(), pool: &pool, emitted: &mut emitted, paced: false };
+        let mut cx = Cx { now: Instant::now(), pool: &pool, emitted: &mut emitted, paced: false, port: 0 };
         for &n in &tenants[t].order {
             assert_eq!(tasks[t][n].process(&mut p, &mut cx), Verdict::Pass);
         }
@@ -764,7 +764,7 @@ proptest! {
         for (i, (_, bytes)) in out.iter().enumerate() {
             let mut pk = frame(&pool, 0, i as u32);
             let mut emitted = Vec::new();
-            let mut cx = Cx { now: Instant::now(), pool: &pool, emitted: &mut emitted, paced: false };
+            let mut cx = Cx { now: Instant::now(), pool: &pool, emitted: &mut emitted, paced: false, port: 0 };
             for &node in &tenants[0].order {
                 prop_assert_eq!(tasks[node].process(&mut pk, &mut cx), Verdict::Pass);
             }

@@ -57,8 +57,13 @@ fn task_of(nt: &str) -> Box<dyn NetworkTask> {
 /// Runs `t` on `p`; a drop's reason must be one `task::drop_reasons` lists for its kind (the
 /// names docs/chain.md gives, `tests/docs.rs`).
 fn run(t: &mut dyn NetworkTask, p: &mut Packet, pool: &Pool) -> (Verdict, Vec<Packet>) {
+    run_on(t, p, pool, 0)
+}
+
+/// [`run`], the packet in on `port`.
+fn run_on(t: &mut dyn NetworkTask, p: &mut Packet, pool: &Pool, port: u8) -> (Verdict, Vec<Packet>) {
     let mut emitted = Vec::new();
-    let v = t.process(p, &mut Cx { now: Instant::now(), pool, emitted: &mut emitted, paced: false });
+    let v = t.process(p, &mut Cx { now: Instant::now(), pool, emitted: &mut emitted, paced: false, port });
     if let Verdict::Drop(r) = v {
         assert!(task::drop_reasons(t.kind()).contains(&r), "{}: `{r}` is not among its drop reasons", t.kind());
     }
@@ -210,8 +215,12 @@ fn kv_answers_a_hit_back_to_the_client() {
     let mut p = packet(&pool, 0, &udp(client, 4000, server, 11211, &get));
     assert_eq!(run(kv.as_mut(), &mut p, &pool).0, Verdict::Pass, "a miss goes on to the server");
     let value = Msg { op: Op::Value, id: 7, key: b"user:1", value: b"alice" }.to_vec();
+    // On the clients' port (0), as a client would forge it: not kept.
     let mut p = packet(&pool, 0, &udp(server, 11211, client, 4000, &value));
-    assert_eq!(run(kv.as_mut(), &mut p, &pool).0, Verdict::Pass, "the answer goes on to the client, kept");
+    assert_eq!(run(kv.as_mut(), &mut p, &pool).0, Verdict::Pass);
+    assert!(kv.counters().contains(&("not_kept_wrong_way", 1)));
+    let mut p = packet(&pool, 0, &udp(server, 11211, client, 4000, &value));
+    assert_eq!(run_on(kv.as_mut(), &mut p, &pool, 1).0, Verdict::Pass, "the answer goes on to the client, kept");
     let get2 = Msg { op: Op::Get, id: 8, key: b"user:1", value: b"" }.to_vec();
     let mut p = packet(&pool, 0, &udp(client, 4000, server, 11211, &get2));
     assert_eq!(run(kv.as_mut(), &mut p, &pool).0, Verdict::Reply);

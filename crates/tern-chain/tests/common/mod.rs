@@ -27,6 +27,18 @@ pub fn run_with<R>(
     expect: usize,
     setup: impl FnOnce(&Runtime) -> R,
 ) -> (Vec<(Desc, Vec<u8>)>, RunStats, R) {
+    run_on_ports(tenants, cfg, pool, packets.into_iter().map(|p| (p, 0)).collect(), expect, setup)
+}
+
+/// As [`run_with`], each packet coming in on its port.
+pub fn run_on_ports<R>(
+    tenants: &[Tenant],
+    cfg: Config,
+    pool: &Pool,
+    packets: Vec<(Packet, u8)>,
+    expect: usize,
+    setup: impl FnOnce(&Runtime) -> R,
+) -> (Vec<(Desc, Vec<u8>)>, RunStats, R) {
     let p = plan::plan(tenants, &area, 8, 100_000).unwrap();
     let mut keys = tern_chain::task::Keys::default();
     let mut factory = |t: usize, n: usize| tern_chain::task::build(&tenants[t].tasks[n], &mut keys);
@@ -34,7 +46,7 @@ pub fn run_with<R>(
     let r = setup(&rt);
     let stopper = rt.stopper();
     let got: Collected = Arc::new(Mutex::new(Vec::new()));
-    let mut ingress: Vec<Box<dyn Ingress>> = vec![Box::new(VecIngress::new(packets))];
+    let mut ingress: Vec<Box<dyn Ingress>> = vec![Box::new(VecIngress::on_ports(packets))];
     if cfg.mode == Mode::Rtc {
         // Every core has an ingress of its own in rtc; the others' are empty.
         ingress.extend((1..cfg.cores).map(|_| Box::new(VecIngress::new(Vec::new())) as Box<dyn Ingress>));
