@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
         k += 1;
         if let Ok((h, _)) = Header::parse(packet) {
             now += Duration::from_millis(10 * n as u64);
-            let _ = table.on_header(h, now);
+            let _ = table.on_header(([10, 0, 0, (n & 3) as u8], 4000), h, now);
             assert!(table.len() <= 3);
         }
         let (d, _ack) = rx.on_packet(packet);

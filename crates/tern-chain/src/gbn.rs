@@ -355,6 +355,11 @@ impl Default for ReceiveConfig {
 #[error("every connection is taken (at most {0})")]
 pub struct ConnectionsFull(pub usize);
 
+/// Where a connection's packets come from: the peer's IPv4 address and UDP port. A connection
+/// is a peer's connection id: two peers using one id have a connection each, and no packet
+/// from one reaches the other's.
+pub type Peer = ([u8; 4], u16);
+
 /// The receiving end's connections, each a [`Receiver`] made at its first data packet
 /// (expecting sequence number 0) and forgotten once it has been idle for
 /// [`ReceiveConfig::idle`]: a data packet after that meets a new receiver, as for a new
@@ -362,7 +367,8 @@ pub struct ConnectionsFull(pub usize);
 #[derive(Debug, Default)]
 pub struct Connections {
     cfg: ReceiveConfig,
-    map: HashMap<u32, (Receiver, Instant)>,
+    /// By (peer, connection id).
+    map: HashMap<(Peer, u32), (Receiver, Instant)>,
     last_sweep: Option<Instant>,
     expired: u64,
 }
@@ -373,20 +379,25 @@ impl Connections {
         Connections { cfg, map: HashMap::new(), last_sweep: None, expired: 0 }
     }
 
-    /// [`Receiver::on_header`] on `h`'s connection at `now`: its receiver is made at its first
+    /// [`Receiver::on_header`] on the connection of `h` from `from` at `now`: its receiver is made at its first
     /// data packet, or again once it was idle for [`ReceiveConfig::idle`]; what is not data
     /// gets `None` and makes no connection. A new connection with
     /// [`ReceiveConfig::max_connections`] kept is refused ([`ConnectionsFull`]); idle ones are
     /// looked for no more often than ten times an idle period, so one idle past its time may
     /// hold its place for up to a tenth of that longer.
-    pub fn on_header(&mut self, h: Header, now: Instant) -> Result<Option<(bool, Header)>, ConnectionsFull> {
+    pub fn on_header(
+        &mut self,
+        from: Peer,
+        h: Header,
+        now: Instant,
+    ) -> Result<Option<(bool, Header)>, ConnectionsFull> {
         if h.kind != DATA {
             // Not data: no connection is made or kept alive for it.
             return Ok(None);
         }
         self.sweep(now);
         let (idle, n) = (self.cfg.idle, self.map.len());
-        let (r, last) = match self.map.entry(h.conn) {
+        let (r, last) = match self.map.entry((from, h.conn)) {
             std::collections::hash_map::Entry::Occupied(e) => {
                 let (r, last) = e.into_mut();
                 if now.saturating_duration_since(*last) >= idle {

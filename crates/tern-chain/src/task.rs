@@ -589,7 +589,8 @@ impl NetworkTask for GbnTask {
             self.malformed += 1;
             return Verdict::Drop("malformed");
         };
-        let (deliver, ack) = match self.connections.on_header(h, cx.now) {
+        let from = (self.info.src_v4().to_be_bytes(), self.info.src_port);
+        let (deliver, ack) = match self.connections.on_header(from, h, cx.now) {
             Ok(Some(answer)) => answer,
             Ok(None) => {
                 self.malformed += 1;

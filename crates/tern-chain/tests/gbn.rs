@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use tern_chain::gbn::{
-    ACK, Config, Connections, ConnectionsFull, DATA, HEADER_LEN, Header, MAX_PAYLOAD, PacketError, ReceiveConfig,
+    ACK, Config, Connections, ConnectionsFull, DATA, HEADER_LEN, Header, MAX_PAYLOAD, PacketError, Peer, ReceiveConfig,
     Receiver, Sender,
 };
 use tern_io::fault::{FaultConfig, FaultInjector};
@@ -30,9 +30,38 @@ fn data(conn: u32, seq: u32) -> Header {
     Header { kind: DATA, len: 0, conn, seq }
 }
 
-/// Whether the packet is delivered, and the sequence number its acknowledgement asks for next.
+/// The peer the tests' packets come from.
+const PEER: Peer = ([10, 0, 0, 1], 7000);
+
+/// Whether the packet (from [`PEER`]) is delivered, and the sequence number its acknowledgement
+/// asks for next.
 fn took(c: &mut Connections, h: Header, now: Instant) -> Result<(bool, u32), ConnectionsFull> {
-    c.on_header(h, now).map(|a| a.map(|(d, ack)| (d, ack.seq)).expect("a data packet is answered"))
+    took_from(c, PEER, h, now)
+}
+
+/// [`took`], the packet from `from`.
+fn took_from(c: &mut Connections, from: Peer, h: Header, now: Instant) -> Result<(bool, u32), ConnectionsFull> {
+    c.on_header(from, h, now).map(|a| a.map(|(d, ack)| (d, ack.seq)).expect("a data packet is answered"))
+}
+
+/// A connection is its peer's (address and port) connection id: another peer sending data with
+/// the same id — a client guessing another's — has a connection of its own, delivers nothing
+/// into the first's stream and takes none of its sequence numbers.
+#[test]
+fn a_connection_is_its_peers_alone() {
+    let mut c = Connections::new(ReceiveConfig::default());
+    let t0 = Instant::now();
+    let intruder: Peer = ([10, 0, 0, 66], 7000);
+    assert_eq!(took(&mut c, data(5, 0), t0), Ok((true, 1)));
+    // The intruder sends the victim's next number on the victim's id: a new connection of its
+    // own, which expects 0, so nothing is delivered.
+    assert_eq!(took_from(&mut c, intruder, data(5, 1), t0), Ok((false, 0)));
+    // The victim's own packet 1 is still the next expected and delivered once.
+    assert_eq!(took(&mut c, data(5, 1), t0), Ok((true, 2)));
+    assert_eq!(took(&mut c, data(5, 1), t0), Ok((false, 2)));
+    // Another port of the same address is another peer too.
+    assert_eq!(took_from(&mut c, (PEER.0, 7001), data(5, 0), t0), Ok((true, 1)));
+    assert_eq!(c.len(), 3);
 }
 
 #[test]
@@ -51,7 +80,7 @@ fn a_connection_idle_for_its_time_is_forgotten_and_starts_again_at_zero() {
     assert_eq!(c.expired(), 1);
     assert_eq!(took(&mut c, data(1, 0), t0 + Duration::from_secs(150)), Ok((true, 1)));
     // What is not data makes and refreshes no connection.
-    assert_eq!(c.on_header(Header { kind: ACK, len: 0, conn: 2, seq: 0 }, t0), Ok(None));
+    assert_eq!(c.on_header(PEER, Header { kind: ACK, len: 0, conn: 2, seq: 0 }, t0), Ok(None));
     assert_eq!(c.len(), 1);
 }
 
@@ -87,7 +116,7 @@ proptest! {
         let mut known: std::collections::HashMap<u32, (u32, Instant)> = std::collections::HashMap::new();
         for (conn, seq, ms) in steps {
             now += Duration::from_millis(ms / 10);
-            match c.on_header(data(conn, seq), now) {
+            match c.on_header(PEER, data(conn, seq), now) {
                 Ok(Some((delivered, ack))) => {
                     let want = match known.get(&conn) {
                         Some(&(next, last)) if now.duration_since(last) < idle => next,

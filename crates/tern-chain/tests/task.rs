@@ -259,6 +259,13 @@ fn gbn_delivers_in_order_and_acknowledges() {
     assert_eq!(gbn::Header::parse(&ack).unwrap().0.seq, 1);
     let mut p = packet(&pool, 64, &udp([10, 0, 0, 1], 7000, [10, 0, 0, 2], 7001, b"no header"));
     assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Drop("malformed"));
+    // Another client sending connection 3's next number is a connection of its own (expecting
+    // 0): nothing delivered into connection 3, whose own packet 1 is then delivered.
+    let mut forged = Vec::new();
+    gbn::Header { kind: gbn::DATA, len: 6, conn: 3, seq: 1 }.write(b"forged", &mut forged);
+    let mut p = packet(&pool, 64, &udp([10, 0, 0, 66], 7000, [10, 0, 0, 2], 7001, &forged));
+    assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Reply);
+    assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &data(1, b"second")), &pool).0, Verdict::Pass);
     // At most `max_connections`: another connection's data is dropped by name, the kept one
     // goes on.
     let mut t = task_of("kind = \"gbn\"\nmax_connections = 1\nidle_s = 5");
