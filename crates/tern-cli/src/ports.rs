@@ -9,19 +9,37 @@ use tern_io::{Pool, Port};
 
 /// A port of a frame server (`chain serve`, `switch serve`, `switch server`): an interface
 /// (`afpacket:IFNAME` or `afxdp:IFNAME`, whole frames, root) or frames carried in UDP datagrams
-/// (`udp:BIND=PEER`); any with faults injected by `tern_io::fault::FaultInjector` when the
+/// (`udp:BIND=PEER`: only datagrams from PEER are taken, others dropped and counted with the
+/// port's `rx_dropped`); any with faults injected by `tern_io::fault::FaultInjector` when the
 /// spec goes on with `,loss=P` (and `,duplicate=P`, `,reorder=P`, `,seed=N`,
 /// `,dir=tx|rx|both`; this kernel has no netem).
 pub(crate) enum FramePort {
     AfPacket(AfPacketPort),
     AfXdp(Box<AfXdpPort>),
-    Udp(UdpPort, SocketAddr),
+    Udp(UdpTunnel),
     Faulty(Box<tern_io::fault::FaultInjector<FramePort>>, Option<SocketAddr>),
 }
 
+/// A `udp:BIND=PEER` port: the socket, its peer, the pool its buffers go back to, and the
+/// datagrams dropped for coming from elsewhere.
+pub(crate) struct UdpTunnel {
+    port: UdpPort,
+    peer: SocketAddr,
+    pool: Pool,
+    foreign: u64,
+}
+
 impl Port for FramePort {
+    /// Receives as the port does; a `udp:` port keeps only the datagrams from its peer (the
+    /// frames of anyone else who reaches BIND are dropped, not taken into the chain).
     fn recv(&mut self, now: std::time::Instant, batch: &mut tern_io::Batch) -> std::io::Result<usize> {
-        self.port().recv(now, batch)
+        let FramePort::Udp(t) = self else { return self.port().recv(now, batch) };
+        let before = batch.len();
+        let n = t.port.recv(now, batch)?;
+        let (peer, pool) = (t.peer, &t.pool);
+        let foreign = batch.remove_from(before, |p| p.peer() != peer, |p| pool.put(p));
+        t.foreign += foreign as u64;
+        Ok(n - foreign)
     }
     fn send(&mut self, now: std::time::Instant, batch: &mut tern_io::Batch) -> std::io::Result<usize> {
         self.port().send(now, batch)
@@ -40,7 +58,11 @@ impl Port for FramePort {
         self.port_ref().wait_fd()
     }
     fn stats(&self) -> tern_io::PortStats {
-        self.port_ref().stats()
+        let mut s = self.port_ref().stats();
+        if let FramePort::Udp(t) = self {
+            s.rx_dropped += t.foreign;
+        }
+        s
     }
 }
 
@@ -111,7 +133,7 @@ impl FramePort {
             let peer: SocketAddr = peer.parse().map_err(|_| format!("port {spec}: `{peer}` is not an address:port"))?;
             let p = UdpPort::bind(bind, pool, &UdpConfig::default())
                 .map_err(|e| format!("port {spec}: cannot bind {bind}: {e}"))?;
-            return Ok(FramePort::Udp(p, peer));
+            return Ok(FramePort::Udp(UdpTunnel { port: p, peer, pool: pool.clone(), foreign: 0 }));
         }
         Err(format!("port {spec}: not afpacket:IFNAME, afxdp:IFNAME or udp:BIND=PEER"))
     }
@@ -120,7 +142,7 @@ impl FramePort {
         match self {
             FramePort::AfPacket(p) => p,
             FramePort::AfXdp(p) => p.as_mut(),
-            FramePort::Udp(p, _) => p,
+            FramePort::Udp(t) => &mut t.port,
             FramePort::Faulty(p, _) => p.as_mut(),
         }
     }
@@ -129,7 +151,7 @@ impl FramePort {
         match self {
             FramePort::AfPacket(p) => p,
             FramePort::AfXdp(p) => p.as_ref(),
-            FramePort::Udp(p, _) => p,
+            FramePort::Udp(t) => &t.port,
             FramePort::Faulty(p, _) => p.as_ref(),
         }
     }
@@ -137,7 +159,7 @@ impl FramePort {
     pub(crate) fn peer(&self) -> Option<SocketAddr> {
         match self {
             FramePort::AfPacket(_) | FramePort::AfXdp(_) => None,
-            FramePort::Udp(_, peer) => Some(*peer),
+            FramePort::Udp(t) => Some(t.peer),
             FramePort::Faulty(_, peer) => *peer,
         }
     }

@@ -1711,6 +1711,29 @@ impl LanServe {
     }
 }
 
+/// A `udp:BIND=PEER` port takes frames only from PEER: a datagram from anyone else who reaches
+/// BIND is dropped (counted with the port's drops), never put through a chain; the peer's
+/// frame is.
+#[test]
+fn chain_serve_takes_frames_only_from_a_udp_ports_peer() {
+    use std::time::Duration;
+    let s = LanServe::start("stranger", &["--duration", "2", "--json", "--stats-interval", "0"]);
+    let stranger = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    stranger.send_to(&LanServe::query(), s.p1).unwrap();
+    s.outside.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut buf = [0u8; 2048];
+    assert!(s.outside.recv_from(&mut buf).is_err(), "a stranger's frame went through");
+    s.outside.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.send_query();
+    let dir = s.dir.clone();
+    let out = s.child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["ports"][0]["rx_packets"].as_u64(), v["ports"][0]["dropped"].as_u64()), (Some(2), Some(1)), "{v}");
+    assert_eq!(v["tenants"][0]["packets_in"], 1, "{v}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A server restarted with the same AES key never seals under a nonce it used before: the
 /// instance numbers are reserved in the nonce ledger (docs/chain.md, "AES-GCM"). Each run's
 /// sealed payload opens under the key; the second run's instance numbers follow the first's

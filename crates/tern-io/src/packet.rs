@@ -461,6 +461,22 @@ impl Batch {
     pub fn drain(&mut self) -> std::vec::Drain<'_, Packet> {
         self.packets.drain(..)
     }
+    /// Removes the packets from index `from` on for which `out` is true, keeping the others in
+    /// order, and gives each removed one to `removed`; returns how many it removed.
+    pub fn remove_from(
+        &mut self,
+        from: usize,
+        mut out: impl FnMut(&Packet) -> bool,
+        mut removed: impl FnMut(Packet),
+    ) -> usize {
+        let from = from.min(self.packets.len());
+        let mut n = 0;
+        for p in self.packets.extract_if(from.., |p| out(p)) {
+            removed(p);
+            n += 1;
+        }
+        n
+    }
     /// Exchanges the batch's packets with those in `packets` (a vector of at most
     /// [`capacity`](Self::capacity) packets): whole batches change hands without moving a packet.
     /// Returns false, changing nothing, if `packets` holds too many.
@@ -497,6 +513,25 @@ mod tests {
         p.reserve_headroom(headroom);
         p.extend_from_slice(data).unwrap();
         p
+    }
+
+    #[test]
+    fn remove_from_keeps_the_rest_in_order() {
+        let pool = Pool::new(8, 32);
+        let mut b = Batch::new(8);
+        for d in [b"a", b"b", b"c", b"d", b"e"] {
+            assert!(b.push(packet_with(&pool, 0, d)).is_none());
+        }
+        let mut gone = Vec::new();
+        // From index 1: "b" and "d" go, "a" (before it) stays though it would match.
+        let n = b.remove_from(1, |p| matches!(p.data(), b"a" | b"b" | b"d"), |p| gone.push(p.data().to_vec()));
+        assert_eq!(n, 2);
+        assert_eq!(gone, [b"b".to_vec(), b"d".to_vec()]);
+        assert_eq!(
+            b.iter().map(|p| p.data().to_vec()).collect::<Vec<_>>(),
+            [b"a".to_vec(), b"c".to_vec(), b"e".to_vec()]
+        );
+        assert_eq!(b.remove_from(9, |_| true, |_| ()), 0, "past the end: nothing");
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub struct ServeArgs {
     /// A port, given twice: `afpacket:IFNAME` or `afxdp:IFNAME` (whole Ethernet frames on an
     /// interface; needs root; AF_XDP takes frames as the sender left them, so turn off its
     /// transmit checksum offload) or `udp:BIND=PEER` (each UDP datagram's payload is one Ethernet frame: received on
-    /// BIND, sent to PEER); either may go on with injected faults,
+    /// BIND from PEER alone, others dropped, sent to PEER); either may go on with injected faults,
     /// `,loss=P[,duplicate=P][,reorder=P][,seed=N][,dir=tx|rx|both]`. A frame from the first
     /// port leaves on the second and back.
     #[arg(long = "port", required = true)]
@@ -157,7 +157,7 @@ impl Ingress for PortIngress {
             }
             let Ok(mut p) = self.ports[i].lock() else { continue };
             // A receive error (an interface gone down) is the port's to count; the loop goes on.
-            let _ = p.port().recv(now, &mut self.batch);
+            let _ = p.recv(now, &mut self.batch);
             drop(p);
             for packet in self.batch.drain() {
                 out.push(Arrival { packet, at: now, port: i as u8 });
@@ -1019,7 +1019,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         .ports
         .iter()
         .zip(ports.iter())
-        .map(|(n, p)| (n.clone(), p.lock().map(|mut p| p.port().stats()).unwrap_or_default()))
+        .map(|(n, p)| (n.clone(), p.lock().map(|p| p.stats()).unwrap_or_default()))
         .collect();
     let offered = limiter.offered();
     let last = shares.lock().map(|s| s.clone()).unwrap_or_default();

@@ -507,7 +507,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         }
         let mut any = false;
         for (i, p) in ports.iter_mut().enumerate() {
-            if p.port().recv(now, &mut input).unwrap_or(0) > 0 {
+            if tern_io::Port::recv(p, now, &mut input).unwrap_or(0) > 0 {
                 any = true;
                 sw.process(i as u16 + 1, &mut input, &mut outs, &pool);
             }

@@ -29,7 +29,7 @@ pub struct ServerArgs {
     /// The switch program whose remote handler this server runs (TOML).
     pub program: PathBuf,
     /// Its port to the switch: `afpacket:IFNAME` or `afxdp:IFNAME` (whole frames on an
-    /// interface; root; docs/clip.md says which) or `udp:BIND=PEER` (each datagram's payload one Ethernet frame); either may go on with
+    /// interface; root; docs/clip.md says which) or `udp:BIND=PEER` (each datagram's payload one Ethernet frame, taken from PEER alone); either may go on with
     /// injected faults, `,loss=P[,duplicate=P][,reorder=P][,seed=N][,dir=tx|rx|both]`.
     #[arg(long)]
     pub port: String,
@@ -512,7 +512,7 @@ pub fn run(a: &ServerArgs) -> CmdResult {
             );
         }
         let now_ns = now.duration_since(start).as_nanos() as u64;
-        let n = port.port().recv(now, &mut batch).unwrap_or(0);
+        let n = tern_io::Port::recv(&mut port, now, &mut batch).unwrap_or(0);
         let busy = n > 0 && batch.is_full() && full_streak + 1 >= a.busy_batches;
         if n == 0 {
             full_streak = 0;
