@@ -36,8 +36,8 @@ impl Port for FramePort {
         let FramePort::Udp(t) = self else { return self.port().recv(now, batch) };
         let before = batch.len();
         let n = t.port.recv(now, batch)?;
-        let (peer, pool) = (t.peer, &t.pool);
-        let foreign = batch.remove_from(before, |p| p.peer() != peer, |p| pool.put(p));
+        let (peer, pool) = (canonical(t.peer), &t.pool);
+        let foreign = batch.remove_from(before, |p| canonical(p.peer()) != peer, |p| pool.put(p));
         t.foreign += foreign as u64;
         Ok(n - foreign)
     }
@@ -63,6 +63,18 @@ impl Port for FramePort {
             s.rx_dropped += t.foreign;
         }
         s
+    }
+}
+
+/// `a` with an IPv4-mapped IPv6 address as the IPv4 one (a dual-stack socket bound to `[::]`
+/// reports an IPv4 peer so).
+fn canonical(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => a,
+        },
+        v4 => v4,
     }
 }
 
@@ -170,5 +182,34 @@ impl FramePort {
             FramePort::Faulty(p, _) => Some((p.tx_stats(), p.rx_stats())),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `udp:[::]:P=127.0.0.1:Q` port takes its peer's datagrams, which the dual-stack socket
+    /// reports from `[::ffff:127.0.0.1]:Q`, and drops a stranger's.
+    #[test]
+    fn a_dual_stack_udp_port_knows_its_ipv4_peer() {
+        let pool = Pool::new(64, tern_io::DEFAULT_BUF_SIZE);
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let stranger = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let Ok(mut port) = FramePort::open(&format!("udp:[::]:0={}", peer.local_addr().unwrap()), &pool) else {
+            return; // no IPv6 here
+        };
+        let to = SocketAddr::new([127, 0, 0, 1].into(), port.local_addr().port());
+        stranger.send_to(b"not from the peer", to).unwrap();
+        peer.send_to(b"from the peer", to).unwrap();
+        let mut batch = tern_io::Batch::new(8);
+        let t0 = std::time::Instant::now();
+        while batch.is_empty() && t0.elapsed() < std::time::Duration::from_secs(5) {
+            let _ = port.recv(std::time::Instant::now(), &mut batch);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let _ = port.recv(std::time::Instant::now(), &mut batch);
+        assert_eq!(batch.iter().map(|p| p.data().to_vec()).collect::<Vec<_>>(), [b"from the peer".to_vec()]);
+        assert_eq!(port.stats().rx_dropped, 1);
     }
 }
