@@ -102,6 +102,29 @@ fn state_is_bounded_and_forgotten_when_idle() {
     assert!(fw.stats().expired >= 1);
 }
 
+/// Forgetting idle flows is spread over packets (docs/chain.md, "Firewall"): past the idle time,
+/// one packet's sweep forgets a part of them (one of the 64 maps they are kept in), not all at
+/// once, and within 64 packets every idle one is gone.
+#[test]
+fn idle_flows_are_forgotten_a_part_a_packet() {
+    let cfg = FwConfig { idle: Duration::from_secs(10), ..FwConfig::default() };
+    let mut fw = Firewall::new(&rules(), cfg).unwrap();
+    let t0 = Instant::now();
+    for port in 0..6400u16 {
+        assert_eq!(fw.check(&tcp(IN, WEB, 10_000 + port, 80), t0), Ok(()));
+    }
+    assert_eq!(fw.flows(), 6400);
+    let t11 = t0 + Duration::from_secs(11);
+    let denied = tcp(BAD, WEB, 1, 80);
+    assert_eq!(fw.check(&denied, t11), Err(FwDrop::Denied));
+    let left = fw.flows();
+    assert!((6000..6400).contains(&left), "one packet forgot {} of 6400", 6400 - left);
+    for _ in 0..63 {
+        let _ = fw.check(&denied, t11);
+    }
+    assert_eq!((fw.flows(), fw.stats().expired), (0, 6400));
+}
+
 #[test]
 fn what_is_not_ip_is_dropped_by_name() {
     let mut fw = Firewall::new(&rules(), FwConfig::default()).unwrap();
