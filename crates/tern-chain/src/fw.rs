@@ -21,6 +21,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tern_table::classifier::{Classifier, FlowKey, Pattern};
+
+use crate::clock::SweepClock;
 use tern_wire::frame::{FrameInfo, L3};
 
 /// What a rule does with the frames it matches.
@@ -182,7 +184,7 @@ pub struct Firewall {
     flows: FlowTable,
     info: FrameInfo,
     /// When the last sweep began, and the map it looks at next ([`SHARDS`]: none under way).
-    last_sweep: Option<Instant>,
+    last_sweep: SweepClock,
     sweep_next: usize,
     stats: FwStats,
 }
@@ -198,7 +200,7 @@ impl Firewall {
             rules: RULES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             flows: FlowTable::new(),
             info: FrameInfo::default(),
-            last_sweep: None,
+            last_sweep: SweepClock::default(),
             sweep_next: SHARDS,
             stats: FwStats::default(),
         })
@@ -296,10 +298,9 @@ impl Firewall {
     /// packet's own lookup it is forgotten at once).
     fn sweep(&mut self, now: Instant) {
         if self.sweep_next >= SHARDS {
-            if self.last_sweep.is_some_and(|t| now.saturating_duration_since(t) < self.cfg.idle / 10) {
+            if !self.last_sweep.due(now, self.cfg.idle) {
                 return;
             }
-            self.last_sweep = Some(now);
             self.sweep_next = 0;
         }
         let idle = self.cfg.idle;

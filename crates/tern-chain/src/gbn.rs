@@ -369,14 +369,14 @@ pub struct Connections {
     cfg: ReceiveConfig,
     /// By (peer, connection id).
     map: HashMap<(Peer, u32), (Receiver, Instant)>,
-    last_sweep: Option<Instant>,
+    last_sweep: crate::clock::SweepClock,
     expired: u64,
 }
 
 impl Connections {
     /// No connection yet.
     pub fn new(cfg: ReceiveConfig) -> Connections {
-        Connections { cfg, map: HashMap::new(), last_sweep: None, expired: 0 }
+        Connections { cfg, map: HashMap::new(), last_sweep: Default::default(), expired: 0 }
     }
 
     /// [`Receiver::on_header`] on the connection of `h` from `from` at `now`: its receiver is made at its first
@@ -422,10 +422,9 @@ impl Connections {
     /// Forgets the connections idle for [`ReceiveConfig::idle`], looking no more often than
     /// ten times an idle period.
     fn sweep(&mut self, now: Instant) {
-        if self.last_sweep.is_some_and(|t| now.saturating_duration_since(t) < self.cfg.idle / 10) {
+        if !self.last_sweep.due(now, self.cfg.idle) {
             return;
         }
-        self.last_sweep = Some(now);
         let (before, idle) = (self.map.len(), self.cfg.idle);
         self.map.retain(|_, (_, last)| now.saturating_duration_since(*last) < idle);
         self.expired += (before - self.map.len()) as u64;

@@ -124,8 +124,7 @@ pub struct Nat {
     /// Ports free, TCP's and UDP's.
     free: [Free; 2],
     /// When idle flows were last looked for, and how many times they were.
-    last_sweep: Option<Instant>,
-    sweeps: u64,
+    last_sweep: crate::clock::SweepClock,
     info: FrameInfo,
     stats: NatStats,
 }
@@ -154,8 +153,7 @@ impl Nat {
             out: HashMap::new(),
             back: HashMap::new(),
             free: Default::default(),
-            last_sweep: None,
-            sweeps: 0,
+            last_sweep: Default::default(),
             info: FrameInfo::default(),
             stats: NatStats::default(),
         }
@@ -245,11 +243,9 @@ impl Nat {
     /// idle period: a pass over every flow).
     fn sweep(&mut self, now: Instant) {
         let idle = self.cfg.idle;
-        if self.last_sweep.is_some_and(|t| now.saturating_duration_since(t) < idle / 10) {
+        if !self.last_sweep.due(now, idle) {
             return;
         }
-        self.last_sweep = Some(now);
-        self.sweeps += 1;
         let Nat { out, back, free, stats, .. } = self;
         out.retain(|&(proto, _, _), m| {
             let keep = now.saturating_duration_since(m.last) < idle;
@@ -321,13 +317,13 @@ mod tests {
             assert_eq!(send(&mut n, 20_000 + p, at), Err(NatDrop::PortsExhausted));
         }
         // 500 ms of refusals: the first and every second (one a tenth of 10 s) at most.
-        assert_eq!(n.sweeps, 1);
+        assert_eq!(n.last_sweep.begun, 1);
         // Past the idle time, one pass takes every port back; the new flows get them in order.
         assert_eq!(send(&mut n, 30_000, t0 + idle), Ok(()));
-        assert_eq!((n.sweeps, n.stats().expired, n.mappings()), (2, 1000, 1));
+        assert_eq!((n.last_sweep.begun, n.stats().expired, n.mappings()), (2, 1000, 1));
         for p in 1..1000 {
             send(&mut n, 30_000 + p, t0 + idle).unwrap();
         }
-        assert_eq!(n.sweeps, 2);
+        assert_eq!(n.last_sweep.begun, 2);
     }
 }

@@ -66,16 +66,9 @@ impl Port for FramePort {
     }
 }
 
-/// `a` with an IPv4-mapped IPv6 address as the IPv4 one (a dual-stack socket bound to `[::]`
-/// reports an IPv4 peer so).
+/// `a` with an IPv4-mapped IPv6 address as the IPv4 one (`tern_io::unmapped`).
 fn canonical(a: SocketAddr) -> SocketAddr {
-    match a {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
-            None => a,
-        },
-        v4 => v4,
-    }
+    SocketAddr::new(tern_io::unmapped(a.ip()), a.port())
 }
 
 /// The faults a port spec's options ask for (None: no options).

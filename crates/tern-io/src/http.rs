@@ -162,12 +162,9 @@ pub fn serve(
 /// The peer a connection is counted against: its IPv4 address (an IPv4-mapped IPv6 one as the
 /// IPv4 address), or its IPv6 address's /64, the block one host or site is usually given.
 pub fn peer_of(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-        },
+    match crate::unmapped(ip) {
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        v4 => v4,
     }
 }
 

@@ -66,6 +66,15 @@ pub fn thread_cpu_time() -> std::time::Duration {
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// `ip`, an IPv4-mapped IPv6 address given as the IPv4 one (as a dual-stack socket bound to
+/// `[::]` reports an IPv4 peer).
+pub fn unmapped(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+        v4 => v4,
+    }
+}
+
 /// A cheap 64-bit hash of a socket address (IP and port, multiplied by the golden ratio): what
 /// shards per-sender state and steers flows. Not keyed, so not for tables an attacker fills to
 /// collide.

@@ -64,21 +64,15 @@ pub fn build(
     keys: &mut Keys,
     pool: &Pool,
 ) -> Result<Box<dyn NetworkTask>, String> {
+    let at = format!("{}: nt.{}", tenants[t].name, tenants[t].dag.nodes()[n]);
     match &tenants[t].tasks[n] {
         TaskSpec::Stage { engine, config, in_port, luts } => {
-            let name = &tenants[t].dag.nodes()[n];
-            let s = stage(engine, config, pool).map_err(|e| format!("{}: nt.{name}: {e}", tenants[t].name))?;
+            let s = stage(engine, config, pool).map_err(|e| format!("{at}: {e}"))?;
             if usize::from(*in_port) >= s.outputs().max(1) {
-                return Err(format!(
-                    "{}: nt.{name}.in_port = {in_port}: the engine has {} ports",
-                    tenants[t].name,
-                    s.outputs()
-                ));
+                return Err(format!("{at}.in_port = {in_port}: the engine has {} ports", s.outputs()));
             }
             Ok(Box::new(StageTask::new(s, *in_port, *luts)))
         }
-        spec => {
-            task::build(spec, keys).map_err(|e| format!("{}: nt.{}: {e}", tenants[t].name, tenants[t].dag.nodes()[n]))
-        }
+        spec => task::build(spec, keys).map_err(|e| format!("{at}: {e}")),
     }
 }
