@@ -7,7 +7,7 @@
 //!
 //! `cargo bench -p tern-chain --bench tasks`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
 use tern_chain::aes::{AesTask, KeySpace};
@@ -29,8 +29,7 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("task");
     g.throughput(Throughput::Elements(1));
 
-    let mut nat =
-        Nat::new(NatConfig { external: [192, 0, 2, 1], ports: (20000, 29999), idle: Duration::from_secs(60) });
+    let mut nat = Nat::new(NatConfig { ports: (20000, 29999), ..NatConfig::new([192, 0, 2, 1]) });
     let frame = udp(64);
     nat.translate(&mut frame.clone(), Dir::Outbound, now).unwrap();
     let mut f = frame.clone();

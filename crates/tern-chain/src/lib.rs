@@ -31,6 +31,7 @@ pub mod kv;
 pub mod lb;
 pub mod nat;
 pub mod plan;
+mod quota;
 pub mod runtime;
 pub mod scale;
 pub mod task;

@@ -6,7 +6,8 @@
 //! ```
 //! use std::time::{Duration, Instant};
 //! use tern_chain::nat::{Dir, Nat, NatConfig};
-//! let mut nat = Nat::new(NatConfig { external: [192, 0, 2, 1], ports: (20000, 20099), idle: Duration::from_secs(60) });
+//! let cfg = NatConfig { ports: (20000, 20099), ..NatConfig::new([192, 0, 2, 1]) };
+//! let mut nat = Nat::new(cfg);
 //! let mut f = Vec::new();
 //! tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 0, 0, 7], [198, 51, 100, 9], 5353, 53, 64, b"q");
 //! nat.translate(&mut f, Dir::Outbound, Instant::now()).unwrap();
@@ -49,6 +50,10 @@ pub enum NatDrop {
     /// Outbound, a new flow and no port free.
     #[error("ports_exhausted")]
     PortsExhausted,
+    /// Outbound, a new flow of an inside address that holds its [`NatConfig::ports_per_host`]
+    /// of the protocol's ports already, none of its flows idle.
+    #[error("port_limit")]
+    PortLimit,
 }
 
 impl NatDrop {
@@ -61,17 +66,19 @@ impl NatDrop {
             NatDrop::NotTcpUdp => "not_tcp_udp",
             NatDrop::NoMapping => "no_mapping",
             NatDrop::PortsExhausted => "ports_exhausted",
+            NatDrop::PortLimit => "port_limit",
         }
     }
 
     /// Every reason, in counter order.
-    pub const ALL: [NatDrop; 6] = [
+    pub const ALL: [NatDrop; 7] = [
         NatDrop::Malformed,
         NatDrop::NotIpv4,
         NatDrop::Fragment,
         NatDrop::NotTcpUdp,
         NatDrop::NoMapping,
         NatDrop::PortsExhausted,
+        NatDrop::PortLimit,
     ];
 }
 
@@ -84,6 +91,20 @@ pub struct NatConfig {
     pub ports: (u16, u16),
     /// A mapping unused this long may be taken for a new flow.
     pub idle: Duration,
+    /// Ports of a protocol one inside address may hold at once (RFC 6888's per-subscriber
+    /// "port limit"), so that no one host takes the range. Default [`PORTS_PER_HOST`].
+    pub ports_per_host: u32,
+}
+
+/// The default [`NatConfig::ports_per_host`].
+pub const PORTS_PER_HOST: u32 = 4096;
+
+impl NatConfig {
+    /// A NAT to `external` with the tenant file's defaults: ports 1024–65535, idle 60 s,
+    /// [`PORTS_PER_HOST`] ports a host.
+    pub fn new(external: [u8; 4]) -> NatConfig {
+        NatConfig { external, ports: (1024, 65535), idle: Duration::from_secs(60), ports_per_host: PORTS_PER_HOST }
+    }
 }
 
 /// What the NAT counted.
@@ -96,7 +117,7 @@ pub struct NatStats {
     pub mappings: u64,
     pub expired: u64,
     /// Drops, by [`NatDrop::ALL`]'s order.
-    pub drops: [u64; 6],
+    pub drops: [u64; 7],
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -123,6 +144,8 @@ pub struct Nat {
     back: HashMap<(u8, u16), (u32, u16)>,
     /// Ports free, TCP's and UDP's.
     free: [Free; 2],
+    /// Ports held by each (protocol, inside address).
+    hosts: crate::quota::Quota<(u8, u32)>,
     /// When idle flows were last looked for, and how many times they were.
     last_sweep: crate::clock::SweepClock,
     info: FrameInfo,
@@ -140,6 +163,7 @@ impl Nat {
         std::mem::swap(&mut self.out, &mut other.out);
         std::mem::swap(&mut self.back, &mut other.back);
         std::mem::swap(&mut self.free, &mut other.free);
+        std::mem::swap(&mut self.hosts, &mut other.hosts);
         std::mem::swap(&mut self.last_sweep, &mut other.last_sweep);
         true
     }
@@ -153,6 +177,7 @@ impl Nat {
             out: HashMap::new(),
             back: HashMap::new(),
             free: Default::default(),
+            hosts: Default::default(),
             last_sweep: Default::default(),
             info: FrameInfo::default(),
             stats: NatStats::default(),
@@ -208,11 +233,19 @@ impl Nat {
     /// The external port of an outbound flow: its mapping, or a new one: a port never handed
     /// out, else the one taken back longest ago, else (no port free) one taken back now from a
     /// flow idle for `idle` ([`Nat::sweep`]). A new flow with no port free costs O(1) between
-    /// sweeps, however many flows hold ports.
+    /// sweeps, however many flows hold ports. A host holding its `ports_per_host` gets a port
+    /// only once a sweep has taken one of its own back.
     fn port_for(&mut self, key: (u8, u32, u16), now: Instant) -> Result<u16, NatDrop> {
         if let Some(m) = self.out.get_mut(&key) {
             m.last = now;
             return Ok(m.port);
+        }
+        let host = (key.0, key.1);
+        if self.hosts.at_limit(host, self.cfg.ports_per_host) {
+            self.sweep(now);
+            if self.hosts.at_limit(host, self.cfg.ports_per_host) {
+                return Err(NatDrop::PortLimit);
+            }
         }
         let port = match self.take(key.0) {
             Some(p) => p,
@@ -223,6 +256,7 @@ impl Nat {
         };
         self.back.insert((key.0, port), (key.1, key.2));
         self.out.insert(key, Mapping { port, last: now });
+        self.hosts.take(host);
         self.stats.mappings += 1;
         Ok(port)
     }
@@ -240,17 +274,19 @@ impl Nat {
     }
 
     /// Takes back the ports of flows idle for `idle` (looking no more often than ten times an
-    /// idle period: a pass over every flow).
+    /// idle period: a pass over every flow), when a new flow finds no port free or its host at
+    /// its limit.
     fn sweep(&mut self, now: Instant) {
         let idle = self.cfg.idle;
         if !self.last_sweep.due(now, idle) {
             return;
         }
-        let Nat { out, back, free, stats, .. } = self;
-        out.retain(|&(proto, _, _), m| {
+        let Nat { out, back, free, hosts, stats, .. } = self;
+        out.retain(|&(proto, addr, _), m| {
             let keep = now.saturating_duration_since(m.last) < idle;
             if !keep {
                 back.remove(&(proto, m.port));
+                hosts.give_back((proto, addr));
                 free[usize::from(proto == proto::UDP)].freed.push_back(m.port);
                 stats.expired += 1;
             }
@@ -302,7 +338,7 @@ mod tests {
     #[test]
     fn refusing_new_flows_passes_over_the_flows_once_a_tenth_of_an_idle_period() {
         let idle = Duration::from_secs(10);
-        let mut n = Nat::new(NatConfig { external: [192, 0, 2, 1], ports: (2000, 2999), idle });
+        let mut n = Nat::new(NatConfig { ports: (2000, 2999), idle, ..NatConfig::new([192, 0, 2, 1]) });
         let t0 = Instant::now();
         let send = |n: &mut Nat, sport: u16, at: Instant| {
             let mut f = Vec::new();

@@ -42,7 +42,7 @@ pub fn drop_reasons(kind: &str) -> &'static [&'static str] {
     match kind {
         // As `FwDrop::ALL`, `NatDrop::ALL` and `AesDrop::ALL` name them (a test compares).
         "firewall" => &["malformed", "not_ip", "denied"],
-        "nat" => &["malformed", "not_ipv4", "fragment", "not_tcp_udp", "no_mapping", "ports_exhausted"],
+        "nat" => &["malformed", "not_ipv4", "fragment", "not_tcp_udp", "no_mapping", "ports_exhausted", "port_limit"],
         "aes" => &["malformed", "not_udp4", "too_large", "bad_tag", "nonces_exhausted"],
         "lb" => &["malformed", "not_tcp_udp4"],
         "gbn" => &["malformed", "connections_full"],
@@ -325,7 +325,10 @@ impl NetworkTask for NatTask {
         let (first, last) = self.cfg.ports;
         let ports = slice(first, last, k, n)
             .ok_or_else(|| format!("nat: {} external ports cannot be shared by {n} instances", last - first + 1))?;
-        self.nat = Nat::new(crate::nat::NatConfig { ports, ..self.cfg });
+        // A host's limit is shared out too (its flows are spread over the instances by hash), so
+        // that it holds no more than its limit over them all.
+        let ports_per_host = (self.cfg.ports_per_host / n as u32).max(1);
+        self.nat = Nat::new(crate::nat::NatConfig { ports, ports_per_host, ..self.cfg });
         Ok(())
     }
     fn steer(&self) -> Option<Steer> {

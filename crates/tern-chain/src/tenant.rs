@@ -246,7 +246,7 @@ pub const BACKEND_KEYS: [&str; 2] = ["name", "weight"];
 pub fn parameters(kind: &str) -> &'static [&'static str] {
     match kind {
         "firewall" => &["rules", "default", "established", "max_flows", "idle_s"],
-        "nat" => &["external", "ports", "idle_s"],
+        "nat" => &["external", "ports", "idle_s", "ports_per_host"],
         "aes" => &["key", "direction"],
         "lb" => &["backends", "table_size"],
         "gbn" => &["max_connections", "idle_s"],
@@ -373,7 +373,9 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
                 return Err(format!("{at}.ports: port 0 cannot be handed out"));
             }
             let idle = Duration::from_secs(int_of(t, "idle_s", at, 1..=86_400)?.unwrap_or(60) as u64);
-            Ok(TaskSpec::Nat(NatConfig { external: external.octets(), ports: (lo, hi), idle }))
+            let ports_per_host =
+                int_of(t, "ports_per_host", at, 1..=65_535)?.map_or(crate::nat::PORTS_PER_HOST, |v| v as u32);
+            Ok(TaskSpec::Nat(NatConfig { external: external.octets(), ports: (lo, hi), idle, ports_per_host }))
         }
         "aes" => {
             parameters_only(t, "aes", at)?;

@@ -15,7 +15,7 @@ const INSIDE: [u8; 4] = [10, 0, 0, 7];
 const SERVER: [u8; 4] = [198, 51, 100, 9];
 
 fn nat(lo: u16, hi: u16) -> Nat {
-    Nat::new(NatConfig { external: EXT, ports: (lo, hi), idle: Duration::from_secs(30) })
+    Nat::new(NatConfig { ports: (lo, hi), idle: Duration::from_secs(30), ..NatConfig::new(EXT) })
 }
 
 /// (source, destination, ports, payload) as etherparse reads the frame, after checking the IPv4
@@ -120,6 +120,41 @@ fn ports_run_out_and_idle_ones_are_taken_back() {
     );
 }
 
+/// One inside address cannot take the range: past its `ports_per_host` its new flows are
+/// refused (`port_limit`) while another host's still get ports, and once its own flows idle it
+/// gets ports again.
+#[test]
+fn one_host_holds_no_more_than_its_limit() {
+    let idle = Duration::from_secs(30);
+    let mut n = Nat::new(NatConfig { ports: (30000, 30099), idle, ports_per_host: 3, ..NatConfig::new(EXT) });
+    let t0 = Instant::now();
+    let out = |n: &mut Nat, host: [u8; 4], sport: u16, at: Instant| {
+        let mut f = udp(host, SERVER, sport, 53, b"");
+        n.translate(&mut f, Dir::Outbound, at).map(|()| seen(&f).2.0)
+    };
+    for p in 1..=3 {
+        out(&mut n, INSIDE, p, t0).unwrap();
+    }
+    let before = udp(INSIDE, SERVER, 4, 53, b"");
+    let mut f = before.clone();
+    assert_eq!(n.translate(&mut f, Dir::Outbound, t0), Err(NatDrop::PortLimit));
+    assert_eq!(f, before, "a dropped frame is left as it was");
+    // Its live flows keep their ports; TCP is counted apart; another host gets a port.
+    assert_eq!(out(&mut n, INSIDE, 2, t0 + Duration::from_secs(1)), Ok(30001));
+    let mut t = tcp(INSIDE, SERVER, 4, 80, b"");
+    n.translate(&mut t, Dir::Outbound, t0).unwrap();
+    assert_eq!(out(&mut n, [10, 0, 0, 8], 4, t0), Ok(30003));
+    // Flows 1 and 3 idle past their time (flow 2 was used at 1 s): the host gets two new ones.
+    let later = t0 + idle + Duration::from_millis(500);
+    assert_eq!(out(&mut n, INSIDE, 4, later).map(|_| ()), Ok(()));
+    assert_eq!(out(&mut n, INSIDE, 5, later).map(|_| ()), Ok(()));
+    assert_eq!(out(&mut n, INSIDE, 6, later), Err(NatDrop::PortLimit));
+    // Taken back: flows 1 and 3, the TCP flow and the other host's.
+    let s = n.stats();
+    assert_eq!((s.expired, s.drops[NatDrop::ALL.iter().position(|d| *d == NatDrop::PortLimit).unwrap()]), (4, 2));
+    assert_eq!(NatDrop::PortLimit.to_string(), "port_limit");
+}
+
 #[test]
 fn what_it_does_not_translate_is_dropped_by_name() {
     let mut n = nat(40000, 40010);
@@ -146,7 +181,7 @@ fn what_it_does_not_translate_is_dropped_by_name() {
         assert_eq!(n.translate(&mut f, dir, now), Err(why));
         assert_eq!(f, before, "{why}: a dropped frame is left as it was");
     }
-    assert_eq!(n.stats().drops, [1, 1, 1, 1, 2, 0]);
+    assert_eq!(n.stats().drops, [1, 1, 1, 1, 2, 0, 0]);
     assert_eq!(NatDrop::NoMapping.to_string(), "no_mapping");
 }
 
@@ -181,7 +216,7 @@ proptest! {
     ) {
         const LO: u16 = 30000;
         let idle = Duration::from_secs(1);
-        let mut n = Nat::new(NatConfig { external: EXT, ports: (LO, LO + 2), idle });
+        let mut n = Nat::new(NatConfig { ports: (LO, LO + 2), idle, ..NatConfig::new(EXT) });
         let t0 = Instant::now();
         let mut now = t0;
         // By (tcp, inside port): the port it last got and when it was last translated.
@@ -238,6 +273,61 @@ proptest! {
                         prop_assert!(hp == p, "port {p}'s flow moved on, yet none free");
                         prop_assert!(since(last, now) < idle + idle / 10, "port {p}'s flow idled, yet none free");
                     }
+                }
+            }
+        }
+    }
+
+    /// Any flows of three hosts (a limit of 2 ports each, 8 ports, idle 1 s) at any times,
+    /// against the port limit docs/chain.md promises: no host holds more than its limit of
+    /// ports with live flows; a host's new flow is refused `port_limit` only while the host
+    /// holds its limit with flows used within the idle time and a tenth; a live flow keeps its
+    /// port.
+    #[test]
+    fn hosts_keep_to_their_port_limit(
+        ops in proptest::collection::vec((0u8..3, 1u16..6, 0u64..400), 1..150),
+    ) {
+        const LO: u16 = 30000;
+        const LIMIT: usize = 2;
+        let idle = Duration::from_secs(1);
+        let mut n = Nat::new(NatConfig { ports: (LO, LO + 7), idle, ports_per_host: LIMIT as u32, ..NatConfig::new(EXT) });
+        let t0 = Instant::now();
+        let mut now = t0;
+        // By (host, inside port): the port it last got and when it was last translated.
+        let mut flows: std::collections::HashMap<(u8, u16), (u16, Instant)> = Default::default();
+        // By external port: the flow that last took it.
+        let mut holder: std::collections::HashMap<u16, (u8, u16)> = Default::default();
+        // A host's flows that hold their port and were used within `within`.
+        let holding = |flows: &std::collections::HashMap<(u8, u16), (u16, Instant)>,
+                       holder: &std::collections::HashMap<u16, (u8, u16)>,
+                       host: u8, now: Instant, within: Duration| {
+            flows
+                .iter()
+                .filter(|&(&(h, p), &(port, last))| {
+                    h == host && holder.get(&port) == Some(&(h, p)) && now.duration_since(last) < within
+                })
+                .count()
+        };
+        for (host, flow, dt) in ops {
+            now += Duration::from_millis(dt);
+            let mut f = udp([10, 0, 0, host], SERVER, flow, 53, b"q");
+            match n.translate(&mut f, Dir::Outbound, now) {
+                Ok(()) => {
+                    let port = seen(&f).2.0;
+                    if let Some(&(had, last)) = flows.get(&(host, flow))
+                        && now.duration_since(last) < idle
+                    {
+                        prop_assert_eq!(port, had, "a live flow keeps its port");
+                    }
+                    holder.insert(port, (host, flow));
+                    flows.insert((host, flow), (port, now));
+                    let live = holding(&flows, &holder, host, now, idle);
+                    prop_assert!(live <= LIMIT, "host {host} holds {live} ports of live flows");
+                }
+                Err(d) => {
+                    prop_assert_eq!(d, NatDrop::PortLimit, "8 ports cannot run out for 3 hosts of 2");
+                    let live = holding(&flows, &holder, host, now, idle + idle / 10);
+                    prop_assert!(live >= LIMIT, "host {host} refused holding {live} ports of recent flows");
                 }
             }
         }

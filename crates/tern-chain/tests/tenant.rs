@@ -49,7 +49,12 @@ fn mistakes_name_the_item() {
         ("external = \"192.0.2.1\"", "external = \"192.0.2\"", "nt.nat.external: `192.0.2` is not an IPv4 address"),
         ("ports = \"20000-29999\"", "ports = \"29999-20000\"", "nt.nat.ports: port range `29999-20000` is empty"),
         ("idle_s = 60", "idle_s = 0", "nt.nat.idle_s = 0: must be 1 to 86400"),
-        ("idle_s = 60", "idle = 60", "nt.nat.idle: not a parameter of this kind (kind, external, ports, idle_s)"),
+        (
+            "idle_s = 60",
+            "idle = 60",
+            "nt.nat.idle: not a parameter of this kind (kind, external, ports, idle_s, ports_per_host)",
+        ),
+        ("idle_s = 60", "ports_per_host = 0", "nt.nat.ports_per_host = 0: must be 1 to 65535"),
         ("key = \"000102", "key = \"zz0102", "nt.aes.key: not 64 hex digits"),
         ("direction = \"seal\"", "direction = \"both\"", "nt.aes.direction: `both` is neither seal nor open"),
         (
