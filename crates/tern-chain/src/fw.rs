@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use tern_table::classifier::{Classifier, FlowKey, Pattern};
 
 use crate::clock::SweepClock;
+use crate::quota::Quota;
 use tern_wire::frame::{FrameInfo, L3};
 
 /// What a rule does with the frames it matches.
@@ -54,13 +55,23 @@ pub struct FwConfig {
     /// Flows remembered at most (a new one beyond is let through by its rule, not
     /// remembered, and counted). Default 65536.
     pub max_flows: usize,
+    /// Flows remembered at most for one source address (the address that began them), so
+    /// that no one client fills the table; a new one beyond is let through by its rule, not
+    /// remembered, and counted. Default 4096.
+    pub max_flows_per_source: usize,
     /// A flow not seen this long is forgotten. Default 60 s.
     pub idle: Duration,
 }
 
 impl Default for FwConfig {
     fn default() -> Self {
-        FwConfig { default: Action::Deny, established: true, max_flows: 65_536, idle: Duration::from_secs(60) }
+        FwConfig {
+            default: Action::Deny,
+            established: true,
+            max_flows: 65_536,
+            max_flows_per_source: 4096,
+            idle: Duration::from_secs(60),
+        }
     }
 }
 
@@ -98,10 +109,12 @@ pub struct FwStats {
     /// Frames let through by a rule (or the default), and as replies of a remembered flow.
     pub allowed: u64,
     pub established: u64,
-    /// Flows remembered, forgotten for idling, and not remembered for lack of room.
+    /// Flows remembered, forgotten for idling, and not remembered for lack of room: in the
+    /// table, and in their source's share of it.
     pub flows: u64,
     pub expired: u64,
     pub state_full: u64,
+    pub source_full: u64,
     /// Flows remembered under another generation's rules that these rules deny, forgotten.
     pub revoked: u64,
     /// Drops, by [`FwDrop::ALL`]'s order.
@@ -119,16 +132,22 @@ static RULES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0
 const SHARDS: usize = 64;
 
 /// The flows remembered: when each one's last packet passed and the number of the rules it was
-/// last allowed under, in [`SHARDS`] maps.
+/// last allowed under, in [`SHARDS`] maps; and how many each source address holds.
 #[derive(Debug)]
 struct FlowTable {
     maps: Vec<HashMap<Flow, (Instant, u32)>>,
     len: usize,
+    sources: Quota<(bool, u128)>,
+}
+
+/// A flow's source: its family and the address that began it.
+fn source(f: &Flow) -> (bool, u128) {
+    (f.0, f.1)
 }
 
 impl FlowTable {
     fn new() -> FlowTable {
-        FlowTable { maps: (0..SHARDS).map(|_| HashMap::new()).collect(), len: 0 }
+        FlowTable { maps: (0..SHARDS).map(|_| HashMap::new()).collect(), len: 0, sources: Quota::default() }
     }
 
     /// The map `f` is kept in.
@@ -151,20 +170,28 @@ impl FlowTable {
     fn insert(&mut self, f: Flow, v: (Instant, u32)) {
         if self.maps[Self::shard(&f)].insert(f, v).is_none() {
             self.len += 1;
+            self.sources.take(source(&f));
         }
     }
 
     fn remove(&mut self, f: &Flow) {
         if self.maps[Self::shard(f)].remove(f).is_some() {
             self.len -= 1;
+            self.sources.give_back(source(f));
         }
     }
 
     /// Keeps the flows of map `i` that `keep` is true of; how many it forgot.
     fn retain_shard(&mut self, i: usize, mut keep: impl FnMut(&(Instant, u32)) -> bool) -> usize {
         let Some(m) = self.maps.get_mut(i) else { return 0 };
-        let before = m.len();
-        m.retain(|_, v| keep(v));
+        let (before, sources) = (m.len(), &mut self.sources);
+        m.retain(|f, v| {
+            let kept = keep(v);
+            if !kept {
+                sources.give_back(source(f));
+            }
+            kept
+        });
         let gone = before - m.len();
         self.len -= gone;
         gone
@@ -266,11 +293,13 @@ impl Firewall {
         }
         self.stats.allowed += 1;
         if self.cfg.established {
-            if self.flows.len < self.cfg.max_flows {
+            if self.flows.len >= self.cfg.max_flows {
+                self.stats.state_full += 1;
+            } else if self.flows.sources.held(source(&flow)) as usize >= self.cfg.max_flows_per_source {
+                self.stats.source_full += 1;
+            } else {
                 self.flows.insert(flow, (now, self.rules));
                 self.stats.flows += 1;
-            } else {
-                self.stats.state_full += 1;
             }
         }
         Ok(())

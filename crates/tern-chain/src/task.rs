@@ -276,7 +276,12 @@ impl NetworkTask for FwTask {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let s = self.0.stats();
         let mut v = vec![("allowed", s.allowed), ("established", s.established), ("flows", s.flows)];
-        v.extend([("expired", s.expired), ("state_full", s.state_full), ("revoked", s.revoked)]);
+        v.extend([
+            ("expired", s.expired),
+            ("state_full", s.state_full),
+            ("source_full", s.source_full),
+            ("revoked", s.revoked),
+        ]);
         v.extend(crate::fw::FwDrop::ALL.iter().zip(s.drops).map(|(d, n)| (d.name(), n)));
         v
     }

@@ -245,7 +245,7 @@ pub const BACKEND_KEYS: [&str; 2] = ["name", "weight"];
 /// that is not one of [`KINDS`].
 pub fn parameters(kind: &str) -> &'static [&'static str] {
     match kind {
-        "firewall" => &["rules", "default", "established", "max_flows", "idle_s"],
+        "firewall" => &["rules", "default", "established", "max_flows", "max_flows_per_source", "idle_s"],
         "nat" => &["external", "ports", "idle_s", "ports_per_host"],
         "aes" => &["key", "direction"],
         "lb" => &["backends", "table_size"],
@@ -339,6 +339,8 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
             }
             config.established = bool_of(t, "established", at)?.unwrap_or(true);
             config.max_flows = int_of(t, "max_flows", at, 1..=1 << 24)?.unwrap_or(65_536) as usize;
+            config.max_flows_per_source =
+                int_of(t, "max_flows_per_source", at, 1..=1 << 24)?.map_or(config.max_flows_per_source, |v| v as usize);
             config.idle = Duration::from_secs(int_of(t, "idle_s", at, 1..=86_400)?.unwrap_or(60) as u64);
             let mut rules = Vec::new();
             let list = match t.get("rules") {

@@ -102,12 +102,40 @@ fn state_is_bounded_and_forgotten_when_idle() {
     assert!(fw.stats().expired >= 1);
 }
 
+/// One address cannot fill the table: past its share its new flows are let through by the rules
+/// but not remembered (`source_full`), another address's still are, and once its own flows are
+/// forgotten for idling it is remembered again.
+#[test]
+fn one_source_cannot_fill_the_table() {
+    let cfg = FwConfig { max_flows_per_source: 3, idle: Duration::from_secs(10), ..FwConfig::default() };
+    let mut fw = Firewall::new(&rules(), cfg).unwrap();
+    let t0 = Instant::now();
+    for port in 40000..40005 {
+        assert_eq!(fw.check(&tcp(IN, WEB, port, 80), t0), Ok(()), "the rule lets it out");
+    }
+    assert_eq!((fw.flows(), fw.stats().source_full), (3, 2));
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40002), t0), Ok(()), "the third is remembered");
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40003), t0), Err(FwDrop::Denied), "the fourth is not");
+    let other = [10, 0, 0, 8];
+    assert_eq!(fw.check(&tcp(other, WEB, 40000, 80), t0), Ok(()));
+    assert_eq!(fw.check(&tcp(WEB, other, 80, 40000), t0), Ok(()), "another address's flow is remembered");
+    // Past the idle time the sweep forgets them (64 packets at most); the address begins flows
+    // that are remembered again.
+    let t11 = t0 + Duration::from_secs(11);
+    for _ in 0..64 {
+        let _ = fw.check(&tcp(BAD, WEB, 1, 80), t11);
+    }
+    assert_eq!(fw.flows(), 0);
+    assert_eq!(fw.check(&tcp(IN, WEB, 40003, 80), t11), Ok(()));
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40003), t11), Ok(()));
+}
+
 /// Forgetting idle flows is spread over packets (docs/chain.md, "Firewall"): past the idle time,
 /// one packet's sweep forgets a part of them (one of the 64 maps they are kept in), not all at
 /// once, and within 64 packets every idle one is gone.
 #[test]
 fn idle_flows_are_forgotten_a_part_a_packet() {
-    let cfg = FwConfig { idle: Duration::from_secs(10), ..FwConfig::default() };
+    let cfg = FwConfig { idle: Duration::from_secs(10), max_flows_per_source: 6400, ..FwConfig::default() };
     let mut fw = Firewall::new(&rules(), cfg).unwrap();
     let t0 = Instant::now();
     for port in 0..6400u16 {
@@ -145,12 +173,13 @@ fn what_is_not_ip_is_dropped_by_name() {
 type Flow4 = (u32, u32, u8, u16, u16);
 
 /// The twin: every rule tried in priority order (the first given among equals), flows in a
-/// list, forgotten when idle.
+/// list, forgotten when idle, at most `per_source` of them begun by one address.
 struct Naive {
     rules: Vec<Rule>,
     default: Action,
     flows: Vec<(Flow4, Instant)>,
     idle: Duration,
+    per_source: usize,
 }
 
 impl Naive {
@@ -178,7 +207,7 @@ impl Naive {
             }
         }
         let allow = best.map_or(self.default, |r| r.action) == Action::Allow;
-        if allow {
+        if allow && self.flows.iter().filter(|((s, ..), _)| *s == src).count() < self.per_source {
             self.flows.push(((src, dst, proto, sp, dp), now));
         }
         allow
@@ -217,7 +246,7 @@ proptest! {
         let default = if default_allow { Action::Allow } else { Action::Deny };
         let idle = Duration::from_secs(10);
         let mut fw = Firewall::new(&rules, FwConfig { default, idle, ..FwConfig::default() }).unwrap();
-        let mut twin = Naive { rules: rules.clone(), default, flows: Vec::new(), idle };
+        let mut twin = Naive { rules: rules.clone(), default, flows: Vec::new(), idle, per_source: 4096 };
         let t0 = Instant::now();
         let mut t = t0;
         for (a, b, is_tcp, sp, dp, wait) in frames {
@@ -228,5 +257,31 @@ proptest! {
             let key = (u32::from_be_bytes(src), u32::from_be_bytes(dst), if is_tcp { 6 } else { 17 }, sp, dp);
             prop_assert_eq!(fw.check(&f, t).is_ok(), twin.check(key, t), "frame {:?}", key);
         }
+    }
+
+    /// With one address allowed to begin at most 2 remembered flows (and none idling, so that
+    /// when a flow is forgotten is not in question), the firewall and its twin agree frame by
+    /// frame: a source's flows beyond its share are let through by the rules but their replies
+    /// are not.
+    #[test]
+    fn each_source_keeps_to_its_share_as_the_twin_does(
+        rules in proptest::collection::vec(rule(), 0..6),
+        frames in proptest::collection::vec((0u32..4, 0u32..4, any::<bool>(), 1u16..8, 1u16..8, 0u64..3), 1..60),
+        default_allow in any::<bool>(),
+    ) {
+        let default = if default_allow { Action::Allow } else { Action::Deny };
+        let idle = Duration::from_secs(1000);
+        let cfg = FwConfig { default, idle, max_flows_per_source: 2, ..FwConfig::default() };
+        let mut fw = Firewall::new(&rules, cfg).unwrap();
+        let mut twin = Naive { rules: rules.clone(), default, flows: Vec::new(), idle, per_source: 2 };
+        let mut t = Instant::now();
+        for (a, b, is_tcp, sp, dp, wait) in frames {
+            t += Duration::from_secs(wait);
+            let (src, dst) = ([10, 0, 0, a as u8], [10, 0, 0, b as u8]);
+            let f = if is_tcp { tcp(src, dst, sp, dp) } else { udp(src, dst, sp, dp) };
+            let key = (u32::from_be_bytes(src), u32::from_be_bytes(dst), if is_tcp { 6 } else { 17 }, sp, dp);
+            prop_assert_eq!(fw.check(&f, t).is_ok(), twin.check(key, t), "frame {:?}", key);
+        }
+        prop_assert_eq!(fw.flows(), twin.flows.len());
     }
 }

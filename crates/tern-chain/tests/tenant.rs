@@ -55,6 +55,7 @@ fn mistakes_name_the_item() {
             "nt.nat.idle: not a parameter of this kind (kind, external, ports, idle_s, ports_per_host)",
         ),
         ("idle_s = 60", "ports_per_host = 0", "nt.nat.ports_per_host = 0: must be 1 to 65535"),
+        ("default = \"deny\"", "max_flows_per_source = 0", "nt.fw.max_flows_per_source = 0: must be 1 to 16777216"),
         ("key = \"000102", "key = \"zz0102", "nt.aes.key: not 64 hex digits"),
         ("direction = \"seal\"", "direction = \"both\"", "nt.aes.direction: `both` is neither seal nor open"),
         (
