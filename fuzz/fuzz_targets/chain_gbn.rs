@@ -4,7 +4,8 @@
 //! once; the sender never has more in flight than its window, nor acknowledged more than it
 //! sent; the receiving end's table of connections (each packet that parses, to the connection
 //! its header names, each packet's length byte moving the clock by 10 ms a unit, against an idle
-//! time of 1 s) never holds more than its bound.
+//! time of 1 s, from one of four addresses and a port the length picks) never holds more than
+//! its bound.
 #![no_main]
 
 use std::time::{Duration, Instant};
@@ -25,7 +26,8 @@ fuzz_target!(|data: &[u8]| {
     let mut rest = data;
     let mut delivered = 0u8;
     let mut k = 0u32;
-    let mut table = Connections::new(ReceiveConfig { max_connections: 3, idle: Duration::from_secs(1) });
+    let mut table =
+        Connections::new(ReceiveConfig { max_connections: 3, max_connections_per_peer: 2, idle: Duration::from_secs(1) });
     let mut now = t0;
     while let [n, tail @ ..] = rest {
         let n = usize::from(*n).min(tail.len());
@@ -34,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
         k += 1;
         if let Ok((h, _)) = Header::parse(packet) {
             now += Duration::from_millis(10 * n as u64);
-            let _ = table.on_header(([10, 0, 0, (n & 3) as u8], 4000), h, now);
+            let _ = table.on_header(([10, 0, 0, (n & 3) as u8], 4000 + (n >> 2) as u16), h, now);
             assert!(table.len() <= 3);
         }
         let (d, _ack) = rx.on_packet(packet);

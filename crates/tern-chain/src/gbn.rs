@@ -333,27 +333,36 @@ impl Receiver {
     }
 }
 
-/// The receiving end's bounds on its connections (the `gbn` task's `max_connections` and
-/// `idle_s`).
+/// The receiving end's bounds on its connections (the `gbn` task's `max_connections`,
+/// `max_connections_per_peer` and `idle_s`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReceiveConfig {
     /// Connections kept at once, at most (1 to 2^20). Default 4096.
     pub max_connections: usize,
+    /// Connections kept at once for one peer address (its ports together), at most, so that
+    /// no one client takes them all (1 to 2^20). Default 1024.
+    pub max_connections_per_peer: usize,
     /// A connection without a data packet for this long is forgotten. Default 60 s.
     pub idle: Duration,
 }
 
 impl Default for ReceiveConfig {
     fn default() -> Self {
-        ReceiveConfig { max_connections: 4096, idle: Duration::from_secs(60) }
+        ReceiveConfig { max_connections: 4096, max_connections_per_peer: 1024, idle: Duration::from_secs(60) }
     }
 }
 
-/// Why a new connection's data packet was refused: [`ReceiveConfig::max_connections`] kept,
-/// none of them idle past [`ReceiveConfig::idle`] at the last look.
+/// Why a new connection's data packet was refused, none of the connections in the way idle
+/// past [`ReceiveConfig::idle`] at the last look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("every connection is taken (at most {0})")]
-pub struct ConnectionsFull(pub usize);
+pub enum Refused {
+    /// [`ReceiveConfig::max_connections`] kept.
+    #[error("every connection is taken (at most {0})")]
+    ConnectionsFull(usize),
+    /// [`ReceiveConfig::max_connections_per_peer`] kept for the packet's source address.
+    #[error("the peer's address holds its share of the connections (at most {0})")]
+    PeerFull(usize),
+}
 
 /// Where a connection's packets come from: the peer's IPv4 address and UDP port. A connection
 /// is a peer's connection id: two peers using one id have a connection each, and no packet
@@ -369,6 +378,8 @@ pub struct Connections {
     cfg: ReceiveConfig,
     /// By (peer, connection id).
     map: HashMap<(Peer, u32), (Receiver, Instant)>,
+    /// Connections kept for each peer address.
+    peers: crate::quota::Quota<[u8; 4]>,
     last_sweep: crate::clock::SweepClock,
     expired: u64,
 }
@@ -376,21 +387,17 @@ pub struct Connections {
 impl Connections {
     /// No connection yet.
     pub fn new(cfg: ReceiveConfig) -> Connections {
-        Connections { cfg, map: HashMap::new(), last_sweep: Default::default(), expired: 0 }
+        Connections { cfg, map: HashMap::new(), peers: Default::default(), last_sweep: Default::default(), expired: 0 }
     }
 
     /// [`Receiver::on_header`] on the connection of `h` from `from` at `now`: its receiver is made at its first
     /// data packet, or again once it was idle for [`ReceiveConfig::idle`]; what is not data
     /// gets `None` and makes no connection. A new connection with
-    /// [`ReceiveConfig::max_connections`] kept is refused ([`ConnectionsFull`]); idle ones are
-    /// looked for no more often than ten times an idle period, so one idle past its time may
-    /// hold its place for up to a tenth of that longer.
-    pub fn on_header(
-        &mut self,
-        from: Peer,
-        h: Header,
-        now: Instant,
-    ) -> Result<Option<(bool, Header)>, ConnectionsFull> {
+    /// [`ReceiveConfig::max_connections`] kept is refused ([`Refused::ConnectionsFull`]), and
+    /// so is one from an address with [`ReceiveConfig::max_connections_per_peer`] kept
+    /// ([`Refused::PeerFull`]); idle ones are looked for no more often than ten times an idle
+    /// period, so one idle past its time may hold its place for up to a tenth of that longer.
+    pub fn on_header(&mut self, from: Peer, h: Header, now: Instant) -> Result<Option<(bool, Header)>, Refused> {
         if h.kind != DATA {
             // Not data: no connection is made or kept alive for it.
             return Ok(None);
@@ -408,9 +415,15 @@ impl Connections {
                 (r, last)
             }
             std::collections::hash_map::Entry::Vacant(_) if n >= self.cfg.max_connections => {
-                return Err(ConnectionsFull(self.cfg.max_connections));
+                return Err(Refused::ConnectionsFull(self.cfg.max_connections));
+            }
+            std::collections::hash_map::Entry::Vacant(_)
+                if self.peers.held(from.0) as usize >= self.cfg.max_connections_per_peer =>
+            {
+                return Err(Refused::PeerFull(self.cfg.max_connections_per_peer));
             }
             std::collections::hash_map::Entry::Vacant(e) => {
+                self.peers.take(from.0);
                 let (r, last) = e.insert((Receiver::new(h.conn), now));
                 (r, last)
             }
@@ -425,8 +438,14 @@ impl Connections {
         if !self.last_sweep.due(now, self.cfg.idle) {
             return;
         }
-        let (before, idle) = (self.map.len(), self.cfg.idle);
-        self.map.retain(|_, (_, last)| now.saturating_duration_since(*last) < idle);
+        let (before, idle, peers) = (self.map.len(), self.cfg.idle, &mut self.peers);
+        self.map.retain(|&((addr, _), _), (_, last)| {
+            let keep = now.saturating_duration_since(*last) < idle;
+            if !keep {
+                peers.give_back(addr);
+            }
+            keep
+        });
         self.expired += (before - self.map.len()) as u64;
     }
 
@@ -434,6 +453,7 @@ impl Connections {
     /// differ; the connections are the peers').
     pub fn swap_connections(&mut self, other: &mut Connections) {
         std::mem::swap(&mut self.map, &mut other.map);
+        std::mem::swap(&mut self.peers, &mut other.peers);
         std::mem::swap(&mut self.last_sweep, &mut other.last_sweep);
     }
 

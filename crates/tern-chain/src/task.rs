@@ -45,7 +45,7 @@ pub fn drop_reasons(kind: &str) -> &'static [&'static str] {
         "nat" => &["malformed", "not_ipv4", "fragment", "not_tcp_udp", "no_mapping", "ports_exhausted", "port_limit"],
         "aes" => &["malformed", "not_udp4", "too_large", "bad_tag", "nonces_exhausted"],
         "lb" => &["malformed", "not_tcp_udp4"],
-        "gbn" => &["malformed", "connections_full"],
+        "gbn" => &["malformed", "connections_full", "peer_full"],
         "kv" => &["not_udp4", "malformed"],
         "stage" => &["stage_dropped"],
         _ => &[],
@@ -572,6 +572,7 @@ struct GbnTask {
     acks: u64,
     malformed: u64,
     connections_full: u64,
+    peer_full: u64,
     no_buffer: u64,
 }
 
@@ -604,9 +605,13 @@ impl NetworkTask for GbnTask {
                 self.malformed += 1;
                 return Verdict::Drop("malformed");
             }
-            Err(gbn::ConnectionsFull(_)) => {
+            Err(gbn::Refused::ConnectionsFull(_)) => {
                 self.connections_full += 1;
                 return Verdict::Drop("connections_full");
+            }
+            Err(gbn::Refused::PeerFull(_)) => {
+                self.peer_full += 1;
+                return Verdict::Drop("peer_full");
             }
         };
         let mut ack_bytes = [0u8; gbn::HEADER_LEN];
@@ -643,6 +648,7 @@ impl NetworkTask for GbnTask {
             ("expired", self.connections.expired()),
             ("malformed", self.malformed),
             ("connections_full", self.connections_full),
+            ("peer_full", self.peer_full),
             ("no_buffer", self.no_buffer),
         ]
     }

@@ -249,7 +249,7 @@ pub fn parameters(kind: &str) -> &'static [&'static str] {
         "nat" => &["external", "ports", "idle_s", "ports_per_host"],
         "aes" => &["key", "direction"],
         "lb" => &["backends", "table_size"],
-        "gbn" => &["max_connections", "idle_s"],
+        "gbn" => &["max_connections", "max_connections_per_peer", "idle_s"],
         "kv" => &["max_bytes", "max_entries", "max_pending"],
         "dummy" => &["ns_per_packet", "gbps", "luts"],
         "stage" => &["engine", "config", "in_port", "luts"],
@@ -417,6 +417,8 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
             Ok(TaskSpec::Gbn(gbn::ReceiveConfig {
                 max_connections: int_of(t, "max_connections", at, 1..=1 << 20)?
                     .map_or(d.max_connections, |v| v as usize),
+                max_connections_per_peer: int_of(t, "max_connections_per_peer", at, 1..=1 << 20)?
+                    .map_or(d.max_connections_per_peer, |v| v as usize),
                 idle: int_of(t, "idle_s", at, 1..=86_400)?.map_or(d.idle, |v| Duration::from_secs(v as u64)),
             }))
         }

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use tern_chain::gbn::{
-    ACK, Config, Connections, ConnectionsFull, DATA, HEADER_LEN, Header, MAX_PAYLOAD, PacketError, Peer, ReceiveConfig,
-    Receiver, Sender,
+    ACK, Config, Connections, DATA, HEADER_LEN, Header, MAX_PAYLOAD, PacketError, Peer, ReceiveConfig, Receiver,
+    Refused, Sender,
 };
 use tern_io::fault::{FaultConfig, FaultInjector};
 use tern_io::{Batch, Pool, Port, mem};
@@ -35,12 +35,12 @@ const PEER: Peer = ([10, 0, 0, 1], 7000);
 
 /// Whether the packet (from [`PEER`]) is delivered, and the sequence number its acknowledgement
 /// asks for next.
-fn took(c: &mut Connections, h: Header, now: Instant) -> Result<(bool, u32), ConnectionsFull> {
+fn took(c: &mut Connections, h: Header, now: Instant) -> Result<(bool, u32), Refused> {
     took_from(c, PEER, h, now)
 }
 
 /// [`took`], the packet from `from`.
-fn took_from(c: &mut Connections, from: Peer, h: Header, now: Instant) -> Result<(bool, u32), ConnectionsFull> {
+fn took_from(c: &mut Connections, from: Peer, h: Header, now: Instant) -> Result<(bool, u32), Refused> {
     c.on_header(from, h, now).map(|a| a.map(|(d, ack)| (d, ack.seq)).expect("a data packet is answered"))
 }
 
@@ -67,7 +67,7 @@ fn a_connection_is_its_peers_alone() {
 #[test]
 fn a_connection_idle_for_its_time_is_forgotten_and_starts_again_at_zero() {
     let idle = Duration::from_secs(60);
-    let mut c = Connections::new(ReceiveConfig { max_connections: 8, idle });
+    let mut c = Connections::new(ReceiveConfig { max_connections: 8, idle, ..ReceiveConfig::default() });
     let t0 = Instant::now();
     assert_eq!(took(&mut c, data(1, 0), t0), Ok((true, 1)));
     assert_eq!(took(&mut c, data(1, 1), t0 + Duration::from_secs(30)), Ok((true, 2)));
@@ -87,11 +87,11 @@ fn a_connection_idle_for_its_time_is_forgotten_and_starts_again_at_zero() {
 #[test]
 fn connections_are_bounded_and_an_idle_one_gives_its_place_up() {
     let idle = Duration::from_secs(10);
-    let mut c = Connections::new(ReceiveConfig { max_connections: 2, idle });
+    let mut c = Connections::new(ReceiveConfig { max_connections: 2, idle, ..ReceiveConfig::default() });
     let t0 = Instant::now();
     assert!(took(&mut c, data(1, 0), t0).is_ok() && took(&mut c, data(2, 0), t0).is_ok());
     // A third is refused; the two kept go on.
-    assert_eq!(took(&mut c, data(3, 0), t0), Err(ConnectionsFull(2)));
+    assert_eq!(took(&mut c, data(3, 0), t0), Err(Refused::ConnectionsFull(2)));
     assert_eq!(took(&mut c, data(1, 1), t0 + Duration::from_secs(5)), Ok((true, 2)));
     // Connection 2 idle for its time: within a tenth of it more, its place is free.
     let later = t0 + idle + idle / 10;
@@ -100,7 +100,68 @@ fn connections_are_bounded_and_an_idle_one_gives_its_place_up() {
     assert_eq!(took(&mut c, data(1, 2), later), Ok((true, 3)), "connection 1 was not idle");
 }
 
+/// One address cannot take every connection: past its share (its ports together) its new
+/// connections are refused (`PeerFull`), its kept ones go on, another address still gets one,
+/// and once its own idle it gets new ones again.
+#[test]
+fn one_address_keeps_to_its_share_of_connections() {
+    let idle = Duration::from_secs(10);
+    let cfg = ReceiveConfig { max_connections: 8, max_connections_per_peer: 3, idle };
+    let mut c = Connections::new(cfg);
+    let t0 = Instant::now();
+    for (port, conn) in [(7000, 1), (7000, 2), (7001, 1)] {
+        assert_eq!(took_from(&mut c, (PEER.0, port), data(conn, 0), t0), Ok((true, 1)));
+    }
+    assert_eq!(took_from(&mut c, (PEER.0, 7002), data(1, 0), t0), Err(Refused::PeerFull(3)));
+    assert_eq!(took(&mut c, data(3, 0), t0), Err(Refused::PeerFull(3)));
+    assert_eq!(took(&mut c, data(2, 1), t0 + Duration::from_secs(5)), Ok((true, 2)), "a kept one goes on");
+    assert_eq!(took_from(&mut c, ([10, 0, 0, 2], 7000), data(1, 0), t0), Ok((true, 1)));
+    // Two of its three idle for their time (connection 2 had data at 5 s): two new ones.
+    let later = t0 + idle + idle / 10;
+    assert_eq!(took(&mut c, data(3, 0), later), Ok((true, 1)));
+    assert_eq!(took_from(&mut c, (PEER.0, 7002), data(1, 0), later), Ok((true, 1)));
+    assert_eq!(took(&mut c, data(4, 0), later), Err(Refused::PeerFull(3)));
+    assert_eq!(Refused::PeerFull(3).to_string(), "the peer's address holds its share of the connections (at most 3)");
+}
+
 proptest! {
+    /// Any data packets from three addresses (two ports each) at any times, a share of 2
+    /// connections an address: an address never keeps more than its share of live connections,
+    /// and is refused `PeerFull` only while it keeps its share with data within the idle time
+    /// and a tenth.
+    #[test]
+    fn each_address_keeps_to_its_share(
+        steps in proptest::collection::vec((0u8..3, 0u16..2, 0u32..4, 0u64..400), 1..300),
+    ) {
+        const SHARE: usize = 2;
+        let idle = Duration::from_secs(1);
+        let mut c = Connections::new(ReceiveConfig { max_connections: 64, max_connections_per_peer: SHARE, idle });
+        let mut now = Instant::now();
+        // The model: each (peer, connection) answered, and its last data packet's time.
+        let mut last: std::collections::HashMap<(Peer, u32), Instant> = std::collections::HashMap::new();
+        let held = |last: &std::collections::HashMap<(Peer, u32), Instant>, addr: u8, now: Instant, within: Duration| {
+            last.iter().filter(|&(&((a, _), _), &t)| a[3] == addr && now.duration_since(t) < within).count()
+        };
+        for (addr, port, conn, ms) in steps {
+            now += Duration::from_millis(ms);
+            let from: Peer = ([10, 0, 0, addr], 7000 + port);
+            // A data packet whose number the model does not follow: only the connection counts.
+            match c.on_header(from, data(conn, 0), now) {
+                Ok(Some(_)) => {
+                    last.insert((from, conn), now);
+                    let live = held(&last, addr, now, idle);
+                    prop_assert!(live <= SHARE, "address {addr} keeps {live} live connections");
+                }
+                Ok(None) => prop_assert!(false, "a data packet unanswered"),
+                Err(e) => {
+                    prop_assert_eq!(e, Refused::PeerFull(SHARE), "64 connections cannot run out");
+                    let recent = held(&last, addr, now, idle + idle / 10);
+                    prop_assert!(recent >= SHARE, "address {addr} refused keeping {recent} recent connections");
+                }
+            }
+        }
+    }
+
     /// Any data packets of any connections at any times: never more connections than the
     /// bound, and a connection's delivered numbers run 0, 1, 2, ... from each time it was
     /// (re)made.
@@ -109,7 +170,7 @@ proptest! {
         steps in proptest::collection::vec((0u32..40, 0u32..4, 0u64..3000), 1..400),
     ) {
         let idle = Duration::from_secs(1);
-        let mut c = Connections::new(ReceiveConfig { max_connections: 16, idle });
+        let mut c = Connections::new(ReceiveConfig { max_connections: 16, idle, ..ReceiveConfig::default() });
         let mut now = Instant::now();
         // The model: each connection's next number and its last data packet's time; one idle
         // for `idle` since is new again.
@@ -127,7 +188,7 @@ proptest! {
                     known.insert(conn, (ack.seq, now));
                 }
                 Ok(None) => prop_assert!(false, "a data packet unanswered"),
-                Err(ConnectionsFull(n)) => prop_assert_eq!(n, 16),
+                Err(e) => prop_assert_eq!(e, Refused::ConnectionsFull(16)),
             }
             prop_assert!(c.len() <= 16);
         }

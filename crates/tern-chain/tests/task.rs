@@ -279,7 +279,16 @@ fn gbn_delivers_in_order_and_acknowledges() {
     assert_eq!((counters["connections"], counters["connections_full"], counters["expired"]), (1, 1, 0));
     // The sender's settings are not the receiving end's: refused by name.
     let err = Tenant::parse("tenant = \"t\"\ndag = \"x\"\n[nt.x]\nkind = \"gbn\"\nwindow = 4\n").unwrap_err();
-    assert!(err.contains("window") && err.contains("max_connections, idle_s"), "{err}");
+    assert!(err.contains("window") && err.contains("max_connections, max_connections_per_peer, idle_s"), "{err}");
+    // At most `max_connections_per_peer` for one address: its next connection is dropped by
+    // name, another address's is taken.
+    let mut t = task_of("kind = \"gbn\"\nmax_connections_per_peer = 1");
+    assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &data(0, b"a")), &pool).0, Verdict::Pass);
+    let mut p = packet(&pool, 64, &udp([10, 0, 0, 1], 7002, [10, 0, 0, 2], 7001, &other));
+    assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Drop("peer_full"));
+    let mut p = packet(&pool, 64, &udp([10, 0, 0, 3], 7002, [10, 0, 0, 2], 7001, &other));
+    assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Pass);
+    assert!(t.counters().contains(&("peer_full", 1)), "{:?}", t.counters());
 }
 
 #[test]
