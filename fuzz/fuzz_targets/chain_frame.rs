@@ -1,6 +1,6 @@
 //! A frame through a chain (`tern_chain`): four tenants whose chains hold every task kind
 //! (firewall, NAT, load balancer, KV cache; go-back-N and AES sealing; AES opening and a dummy;
-//! a second firewall and NAT), planned together with sharing, their task instances kept across
+//! a second firewall and NAT, with small shares per source), planned together with sharing, their task instances kept across
 //! inputs. The input is cut into frames (a 2-byte big-endian length, then the bytes; the
 //! length's low bit puts the frame behind headroom or not). Each is classified and run through
 //! its tenant's positions, skips by the mask, as the data path runs them. Nothing may panic; a
@@ -30,9 +30,9 @@ struct World {
 fn world() -> World {
     let texts = [
         "tenant = \"a\"\ndag = \"fw -> nat -> lb -> kv\"\n[ingress]\ndst = \"10.1.0.0/16\"\n[nt.fw]\nkind = \"firewall\"\nrules = [{ action = \"allow\", proto = \"udp\" }, { action = \"allow\", proto = \"tcp\", dst_port = \"80-443\" }]\n[nt.nat]\nkind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20063\"\nidle_s = 1\n[nt.lb]\nkind = \"lb\"\nbackends = [{ name = \"10.1.9.1:80\" }, { name = \"10.1.9.2:8080\", weight = 2 }]\ntable_size = 101\n[nt.kv]\nkind = \"kv\"\nmax_bytes = 4096\nmax_entries = 8\nmax_pending = 8\n".to_string(),
-        format!("tenant = \"b\"\ndag = \"gbn -> aes\"\n[ingress]\ndst = \"10.2.0.0/16\"\nproto = \"udp\"\n[nt.gbn]\nkind = \"gbn\"\n[nt.aes]\nkind = \"aes\"\nkey = \"{KEY}\"\n"),
+        format!("tenant = \"b\"\ndag = \"gbn -> aes\"\n[ingress]\ndst = \"10.2.0.0/16\"\nproto = \"udp\"\n[nt.gbn]\nkind = \"gbn\"\nmax_connections_per_peer = 2\n[nt.aes]\nkind = \"aes\"\nkey = \"{KEY}\"\n"),
         format!("tenant = \"c\"\ndag = \"open -> d\"\n[ingress]\ndst = \"10.3.0.0/16\"\n[nt.open]\nkind = \"aes\"\nkey = \"{KEY}\"\ndirection = \"open\"\n[nt.d]\nkind = \"dummy\"\n"),
-        "tenant = \"e\"\ndag = \"fw -> nat\"\n[nt.fw]\nkind = \"firewall\"\ndefault = \"allow\"\nmax_flows = 4\n[nt.nat]\nkind = \"nat\"\nexternal = \"198.51.100.1\"\nports = \"1024-1031\"\n".to_string(),
+        "tenant = \"e\"\ndag = \"fw -> nat\"\n[nt.fw]\nkind = \"firewall\"\ndefault = \"allow\"\nmax_flows = 4\nmax_flows_per_source = 2\n[nt.nat]\nkind = \"nat\"\nexternal = \"198.51.100.1\"\nports = \"1024-1031\"\nports_per_host = 2\n".to_string(),
     ];
     let tenants: Vec<Tenant> = texts.iter().map(|t| Tenant::parse(t).unwrap()).collect();
     let area = |t: &TaskSpec| Ok(if let TaskSpec::Dummy { luts, .. } = t { *luts } else { 1000 });
