@@ -17,13 +17,12 @@
 //! assert_eq!(fw.check(&reply, now), Ok(())); // a reply of an allowed flow
 //! ```
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tern_table::classifier::{Classifier, FlowKey, Pattern};
 
-use crate::clock::SweepClock;
 use crate::quota::Quota;
+use crate::swept::{Shard, SweptMap, fold};
 use tern_wire::frame::{FrameInfo, L3};
 
 /// What a rule does with the frames it matches.
@@ -127,16 +126,12 @@ type Flow = (bool, u128, u128, u8, u16, u16);
 /// Each firewall's rules are told apart by a number of their own (see [`Firewall::swap_flows`]).
 static RULES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-/// The maps the flows are kept in, by a hash of the flow: a sweep passes over one of them a
-/// packet, so no packet waits for a pass over every flow (some 0.5–1 ms at 65,536 flows).
-const SHARDS: usize = 64;
-
-/// The flows remembered: when each one's last packet passed and the number of the rules it was
-/// last allowed under, in [`SHARDS`] maps; and how many each source address holds.
-#[derive(Debug)]
+/// The flows remembered — when each one's last packet passed and the number of the rules it
+/// was last allowed under — forgotten a part a packet once idle ([`SweptMap`]); and how many
+/// each source address holds.
+#[derive(Debug, Default)]
 struct FlowTable {
-    maps: Vec<HashMap<Flow, (Instant, u32)>>,
-    len: usize,
+    map: SweptMap<Flow, (Instant, u32)>,
     sources: Quota<(bool, u128)>,
 }
 
@@ -145,56 +140,51 @@ fn source(f: &Flow) -> (bool, u128) {
     (f.0, f.1)
 }
 
+impl Shard for Flow {
+    fn shard(&self) -> usize {
+        // The addresses' low bytes and the ports: what tells flows apart most.
+        let (_, src, dst, _, sp, dp) = *self;
+        fold((src as u32) ^ (dst as u32).rotate_left(11) ^ (u32::from(sp) << 16 | u32::from(dp)))
+    }
+}
+
 impl FlowTable {
-    fn new() -> FlowTable {
-        FlowTable { maps: (0..SHARDS).map(|_| HashMap::new()).collect(), len: 0, sources: Quota::default() }
-    }
-
-    /// The map `f` is kept in.
-    fn shard(f: &Flow) -> usize {
-        let (_, src, dst, _, sp, dp) = *f;
-        // The addresses' low bytes and the ports: what tells flows apart most (a sweep only
-        // needs the maps of about one size).
-        let x = (src as u32) ^ (dst as u32).rotate_left(11) ^ (u32::from(sp) << 16 | u32::from(dp));
-        (x ^ (x >> 6) ^ (x >> 12) ^ (x >> 18) ^ (x >> 24)) as usize % SHARDS
-    }
-
     fn get(&self, f: &Flow) -> Option<&(Instant, u32)> {
-        self.maps[Self::shard(f)].get(f)
+        self.map.get(f)
     }
 
     fn get_mut(&mut self, f: &Flow) -> Option<&mut (Instant, u32)> {
-        self.maps[Self::shard(f)].get_mut(f)
+        self.map.get_mut(f)
     }
 
     fn insert(&mut self, f: Flow, v: (Instant, u32)) {
-        if self.maps[Self::shard(&f)].insert(f, v).is_none() {
-            self.len += 1;
+        if self.map.insert(f, v) {
             self.sources.take(source(&f));
         }
     }
 
     fn remove(&mut self, f: &Flow) {
-        if self.maps[Self::shard(f)].remove(f).is_some() {
-            self.len -= 1;
+        if self.map.remove(f).is_some() {
             self.sources.give_back(source(f));
         }
     }
 
-    /// Keeps the flows of map `i` that `keep` is true of; how many it forgot.
-    fn retain_shard(&mut self, i: usize, mut keep: impl FnMut(&(Instant, u32)) -> bool) -> usize {
-        let Some(m) = self.maps.get_mut(i) else { return 0 };
-        let (before, sources) = (m.len(), &mut self.sources);
-        m.retain(|f, v| {
-            let kept = keep(v);
-            if !kept {
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// A packet's part of the pass for flows idle for `idle` ([`SweptMap::step`]); how many it
+    /// forgot. A flow idle past its time may hold its place up to a tenth of that longer and the
+    /// 128 packets after (at its own packet's lookup it is forgotten at once).
+    fn sweep(&mut self, now: Instant, idle: Duration) -> usize {
+        let sources = &mut self.sources;
+        self.map.step(now, idle, |f, (t, _)| {
+            let keep = now.saturating_duration_since(*t) < idle;
+            if !keep {
                 sources.give_back(source(f));
             }
-            kept
-        });
-        let gone = before - m.len();
-        self.len -= gone;
-        gone
+            keep
+        })
     }
 }
 
@@ -210,9 +200,6 @@ pub struct Firewall {
     /// under.
     flows: FlowTable,
     info: FrameInfo,
-    /// When the last sweep began, and the map it looks at next ([`SHARDS`]: none under way).
-    last_sweep: SweepClock,
-    sweep_next: usize,
     stats: FwStats,
 }
 
@@ -225,10 +212,8 @@ impl Firewall {
             actions: rules.iter().map(|r| r.action).collect(),
             classifier: Classifier::new(&patterns)?,
             rules: RULES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            flows: FlowTable::new(),
+            flows: FlowTable::default(),
             info: FrameInfo::default(),
-            last_sweep: SweepClock::default(),
-            sweep_next: SHARDS,
             stats: FwStats::default(),
         })
     }
@@ -253,7 +238,7 @@ impl Firewall {
         let v6 = i.l3 == L3::Ipv6;
         let flow: Flow = (v6, i.src, i.dst, i.proto, i.src_port, i.dst_port);
         if self.cfg.established {
-            self.sweep(now);
+            self.stats.expired += self.flows.sweep(now, self.cfg.idle) as u64;
             let reply: Flow = (v6, i.dst, i.src, i.proto, i.dst_port, i.src_port);
             for f in [flow, reply] {
                 // Most often: remembered under these rules, and live.
@@ -293,7 +278,7 @@ impl Firewall {
         }
         self.stats.allowed += 1;
         if self.cfg.established {
-            if self.flows.len >= self.cfg.max_flows {
+            if self.flows.len() >= self.cfg.max_flows {
                 self.stats.state_full += 1;
             } else if self.flows.sources.held(source(&flow)) as usize >= self.cfg.max_flows_per_source {
                 self.stats.source_full += 1;
@@ -317,30 +302,11 @@ impl Firewall {
     /// forgotten, counted `revoked`, and the packet meets the rules).
     pub fn swap_flows(&mut self, other: &mut Firewall) {
         std::mem::swap(&mut self.flows, &mut other.flows);
-        std::mem::swap(&mut self.last_sweep, &mut other.last_sweep);
-        std::mem::swap(&mut self.sweep_next, &mut other.sweep_next);
-    }
-
-    /// Forgets flows idle for `idle`: a sweep, begun no more often than ten times an idle
-    /// period, passes over one of the [`SHARDS`] maps a packet (so a flow idle past its time may
-    /// hold its place up to a tenth of that longer, and the sixty-four packets after; at the
-    /// packet's own lookup it is forgotten at once).
-    fn sweep(&mut self, now: Instant) {
-        if self.sweep_next >= SHARDS {
-            if !self.last_sweep.due(now, self.cfg.idle) {
-                return;
-            }
-            self.sweep_next = 0;
-        }
-        let idle = self.cfg.idle;
-        let gone = self.flows.retain_shard(self.sweep_next, |(t, _)| now.saturating_duration_since(*t) < idle);
-        self.stats.expired += gone as u64;
-        self.sweep_next += 1;
     }
 
     /// Flows remembered now.
     pub fn flows(&self) -> usize {
-        self.flows.len
+        self.flows.len()
     }
 
     /// Its counters.

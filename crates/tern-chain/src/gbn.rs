@@ -24,8 +24,10 @@
 //! assert!(tx.is_idle());
 //! ```
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+
+use crate::swept::{Shard, SweptMap, fold};
 
 /// The header's length.
 pub const HEADER_LEN: usize = 12;
@@ -369,6 +371,13 @@ pub enum Refused {
 /// from one reaches the other's.
 pub type Peer = ([u8; 4], u16);
 
+impl Shard for (Peer, u32) {
+    fn shard(&self) -> usize {
+        let ((addr, port), conn) = *self;
+        fold(u32::from_be_bytes(addr) ^ u32::from(port).rotate_left(16) ^ conn.rotate_left(7))
+    }
+}
+
 /// The receiving end's connections, each a [`Receiver`] made at its first data packet
 /// (expecting sequence number 0) and forgotten once it has been idle for
 /// [`ReceiveConfig::idle`]: a data packet after that meets a new receiver, as for a new
@@ -376,18 +385,18 @@ pub type Peer = ([u8; 4], u16);
 #[derive(Debug, Default)]
 pub struct Connections {
     cfg: ReceiveConfig,
-    /// By (peer, connection id).
-    map: HashMap<(Peer, u32), (Receiver, Instant)>,
+    /// By (peer, connection id), with its last data packet's time; forgotten a part a packet
+    /// once idle ([`SweptMap`]).
+    map: SweptMap<(Peer, u32), (Receiver, Instant)>,
     /// Connections kept for each peer address.
     peers: crate::quota::Quota<[u8; 4]>,
-    last_sweep: crate::clock::SweepClock,
     expired: u64,
 }
 
 impl Connections {
     /// No connection yet.
     pub fn new(cfg: ReceiveConfig) -> Connections {
-        Connections { cfg, map: HashMap::new(), peers: Default::default(), last_sweep: Default::default(), expired: 0 }
+        Connections { cfg, map: SweptMap::default(), peers: Default::default(), expired: 0 }
     }
 
     /// [`Receiver::on_header`] on the connection of `h` from `from` at `now`: its receiver is made at its first
@@ -395,58 +404,49 @@ impl Connections {
     /// gets `None` and makes no connection. A new connection with
     /// [`ReceiveConfig::max_connections`] kept is refused ([`Refused::ConnectionsFull`]), and
     /// so is one from an address with [`ReceiveConfig::max_connections_per_peer`] kept
-    /// ([`Refused::PeerFull`]); idle ones are looked for no more often than ten times an idle
-    /// period, so one idle past its time may hold its place for up to a tenth of that longer.
+    /// ([`Refused::PeerFull`]). Idle ones are forgotten by a pass begun no more often than ten
+    /// times an idle period that looks at one of 64 maps a data packet, so one idle past its
+    /// time may hold its place for up to a tenth of that longer and the 128 data packets after
+    /// (its own packet finds it idle at once).
     pub fn on_header(&mut self, from: Peer, h: Header, now: Instant) -> Result<Option<(bool, Header)>, Refused> {
         if h.kind != DATA {
             // Not data: no connection is made or kept alive for it.
             return Ok(None);
         }
         self.sweep(now);
-        let (idle, n) = (self.cfg.idle, self.map.len());
-        let (r, last) = match self.map.entry((from, h.conn)) {
-            std::collections::hash_map::Entry::Occupied(e) => {
-                let (r, last) = e.into_mut();
-                if now.saturating_duration_since(*last) >= idle {
-                    // Idle past its time (the sweep has not come round yet): forgotten.
-                    *r = Receiver::new(h.conn);
-                    self.expired += 1;
-                }
-                (r, last)
+        let key = (from, h.conn);
+        let (r, last) = if let Some((r, last)) = self.map.get_mut(&key) {
+            if now.saturating_duration_since(*last) >= self.cfg.idle {
+                // Idle past its time (the sweep has not come round yet): forgotten.
+                *r = Receiver::new(h.conn);
+                self.expired += 1;
             }
-            std::collections::hash_map::Entry::Vacant(_) if n >= self.cfg.max_connections => {
-                return Err(Refused::ConnectionsFull(self.cfg.max_connections));
-            }
-            std::collections::hash_map::Entry::Vacant(_)
-                if self.peers.held(from.0) as usize >= self.cfg.max_connections_per_peer =>
-            {
-                return Err(Refused::PeerFull(self.cfg.max_connections_per_peer));
-            }
-            std::collections::hash_map::Entry::Vacant(e) => {
-                self.peers.take(from.0);
-                let (r, last) = e.insert((Receiver::new(h.conn), now));
-                (r, last)
-            }
+            (r, last)
+        } else if self.map.len() >= self.cfg.max_connections {
+            return Err(Refused::ConnectionsFull(self.cfg.max_connections));
+        } else if self.peers.held(from.0) as usize >= self.cfg.max_connections_per_peer {
+            return Err(Refused::PeerFull(self.cfg.max_connections_per_peer));
+        } else {
+            self.peers.take(from.0);
+            let (r, last) = self.map.insert_mut(key, (Receiver::new(h.conn), now));
+            (r, last)
         };
         *last = now;
         Ok(r.on_header(h))
     }
 
-    /// Forgets the connections idle for [`ReceiveConfig::idle`], looking no more often than
-    /// ten times an idle period.
+    /// A data packet's part of the pass that forgets the connections idle for
+    /// [`ReceiveConfig::idle`] ([`SweptMap::step`]).
     fn sweep(&mut self, now: Instant) {
-        if !self.last_sweep.due(now, self.cfg.idle) {
-            return;
-        }
-        let (before, idle, peers) = (self.map.len(), self.cfg.idle, &mut self.peers);
-        self.map.retain(|&((addr, _), _), (_, last)| {
+        let (idle, peers) = (self.cfg.idle, &mut self.peers);
+        let gone = self.map.step(now, idle, |&((addr, _), _), (_, last)| {
             let keep = now.saturating_duration_since(*last) < idle;
             if !keep {
                 peers.give_back(addr);
             }
             keep
         });
-        self.expired += (before - self.map.len()) as u64;
+        self.expired += gone as u64;
     }
 
     /// Exchanges its connections with `other`'s (another generation of it: the bounds may
@@ -454,7 +454,6 @@ impl Connections {
     pub fn swap_connections(&mut self, other: &mut Connections) {
         std::mem::swap(&mut self.map, &mut other.map);
         std::mem::swap(&mut self.peers, &mut other.peers);
-        std::mem::swap(&mut self.last_sweep, &mut other.last_sweep);
     }
 
     /// Connections kept now.
@@ -464,7 +463,7 @@ impl Connections {
 
     /// Whether none is kept.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.len() == 0
     }
 
     /// Connections forgotten for being idle, so far.

@@ -34,6 +34,7 @@ pub mod plan;
 mod quota;
 pub mod runtime;
 pub mod scale;
+mod swept;
 pub mod task;
 pub mod tenant;
 pub mod trace;
