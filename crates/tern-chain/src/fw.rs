@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tern_table::classifier::{Classifier, FlowKey, Pattern};
 
 use crate::quota::Quota;
-use crate::swept::{Shard, SweptMap, fold};
+use crate::swept::SweptMap;
 use tern_wire::frame::{FrameInfo, L3};
 
 /// What a rule does with the frames it matches.
@@ -126,46 +126,58 @@ type Flow = (bool, u128, u128, u8, u16, u16);
 /// Each firewall's rules are told apart by a number of their own (see [`Firewall::swap_flows`]).
 static RULES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-/// The flows remembered — when each one's last packet passed and the number of the rules it
-/// was last allowed under — forgotten a part a packet once idle ([`SweptMap`]); and how many
-/// each source address holds.
+/// A flow's key whichever way its frames go: its ends (address and port) in order, the lesser
+/// first, then the protocol — so a frame and its reply find one entry with one lookup.
+type Ends = (bool, u128, u16, u128, u16, u8);
+
+/// `f`'s ends, and whether `f` goes from the lesser end to the greater.
+fn ends(f: &Flow) -> (Ends, bool) {
+    let (v6, src, dst, proto, sp, dp) = *f;
+    if (src, sp) <= (dst, dp) { ((v6, src, sp, dst, dp, proto), true) } else { ((v6, dst, dp, src, sp, proto), false) }
+}
+
+/// The flow of `e` as it began: from the lesser end if `from_lesser`.
+fn began(e: &Ends, from_lesser: bool) -> Flow {
+    let (v6, a, ap, b, bp, proto) = *e;
+    if from_lesser { (v6, a, b, proto, ap, bp) } else { (v6, b, a, proto, bp, ap) }
+}
+
+/// What is remembered of a flow: when its last frame passed, the number of the rules it was
+/// last allowed under, and whether it began from its lesser end.
+#[derive(Debug, Clone, Copy)]
+struct Remembered {
+    last: Instant,
+    rules: u32,
+    from_lesser: bool,
+}
+
+/// The address that began a flow (its family too): what its share is counted by.
+fn source(e: &Ends, r: &Remembered) -> (bool, u128) {
+    (e.0, if r.from_lesser { e.1 } else { e.3 })
+}
+
+/// The flows remembered, forgotten a part a packet once idle ([`SweptMap`]); and how many each
+/// source address holds.
 #[derive(Debug, Default)]
 struct FlowTable {
-    map: SweptMap<Flow, (Instant, u32)>,
+    map: SweptMap<Ends, Remembered>,
     sources: Quota<(bool, u128)>,
 }
 
-/// A flow's source: its family and the address that began it.
-fn source(f: &Flow) -> (bool, u128) {
-    (f.0, f.1)
-}
-
-impl Shard for Flow {
-    fn shard(&self) -> usize {
-        // The addresses' low bytes and the ports: what tells flows apart most.
-        let (_, src, dst, _, sp, dp) = *self;
-        fold((src as u32) ^ (dst as u32).rotate_left(11) ^ (u32::from(sp) << 16 | u32::from(dp)))
-    }
-}
-
 impl FlowTable {
-    fn get(&self, f: &Flow) -> Option<&(Instant, u32)> {
-        self.map.get(f)
+    fn get_mut(&mut self, e: &Ends) -> Option<&mut Remembered> {
+        self.map.get_mut(e)
     }
 
-    fn get_mut(&mut self, f: &Flow) -> Option<&mut (Instant, u32)> {
-        self.map.get_mut(f)
-    }
-
-    fn insert(&mut self, f: Flow, v: (Instant, u32)) {
-        if self.map.insert(f, v) {
-            self.sources.take(source(&f));
+    fn insert(&mut self, e: Ends, r: Remembered) {
+        if self.map.insert(e, r) {
+            self.sources.take(source(&e, &r));
         }
     }
 
-    fn remove(&mut self, f: &Flow) {
-        if self.map.remove(f).is_some() {
-            self.sources.give_back(source(f));
+    fn remove(&mut self, e: &Ends) {
+        if let Some(r) = self.map.remove(e) {
+            self.sources.give_back(source(e, &r));
         }
     }
 
@@ -178,10 +190,10 @@ impl FlowTable {
     /// 128 packets after (at its own packet's lookup it is forgotten at once).
     fn sweep(&mut self, now: Instant, idle: Duration) -> usize {
         let sources = &mut self.sources;
-        self.map.step(now, idle, |f, (t, _)| {
-            let keep = now.saturating_duration_since(*t) < idle;
+        self.map.step(now, idle, |e, r| {
+            let keep = now.saturating_duration_since(r.last) < idle;
             if !keep {
-                sources.give_back(source(f));
+                sources.give_back(source(e, r));
             }
             keep
         })
@@ -237,39 +249,31 @@ impl Firewall {
         }
         let v6 = i.l3 == L3::Ipv6;
         let flow: Flow = (v6, i.src, i.dst, i.proto, i.src_port, i.dst_port);
+        let (e, from_lesser) = ends(&flow);
         if self.cfg.established {
             self.stats.expired += self.flows.sweep(now, self.cfg.idle) as u64;
-            let reply: Flow = (v6, i.dst, i.src, i.proto, i.dst_port, i.src_port);
-            for f in [flow, reply] {
+            let (rules, idle) = (self.rules, self.cfg.idle);
+            if let Some(r) = self.flows.get_mut(&e) {
                 // Most often: remembered under these rules, and live.
-                let (rules, idle) = (self.rules, self.cfg.idle);
-                match self.flows.get_mut(&f) {
-                    None => continue,
-                    Some((t, r)) if *r == rules && now.duration_since(*t) < idle => {
-                        *t = now;
-                        self.stats.established += 1;
-                        return Ok(());
-                    }
-                    Some(_) => {}
+                if r.rules == rules && now.saturating_duration_since(r.last) < idle {
+                    r.last = now;
+                    self.stats.established += 1;
+                    return Ok(());
                 }
-                match self.flows.get(&f).copied() {
-                    Some((t, _)) if now.duration_since(t) >= self.cfg.idle => {
-                        // Idle past its time (the sweep has not come round yet): forgotten.
-                        self.flows.remove(&f);
-                        self.stats.expired += 1;
-                    }
+                let r = *r;
+                if now.saturating_duration_since(r.last) >= idle {
+                    // Idle past its time (the sweep has not come round yet): forgotten.
+                    self.flows.remove(&e);
+                    self.stats.expired += 1;
+                } else if self.action(began(&e, r.from_lesser)) == Action::Deny {
                     // Remembered under other rules (a generation before, handed over by an
-                    // update): kept only if these rules let the flow through as it began.
-                    Some((_, rules)) if rules != self.rules && self.action(f) == Action::Deny => {
-                        self.flows.remove(&f);
-                        self.stats.revoked += 1;
-                    }
-                    Some(_) => {
-                        self.flows.insert(f, (now, self.rules));
-                        self.stats.established += 1;
-                        return Ok(());
-                    }
-                    None => {}
+                    // update), which these deny as it began: forgotten.
+                    self.flows.remove(&e);
+                    self.stats.revoked += 1;
+                } else {
+                    self.flows.insert(e, Remembered { last: now, rules, ..r });
+                    self.stats.established += 1;
+                    return Ok(());
                 }
             }
         }
@@ -278,12 +282,13 @@ impl Firewall {
         }
         self.stats.allowed += 1;
         if self.cfg.established {
+            let r = Remembered { last: now, rules: self.rules, from_lesser };
             if self.flows.len() >= self.cfg.max_flows {
                 self.stats.state_full += 1;
-            } else if self.flows.sources.held(source(&flow)) as usize >= self.cfg.max_flows_per_source {
+            } else if self.flows.sources.held(source(&e, &r)) as usize >= self.cfg.max_flows_per_source {
                 self.stats.source_full += 1;
             } else {
-                self.flows.insert(flow, (now, self.rules));
+                self.flows.insert(e, r);
                 self.stats.flows += 1;
             }
         }

@@ -27,7 +27,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::swept::{Shard, SweptMap, fold};
+use crate::swept::SweptMap;
 
 /// The header's length.
 pub const HEADER_LEN: usize = 12;
@@ -370,13 +370,6 @@ pub enum Refused {
 /// is a peer's connection id: two peers using one id have a connection each, and no packet
 /// from one reaches the other's.
 pub type Peer = ([u8; 4], u16);
-
-impl Shard for (Peer, u32) {
-    fn shard(&self) -> usize {
-        let ((addr, port), conn) = *self;
-        fold(u32::from_be_bytes(addr) ^ u32::from(port).rotate_left(16) ^ conn.rotate_left(7))
-    }
-}
 
 /// The receiving end's connections, each a [`Receiver`] made at its first data packet
 /// (expecting sequence number 0) and forgotten once it has been idle for

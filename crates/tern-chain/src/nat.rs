@@ -20,14 +20,7 @@ use std::time::{Duration, Instant};
 
 use tern_wire::frame::{FrameInfo, L3, proto, rewrite_field};
 
-use crate::swept::{Shard, SweptMap, fold};
-
-impl Shard for (u8, u32, u16) {
-    fn shard(&self) -> usize {
-        let (proto, addr, port) = *self;
-        fold(addr ^ u32::from(port).rotate_left(16) ^ u32::from(proto).rotate_left(8))
-    }
-}
+use crate::swept::SweptMap;
 
 /// Which way a frame crosses the NAT.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,6 @@
-//! A table whose idle entries are forgotten a part at a time (a firewall's flows, a transport's
-//! connections): its entries are kept in [`SHARDS`] maps by a hash of the key, and a pass that
+//! A table whose idle entries are forgotten a part at a time (a firewall's flows, a NAT's
+//! mappings, a transport's connections): its entries are kept in [`SHARDS`] maps by a keyed
+//! hash of the key ([`SweptMap`]), and a pass that
 //! looks for idle ones — begun no more often than ten times an idle period ([`SweepClock`]) —
 //! looks at one map a packet. So no packet waits for a look at every entry: a pass over 65,536
 //! firewall flows in one map kept a packet 0.58–0.78 ms, and one over a million go-back-N
@@ -7,31 +8,25 @@
 //! of the idle time and the 128 steps after: at most 64 to end the pass under way (which may
 //! have looked at its map before it idled) and 64 for the next.
 
-use std::collections::HashMap;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash, RandomState};
 use std::time::{Duration, Instant};
+
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 
 use crate::clock::SweepClock;
 
 /// The maps a table is kept in.
 pub(crate) const SHARDS: usize = 64;
 
-/// A key's map: a hash of what tells keys apart most, cheap to compute (the maps only need to
-/// be of about one size; their own hasher still guards each against collisions).
-pub(crate) trait Shard {
-    /// A number, taken modulo [`SHARDS`].
-    fn shard(&self) -> usize;
-}
-
-/// Folds `x`'s bits down, so that any of them moves the map.
-pub(crate) fn fold(x: u32) -> usize {
-    (x ^ (x >> 6) ^ (x >> 12) ^ (x >> 18) ^ (x >> 24)) as usize
-}
-
-/// The table.
+/// The table. Each key is hashed once, with a key of the process's own (SipHash, as a
+/// `HashMap`'s), and the hash picks both its map (bits 32–37, which the maps' own buckets and
+/// tags do not use below 2^32 buckets) and its place there: so a client that chooses its keys
+/// (a connection id, a port) cannot pile them into one map to make one step as slow as a pass.
 #[derive(Debug)]
 pub(crate) struct SweptMap<K, V> {
-    maps: Vec<HashMap<K, V>>,
+    hasher: RandomState,
+    maps: Vec<HashTable<(K, V)>>,
     len: usize,
     /// When the last pass began, and the map it looks at next ([`SHARDS`]: none under way).
     clock: SweepClock,
@@ -41,7 +36,8 @@ pub(crate) struct SweptMap<K, V> {
 impl<K, V> Default for SweptMap<K, V> {
     fn default() -> Self {
         SweptMap {
-            maps: (0..SHARDS).map(|_| HashMap::new()).collect(),
+            hasher: RandomState::new(),
+            maps: (0..SHARDS).map(|_| HashTable::new()).collect(),
             len: 0,
             clock: SweepClock::default(),
             next: SHARDS,
@@ -49,50 +45,50 @@ impl<K, V> Default for SweptMap<K, V> {
     }
 }
 
-impl<K: Shard + Hash + Eq, V> SweptMap<K, V> {
-    fn map(&self, k: &K) -> &HashMap<K, V> {
-        &self.maps[k.shard() % SHARDS]
-    }
+/// A hash's map.
+fn shard(hash: u64) -> usize {
+    (hash >> 32) as usize % SHARDS
+}
 
-    fn map_mut(&mut self, k: &K) -> &mut HashMap<K, V> {
-        &mut self.maps[k.shard() % SHARDS]
-    }
-
-    pub(crate) fn get(&self, k: &K) -> Option<&V> {
-        self.map(k).get(k)
-    }
-
+impl<K: Hash + Eq, V> SweptMap<K, V> {
     pub(crate) fn get_mut(&mut self, k: &K) -> Option<&mut V> {
-        self.map_mut(k).get_mut(k)
+        let h = self.hasher.hash_one(k);
+        self.maps[shard(h)].find_mut(h, |(x, _)| x == k).map(|(_, v)| v)
     }
 
-    /// Whether `k` was new.
-    pub(crate) fn insert(&mut self, k: K, v: V) -> bool {
-        let new = self.map_mut(&k).insert(k, v).is_none();
-        self.len += usize::from(new);
-        new
-    }
-
-    /// Puts `v` in as `k`'s value (a new key or not), and gives it back to change.
-    pub(crate) fn insert_mut(&mut self, k: K, v: V) -> &mut V {
-        let map = &mut self.maps[k.shard() % SHARDS];
-        match map.entry(k) {
-            std::collections::hash_map::Entry::Occupied(e) => {
-                let slot = e.into_mut();
+    /// Puts `v` in as `k`'s value (a new key or not), and gives it back to change; whether `k`
+    /// was new.
+    fn put(&mut self, k: K, v: V) -> (&mut V, bool) {
+        let h = self.hasher.hash_one(&k);
+        let SweptMap { hasher, maps, len, .. } = self;
+        match maps[shard(h)].entry(h, |(x, _)| *x == k, |(x, _)| hasher.hash_one(x)) {
+            Entry::Occupied(e) => {
+                let slot = &mut e.into_mut().1;
                 *slot = v;
-                slot
+                (slot, false)
             }
-            std::collections::hash_map::Entry::Vacant(e) => {
-                self.len += 1;
-                e.insert(v)
+            Entry::Vacant(e) => {
+                *len += 1;
+                (&mut e.insert((k, v)).into_mut().1, true)
             }
         }
     }
 
+    /// Whether `k` was new.
+    pub(crate) fn insert(&mut self, k: K, v: V) -> bool {
+        self.put(k, v).1
+    }
+
+    /// Puts `v` in as `k`'s value (a new key or not), and gives it back to change.
+    pub(crate) fn insert_mut(&mut self, k: K, v: V) -> &mut V {
+        self.put(k, v).0
+    }
+
     pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
-        let v = self.map_mut(k).remove(k);
-        self.len -= usize::from(v.is_some());
-        v
+        let h = self.hasher.hash_one(k);
+        let e = self.maps[shard(h)].find_entry(h, |(x, _)| x == k).ok()?;
+        self.len -= 1;
+        Some(e.remove().0.1)
     }
 
     /// Entries kept.
@@ -112,7 +108,7 @@ impl<K: Shard + Hash + Eq, V> SweptMap<K, V> {
         }
         let m = &mut self.maps[self.next];
         let before = m.len();
-        m.retain(|k, v| keep(k, v));
+        m.retain(|(k, v)| keep(k, v));
         let gone = before - m.len();
         self.len -= gone;
         self.next += 1;
@@ -124,17 +120,17 @@ impl<K: Shard + Hash + Eq, V> SweptMap<K, V> {
     pub(crate) fn passes(&self) -> u64 {
         self.clock.begun
     }
+
+    /// The entries in each map.
+    #[cfg(test)]
+    fn sizes(&self) -> Vec<usize> {
+        self.maps.iter().map(HashTable::len).collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    impl Shard for u32 {
-        fn shard(&self) -> usize {
-            fold(*self)
-        }
-    }
 
     /// Past the idle time a packet's step forgets a part of the idle entries, 64 steps all of
     /// them, and the next pass begins only a tenth of the idle time after the last began.
@@ -163,12 +159,28 @@ mod tests {
         for _ in 1..SHARDS {
             m.step(t11, idle, forget);
         }
-        assert_eq!((m.len(), m.get(&5).is_some(), m.passes()), (1, true, 2));
+        assert_eq!((m.len(), m.get_mut(&5).is_some(), m.passes()), (1, true, 2));
         // No new pass until a tenth of the idle time after the last began.
         m.insert(9, t0);
         assert_eq!(m.step(t11 + Duration::from_millis(999), idle, forget), 0);
         assert_eq!(m.passes(), 2);
         assert_eq!(m.remove(&9), Some(t0));
         assert_eq!((m.remove(&9), m.len()), (None, 1));
+    }
+
+    /// Keys a client chose to fall in one map of an unkeyed hash — connection ids all in map 0
+    /// of the fold of their bits that picked go-back-N's map before — spread over the maps.
+    #[test]
+    fn chosen_keys_spread_over_the_maps() {
+        let unkeyed = |x: u32| (x ^ (x >> 6) ^ (x >> 12) ^ (x >> 18) ^ (x >> 24)) as usize % SHARDS;
+        let chosen: Vec<u32> = (0u32..).filter(|c| unkeyed(c.rotate_left(7)) == 0).take(6400).collect();
+        let mut m: SweptMap<(([u8; 4], u16), u32), ()> = SweptMap::default();
+        for &c in &chosen {
+            m.insert((([10, 0, 0, 1], 7000), c), ());
+        }
+        let sizes = m.sizes();
+        assert_eq!(sizes.iter().sum::<usize>(), 6400);
+        // 100 a map on average; a keyed hash puts well under 200 in any one.
+        assert!(sizes.iter().all(|&n| (40..200).contains(&n)), "{sizes:?}");
     }
 }
