@@ -234,6 +234,29 @@ fn rule() -> impl Strategy<Value = Rule> {
         })
 }
 
+/// A frame of the property tests: source and destination (10.0.0.x), TCP or UDP, ports, and a
+/// wait before it.
+type TestFrame = (u32, u32, bool, u16, u16, u64);
+
+/// Runs `frames` through the firewall and its twin (each frame `secs(wait)` seconds after the
+/// last): whether they agree frame by frame.
+fn agree(
+    fw: &mut Firewall,
+    twin: &mut Naive,
+    frames: &[TestFrame],
+    secs: impl Fn(u64) -> u64,
+) -> Result<(), TestCaseError> {
+    let mut t = Instant::now();
+    for &(a, b, is_tcp, sp, dp, wait) in frames {
+        t += Duration::from_secs(secs(wait));
+        let (src, dst) = ([10, 0, 0, a as u8], [10, 0, 0, b as u8]);
+        let f = if is_tcp { tcp(src, dst, sp, dp) } else { udp(src, dst, sp, dp) };
+        let key = (u32::from_be_bytes(src), u32::from_be_bytes(dst), if is_tcp { 6 } else { 17 }, sp, dp);
+        prop_assert_eq!(fw.check(&f, t).is_ok(), twin.check(key, t), "frame {:?}", key);
+    }
+    Ok(())
+}
+
 proptest! {
     /// On random rules and a random sequence of frames (both ways, some after a long idle),
     /// the firewall and its twin agree frame by frame.
@@ -247,16 +270,8 @@ proptest! {
         let idle = Duration::from_secs(10);
         let mut fw = Firewall::new(&rules, FwConfig { default, idle, ..FwConfig::default() }).unwrap();
         let mut twin = Naive { rules: rules.clone(), default, flows: Vec::new(), idle, per_source: 4096 };
-        let t0 = Instant::now();
-        let mut t = t0;
-        for (a, b, is_tcp, sp, dp, wait) in frames {
-            // Mostly close together, sometimes past the idle time.
-            t += Duration::from_secs(if wait == 3 { 11 } else { wait });
-            let (src, dst) = ([10, 0, 0, a as u8], [10, 0, 0, b as u8]);
-            let f = if is_tcp { tcp(src, dst, sp, dp) } else { udp(src, dst, sp, dp) };
-            let key = (u32::from_be_bytes(src), u32::from_be_bytes(dst), if is_tcp { 6 } else { 17 }, sp, dp);
-            prop_assert_eq!(fw.check(&f, t).is_ok(), twin.check(key, t), "frame {:?}", key);
-        }
+        // Mostly close together, sometimes past the idle time.
+        agree(&mut fw, &mut twin, &frames, |wait| if wait == 3 { 11 } else { wait })?;
     }
 
     /// With one address allowed to begin at most 2 remembered flows (and none idling, so that
@@ -274,14 +289,7 @@ proptest! {
         let cfg = FwConfig { default, idle, max_flows_per_source: 2, ..FwConfig::default() };
         let mut fw = Firewall::new(&rules, cfg).unwrap();
         let mut twin = Naive { rules: rules.clone(), default, flows: Vec::new(), idle, per_source: 2 };
-        let mut t = Instant::now();
-        for (a, b, is_tcp, sp, dp, wait) in frames {
-            t += Duration::from_secs(wait);
-            let (src, dst) = ([10, 0, 0, a as u8], [10, 0, 0, b as u8]);
-            let f = if is_tcp { tcp(src, dst, sp, dp) } else { udp(src, dst, sp, dp) };
-            let key = (u32::from_be_bytes(src), u32::from_be_bytes(dst), if is_tcp { 6 } else { 17 }, sp, dp);
-            prop_assert_eq!(fw.check(&f, t).is_ok(), twin.check(key, t), "frame {:?}", key);
-        }
+        agree(&mut fw, &mut twin, &frames, |wait| wait)?;
         prop_assert_eq!(fw.flows(), twin.flows.len());
     }
 }
