@@ -285,7 +285,7 @@ impl Firewall {
             let r = Remembered { last: now, rules: self.rules, from_lesser };
             if self.flows.len() >= self.cfg.max_flows {
                 self.stats.state_full += 1;
-            } else if self.flows.sources.held(source(&e, &r)) as usize >= self.cfg.max_flows_per_source {
+            } else if self.flows.sources.at_limit(source(&e, &r), self.cfg.max_flows_per_source) {
                 self.stats.source_full += 1;
             } else {
                 self.flows.insert(e, r);

@@ -417,7 +417,7 @@ impl Connections {
             (r, last)
         } else if self.map.len() >= self.cfg.max_connections {
             return Err(Refused::ConnectionsFull(self.cfg.max_connections));
-        } else if self.peers.held(from.0) as usize >= self.cfg.max_connections_per_peer {
+        } else if self.peers.at_limit(from.0, self.cfg.max_connections_per_peer) {
             return Err(Refused::PeerFull(self.cfg.max_connections_per_peer));
         } else {
             self.peers.take(from.0);

@@ -240,9 +240,9 @@ impl Nat {
             return Ok(m.port);
         }
         let host = (key.0, key.1);
-        if self.hosts.at_limit(host, self.cfg.ports_per_host) {
+        if self.hosts.at_limit(host, self.cfg.ports_per_host as usize) {
             self.sweep(now);
-            if self.hosts.at_limit(host, self.cfg.ports_per_host) {
+            if self.hosts.at_limit(host, self.cfg.ports_per_host as usize) {
                 return Err(NatDrop::PortLimit);
             }
         }

@@ -20,8 +20,8 @@ impl<K> Default for Quota<K> {
 
 impl<K: Hash + Eq + Copy> Quota<K> {
     /// Whether `client` holds `limit` entries or more.
-    pub(crate) fn at_limit(&self, client: K, limit: u32) -> bool {
-        self.held(client) >= limit
+    pub(crate) fn at_limit(&self, client: K, limit: usize) -> bool {
+        self.held(client) as usize >= limit
     }
 
     /// Counts one more entry for `client`.
