@@ -736,6 +736,25 @@ pub struct WrapperStats {
     pub skipped: u64,
     pub batches: u64,
     pub ns: u64,
+    /// Each tenant's task instance here: its own counters (its kind's, docs/chain.md: a
+    /// firewall's flows remembered and `source_full`, a NAT's mappings, a cache's hits, ...,
+    /// and its drops by reason), as it last published them.
+    pub tasks: Vec<TaskCounters>,
+}
+
+/// A tenant's task instance's own counters ([`crate::task::NetworkTask::counters`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TaskCounters {
+    /// The tenant, by its place in the tenants' list.
+    pub tenant: usize,
+    /// Its counters, by name, in the task's order.
+    #[serde(serialize_with = "as_map")]
+    pub counters: Vec<(&'static str, u64)>,
+}
+
+/// Pairs as a JSON object (the names are a task's own, each once).
+fn as_map<S: serde::Serializer>(pairs: &[(&'static str, u64)], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(pairs.iter().map(|(k, v)| (k, v)))
 }
 
 impl RunStats {
@@ -782,6 +801,7 @@ fn push_wrapper_stats(
             } else {
                 0
             },
+            tasks: w.counters().into_iter().map(|(tenant, counters)| TaskCounters { tenant, counters }).collect(),
         });
     }
 }

@@ -270,8 +270,9 @@ enum ChainCommand {
     /// (fresh task instances: what a first packet meets).
     Trace(chain::inspect::TraceArgs),
     /// Ask a running `chain serve --metrics ADDR` for its plan and each task's packets, skips,
-    /// batches, vectors per call and ns per packet (as VPP's `show runtime`), and each
-    /// tenant's counters.
+    /// batches, vectors per call and ns per packet (as VPP's `show runtime`), each tenant's
+    /// counters, and each task instance's own (a firewall's flows, a NAT's mappings, a client
+    /// past its share: as VPP's `show errors`).
     Dump(chain::inspect::DumpArgs),
     /// Simulate (a discrete-event clock with the profile's PR time and epoch; every output says
     /// so) the autoscaler — the same policy code `chain serve --autoscale` runs — on SuperNIC's Figure

@@ -1879,6 +1879,12 @@ fn chain_serve_round_trip(mode: &str) {
     let queued = if mode == "rtc" { "" } else { "; queued 0" };
     assert!(out.contains(&format!("tenant lan: 2 in, 2 out, 0 back; drops: none{queued}\n")), "{out}");
     assert!(out.lines().any(|l| l.contains(" nat ") && l.contains("nat")), "{out}");
+    // Each task instance's own counters: the firewall (before the NAT) remembered the query's
+    // flow and the answer's (to the external address, a flow of its own there); the NAT made
+    // one mapping; in the instance the flow went to.
+    assert!(out.contains("task counters:\n"), "{out}");
+    assert!(out.lines().any(|l| l.contains("fw (firewall), tenant lan: ") && l.contains(" flows 2,")), "{out}");
+    assert!(out.lines().any(|l| l.contains("nat (nat), tenant lan: ") && l.contains(" mappings 1,")), "{out}");
     if mode == "snic" {
         // A live update: the firewall now denies UDP. The tenant's new task instances are
         // swapped into its chain's regions (generation 1); the next datagram is dropped there.

@@ -1,5 +1,5 @@
 //! `tern chain trace` (a packet's way through the plan) and `tern chain dump` (a running
-//! server's plan and each task's packets and time, as VPP's `show runtime`).
+//! server's plan and each task's packets and time, as VPP's `show runtime`, and its counters).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -143,6 +143,33 @@ pub fn dump(a: &DumpArgs) -> CmdResult {
             if b > 0.0 { p / b } else { 0.0 },
             if p > 0.0 { ns / p } else { 0.0 }
         );
+    }
+    // Each task instance's own counters (a firewall's flows and `source_full`, a NAT's
+    // mappings, a cache's hits, its drops), as VPP's `show errors` lists its nodes'.
+    let mut heading = true;
+    for w in s["wrappers"].as_array().into_iter().flatten() {
+        for t in w["tasks"].as_array().into_iter().flatten() {
+            let counters: Vec<String> =
+                t["counters"].as_object().into_iter().flatten().map(|(k, n)| format!("{k} {n}")).collect();
+            if counters.is_empty() {
+                continue;
+            }
+            if heading {
+                println!("task counters:");
+                heading = false;
+            }
+            let tenant = t["tenant"].as_u64().and_then(|i| tenants.get(i as usize).copied()).unwrap_or("?");
+            let region = w["region"].as_u64().map_or("-".to_string(), |r| r.to_string());
+            println!(
+                "  region {region} chain {} inst {} pos {} {} ({}), tenant {tenant}: {}",
+                w["chain"],
+                w["instance"],
+                w["position"],
+                w["name"].as_str().unwrap_or(""),
+                w["kind"].as_str().unwrap_or(""),
+                counters.join(", ")
+            );
+        }
     }
     let d = s["decisions"].as_u64().unwrap_or(0);
     if d > 0 {
