@@ -52,6 +52,10 @@ fn shard(hash: u64) -> usize {
 
 impl<K: Hash + Eq, V> SweptMap<K, V> {
     pub(crate) fn get_mut(&mut self, k: &K) -> Option<&mut V> {
+        if self.len == 0 {
+            // Nothing to find: no hash to compute (a firewall flooded by frames its rules deny).
+            return None;
+        }
         let h = self.hasher.hash_one(k);
         self.maps[shard(h)].find_mut(h, |(x, _)| x == k).map(|(_, v)| v)
     }
