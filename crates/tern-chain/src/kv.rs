@@ -33,6 +33,8 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use crate::quota::Quota;
+
 /// The header's length.
 pub const HEADER_LEN: usize = 8;
 /// The longest key.
@@ -186,11 +188,15 @@ pub struct KvConfig {
     /// GETs forwarded and not yet answered that are remembered (so their answers may be kept);
     /// the oldest is forgotten beyond. Default 4096.
     pub max_pending: usize,
+    /// Of those, the most one client address may have remembered (its ports together), so that
+    /// one client's misses cannot push every other client's out; its GETs beyond go on to the
+    /// server unremembered (their answers not kept). Default 1024.
+    pub max_pending_per_client: usize,
 }
 
 impl Default for KvConfig {
     fn default() -> Self {
-        KvConfig { max_bytes: 1 << 20, max_entries: 16_384, max_pending: 4096 }
+        KvConfig { max_bytes: 1 << 20, max_entries: 16_384, max_pending: 4096, max_pending_per_client: 1024 }
     }
 }
 
@@ -210,6 +216,9 @@ pub struct KvStats {
     /// Answers to a GET remembered that did not come back the way it went (from its side, from
     /// another address, to another client): not kept, the GET still waiting for its answer.
     pub not_kept_wrong_way: u64,
+    /// GETs that missed and went on unremembered, their client holding its share of the
+    /// remembered GETs ([`KvConfig::max_pending_per_client`]).
+    pub client_share_full: u64,
     /// Messages that did not parse.
     pub malformed: u64,
 }
@@ -248,6 +257,8 @@ pub struct Cache {
     /// `pending` (answered, or replaced by a later GET of the same client and id) are skipped,
     /// and swept out when they outnumber the live ones.
     pending_order: VecDeque<((Endpoint, u32), u64)>,
+    /// GETs remembered by each client address.
+    clients: Quota<[u8; 4]>,
     /// A key being looked up (server and key), reused.
     scratch: Vec<u8>,
     seq: u64,
@@ -292,6 +303,7 @@ impl Cache {
             let Some((id, at)) = self.pending_order.pop_front() else { break };
             if self.pending.get(&id).is_some_and(|p| p.at == at) {
                 self.pending.remove(&id);
+                self.clients.give_back(id.0.0);
             }
         }
         self.sweep_order();
@@ -308,6 +320,7 @@ impl Cache {
             last_set: HashMap::new(),
             pending: HashMap::new(),
             pending_order: VecDeque::new(),
+            clients: Quota::default(),
             scratch: Vec::new(),
             seq: 0,
             floor: 0,
@@ -358,7 +371,17 @@ impl Cache {
                 self.stats.misses += 1;
                 self.seq += 1;
                 let id = (way.src, m.id);
-                self.pending.insert(id, Pending { key: self.scratch.clone(), at: self.seq, side: way.side });
+                let pending = Pending { key: self.scratch.clone(), at: self.seq, side: way.side };
+                if let Some(p) = self.pending.get_mut(&id) {
+                    // The client's id again: this GET replaces the one it named before.
+                    *p = pending;
+                } else if self.clients.at_limit(way.src.0, self.cfg.max_pending_per_client) {
+                    self.stats.client_share_full += 1;
+                    return Verdict::Forward;
+                } else {
+                    self.pending.insert(id, pending);
+                    self.clients.take(way.src.0);
+                }
                 self.pending_order.push_back((id, self.seq));
                 self.forget_past_pending_bound();
                 Verdict::Forward
@@ -415,6 +438,7 @@ impl Cache {
             return;
         }
         let Some(Pending { key, at, .. }) = self.pending.remove(&id) else { return };
+        self.clients.give_back(id.0.0);
         self.sweep_order();
         let replaced = at < self.floor || self.last_set.get(&key).is_some_and(|&s| s > at);
         // With no GET left to answer, no SET can matter any more.

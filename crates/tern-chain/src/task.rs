@@ -550,6 +550,7 @@ impl NetworkTask for KvTask {
             ("kept", s.kept),
             ("not_kept_after_set", s.not_kept_after_set),
             ("not_kept_wrong_way", s.not_kept_wrong_way),
+            ("client_share_full", s.client_share_full),
             ("evicted", s.evicted),
             ("malformed", s.malformed),
             ("answer_too_large", self.too_large),

@@ -250,7 +250,7 @@ pub fn parameters(kind: &str) -> &'static [&'static str] {
         "aes" => &["key", "direction"],
         "lb" => &["backends", "table_size"],
         "gbn" => &["max_connections", "max_connections_per_peer", "idle_s"],
-        "kv" => &["max_bytes", "max_entries", "max_pending"],
+        "kv" => &["max_bytes", "max_entries", "max_pending", "max_pending_per_client"],
         "dummy" => &["ns_per_packet", "gbps", "luts"],
         "stage" => &["engine", "config", "in_port", "luts"],
         _ => &[],
@@ -429,6 +429,8 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
                 max_bytes: int_of(t, "max_bytes", at, 1..=1 << 34)?.map_or(d.max_bytes, |v| v as usize),
                 max_entries: int_of(t, "max_entries", at, 1..=1 << 24)?.map_or(d.max_entries, |v| v as usize),
                 max_pending: int_of(t, "max_pending", at, 1..=1 << 20)?.map_or(d.max_pending, |v| v as usize),
+                max_pending_per_client: int_of(t, "max_pending_per_client", at, 1..=1 << 20)?
+                    .map_or(d.max_pending_per_client, |v| v as usize),
             }))
         }
         "dummy" => {

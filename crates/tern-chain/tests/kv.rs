@@ -70,7 +70,7 @@ fn a_set_between_a_get_and_its_answer_keeps_the_old_value_out() {
 
 #[test]
 fn what_is_kept_stays_within_its_bounds_least_recently_used_first() {
-    let mut c = Cache::new(KvConfig { max_bytes: 100, max_entries: 3, max_pending: 8 });
+    let mut c = Cache::new(KvConfig { max_bytes: 100, max_entries: 3, max_pending: 8, ..KvConfig::default() });
     let keep = |c: &mut Cache, id: u32, key: &[u8], len: usize| {
         c.on_request(&msg(Op::Get, id, key, b""));
         c.on_response(&msg(Op::Value, id, key, &vec![b'v'; len]));
@@ -89,6 +89,37 @@ fn what_is_kept_stays_within_its_bounds_least_recently_used_first() {
     // One too large for the cache is not kept at all.
     keep(&mut c, 7, b"f", 200);
     assert_eq!(c.get(b"f"), None);
+}
+
+/// One client address cannot push every other client's GETs out of those remembered: past its
+/// share (here 2, its ports together) its misses go on unremembered (`client_share_full`, their
+/// answers not kept), another address's are remembered and kept, and once one of its own is
+/// answered it has room again.
+#[test]
+fn one_client_keeps_to_its_share_of_the_gets_remembered() {
+    let mut c = Cache::new(KvConfig { max_pending: 8, max_pending_per_client: 2, ..KvConfig::default() });
+    let (a, mut a2, mut b) = (Way::CLIENT, Way::CLIENT, Way::CLIENT);
+    a2.src.1 += 1;
+    b.src.0 = [10, 0, 0, 9];
+    let mut sink = Vec::new();
+    for (way, id, key) in [(a, 1, b"k1"), (a2, 2, b"k2"), (a, 3, b"k3")] {
+        assert_eq!(c.request(&msg(Op::Get, id, key, b""), way, &mut sink), Verdict::Forward);
+    }
+    assert_eq!(c.stats().client_share_full, 1);
+    // The third GET's answer is not kept; another client's is.
+    c.response(&msg(Op::Value, 3, b"k3", b"v3"), a.back());
+    c.request(&msg(Op::Get, 4, b"k4", b""), b, &mut sink);
+    c.response(&msg(Op::Value, 4, b"k4", b"v4"), b.back());
+    assert_eq!((c.get(b"k3"), c.get(b"k4")), (None, Some(&b"v4"[..])));
+    // The first's answer frees a place: the client's next miss is remembered and kept.
+    c.response(&msg(Op::Value, 1, b"k1", b"v1"), a.back());
+    c.request(&msg(Op::Get, 5, b"k5", b""), a, &mut sink);
+    c.response(&msg(Op::Value, 5, b"k5", b"v5"), a.back());
+    assert_eq!((c.get(b"k1"), c.get(b"k5")), (Some(&b"v1"[..]), Some(&b"v5"[..])));
+    // A GET that names an id the client has remembered replaces it, at its share too.
+    assert_eq!(c.request(&msg(Op::Get, 2, b"k6", b""), a2, &mut sink), Verdict::Forward);
+    c.response(&msg(Op::Value, 2, b"k6", b"v6"), a2.back());
+    assert_eq!((c.get(b"k6"), c.stats().client_share_full), (Some(&b"v6"[..]), 1));
 }
 
 /// An answer is kept only if it came back the way its GET went (docs/chain.md, "KV cache"): a
@@ -133,7 +164,7 @@ fn only_answers_that_come_back_the_way_their_get_went_are_kept() {
 /// after the exchange still removes it.
 #[test]
 fn entries_pass_to_a_cache_with_other_bounds_within_them() {
-    let cfg = |n: usize| KvConfig { max_bytes: 1 << 20, max_entries: n, max_pending: n };
+    let cfg = |n: usize| KvConfig { max_bytes: 1 << 20, max_entries: n, max_pending: n, ..KvConfig::default() };
     let mut old = Cache::new(cfg(8));
     for k in 0..8u8 {
         old.on_request(&msg(Op::Get, u32::from(k), &[k], b""));
@@ -187,7 +218,7 @@ proptest! {
     /// answers gets the server's value at that moment: never one a SET replaced.
     #[test]
     fn a_hit_is_never_stale(steps in proptest::collection::vec(step(), 1..80), max_pending in 1usize..6) {
-        let mut c = Cache::new(KvConfig { max_bytes: 64, max_entries: 2, max_pending });
+        let mut c = Cache::new(KvConfig { max_bytes: 64, max_entries: 2, max_pending, ..KvConfig::default() });
         let mut server: HashMap<u8, u8> = HashMap::new();
         let mut in_flight: Vec<Vec<u8>> = Vec::new();
         let mut id = 0u32;
