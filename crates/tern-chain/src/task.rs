@@ -331,8 +331,10 @@ impl NetworkTask for NatTask {
         let ports = slice(first, last, k, n)
             .ok_or_else(|| format!("nat: {} external ports cannot be shared by {n} instances", last - first + 1))?;
         // A host's limit is shared out too (its flows are spread over the instances by hash), so
-        // that it holds no more than its limit over them all.
-        let ports_per_host = (self.cfg.ports_per_host / n as u32).max(1);
+        // that it holds no more than its limit over them all: ⌊limit / n⌋ each, the first
+        // `limit mod n` instances one more (at least 1 each).
+        let (limit, n32, k32) = (self.cfg.ports_per_host, n as u32, k as u32);
+        let ports_per_host = (limit / n32 + u32::from(k32 < limit % n32)).max(1);
         self.nat = Nat::new(crate::nat::NatConfig { ports, ports_per_host, ..self.cfg });
         Ok(())
     }

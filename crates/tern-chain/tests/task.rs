@@ -398,28 +398,35 @@ fn a_next_generation_takes_the_state_of_the_one_before() {
     assert!(!dummy.swap_state(kv2.as_mut()));
 }
 
-/// A NAT's instances share out a host's port limit as they share out the range: with a limit of
-/// 4 and two instances, each lets one inside address hold 2 ports.
+/// A NAT's instances share out a host's port limit as they share out the range, all of it and
+/// no more: a limit of 4 over two instances lets one inside address hold 2 ports in each, and
+/// a limit of 3, 2 in the first and 1 in the second; one instance alone holds the whole limit.
 #[test]
 fn nat_instances_share_a_hosts_port_limit() {
     let pool = Pool::new(64, 2048);
-    let limited = "kind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20099\"\nports_per_host = 4";
-    let mut whole = task_of(limited);
-    let mut halves = [task_of(limited), task_of(limited)];
-    for (k, t) in halves.iter_mut().enumerate() {
-        t.partition(k, 2).unwrap();
-    }
     let out = |t: &mut dyn NetworkTask, sport: u16| {
         run(t, &mut packet(&pool, 0, &udp([10, 0, 0, 6], sport, [8, 8, 8, 8], 53, b"q")), &pool).0
     };
-    let refused = Verdict::Drop("port_limit");
-    for t in halves.iter_mut() {
-        let got: Vec<Verdict> = (1..=3).map(|p| out(t.as_mut(), p)).collect();
-        assert_eq!(got, [Verdict::Pass, Verdict::Pass, refused]);
-    }
-    let got: Vec<Verdict> = (1..=5).map(|p| out(whole.as_mut(), p)).collect();
-    assert_eq!(got, [Verdict::Pass, Verdict::Pass, Verdict::Pass, Verdict::Pass, refused]);
-    assert!(whole.counters().contains(&("port_limit", 1)), "{:?}", whole.counters());
+    // How many flows of one host each instance translates before `port_limit`.
+    let held = |limit: u32, n: usize| -> Vec<usize> {
+        let nt = format!("kind = \"nat\"\nexternal = \"192.0.2.1\"\nports = \"20000-20099\"\nports_per_host = {limit}");
+        (0..n)
+            .map(|k| {
+                let mut t = task_of(&nt);
+                t.partition(k, n).unwrap();
+                let got: Vec<Verdict> = (1..=8).map(|p| out(t.as_mut(), p)).collect();
+                let passed = got.iter().take_while(|v| **v == Verdict::Pass).count();
+                assert!(got[passed..].iter().all(|v| *v == Verdict::Drop("port_limit")), "{got:?}");
+                passed
+            })
+            .collect()
+    };
+    assert_eq!(held(4, 2), [2, 2]);
+    assert_eq!(held(3, 2), [2, 1]);
+    assert_eq!(held(5, 3), [2, 2, 1]);
+    assert_eq!(held(5, 1), [5]);
+    // Below one a host for each instance: one each.
+    assert_eq!(held(1, 2), [1, 1]);
 }
 
 proptest::proptest! {
