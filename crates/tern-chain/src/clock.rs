@@ -106,24 +106,3 @@ mod tests {
         assert!(other >= a);
     }
 }
-
-/// When a table (a firewall's flows, a NAT's mappings, a transport's connections) last began a
-/// look for its entries idle past their time: no more often than ten times an idle period.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct SweepClock {
-    last: Option<Instant>,
-    /// Looks begun so far.
-    pub(crate) begun: u64,
-}
-
-impl SweepClock {
-    /// Whether a look is due at `now` for entries idle for `idle` (and if so, it begins now).
-    pub(crate) fn due(&mut self, now: Instant, idle: Duration) -> bool {
-        if self.last.is_some_and(|t| now.saturating_duration_since(t) < idle / 10) {
-            return false;
-        }
-        self.last = Some(now);
-        self.begun += 1;
-        true
-    }
-}

@@ -21,8 +21,7 @@ use std::time::{Duration, Instant};
 
 use tern_table::classifier::{Classifier, FlowKey, Pattern};
 
-use crate::quota::Quota;
-use crate::swept::SweptMap;
+use crate::swept::Shared;
 use tern_wire::frame::{FrameInfo, L3};
 
 /// What a rule does with the frames it matches.
@@ -156,48 +155,15 @@ fn source(e: &Ends, r: &Remembered) -> (bool, u128) {
     (e.0, if r.from_lesser { e.1 } else { e.3 })
 }
 
-/// The flows remembered, forgotten a part a packet once idle ([`SweptMap`]); and how many each
-/// source address holds.
-#[derive(Debug, Default)]
-struct FlowTable {
-    map: SweptMap<Ends, Remembered>,
-    sources: Quota<(bool, u128)>,
-}
+/// The flows remembered, forgotten a part a packet once idle, each counted for its source
+/// ([`Shared`]).
+type FlowTable = Shared<Ends, Remembered, (bool, u128)>;
 
-impl FlowTable {
-    fn get_mut(&mut self, e: &Ends) -> Option<&mut Remembered> {
-        self.map.get_mut(e)
-    }
-
-    fn insert(&mut self, e: Ends, r: Remembered) {
-        if self.map.insert(e, r) {
-            self.sources.take(source(&e, &r));
-        }
-    }
-
-    fn remove(&mut self, e: &Ends) {
-        if let Some(r) = self.map.remove(e) {
-            self.sources.give_back(source(e, &r));
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    /// A packet's part of the pass for flows idle for `idle` ([`SweptMap::step`]); how many it
-    /// forgot. A flow idle past its time may hold its place up to a tenth of that longer and the
-    /// 128 packets after (at its own packet's lookup it is forgotten at once).
-    fn sweep(&mut self, now: Instant, idle: Duration) -> usize {
-        let sources = &mut self.sources;
-        self.map.step(now, idle, |e, r| {
-            let keep = now.saturating_duration_since(r.last) < idle;
-            if !keep {
-                sources.give_back(source(e, r));
-            }
-            keep
-        })
-    }
+/// A packet's part of the pass for flows idle for `idle` ([`Shared::step`]); how many it
+/// forgot. A flow idle past its time may hold its place up to a tenth of that longer and the
+/// 128 packets after (at its own packet's lookup it is forgotten at once).
+fn sweep(flows: &mut FlowTable, now: Instant, idle: Duration) -> usize {
+    flows.step(now, idle, |_, r| now.saturating_duration_since(r.last) < idle)
 }
 
 /// The firewall.
@@ -224,7 +190,7 @@ impl Firewall {
             actions: rules.iter().map(|r| r.action).collect(),
             classifier: Classifier::new(&patterns)?,
             rules: RULES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            flows: FlowTable::default(),
+            flows: FlowTable::new(source),
             info: FrameInfo::default(),
             stats: FwStats::default(),
         })
@@ -251,7 +217,7 @@ impl Firewall {
         let flow: Flow = (v6, i.src, i.dst, i.proto, i.src_port, i.dst_port);
         let (e, from_lesser) = ends(&flow);
         if self.cfg.established {
-            self.stats.expired += self.flows.sweep(now, self.cfg.idle) as u64;
+            self.stats.expired += sweep(&mut self.flows, now, self.cfg.idle) as u64;
             let (rules, idle) = (self.rules, self.cfg.idle);
             if let Some(r) = self.flows.get_mut(&e) {
                 // Most often: remembered under these rules, and live.
@@ -285,7 +251,7 @@ impl Firewall {
             let r = Remembered { last: now, rules: self.rules, from_lesser };
             if self.flows.len() >= self.cfg.max_flows {
                 self.stats.state_full += 1;
-            } else if self.flows.sources.at_limit(source(&e, &r), self.cfg.max_flows_per_source) {
+            } else if self.flows.at_limit(source(&e, &r), self.cfg.max_flows_per_source) {
                 self.stats.source_full += 1;
             } else {
                 self.flows.insert(e, r);

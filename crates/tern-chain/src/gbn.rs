@@ -27,7 +27,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::swept::SweptMap;
+use crate::swept::Shared;
 
 /// The header's length.
 pub const HEADER_LEN: usize = 12;
@@ -375,21 +375,25 @@ pub type Peer = ([u8; 4], u16);
 /// (expecting sequence number 0) and forgotten once it has been idle for
 /// [`ReceiveConfig::idle`]: a data packet after that meets a new receiver, as for a new
 /// connection. Sans-IO: the caller passes the time. (`Default`: [`ReceiveConfig`]'s defaults.)
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Connections {
     cfg: ReceiveConfig,
     /// By (peer, connection id), with its last data packet's time; forgotten a part a packet
-    /// once idle ([`SweptMap`]).
-    map: SweptMap<(Peer, u32), (Receiver, Instant)>,
-    /// Connections kept for each peer address.
-    peers: crate::quota::Quota<[u8; 4]>,
+    /// once idle, each counted for its peer's address ([`Shared`]).
+    map: Shared<(Peer, u32), (Receiver, Instant), [u8; 4]>,
     expired: u64,
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Connections::new(ReceiveConfig::default())
+    }
 }
 
 impl Connections {
     /// No connection yet.
     pub fn new(cfg: ReceiveConfig) -> Connections {
-        Connections { cfg, map: SweptMap::default(), peers: Default::default(), expired: 0 }
+        Connections { cfg, map: Shared::new(|&((addr, _), _), _| addr), expired: 0 }
     }
 
     /// [`Receiver::on_header`] on the connection of `h` from `from` at `now`: its receiver is made at its first
@@ -417,10 +421,9 @@ impl Connections {
             (r, last)
         } else if self.map.len() >= self.cfg.max_connections {
             return Err(Refused::ConnectionsFull(self.cfg.max_connections));
-        } else if self.peers.at_limit(from.0, self.cfg.max_connections_per_peer) {
+        } else if self.map.at_limit(from.0, self.cfg.max_connections_per_peer) {
             return Err(Refused::PeerFull(self.cfg.max_connections_per_peer));
         } else {
-            self.peers.take(from.0);
             let (r, last) = self.map.insert_mut(key, (Receiver::new(h.conn), now));
             (r, last)
         };
@@ -429,24 +432,16 @@ impl Connections {
     }
 
     /// A data packet's part of the pass that forgets the connections idle for
-    /// [`ReceiveConfig::idle`] ([`SweptMap::step`]).
+    /// [`ReceiveConfig::idle`] ([`Shared::step`]).
     fn sweep(&mut self, now: Instant) {
-        let (idle, peers) = (self.cfg.idle, &mut self.peers);
-        let gone = self.map.step(now, idle, |&((addr, _), _), (_, last)| {
-            let keep = now.saturating_duration_since(*last) < idle;
-            if !keep {
-                peers.give_back(addr);
-            }
-            keep
-        });
-        self.expired += gone as u64;
+        let idle = self.cfg.idle;
+        self.expired += self.map.step(now, idle, |_, (_, last)| now.saturating_duration_since(*last) < idle) as u64;
     }
 
     /// Exchanges its connections with `other`'s (another generation of it: the bounds may
     /// differ; the connections are the peers').
     pub fn swap_connections(&mut self, other: &mut Connections) {
         std::mem::swap(&mut self.map, &mut other.map);
-        std::mem::swap(&mut self.peers, &mut other.peers);
     }
 
     /// Connections kept now.

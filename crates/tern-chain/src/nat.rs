@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use tern_wire::frame::{FrameInfo, L3, proto, rewrite_field};
 
-use crate::swept::SweptMap;
+use crate::swept::Shared;
 
 /// Which way a frame crosses the NAT.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,14 +141,12 @@ struct Free {
 pub struct Nat {
     cfg: NatConfig,
     /// (protocol, inside address, inside port) → external port; idle ones looked for a part at
-    /// a time ([`SweptMap`]).
-    out: SweptMap<(u8, u32, u16), Mapping>,
+    /// a time, each counted for its (protocol, inside address) ([`Shared`]).
+    out: Shared<(u8, u32, u16), Mapping, (u8, u32)>,
     /// (protocol, external port) → (inside address, inside port).
     back: HashMap<(u8, u16), (u32, u16)>,
     /// Ports free, TCP's and UDP's.
     free: [Free; 2],
-    /// Ports held by each (protocol, inside address).
-    hosts: crate::quota::Quota<(u8, u32)>,
     info: FrameInfo,
     stats: NatStats,
 }
@@ -164,7 +162,6 @@ impl Nat {
         std::mem::swap(&mut self.out, &mut other.out);
         std::mem::swap(&mut self.back, &mut other.back);
         std::mem::swap(&mut self.free, &mut other.free);
-        std::mem::swap(&mut self.hosts, &mut other.hosts);
         true
     }
 
@@ -174,10 +171,9 @@ impl Nat {
         let cfg = NatConfig { ports: (lo, hi), ..cfg };
         Nat {
             cfg,
-            out: SweptMap::default(),
+            out: Shared::new(|&(proto, addr, _), _| (proto, addr)),
             back: HashMap::new(),
             free: Default::default(),
-            hosts: Default::default(),
             info: FrameInfo::default(),
             stats: NatStats::default(),
         }
@@ -240,9 +236,9 @@ impl Nat {
             return Ok(m.port);
         }
         let host = (key.0, key.1);
-        if self.hosts.at_limit(host, self.cfg.ports_per_host as usize) {
+        if self.out.at_limit(host, self.cfg.ports_per_host as usize) {
             self.sweep(now);
-            if self.hosts.at_limit(host, self.cfg.ports_per_host as usize) {
+            if self.out.at_limit(host, self.cfg.ports_per_host as usize) {
                 return Err(NatDrop::PortLimit);
             }
         }
@@ -255,7 +251,6 @@ impl Nat {
         };
         self.back.insert((key.0, port), (key.1, key.2));
         self.out.insert(key, Mapping { port, last: now });
-        self.hosts.take(host);
         self.stats.mappings += 1;
         Ok(port)
     }
@@ -273,16 +268,15 @@ impl Nat {
     }
 
     /// Takes back the ports of flows idle for `idle` in a part of the flows, when a new flow
-    /// finds no port free or its host at its limit: a step of a pass ([`SweptMap::step`]: begun
+    /// finds no port free or its host at its limit: a step of a pass ([`Shared::step`]: begun
     /// no more often than ten times an idle period, one of 64 maps a step).
     fn sweep(&mut self, now: Instant) {
         let idle = self.cfg.idle;
-        let Nat { out, back, free, hosts, stats, .. } = self;
-        out.step(now, idle, |&(proto, addr, _), m| {
+        let Nat { out, back, free, stats, .. } = self;
+        out.step(now, idle, |&(proto, _, _), m| {
             let keep = now.saturating_duration_since(m.last) < idle;
             if !keep {
                 back.remove(&(proto, m.port));
-                hosts.give_back((proto, addr));
                 free[usize::from(proto == proto::UDP)].freed.push_back(m.port);
                 stats.expired += 1;
             }

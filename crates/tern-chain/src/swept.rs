@@ -14,10 +14,31 @@ use std::time::{Duration, Instant};
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 
-use crate::clock::SweepClock;
+use crate::quota::Quota;
 
 /// The maps a table is kept in.
 pub(crate) const SHARDS: usize = 64;
+
+/// When a table (a firewall's flows, a NAT's mappings, a transport's connections) last began a
+/// look for its entries idle past their time: no more often than ten times an idle period.
+#[derive(Debug, Default, Clone, Copy)]
+struct SweepClock {
+    last: Option<Instant>,
+    /// Looks begun so far.
+    begun: u64,
+}
+
+impl SweepClock {
+    /// Whether a look is due at `now` for entries idle for `idle` (and if so, it begins now).
+    fn due(&mut self, now: Instant, idle: Duration) -> bool {
+        if self.last.is_some_and(|t| now.saturating_duration_since(t) < idle / 10) {
+            return false;
+        }
+        self.last = Some(now);
+        self.begun += 1;
+        true
+    }
+}
 
 /// The table. Each key is hashed once, with a key of the process's own (SipHash, as a
 /// `HashMap`'s), and the hash picks both its map (bits 32–37, which the maps' own buckets and
@@ -62,7 +83,7 @@ impl<K: Hash + Eq, V> SweptMap<K, V> {
 
     /// Puts `v` in as `k`'s value (a new key or not), and gives it back to change; whether `k`
     /// was new.
-    fn put(&mut self, k: K, v: V) -> (&mut V, bool) {
+    pub(crate) fn put(&mut self, k: K, v: V) -> (&mut V, bool) {
         let h = self.hasher.hash_one(&k);
         let SweptMap { hasher, maps, len, .. } = self;
         match maps[shard(h)].entry(h, |(x, _)| *x == k, |(x, _)| hasher.hash_one(x)) {
@@ -76,16 +97,6 @@ impl<K: Hash + Eq, V> SweptMap<K, V> {
                 (&mut e.insert((k, v)).into_mut().1, true)
             }
         }
-    }
-
-    /// Whether `k` was new.
-    pub(crate) fn insert(&mut self, k: K, v: V) -> bool {
-        self.put(k, v).1
-    }
-
-    /// Puts `v` in as `k`'s value (a new key or not), and gives it back to change.
-    pub(crate) fn insert_mut(&mut self, k: K, v: V) -> &mut V {
-        self.put(k, v).0
     }
 
     pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
@@ -132,6 +143,77 @@ impl<K: Hash + Eq, V> SweptMap<K, V> {
     }
 }
 
+/// A [`SweptMap`] whose entries each belong to a client (`client_of` names it: a flow's source
+/// address, a connection's peer), with what each client holds counted as entries come and go
+/// ([`Quota`]): the firewall's flows, go-back-N's connections and the NAT's mappings, each
+/// client held to its share.
+#[derive(Debug)]
+pub(crate) struct Shared<K, V, C> {
+    map: SweptMap<K, V>,
+    clients: Quota<C>,
+    client_of: fn(&K, &V) -> C,
+}
+
+impl<K: Hash + Eq, V, C: Hash + Eq + Copy> Shared<K, V, C> {
+    /// An empty table whose entries belong to `client_of` theirs.
+    pub(crate) fn new(client_of: fn(&K, &V) -> C) -> Self {
+        Shared { map: SweptMap::default(), clients: Quota::default(), client_of }
+    }
+
+    pub(crate) fn get_mut(&mut self, k: &K) -> Option<&mut V> {
+        self.map.get_mut(k)
+    }
+
+    /// Puts `v` in as `k`'s value (a new entry counts for its client), and gives it back to
+    /// change.
+    pub(crate) fn insert_mut(&mut self, k: K, v: V) -> &mut V {
+        let client = (self.client_of)(&k, &v);
+        let (slot, new) = self.map.put(k, v);
+        if new {
+            self.clients.take(client);
+        }
+        slot
+    }
+
+    pub(crate) fn insert(&mut self, k: K, v: V) {
+        self.insert_mut(k, v);
+    }
+
+    pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
+        let v = self.map.remove(k)?;
+        self.clients.give_back((self.client_of)(k, &v));
+        Some(v)
+    }
+
+    /// Entries kept.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether `client` holds `limit` entries or more.
+    pub(crate) fn at_limit(&self, client: C, limit: usize) -> bool {
+        self.clients.at_limit(client, limit)
+    }
+
+    /// [`SweptMap::step`], each entry forgotten given back by its client.
+    pub(crate) fn step(&mut self, now: Instant, idle: Duration, mut keep: impl FnMut(&K, &mut V) -> bool) -> usize {
+        let Shared { map, clients, client_of } = self;
+        map.step(now, idle, |k, v| {
+            let kept = keep(k, v);
+            if !kept {
+                clients.give_back(client_of(k, v));
+            }
+            kept
+        })
+    }
+
+    /// Passes begun so far.
+    #[cfg(test)]
+    pub(crate) fn passes(&self) -> u64 {
+        self.map.passes()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,11 +227,11 @@ mod tests {
         let t0 = Instant::now();
         // The first step begins a pass at once (nothing idle yet); it runs its course.
         for k in 0..6400 {
-            assert!(m.insert(k, t0));
+            assert!(m.put(k, t0).1);
         }
-        assert!(!m.insert(7, t0));
-        assert_eq!(*m.insert_mut(7, t0), t0);
-        *m.insert_mut(6400, t0) = t0;
+        assert!(!m.put(7, t0).1);
+        assert_eq!(*m.put(7, t0).0, t0);
+        *m.put(6400, t0).0 = t0;
         assert_eq!(m.remove(&6400), Some(t0));
         assert_eq!(m.len(), 6400);
         for _ in 0..SHARDS {
@@ -165,7 +247,7 @@ mod tests {
         }
         assert_eq!((m.len(), m.get_mut(&5).is_some(), m.passes()), (1, true, 2));
         // No new pass until a tenth of the idle time after the last began.
-        m.insert(9, t0);
+        m.put(9, t0);
         assert_eq!(m.step(t11 + Duration::from_millis(999), idle, forget), 0);
         assert_eq!(m.passes(), 2);
         assert_eq!(m.remove(&9), Some(t0));
@@ -180,7 +262,7 @@ mod tests {
         let chosen: Vec<u32> = (0u32..).filter(|c| unkeyed(c.rotate_left(7)) == 0).take(6400).collect();
         let mut m: SweptMap<(([u8; 4], u16), u32), ()> = SweptMap::default();
         for &c in &chosen {
-            m.insert((([10, 0, 0, 1], 7000), c), ());
+            m.put((([10, 0, 0, 1], 7000), c), ());
         }
         let sizes = m.sizes();
         assert_eq!(sizes.iter().sum::<usize>(), 6400);

@@ -367,17 +367,18 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
             let ext = str_of(t, "external", at)?.ok_or_else(|| format!("{at}.external: missing (an IPv4 address)"))?;
             let external: std::net::Ipv4Addr =
                 ext.parse().map_err(|_| format!("{at}.external: `{ext}` is not an IPv4 address"))?;
+            // The defaults are `NatConfig::new`'s.
+            let d = NatConfig::new(external.octets());
             let PortRange(lo, hi) = match t.get("ports") {
                 Some(v) => ports(v, &format!("{at}.ports"))?,
-                None => PortRange(1024, 65535),
+                None => PortRange(d.ports.0, d.ports.1),
             };
             if lo == 0 {
                 return Err(format!("{at}.ports: port 0 cannot be handed out"));
             }
-            let idle = Duration::from_secs(int_of(t, "idle_s", at, 1..=86_400)?.unwrap_or(60) as u64);
-            let ports_per_host =
-                int_of(t, "ports_per_host", at, 1..=65_535)?.map_or(crate::nat::PORTS_PER_HOST, |v| v as u32);
-            Ok(TaskSpec::Nat(NatConfig { external: external.octets(), ports: (lo, hi), idle, ports_per_host }))
+            let idle = int_of(t, "idle_s", at, 1..=86_400)?.map_or(d.idle, |v| Duration::from_secs(v as u64));
+            let ports_per_host = int_of(t, "ports_per_host", at, 1..=65_535)?.map_or(d.ports_per_host, |v| v as u32);
+            Ok(TaskSpec::Nat(NatConfig { ports: (lo, hi), idle, ports_per_host, ..d }))
         }
         "aes" => {
             parameters_only(t, "aes", at)?;
