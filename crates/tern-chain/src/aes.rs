@@ -2,12 +2,15 @@
 //! tenant's AES-256 key, or opens what was sealed, checking the tag.
 //!
 //! A sealed payload is `nonce (12 bytes) ‖ ciphertext ‖ tag (16 bytes)`. The nonce is the task
-//! instance's number (4 bytes) then its count of payloads sealed (8 bytes), both big-endian.
-//! Instance numbers come from the tenant's [`KeySpace`], which hands each out once — across every
-//! instance of the task and every relaunch of its chain — so no two payloads sealed under the
-//! key share a nonce. A key space made with [`KeySpace::with_ledger`] reserves its numbers in a
-//! [`ledger::Ledger`] file, so that this holds across restarts and between processes too;
-//! [`KeySpace::new`]'s count from 0 in this process alone; [`KeySpace::random`]'s are random.
+//! instance's number (4 bytes) then its count (8 bytes), both big-endian: the count starts at
+//! the instance's first count and goes up by one a payload sealed. Instance numbers come from
+//! the tenant's [`KeySpace`], which hands each out once — across every instance of the task and
+//! every relaunch of its chain — so no two payloads sealed under the key share a nonce. A key
+//! space made with [`KeySpace::with_ledger`] reserves its numbers in a [`ledger::Ledger`] file,
+//! so that this holds across restarts and between processes too, and starts each instance's
+//! count at a random number below 2^63, so that a ledger lost (a new file, the same key) repeats
+//! a nonce only by chance; [`KeySpace::new`]'s count from 0, numbers and counts, in this
+//! process alone; [`KeySpace::random`]'s are random.
 //!
 //! ```
 //! use tern_chain::aes::{AesTask, KeySpace};
@@ -53,7 +56,8 @@ pub struct KeySpace {
 enum Numbers {
     /// 0, 1, 2, … in this process.
     Process { next: u64 },
-    /// Blocks reserved in a ledger: `next..end` is what is left of the last one.
+    /// Blocks reserved in a ledger: `next..end` is what is left of the last one. A random
+    /// start count each instance.
     Ledger { ledger: Arc<Ledger>, next: u64, end: u64, handed: u64 },
     /// A random number and a random start count, each instance.
     Random { handed: u64 },
@@ -95,6 +99,9 @@ impl KeySpace {
 
     /// The key space of `key`, its instance numbers reserved [`ledger::BLOCK`] at a time in
     /// `ledger`: never handed out twice by any key space on the ledger's file, in any process.
+    /// Each instance starts counting at a random number below 2^63, so that should the file be
+    /// lost (a new ledger, the same key), two instances given one number share a nonce only if
+    /// their counts meet: at most (n + m) / 2^63 for instances sealing n and m payloads.
     pub fn with_ledger(key: [u8; 32], ledger: Arc<Ledger>) -> Arc<KeySpace> {
         KeySpace::make(key, Numbers::Ledger { ledger, next: 0, end: 0, handed: 0 })
     }
@@ -144,23 +151,32 @@ impl KeySpace {
                     return Err(InstanceError::Exhausted(self.id));
                 }
                 let i = u32::try_from(*next).map_err(|_| InstanceError::Exhausted(self.id))?;
+                let start = random_start()?;
                 *next += 1;
                 *handed += 1;
-                Ok((i, 0))
+                Ok((i, start))
             }
             Numbers::Random { handed } => {
-                let mut b = [0u8; 12];
-                getrandom::fill(&mut b).map_err(|e| InstanceError::Refused(format!("no random bytes: {e}")))?;
-                let (i, c) = b.split_at(4);
+                let mut b = [0u8; 4];
+                getrandom::fill(&mut b).map_err(no_random)?;
+                let start = random_start()?;
                 *handed += 1;
-                Ok((
-                    u32::from_be_bytes(i.try_into().unwrap_or_default()),
-                    u64::from_be_bytes(c.try_into().unwrap_or_default()) >> 1,
-                ))
+                Ok((u32::from_be_bytes(b), start))
             }
             Numbers::Refused(why) => Err(InstanceError::Refused(why.clone())),
         }
     }
+}
+
+/// A random first count below 2^63 (so an instance has at least 2^63 nonces to seal with).
+fn random_start() -> Result<u64, InstanceError> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).map_err(no_random)?;
+    Ok(u64::from_be_bytes(b) >> 1)
+}
+
+fn no_random(e: getrandom::Error) -> InstanceError {
+    InstanceError::Refused(format!("no random bytes: {e}"))
 }
 
 /// Why a frame is dropped, or a task cannot be made. Each drop is a counter.

@@ -114,8 +114,9 @@ fn nonces_never_repeat_across_instances_and_relaunches() {
 /// Key spaces on one nonce ledger (docs/chain.md, "AES-GCM") stand for servers restarted, or
 /// two at once, given one key: across 5 "processes" of 30 instances each (past a block of
 /// 64), two of them at a time from two threads, no nonce repeats; each process's first
-/// instance number starts a block of its own. With the numbers run out, an instance is refused
-/// by name; a random key space's instances start at random numbers.
+/// instance number starts a block of its own. A ledger lost repeats numbers but not nonces. With
+/// the numbers run out, an instance is refused by name; a random key space's instances start at
+/// random numbers.
 #[test]
 fn a_ledger_keeps_nonces_unique_across_processes() {
     let dir = std::env::temp_dir().join(format!("tern-aes-ledger-{}", std::process::id()));
@@ -149,6 +150,17 @@ fn a_ledger_keeps_nonces_unique_across_processes() {
     let unique: HashSet<&Vec<u8>> = all.iter().collect();
     assert_eq!((all.len(), unique.len()), (450, 450), "a nonce repeated");
     assert_eq!(Ledger::new(&path).read().unwrap(), vec![(KeyId::of(&key), 320)]);
+
+    // The ledger lost (a new file, the same key): its numbers start again at 0, but no nonce
+    // repeats, each instance's count starting at random below 2^63 (it fails with counts from 0).
+    std::fs::remove_file(&path).unwrap();
+    let again = process();
+    assert_eq!(u32::from_be_bytes(again[0][..4].try_into().unwrap()), 0, "a new ledger starts at 0");
+    let seen: HashSet<&Vec<u8>> = all.iter().collect();
+    assert!(again.iter().all(|n| !seen.contains(n)), "a lost ledger repeated a nonce");
+    let count = |n: &Vec<u8>| u64::from_be_bytes(n[4..].try_into().unwrap());
+    assert!(all.iter().chain(&again).all(|n| count(n) < 1 << 63), "a count started at 2^63 or more");
+    assert!(again.chunks(3).all(|c| count(&c[1]) == count(&c[0]) + 1), "an instance counts up by one");
 
     // The key's last numbers: two instances, then none.
     std::fs::write(&path, format!("{HEADER}\n{} {}\n", KeyId::of(&key), NUMBERS - 2)).unwrap();

@@ -110,7 +110,8 @@ pub struct ServeArgs {
     /// The nonce ledger: the file where AES-GCM tasks reserve their instance numbers, key by
     /// key, so that a key never seals two payloads under one nonce across restarts, nor in two
     /// servers sharing the file (docs/chain.md, "AES-GCM"). Made at the first AES task; keep
-    /// it: a server given the same key without it repeats nonces
+    /// it: a server given the same key without it takes the same numbers again, and its nonces
+    /// then differ only by chance (each instance's count starts at random below 2^63)
     /// [default: $XDG_STATE_HOME/tern/aes-nonces, else $HOME/.local/state/tern/aes-nonces].
     #[arg(long, value_name = "FILE")]
     pub nonce_ledger: Option<PathBuf>,
