@@ -2,7 +2,7 @@
 //! packets (a 1-byte length, then that many bytes), each given to a receiver and to a sender
 //! with payloads in flight. Nothing may panic; the receiver counts each payload it hands out
 //! once; the sender never has more in flight than its window, nor acknowledged more than it
-//! sent; the receiving end's table of connections (each packet that parses, to the connection
+//! sent, nor sends once it takes its connection for forgotten; the receiving end's table of connections (each packet that parses, to the connection
 //! its header names, each packet's length byte moving the clock by 10 ms a unit, against an idle
 //! time of 1 s, from one of four addresses and a port the length picks) never holds more than
 //! its bound.
@@ -49,6 +49,7 @@ fuzz_target!(|data: &[u8]| {
         out.clear();
         tx.poll(t0 + Duration::from_millis(u64::from(k)), &mut out);
         assert!(tx.in_flight() <= 4);
+        assert!(!tx.is_forgotten() || out.is_empty(), "a forgotten sender sent");
         assert!(tx.stats().acked <= tx.stats().sent);
     }
 });

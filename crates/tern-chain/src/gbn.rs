@@ -8,7 +8,8 @@
 //! drops everything else, and answers every data packet with a cumulative acknowledgement: the
 //! next sequence number it expects. So each payload is delivered exactly once and in order
 //! whatever the network loses, duplicates or reorders. The receiving end keeps its connections
-//! in [`Connections`]: bounded, and each forgotten after a time without data.
+//! in [`Connections`]: bounded, and each forgotten after a time without data; a sender going
+//! on after that finds out ([`Sender::is_forgotten`]) and gives its payloads back.
 //!
 //! ```
 //! use std::time::{Duration, Instant};
@@ -143,10 +144,32 @@ pub struct SenderStats {
     pub stale_acks: u64,
 }
 
-/// A full queue: the payload is given back.
+/// Timeouts in a row, none answered by an acknowledgement that moves the window, after which a
+/// stale acknowledgement of the connection's initial sequence number says that the receiving
+/// end forgot the connection ([`Sender::is_forgotten`]).
+pub const FORGOTTEN_AFTER: u32 = 2;
+
+/// A payload [`Sender::push`] did not queue, given back.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the sender's queue is full")]
-pub struct Full(pub Vec<u8>);
+pub enum PushError {
+    /// The queue is full, or the payload is over [`MAX_PAYLOAD`] bytes.
+    #[error("the sender's queue is full, or the payload is over 9000 bytes")]
+    Full(Vec<u8>),
+    /// The receiving end forgot the connection: nothing more is sent on it.
+    #[error("the receiving end forgot the connection")]
+    Forgotten(Vec<u8>),
+}
+
+/// The payloads a forgotten connection's sender had not had acknowledged, oldest first
+/// ([`Sender::take_unacknowledged`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unacknowledged {
+    /// Sent and not acknowledged: the receiving end may have delivered the first of them (a
+    /// prefix, in order) before it forgot the connection, its acknowledgements lost.
+    pub sent: Vec<Vec<u8>>,
+    /// Queued and never sent: none delivered.
+    pub unsent: Vec<Vec<u8>>,
+}
 
 /// The sending side of one connection.
 #[derive(Debug)]
@@ -160,6 +183,12 @@ pub struct Sender {
     pending: VecDeque<Vec<u8>>,
     /// When the oldest unacknowledged packet was (last) sent.
     timer: Option<Instant>,
+    /// The connection's initial sequence number.
+    start: u32,
+    /// Timeouts since an acknowledgement last moved the window.
+    stalled: u32,
+    /// The receiving end forgot the connection: nothing more is sent.
+    forgotten: bool,
     stats: SenderStats,
 }
 
@@ -175,13 +204,18 @@ impl Sender {
     pub fn starting_at(conn: u32, cfg: Config, start: u32) -> Sender {
         let cfg = Config { window: cfg.window.clamp(1, 1 << 15), queue: cfg.queue.max(1), ..cfg };
         let stats = SenderStats::default();
-        Sender { conn, cfg, base: start, next: start, pending: VecDeque::new(), timer: None, stats }
+        let pending = VecDeque::new();
+        Sender { conn, cfg, base: start, next: start, pending, timer: None, start, stalled: 0, forgotten: false, stats }
     }
 
-    /// Queues a payload (at most [`MAX_PAYLOAD`] bytes: a longer one is refused too).
-    pub fn push(&mut self, payload: Vec<u8>) -> Result<(), Full> {
+    /// Queues a payload (at most [`MAX_PAYLOAD`] bytes: a longer one is refused too), unless
+    /// the receiving end forgot the connection.
+    pub fn push(&mut self, payload: Vec<u8>) -> Result<(), PushError> {
+        if self.forgotten {
+            return Err(PushError::Forgotten(payload));
+        }
         if payload.len() > MAX_PAYLOAD || self.pending.len() >= self.cfg.queue + self.in_flight() as usize {
-            return Err(Full(payload));
+            return Err(PushError::Full(payload));
         }
         self.pending.push_back(payload);
         Ok(())
@@ -197,14 +231,41 @@ impl Sender {
         self.pending.is_empty()
     }
 
+    /// Whether the receiving end forgot the connection (docs/chain.md, "Go-back-N transport"):
+    /// after [`FORGOTTEN_AFTER`] timeouts in a row with the window not moving, an
+    /// acknowledgement came asking for the connection's initial sequence number though packets
+    /// past it were acknowledged. From then on nothing is sent or queued: the payloads not
+    /// acknowledged are [`Sender::take_unacknowledged`]'s, for a new connection to carry.
+    pub fn is_forgotten(&self) -> bool {
+        self.forgotten
+    }
+
+    /// A forgotten connection's payloads not acknowledged (`None` if it is not forgotten:
+    /// taking them from a live connection would leave its receiver waiting for them); the
+    /// sender is left with none.
+    pub fn take_unacknowledged(&mut self) -> Option<Unacknowledged> {
+        if !self.forgotten {
+            return None;
+        }
+        let mut sent: Vec<Vec<u8>> = self.pending.drain(..).collect();
+        let unsent = sent.split_off((self.in_flight() as usize).min(sent.len()));
+        self.base = self.next;
+        Some(Unacknowledged { sent, unsent })
+    }
+
     /// Appends the packets to send now: on a timeout, every unacknowledged packet again from
-    /// the oldest; then new ones while the window has room.
+    /// the oldest; then new ones while the window has room. Nothing once the connection is
+    /// forgotten.
     pub fn poll(&mut self, now: Instant, out: &mut Vec<Vec<u8>>) {
+        if self.forgotten {
+            return;
+        }
         if let Some(t) = self.timer
             && now.duration_since(t) >= self.cfg.rto
             && self.in_flight() > 0
         {
             self.stats.timeouts += 1;
+            self.stalled = self.stalled.saturating_add(1);
             for k in 0..self.in_flight() {
                 let seq = self.base.wrapping_add(k);
                 out.push(self.packet(seq, &self.pending[k as usize]));
@@ -235,7 +296,9 @@ impl Sender {
         p
     }
 
-    /// Takes an acknowledgement: everything before its sequence number is done.
+    /// Takes an acknowledgement: everything before its sequence number is done. A stale one
+    /// asking for the initial sequence number after [`FORGOTTEN_AFTER`] timeouts in a row
+    /// marks the connection forgotten ([`Sender::is_forgotten`]).
     pub fn on_packet(&mut self, b: &[u8], now: Instant) {
         let Ok((h, _)) = Header::parse(b) else {
             self.stats.bad_acks += 1;
@@ -246,8 +309,15 @@ impl Sender {
             return;
         }
         let acked = h.seq.wrapping_sub(self.base);
-        if acked > self.in_flight() {
+        if acked > self.in_flight() || self.forgotten {
             self.stats.stale_acks += 1;
+            // Behind the window, asking for the first number: a receiver made again, expecting
+            // the connection's beginning — unless a copy of an acknowledgement from before the
+            // first delivery came this late, which the timeouts without progress make unlikely.
+            if h.seq == self.start && self.stalled >= FORGOTTEN_AFTER && !self.forgotten {
+                self.forgotten = true;
+                self.timer = None;
+            }
             return;
         }
         for _ in 0..acked {
@@ -258,6 +328,7 @@ impl Sender {
         if acked > 0 {
             // The timer restarts for the new oldest packet.
             self.timer = (self.in_flight() > 0).then_some(now);
+            self.stalled = 0;
         }
     }
 

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use tern_chain::gbn::{
-    ACK, Config, Connections, DATA, HEADER_LEN, Header, MAX_PAYLOAD, PacketError, Peer, ReceiveConfig, Receiver,
-    Refused, Sender,
+    ACK, Config, Connections, DATA, HEADER_LEN, Header, MAX_PAYLOAD, PacketError, Peer, PushError, ReceiveConfig,
+    Receiver, Refused, Sender, Unacknowledged,
 };
 use tern_io::fault::{FaultConfig, FaultInjector};
 use tern_io::{Batch, Pool, Port, mem};
@@ -275,7 +275,7 @@ fn a_sender_keeps_its_window_goes_back_on_timeout_and_bounds_its_queue() {
     for i in 0..3u8 {
         tx.push(vec![i]).unwrap();
     }
-    assert_eq!(tx.push(vec![9]), Err(tern_chain::gbn::Full(vec![9])), "three queued, none sent");
+    assert_eq!(tx.push(vec![9]), Err(tern_chain::gbn::PushError::Full(vec![9])), "three queued, none sent");
     // Two go (the window); two more fit the queue; then it is full again.
     let t0 = Instant::now();
     let mut wire = Vec::new();
@@ -283,7 +283,7 @@ fn a_sender_keeps_its_window_goes_back_on_timeout_and_bounds_its_queue() {
     assert_eq!(wire.len(), 2);
     tx.push(vec![3]).unwrap();
     tx.push(vec![4]).unwrap();
-    assert_eq!(tx.push(vec![9]), Err(tern_chain::gbn::Full(vec![9])));
+    assert_eq!(tx.push(vec![9]), Err(tern_chain::gbn::PushError::Full(vec![9])));
     // Before the timeout nothing; after it both again, from the oldest.
     wire.clear();
     tx.poll(t0 + Duration::from_millis(1), &mut wire);
@@ -307,6 +307,86 @@ fn a_sender_keeps_its_window_goes_back_on_timeout_and_bounds_its_queue() {
     let s = tx.stats();
     assert_eq!((s.sent, s.retransmitted, s.timeouts, s.acked, s.stale_acks), (3, 2, 1, 1, 2));
     assert_eq!(tx.in_flight(), 2);
+}
+
+/// One round between a sender and the receiving end's connections at `now`: what the sender
+/// sends goes to `c` (from [`PEER`]), the acknowledgements back; the payloads delivered.
+fn round(tx: &mut Sender, c: &mut Connections, now: Instant) -> usize {
+    let mut out = Vec::new();
+    tx.poll(now, &mut out);
+    let mut delivered = 0;
+    for p in out {
+        let (h, _) = Header::parse(&p).unwrap();
+        if let Ok(Some((d, ack))) = c.on_header(PEER, h, now) {
+            delivered += usize::from(d);
+            let mut a = Vec::new();
+            ack.write(&[], &mut a);
+            tx.on_packet(&a, now);
+        }
+    }
+    delivered
+}
+
+/// The receiving end forgets a connection idle past its time; its sender, going on, hears
+/// acknowledgements of 0 behind its window. After two timeouts in a row without progress it
+/// says the connection was forgotten, sends and queues nothing more, and gives its payloads
+/// back: those sent (perhaps delivered in part, had acknowledgements been lost) and those not.
+/// A sender whose packets or acknowledgements are only lost never says so.
+#[test]
+fn a_sender_finds_out_that_the_receiving_end_forgot_its_connection() {
+    let idle = Duration::from_secs(60);
+    let mut c = Connections::new(ReceiveConfig { idle, ..ReceiveConfig::default() });
+    let rto = Duration::from_millis(1);
+    let mut tx = Sender::new(7, Config { window: 2, rto, queue: 16 });
+    let t0 = Instant::now();
+    for i in 0..3 {
+        tx.push(vec![i]).unwrap();
+    }
+    assert_eq!(round(&mut tx, &mut c, t0) + round(&mut tx, &mut c, t0), 3);
+    assert!(tx.is_idle());
+
+    // A minute of silence: the receiving end forgets the connection, and meets 3 and 4 with
+    // acknowledgements of 0.
+    let t1 = t0 + idle + Duration::from_secs(1);
+    for i in 3..6 {
+        tx.push(vec![i]).unwrap();
+    }
+    assert_eq!(round(&mut tx, &mut c, t1), 0);
+    assert_eq!(c.expired(), 1);
+    assert!(!tx.is_forgotten(), "a stale acknowledgement alone proves nothing");
+    assert_eq!(round(&mut tx, &mut c, t1 + rto), 0);
+    assert!(!tx.is_forgotten(), "nor after one timeout");
+    assert_eq!(round(&mut tx, &mut c, t1 + 2 * rto), 0);
+    assert!(tx.is_forgotten(), "{:?}", tx.stats());
+    let mut out = Vec::new();
+    tx.poll(t1 + 10 * rto, &mut out);
+    assert!(out.is_empty() && tx.deadline().is_none(), "nothing more is sent");
+    assert_eq!(tx.push(vec![6]), Err(PushError::Forgotten(vec![6])));
+    let u = tx.take_unacknowledged().unwrap();
+    assert_eq!(u, Unacknowledged { sent: vec![vec![3], vec![4]], unsent: vec![vec![5]] });
+    assert!(tx.is_idle() && tx.take_unacknowledged() == Some(Unacknowledged::default()));
+
+    // A new connection carries them, from 0.
+    let mut again = Sender::new(8, Config { window: 4, rto, queue: 16 });
+    for p in u.sent.into_iter().chain(u.unsent) {
+        again.push(p).unwrap();
+    }
+    assert_eq!(round(&mut again, &mut c, t1), 3);
+
+    // A sender hearing nothing, or acknowledgements that do not move its window, is not
+    // forgotten: the receiver may be slow, or its acknowledgements lost.
+    let mut lonely = Sender::new(9, Config { window: 2, rto, queue: 16 });
+    lonely.push(vec![0]).unwrap();
+    assert_eq!(round(&mut lonely, &mut c, t1), 1);
+    lonely.push(vec![1]).unwrap();
+    for k in 0..10 {
+        lonely.poll(t1 + k * rto, &mut out);
+        let mut a = Vec::new();
+        Header { kind: ACK, len: 0, conn: 9, seq: 1 }.write(&[], &mut a);
+        lonely.on_packet(&a, t1 + k * rto);
+    }
+    assert!(!lonely.is_forgotten() && lonely.stats().timeouts >= 9);
+    assert_eq!(lonely.take_unacknowledged(), None, "a live connection keeps its payloads");
 }
 
 /// `n` payloads from a sender on one port to a receiver on the other, both ways through
@@ -379,6 +459,7 @@ fn pairs_over_the_fault_injector_deliver_once_and_in_order() {
         let (_, tx, rx) = transfer(500, 0, 16, faults);
         let (s, r) = (tx.stats(), rx.stats());
         assert!(s.retransmitted > 0 && s.timeouts > 0, "seed {seed}: {s:?}");
+        assert!(!tx.is_forgotten(), "seed {seed}: a live receiver taken for forgotten");
         assert!(r.out_of_order > 0, "seed {seed}: {r:?}");
     }
 }
