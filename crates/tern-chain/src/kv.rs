@@ -33,8 +33,6 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::quota::Quota;
-
 /// The header's length.
 pub const HEADER_LEN: usize = 8;
 /// The longest key.
@@ -189,8 +187,9 @@ pub struct KvConfig {
     /// the oldest is forgotten beyond. Default 4096.
     pub max_pending: usize,
     /// Of those, the most one client address may have remembered (its ports together), so that
-    /// one client's misses cannot push every other client's out; its GETs beyond go on to the
-    /// server unremembered (their answers not kept). Default 1024.
+    /// one client's misses cannot push every other client's out: a GET beyond makes the
+    /// client's own oldest forgotten (its answer then not kept), so a client whose GETs are lost
+    /// on the way still has its newest remembered. Default 1024.
     pub max_pending_per_client: usize,
 }
 
@@ -216,8 +215,8 @@ pub struct KvStats {
     /// Answers to a GET remembered that did not come back the way it went (from its side, from
     /// another address, to another client): not kept, the GET still waiting for its answer.
     pub not_kept_wrong_way: u64,
-    /// GETs that missed and went on unremembered, their client holding its share of the
-    /// remembered GETs ([`KvConfig::max_pending_per_client`]).
+    /// Remembered GETs forgotten, their answers then not kept, to make room for a newer GET of
+    /// the same client address, which held its share ([`KvConfig::max_pending_per_client`]).
     pub client_share_full: u64,
     /// Messages that did not parse.
     pub malformed: u64,
@@ -239,6 +238,15 @@ struct Pending {
     side: u8,
 }
 
+/// The GETs one client address has remembered: how many, and in the order they came (with
+/// entries no longer remembered skipped, and swept out when they outnumber the live ones), so
+/// that a client at its share forgets its own oldest.
+#[derive(Debug, Default)]
+struct Held {
+    live: usize,
+    order: VecDeque<((Endpoint, u32), u64)>,
+}
+
 /// One tenant's cache.
 #[derive(Debug)]
 pub struct Cache {
@@ -257,8 +265,8 @@ pub struct Cache {
     /// `pending` (answered, or replaced by a later GET of the same client and id) are skipped,
     /// and swept out when they outnumber the live ones.
     pending_order: VecDeque<((Endpoint, u32), u64)>,
-    /// GETs remembered by each client address.
-    clients: Quota<[u8; 4]>,
+    /// GETs remembered by each client address (a client remembering none takes no room).
+    clients: HashMap<[u8; 4], Held>,
     /// A key being looked up (server and key), reused.
     scratch: Vec<u8>,
     seq: u64,
@@ -303,7 +311,7 @@ impl Cache {
             let Some((id, at)) = self.pending_order.pop_front() else { break };
             if self.pending.get(&id).is_some_and(|p| p.at == at) {
                 self.pending.remove(&id);
-                self.clients.give_back(id.0.0);
+                self.give_back(id.0.0);
             }
         }
         self.sweep_order();
@@ -320,7 +328,7 @@ impl Cache {
             last_set: HashMap::new(),
             pending: HashMap::new(),
             pending_order: VecDeque::new(),
-            clients: Quota::default(),
+            clients: HashMap::new(),
             scratch: Vec::new(),
             seq: 0,
             floor: 0,
@@ -372,15 +380,29 @@ impl Cache {
                 self.seq += 1;
                 let id = (way.src, m.id);
                 let pending = Pending { key: self.scratch.clone(), at: self.seq, side: way.side };
+                let held = self.clients.entry(way.src.0).or_default();
                 if let Some(p) = self.pending.get_mut(&id) {
                     // The client's id again: this GET replaces the one it named before.
                     *p = pending;
-                } else if self.clients.at_limit(way.src.0, self.cfg.max_pending_per_client) {
-                    self.stats.client_share_full += 1;
-                    return Verdict::Forward;
                 } else {
+                    // At its share (or past it, with a generation's smaller share): the
+                    // client's own oldest remembered GETs are forgotten (their answers then not
+                    // kept), no other client's.
+                    while held.live >= self.cfg.max_pending_per_client {
+                        let Some((old, at)) = held.order.pop_front() else { break };
+                        if self.pending.get(&old).is_some_and(|p| p.at == at) {
+                            self.pending.remove(&old);
+                            held.live -= 1;
+                            self.stats.client_share_full += 1;
+                        }
+                    }
                     self.pending.insert(id, pending);
-                    self.clients.take(way.src.0);
+                    held.live += 1;
+                }
+                held.order.push_back((id, self.seq));
+                if held.order.len() > 2 * held.live + 16 {
+                    let pending = &self.pending;
+                    held.order.retain(|(id, at)| pending.get(id).is_some_and(|p| p.at == *at));
                 }
                 self.pending_order.push_back((id, self.seq));
                 self.forget_past_pending_bound();
@@ -438,7 +460,7 @@ impl Cache {
             return;
         }
         let Some(Pending { key, at, .. }) = self.pending.remove(&id) else { return };
-        self.clients.give_back(id.0.0);
+        self.give_back(id.0.0);
         self.sweep_order();
         let replaced = at < self.floor || self.last_set.get(&key).is_some_and(|&s| s > at);
         // With no GET left to answer, no SET can matter any more.
@@ -473,6 +495,17 @@ impl Cache {
 
     /// Drops the order's stale entries once they outnumber the live ones (so the order stays
     /// within twice the pending GETs, each entry swept once).
+    /// One of `client`'s remembered GETs is no longer remembered (a client down to none is
+    /// forgotten, its order with it).
+    fn give_back(&mut self, client: [u8; 4]) {
+        if let std::collections::hash_map::Entry::Occupied(mut e) = self.clients.entry(client) {
+            e.get_mut().live = e.get().live.saturating_sub(1);
+            if e.get().live == 0 {
+                e.remove();
+            }
+        }
+    }
+
     fn sweep_order(&mut self) {
         if self.pending_order.len() > 2 * self.pending.len() + 16 {
             let pending = &self.pending;

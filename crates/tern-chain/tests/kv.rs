@@ -92,9 +92,10 @@ fn what_is_kept_stays_within_its_bounds_least_recently_used_first() {
 }
 
 /// One client address cannot push every other client's GETs out of those remembered: past its
-/// share (here 2, its ports together) its misses go on unremembered (`client_share_full`, their
-/// answers not kept), another address's are remembered and kept, and once one of its own is
-/// answered it has room again.
+/// share (here 2, its ports together) its newer GET makes its own oldest forgotten
+/// (`client_share_full`, that one's answer not kept), never another address's — so another
+/// address's GET stays remembered through any number of its misses — and a client whose GETs
+/// are lost on the way (never answered) still has its newest remembered and their answers kept.
 #[test]
 fn one_client_keeps_to_its_share_of_the_gets_remembered() {
     let mut c = Cache::new(KvConfig { max_pending: 8, max_pending_per_client: 2, ..KvConfig::default() });
@@ -102,24 +103,33 @@ fn one_client_keeps_to_its_share_of_the_gets_remembered() {
     a2.src.1 += 1;
     b.src.0 = [10, 0, 0, 9];
     let mut sink = Vec::new();
+    // Another client's GET, remembered before the first client's misses.
+    c.request(&msg(Op::Get, 20, b"k20", b""), b, &mut sink);
     for (way, id, key) in [(a, 1, b"k1"), (a2, 2, b"k2"), (a, 3, b"k3")] {
         assert_eq!(c.request(&msg(Op::Get, id, key, b""), way, &mut sink), Verdict::Forward);
     }
     assert_eq!(c.stats().client_share_full, 1);
-    // The third GET's answer is not kept; another client's is.
+    // The third GET's answer is kept; the first's, forgotten for it, is not.
     c.response(&msg(Op::Value, 3, b"k3", b"v3"), a.back());
-    c.request(&msg(Op::Get, 4, b"k4", b""), b, &mut sink);
-    c.response(&msg(Op::Value, 4, b"k4", b"v4"), b.back());
-    assert_eq!((c.get(b"k3"), c.get(b"k4")), (None, Some(&b"v4"[..])));
-    // The first's answer frees a place: the client's next miss is remembered and kept.
     c.response(&msg(Op::Value, 1, b"k1", b"v1"), a.back());
+    assert_eq!((c.get(b"k3"), c.get(b"k1")), (Some(&b"v3"[..]), None));
+    // The first client's GETs lost on the way (never answered), a hundred of them: each forgets
+    // one of its own, and the newest is remembered and its answer kept.
+    for id in 100..200 {
+        c.request(&msg(Op::Get, id, format!("lost{id}").as_bytes(), b""), a, &mut sink);
+    }
     c.request(&msg(Op::Get, 5, b"k5", b""), a, &mut sink);
     c.response(&msg(Op::Value, 5, b"k5", b"v5"), a.back());
-    assert_eq!((c.get(b"k1"), c.get(b"k5")), (Some(&b"v1"[..]), Some(&b"v5"[..])));
-    // A GET that names an id the client has remembered replaces it, at its share too.
-    assert_eq!(c.request(&msg(Op::Get, 2, b"k6", b""), a2, &mut sink), Verdict::Forward);
-    c.response(&msg(Op::Value, 2, b"k6", b"v6"), a2.back());
-    assert_eq!((c.get(b"k6"), c.stats().client_share_full), (Some(&b"v6"[..]), 1));
+    assert_eq!(c.get(b"k5"), Some(&b"v5"[..]));
+    assert_eq!(c.stats().client_share_full, 101);
+    // The other client's GET, remembered all along, takes its answer.
+    c.response(&msg(Op::Value, 20, b"k20", b"v20"), b.back());
+    assert_eq!(c.get(b"k20"), Some(&b"v20"[..]));
+    // A GET that names an id the client has remembered replaces it, forgetting no other.
+    c.request(&msg(Op::Get, 7, b"k7", b""), a, &mut sink);
+    assert_eq!(c.request(&msg(Op::Get, 7, b"k8", b""), a, &mut sink), Verdict::Forward);
+    c.response(&msg(Op::Value, 7, b"k8", b"v8"), a.back());
+    assert_eq!((c.get(b"k8"), c.stats().client_share_full), (Some(&b"v8"[..]), 101));
 }
 
 /// An answer is kept only if it came back the way its GET went (docs/chain.md, "KV cache"): a
@@ -202,6 +212,8 @@ enum Step {
     Set(u8, u8),
     /// Deliver the pending answer at this index (modulo how many there are).
     Deliver(usize),
+    /// A GET of a key by one of three client addresses, answered at once.
+    Answered(u8, u8),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -209,16 +221,24 @@ fn step() -> impl Strategy<Value = Step> {
         (0u8..3).prop_map(Step::Get),
         (0u8..3, any::<u8>()).prop_map(|(k, v)| Step::Set(k, v)),
         (0usize..8).prop_map(Step::Deliver),
+        (0u8..3, 0u8..3).prop_map(|(c, k)| Step::Answered(c, k)),
     ]
 }
 
 proptest! {
     /// The server applies each SET when it passes the cache and answers each GET forwarded with
     /// its value then; the answers come back in any order. Whatever happens, a GET the cache
-    /// answers gets the server's value at that moment: never one a SET replaced.
+    /// answers gets the server's value at that moment: never one a SET replaced. And a GET
+    /// answered at once has its answer kept, whatever GETs of any client still wait for theirs
+    /// (a client at its share forgets its own oldest, not the newest).
     #[test]
-    fn a_hit_is_never_stale(steps in proptest::collection::vec(step(), 1..80), max_pending in 1usize..6) {
-        let mut c = Cache::new(KvConfig { max_bytes: 64, max_entries: 2, max_pending, ..KvConfig::default() });
+    fn a_hit_is_never_stale(
+        steps in proptest::collection::vec(step(), 1..80),
+        max_pending in 1usize..6,
+        max_pending_per_client in 1usize..4,
+    ) {
+        let cfg = KvConfig { max_bytes: 64, max_entries: 2, max_pending, max_pending_per_client };
+        let mut c = Cache::new(cfg);
         let mut server: HashMap<u8, u8> = HashMap::new();
         let mut in_flight: Vec<Vec<u8>> = Vec::new();
         let mut id = 0u32;
@@ -247,6 +267,21 @@ proptest! {
                     if !in_flight.is_empty() {
                         let r = in_flight.remove(i % in_flight.len());
                         c.on_response(&r);
+                    }
+                }
+                Step::Answered(client, k) => {
+                    let mut way = Way::CLIENT;
+                    way.src.0[3] = way.src.0[3].wrapping_add(client);
+                    let mut answer = Vec::new();
+                    let want = server.get(&k).copied();
+                    match c.request(&msg(Op::Get, id, &[k], b""), way, &mut answer) {
+                        Verdict::Answer => prop_assert_eq!(Some(Msg::parse(&answer).unwrap().value[0]), want),
+                        _ => {
+                            if let Some(v) = want {
+                                c.response(&msg(Op::Value, id, &[k], &[v]), way.back());
+                                prop_assert_eq!(c.get(&[k]), Some(&[v][..]), "an answer at once not kept");
+                            }
+                        }
                     }
                 }
             }
