@@ -112,6 +112,18 @@ fn bench(c: &mut Criterion) {
     kv.on_response(&value);
     let mut answer = Vec::new();
     g.bench_function("kv_get_hit", |b| b.iter(|| black_box(kv.on_request_answer(black_box(&get), &mut answer))));
+    // GETs that miss from one client, each a new request id, none answered (lost on the way):
+    // once the client holds its share (1024), each forgets its own oldest to be remembered.
+    let mut kv = tern_chain::kv::Cache::new(tern_chain::kv::KvConfig::default());
+    let mut id = 0u32;
+    let mut miss = get.clone();
+    g.bench_function("kv_get_miss_lost", |b| {
+        b.iter(|| {
+            id = id.wrapping_add(1);
+            miss[4..8].copy_from_slice(&id.to_be_bytes());
+            black_box(kv.on_request_answer(black_box(&miss), &mut answer))
+        })
+    });
 
     g.bench_function("dag_parse_figure_4a", |b| {
         b.iter(|| black_box(tern_chain::dag::parse(black_box("nt1 -> nt2 -> nt4; nt3 -> nt4")).unwrap()))

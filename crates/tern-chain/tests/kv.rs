@@ -132,6 +132,26 @@ fn one_client_keeps_to_its_share_of_the_gets_remembered() {
     assert_eq!((c.get(b"k8"), c.stats().client_share_full), (Some(&b"v8"[..]), 101));
 }
 
+/// A client's share smaller in the next generation (an update): the client holding more than
+/// it passes on keeps them until its next GET, which forgets its oldest down to the new share.
+#[test]
+fn a_smaller_share_after_an_update_forgets_the_clients_oldest() {
+    let mut old = Cache::new(KvConfig { max_pending_per_client: 4, ..KvConfig::default() });
+    let mut sink = Vec::new();
+    for id in 1..=4 {
+        old.request(&msg(Op::Get, id, format!("k{id}").as_bytes(), b""), Way::CLIENT, &mut sink);
+    }
+    let mut new = Cache::new(KvConfig { max_pending_per_client: 2, ..KvConfig::default() });
+    assert!(new.swap_entries(&mut old));
+    new.request(&msg(Op::Get, 5, b"k5", b""), Way::CLIENT, &mut sink);
+    assert_eq!(new.stats().client_share_full, 3, "down to the share, the new GET among them");
+    for id in 1..=5 {
+        new.response(&msg(Op::Value, id, format!("k{id}").as_bytes(), b"v"), Way::CLIENT.back());
+    }
+    let kept: Vec<bool> = (1..=5).map(|id| new.get(format!("k{id}").as_bytes()).is_some()).collect();
+    assert_eq!(kept, [false, false, false, true, true]);
+}
+
 /// An answer is kept only if it came back the way its GET went (docs/chain.md, "KV cache"): a
 /// VALUE a client forges — from its own side, even with the server's address — or one from
 /// another address, is not kept, and the GET still takes its real answer; values are the
