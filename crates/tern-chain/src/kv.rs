@@ -493,8 +493,6 @@ impl Cache {
         self.stats.kept += 1;
     }
 
-    /// Drops the order's stale entries once they outnumber the live ones (so the order stays
-    /// within twice the pending GETs, each entry swept once).
     /// One of `client`'s remembered GETs is no longer remembered (a client down to none is
     /// forgotten, its order with it).
     fn give_back(&mut self, client: [u8; 4]) {
@@ -506,6 +504,8 @@ impl Cache {
         }
     }
 
+    /// Drops the order's stale entries once they outnumber the live ones (so the order stays
+    /// within twice the pending GETs, each entry swept once).
     fn sweep_order(&mut self) {
         if self.pending_order.len() > 2 * self.pending.len() + 16 {
             let pending = &self.pending;
