@@ -1737,7 +1737,8 @@ fn chain_serve_takes_frames_only_from_a_udp_ports_peer() {
 /// A server restarted with the same AES key never seals under a nonce it used before: the
 /// instance numbers are reserved in the nonce ledger (docs/chain.md, "AES-GCM"). Each run's
 /// sealed payload opens under the key; the second run's instance numbers follow the first's
-/// block. A ledger path holding another file is refused, naming it, the file left as it was.
+/// block. With the ledger deleted the numbers start again, but not the nonces. A ledger path
+/// holding another file is refused, naming it, the file left as it was.
 #[test]
 fn chain_serve_never_repeats_a_nonce_across_restarts() {
     use tern_chain::aes::{AesTask, KeySpace};
@@ -1765,6 +1766,14 @@ fn chain_serve_never_repeats_a_nonce_across_restarts() {
     assert!(instance(&nonces[0]) < 64 && (64..128).contains(&instance(&nonces[1])), "{nonces:02x?}");
     let held = std::fs::read_to_string(&ledger).unwrap();
     assert!(held.starts_with("# tern aes-gcm nonce ledger v1\n") && held.ends_with(" 128\n"), "{held}");
+    // The ledger lost: the numbers start again at 0, the nonce does not repeat (the count
+    // starts at random).
+    std::fs::remove_file(&ledger).unwrap();
+    let s = LanServe::start_with("nonces", &text, &["--duration", "2", "--nonce-ledger", &ledger_arg]);
+    let out = s.send_query();
+    let again = out[14 + 20 + 8..][..12].to_vec();
+    assert!(s.child.wait_with_output().unwrap().status.success());
+    assert!(instance(&again) < 64 && again != nonces[0], "{again:02x?} after {nonces:02x?}");
     // The tenant file given as the ledger: refused by name, left as it was.
     let tenant = dir.join("lan.toml");
     let s = LanServe::start_with("nonces", &text, &["--duration", "2", "--nonce-ledger", tenant.to_str().unwrap()]);
