@@ -1644,7 +1644,9 @@ impl Runtime {
     }
 
     /// Runs until stopped: core 0 on this thread with `ingress[0]` (every core its own
-    /// ingress in `rtc`), each core sending through its own egress. Returns the counters.
+    /// ingress in `rtc`), each core sending through its own egress. Returns the counters; or,
+    /// if a task panicked on any core (which stops every core), an error naming the core and
+    /// the panic's message.
     pub fn run(
         mut self,
         pool: &Pool,
@@ -1684,7 +1686,7 @@ impl Runtime {
         let core_regions = std::mem::take(&mut self.cores);
         let rtc = std::mem::take(&mut self.rtc);
         self.shared.running.store(true, Ordering::Release);
-        let results: Vec<Joined> = std::thread::scope(|s| {
+        let (results, panics): (Vec<Joined>, Vec<_>) = std::thread::scope(|s| {
             let mut handles = Vec::new();
             let mut rtc_iter = rtc.into_iter();
             let mut regions_iter = core_regions.into_iter();
@@ -1702,6 +1704,9 @@ impl Runtime {
                 let mut cl = classify.clone();
                 let sched_here = if core == 0 && cfg.mode != Mode::Rtc { sched.take() } else { None };
                 let body = move || -> Joined {
+                    // A panic on any core (a task's bug) stops them all: the data path is not
+                    // left running short of a core.
+                    let _stop_all = StopOnPanic(&shared);
                     if cfg.pin {
                         tern_io::pin_to_core(core);
                     }
@@ -1750,21 +1755,37 @@ impl Runtime {
                 if core == 0 {
                     first = Some(Box::new(body));
                 } else {
-                    handles.push(s.spawn(body));
+                    handles.push((core, s.spawn(body)));
                 }
             }
             let mut out = Vec::new();
+            let mut panics = Vec::new();
             if let Some(f) = first {
-                out.push(f());
-            }
-            for h in handles {
-                if let Ok(r) = h.join() {
-                    out.push(r);
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+                    Ok(r) => out.push(r),
+                    Err(p) => panics.push((0, p)),
                 }
             }
-            out
+            for (core, h) in handles {
+                match h.join() {
+                    Ok(r) => out.push(r),
+                    Err(p) => panics.push((core, p)),
+                }
+            }
+            (out, panics)
         });
         self.shared.running.store(false, Ordering::Release);
+        if let Some((core, p)) = panics.first() {
+            let why = p
+                .downcast_ref::<&str>()
+                .map(|m| m.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            return Err(format!(
+                "the data path stopped: a task panicked on core {core} ({why}){}",
+                if panics.len() > 1 { format!(", and on {} more core(s)", panics.len() - 1) } else { String::new() }
+            ));
+        }
         for j in results {
             if let Some(sc) = j.sched {
                 stats.unknown_tenant += sc.unknown_tenant;
@@ -2155,6 +2176,17 @@ pub fn build_region(
         out.push((ci, k, si, ws));
     }
     Ok(out)
+}
+
+/// Asks every core to stop if dropped while its thread panics.
+struct StopOnPanic<'a>(&'a Shared);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.stop.store(true, Ordering::Release);
+        }
+    }
 }
 
 /// Stops a running [`Runtime`].
