@@ -524,13 +524,16 @@ impl Collector for ChainCollector {
 
 /// A thread that runs `f` every `epoch` (on a fixed schedule; an overrun one goes on at once)
 /// until `done`. It looks at `done` at least every 100 ms while it waits, so that a long epoch
-/// does not hold a stopping server back.
+/// does not hold a stopping server back. Should `f` panic, `on_panic` runs (it stops the
+/// server).
 fn every(
     epoch: Duration,
     done: Arc<std::sync::atomic::AtomicBool>,
+    on_panic: impl FnMut() + Send + 'static,
     mut f: impl FnMut() + Send + 'static,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
+        let _stop = crate::signals::OnPanic(on_panic);
         let mut next = Instant::now();
         while !crate::signals::stopping(&done) {
             // An overrun epoch goes on at once, its schedule from now.
@@ -925,6 +928,8 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let rejected2 = rejected.clone();
     let progress = monitor.clone();
     let watcher = std::thread::spawn(move || {
+        let stop_on_panic = watcher_stop.clone();
+        let _stop = crate::signals::OnPanic(move || stop_on_panic.stop());
         let mut seen = mtimes(&files);
         let mut running = tenants_w;
         while !done2.load(std::sync::atomic::Ordering::Relaxed) {
@@ -973,8 +978,10 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         }
         let json_out = a.json;
         let done = done.clone();
+        let stop = stopper.clone();
         // Wakes at each epoch and when a launched instance's PR ends (it serves from then).
         std::thread::spawn(move || {
+            let _stop = crate::signals::OnPanic(move || stop.stop());
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 let wait = sc.next_due().saturating_duration_since(Instant::now());
                 std::thread::sleep(wait.min(Duration::from_millis(100)));
@@ -997,25 +1004,39 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let fairness = fair_on.then(|| {
         let shares = shares.clone();
         let mut fair = FairShares::new(&rt);
-        every(epoch, done.clone(), move || {
-            if let Some(got) = fair.tick(Instant::now())
-                && let Ok(mut sh) = shares.lock()
-            {
-                *sh = got.into_iter().map(Some).collect();
-            }
-        })
+        let stop = stopper.clone();
+        every(
+            epoch,
+            done.clone(),
+            move || stop.stop(),
+            move || {
+                if let Some(got) = fair.tick(Instant::now())
+                    && let Ok(mut sh) = shares.lock()
+                {
+                    *sh = got.into_iter().map(Some).collect();
+                }
+            },
+        )
     });
     let stats = rt.run(&pool, ingress, egress);
     done.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = watcher.join();
-    if let Some(f) = fairness {
-        let _ = f.join();
+    // A side thread that panicked stopped the data path (its message printed where it
+    // happened): the server stops with an error naming it.
+    let mut panicked = Vec::new();
+    if watcher.join().is_err() {
+        panicked.push("the watcher of signals and tenant files");
     }
-    if let Some(s) = scaling {
-        let _ = s.join();
+    if fairness.is_some_and(|f| f.join().is_err()) {
+        panicked.push("the fair-share thread");
+    }
+    if scaling.is_some_and(|s| s.join().is_err()) {
+        panicked.push("the autoscaler's thread");
     }
     stop_http.store(true, std::sync::atomic::Ordering::Relaxed);
     let stats = stats?;
+    if !panicked.is_empty() {
+        return Err(format!("{} panicked; the server stopped", panicked.join(" and ")).into());
+    }
     let port_stats: Vec<(String, PortStats)> = a
         .ports
         .iter()
@@ -1191,9 +1212,14 @@ mod tests {
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let runs = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let r = runs.clone();
-        let t = every(Duration::from_secs(3600), done.clone(), move || {
-            r.fetch_add(1, Ordering::Relaxed);
-        });
+        let t = every(
+            Duration::from_secs(3600),
+            done.clone(),
+            || {},
+            move || {
+                r.fetch_add(1, Ordering::Relaxed);
+            },
+        );
         std::thread::sleep(Duration::from_millis(50));
         done.store(true, Ordering::Relaxed);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -1201,5 +1227,30 @@ mod tests {
         // Generous: it looks every 100 ms; without that it would wait an hour.
         assert_eq!(rx.recv_timeout(Duration::from_secs(30)), Ok(true), "the thread stopped");
         assert_eq!(runs.load(Ordering::Relaxed), 0, "no epoch passed");
+    }
+
+    /// A side thread's work that panics stops the server (its `on_panic` runs, as a watcher's
+    /// or an epoch thread's stops the data path), and its join says so; one that ends without
+    /// a panic stops nothing.
+    #[test]
+    fn a_side_thread_that_panics_stops_the_server() {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stopped.clone();
+        let t = every(
+            Duration::from_millis(1),
+            done.clone(),
+            move || s.store(true, Ordering::Relaxed),
+            || panic!("a bug in an epoch's work"),
+        );
+        assert!(t.join().is_err());
+        assert!(stopped.load(Ordering::Relaxed), "the panic stopped the server");
+        let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stopped.clone();
+        let t = every(Duration::from_millis(1), done.clone(), move || s.store(true, Ordering::Relaxed), || {});
+        std::thread::sleep(Duration::from_millis(20));
+        done.store(true, Ordering::Relaxed);
+        assert!(t.join().is_ok());
+        assert!(!stopped.load(Ordering::Relaxed), "no panic, no stop");
     }
 }
