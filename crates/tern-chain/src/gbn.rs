@@ -464,7 +464,7 @@ impl Default for Connections {
 impl Connections {
     /// No connection yet.
     pub fn new(cfg: ReceiveConfig) -> Connections {
-        Connections { cfg, map: Shared::new(|&((addr, _), _), _| addr), expired: 0 }
+        Connections { cfg, map: Shared::new(cfg.max_connections, |&((addr, _), _), _| addr), expired: 0 }
     }
 
     /// [`Receiver::on_header`] on the connection of `h` from `from` at `now`: its receiver is made at its first
@@ -473,9 +473,10 @@ impl Connections {
     /// [`ReceiveConfig::max_connections`] kept is refused ([`Refused::ConnectionsFull`]), and
     /// so is one from an address with [`ReceiveConfig::max_connections_per_peer`] kept
     /// ([`Refused::PeerFull`]). Idle ones are forgotten by a pass begun no more often than ten
-    /// times an idle period that looks at one of 64 maps a data packet, so one idle past its
-    /// time may hold its place for up to a tenth of that longer and the 128 data packets after
-    /// (its own packet finds it idle at once).
+    /// times an idle period that looks at one map a data packet (64 maps, or one a 2048
+    /// connections the bound allows), so one idle past its time may hold its place for up to a
+    /// tenth of that longer and twice the maps' data packets after (128 with 64 maps; its own
+    /// packet finds it idle at once).
     pub fn on_header(&mut self, from: Peer, h: Header, now: Instant) -> Result<Option<(bool, Header)>, Refused> {
         if h.kind != DATA {
             // Not data: no connection is made or kept alive for it.

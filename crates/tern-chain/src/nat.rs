@@ -171,7 +171,7 @@ impl Nat {
         let cfg = NatConfig { ports: (lo, hi), ..cfg };
         Nat {
             cfg,
-            out: Shared::new(|&(proto, addr, _), _| (proto, addr)),
+            out: Shared::new(2 * (usize::from(hi - lo) + 1), |&(proto, addr, _), _| (proto, addr)),
             back: HashMap::new(),
             free: Default::default(),
             info: FrameInfo::default(),
@@ -269,7 +269,8 @@ impl Nat {
 
     /// Takes back the ports of flows idle for `idle` in a part of the flows, when a new flow
     /// finds no port free or its host at its limit: a step of a pass ([`Shared::step`]: begun
-    /// no more often than ten times an idle period, one of 64 maps a step).
+    /// no more often than ten times an idle period, one of 64 maps a step: a NAT's mappings, at
+    /// most both protocols' ranges, are too few for more).
     fn sweep(&mut self, now: Instant) {
         let idle = self.cfg.idle;
         let Nat { out, back, free, stats, .. } = self;

@@ -1,12 +1,13 @@
 //! A table whose idle entries are forgotten a part at a time (a firewall's flows, a NAT's
-//! mappings, a transport's connections): its entries are kept in [`SHARDS`] maps by a keyed
-//! hash of the key ([`SweptMap`]), and a pass that
-//! looks for idle ones — begun no more often than ten times an idle period ([`SweepClock`]) —
-//! looks at one map a packet. So no packet waits for a look at every entry: a pass over 65,536
-//! firewall flows in one map kept a packet 0.58–0.78 ms, and one over a million go-back-N
-//! connections 30–34 ms (docs/chain.md). An entry idle past its time is found within a tenth
-//! of the idle time and the 128 steps after: at most 64 to end the pass under way (which may
-//! have looked at its map before it idled) and 64 for the next.
+//! mappings, a transport's connections): its entries are kept in maps by a keyed hash of the
+//! key ([`SweptMap`]) — 64, or one for each [`PER_SHARD`] entries its bound allows, up to
+//! [`MAX_SHARDS`] — and a pass that looks for idle ones — begun no more often than ten times
+//! an idle period ([`SweepClock`]) — looks at one map a packet. So no packet waits for a look
+//! at every entry: a pass over 65,536 firewall flows in one map kept a packet 0.58–0.78 ms,
+//! and one over a million go-back-N connections 30–34 ms (docs/chain.md). An entry idle past
+//! its time is found within a tenth of the idle time and twice the maps' steps after (128 with
+//! 64 maps): at most one pass to end the one under way (which may have looked at its map
+//! before it idled) and one for the next.
 
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::time::{Duration, Instant};
@@ -16,8 +17,18 @@ use hashbrown::hash_table::Entry;
 
 use crate::quota::Quota;
 
-/// The maps a table is kept in.
-pub(crate) const SHARDS: usize = 64;
+/// The fewest maps a table is kept in.
+pub(crate) const MIN_SHARDS: usize = 64;
+/// The most maps a table is kept in.
+pub(crate) const MAX_SHARDS: usize = 8192;
+/// Entries a map, at most, for a table whose bound is between [`MIN_SHARDS`] and
+/// [`MAX_SHARDS`] maps' worth: a step looks at about this many once the table is full.
+pub(crate) const PER_SHARD: usize = 2048;
+
+/// The maps for a table of at most `bound` entries: a power of two.
+pub(crate) fn shards_for(bound: usize) -> usize {
+    bound.div_ceil(PER_SHARD).next_power_of_two().clamp(MIN_SHARDS, MAX_SHARDS)
+}
 
 /// When a table (a firewall's flows, a NAT's mappings, a transport's connections) last began a
 /// look for its entries idle past their time: no more often than ten times an idle period.
@@ -41,34 +52,44 @@ impl SweepClock {
 }
 
 /// The table. Each key is hashed once, with a key of the process's own (SipHash, as a
-/// `HashMap`'s), and the hash picks both its map (bits 32–37, which the maps' own buckets and
-/// tags do not use below 2^32 buckets) and its place there: so a client that chooses its keys
-/// (a connection id, a port) cannot pile them into one map to make one step as slow as a pass.
+/// `HashMap`'s), and the hash picks both its map (bits 32 and up, as many as the maps need:
+/// 6 to 13, which the maps' own buckets and tags do not use below 2^32 buckets) and its place
+/// there: so a client that chooses its keys (a connection id, a port) cannot pile them into one
+/// map to make one step as slow as a pass.
 #[derive(Debug)]
 pub(crate) struct SweptMap<K, V> {
     hasher: RandomState,
     maps: Vec<HashTable<(K, V)>>,
     len: usize,
-    /// When the last pass began, and the map it looks at next ([`SHARDS`]: none under way).
+    /// When the last pass began, and the map it looks at next (the maps' number: none under
+    /// way).
     clock: SweepClock,
     next: usize,
 }
 
-impl<K, V> Default for SweptMap<K, V> {
-    fn default() -> Self {
+impl<K, V> SweptMap<K, V> {
+    /// An empty table for at most `bound` entries, in [`shards_for`]`(bound)` maps.
+    pub(crate) fn with_bound(bound: usize) -> Self {
+        let n = shards_for(bound);
         SweptMap {
             hasher: RandomState::new(),
-            maps: (0..SHARDS).map(|_| HashTable::new()).collect(),
+            maps: (0..n).map(|_| HashTable::new()).collect(),
             len: 0,
             clock: SweepClock::default(),
-            next: SHARDS,
+            next: n,
         }
     }
-}
 
-/// A hash's map.
-fn shard(hash: u64) -> usize {
-    (hash >> 32) as usize % SHARDS
+    /// A hash's map (the maps are a power of two).
+    fn shard(&self, hash: u64) -> usize {
+        (hash >> 32) as usize & (self.maps.len() - 1)
+    }
+
+    /// The maps it keeps its entries in.
+    #[cfg(test)]
+    pub(crate) fn shards(&self) -> usize {
+        self.maps.len()
+    }
 }
 
 impl<K: Hash + Eq, V> SweptMap<K, V> {
@@ -78,15 +99,17 @@ impl<K: Hash + Eq, V> SweptMap<K, V> {
             return None;
         }
         let h = self.hasher.hash_one(k);
-        self.maps[shard(h)].find_mut(h, |(x, _)| x == k).map(|(_, v)| v)
+        let m = self.shard(h);
+        self.maps[m].find_mut(h, |(x, _)| x == k).map(|(_, v)| v)
     }
 
     /// Puts `v` in as `k`'s value (a new key or not), and gives it back to change; whether `k`
     /// was new.
     pub(crate) fn put(&mut self, k: K, v: V) -> (&mut V, bool) {
         let h = self.hasher.hash_one(&k);
+        let m = self.shard(h);
         let SweptMap { hasher, maps, len, .. } = self;
-        match maps[shard(h)].entry(h, |(x, _)| *x == k, |(x, _)| hasher.hash_one(x)) {
+        match maps[m].entry(h, |(x, _)| *x == k, |(x, _)| hasher.hash_one(x)) {
             Entry::Occupied(e) => {
                 let slot = &mut e.into_mut().1;
                 *slot = v;
@@ -101,7 +124,8 @@ impl<K: Hash + Eq, V> SweptMap<K, V> {
 
     pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
         let h = self.hasher.hash_one(k);
-        let e = self.maps[shard(h)].find_entry(h, |(x, _)| x == k).ok()?;
+        let m = self.shard(h);
+        let e = self.maps[m].find_entry(h, |(x, _)| x == k).ok()?;
         self.len -= 1;
         Some(e.remove().0.1)
     }
@@ -115,7 +139,7 @@ impl<K: Hash + Eq, V> SweptMap<K, V> {
     /// due, looks at its next map and keeps only the entries `keep` is true of (it sees each
     /// key and value, and does what forgetting one means beside the table); how many it forgot.
     pub(crate) fn step(&mut self, now: Instant, idle: Duration, mut keep: impl FnMut(&K, &mut V) -> bool) -> usize {
-        if self.next >= SHARDS {
+        if self.next >= self.maps.len() {
             if !self.clock.due(now, idle) {
                 return 0;
             }
@@ -155,9 +179,10 @@ pub(crate) struct Shared<K, V, C> {
 }
 
 impl<K: Hash + Eq, V, C: Hash + Eq + Copy> Shared<K, V, C> {
-    /// An empty table whose entries belong to `client_of` theirs.
-    pub(crate) fn new(client_of: fn(&K, &V) -> C) -> Self {
-        Shared { map: SweptMap::default(), clients: Quota::default(), client_of }
+    /// An empty table for at most `bound` entries ([`SweptMap::with_bound`]) whose entries
+    /// belong to `client_of` theirs.
+    pub(crate) fn new(bound: usize, client_of: fn(&K, &V) -> C) -> Self {
+        Shared { map: SweptMap::with_bound(bound), clients: Quota::default(), client_of }
     }
 
     pub(crate) fn get_mut(&mut self, k: &K) -> Option<&mut V> {
@@ -223,7 +248,7 @@ mod tests {
     #[test]
     fn a_pass_forgets_a_map_a_step() {
         let idle = Duration::from_secs(10);
-        let mut m: SweptMap<u32, Instant> = SweptMap::default();
+        let mut m: SweptMap<u32, Instant> = SweptMap::with_bound(6400);
         let t0 = Instant::now();
         // The first step begins a pass at once (nothing idle yet); it runs its course.
         for k in 0..6400 {
@@ -234,7 +259,7 @@ mod tests {
         *m.put(6400, t0).0 = t0;
         assert_eq!(m.remove(&6400), Some(t0));
         assert_eq!(m.len(), 6400);
-        for _ in 0..SHARDS {
+        for _ in 0..MIN_SHARDS {
             assert_eq!(m.step(t0, idle, |_, t| t0.duration_since(*t) < idle), 0);
         }
         let t11 = t0 + Duration::from_secs(11);
@@ -242,7 +267,7 @@ mod tests {
         let forget = |_: &u32, t: &mut Instant| t11.duration_since(*t) < idle;
         let first = m.step(t11, idle, forget);
         assert!((1..400).contains(&first), "one step forgot {first} of 6400");
-        for _ in 1..SHARDS {
+        for _ in 1..MIN_SHARDS {
             m.step(t11, idle, forget);
         }
         assert_eq!((m.len(), m.get_mut(&5).is_some(), m.passes()), (1, true, 2));
@@ -254,13 +279,48 @@ mod tests {
         assert_eq!((m.remove(&9), m.len()), (None, 1));
     }
 
+    /// The defaults' tables (go-back-N's 4096 connections, the firewall's 65,536 flows, a
+    /// NAT's two whole port ranges) keep 64 maps; the largest bounds one a 2048 entries, so
+    /// that a step over a full map looks at about as many; a pass looks at each map once.
+    #[test]
+    fn larger_bounds_keep_more_maps() {
+        for bound in [0, 4096, 65_536, 2 * 64_512, 2 * 65_536] {
+            assert_eq!(shards_for(bound), 64, "{bound}");
+        }
+        assert_eq!(
+            (shards_for(131_073), shards_for(1 << 20), shards_for(1 << 24), shards_for(usize::MAX)),
+            (128, 512, 8192, 8192)
+        );
+        let idle = Duration::from_secs(10);
+        let mut m: SweptMap<u32, ()> = SweptMap::with_bound(1 << 20);
+        assert_eq!(m.shards(), 512);
+        for k in 0..(1 << 16) {
+            m.put(k, ());
+        }
+        let t0 = Instant::now();
+        let mut looked = Vec::new();
+        for _ in 0..512 {
+            let mut n = 0;
+            m.step(t0, idle, |_, _| {
+                n += 1;
+                true
+            });
+            looked.push(n);
+        }
+        // 128 a map on average; a keyed hash puts well under 256 in any one.
+        assert_eq!(looked.iter().sum::<usize>(), 1 << 16, "each entry once a pass");
+        assert!(looked.iter().all(|&n| (40..256).contains(&n)), "{looked:?}");
+        assert_eq!(m.step(t0, idle, |_, _| true), 0);
+        assert_eq!(m.passes(), 1, "the next pass waits a tenth of the idle time");
+    }
+
     /// Keys a client chose to fall in one map of an unkeyed hash — connection ids all in map 0
     /// of the fold of their bits that picked go-back-N's map before — spread over the maps.
     #[test]
     fn chosen_keys_spread_over_the_maps() {
-        let unkeyed = |x: u32| (x ^ (x >> 6) ^ (x >> 12) ^ (x >> 18) ^ (x >> 24)) as usize % SHARDS;
+        let unkeyed = |x: u32| (x ^ (x >> 6) ^ (x >> 12) ^ (x >> 18) ^ (x >> 24)) as usize % MIN_SHARDS;
         let chosen: Vec<u32> = (0u32..).filter(|c| unkeyed(c.rotate_left(7)) == 0).take(6400).collect();
-        let mut m: SweptMap<(([u8; 4], u16), u32), ()> = SweptMap::default();
+        let mut m: SweptMap<(([u8; 4], u16), u32), ()> = SweptMap::with_bound(6400);
         for &c in &chosen {
             m.put((([10, 0, 0, 1], 7000), c), ());
         }
