@@ -104,6 +104,22 @@ fn bench(c: &mut Criterion) {
         })
     });
 
+    // The receiving end's table: a data packet of one of 4096 connections (64 peers of 64
+    // each), in turn, each the next of its connection.
+    let mut conns = gbn::Connections::new(gbn::ReceiveConfig::default());
+    let mut next = vec![0u32; 4096];
+    let mut k = 0usize;
+    let t0 = std::time::Instant::now();
+    g.bench_function("gbn_connections", |b| {
+        b.iter(|| {
+            k = (k + 1) % 4096;
+            let from = ([10, 0, 0, (k / 64) as u8], 7000 + (k % 64) as u16);
+            let h = gbn::Header { kind: gbn::DATA, len: 0, conn: k as u32, seq: next[k] };
+            next[k] += 1;
+            black_box(conns.on_header(from, h, t0).ok())
+        })
+    });
+
     let mut kv = tern_chain::kv::Cache::new(tern_chain::kv::KvConfig::default());
     let get = tern_chain::kv::Msg { op: tern_chain::kv::Op::Get, id: 1, key: b"user:1001", value: b"" }.to_vec();
     let value =

@@ -442,6 +442,18 @@ pub enum Refused {
 /// from one reaches the other's.
 pub type Peer = ([u8; 4], u16);
 
+/// A connection: its peer and its id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ConnKey(Peer, u32);
+
+impl std::hash::Hash for ConnKey {
+    /// Its 10 bytes as one number: the keyed hash takes one call rather than one a field.
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let ((a, port), id) = (self.0, self.1);
+        h.write_u128((u128::from(u32::from_be_bytes(a)) << 48) | (u128::from(port) << 32) | u128::from(id));
+    }
+}
+
 /// The receiving end's connections, each a [`Receiver`] made at its first data packet
 /// (expecting sequence number 0) and forgotten once it has been idle for
 /// [`ReceiveConfig::idle`]: a data packet after that meets a new receiver, as for a new
@@ -451,7 +463,7 @@ pub struct Connections {
     cfg: ReceiveConfig,
     /// By (peer, connection id), with its last data packet's time; forgotten a part a packet
     /// once idle, each counted for its peer's address ([`Shared`]).
-    map: Shared<(Peer, u32), (Receiver, Instant), [u8; 4]>,
+    map: Shared<ConnKey, (Receiver, Instant), [u8; 4]>,
     expired: u64,
 }
 
@@ -464,7 +476,7 @@ impl Default for Connections {
 impl Connections {
     /// No connection yet.
     pub fn new(cfg: ReceiveConfig) -> Connections {
-        Connections { cfg, map: Shared::new(cfg.max_connections, |&((addr, _), _), _| addr), expired: 0 }
+        Connections { cfg, map: Shared::new(cfg.max_connections, |&ConnKey((addr, _), _), _| addr), expired: 0 }
     }
 
     /// [`Receiver::on_header`] on the connection of `h` from `from` at `now`: its receiver is made at its first
@@ -483,7 +495,7 @@ impl Connections {
             return Ok(None);
         }
         self.sweep(now);
-        let key = (from, h.conn);
+        let key = ConnKey(from, h.conn);
         let (r, last) = if let Some((r, last)) = self.map.get_mut(&key) {
             if now.saturating_duration_since(*last) >= self.cfg.idle {
                 // Idle past its time (the sweep has not come round yet): forgotten.
