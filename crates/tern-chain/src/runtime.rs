@@ -1645,8 +1645,8 @@ impl Runtime {
 
     /// Runs until stopped: core 0 on this thread with `ingress[0]` (every core its own
     /// ingress in `rtc`), each core sending through its own egress. Returns the counters; or,
-    /// if a task panicked on any core (which stops every core), an error naming the core and
-    /// the panic's message.
+    /// if a core panicked (a task's bug, say: it stops every core), an error naming the core
+    /// and the panic's message.
     pub fn run(
         mut self,
         pool: &Pool,
@@ -1782,8 +1782,8 @@ impl Runtime {
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "no message".into());
             return Err(format!(
-                "the data path stopped: a task panicked on core {core} ({why}){}",
-                if panics.len() > 1 { format!(", and on {} more core(s)", panics.len() - 1) } else { String::new() }
+                "the data path stopped: core {core} panicked ({why}){}",
+                if panics.len() > 1 { format!(", and {} more core(s)", panics.len() - 1) } else { String::new() }
             ));
         }
         for j in results {
