@@ -8,8 +8,9 @@
 //! drops everything else, and answers every data packet with a cumulative acknowledgement: the
 //! next sequence number it expects. So each payload is delivered exactly once and in order
 //! whatever the network loses, duplicates or reorders. The receiving end keeps its connections
-//! in [`Connections`]: bounded, and each forgotten after a time without data; a sender going
-//! on after that finds out ([`Sender::is_forgotten`]) and gives its payloads back.
+//! in [`Connections`]: bounded, and each forgotten after a time without data; a sender ends a
+//! connection before that can matter, or finds out it was forgotten ([`Sender::ended`]), and
+//! gives its payloads back for a new one.
 //!
 //! ```
 //! use std::time::{Duration, Instant};
@@ -119,12 +120,36 @@ pub struct Config {
     pub rto: Duration,
     /// Payloads queued and not yet sent, at most. Default 4096.
     pub queue: usize,
+    /// How long the sender goes on without hearing an acknowledgement that moves its window
+    /// (with packets in flight), or without sending or hearing anything (with none), before it
+    /// ends the connection ([`Ended::Unanswered`], [`Ended::Idle`]). Keep it below the
+    /// receiving end's idle time ([`ReceiveConfig::idle`], 60 s by default), so that the
+    /// connection ends here before it can be forgotten there. Default 30 s.
+    pub give_up: Duration,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { window: 64, rto: Duration::from_millis(1), queue: 4096 }
+        Config { window: 64, rto: Duration::from_millis(1), queue: 4096, give_up: Duration::from_secs(30) }
     }
+}
+
+/// Why a sender ended its connection ([`Sender::ended`]). It then sends and queues nothing,
+/// and gives back what was not acknowledged ([`Sender::take_unacknowledged`]) for a new
+/// connection to carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The receiving end forgot it (a restart, or an idle time the sender outlasted): after
+    /// [`FORGOTTEN_AFTER`] timeouts in a row with the window not moving, an acknowledgement
+    /// came asking for the connection's initial sequence number, behind the window.
+    Forgotten,
+    /// Packets in flight and no acknowledgement moving the window for [`Config::give_up`] (a
+    /// partition, or a receiver gone): ended before the receiving end's idle time could pass,
+    /// so that no packet it might take for a new connection's is sent after that.
+    Unanswered,
+    /// Nothing sent or heard for [`Config::give_up`], and a payload to send: a connection that
+    /// quiet may be forgotten by the time it arrives, so it goes on a new connection.
+    Idle,
 }
 
 /// What a sender counted.
@@ -146,7 +171,7 @@ pub struct SenderStats {
 
 /// Timeouts in a row, none answered by an acknowledgement that moves the window, after which a
 /// stale acknowledgement of the connection's initial sequence number says that the receiving
-/// end forgot the connection ([`Sender::is_forgotten`]).
+/// end forgot the connection ([`Ended::Forgotten`]).
 pub const FORGOTTEN_AFTER: u32 = 2;
 
 /// A payload [`Sender::push`] did not queue, given back.
@@ -155,17 +180,17 @@ pub enum PushError {
     /// The queue is full, or the payload is over [`MAX_PAYLOAD`] bytes.
     #[error("the sender's queue is full, or the payload is over 9000 bytes")]
     Full(Vec<u8>),
-    /// The receiving end forgot the connection: nothing more is sent on it.
-    #[error("the receiving end forgot the connection")]
-    Forgotten(Vec<u8>),
+    /// The connection ended ([`Sender::ended`]): nothing more is sent on it.
+    #[error("the connection ended")]
+    Ended(Vec<u8>),
 }
 
-/// The payloads a forgotten connection's sender had not had acknowledged, oldest first
+/// The payloads an ended connection's sender had not had acknowledged, oldest first
 /// ([`Sender::take_unacknowledged`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Unacknowledged {
     /// Sent and not acknowledged: the receiving end may have delivered the first of them (a
-    /// prefix, in order) before it forgot the connection, its acknowledgements lost.
+    /// prefix, in order), their acknowledgements lost.
     pub sent: Vec<Vec<u8>>,
     /// Queued and never sent: none delivered.
     pub unsent: Vec<Vec<u8>>,
@@ -187,8 +212,12 @@ pub struct Sender {
     start: u32,
     /// Timeouts since an acknowledgement last moved the window.
     stalled: u32,
-    /// The receiving end forgot the connection: nothing more is sent.
-    forgotten: bool,
+    /// When an acknowledgement last moved the window (or, the window empty before, a packet
+    /// was sent), and when anything was last sent or the window moved.
+    heard: Option<Instant>,
+    active: Option<Instant>,
+    /// The connection ended, and why: nothing more is sent.
+    ended: Option<Ended>,
     stats: SenderStats,
 }
 
@@ -205,14 +234,28 @@ impl Sender {
         let cfg = Config { window: cfg.window.clamp(1, 1 << 15), queue: cfg.queue.max(1), ..cfg };
         let stats = SenderStats::default();
         let pending = VecDeque::new();
-        Sender { conn, cfg, base: start, next: start, pending, timer: None, start, stalled: 0, forgotten: false, stats }
+        let (heard, active, ended) = (None, None, None);
+        Sender {
+            conn,
+            cfg,
+            base: start,
+            next: start,
+            pending,
+            timer: None,
+            start,
+            stalled: 0,
+            heard,
+            active,
+            ended,
+            stats,
+        }
     }
 
     /// Queues a payload (at most [`MAX_PAYLOAD`] bytes: a longer one is refused too), unless
-    /// the receiving end forgot the connection.
+    /// the connection ended.
     pub fn push(&mut self, payload: Vec<u8>) -> Result<(), PushError> {
-        if self.forgotten {
-            return Err(PushError::Forgotten(payload));
+        if self.ended.is_some() {
+            return Err(PushError::Ended(payload));
         }
         if payload.len() > MAX_PAYLOAD || self.pending.len() >= self.cfg.queue + self.in_flight() as usize {
             return Err(PushError::Full(payload));
@@ -231,34 +274,46 @@ impl Sender {
         self.pending.is_empty()
     }
 
-    /// Whether the receiving end forgot the connection (docs/chain.md, "Go-back-N transport"):
-    /// after [`FORGOTTEN_AFTER`] timeouts in a row with the window not moving, an
-    /// acknowledgement came asking for the connection's initial sequence number though packets
-    /// past it were acknowledged. From then on nothing is sent or queued: the payloads not
-    /// acknowledged are [`Sender::take_unacknowledged`]'s, for a new connection to carry.
-    pub fn is_forgotten(&self) -> bool {
-        self.forgotten
+    /// Whether the connection ended, and why (docs/chain.md, "Go-back-N transport"): the
+    /// receiving end forgot it, or it went unanswered or idle for [`Config::give_up`]. From
+    /// then on nothing is sent or queued: the payloads not acknowledged are
+    /// [`Sender::take_unacknowledged`]'s, for a new connection to carry.
+    pub fn ended(&self) -> Option<Ended> {
+        self.ended
     }
 
-    /// A forgotten connection's payloads not acknowledged (`None` if it is not forgotten:
-    /// taking them from a live connection would leave its receiver waiting for them); the
-    /// sender is left with none.
+    /// An ended connection's payloads not acknowledged (`None` if it has not ended: taking
+    /// them from a live connection would leave its receiver waiting for them); the sender is
+    /// left with none.
     pub fn take_unacknowledged(&mut self) -> Option<Unacknowledged> {
-        if !self.forgotten {
-            return None;
-        }
+        self.ended?;
         let mut sent: Vec<Vec<u8>> = self.pending.drain(..).collect();
         let unsent = sent.split_off((self.in_flight() as usize).min(sent.len()));
         self.base = self.next;
         Some(Unacknowledged { sent, unsent })
     }
 
+    fn end(&mut self, why: Ended) {
+        self.ended = Some(why);
+        self.timer = None;
+    }
+
     /// Appends the packets to send now: on a timeout, every unacknowledged packet again from
-    /// the oldest; then new ones while the window has room. Nothing once the connection is
-    /// forgotten.
+    /// the oldest; then new ones while the window has room. Nothing once the connection has
+    /// ended, or if it ends now, having gone unanswered or idle for [`Config::give_up`].
     pub fn poll(&mut self, now: Instant, out: &mut Vec<Vec<u8>>) {
-        if self.forgotten {
+        if self.ended.is_some() {
             return;
+        }
+        let since = |t: Option<Instant>| t.map(|t| now.saturating_duration_since(t));
+        if self.in_flight() > 0 && since(self.heard).is_some_and(|d| d >= self.cfg.give_up) {
+            return self.end(Ended::Unanswered);
+        }
+        if self.in_flight() == 0
+            && !self.pending.is_empty()
+            && since(self.active).is_some_and(|d| d >= self.cfg.give_up)
+        {
+            return self.end(Ended::Idle);
         }
         if let Some(t) = self.timer
             && now.duration_since(t) >= self.cfg.rto
@@ -274,6 +329,11 @@ impl Sender {
             self.timer = Some(now);
         }
         while self.in_flight() < self.cfg.window && (self.in_flight() as usize) < self.pending.len() {
+            if self.in_flight() == 0 {
+                // The clock for hearing back starts with the first packet in an empty window.
+                self.heard = Some(now);
+            }
+            self.active = Some(now);
             let seq = self.next;
             out.push(self.packet(seq, &self.pending[self.in_flight() as usize]));
             self.next = self.next.wrapping_add(1);
@@ -298,7 +358,7 @@ impl Sender {
 
     /// Takes an acknowledgement: everything before its sequence number is done. A stale one
     /// asking for the initial sequence number after [`FORGOTTEN_AFTER`] timeouts in a row
-    /// marks the connection forgotten ([`Sender::is_forgotten`]).
+    /// ends the connection ([`Ended::Forgotten`]).
     pub fn on_packet(&mut self, b: &[u8], now: Instant) {
         let Ok((h, _)) = Header::parse(b) else {
             self.stats.bad_acks += 1;
@@ -309,14 +369,13 @@ impl Sender {
             return;
         }
         let acked = h.seq.wrapping_sub(self.base);
-        if acked > self.in_flight() || self.forgotten {
+        if acked > self.in_flight() || self.ended.is_some() {
             self.stats.stale_acks += 1;
             // Behind the window, asking for the first number: a receiver made again, expecting
             // the connection's beginning — unless a copy of an acknowledgement from before the
             // first delivery came this late, which the timeouts without progress make unlikely.
-            if h.seq == self.start && self.stalled >= FORGOTTEN_AFTER && !self.forgotten {
-                self.forgotten = true;
-                self.timer = None;
+            if h.seq == self.start && self.stalled >= FORGOTTEN_AFTER && self.ended.is_none() {
+                self.end(Ended::Forgotten);
             }
             return;
         }
@@ -329,6 +388,7 @@ impl Sender {
             // The timer restarts for the new oldest packet.
             self.timer = (self.in_flight() > 0).then_some(now);
             self.stalled = 0;
+            (self.heard, self.active) = (Some(now), Some(now));
         }
     }
 

@@ -201,7 +201,7 @@ struct Counts {
 
 impl World {
     fn new(setup: Setup, workload: Workload, seed: u64) -> World {
-        let cfg = gbn::Config { window: 256, rto: Duration::from_millis(5), queue: 4096 };
+        let cfg = gbn::Config { window: 256, rto: Duration::from_millis(5), queue: 4096, ..gbn::Config::default() };
         World {
             setup,
             workload,
