@@ -212,10 +212,10 @@ pub struct Sender {
     start: u32,
     /// Timeouts since an acknowledgement last moved the window.
     stalled: u32,
-    /// When an acknowledgement last moved the window (or, the window empty before, a packet
-    /// was sent), and when anything was last sent or the window moved.
+    /// When an acknowledgement last moved the window, or a packet went into an empty window.
+    /// With the window empty, the last of these was the acknowledgement that emptied it: the
+    /// time since anything was sent or heard.
     heard: Option<Instant>,
-    active: Option<Instant>,
     /// The connection ended, and why: nothing more is sent.
     ended: Option<Ended>,
     stats: SenderStats,
@@ -232,9 +232,7 @@ impl Sender {
     /// receiver is given too).
     pub fn starting_at(conn: u32, cfg: Config, start: u32) -> Sender {
         let cfg = Config { window: cfg.window.clamp(1, 1 << 15), queue: cfg.queue.max(1), ..cfg };
-        let stats = SenderStats::default();
-        let pending = VecDeque::new();
-        let (heard, active, ended) = (None, None, None);
+        let (pending, stats) = (VecDeque::new(), SenderStats::default());
         Sender {
             conn,
             cfg,
@@ -244,9 +242,8 @@ impl Sender {
             timer: None,
             start,
             stalled: 0,
-            heard,
-            active,
-            ended,
+            heard: None,
+            ended: None,
             stats,
         }
     }
@@ -305,15 +302,13 @@ impl Sender {
         if self.ended.is_some() {
             return;
         }
-        let since = |t: Option<Instant>| t.map(|t| now.saturating_duration_since(t));
-        if self.in_flight() > 0 && since(self.heard).is_some_and(|d| d >= self.cfg.give_up) {
-            return self.end(Ended::Unanswered);
-        }
-        if self.in_flight() == 0
-            && !self.pending.is_empty()
-            && since(self.active).is_some_and(|d| d >= self.cfg.give_up)
-        {
-            return self.end(Ended::Idle);
+        if self.heard.is_some_and(|t| now.saturating_duration_since(t) >= self.cfg.give_up) {
+            if self.in_flight() > 0 {
+                return self.end(Ended::Unanswered);
+            }
+            if !self.pending.is_empty() {
+                return self.end(Ended::Idle);
+            }
         }
         if let Some(t) = self.timer
             && now.duration_since(t) >= self.cfg.rto
@@ -333,7 +328,6 @@ impl Sender {
                 // The clock for hearing back starts with the first packet in an empty window.
                 self.heard = Some(now);
             }
-            self.active = Some(now);
             let seq = self.next;
             out.push(self.packet(seq, &self.pending[self.in_flight() as usize]));
             self.next = self.next.wrapping_add(1);
@@ -388,7 +382,7 @@ impl Sender {
             // The timer restarts for the new oldest packet.
             self.timer = (self.in_flight() > 0).then_some(now);
             self.stalled = 0;
-            (self.heard, self.active) = (Some(now), Some(now));
+            self.heard = Some(now);
         }
     }
 

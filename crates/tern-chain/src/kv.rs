@@ -244,7 +244,24 @@ struct Pending {
 #[derive(Debug, Default)]
 struct Held {
     live: usize,
-    order: VecDeque<((Endpoint, u32), u64)>,
+    order: VecDeque<Forwarded>,
+}
+
+/// A GET forwarded: its (client, request id) and the sequence number when it passed.
+type Forwarded = ((Endpoint, u32), u64);
+
+/// Whether the GET `id` forwarded at `at` is still remembered (not answered, forgotten or
+/// replaced by a later GET of the same client and id).
+fn remembered(pending: &HashMap<(Endpoint, u32), Pending>, id: &(Endpoint, u32), at: u64) -> bool {
+    pending.get(id).is_some_and(|p| p.at == at)
+}
+
+/// Drops an order's entries no longer remembered once they outnumber the `live` ones (so an
+/// order stays within twice its GETs remembered, each entry swept once).
+fn sweep(order: &mut VecDeque<Forwarded>, live: usize, pending: &HashMap<(Endpoint, u32), Pending>) {
+    if order.len() > 2 * live + 16 {
+        order.retain(|(id, at)| remembered(pending, id, *at));
+    }
 }
 
 /// One tenant's cache.
@@ -264,7 +281,7 @@ pub struct Cache {
     /// The same, oldest first, as ((client, request id), sequence number); entries no longer in
     /// `pending` (answered, or replaced by a later GET of the same client and id) are skipped,
     /// and swept out when they outnumber the live ones.
-    pending_order: VecDeque<((Endpoint, u32), u64)>,
+    pending_order: VecDeque<Forwarded>,
     /// GETs remembered by each client address (a client remembering none takes no room).
     clients: HashMap<[u8; 4], Held>,
     /// A key being looked up (server and key), reused.
@@ -309,7 +326,7 @@ impl Cache {
     fn forget_past_pending_bound(&mut self) {
         while self.pending.len() > self.cfg.max_pending {
             let Some((id, at)) = self.pending_order.pop_front() else { break };
-            if self.pending.get(&id).is_some_and(|p| p.at == at) {
+            if remembered(&self.pending, &id, at) {
                 self.pending.remove(&id);
                 self.give_back(id.0.0);
             }
@@ -390,7 +407,7 @@ impl Cache {
                     // kept), no other client's.
                     while held.live >= self.cfg.max_pending_per_client {
                         let Some((old, at)) = held.order.pop_front() else { break };
-                        if self.pending.get(&old).is_some_and(|p| p.at == at) {
+                        if remembered(&self.pending, &old, at) {
                             self.pending.remove(&old);
                             held.live -= 1;
                             self.stats.client_share_full += 1;
@@ -400,10 +417,7 @@ impl Cache {
                     held.live += 1;
                 }
                 held.order.push_back((id, self.seq));
-                if held.order.len() > 2 * held.live + 16 {
-                    let pending = &self.pending;
-                    held.order.retain(|(id, at)| pending.get(id).is_some_and(|p| p.at == *at));
-                }
+                sweep(&mut held.order, held.live, &self.pending);
                 self.pending_order.push_back((id, self.seq));
                 self.forget_past_pending_bound();
                 Verdict::Forward
@@ -504,13 +518,8 @@ impl Cache {
         }
     }
 
-    /// Drops the order's stale entries once they outnumber the live ones (so the order stays
-    /// within twice the pending GETs, each entry swept once).
     fn sweep_order(&mut self) {
-        if self.pending_order.len() > 2 * self.pending.len() + 16 {
-            let pending = &self.pending;
-            self.pending_order.retain(|(id, at)| pending.get(id).is_some_and(|p| p.at == *at));
-        }
+        sweep(&mut self.pending_order, self.pending.len(), &self.pending);
     }
 
     fn remove(&mut self, key: &[u8]) {

@@ -1706,7 +1706,7 @@ impl Runtime {
                 let body = move || -> Joined {
                     // A panic on any core (a task's bug) stops them all: the data path is not
                     // left running short of a core.
-                    let _stop_all = StopOnPanic(&shared);
+                    let _stop_all = tern_io::OnPanic(|| shared.stop.store(true, Ordering::Release));
                     if cfg.pin {
                         tern_io::pin_to_core(core);
                     }
@@ -2176,17 +2176,6 @@ pub fn build_region(
         out.push((ci, k, si, ws));
     }
     Ok(out)
-}
-
-/// Asks every core to stop if dropped while its thread panics.
-struct StopOnPanic<'a>(&'a Shared);
-
-impl Drop for StopOnPanic<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.0.stop.store(true, Ordering::Release);
-        }
-    }
 }
 
 /// Stops a running [`Runtime`].

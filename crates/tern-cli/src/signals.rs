@@ -30,19 +30,6 @@ pub fn stop_flag() -> io::Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
-/// Runs its closure if dropped while its thread panics. A server's side thread (a watcher of
-/// signals and files, an epoch's work) holds one that stops the server, so that a bug there
-/// stops the server with an error rather than leaving it running without that thread.
-pub struct OnPanic<F: FnMut()>(pub F);
-
-impl<F: FnMut()> Drop for OnPanic<F> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            (self.0)();
-        }
-    }
-}
-
 /// Whether the flag is set.
 pub fn stopping(flag: &AtomicBool) -> bool {
     flag.load(Ordering::Relaxed)

@@ -329,6 +329,25 @@ pub fn spin_for(d: std::time::Duration) {
     }
 }
 
+/// Runs its closure if dropped while its thread panics. A server's thread (a data-path core,
+/// a watcher of signals and files, an epoch's work) holds one that stops the server, so that a
+/// bug there stops it with an error rather than leaving it running without that thread.
+pub struct OnPanic<F: FnMut()>(pub F);
+
+impl<F: FnMut()> std::fmt::Debug for OnPanic<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnPanic")
+    }
+}
+
+impl<F: FnMut()> Drop for OnPanic<F> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            (self.0)();
+        }
+    }
+}
+
 /// Pins the calling thread to `core` (Linux); returns whether it worked.
 pub fn pin_to_core(core: usize) -> bool {
     if core >= libc::CPU_SETSIZE as usize {

@@ -533,7 +533,7 @@ fn every(
     mut f: impl FnMut() + Send + 'static,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let _stop = crate::signals::OnPanic(on_panic);
+        let _stop = tern_io::OnPanic(on_panic);
         let mut next = Instant::now();
         while !crate::signals::stopping(&done) {
             // An overrun epoch goes on at once, its schedule from now.
@@ -929,7 +929,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let progress = monitor.clone();
     let watcher = std::thread::spawn(move || {
         let stop_on_panic = watcher_stop.clone();
-        let _stop = crate::signals::OnPanic(move || stop_on_panic.stop());
+        let _stop = tern_io::OnPanic(move || stop_on_panic.stop());
         let mut seen = mtimes(&files);
         let mut running = tenants_w;
         while !done2.load(std::sync::atomic::Ordering::Relaxed) {
@@ -981,7 +981,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         let stop = stopper.clone();
         // Wakes at each epoch and when a launched instance's PR ends (it serves from then).
         std::thread::spawn(move || {
-            let _stop = crate::signals::OnPanic(move || stop.stop());
+            let _stop = tern_io::OnPanic(move || stop.stop());
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 let wait = sc.next_due().saturating_duration_since(Instant::now());
                 std::thread::sleep(wait.min(Duration::from_millis(100)));
