@@ -89,6 +89,11 @@ fn bench(c: &mut Criterion) {
     let cfg = gbn::Config { window: 1 << 15, queue: 1 << 20, ..gbn::Config::default() };
     let (mut tx, mut rx) = (Sender::new(1, cfg), Receiver::new(1));
     let mut wire = Vec::new();
+    // Opened first (the open, its acknowledgement): the bench is data and acknowledgements.
+    tx.push(vec![1; 64]).unwrap();
+    tx.poll(now, &mut wire);
+    tx.on_packet(&rx.on_packet(&wire[0]).1.unwrap(), now);
+    assert!(tx.is_open());
     g.bench_function("gbn_data_and_ack", |b| {
         b.iter(|| {
             tx.push(vec![1; 64]).unwrap();
@@ -105,15 +110,20 @@ fn bench(c: &mut Criterion) {
     });
 
     // The receiving end's table: a data packet of one of 4096 connections (64 peers of 64
-    // each), in turn, each the next of its connection.
+    // each, opened first), in turn, each the next of its connection.
     let mut conns = gbn::Connections::new(gbn::ReceiveConfig::default());
     let mut next = vec![0u32; 4096];
     let mut k = 0usize;
     let t0 = std::time::Instant::now();
+    let from_of = |k: usize| ([10, 0, 0, (k / 64) as u8], 7000 + (k % 64) as u16);
+    for k in 0..4096 {
+        let open = gbn::Header { kind: gbn::OPEN, len: 0, conn: k as u32, seq: 0 };
+        assert!(conns.on_header(from_of(k), open, t0).is_ok_and(|a| a.is_some()));
+    }
     g.bench_function("gbn_connections", |b| {
         b.iter(|| {
             k = (k + 1) % 4096;
-            let from = ([10, 0, 0, (k / 64) as u8], 7000 + (k % 64) as u16);
+            let from = from_of(k);
             let h = gbn::Header { kind: gbn::DATA, len: 0, conn: k as u32, seq: next[k] };
             next[k] += 1;
             black_box(conns.on_header(from, h, t0).ok())

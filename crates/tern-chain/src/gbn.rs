@@ -2,15 +2,19 @@
 //! sans-IO: a [`Sender`] and a [`Receiver`] that take and make packets and never touch a
 //! socket or a clock of their own (the caller passes `now`).
 //!
-//! The sender numbers each payload, keeps at most `window` unacknowledged, and when the oldest
-//! has gone unacknowledged for the retransmission timeout sends every unacknowledged packet
-//! again, from the oldest (go back N). The receiver delivers only the next payload in order,
-//! drops everything else, and answers every data packet with a cumulative acknowledgement: the
-//! next sequence number it expects. So each payload is delivered exactly once and in order
-//! whatever the network loses, duplicates or reorders. The receiving end keeps its connections
-//! in [`Connections`]: bounded, and each forgotten after a time without data; a sender ends a
-//! connection before that can matter, or finds out it was forgotten ([`Sender::ended`]), and
-//! gives its payloads back for a new one.
+//! A sender opens its connection first (an [`OPEN`] packet carrying the connection's initial
+//! sequence number, sent until acknowledged) and sends data only once the receiving end has
+//! it. It numbers each payload, keeps at most `window` unacknowledged, and when the oldest has
+//! gone unacknowledged for the retransmission timeout sends every unacknowledged packet again,
+//! from the oldest (go back N). The receiver delivers only the next payload in order, drops
+//! everything else, and answers every data packet with a cumulative acknowledgement: the next
+//! sequence number it expects. So each payload is delivered exactly once and in order whatever
+//! the network loses, duplicates or reorders. The receiving end keeps its connections in
+//! [`Connections`]: made only by an open, bounded, and each forgotten after a time without
+//! data; a data packet of a connection it does not have is answered with a [`RESET`], so a
+//! sender whose connection was forgotten (or whose receiving end restarted) finds out at its
+//! next packet ([`Sender::ended`]) rather than having its payloads taken for a new connection's,
+//! and gives them back for a new one.
 //!
 //! ```
 //! use std::time::{Duration, Instant};
@@ -19,8 +23,12 @@
 //! let (mut tx, mut rx) = (Sender::new(7, Config::default()), Receiver::new(7));
 //! tx.push(b"hello".to_vec()).unwrap();
 //! let mut wire = Vec::new();
-//! tx.poll(now, &mut wire);
-//! let (delivered, ack) = rx.on_packet(&wire[0]);
+//! tx.poll(now, &mut wire); // the open
+//! let (delivered, ack) = rx.on_packet(&wire.remove(0));
+//! assert_eq!(delivered, None);
+//! tx.on_packet(&ack.unwrap(), now);
+//! tx.poll(now, &mut wire); // the data, now that the receiving end has the connection
+//! let (delivered, ack) = rx.on_packet(&wire.remove(0));
 //! assert_eq!(delivered.as_deref(), Some(&b"hello"[..]));
 //! tx.on_packet(&ack.unwrap(), now);
 //! assert!(tx.is_idle());
@@ -33,25 +41,32 @@ use crate::swept::Shared;
 
 /// The header's length.
 pub const HEADER_LEN: usize = 12;
-/// The version this implements.
-pub const VERSION: u8 = 1;
+/// The version this implements (2: the open and the reset; version 1 had neither).
+pub const VERSION: u8 = 2;
 /// A data packet.
 pub const DATA: u8 = 1;
 /// An acknowledgement.
 pub const ACK: u8 = 2;
+/// An open: a sender's first packet of a connection, carrying its initial sequence number; the
+/// receiving end makes the connection and acknowledges it.
+pub const OPEN: u8 = 3;
+/// A reset: the receiving end's answer to a data packet of a connection it does not have
+/// (never opened, or forgotten), carrying the data packet's sequence number.
+pub const RESET: u8 = 4;
 /// The largest payload one packet carries.
 pub const MAX_PAYLOAD: usize = 9000;
 
 /// A parsed header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
-    /// [`DATA`] or [`ACK`].
+    /// [`DATA`], [`ACK`], [`OPEN`] or [`RESET`].
     pub kind: u8,
-    /// The payload's length (0 for an acknowledgement).
+    /// The payload's length (0 for all but data).
     pub len: u16,
     /// The connection.
     pub conn: u32,
-    /// Data: this payload's sequence number; acknowledgement: the next one expected.
+    /// Data: this payload's sequence number; acknowledgement: the next one expected; open: the
+    /// connection's initial sequence number; reset: the number of the data packet answered.
     pub seq: u32,
 }
 
@@ -62,13 +77,13 @@ pub enum PacketError {
     #[error("{0} bytes, shorter than the 12-byte header")]
     Short(usize),
     /// Another version.
-    #[error("version {0}, not 1")]
+    #[error("version {0}, not 2")]
     Version(u8),
-    /// Neither data nor an acknowledgement.
-    #[error("kind {0}, neither data (1) nor an acknowledgement (2)")]
+    /// None of data, acknowledgement, open or reset.
+    #[error("kind {0}, none of data (1), acknowledgement (2), open (3) or reset (4)")]
     Kind(u8),
-    /// The length field disagrees with the bytes, or an acknowledgement carries a payload, or
-    /// a payload is over [`MAX_PAYLOAD`].
+    /// The length field disagrees with the bytes, or a packet other than data carries a
+    /// payload, or a payload is over [`MAX_PAYLOAD`].
     #[error("length {len} with {have} bytes after the header")]
     Length {
         /// The header's length field.
@@ -86,11 +101,11 @@ impl Header {
             return Err(PacketError::Version(h[0]));
         }
         let kind = h[1];
-        if kind != DATA && kind != ACK {
+        if !(DATA..=RESET).contains(&kind) {
             return Err(PacketError::Kind(kind));
         }
         let len = u16::from_be_bytes([h[2], h[3]]);
-        let bad_len = usize::from(len) != payload.len() || (kind == ACK && len != 0) || usize::from(len) > MAX_PAYLOAD;
+        let bad_len = usize::from(len) != payload.len() || (kind != DATA && len != 0) || usize::from(len) > MAX_PAYLOAD;
         if bad_len {
             return Err(PacketError::Length { len, have: payload.len() });
         }
@@ -121,10 +136,11 @@ pub struct Config {
     /// Payloads queued and not yet sent, at most. Default 4096.
     pub queue: usize,
     /// How long the sender goes on without hearing an acknowledgement that moves its window
-    /// (with packets in flight), or without sending or hearing anything (with none), before it
-    /// ends the connection ([`Ended::Unanswered`], [`Ended::Idle`]). Keep it below the
-    /// receiving end's idle time ([`ReceiveConfig::idle`], 60 s by default), so that the
-    /// connection ends here before it can be forgotten there. Default 30 s.
+    /// (with packets or its open in flight), or without sending or hearing anything (with
+    /// none), before it ends the connection ([`Ended::Unanswered`], [`Ended::Idle`]). Keep it
+    /// below the receiving end's idle time ([`ReceiveConfig::idle`], 60 s by default), so that
+    /// a quiet connection ends here, its payloads all unsent, before it can be forgotten there.
+    /// Default 30 s.
     pub give_up: Duration,
 }
 
@@ -139,13 +155,12 @@ impl Default for Config {
 /// connection to carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
-    /// The receiving end forgot it (a restart, or an idle time the sender outlasted): after
-    /// [`FORGOTTEN_AFTER`] timeouts in a row with the window not moving, an acknowledgement
-    /// came asking for the connection's initial sequence number, behind the window.
+    /// The receiving end does not have it (a restart, or an idle time the sender outlasted):
+    /// a [`RESET`] came for a data packet in flight, every one of which was sent after the
+    /// open was acknowledged.
     Forgotten,
-    /// Packets in flight and no acknowledgement moving the window for [`Config::give_up`] (a
-    /// partition, or a receiver gone): ended before the receiving end's idle time could pass,
-    /// so that no packet it might take for a new connection's is sent after that.
+    /// Packets (or the open) in flight and no acknowledgement moving the window for
+    /// [`Config::give_up`]: a partition, or a receiving end gone.
     Unanswered,
     /// Nothing sent or heard for [`Config::give_up`], and a payload to send: a connection that
     /// quiet may be forgotten by the time it arrives, so it goes on a new connection.
@@ -158,21 +173,19 @@ pub struct SenderStats {
     /// Data packets sent for the first time, and again.
     pub sent: u64,
     pub retransmitted: u64,
-    /// Timeouts that sent the window again.
+    /// Opens sent (the first, and again after each timeout until acknowledged).
+    pub opens: u64,
+    /// Timeouts that sent the window (or the open) again.
     pub timeouts: u64,
     /// Packets acknowledged.
     pub acked: u64,
-    /// Packets dropped: not a packet, another connection, or not an acknowledgement.
+    /// Packets dropped: not a packet, another connection, or neither an acknowledgement nor
+    /// a reset.
     pub bad_acks: u64,
-    /// Acknowledgements outside what is in flight: stale (overtaken by a later one) or for
-    /// packets never sent; ignored.
+    /// Acknowledgements and resets outside what is in flight: stale (overtaken by a later
+    /// one, or from before the open) or for packets never sent; ignored.
     pub stale_acks: u64,
 }
-
-/// Timeouts in a row, none answered by an acknowledgement that moves the window, after which a
-/// stale acknowledgement of the connection's initial sequence number says that the receiving
-/// end forgot the connection ([`Ended::Forgotten`]).
-pub const FORGOTTEN_AFTER: u32 = 2;
 
 /// A payload [`Sender::push`] did not queue, given back.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -206,13 +219,13 @@ pub struct Sender {
     next: u32,
     /// Payloads from `base` on: the first `next - base` sent and unacknowledged.
     pending: VecDeque<Vec<u8>>,
-    /// When the oldest unacknowledged packet was (last) sent.
+    /// When the oldest unacknowledged packet (or, before the connection is open, the open)
+    /// was (last) sent.
     timer: Option<Instant>,
-    /// The connection's initial sequence number.
-    start: u32,
-    /// Timeouts since an acknowledgement last moved the window.
-    stalled: u32,
-    /// When an acknowledgement last moved the window, or a packet went into an empty window.
+    /// The receiving end acknowledged the open: data may go.
+    opened: bool,
+    /// When an acknowledgement last moved the window, or a packet (or the first open) went
+    /// into an empty window.
     /// With the window empty, the last of these was the acknowledgement that emptied it: the
     /// time since anything was sent or heard.
     heard: Option<Instant>,
@@ -228,8 +241,10 @@ impl Sender {
         Sender::starting_at(conn, cfg, 0)
     }
 
-    /// The same, numbering from `start` (the connection's initial sequence number, which the
-    /// receiver is given too).
+    /// The same, numbering from `start` (the connection's initial sequence number, which its
+    /// open carries). A sender that may reuse a connection id (a process started again) should
+    /// pick it at random, so that no late packet of the id's earlier connection is taken for
+    /// this one's.
     pub fn starting_at(conn: u32, cfg: Config, start: u32) -> Sender {
         let cfg = Config { window: cfg.window.clamp(1, 1 << 15), queue: cfg.queue.max(1), ..cfg };
         let (pending, stats) = (VecDeque::new(), SenderStats::default());
@@ -240,8 +255,7 @@ impl Sender {
             next: start,
             pending,
             timer: None,
-            start,
-            stalled: 0,
+            opened: false,
             heard: None,
             ended: None,
             stats,
@@ -261,7 +275,7 @@ impl Sender {
         Ok(())
     }
 
-    /// Packets sent and not yet acknowledged.
+    /// Data packets sent and not yet acknowledged.
     pub fn in_flight(&self) -> u32 {
         self.next.wrapping_sub(self.base)
     }
@@ -269,6 +283,11 @@ impl Sender {
     /// Nothing queued or in flight.
     pub fn is_idle(&self) -> bool {
         self.pending.is_empty()
+    }
+
+    /// Whether the receiving end acknowledged the open (data goes only then).
+    pub fn is_open(&self) -> bool {
+        self.opened
     }
 
     /// Whether the connection ended, and why (docs/chain.md, "Go-back-N transport"): the
@@ -295,27 +314,49 @@ impl Sender {
         self.timer = None;
     }
 
-    /// Appends the packets to send now: on a timeout, every unacknowledged packet again from
-    /// the oldest; then new ones while the window has room. Nothing once the connection has
-    /// ended, or if it ends now, having gone unanswered or idle for [`Config::give_up`].
+    /// Whether the open is sent and not yet acknowledged.
+    fn opening(&self) -> bool {
+        !self.opened && self.timer.is_some()
+    }
+
+    /// Appends the packets to send now. Before the connection is open: its open, once there is
+    /// a payload to send and again every `rto` until acknowledged. Then, on a timeout, every
+    /// unacknowledged packet again from the oldest, and new ones while the window has room.
+    /// Nothing once the connection has ended, or if it ends now, having gone unanswered or
+    /// idle for [`Config::give_up`].
     pub fn poll(&mut self, now: Instant, out: &mut Vec<Vec<u8>>) {
         if self.ended.is_some() {
             return;
         }
         if self.heard.is_some_and(|t| now.saturating_duration_since(t) >= self.cfg.give_up) {
-            if self.in_flight() > 0 {
+            if self.in_flight() > 0 || self.opening() {
                 return self.end(Ended::Unanswered);
             }
             if !self.pending.is_empty() {
                 return self.end(Ended::Idle);
             }
         }
+        if !self.opened {
+            if self.pending.is_empty() {
+                return;
+            }
+            match self.timer {
+                None => self.heard = Some(now),
+                Some(t) if now.saturating_duration_since(t) >= self.cfg.rto => self.stats.timeouts += 1,
+                Some(_) => return,
+            }
+            self.stats.opens += 1;
+            self.timer = Some(now);
+            let mut p = Vec::with_capacity(HEADER_LEN);
+            Header { kind: OPEN, len: 0, conn: self.conn, seq: self.base }.write(&[], &mut p);
+            out.push(p);
+            return;
+        }
         if let Some(t) = self.timer
-            && now.duration_since(t) >= self.cfg.rto
+            && now.saturating_duration_since(t) >= self.cfg.rto
             && self.in_flight() > 0
         {
             self.stats.timeouts += 1;
-            self.stalled = self.stalled.saturating_add(1);
             for k in 0..self.in_flight() {
                 let seq = self.base.wrapping_add(k);
                 out.push(self.packet(seq, &self.pending[k as usize]));
@@ -338,9 +379,10 @@ impl Sender {
         }
     }
 
-    /// When [`Sender::poll`] next has a retransmission to make, if anything is in flight.
+    /// When [`Sender::poll`] next has a retransmission to make, if anything (data, or the
+    /// open) is in flight.
     pub fn deadline(&self) -> Option<Instant> {
-        self.timer.filter(|_| self.in_flight() > 0).map(|t| t + self.cfg.rto)
+        self.timer.filter(|_| self.in_flight() > 0 || self.opening()).map(|t| t + self.cfg.rto)
     }
 
     fn packet(&self, seq: u32, payload: &[u8]) -> Vec<u8> {
@@ -350,27 +392,44 @@ impl Sender {
         p
     }
 
-    /// Takes an acknowledgement: everything before its sequence number is done. A stale one
-    /// asking for the initial sequence number after [`FORGOTTEN_AFTER`] timeouts in a row
-    /// ends the connection ([`Ended::Forgotten`]).
+    /// Takes an acknowledgement or a reset. Before the connection is open, an acknowledgement
+    /// of its initial sequence number opens it; after, an acknowledgement completes everything
+    /// before its sequence number, and a reset of a data packet in flight ends the connection
+    /// ([`Ended::Forgotten`]): every data packet went after the receiving end had acknowledged
+    /// the open, so it has forgotten the connection since.
     pub fn on_packet(&mut self, b: &[u8], now: Instant) {
         let Ok((h, _)) = Header::parse(b) else {
             self.stats.bad_acks += 1;
             return;
         };
-        if h.kind != ACK || h.conn != self.conn {
+        if (h.kind != ACK && h.kind != RESET) || h.conn != self.conn {
             self.stats.bad_acks += 1;
             return;
         }
-        let acked = h.seq.wrapping_sub(self.base);
-        if acked > self.in_flight() || self.ended.is_some() {
-            self.stats.stale_acks += 1;
-            // Behind the window, asking for the first number: a receiver made again, expecting
-            // the connection's beginning — unless a copy of an acknowledgement from before the
-            // first delivery came this late, which the timeouts without progress make unlikely.
-            if h.seq == self.start && self.stalled >= FORGOTTEN_AFTER && self.ended.is_none() {
-                self.end(Ended::Forgotten);
+        let ahead = h.seq.wrapping_sub(self.base);
+        if self.ended.is_some() || !self.opened {
+            if self.ended.is_none() && self.opening() && h.kind == ACK && ahead == 0 {
+                self.opened = true;
+                self.timer = None;
+                self.heard = Some(now);
+            } else {
+                // A reset before the open is acknowledged answers nothing of this connection
+                // (data goes only after).
+                self.stats.stale_acks += 1;
             }
+            return;
+        }
+        if h.kind == RESET {
+            if ahead < self.in_flight() {
+                self.end(Ended::Forgotten);
+            } else {
+                self.stats.stale_acks += 1;
+            }
+            return;
+        }
+        let acked = ahead;
+        if acked > self.in_flight() {
+            self.stats.stale_acks += 1;
             return;
         }
         for _ in 0..acked {
@@ -381,7 +440,6 @@ impl Sender {
         if acked > 0 {
             // The timer restarts for the new oldest packet.
             self.timer = (self.in_flight() > 0).then_some(now);
-            self.stalled = 0;
             self.heard = Some(now);
         }
     }
@@ -399,32 +457,81 @@ pub struct ReceiverStats {
     pub delivered: u64,
     /// Data packets dropped for being out of order (ahead, or a copy of one delivered).
     pub out_of_order: u64,
-    /// Packets dropped: not a packet, another connection, or not data.
+    /// Packets dropped: not a packet, another connection, or neither data nor an open.
     pub malformed: u64,
+    /// Opens with another initial sequence number: the connection begun again.
+    pub reopened: u64,
 }
 
-/// The receiving side of one connection.
+/// What the receiving end keeps of an opened connection: its initial sequence number and the
+/// next expected (8 bytes, so that [`Connections`] keeps a connection in 40).
+#[derive(Debug, Clone, Copy)]
+struct Expect {
+    start: u32,
+    expected: u32,
+}
+
+// A connection's entry in [`Connections`]' maps: 40 bytes, as its doc says.
+const _: () = assert!(std::mem::size_of::<(ConnKey, (Expect, Instant))>() == 40);
+
+/// What [`Expect::take`] made of a packet.
+enum Took {
+    /// A data packet: whether it was the next (delivered).
+    Data(bool),
+    /// An open: whether it began the connection again (another initial number).
+    Open(bool),
+}
+
+impl Expect {
+    fn at(start: u32) -> Expect {
+        Expect { start, expected: start }
+    }
+
+    /// A data packet or an open (`h.kind` is one of them) of the connection: a data packet
+    /// of the next number is delivered; an open of another initial number begins the
+    /// connection again from it. The acknowledgement to send asks for `self.expected` after.
+    fn take(&mut self, h: &Header) -> Took {
+        if h.kind == OPEN {
+            let again = h.seq != self.start;
+            if again {
+                *self = Expect::at(h.seq);
+            }
+            return Took::Open(again);
+        }
+        let deliver = h.seq == self.expected;
+        if deliver {
+            self.expected = self.expected.wrapping_add(1);
+        }
+        Took::Data(deliver)
+    }
+
+    fn ack(&self, conn: u32) -> Header {
+        Header { kind: ACK, len: 0, conn, seq: self.expected }
+    }
+}
+
+/// The receiving side of one connection, opened.
 #[derive(Debug)]
 pub struct Receiver {
     conn: u32,
-    expected: u32,
+    expect: Expect,
     stats: ReceiverStats,
 }
 
 impl Receiver {
-    /// A receiver for connection `conn`, expecting sequence number 0 first.
+    /// A receiver for connection `conn`, opened with initial sequence number 0.
     pub fn new(conn: u32) -> Receiver {
         Receiver::starting_at(conn, 0)
     }
 
-    /// The same, expecting `start` first.
+    /// The same, opened with initial sequence number `start`, expected first.
     pub fn starting_at(conn: u32, start: u32) -> Receiver {
-        Receiver { conn, expected: start, stats: ReceiverStats::default() }
+        Receiver { conn, expect: Expect::at(start), stats: ReceiverStats::default() }
     }
 
-    /// Takes a data packet: the payload if it is the next in order, and the acknowledgement to
-    /// send (the next sequence number expected) for any data packet of this connection. Never
-    /// panics.
+    /// Takes a data packet or an open: the payload if it is the next data in order, and the
+    /// acknowledgement to send (the next sequence number expected) for any data packet or open
+    /// of this connection. Never panics.
     pub fn on_packet(&mut self, b: &[u8]) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
         let Ok((h, payload)) = Header::parse(b) else {
             self.stats.malformed += 1;
@@ -438,20 +545,30 @@ impl Receiver {
 
     /// [`on_packet`](Self::on_packet) for a parsed header, without copying anything: whether
     /// its payload is delivered, and the acknowledgement to send; `None` (counted `malformed`)
-    /// if it is not a data packet of this connection.
+    /// if it is neither a data packet nor an open of this connection. An open of its initial
+    /// sequence number (sent again, its acknowledgement lost) is acknowledged with the next
+    /// number expected; an open of another begins the connection again from that number (the
+    /// sender started over with the same id: counted `reopened`).
     pub fn on_header(&mut self, h: Header) -> Option<(bool, Header)> {
-        if h.kind != DATA || h.conn != self.conn {
+        if (h.kind != DATA && h.kind != OPEN) || h.conn != self.conn {
             self.stats.malformed += 1;
             return None;
         }
-        let deliver = h.seq == self.expected;
-        if deliver {
-            self.expected = self.expected.wrapping_add(1);
-            self.stats.delivered += 1;
-        } else {
-            self.stats.out_of_order += 1;
-        }
-        Some((deliver, Header { kind: ACK, len: 0, conn: self.conn, seq: self.expected }))
+        let deliver = match self.expect.take(&h) {
+            Took::Data(true) => {
+                self.stats.delivered += 1;
+                true
+            }
+            Took::Data(false) => {
+                self.stats.out_of_order += 1;
+                false
+            }
+            Took::Open(again) => {
+                self.stats.reopened += u64::from(again);
+                false
+            }
+        };
+        Some((deliver, self.expect.ack(self.conn)))
     }
 
     /// Its counters.
@@ -469,7 +586,7 @@ pub struct ReceiveConfig {
     /// Connections kept at once for one peer address (its ports together), at most, so that
     /// no one client takes them all (1 to 2^20). Default 1024.
     pub max_connections_per_peer: usize,
-    /// A connection without a data packet for this long is forgotten. Default 60 s.
+    /// A connection without a data packet or open for this long is forgotten. Default 60 s.
     pub idle: Duration,
 }
 
@@ -479,8 +596,8 @@ impl Default for ReceiveConfig {
     }
 }
 
-/// Why a new connection's data packet was refused, none of the connections in the way idle
-/// past [`ReceiveConfig::idle`] at the last look.
+/// Why a new connection's open was refused, none of the connections in the way idle past
+/// [`ReceiveConfig::idle`] at the last look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
     /// [`ReceiveConfig::max_connections`] kept.
@@ -508,17 +625,21 @@ impl std::hash::Hash for ConnKey {
     }
 }
 
-/// The receiving end's connections, each a [`Receiver`] made at its first data packet
-/// (expecting sequence number 0) and forgotten once it has been idle for
-/// [`ReceiveConfig::idle`]: a data packet after that meets a new receiver, as for a new
-/// connection. Sans-IO: the caller passes the time. (`Default`: [`ReceiveConfig`]'s defaults.)
+/// The receiving end's connections, each a [`Receiver`] made at its open (expecting the
+/// initial sequence number the open carries) and forgotten once it has been idle for
+/// [`ReceiveConfig::idle`]: a data packet of a connection it does not have is answered with a
+/// [`RESET`], never delivered. Sans-IO: the caller passes the time. (`Default`:
+/// [`ReceiveConfig`]'s defaults.)
 #[derive(Debug)]
 pub struct Connections {
     cfg: ReceiveConfig,
-    /// By (peer, connection id), with its last data packet's time; forgotten a part a packet
-    /// once idle, each counted for its peer's address ([`Shared`]).
-    map: Shared<ConnKey, (Receiver, Instant), [u8; 4]>,
+    /// By (peer, connection id), with its last data packet's (or open's) time; forgotten a
+    /// part a packet once idle, each counted for its peer's address ([`Shared`]).
+    map: Shared<ConnKey, (Expect, Instant), [u8; 4]>,
     expired: u64,
+    opened: u64,
+    reopened: u64,
+    unknown: u64,
 }
 
 impl Default for Connections {
@@ -530,43 +651,63 @@ impl Default for Connections {
 impl Connections {
     /// No connection yet.
     pub fn new(cfg: ReceiveConfig) -> Connections {
-        Connections { cfg, map: Shared::new(cfg.max_connections, |&ConnKey((addr, _), _), _| addr), expired: 0 }
+        let map = Shared::new(cfg.max_connections, |&ConnKey((addr, _), _), _| addr);
+        Connections { cfg, map, expired: 0, opened: 0, reopened: 0, unknown: 0 }
     }
 
-    /// [`Receiver::on_header`] on the connection of `h` from `from` at `now`: its receiver is made at its first
-    /// data packet, or again once it was idle for [`ReceiveConfig::idle`]; what is not data
-    /// gets `None` and makes no connection. A new connection with
+    /// [`Receiver::on_header`] on the connection of `h` from `from` at `now`: whether a data
+    /// packet's payload is delivered, and the answer to send. An open makes the connection (or,
+    /// for one kept, is acknowledged or begins it again, as [`Receiver::on_header`] says); a data packet of a connection not
+    /// kept (never opened, or idle for [`ReceiveConfig::idle`]) is answered with a [`RESET`]
+    /// of its sequence number, and delivers nothing; an acknowledgement or a reset gets
+    /// `None` and makes or refreshes nothing. A new connection's open with
     /// [`ReceiveConfig::max_connections`] kept is refused ([`Refused::ConnectionsFull`]), and
     /// so is one from an address with [`ReceiveConfig::max_connections_per_peer`] kept
     /// ([`Refused::PeerFull`]). Idle ones are forgotten by a pass begun no more often than ten
-    /// times an idle period that looks at one map a data packet (64 maps, or one a 2048
+    /// times an idle period that looks at one map a packet (64 maps, or one a 2048
     /// connections the bound allows), so one idle past its time may hold its place for up to a
-    /// tenth of that longer and twice the maps' data packets after (128 with 64 maps; its own
+    /// tenth of that longer and twice the maps' packets after (128 with 64 maps; its own
     /// packet finds it idle at once).
     pub fn on_header(&mut self, from: Peer, h: Header, now: Instant) -> Result<Option<(bool, Header)>, Refused> {
-        if h.kind != DATA {
-            // Not data: no connection is made or kept alive for it.
+        if h.kind != DATA && h.kind != OPEN {
+            // An acknowledgement or a reset: no connection is made or kept alive for it.
             return Ok(None);
         }
         self.sweep(now);
         let key = ConnKey(from, h.conn);
-        let (r, last) = if let Some((r, last)) = self.map.get_mut(&key) {
-            if now.saturating_duration_since(*last) >= self.cfg.idle {
-                // Idle past its time (the sweep has not come round yet): forgotten.
-                *r = Receiver::new(h.conn);
+        let idle = self.cfg.idle;
+        match self.map.get_mut(&key) {
+            Some((e, last)) if now.saturating_duration_since(*last) < idle => {
+                *last = now;
+                let deliver = match e.take(&h) {
+                    Took::Data(d) => d,
+                    Took::Open(again) => {
+                        self.reopened += u64::from(again);
+                        false
+                    }
+                };
+                return Ok(Some((deliver, e.ack(h.conn))));
+            }
+            Some(_) => {
+                // Idle past its time (the pass has not come round yet): forgotten.
+                self.map.remove(&key);
                 self.expired += 1;
             }
-            (r, last)
-        } else if self.map.len() >= self.cfg.max_connections {
+            None => {}
+        }
+        if h.kind == DATA {
+            self.unknown += 1;
+            return Ok(Some((false, Header { kind: RESET, len: 0, conn: h.conn, seq: h.seq })));
+        }
+        if self.map.len() >= self.cfg.max_connections {
             return Err(Refused::ConnectionsFull(self.cfg.max_connections));
-        } else if self.map.at_limit(from.0, self.cfg.max_connections_per_peer) {
+        }
+        if self.map.at_limit(from.0, self.cfg.max_connections_per_peer) {
             return Err(Refused::PeerFull(self.cfg.max_connections_per_peer));
-        } else {
-            let (r, last) = self.map.insert_mut(key, (Receiver::new(h.conn), now));
-            (r, last)
-        };
-        *last = now;
-        Ok(r.on_header(h))
+        }
+        self.opened += 1;
+        self.map.insert(key, (Expect::at(h.seq), now));
+        Ok(Some((false, Expect::at(h.seq).ack(h.conn))))
     }
 
     /// A data packet's part of the pass that forgets the connections idle for
@@ -595,5 +736,20 @@ impl Connections {
     /// Connections forgotten for being idle, so far.
     pub fn expired(&self) -> u64 {
         self.expired
+    }
+
+    /// Connections made by an open, so far.
+    pub fn opened(&self) -> u64 {
+        self.opened
+    }
+
+    /// Opens of a kept connection with another initial sequence number (begun again), so far.
+    pub fn reopened(&self) -> u64 {
+        self.reopened
+    }
+
+    /// Data packets of a connection not kept (answered with a reset), so far.
+    pub fn unknown(&self) -> u64 {
+        self.unknown
     }
 }

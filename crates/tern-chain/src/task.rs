@@ -565,14 +565,16 @@ impl NetworkTask for KvTask {
 
 /// The go-back-N transport's receiving end: a UDP payload that is a data packet of the next
 /// number in order is delivered (the header taken off, the frame going on) and acknowledged
-/// with a packet of its own; any other data packet is turned into the acknowledgement. Its
-/// connections are bounded and forgotten when idle ([`gbn::Connections`]).
+/// with a packet of its own; an open, and any other data packet, is turned into its answer
+/// (an acknowledgement, or a reset for a connection not kept). Its connections are made by
+/// opens, bounded, and forgotten when idle ([`gbn::Connections`]).
 #[derive(Debug, Default)]
 struct GbnTask {
     connections: gbn::Connections,
     info: FrameInfo,
     delivered: u64,
     acks: u64,
+    resets: u64,
     malformed: u64,
     connections_full: u64,
     peer_full: u64,
@@ -622,7 +624,11 @@ impl NetworkTask for GbnTask {
         ack_bytes[1] = ack.kind;
         ack_bytes[4..8].copy_from_slice(&ack.conn.to_be_bytes());
         ack_bytes[8..12].copy_from_slice(&ack.seq.to_be_bytes());
-        self.acks += 1;
+        if ack.kind == gbn::RESET {
+            self.resets += 1;
+        } else {
+            self.acks += 1;
+        }
         if !deliver {
             turn_around(p, l3, l4, &ack_bytes);
             return Verdict::Reply;
@@ -647,6 +653,9 @@ impl NetworkTask for GbnTask {
         vec![
             ("delivered", self.delivered),
             ("acks", self.acks),
+            ("resets", self.resets),
+            ("opened", self.connections.opened()),
+            ("reopened", self.connections.reopened()),
             ("connections", self.connections.len() as u64),
             ("expired", self.connections.expired()),
             ("malformed", self.malformed),

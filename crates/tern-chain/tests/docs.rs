@@ -154,3 +154,40 @@ fn the_docs_give_each_kind_its_parameters() {
     let listed = names(&cells(row)[1]);
     assert_eq!(listed, INGRESS_KEYS.iter().map(|k| k.to_string()).collect(), "docs/chain.md's `[ingress]` keys");
 }
+
+/// The go-back-N section's header table is the code's: each field's offset and size, the
+/// header's length, the version, and the kinds' numbers and names; and the counters the `gbn`
+/// task reports are each named there.
+#[test]
+fn the_docs_give_the_transports_header_and_counters() {
+    use tern_chain::gbn;
+    let doc = doc();
+    let section = doc.split("\n## Go-back-N transport").nth(1).expect("a section \"Go-back-N transport\"");
+    let section = section.split("\n## ").next().unwrap();
+    let start = section.find("| offset | size | field | value |").expect("the header's table");
+    let rows: Vec<Vec<String>> = section[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| cells(l).into_iter().map(|c| c.trim().to_string()).collect())
+        .collect();
+    let fields: Vec<(usize, usize, &str)> =
+        rows.iter().map(|r| (r[0].parse().unwrap(), r[1].parse().unwrap(), r[2].as_str())).collect();
+    assert_eq!(fields, [(0, 1, "version"), (1, 1, "kind"), (2, 2, "length"), (4, 4, "connection"), (8, 4, "sequence")]);
+    assert_eq!(fields.iter().map(|f| f.1).sum::<usize>(), gbn::HEADER_LEN);
+    assert_eq!(rows[0][3], gbn::VERSION.to_string());
+    assert_eq!(
+        rows[1][3],
+        format!("{} data, {} acknowledgement, {} open, {} reset", gbn::DATA, gbn::ACK, gbn::OPEN, gbn::RESET)
+    );
+    // Each kind's bytes as the table lays them out.
+    let mut b = Vec::new();
+    gbn::Header { kind: gbn::OPEN, len: 0, conn: 0x0a0b_0c0d, seq: 7 }.write(&[], &mut b);
+    assert_eq!(b, [gbn::VERSION, gbn::OPEN, 0, 0, 0x0a, 0x0b, 0x0c, 0x0d, 0, 0, 0, 7]);
+    let t = tern_chain::tenant::Tenant::parse("tenant = \"t\"\ndag = \"x\"\n[nt.x]\nkind = \"gbn\"\n").unwrap();
+    let task = tern_chain::task::build(&t.tasks[0], &mut tern_chain::task::Keys::default()).unwrap();
+    let named = names(section);
+    for (counter, _) in task.counters() {
+        assert!(named.contains(counter), "the gbn task's counter `{counter}` is not named in the go-back-N section");
+    }
+}

@@ -237,11 +237,22 @@ fn kv_answers_a_hit_back_to_the_client() {
 fn gbn_delivers_in_order_and_acknowledges() {
     let pool = Pool::new(8, 2048);
     let mut t = task_of("kind = \"gbn\"");
-    let data = |seq: u32, body: &[u8]| {
+    let from = |a: u8, port: u16, kind: u8, conn: u32, seq: u32, body: &[u8]| {
         let mut b = Vec::new();
-        gbn::Header { kind: gbn::DATA, len: body.len() as u16, conn: 3, seq }.write(body, &mut b);
-        udp([10, 0, 0, 1], 7000, [10, 0, 0, 2], 7001, &b)
+        gbn::Header { kind, len: body.len() as u16, conn, seq }.write(body, &mut b);
+        udp([10, 0, 0, a], port, [10, 0, 0, 2], 7001, &b)
     };
+    let data = |seq: u32, body: &[u8]| from(1, 7000, gbn::DATA, 3, seq, body);
+    let open = |conn: u32| from(1, 7000, gbn::OPEN, conn, 0, b"");
+    let answer = |p: &tern_io::Packet| gbn::Header::parse(&parsed(p.data()).4).unwrap().0;
+    // Data before the open: no connection, so nothing delivered; the packet becomes a reset.
+    let mut p = packet(&pool, 64, &data(0, b"early"));
+    assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Reply);
+    assert_eq!(answer(&p), gbn::Header { kind: gbn::RESET, len: 0, conn: 3, seq: 0 });
+    // The open becomes its acknowledgement.
+    let mut p = packet(&pool, 64, &open(3));
+    assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Reply);
+    assert_eq!(answer(&p), gbn::Header { kind: gbn::ACK, len: 0, conn: 3, seq: 0 });
     let mut p = packet(&pool, 64, &data(0, b"first"));
     let (v, emitted) = run(t.as_mut(), &mut p, &pool);
     assert_eq!(v, Verdict::Pass);
@@ -259,35 +270,34 @@ fn gbn_delivers_in_order_and_acknowledges() {
     assert_eq!(gbn::Header::parse(&ack).unwrap().0.seq, 1);
     let mut p = packet(&pool, 64, &udp([10, 0, 0, 1], 7000, [10, 0, 0, 2], 7001, b"no header"));
     assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Drop("malformed"));
-    // Another client sending connection 3's next number is a connection of its own (expecting
-    // 0): nothing delivered into connection 3, whose own packet 1 is then delivered.
-    let mut forged = Vec::new();
-    gbn::Header { kind: gbn::DATA, len: 6, conn: 3, seq: 1 }.write(b"forged", &mut forged);
-    let mut p = packet(&pool, 64, &udp([10, 0, 0, 66], 7000, [10, 0, 0, 2], 7001, &forged));
+    // Another client sending connection 3's next number has no connection 3 of its own: a
+    // reset, nothing delivered into connection 3, whose own packet 1 is then delivered.
+    let mut p = packet(&pool, 64, &from(66, 7000, gbn::DATA, 3, 1, b"forged"));
     assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Reply);
+    assert_eq!(answer(&p).kind, gbn::RESET);
     assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &data(1, b"second")), &pool).0, Verdict::Pass);
-    // At most `max_connections`: another connection's data is dropped by name, the kept one
+    let counters: std::collections::HashMap<_, _> = t.counters().into_iter().collect();
+    assert_eq!((counters["opened"], counters["resets"], counters["delivered"], counters["acks"]), (1, 2, 2, 4));
+    // At most `max_connections`: another connection's open is dropped by name, the kept one
     // goes on.
     let mut t = task_of("kind = \"gbn\"\nmax_connections = 1\nidle_s = 5");
+    assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &open(3)), &pool).0, Verdict::Reply);
     assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &data(0, b"a")), &pool).0, Verdict::Pass);
-    let mut other = Vec::new();
-    gbn::Header { kind: gbn::DATA, len: 1, conn: 4, seq: 0 }.write(b"b", &mut other);
-    let mut p = packet(&pool, 64, &udp([10, 0, 0, 1], 7000, [10, 0, 0, 2], 7001, &other));
-    assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Drop("connections_full"));
+    assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &open(4)), &pool).0, Verdict::Drop("connections_full"));
     assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &data(1, b"c")), &pool).0, Verdict::Pass);
     let counters: std::collections::HashMap<_, _> = t.counters().into_iter().collect();
     assert_eq!((counters["connections"], counters["connections_full"], counters["expired"]), (1, 1, 0));
     // The sender's settings are not the receiving end's: refused by name.
     let err = Tenant::parse("tenant = \"t\"\ndag = \"x\"\n[nt.x]\nkind = \"gbn\"\nwindow = 4\n").unwrap_err();
     assert!(err.contains("window") && err.contains("max_connections, max_connections_per_peer, idle_s"), "{err}");
-    // At most `max_connections_per_peer` for one address: its next connection is dropped by
-    // name, another address's is taken.
+    // At most `max_connections_per_peer` for one address: its next connection's open is
+    // dropped by name, another address's is taken.
     let mut t = task_of("kind = \"gbn\"\nmax_connections_per_peer = 1");
-    assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &data(0, b"a")), &pool).0, Verdict::Pass);
-    let mut p = packet(&pool, 64, &udp([10, 0, 0, 1], 7002, [10, 0, 0, 2], 7001, &other));
+    assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &open(3)), &pool).0, Verdict::Reply);
+    let mut p = packet(&pool, 64, &from(1, 7002, gbn::OPEN, 4, 0, b""));
     assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Drop("peer_full"));
-    let mut p = packet(&pool, 64, &udp([10, 0, 0, 3], 7002, [10, 0, 0, 2], 7001, &other));
-    assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Pass);
+    let mut p = packet(&pool, 64, &from(3, 7002, gbn::OPEN, 4, 0, b""));
+    assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Reply);
     assert!(t.counters().contains(&("peer_full", 1)), "{:?}", t.counters());
 }
 
@@ -380,11 +390,14 @@ fn a_next_generation_takes_the_state_of_the_one_before() {
     assert!(!nat2.swap_state(fw3.as_mut()), "another kind: not passed on");
 
     let mut gbn1 = task_of("kind = \"gbn\"");
-    let data = |seq: u32| {
+    let gbn_packet = |kind: u8, seq: u32| {
         let mut b = Vec::new();
-        gbn::Header { kind: gbn::DATA, len: 1, conn: 9, seq }.write(b"d", &mut b);
+        let body: &[u8] = if kind == gbn::DATA { b"d" } else { b"" };
+        gbn::Header { kind, len: body.len() as u16, conn: 9, seq }.write(body, &mut b);
         udp([10, 0, 0, 1], 7000, [10, 0, 0, 2], 7001, &b)
     };
+    let data = |seq: u32| gbn_packet(gbn::DATA, seq);
+    assert_eq!(run(gbn1.as_mut(), &mut packet(&pool, 64, &gbn_packet(gbn::OPEN, 0)), &pool).0, Verdict::Reply);
     assert_eq!(run(gbn1.as_mut(), &mut packet(&pool, 64, &data(0)), &pool).0, Verdict::Pass);
     let mut gbn2 = task_of("kind = \"gbn\"\nidle_s = 10");
     assert!(gbn2.swap_state(gbn1.as_mut()));
