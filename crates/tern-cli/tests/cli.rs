@@ -2793,3 +2793,74 @@ fn the_docs_explain_every_option_of_every_command() {
     assert!(checked > 200, "only {checked} options found");
     assert!(missing.is_empty(), "no doc explains {missing:#?}");
 }
+
+/// Exactly once across a restart of `tern chain serve` (docs/chain.md, "Go-back-N transport"):
+/// a go-back-N sender's connection opened by one run, and its first two payloads delivered
+/// but their acknowledgements not taken when the server stops. Sent again to the next run,
+/// which does not have the connection, they are answered with resets — not taken for a new
+/// connection's first packets and delivered a second time — and the sender's connection ends
+/// as forgotten, the payloads given back as sent; a new connection, opened, carries the next.
+#[test]
+fn chain_serve_resets_a_go_back_n_connection_it_forgot_across_a_restart() {
+    use std::time::{Duration, Instant};
+    use tern_chain::gbn::{Config, Ended, Sender};
+    let text = "tenant = \"transport\"\ndag = \"gbn\"\n[ingress]\nproto = \"udp\"\n[nt.gbn]\nkind = \"gbn\"\n";
+    let frame = |payload: &[u8]| {
+        let mut f = Vec::new();
+        tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 0, 0, 5], [10, 0, 0, 9], 4000, 9000, 64, payload);
+        f
+    };
+    let udp_payload = |f: &[u8]| {
+        let h = etherparse::PacketHeaders::from_ethernet_slice(f).unwrap();
+        h.payload.slice().to_vec()
+    };
+    // Sends what the sender has through the server, takes the answers back (unless `deaf`);
+    // the payloads delivered on the outside port within `wait`.
+    let exchange = |s: &LanServe, tx: &mut Sender, deaf: bool, wait: Duration| {
+        let mut out = Vec::new();
+        tx.poll(Instant::now(), &mut out);
+        for p in &out {
+            s.inside.send_to(&frame(p), s.p1).unwrap();
+        }
+        let mut buf = [0u8; 2048];
+        s.inside.set_read_timeout(Some(wait)).unwrap();
+        while let Ok((n, _)) = s.inside.recv_from(&mut buf) {
+            if !deaf {
+                tx.on_packet(&udp_payload(&buf[..n]), Instant::now());
+            }
+        }
+        s.outside.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let mut delivered = Vec::new();
+        while let Ok((n, _)) = s.outside.recv_from(&mut buf) {
+            delivered.push(udp_payload(&buf[..n]));
+        }
+        delivered
+    };
+    let wait = Duration::from_millis(200);
+    let cfg = Config { rto: Duration::from_millis(100), ..Config::default() };
+    let s = LanServe::start_with("gbn-restart", text, &["--duration", "3", "--stats-interval", "0"]);
+    let mut tx = Sender::new(1, cfg);
+    tx.push(b"first".to_vec()).unwrap();
+    tx.push(b"second".to_vec()).unwrap();
+    assert!(exchange(&s, &mut tx, false, wait).is_empty(), "the open delivers nothing");
+    assert!(tx.is_open());
+    let both = [b"first".to_vec(), b"second".to_vec()];
+    assert_eq!(exchange(&s, &mut tx, true, wait), both, "delivered, the acknowledgements not taken");
+    let out = s.child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let s = LanServe::start_with("gbn-restart", text, &["--duration", "3", "--stats-interval", "0"]);
+    std::thread::sleep(cfg.rto);
+    assert!(exchange(&s, &mut tx, false, wait).is_empty(), "not delivered again");
+    assert_eq!(tx.ended(), Some(Ended::Forgotten), "{:?}", tx.stats());
+    let back = tx.take_unacknowledged().unwrap();
+    assert_eq!((back.sent, back.unsent), (both.to_vec(), vec![]));
+    let mut again = Sender::new(2, cfg);
+    again.push(b"third".to_vec()).unwrap();
+    assert!(exchange(&s, &mut again, false, wait).is_empty());
+    assert_eq!(exchange(&s, &mut again, false, wait), [b"third".to_vec()]);
+    let dir = s.dir.clone();
+    let out = s.child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
