@@ -187,6 +187,11 @@ pub struct SenderStats {
     pub stale_acks: u64,
 }
 
+/// How many times an open sent again and not acknowledged doubles the wait before the next
+/// ([`Config::rto`] at first; at most 1024 times it, 1.024 s at the default 1 ms), so that
+/// a sender whose opens are refused or lost does not send one every `rto` until it gives up.
+pub const OPEN_BACKOFF: u32 = 10;
+
 /// A payload [`Sender::push`] did not queue, given back.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PushError {
@@ -320,7 +325,8 @@ impl Sender {
     }
 
     /// Appends the packets to send now. Before the connection is open: its open, once there is
-    /// a payload to send and again every `rto` until acknowledged. Then, on a timeout, every
+    /// a payload to send, and again until acknowledged, `rto` after the first and twice as
+    /// long after each next (up to 2^[`OPEN_BACKOFF`] times `rto`). Then, on a timeout, every
     /// unacknowledged packet again from the oldest, and new ones while the window has room.
     /// Nothing once the connection has ended, or if it ends now, having gone unanswered or
     /// idle for [`Config::give_up`].
@@ -342,7 +348,7 @@ impl Sender {
             }
             match self.timer {
                 None => self.heard = Some(now),
-                Some(t) if now.saturating_duration_since(t) >= self.cfg.rto => self.stats.timeouts += 1,
+                Some(t) if now.saturating_duration_since(t) >= self.wait() => self.stats.timeouts += 1,
                 Some(_) => return,
             }
             self.stats.opens += 1;
@@ -382,7 +388,17 @@ impl Sender {
     /// When [`Sender::poll`] next has a retransmission to make, if anything (data, or the
     /// open) is in flight.
     pub fn deadline(&self) -> Option<Instant> {
-        self.timer.filter(|_| self.in_flight() > 0 || self.opening()).map(|t| t + self.cfg.rto)
+        self.timer.filter(|_| self.in_flight() > 0 || self.opening()).map(|t| t + self.wait())
+    }
+
+    /// How long what is in flight waits before it is sent again: `rto` for data; for the
+    /// open, `rto` doubled at each open sent again, up to 2^[`OPEN_BACKOFF`] times.
+    fn wait(&self) -> Duration {
+        if self.opened {
+            return self.cfg.rto;
+        }
+        let doublings = self.stats.opens.saturating_sub(1).min(u64::from(OPEN_BACKOFF)) as u32;
+        self.cfg.rto.saturating_mul(1 << doublings)
     }
 
     fn packet(&self, seq: u32, payload: &[u8]) -> Vec<u8> {

@@ -401,14 +401,44 @@ fn a_sender_opens_its_connection_before_any_data() {
     tx.poll(t0 + rto, &mut wire);
     assert_eq!(wire.len(), 1);
     assert_eq!(Header::parse(&wire[0]).unwrap().0.kind, OPEN, "the open again");
-    tx.on_packet(&packet(ACK, 6, 40), t0 + rto);
+    assert_eq!(tx.deadline(), Some(t0 + 3 * rto), "twice as long before the next");
+    let t1 = t0 + 3 * rto;
+    tx.on_packet(&packet(ACK, 6, 40), t1);
     assert!(tx.is_open());
     wire.clear();
-    tx.poll(t0 + rto, &mut wire);
+    tx.poll(t1, &mut wire);
     let seqs: Vec<(u8, u32)> = wire.iter().map(|p| Header::parse(p).unwrap().0).map(|h| (h.kind, h.seq)).collect();
     assert_eq!(seqs, [(DATA, 40), (DATA, 41)]);
+    assert_eq!(tx.deadline(), Some(t1 + rto), "data waits `rto`");
     let s = tx.stats();
     assert_eq!((s.opens, s.timeouts, s.sent, s.stale_acks, s.bad_acks), (2, 1, 2, 2, 2));
+}
+
+/// An open never answered (refused, or lost) is sent again `rto` after the first, then after
+/// twice as long each time, up to 1024 times `rto`: 39 opens in the 30 s before the sender
+/// gives up, not 30,000.
+#[test]
+fn a_sender_backs_off_its_open() {
+    let rto = Duration::from_millis(1);
+    let mut tx = Sender::new(2, Config { rto, ..Config::default() });
+    tx.push(vec![0]).unwrap();
+    let t0 = Instant::now();
+    let mut sent_at = Vec::new();
+    let mut out = Vec::new();
+    for ms in 0..30_000 {
+        out.clear();
+        tx.poll(t0 + Duration::from_millis(ms), &mut out);
+        if !out.is_empty() {
+            sent_at.push(ms);
+        }
+    }
+    let gaps: Vec<u64> = sent_at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert_eq!(gaps[..12], [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 1024]);
+    assert!(gaps.iter().all(|&g| g <= 1024));
+    assert_eq!((sent_at.len(), tx.stats().opens), (39, 39));
+    out.clear();
+    tx.poll(t0 + Duration::from_secs(30), &mut out);
+    assert_eq!(tx.ended(), Some(Ended::Unanswered));
 }
 
 #[test]
