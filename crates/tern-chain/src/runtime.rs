@@ -1776,11 +1776,7 @@ impl Runtime {
         });
         self.shared.running.store(false, Ordering::Release);
         if let Some((core, p)) = panics.first() {
-            let why = p
-                .downcast_ref::<&str>()
-                .map(|m| m.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "no message".into());
+            let why = tern_io::panic_message(p.as_ref());
             return Err(format!(
                 "the data path stopped: core {core} panicked ({why}){}",
                 if panics.len() > 1 { format!(", and {} more core(s)", panics.len() - 1) } else { String::new() }

@@ -144,7 +144,9 @@ enum DispatchCommand {
     Check(dispatch::rules::CheckArgs),
     /// Serve the KV GET service behind a dispatcher (Tern's RSD, or a baseline with --mode),
     /// configured by a rule file; Prometheus metrics with --metrics; the file is watched and
-    /// reloaded hitlessly per application.
+    /// reloaded hitlessly per application. SIGINT/SIGTERM stop it with a summary (exit 0); a
+    /// dispatcher or worker thread that ends early (an error, a panic) stops it with exit 1,
+    /// naming the thread.
     Serve(dispatch::serve::ServeArgs),
     /// Drive a KV server with the closed-loop load generator (Zipf 0.9 keys in 24 partitions).
     Load(dispatch::serve::LoadArgs),

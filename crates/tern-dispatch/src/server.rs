@@ -833,6 +833,26 @@ impl Server {
         self.shutdown()
     }
 
+    /// Whether one of its threads (a dispatcher, a worker) ended while the server runs — an
+    /// I/O error it returned, or a panic — leaving the server without it: then the server stops
+    /// (every other thread asked to and joined) and this names the thread and why. A serving
+    /// process checks it as it waits, and exits with the error rather than go on half served.
+    pub fn ended_early(&mut self) -> Option<io::Error> {
+        if self.stop.load(Ordering::Acquire) {
+            return None;
+        }
+        let i = self.threads.iter().position(|t| t.is_finished())?;
+        let t = self.threads.remove(i);
+        let name = t.thread().name().unwrap_or("a server thread").to_string();
+        let why = match t.join() {
+            Ok(Ok(())) => "it returned".to_string(),
+            Ok(Err(e)) => format!("error: {e}"),
+            Err(p) => format!("it panicked: {}", tern_io::panic_message(p.as_ref())),
+        };
+        let _ = self.shutdown();
+        Some(io::Error::other(format!("{name} ended early ({why}); the server stopped")))
+    }
+
     fn shutdown(&mut self) -> io::Result<()> {
         self.stop.store(true, Ordering::Release);
         let mut first = Ok(());
@@ -1196,5 +1216,58 @@ fn add_into(into: &mut Vec<u64>, from: &[u64]) {
     }
     for (a, b) in into.iter_mut().zip(from) {
         *a += b;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::{KvLayout, KvStore};
+    use crate::synth::Spec;
+
+    /// A thread that ends while the server runs stops the server, named with its panic's
+    /// message or its error; the other threads are joined (none left); nothing is reported
+    /// while every thread runs, nor once the server stops of its own.
+    #[test]
+    fn a_thread_that_ends_early_stops_the_server_and_is_named() {
+        let l = KvLayout { spec: Spec::default(), workers: 2, keys: 100 };
+        let store = KvStore::temporary(None).unwrap();
+        store.load(&l).unwrap();
+        let opts = ServerOptions { workers: 2, dispatchers: 1, ..ServerOptions::default() };
+        for (name, ends) in [
+            (
+                "tern-worker-9",
+                Box::new(|| -> io::Result<()> { panic!("a bug") }) as Box<dyn FnOnce() -> io::Result<()> + Send>,
+            ),
+            ("tern-dispatch-9", Box::new(|| Err(io::Error::other("socket gone")))),
+        ] {
+            let mut server = Server::start(&opts, l.rule_set(), store.clone()).unwrap();
+            let running = server.threads.len();
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(server.ended_early().is_none(), "every thread runs");
+            let (go, wait) = mpsc::channel::<()>();
+            let t = thread::Builder::new()
+                .name(name.into())
+                .spawn(move || {
+                    let _ = wait.recv();
+                    ends()
+                })
+                .unwrap();
+            server.threads.push(t);
+            assert!(server.ended_early().is_none(), "not ended yet");
+            go.send(()).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let e = loop {
+                if let Some(e) = server.ended_early() {
+                    break e;
+                }
+                assert!(Instant::now() < deadline, "{name}: not noticed");
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            let why = if name.starts_with("tern-worker") { "it panicked: a bug" } else { "error: socket gone" };
+            assert_eq!(e.to_string(), format!("{name} ended early ({why}); the server stopped"));
+            assert!(server.threads.is_empty(), "{running} threads joined");
+            assert!(server.ended_early().is_none(), "stopped: nothing more to report");
+        }
     }
 }

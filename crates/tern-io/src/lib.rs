@@ -348,6 +348,16 @@ impl<F: FnMut()> Drop for OnPanic<F> {
     }
 }
 
+/// A panic's message (a joined thread's `Err`, or `catch_unwind`'s): its `&str` or `String`,
+/// else "no message".
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|m| m.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into())
+}
+
 /// Pins the calling thread to `core` (Linux); returns whether it worked.
 pub fn pin_to_core(core: usize) -> bool {
     if core >= libc::CPU_SETSIZE as usize {
@@ -410,6 +420,18 @@ pub fn available_cores() -> usize {
 #[cfg(test)]
 mod tests {
     use super::Port;
+
+    /// A panic's message, whether the panic gave a `&str` or a `String`; "no message" else.
+    #[test]
+    fn a_panics_message_is_read() {
+        let of = |f: fn()| super::panic_message(std::panic::catch_unwind(f).unwrap_err().as_ref());
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let (plain, formatted, other) =
+            (of(|| panic!("plain")), of(|| panic!("core {}", 3)), of(|| std::panic::panic_any(7u8)));
+        std::panic::set_hook(hook);
+        assert_eq!((plain.as_str(), formatted.as_str(), other.as_str()), ("plain", "core 3", "no message"));
+    }
 
     /// A thread given the caller's cores runs on those (and a missing one is refused).
     #[test]

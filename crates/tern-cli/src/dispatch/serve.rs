@@ -241,7 +241,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         store.backend(),
         t.elapsed().as_secs_f64()
     );
-    let server = Server::start(&opts, loaded.rules.clone(), store)?;
+    let mut server = Server::start(&opts, loaded.rules.clone(), store)?;
     let started = Instant::now();
     let threads = match (a.mode, a.rsd_placement) {
         (Mode::Rss, _) => "no dispatcher".to_string(),
@@ -295,6 +295,12 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             break "duration";
         }
         std::thread::sleep(Duration::from_millis(50));
+        if let Some(e) = server.ended_early() {
+            // A dispatcher or worker gone (an error, a panic): the server stopped; so does the
+            // metrics endpoint, and the process exits 1 naming the thread.
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            return Err(e.into());
+        }
         let now = Instant::now();
         if ticker.due(now) {
             let handled: u64 = server.worker_requests().iter().sum();
