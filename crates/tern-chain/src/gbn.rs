@@ -248,8 +248,10 @@ impl Sender {
 
     /// The same, numbering from `start` (the connection's initial sequence number, which its
     /// open carries). A sender that may reuse a connection id (a process started again) should
-    /// pick it at random, so that no late packet of the id's earlier connection is taken for
-    /// this one's.
+    /// pick it at random ([`Sender::random_start`]), so that no late packet of the id's earlier
+    /// connection is taken for this one's, and so that the receiving end, keeping the earlier
+    /// connection, begins it again at the open rather than take the open for a copy of the
+    /// earlier one's.
     pub fn starting_at(conn: u32, cfg: Config, start: u32) -> Sender {
         let cfg = Config { window: cfg.window.clamp(1, 1 << 15), queue: cfg.queue.max(1), ..cfg };
         let (pending, stats) = (VecDeque::new(), SenderStats::default());
@@ -265,6 +267,15 @@ impl Sender {
             ended: None,
             stats,
         }
+    }
+
+    /// The same, numbering from a random initial sequence number (the operating system's
+    /// random bytes): what a sender that may reuse its connection id wants. An error only if
+    /// the system has no random bytes to give.
+    pub fn random_start(conn: u32, cfg: Config) -> Result<Sender, getrandom::Error> {
+        let mut b = [0u8; 4];
+        getrandom::fill(&mut b)?;
+        Ok(Sender::starting_at(conn, cfg, u32::from_be_bytes(b)))
     }
 
     /// Queues a payload (at most [`MAX_PAYLOAD`] bytes: a longer one is refused too), unless

@@ -887,3 +887,35 @@ proptest! {
         }
     }
 }
+
+/// A sender started again with its connection id (a process restarted) while the receiving end
+/// keeps the earlier connection: with a random initial number its open begins the connection
+/// again there, and its payloads are delivered from it; with the same initial number (0 both
+/// times) the open is taken for a copy of the earlier one's, acknowledged with the number the
+/// earlier connection had reached, and does not open — the sender gives up at `give_up`.
+#[test]
+fn a_sender_started_again_with_its_id_begins_the_connection_again_with_a_random_start() {
+    let t0 = Instant::now();
+    let rounds = |tx: &mut Sender, c: &mut Connections| (0..3).map(|_| round(tx, c, t0)).sum::<usize>();
+    let mut c = Connections::new(ReceiveConfig::default());
+    let mut first = Sender::random_start(4, Config::default()).unwrap();
+    for i in 0..3 {
+        first.push(vec![i]).unwrap();
+    }
+    assert_eq!(rounds(&mut first, &mut c), 3);
+    let mut again = Sender::random_start(4, Config::default()).unwrap();
+    again.push(vec![9]).unwrap();
+    assert_eq!(rounds(&mut again, &mut c), 1, "{:?}", again.stats());
+    assert!(again.is_idle() && c.reopened() == 1 && c.len() == 1);
+
+    let mut c = Connections::new(ReceiveConfig::default());
+    let mut first = Sender::new(4, Config::default());
+    for i in 0..3 {
+        first.push(vec![i]).unwrap();
+    }
+    assert_eq!(rounds(&mut first, &mut c), 3);
+    let mut again = Sender::new(4, Config::default());
+    again.push(vec![9]).unwrap();
+    assert_eq!(rounds(&mut again, &mut c), 0);
+    assert!(!again.is_open() && again.stats().stale_acks >= 1 && c.reopened() == 0);
+}

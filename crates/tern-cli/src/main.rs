@@ -260,8 +260,8 @@ enum ChainCommand {
     Check(chain::CheckArgs),
     /// Run tenants' chains between two ports (afpacket:IFNAME, afxdp:IFNAME, or udp:BIND=PEER carrying one
     /// Ethernet frame a datagram): a frame from one port goes through its tenant's chain and
-    /// leaves on the other; answers (KV hits, transport acknowledgements) go back where they
-    /// came from. --mode snic|panic|rtc; --metrics serves Prometheus tern_chain_* and /runtime
+    /// leaves on the other; answers (KV hits, transport acknowledgements and resets) go back
+    /// where they came from. --mode snic|panic|rtc; --metrics serves Prometheus tern_chain_* and /runtime
     /// (what `chain dump` reads). Malformed frames, unknown tenants and failed tags are named
     /// drop counters. The tenant files are watched: a changed file updates that tenant live and
     /// hitless (snic; its new DAG or parameters swapped in as a new generation, the other
