@@ -841,16 +841,12 @@ impl Server {
         if self.stop.load(Ordering::Acquire) {
             return None;
         }
-        let i = self.threads.iter().position(|t| t.is_finished())?;
-        let t = self.threads.remove(i);
-        let name = t.thread().name().unwrap_or("a server thread").to_string();
-        let why = match t.join() {
-            Ok(Ok(())) => "it returned".to_string(),
-            Ok(Err(e)) => format!("error: {e}"),
-            Err(p) => format!("it panicked: {}", tern_io::panic_message(p.as_ref())),
-        };
+        let ended = tern_io::take_ended(&mut self.threads, |r| match r {
+            Ok(()) => "it returned".to_string(),
+            Err(e) => format!("error: {e}"),
+        })?;
         let _ = self.shutdown();
-        Some(io::Error::other(format!("{name} ended early ({why}); the server stopped")))
+        Some(io::Error::other(format!("{ended}; the server stopped")))
     }
 
     fn shutdown(&mut self) -> io::Result<()> {

@@ -358,6 +358,21 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "no message".into())
 }
 
+/// The first of a server's `threads` to have ended, taken out and joined: its name and how it
+/// ended — its panic's message, or what `ended` makes of what it returned — as
+/// `NAME ended early (WHY)`. `None` while every thread runs. A server checks its threads so as
+/// it waits, and stops (with this as its error) rather than go on without one.
+pub fn take_ended<T>(threads: &mut Vec<std::thread::JoinHandle<T>>, ended: impl FnOnce(T) -> String) -> Option<String> {
+    let i = threads.iter().position(|t| t.is_finished())?;
+    let t = threads.remove(i);
+    let name = t.thread().name().unwrap_or("a thread").to_string();
+    let why = match t.join() {
+        Ok(v) => ended(v),
+        Err(p) => format!("it panicked: {}", panic_message(p.as_ref())),
+    };
+    Some(format!("{name} ended early ({why})"))
+}
+
 /// Pins the calling thread to `core` (Linux); returns whether it worked.
 pub fn pin_to_core(core: usize) -> bool {
     if core >= libc::CPU_SETSIZE as usize {
@@ -421,15 +436,52 @@ pub fn available_cores() -> usize {
 mod tests {
     use super::Port;
 
+    /// Of a server's threads, the one that ended is taken out and named with how it ended (a
+    /// panic's message, or what it returned), the others left; none while all run.
+    #[test]
+    fn a_thread_that_ended_is_named() {
+        let named = |name: &str, f: Box<dyn FnOnce(std::sync::mpsc::Receiver<()>) -> u8 + Send>| {
+            let (go, wait) = std::sync::mpsc::channel::<()>();
+            let h = std::thread::Builder::new().name(name.into()).spawn(move || f(wait)).unwrap();
+            (go, h)
+        };
+        let (go_a, a) = named(
+            "side-a",
+            Box::new(|w| {
+                let _ = w.recv();
+                7
+            }),
+        );
+        let (go_b, b) = named(
+            "side-b",
+            Box::new(|w| {
+                let _ = w.recv();
+                panic!("lost {}", 2)
+            }),
+        );
+        let mut threads = vec![a, b];
+        let ended = |v: u8| format!("returned {v}");
+        assert_eq!(super::take_ended(&mut threads, ended), None, "both run");
+        go_b.send(()).unwrap();
+        let wait_for = |threads: &mut Vec<std::thread::JoinHandle<u8>>| loop {
+            if let Some(m) = super::take_ended(threads, ended) {
+                return m;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        assert_eq!(wait_for(&mut threads), "side-b ended early (it panicked: lost 2)");
+        assert_eq!(threads.len(), 1);
+        go_a.send(()).unwrap();
+        assert_eq!(wait_for(&mut threads), "side-a ended early (returned 7)");
+        assert!(threads.is_empty());
+    }
+
     /// A panic's message, whether the panic gave a `&str` or a `String`; "no message" else.
     #[test]
     fn a_panics_message_is_read() {
         let of = |f: fn()| super::panic_message(std::panic::catch_unwind(f).unwrap_err().as_ref());
-        let hook = std::panic::take_hook();
-        std::panic::set_hook(Box::new(|_| {}));
         let (plain, formatted, other) =
             (of(|| panic!("plain")), of(|| panic!("core {}", 3)), of(|| std::panic::panic_any(7u8)));
-        std::panic::set_hook(hook);
         assert_eq!((plain.as_str(), formatted.as_str(), other.as_str()), ("plain", "core 3", "no message"));
     }
 

@@ -411,6 +411,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             }
         })?);
     }
+    let watching_servers = !addrs.is_empty();
     let heartbeats = std::thread::Builder::new().name("tern-switch-heartbeats".into()).spawn(move || {
         let takeover: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(bound)).build().into();
         while !hb_stop.load(Ordering::Relaxed) && !addrs.is_empty() {
@@ -470,6 +471,17 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
             }
         }
     })?;
+    // The side threads — each server's poller, the heartbeats (with servers to watch), the
+    // watcher — run until the switch stops: one that ends before stops it (a bug's panic, say),
+    // rather than leave the switch without failover or reloads.
+    let mut side = pollers;
+    if watching_servers {
+        side.push(heartbeats);
+    } else {
+        let _ = heartbeats.join();
+    }
+    side.push(watcher);
+    let mut ended_early = None;
     drop(ctl_tx);
     if !a.json {
         eprintln!(
@@ -603,17 +615,22 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         }
         if now.duration_since(last_publish) >= Duration::from_millis(100) {
             last_publish = now;
+            if let Some(e) = tern_io::take_ended(&mut side, |()| "it returned".into()) {
+                ended_early = Some(e);
+                break;
+            }
             if let Ok(mut s) = snap.try_lock() {
                 *s = snapshot(&sw, failovers.load(Ordering::Relaxed), generation, &ports);
             }
         }
     }
     http_stop.store(true, Ordering::Relaxed);
-    let _ = heartbeats.join();
-    for p in pollers {
-        let _ = p.join();
+    for t in side {
+        let _ = t.join();
     }
-    let _ = watcher.join();
+    if let Some(e) = ended_early {
+        return Err(format!("{e}; the switch stopped").into());
+    }
     let st = sw.stats();
     // Every reason, from 0, in the JSON; those above 0 in the line printed.
     let drops: serde_json::Map<String, serde_json::Value> =
