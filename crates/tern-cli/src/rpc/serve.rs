@@ -453,40 +453,78 @@ pub fn serve_ports(
         let live_ref = &live;
         let changed = move || mode.placed() && live_ref.generation() != generation;
         let pools = &pools;
+        // Raised by a lane or handler that fails (an error, a panic): every lane leaves at once,
+        // and the server stops with the failure rather than serve on without it.
+        let failed = AtomicBool::new(false);
+        let failed = &failed;
         servers = std::thread::scope(|scope| -> Result<Vec<LaneState>, String> {
             let mut to_handlers = Vec::new();
             let mut handlers = Vec::new();
             for app in apps.iter_mut() {
                 let (tx, rx) = mpsc::channel::<(Job<'_>, mpsc::Sender<Done<'_>>)>();
                 to_handlers.push(tx);
-                handlers.push(scope.spawn(move || handler(app.as_mut(), mode, table, pools, rx, counters)));
+                handlers.push(scope.spawn(move || {
+                    raising(failed, || {
+                        handler(app.as_mut(), mode, table, pools, rx, counters);
+                        Ok(())
+                    })
+                }));
             }
             let mut lanes = Vec::new();
             for (i, (mut server, mut calls)) in std::mem::take(&mut servers).into_iter().enumerate() {
                 let to_handlers = to_handlers.clone();
                 let (changed, done, methods) = (&changed, &done, &methods);
                 lanes.push(scope.spawn(move || -> Result<LaneState, String> {
-                    let leave = || done() || changed();
-                    let app = (name, methods.as_slice());
-                    lane(i, &mut server, &mut calls, mode, table, pools, &to_handlers, app, counters, &leave)?;
-                    Ok((server, calls))
+                    raising(failed, || {
+                        let leave = || done() || changed();
+                        let app = (name, methods.as_slice());
+                        let (to, ends) = (to_handlers.as_slice(), (leave, failed));
+                        lane(i, &mut server, &mut calls, mode, table, pools, to, app, counters, ends)?;
+                        Ok((server, calls))
+                    })
                 }));
             }
             drop(to_handlers);
-            let mut back = Vec::new();
+            let panicked = |what: &str, p: Box<dyn std::any::Any + Send>| {
+                format!("{what} panicked: {}", tern_io::panic_message(p.as_ref()))
+            };
+            let (mut back, mut errors) = (Vec::new(), Vec::new());
             for l in lanes {
-                back.push(l.join().map_err(|_| "a lane panicked".to_string())??);
+                match l.join().map_err(|p| panicked("a lane", p)).and_then(|r| r) {
+                    Ok(lane) => back.push(lane),
+                    Err(e) => errors.push(e),
+                }
             }
             for h in handlers {
-                h.join().map_err(|_| "a handler panicked".to_string())?;
+                if let Err(e) = h.join().map_err(|p| panicked("a handler", p)).and_then(|r| r) {
+                    errors.push(e);
+                }
             }
-            Ok(back)
+            // The failure that raised the flag, not the lanes that left for it.
+            match errors.iter().find(|e| e.as_str() != LEFT_FOR_ANOTHER).or(errors.first()) {
+                Some(e) => Err(e.clone()),
+                None => Ok(back),
+            }
         })?;
         if done() {
             return Ok(live.generation());
         }
         counters.table_changes.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// A lane's error when it left because another lane or a handler failed.
+const LEFT_FOR_ANOTHER: &str = "another lane or a handler failed";
+
+/// Runs `f`, raising `failed` if it returns an error or panics (so that the other lanes and
+/// handlers, which look at it, leave at once).
+fn raising<T>(failed: &AtomicBool, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    let _raise = tern_io::OnPanic(|| failed.store(true, Ordering::Relaxed));
+    let r = f();
+    if r.is_err() {
+        failed.store(true, Ordering::Relaxed);
+    }
+    r
 }
 
 /// A lane: takes calls, checks and (NIC-side modes) decodes them, hands them to the handlers in
@@ -504,7 +542,7 @@ fn lane<'t>(
     to_handlers: &[mpsc::Sender<(Job<'t>, mpsc::Sender<Done<'t>>)>],
     (name, methods): (&str, &[Method]),
     counters: &Counters,
-    leave: &dyn Fn() -> bool,
+    (leave, failed): (impl Fn() -> bool, &AtomicBool),
 ) -> Result<(), String> {
     let cpu0 = tern_io::thread_cpu_time();
     let (tx, rx) = mpsc::channel::<Done<'t>>();
@@ -513,6 +551,10 @@ fn lane<'t>(
     let mut out = Vec::new();
     let result = (|| -> Result<(), String> {
         loop {
+            if failed.load(Ordering::Relaxed) {
+                // Another lane or a handler failed: the calls in flight may never come back.
+                return Err(LEFT_FOR_ANOTHER.into());
+            }
             let leaving = leave();
             if leaving && in_flight == 0 {
                 return Ok(());
@@ -702,8 +744,23 @@ fn count(served: &Served, counters: &Counters) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use tern_endpoint::{Header, RpcClient};
     use tern_rpc::schema::Placement;
+
+    /// A lane or handler that fails raises the flag the others leave by: by an error (passed
+    /// on) or a panic (passed on as the panic); one that ends well leaves it down.
+    #[test]
+    fn a_failing_lane_or_handler_raises_the_flag() {
+        let failed = AtomicBool::new(false);
+        assert_eq!(raising(&failed, || Ok(3)), Ok(3));
+        assert!(!failed.load(Ordering::Relaxed));
+        assert_eq!(raising::<()>(&failed, || Err("socket gone".into())), Err("socket gone".to_string()));
+        assert!(failed.load(Ordering::Relaxed));
+        let failed = AtomicBool::new(false);
+        let r = std::thread::scope(|s| s.spawn(|| raising::<()>(&failed, || panic!("a bug"))).join());
+        assert!(r.is_err() && failed.load(Ordering::Relaxed));
+    }
 
     /// Calls `n` image requests (`concurrency` at a time) at a server of `svc` in `mode`; the
     /// counters and final generation.
