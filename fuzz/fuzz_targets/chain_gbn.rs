@@ -6,7 +6,8 @@
 //! ended; the receiving end's table of connections (each packet that parses, to the connection
 //! its header names, each packet's length byte moving the clock by 10 ms a unit, against an idle
 //! time of 1 s, from one of four addresses and a port the length picks) never holds more than
-//! its bound, and delivers data only on a connection it acknowledged an open of.
+//! its bound (past one connection kept, opens must bring a cookie), and delivers data only on
+//! a connection it acknowledged an open of.
 #![no_main]
 
 use std::time::{Duration, Instant};
@@ -28,7 +29,12 @@ fuzz_target!(|data: &[u8]| {
     let mut delivered = 0u8;
     let mut k = 0u32;
     let mut table =
-        Connections::new(ReceiveConfig { max_connections: 3, max_connections_per_peer: 2, idle: Duration::from_secs(1) });
+        Connections::new(ReceiveConfig {
+            max_connections: 3,
+            max_connections_per_peer: 2,
+            idle: Duration::from_secs(1),
+            cookies_from: Some(1),
+        });
     let mut now = t0;
     let mut opened = std::collections::HashSet::new();
     while let [n, tail @ ..] = rest {

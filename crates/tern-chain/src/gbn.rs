@@ -14,7 +14,9 @@
 //! data; a data packet of a connection it does not have is answered with a [`RESET`], so a
 //! sender whose connection was forgotten (or whose receiving end restarted) finds out at its
 //! next packet ([`Sender::ended`]) rather than having its payloads taken for a new connection's,
-//! and gives them back for a new one.
+//! and gives them back for a new one. While it keeps many connections, the receiving end makes
+//! a new one only at an open that brings a [`COOKIE`] it gave (as TCP's SYN cookies), so
+//! spoofed opens cannot fill its table.
 //!
 //! ```
 //! use std::time::{Duration, Instant};
@@ -35,6 +37,7 @@
 //! ```
 
 use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
 use crate::swept::Shared;
@@ -53,20 +56,30 @@ pub const OPEN: u8 = 3;
 /// A reset: the receiving end's answer to a data packet of a connection it does not have
 /// (never opened, or forgotten), carrying the data packet's sequence number.
 pub const RESET: u8 = 4;
+/// A cookie: the receiving end's answer, while it keeps many connections
+/// ([`ReceiveConfig::cookies_from`]), to an open of a new connection that does not bring one:
+/// the initial sequence number the sender must open with, a keyed hash of its address, port and
+/// connection id and the time, so that the connection is made only once the sender has shown
+/// that it gets packets at its address — none for a spoofed one.
+pub const COOKIE: u8 = 5;
+/// How long a cookie is good for: it is made for the current period of this length and
+/// taken for that one and the one before (so for 10 to 20 s).
+pub const COOKIE_PERIOD: Duration = Duration::from_secs(10);
 /// The largest payload one packet carries.
 pub const MAX_PAYLOAD: usize = 9000;
 
 /// A parsed header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
-    /// [`DATA`], [`ACK`], [`OPEN`] or [`RESET`].
+    /// [`DATA`], [`ACK`], [`OPEN`], [`RESET`] or [`COOKIE`].
     pub kind: u8,
     /// The payload's length (0 for all but data).
     pub len: u16,
     /// The connection.
     pub conn: u32,
     /// Data: this payload's sequence number; acknowledgement: the next one expected; open: the
-    /// connection's initial sequence number; reset: the number of the data packet answered.
+    /// connection's initial sequence number; reset: the number of the data packet answered;
+    /// cookie: the initial sequence number to open with.
     pub seq: u32,
 }
 
@@ -79,8 +92,8 @@ pub enum PacketError {
     /// Another version.
     #[error("version {0}, not 2")]
     Version(u8),
-    /// None of data, acknowledgement, open or reset.
-    #[error("kind {0}, none of data (1), acknowledgement (2), open (3) or reset (4)")]
+    /// None of data, acknowledgement, open, reset or cookie.
+    #[error("kind {0}, none of data (1), acknowledgement (2), open (3), reset (4) or cookie (5)")]
     Kind(u8),
     /// The length field disagrees with the bytes, or a packet other than data carries a
     /// payload, or a payload is over [`MAX_PAYLOAD`].
@@ -101,7 +114,7 @@ impl Header {
             return Err(PacketError::Version(h[0]));
         }
         let kind = h[1];
-        if !(DATA..=RESET).contains(&kind) {
+        if !(DATA..=COOKIE).contains(&kind) {
             return Err(PacketError::Kind(kind));
         }
         let len = u16::from_be_bytes([h[2], h[3]]);
@@ -173,8 +186,11 @@ pub struct SenderStats {
     /// Data packets sent for the first time, and again.
     pub sent: u64,
     pub retransmitted: u64,
-    /// Opens sent (the first, and again after each timeout until acknowledged).
+    /// Opens sent (the first, and again after each timeout or cookie until acknowledged).
     pub opens: u64,
+    /// Cookies taken: the receiving end, keeping many connections, asked for the open again
+    /// with the initial number it gave.
+    pub cookies: u64,
     /// Timeouts that sent the window (or the open) again.
     pub timeouts: u64,
     /// Packets acknowledged.
@@ -229,6 +245,8 @@ pub struct Sender {
     timer: Option<Instant>,
     /// The receiving end acknowledged the open: data may go.
     opened: bool,
+    /// A cookie came: the open goes again at the next poll, with its number.
+    open_now: bool,
     /// When an acknowledgement last moved the window, or a packet (or the first open) went
     /// into an empty window.
     /// With the window empty, the last of these was the acknowledgement that emptied it: the
@@ -263,6 +281,7 @@ impl Sender {
             pending,
             timer: None,
             opened: false,
+            open_now: false,
             heard: None,
             ended: None,
             stats,
@@ -359,6 +378,7 @@ impl Sender {
             }
             match self.timer {
                 None => self.heard = Some(now),
+                Some(_) if self.open_now => self.open_now = false,
                 Some(t) if now.saturating_duration_since(t) >= self.wait() => self.stats.timeouts += 1,
                 Some(_) => return,
             }
@@ -397,9 +417,10 @@ impl Sender {
     }
 
     /// When [`Sender::poll`] next has a retransmission to make, if anything (data, or the
-    /// open) is in flight.
+    /// open) is in flight (at once, after a cookie).
     pub fn deadline(&self) -> Option<Instant> {
-        self.timer.filter(|_| self.in_flight() > 0 || self.opening()).map(|t| t + self.wait())
+        let t = self.timer.filter(|_| self.in_flight() > 0 || self.opening())?;
+        Some(if self.open_now { t } else { t + self.wait() })
     }
 
     /// How long what is in flight waits before it is sent again: `rto` for data; for the
@@ -419,26 +440,34 @@ impl Sender {
         p
     }
 
-    /// Takes an acknowledgement or a reset. Before the connection is open, an acknowledgement
-    /// of its initial sequence number opens it; after, an acknowledgement completes everything
-    /// before its sequence number, and a reset of a data packet in flight ends the connection
-    /// ([`Ended::Forgotten`]): every data packet went after the receiving end had acknowledged
-    /// the open, so it has forgotten the connection since.
+    /// Takes an acknowledgement, a reset or a cookie. Before the connection is open, an
+    /// acknowledgement of its initial sequence number opens it, and a cookie makes the cookie's
+    /// number the initial one (no data has gone) and sends the open again with it at the next
+    /// poll; after, an acknowledgement completes everything before its sequence number, and a
+    /// reset of a data packet in flight ends the connection ([`Ended::Forgotten`]): every data
+    /// packet went after the receiving end had acknowledged the open, so it has forgotten the
+    /// connection since.
     pub fn on_packet(&mut self, b: &[u8], now: Instant) {
         let Ok((h, _)) = Header::parse(b) else {
             self.stats.bad_acks += 1;
             return;
         };
-        if (h.kind != ACK && h.kind != RESET) || h.conn != self.conn {
+        if !matches!(h.kind, ACK | RESET | COOKIE) || h.conn != self.conn {
             self.stats.bad_acks += 1;
             return;
         }
         let ahead = h.seq.wrapping_sub(self.base);
         if self.ended.is_some() || !self.opened {
-            if self.ended.is_none() && self.opening() && h.kind == ACK && ahead == 0 {
+            let opening = self.ended.is_none() && self.opening();
+            if opening && h.kind == ACK && ahead == 0 {
                 self.opened = true;
                 self.timer = None;
                 self.heard = Some(now);
+            } else if opening && h.kind == COOKIE {
+                (self.base, self.next) = (h.seq, h.seq);
+                self.open_now = true;
+                self.heard = Some(now);
+                self.stats.cookies += 1;
             } else {
                 // A reset before the open is acknowledged answers nothing of this connection
                 // (data goes only after).
@@ -446,8 +475,8 @@ impl Sender {
             }
             return;
         }
-        if h.kind == RESET {
-            if ahead < self.in_flight() {
+        if h.kind != ACK {
+            if h.kind == RESET && ahead < self.in_flight() {
                 self.end(Ended::Forgotten);
             } else {
                 self.stats.stale_acks += 1;
@@ -615,11 +644,27 @@ pub struct ReceiveConfig {
     pub max_connections_per_peer: usize,
     /// A connection without a data packet or open for this long is forgotten. Default 60 s.
     pub idle: Duration,
+    /// Connections kept from which an open of a new connection must bring a cookie (its
+    /// initial number the one a [`COOKIE`] gave): `None`, half of `max_connections`; 0, every
+    /// open; `max_connections` or more, none.
+    pub cookies_from: Option<usize>,
 }
 
 impl Default for ReceiveConfig {
     fn default() -> Self {
-        ReceiveConfig { max_connections: 4096, max_connections_per_peer: 1024, idle: Duration::from_secs(60) }
+        ReceiveConfig {
+            max_connections: 4096,
+            max_connections_per_peer: 1024,
+            idle: Duration::from_secs(60),
+            cookies_from: None,
+        }
+    }
+}
+
+impl ReceiveConfig {
+    /// Connections kept from which opens must bring a cookie ([`ReceiveConfig::cookies_from`]).
+    pub fn cookies_from(&self) -> usize {
+        self.cookies_from.unwrap_or(self.max_connections / 2)
     }
 }
 
@@ -667,6 +712,11 @@ pub struct Connections {
     opened: u64,
     reopened: u64,
     unknown: u64,
+    /// The cookies' key (a keyed hash of this instance's own) and the time their periods count
+    /// from (the first packet's); cookies sent.
+    secret: std::hash::RandomState,
+    since: Option<Instant>,
+    cookies: u64,
 }
 
 impl Default for Connections {
@@ -679,7 +729,8 @@ impl Connections {
     /// No connection yet.
     pub fn new(cfg: ReceiveConfig) -> Connections {
         let map = Shared::new(cfg.max_connections, |&ConnKey((addr, _), _), _| addr);
-        Connections { cfg, map, expired: 0, opened: 0, reopened: 0, unknown: 0 }
+        let secret = std::hash::RandomState::new();
+        Connections { cfg, map, expired: 0, opened: 0, reopened: 0, unknown: 0, secret, since: None, cookies: 0 }
     }
 
     /// [`Receiver::on_header`] on the connection of `h` from `from` at `now`: whether a data
@@ -732,6 +783,17 @@ impl Connections {
         if self.map.at_limit(from.0, self.cfg.max_connections_per_peer) {
             return Err(Refused::PeerFull(self.cfg.max_connections_per_peer));
         }
+        if self.map.len() >= self.cfg.cookies_from() {
+            // Many kept: the open must bring this period's cookie, or the last one's; else it
+            // gets one and makes nothing.
+            let since = *self.since.get_or_insert(now);
+            let period = (now.saturating_duration_since(since).as_nanos() / COOKIE_PERIOD.as_nanos()) as u64;
+            let cookie = |p: u64| (self.secret.hash_one((from, h.conn, p)) >> 32) as u32;
+            if h.seq != cookie(period) && (period == 0 || h.seq != cookie(period - 1)) {
+                self.cookies += 1;
+                return Ok(Some((false, Header { kind: COOKIE, len: 0, conn: h.conn, seq: cookie(period) })));
+            }
+        }
         self.opened += 1;
         self.map.insert(key, (Expect::at(h.seq), now));
         Ok(Some((false, Expect::at(h.seq).ack(h.conn))))
@@ -745,9 +807,12 @@ impl Connections {
     }
 
     /// Exchanges its connections with `other`'s (another generation of it: the bounds may
-    /// differ; the connections are the peers').
+    /// differ; the connections are the peers'), and the cookies' key and periods, so that a
+    /// cookie one gave is good at the other.
     pub fn swap_connections(&mut self, other: &mut Connections) {
         std::mem::swap(&mut self.map, &mut other.map);
+        std::mem::swap(&mut self.secret, &mut other.secret);
+        std::mem::swap(&mut self.since, &mut other.since);
     }
 
     /// Connections kept now.
@@ -778,5 +843,10 @@ impl Connections {
     /// Data packets of a connection not kept (answered with a reset), so far.
     pub fn unknown(&self) -> u64 {
         self.unknown
+    }
+
+    /// Cookies sent (opens of new connections that brought none, while many are kept), so far.
+    pub fn cookies(&self) -> u64 {
+        self.cookies
     }
 }

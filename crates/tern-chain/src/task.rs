@@ -656,6 +656,7 @@ impl NetworkTask for GbnTask {
             ("resets", self.resets),
             ("opened", self.connections.opened()),
             ("reopened", self.connections.reopened()),
+            ("cookies", self.connections.cookies()),
             ("connections", self.connections.len() as u64),
             ("expired", self.connections.expired()),
             ("malformed", self.malformed),

@@ -178,7 +178,14 @@ fn the_docs_give_the_transports_header_and_counters() {
     assert_eq!(rows[0][3], gbn::VERSION.to_string());
     assert_eq!(
         rows[1][3],
-        format!("{} data, {} acknowledgement, {} open, {} reset", gbn::DATA, gbn::ACK, gbn::OPEN, gbn::RESET)
+        format!(
+            "{} data, {} acknowledgement, {} open, {} reset, {} cookie",
+            gbn::DATA,
+            gbn::ACK,
+            gbn::OPEN,
+            gbn::RESET,
+            gbn::COOKIE
+        )
     );
     // Each kind's bytes as the table lays them out.
     let mut b = Vec::new();

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use tern_chain::gbn::{
-    ACK, Config, Connections, DATA, Ended, HEADER_LEN, Header, MAX_PAYLOAD, OPEN, PacketError, Peer, PushError, RESET,
-    ReceiveConfig, Receiver, Refused, Sender, Unacknowledged,
+    ACK, COOKIE, Config, Connections, DATA, Ended, HEADER_LEN, Header, MAX_PAYLOAD, OPEN, PacketError, Peer, PushError,
+    RESET, ReceiveConfig, Receiver, Refused, Sender, Unacknowledged,
 };
 use tern_io::fault::{FaultConfig, FaultInjector};
 use tern_io::{Batch, Pool, Port, mem};
@@ -20,7 +20,7 @@ fn the_header_is_the_documented_bytes() {
     let mut b = Vec::new();
     Header { kind: DATA, len: 2, conn: 0x0102_0304, seq: 5 }.write(b"ab", &mut b);
     assert_eq!(b, [2, 1, 0, 2, 1, 2, 3, 4, 0, 0, 0, 5, b'a', b'b']);
-    for (kind, byte) in [(ACK, 2), (OPEN, 3), (RESET, 4)] {
+    for (kind, byte) in [(ACK, 2), (OPEN, 3), (RESET, 4), (COOKIE, 5)] {
         let mut a = Vec::new();
         Header { kind, len: 0, conn: 9, seq: 0xdead_beef }.write(&[], &mut a);
         assert_eq!(a, [2, byte, 0, 0, 0, 0, 0, 9, 0xde, 0xad, 0xbe, 0xef]);
@@ -146,7 +146,8 @@ fn a_connection_idle_for_its_time_is_forgotten_and_its_data_reset() {
 #[test]
 fn connections_are_bounded_and_an_idle_one_gives_its_place_up() {
     let idle = Duration::from_secs(10);
-    let mut c = Connections::new(ReceiveConfig { max_connections: 2, idle, ..ReceiveConfig::default() });
+    let cfg = ReceiveConfig { max_connections: 2, idle, cookies_from: Some(2), ..ReceiveConfig::default() };
+    let mut c = Connections::new(cfg);
     let t0 = Instant::now();
     assert!(took(&mut c, open(1), t0).is_ok() && took(&mut c, open(2), t0).is_ok());
     assert_eq!(took(&mut c, data(1, 0), t0), Ok(Ack(true, 1)));
@@ -175,7 +176,8 @@ fn connections_are_bounded_and_an_idle_one_gives_its_place_up() {
 #[test]
 fn one_address_keeps_to_its_share_of_connections() {
     let idle = Duration::from_secs(10);
-    let cfg = ReceiveConfig { max_connections: 8, max_connections_per_peer: 3, idle };
+    // No cookies here (from 8 kept: never below the bound): the share alone.
+    let cfg = ReceiveConfig { max_connections: 8, max_connections_per_peer: 3, idle, cookies_from: Some(8) };
     let mut c = Connections::new(cfg);
     let t0 = Instant::now();
     for (port, conn) in [(7000, 1), (7000, 2), (7001, 1)] {
@@ -210,7 +212,8 @@ proptest! {
     ) {
         const SHARE: usize = 2;
         let idle = Duration::from_secs(1);
-        let mut c = Connections::new(ReceiveConfig { max_connections: 64, max_connections_per_peer: SHARE, idle });
+        let cfg = ReceiveConfig { max_connections: 64, max_connections_per_peer: SHARE, idle, cookies_from: None };
+        let mut c = Connections::new(cfg);
         let mut now = Instant::now();
         // The model: each (peer, connection) answered, and its last open's time; the times of
         // every packet so far.
@@ -260,7 +263,8 @@ proptest! {
         steps in proptest::collection::vec((0u32..40, any::<bool>(), 0u32..4, 0u64..3000), 1..400),
     ) {
         let idle = Duration::from_secs(1);
-        let mut c = Connections::new(ReceiveConfig { max_connections: 16, idle, ..ReceiveConfig::default() });
+        let cfg = ReceiveConfig { max_connections: 16, idle, cookies_from: Some(16), ..ReceiveConfig::default() };
+        let mut c = Connections::new(cfg);
         let mut now = Instant::now();
         // The model: each connection's initial number, next number and last packet's time; one
         // idle for `idle` since is gone.
@@ -316,10 +320,10 @@ fn what_is_not_a_packet_is_refused_by_name() {
     assert_eq!(Header::parse(&ok[..11]), Err(PacketError::Short(11)));
     assert_eq!(Header::parse(&with(0, 1)), Err(PacketError::Version(1)), "version 1 had no open");
     assert_eq!(Header::parse(&with(1, 0)), Err(PacketError::Kind(0)));
-    assert_eq!(Header::parse(&with(1, 5)), Err(PacketError::Kind(5)));
+    assert_eq!(Header::parse(&with(1, 6)), Err(PacketError::Kind(6)));
     assert_eq!(Header::parse(&with(3, 2)), Err(PacketError::Length { len: 2, have: 1 }));
-    // An acknowledgement, an open or a reset with a payload; a payload over the limit.
-    for kind in [ACK, OPEN, RESET] {
+    // An acknowledgement, an open, a reset or a cookie with a payload; a payload over the limit.
+    for kind in [ACK, OPEN, RESET, COOKIE] {
         assert_eq!(Header::parse(&with(1, kind)), Err(PacketError::Length { len: 1, have: 1 }));
     }
     let mut big = Vec::new();
@@ -918,4 +922,76 @@ fn a_sender_started_again_with_its_id_begins_the_connection_again_with_a_random_
     again.push(vec![9]).unwrap();
     assert_eq!(rounds(&mut again, &mut c), 0);
     assert!(!again.is_open() && again.stats().stale_acks >= 1 && c.reopened() == 0);
+}
+
+/// The answer to an open, with its kind.
+fn answer_to(c: &mut Connections, from: Peer, conn: u32, seq: u32, now: Instant) -> Option<(u8, u32)> {
+    let open = Header { kind: OPEN, len: 0, conn, seq };
+    c.on_header(from, open, now).ok().flatten().map(|(d, a)| {
+        assert!(!d);
+        (a.kind, a.seq)
+    })
+}
+
+/// While it keeps `cookies_from` connections or more, the receiving end makes a new connection
+/// only at an open that brings its cookie — the initial number a cookie gave that peer for that
+/// connection id, in this period or the last — and answers any other with a cookie, keeping
+/// nothing: so opens from addresses that never get its answers (spoofed) make nothing, and a
+/// peer cannot use another's cookie.
+#[test]
+fn while_many_are_kept_an_open_brings_a_cookie() {
+    let cfg = ReceiveConfig { max_connections: 8, cookies_from: Some(2), ..ReceiveConfig::default() };
+    let mut c = Connections::new(cfg);
+    let t0 = Instant::now();
+    assert_eq!(answer_to(&mut c, PEER, 1, 0, t0), Some((ACK, 0)), "few kept: no cookie");
+    assert_eq!(answer_to(&mut c, PEER, 2, 0, t0), Some((ACK, 0)));
+    let Some((COOKIE, k)) = answer_to(&mut c, PEER, 3, 0, t0) else { panic!("no cookie") };
+    assert_eq!((c.len(), c.cookies()), (2, 1));
+    assert_eq!(answer_to(&mut c, PEER, 3, k, t0), Some((ACK, k)), "the cookie opens it");
+    assert_eq!(took(&mut c, data(3, k), t0), Ok(Ack(true, k.wrapping_add(1))));
+    assert_eq!(c.len(), 3);
+    // Another number, or the cookie from another peer, or for another id: a cookie, nothing made.
+    let intruder: Peer = ([10, 0, 0, 66], 7000);
+    let Some((COOKIE, k4)) = answer_to(&mut c, PEER, 4, k.wrapping_add(1), t0) else { panic!() };
+    assert!(matches!(answer_to(&mut c, intruder, 4, k4, t0), Some((COOKIE, x)) if x != k4));
+    assert!(matches!(answer_to(&mut c, PEER, 5, k4, t0), Some((COOKIE, x)) if x != k4));
+    assert_eq!(c.len(), 3);
+    // Good for the period it was made in and the next (10 s each): not after.
+    assert_eq!(answer_to(&mut c, PEER, 4, k4, t0 + Duration::from_secs(15)), Some((ACK, k4)));
+    let Some((COOKIE, k6)) = answer_to(&mut c, PEER, 6, 0, t0) else { panic!() };
+    assert!(matches!(answer_to(&mut c, PEER, 6, k6, t0 + Duration::from_secs(25)), Some((COOKIE, x)) if x != k6));
+    // A flood of opens from addresses that never answer: cookies, and nothing kept.
+    let before = (c.len(), c.cookies());
+    for a in 0..1000u32 {
+        let spoofed: Peer = ([172, 16, (a >> 8) as u8, a as u8], 9);
+        assert!(matches!(answer_to(&mut c, spoofed, 1, a, t0), Some((COOKIE, _))));
+    }
+    assert_eq!((c.len(), c.cookies()), (before.0, before.1 + 1000));
+}
+
+/// A sender takes a cookie while opening: its initial number becomes the cookie's, its open
+/// goes again at once with it, and the connection opens and carries its payloads from there.
+#[test]
+fn a_sender_opens_with_the_cookie_it_is_given() {
+    let cfg = ReceiveConfig { cookies_from: Some(0), ..ReceiveConfig::default() };
+    let mut c = Connections::new(cfg);
+    let t0 = Instant::now();
+    let mut tx = Sender::new(9, Config::default());
+    tx.push(vec![1]).unwrap();
+    tx.push(vec![2]).unwrap();
+    assert_eq!(round(&mut tx, &mut c, t0), 0, "the open, answered with a cookie");
+    assert!(!tx.is_open() && tx.stats().cookies == 1);
+    assert_eq!(tx.deadline(), Some(t0), "the open goes again at once");
+    assert_eq!(round(&mut tx, &mut c, t0), 0, "the open with the cookie");
+    assert!(tx.is_open());
+    let mut out = Vec::new();
+    tx.poll(t0, &mut out);
+    let k = Header::parse(&out[0]).unwrap().0.seq;
+    assert_eq!(answer_to(&mut Connections::new(cfg), PEER, 9, 0, t0).map(|a| a.0), Some(COOKIE));
+    for p in &out {
+        let (h, _) = Header::parse(p).unwrap();
+        assert!(c.on_header(PEER, h, t0).unwrap().unwrap().0, "delivered from the cookie's number {k}");
+    }
+    let s = tx.stats();
+    assert_eq!((s.opens, s.cookies, s.timeouts, c.opened(), c.cookies()), (2, 1, 0, 1, 1));
 }

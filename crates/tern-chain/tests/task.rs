@@ -280,7 +280,7 @@ fn gbn_delivers_in_order_and_acknowledges() {
     assert_eq!((counters["opened"], counters["resets"], counters["delivered"], counters["acks"]), (1, 2, 2, 4));
     // At most `max_connections`: another connection's open is dropped by name, the kept one
     // goes on.
-    let mut t = task_of("kind = \"gbn\"\nmax_connections = 1\nidle_s = 5");
+    let mut t = task_of("kind = \"gbn\"\nmax_connections = 1\nidle_s = 5\ncookies_from = 1");
     assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &open(3)), &pool).0, Verdict::Reply);
     assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &data(0, b"a")), &pool).0, Verdict::Pass);
     assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &open(4)), &pool).0, Verdict::Drop("connections_full"));
@@ -299,6 +299,19 @@ fn gbn_delivers_in_order_and_acknowledges() {
     let mut p = packet(&pool, 64, &from(3, 7002, gbn::OPEN, 4, 0, b""));
     assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Reply);
     assert!(t.counters().contains(&("peer_full", 1)), "{:?}", t.counters());
+    // With `cookies_from = 0` every new connection's open must bring a cookie: the first is
+    // turned into one, the open with its number into the acknowledgement.
+    let mut t = task_of("kind = \"gbn\"\ncookies_from = 0");
+    let mut p = packet(&pool, 64, &open(3));
+    assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Reply);
+    let cookie = answer(&p);
+    assert_eq!((cookie.kind, cookie.conn), (gbn::COOKIE, 3));
+    let mut p = packet(&pool, 64, &from(1, 7000, gbn::OPEN, 3, cookie.seq, b""));
+    assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Reply);
+    assert_eq!(answer(&p), gbn::Header { kind: gbn::ACK, len: 0, conn: 3, seq: cookie.seq });
+    assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &data(cookie.seq, b"a")), &pool).0, Verdict::Pass);
+    let counters: std::collections::HashMap<_, _> = t.counters().into_iter().collect();
+    assert_eq!((counters["cookies"], counters["opened"], counters["delivered"]), (1, 1, 1));
 }
 
 #[test]
