@@ -195,11 +195,12 @@ pub struct SenderStats {
     pub timeouts: u64,
     /// Packets acknowledged.
     pub acked: u64,
-    /// Packets dropped: not a packet, another connection, or neither an acknowledgement nor
-    /// a reset.
+    /// Packets dropped: not a packet, another connection, or none of an acknowledgement, a
+    /// reset and a cookie.
     pub bad_acks: u64,
-    /// Acknowledgements and resets outside what is in flight: stale (overtaken by a later
-    /// one, or from before the open) or for packets never sent; ignored.
+    /// Acknowledgements, resets and cookies that answer nothing in flight: stale (overtaken
+    /// by a later one, from before the open, or a cookie once open) or for packets never sent;
+    /// ignored.
     pub stale_acks: u64,
 }
 
@@ -604,7 +605,8 @@ impl Receiver {
     /// if it is neither a data packet nor an open of this connection. An open of its initial
     /// sequence number (sent again, its acknowledgement lost) is acknowledged with the next
     /// number expected; an open of another begins the connection again from that number (the
-    /// sender started over with the same id: counted `reopened`).
+    /// sender started over with the same id: counted `reopened`; [`Connections`] asks such an
+    /// open for a cookie first, this single receiver does not).
     pub fn on_header(&mut self, h: Header) -> Option<(bool, Header)> {
         if (h.kind != DATA && h.kind != OPEN) || h.conn != self.conn {
             self.stats.malformed += 1;
@@ -756,14 +758,16 @@ impl Connections {
         let idle = self.cfg.idle;
         match self.map.get_mut(&key) {
             Some((e, last)) if now.saturating_duration_since(*last) < idle => {
+                if h.kind == OPEN && h.seq != e.start {
+                    // Begun again with another initial number: only with a cookie (below), so
+                    // that no one but the peer at its address can end its connection so.
+                    return Ok(Some(match self.cookie_check(from, &h, now) {
+                        Err(cookie) => (false, cookie),
+                        Ok(()) => self.begin_again(key, &h, now),
+                    }));
+                }
                 *last = now;
-                let deliver = match e.take(&h) {
-                    Took::Data(d) => d,
-                    Took::Open(again) => {
-                        self.reopened += u64::from(again);
-                        false
-                    }
-                };
+                let deliver = matches!(e.take(&h), Took::Data(true));
                 return Ok(Some((deliver, e.ack(h.conn))));
             }
             Some(_) => {
@@ -783,20 +787,36 @@ impl Connections {
         if self.map.at_limit(from.0, self.cfg.max_connections_per_peer) {
             return Err(Refused::PeerFull(self.cfg.max_connections_per_peer));
         }
-        if self.map.len() >= self.cfg.cookies_from() {
-            // Many kept: the open must bring this period's cookie, or the last one's; else it
-            // gets one and makes nothing.
-            let since = *self.since.get_or_insert(now);
-            let period = (now.saturating_duration_since(since).as_nanos() / COOKIE_PERIOD.as_nanos()) as u64;
-            let cookie = |p: u64| (self.secret.hash_one((from, h.conn, p)) >> 32) as u32;
-            if h.seq != cookie(period) && (period == 0 || h.seq != cookie(period - 1)) {
-                self.cookies += 1;
-                return Ok(Some((false, Header { kind: COOKIE, len: 0, conn: h.conn, seq: cookie(period) })));
-            }
+        if self.map.len() >= self.cfg.cookies_from()
+            && let Err(cookie) = self.cookie_check(from, &h, now)
+        {
+            // Many kept: the open must bring its cookie; else it gets one and makes nothing.
+            return Ok(Some((false, cookie)));
         }
         self.opened += 1;
         self.map.insert(key, (Expect::at(h.seq), now));
         Ok(Some((false, Expect::at(h.seq).ack(h.conn))))
+    }
+
+    /// Whether the open `h` from `from` brings its cookie — as initial number, the cookie of
+    /// this period or the last — or else the cookie to answer with (counted).
+    fn cookie_check(&mut self, from: Peer, h: &Header, now: Instant) -> Result<(), Header> {
+        let since = *self.since.get_or_insert(now);
+        let period = (now.saturating_duration_since(since).as_nanos() / COOKIE_PERIOD.as_nanos()) as u64;
+        let cookie = |p: u64| (self.secret.hash_one((from, h.conn, p)) >> 32) as u32;
+        if h.seq == cookie(period) || (period > 0 && h.seq == cookie(period - 1)) {
+            return Ok(());
+        }
+        self.cookies += 1;
+        Err(Header { kind: COOKIE, len: 0, conn: h.conn, seq: cookie(period) })
+    }
+
+    /// A kept connection begun again by an open of another initial number that brought its
+    /// cookie: the acknowledgement of that number.
+    fn begin_again(&mut self, key: ConnKey, h: &Header, now: Instant) -> (bool, Header) {
+        self.reopened += 1;
+        self.map.insert(key, (Expect::at(h.seq), now));
+        (false, Expect::at(h.seq).ack(h.conn))
     }
 
     /// A data packet's part of the pass that forgets the connections idle for
