@@ -360,7 +360,7 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// The first of a server's `threads` to have ended, taken out and joined: its name and how it
 /// ended — its panic's message, or what `ended` makes of what it returned — as
-/// `NAME ended early (WHY)`. `None` while every thread runs. A server checks its threads so as
+/// `NAME ended early (WHY)`. `None` while every thread runs. A server checks its threads as
 /// it waits, and stops (with this as its error) rather than go on without one.
 pub fn take_ended<T>(threads: &mut Vec<std::thread::JoinHandle<T>>, ended: impl FnOnce(T) -> String) -> Option<String> {
     let i = threads.iter().position(|t| t.is_finished())?;
