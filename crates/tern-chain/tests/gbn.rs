@@ -691,7 +691,8 @@ proptest! {
     /// Exactly once across change: a stream of payloads over a network that loses,
     /// duplicates and reorders, through a receiving end that is restarted or cut off for longer
     /// than its idle time (its connections forgotten) at a random moment, the network's
-    /// packets lost with it. Whenever the sender ends a connection, the application carries
+    /// packets lost with it; with or without every open asked for a cookie (a restarted
+    /// receiving end's key new). Whenever the sender ends a connection, the application carries
     /// what it gives back on a new one. Every payload is delivered; in order, each once — but
     /// for those the sender gave back as sent and not acknowledged, which may be delivered
     /// twice (once before the end, once after), and only then. It fails with connections made
@@ -703,6 +704,7 @@ proptest! {
         cut_at in prop_oneof![0usize..6, 0usize..400],
         restart in any::<bool>(),
         loss in 0u32..30,
+        cookies in any::<bool>(),
     ) {
         let mut rng = seed | 1;
         let mut rand = move |n: u32| {
@@ -712,7 +714,9 @@ proptest! {
             (rng % u64::from(n)) as u32
         };
         let idle = Duration::from_secs(60);
-        let mut c = Connections::new(ReceiveConfig { idle, ..ReceiveConfig::default() });
+        // With `cookies`, every open must bring one (a restarted receiving end's key is new).
+        let receive = ReceiveConfig { idle, cookies_from: cookies.then_some(0), ..ReceiveConfig::default() };
+        let mut c = Connections::new(receive);
         let cfg = Config { window: 8, rto: Duration::from_millis(1), queue: 1024, ..Config::default() };
         let (mut conn, mut tx) = (1u32, Sender::new(1, cfg));
         let n = 120u32;
@@ -725,7 +729,7 @@ proptest! {
         for step in 0..20_000usize {
             if step == cut_at {
                 if restart {
-                    c = Connections::new(ReceiveConfig { idle, ..ReceiveConfig::default() });
+                    c = Connections::new(receive);
                 } else {
                     // Cut off for longer than the idle time: everything in the network lost,
                     // the sender polled now and then meanwhile, its packets lost too.
