@@ -130,6 +130,19 @@ fn bench(c: &mut Criterion) {
         })
     });
 
+    // A flood of opens from spoofed addresses while every open must bring a cookie: each is
+    // answered with one (a keyed hash) and makes nothing.
+    let mut conns = gbn::Connections::new(gbn::ReceiveConfig { cookies_from: Some(0), ..Default::default() });
+    let mut a = 0u32;
+    g.bench_function("gbn_open_cookie", |b| {
+        b.iter(|| {
+            a = a.wrapping_add(1);
+            let open = gbn::Header { kind: gbn::OPEN, len: 0, conn: 1, seq: a };
+            black_box(conns.on_header((a.to_be_bytes(), 9), open, t0).ok())
+        })
+    });
+    assert_eq!(conns.len(), 0);
+
     let mut kv = tern_chain::kv::Cache::new(tern_chain::kv::KvConfig::default());
     let get = tern_chain::kv::Msg { op: tern_chain::kv::Op::Get, id: 1, key: b"user:1001", value: b"" }.to_vec();
     let value =

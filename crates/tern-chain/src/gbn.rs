@@ -804,11 +804,12 @@ impl Connections {
         let since = *self.since.get_or_insert(now);
         let period = (now.saturating_duration_since(since).as_nanos() / COOKIE_PERIOD.as_nanos()) as u64;
         let cookie = |p: u64| (self.secret.hash_one((from, h.conn, p)) >> 32) as u32;
-        if h.seq == cookie(period) || (period > 0 && h.seq == cookie(period - 1)) {
+        let current = cookie(period);
+        if h.seq == current || (period > 0 && h.seq == cookie(period - 1)) {
             return Ok(());
         }
         self.cookies += 1;
-        Err(Header { kind: COOKIE, len: 0, conn: h.conn, seq: cookie(period) })
+        Err(Header { kind: COOKIE, len: 0, conn: h.conn, seq: current })
     }
 
     /// A kept connection begun again by an open of another initial number that brought its
