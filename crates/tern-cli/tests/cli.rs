@@ -2799,7 +2799,8 @@ fn the_docs_explain_every_option_of_every_command() {
 /// but their acknowledgements not taken when the server stops. Sent again to the next run,
 /// which does not have the connection, they are answered with resets — not taken for a new
 /// connection's first packets and delivered a second time — and the sender's connection ends
-/// as forgotten, the payloads given back as sent; a new connection, opened, carries the next.
+/// as forgotten, the payloads given back as sent; a new connection, opened through a cookie
+/// (that run asks every open for one), carries the next.
 #[test]
 fn chain_serve_resets_a_go_back_n_connection_it_forgot_across_a_restart() {
     use std::time::{Duration, Instant};
@@ -2849,7 +2850,9 @@ fn chain_serve_resets_a_go_back_n_connection_it_forgot_across_a_restart() {
     let out = s.child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
-    let s = LanServe::start_with("gbn-restart", text, &["--duration", "3", "--stats-interval", "0"]);
+    // The next run asks every open for a cookie (`cookies_from = 0`).
+    let text = format!("{text}cookies_from = 0\n");
+    let s = LanServe::start_with("gbn-restart", &text, &["--duration", "3", "--stats-interval", "0"]);
     std::thread::sleep(cfg.rto);
     assert!(exchange(&s, &mut tx, false, wait).is_empty(), "not delivered again");
     assert_eq!(tx.ended(), Some(Ended::Forgotten), "{:?}", tx.stats());
@@ -2857,7 +2860,10 @@ fn chain_serve_resets_a_go_back_n_connection_it_forgot_across_a_restart() {
     assert_eq!((back.sent, back.unsent), (both.to_vec(), vec![]));
     let mut again = Sender::new(2, cfg);
     again.push(b"third".to_vec()).unwrap();
-    assert!(exchange(&s, &mut again, false, wait).is_empty());
+    assert!(exchange(&s, &mut again, false, wait).is_empty(), "the open, answered with a cookie");
+    assert!(!again.is_open() && again.stats().cookies == 1, "{:?}", again.stats());
+    assert!(exchange(&s, &mut again, false, wait).is_empty(), "the open with the cookie");
+    assert!(again.is_open());
     assert_eq!(exchange(&s, &mut again, false, wait), [b"third".to_vec()]);
     let dir = s.dir.clone();
     let out = s.child.wait_with_output().unwrap();
