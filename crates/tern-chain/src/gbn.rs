@@ -699,8 +699,8 @@ impl std::hash::Hash for ConnKey {
     }
 }
 
-/// The receiving end's connections, each a [`Receiver`] made at its open (expecting the
-/// initial sequence number the open carries) and forgotten once it has been idle for
+/// The receiving end's connections, each its initial and next sequence numbers (as a
+/// [`Receiver`] keeps them), made at its open and forgotten once it has been idle for
 /// [`ReceiveConfig::idle`]: a data packet of a connection it does not have is answered with a
 /// [`RESET`], never delivered. Sans-IO: the caller passes the time. (`Default`:
 /// [`ReceiveConfig`]'s defaults.)
@@ -715,7 +715,7 @@ pub struct Connections {
     reopened: u64,
     unknown: u64,
     /// The cookies' key (a keyed hash of this instance's own) and the time their periods count
-    /// from (the first packet's); cookies sent.
+    /// from (the first cookie's asked for or checked); cookies sent.
     secret: std::hash::RandomState,
     since: Option<Instant>,
     cookies: u64,
@@ -736,10 +736,12 @@ impl Connections {
     }
 
     /// [`Receiver::on_header`] on the connection of `h` from `from` at `now`: whether a data
-    /// packet's payload is delivered, and the answer to send. An open makes the connection (or,
-    /// for one kept, is acknowledged or begins it again, as [`Receiver::on_header`] says); a data packet of a connection not
-    /// kept (never opened, or idle for [`ReceiveConfig::idle`]) is answered with a [`RESET`]
-    /// of its sequence number, and delivers nothing; an acknowledgement or a reset gets
+    /// packet's payload is delivered, and the answer to send. An open makes the connection —
+    /// with [`ReceiveConfig::cookies_from`] kept, only if it brings its cookie, else it is
+    /// answered with one ([`COOKIE`]); for a connection kept, an open of its initial number is
+    /// acknowledged, and one of another begins it again only with its cookie. A data packet of
+    /// a connection not kept (never opened, or idle for [`ReceiveConfig::idle`]) is answered
+    /// with a [`RESET`] of its sequence number, and delivers nothing; an acknowledgement or a reset gets
     /// `None` and makes or refreshes nothing. A new connection's open with
     /// [`ReceiveConfig::max_connections`] kept is refused ([`Refused::ConnectionsFull`]), and
     /// so is one from an address with [`ReceiveConfig::max_connections_per_peer`] kept
@@ -763,7 +765,10 @@ impl Connections {
                     // that no one but the peer at its address can end its connection so.
                     return Ok(Some(match self.cookie_check(from, &h, now) {
                         Err(cookie) => (false, cookie),
-                        Ok(()) => self.begin_again(key, &h, now),
+                        Ok(()) => {
+                            self.reopened += 1;
+                            self.begin(key, &h, now)
+                        }
                     }));
                 }
                 *last = now;
@@ -794,8 +799,7 @@ impl Connections {
             return Ok(Some((false, cookie)));
         }
         self.opened += 1;
-        self.map.insert(key, (Expect::at(h.seq), now));
-        Ok(Some((false, Expect::at(h.seq).ack(h.conn))))
+        Ok(Some(self.begin(key, &h, now)))
     }
 
     /// Whether the open `h` from `from` brings its cookie — as initial number, the cookie of
@@ -812,12 +816,12 @@ impl Connections {
         Err(Header { kind: COOKIE, len: 0, conn: h.conn, seq: current })
     }
 
-    /// A kept connection begun again by an open of another initial number that brought its
-    /// cookie: the acknowledgement of that number.
-    fn begin_again(&mut self, key: ConnKey, h: &Header, now: Instant) -> (bool, Header) {
-        self.reopened += 1;
-        self.map.insert(key, (Expect::at(h.seq), now));
-        (false, Expect::at(h.seq).ack(h.conn))
+    /// The connection `key` begun (new, or again) at the open `h`, expecting its initial
+    /// number: the acknowledgement of that number, nothing delivered.
+    fn begin(&mut self, key: ConnKey, h: &Header, now: Instant) -> (bool, Header) {
+        let e = Expect::at(h.seq);
+        self.map.insert(key, (e, now));
+        (false, e.ack(h.conn))
     }
 
     /// A data packet's part of the pass that forgets the connections idle for
