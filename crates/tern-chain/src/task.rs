@@ -624,10 +624,11 @@ impl NetworkTask for GbnTask {
         ack_bytes[1] = ack.kind;
         ack_bytes[4..8].copy_from_slice(&ack.conn.to_be_bytes());
         ack_bytes[8..12].copy_from_slice(&ack.seq.to_be_bytes());
-        if ack.kind == gbn::RESET {
-            self.resets += 1;
-        } else {
-            self.acks += 1;
+        match ack.kind {
+            gbn::ACK => self.acks += 1,
+            gbn::RESET => self.resets += 1,
+            // Cookies are the connections' own count.
+            _ => {}
         }
         if !deliver {
             turn_around(p, l3, l4, &ack_bytes);

@@ -312,6 +312,7 @@ fn gbn_delivers_in_order_and_acknowledges() {
     assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &data(cookie.seq, b"a")), &pool).0, Verdict::Pass);
     let counters: std::collections::HashMap<_, _> = t.counters().into_iter().collect();
     assert_eq!((counters["cookies"], counters["opened"], counters["delivered"]), (1, 1, 1));
+    assert_eq!(counters["acks"], 2, "the open's and the data's; the cookie is not one");
 }
 
 #[test]
