@@ -120,7 +120,8 @@ enum SwitchCommand {
     /// heartbeats. Frames needing the program's handler go to a server with CLIP's header;
     /// regular traffic is routed; ARP for the switch is answered. --metrics serves Prometheus
     /// tern_switch_*, /tables, /group and POST /scale. The configuration is watched and
-    /// reloaded (a generation). SIGINT/SIGTERM stop it with a summary.
+    /// reloaded (a generation). SIGINT/SIGTERM stop it with a summary; a heartbeat, failover
+    /// or watcher thread that ends early stops it with exit 1, naming the thread.
     Serve(switch::serve::ServeArgs),
     /// Run one remote-handler server of a switch on a port: it answers requests in place;
     /// --control serves /metrics, /ready (heartbeats), /flows (its live flows) and /entries.
@@ -241,7 +242,8 @@ enum RpcCommand {
     /// --mode (cpu-only, protoacc-pcie, rpcnic). A body that does not decode is answered
     /// bad_request, naming the field and byte offset; every call is answered exactly once,
     /// bodies up to 16 MiB. --metrics serves Prometheus `tern_rpc_*`; SIGINT/SIGTERM stop it
-    /// with a summary (calls by status, moves, host and card CPU per call).
+    /// with a summary (calls by status, moves, host and card CPU per call); a lane or handler
+    /// thread that fails stops it with exit 1, naming the failure.
     Serve(rpc::serve::ServeArgs),
     /// Call a `tern rpc serve` server with the configuration's sample requests (each to its
     /// method), closed loop: calls per second, latency percentiles, answers by status.
