@@ -249,7 +249,7 @@ pub fn parameters(kind: &str) -> &'static [&'static str] {
         "nat" => &["external", "ports", "idle_s", "ports_per_host"],
         "aes" => &["key", "direction"],
         "lb" => &["backends", "table_size"],
-        "gbn" => &["max_connections", "max_connections_per_peer", "idle_s", "cookies_from"],
+        "gbn" => &["max_connections", "max_connections_per_peer", "idle_s", "cookies_from", "quiet_s"],
         "kv" => &["max_bytes", "max_entries", "max_pending", "max_pending_per_client"],
         "dummy" => &["ns_per_packet", "gbps", "luts"],
         "stage" => &["engine", "config", "in_port", "luts"],
@@ -422,6 +422,7 @@ fn task(t: &toml::Table, at: &str) -> Result<TaskSpec, String> {
                     .map_or(d.max_connections_per_peer, |v| v as usize),
                 idle: int_of(t, "idle_s", at, 1..=86_400)?.map_or(d.idle, |v| Duration::from_secs(v as u64)),
                 cookies_from: int_of(t, "cookies_from", at, 0..=1 << 20)?.map(|v| v as usize),
+                quiet: int_of(t, "quiet_s", at, 0..=86_400)?.map(|v| Duration::from_secs(v as u64)),
             }))
         }
         "kv" => {

@@ -224,10 +224,10 @@ impl World {
     /// A frame that left the chain on `port`.
     fn arrive(&mut self, port: u8, f: &[u8], now: Instant, counts: &Counts) {
         let Some((payload, _)) = udp_of(f) else { return };
-        // Acknowledgements (and resets) are exactly a header (a KV message is longer: 8 bytes
-        // and a key).
+        // Acknowledgements (and resets, cookies) are exactly a header (a KV message is longer:
+        // 8 bytes and a key).
         let ack = payload.len() == gbn::HEADER_LEN
-            && gbn::Header::parse(payload).is_ok_and(|(h, _)| h.kind == gbn::ACK || h.kind == gbn::RESET);
+            && gbn::Header::parse(payload).is_ok_and(|(h, _)| matches!(h.kind, gbn::ACK | gbn::RESET | gbn::COOKIE));
         if port == 0 {
             // To a client: its acknowledgement, or an answer.
             let dst = u16::from_be_bytes([f[36], f[37]]);

@@ -43,6 +43,12 @@ fn open(conn: u32) -> Header {
 /// The peer the tests' packets come from.
 const PEER: Peer = ([10, 0, 0, 1], 7000);
 
+/// The receiving end's defaults but for the quiet time (none), so that an open is taken at
+/// once while few connections are kept; the quiet time has tests of its own.
+fn no_quiet() -> ReceiveConfig {
+    ReceiveConfig { quiet: Some(Duration::ZERO), ..ReceiveConfig::default() }
+}
+
 /// The receiving end's answer to a data packet or an open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Answer {
@@ -76,7 +82,7 @@ fn took_from(c: &mut Connections, from: Peer, h: Header, now: Instant) -> Result
 /// numbers.
 #[test]
 fn a_connection_is_its_peers_alone() {
-    let mut c = Connections::new(ReceiveConfig::default());
+    let mut c = Connections::new(no_quiet());
     let t0 = Instant::now();
     let intruder: Peer = ([10, 0, 0, 66], 7000);
     assert_eq!(took(&mut c, data(5, 0), t0), Ok(Reset(0)), "data before the open");
@@ -106,7 +112,7 @@ fn a_connection_is_its_peers_alone() {
 /// address cannot end its stream.
 #[test]
 fn an_open_again_is_acknowledged_and_another_initial_number_begins_again_with_a_cookie() {
-    let mut c = Connections::new(ReceiveConfig::default());
+    let mut c = Connections::new(no_quiet());
     let t0 = Instant::now();
     let open_at = |seq| Header { seq, ..open(2) };
     assert_eq!(took(&mut c, open_at(100), t0), Ok(Ack(false, 100)));
@@ -124,7 +130,7 @@ fn an_open_again_is_acknowledged_and_another_initial_number_begins_again_with_a_
 #[test]
 fn a_connection_idle_for_its_time_is_forgotten_and_its_data_reset() {
     let idle = Duration::from_secs(60);
-    let mut c = Connections::new(ReceiveConfig { max_connections: 8, idle, ..ReceiveConfig::default() });
+    let mut c = Connections::new(ReceiveConfig { max_connections: 8, idle, ..no_quiet() });
     let t0 = Instant::now();
     assert_eq!(took(&mut c, open(1), t0), Ok(Ack(false, 0)));
     assert_eq!(took(&mut c, data(1, 0), t0), Ok(Ack(true, 1)));
@@ -181,7 +187,8 @@ fn connections_are_bounded_and_an_idle_one_gives_its_place_up() {
 fn one_address_keeps_to_its_share_of_connections() {
     let idle = Duration::from_secs(10);
     // No cookies here (from 8 kept: never below the bound): the share alone.
-    let cfg = ReceiveConfig { max_connections: 8, max_connections_per_peer: 3, idle, cookies_from: Some(8) };
+    let cfg =
+        ReceiveConfig { max_connections: 8, max_connections_per_peer: 3, idle, cookies_from: Some(8), quiet: None };
     let mut c = Connections::new(cfg);
     let t0 = Instant::now();
     for (port, conn) in [(7000, 1), (7000, 2), (7001, 1)] {
@@ -216,7 +223,7 @@ proptest! {
     ) {
         const SHARE: usize = 2;
         let idle = Duration::from_secs(1);
-        let cfg = ReceiveConfig { max_connections: 64, max_connections_per_peer: SHARE, idle, cookies_from: None };
+        let cfg = ReceiveConfig { max_connections: 64, max_connections_per_peer: SHARE, idle, cookies_from: None, quiet: Some(Duration::ZERO) };
         let mut c = Connections::new(cfg);
         let mut now = Instant::now();
         // The model: each (peer, connection) answered, and its last open's time; the times of
@@ -521,7 +528,7 @@ fn round(tx: &mut Sender, c: &mut Connections, now: Instant) -> usize {
 /// those not. A reset of a packet not in flight, and silence, end nothing.
 #[test]
 fn a_sender_finds_out_that_the_receiving_end_forgot_its_connection() {
-    let mut c = Connections::new(ReceiveConfig::default());
+    let mut c = Connections::new(no_quiet());
     let rto = Duration::from_millis(1);
     let cfg = |window| Config { window, rto, queue: 16, ..Config::default() };
     let mut tx = Sender::new(7, cfg(2));
@@ -534,7 +541,7 @@ fn a_sender_finds_out_that_the_receiving_end_forgot_its_connection() {
     assert!(tx.is_idle());
 
     // The receiving end restarts, and meets 3 and 4: resets.
-    let mut c = Connections::new(ReceiveConfig::default());
+    let mut c = Connections::new(no_quiet());
     let t1 = t0 + Duration::from_secs(1);
     for i in 3..6 {
         tx.push(vec![i]).unwrap();
@@ -560,7 +567,7 @@ fn a_sender_finds_out_that_the_receiving_end_forgot_its_connection() {
     // Restarted while none of a connection's data was acknowledged: its three payloads
     // delivered, every acknowledgement lost. Sent again, they meet resets, not a new
     // receiver: the connection ends at its first timeout, nothing delivered twice.
-    let mut c = Connections::new(ReceiveConfig::default());
+    let mut c = Connections::new(no_quiet());
     let mut early = Sender::new(9, cfg(4));
     for i in 0..3 {
         early.push(vec![i]).unwrap();
@@ -572,7 +579,7 @@ fn a_sender_finds_out_that_the_receiving_end_forgot_its_connection() {
         let (h, _) = Header::parse(p).unwrap();
         assert!(c.on_header(PEER, h, t1).unwrap().unwrap().0, "delivered, its acknowledgement lost");
     }
-    let mut c = Connections::new(ReceiveConfig::default());
+    let mut c = Connections::new(no_quiet());
     assert_eq!(round(&mut early, &mut c, t1 + rto), 0, "nothing delivered again");
     assert_eq!(early.ended(), Some(Ended::Forgotten));
     assert_eq!(early.take_unacknowledged().unwrap().sent, vec![vec![0], vec![1], vec![2]], "given back as sent");
@@ -602,7 +609,7 @@ fn a_sender_finds_out_that_the_receiving_end_forgot_its_connection() {
 /// too).
 #[test]
 fn a_connection_forgotten_across_the_wrap_is_found_out() {
-    let mut c = Connections::new(ReceiveConfig::default());
+    let mut c = Connections::new(no_quiet());
     let t0 = Instant::now();
     let mut tx = Sender::starting_at(3, Config { window: 8, ..Config::default() }, u32::MAX - 2);
     for i in 0..6 {
@@ -617,7 +624,7 @@ fn a_connection_forgotten_across_the_wrap_is_found_out() {
         let (h, _) = Header::parse(p).unwrap();
         assert!(c.on_header(PEER, h, t0).unwrap().unwrap().0, "delivered, acknowledgements lost");
     }
-    let mut c = Connections::new(ReceiveConfig::default());
+    let mut c = Connections::new(no_quiet());
     assert_eq!(round(&mut tx, &mut c, t0 + Duration::from_millis(1)), 0);
     assert_eq!(tx.ended(), Some(Ended::Forgotten));
     assert_eq!(tx.take_unacknowledged().unwrap().sent.len(), 6);
@@ -630,7 +637,7 @@ fn a_connection_forgotten_across_the_wrap_is_found_out() {
 /// payload goes on a new connection, unsent, rather than meet a reset on a forgotten one.
 #[test]
 fn a_sender_ends_a_connection_unanswered_or_idle() {
-    let mut c = Connections::new(ReceiveConfig::default());
+    let mut c = Connections::new(no_quiet());
     let mut tx = Sender::new(3, Config::default());
     let t0 = Instant::now();
     tx.push(vec![0]).unwrap();
@@ -687,17 +694,59 @@ fn a_sender_ends_a_connection_unanswered_or_idle() {
     assert_eq!(tx.take_unacknowledged().unwrap(), Unacknowledged { sent: vec![], unsent: vec![vec![9]] });
 }
 
+/// For its quiet time from the first open of a new connection (the idle time by default) a
+/// receiving end makes a new connection only at an open that brings its cookie, however few it
+/// keeps: an open sent to an instance before it (here, another with a key of its own) makes
+/// nothing, nor does that connection's data. After the quiet time an open is taken as it comes;
+/// with a quiet time of zero, or cookies off, at once. An update's new instance goes on with the
+/// quiet time's start.
+#[test]
+fn in_its_quiet_time_an_open_brings_a_cookie() {
+    let t0 = Instant::now();
+    let idle = Duration::from_secs(60);
+    let mut earlier = Connections::new(ReceiveConfig::default());
+    let mut c = Connections::new(ReceiveConfig::default());
+    // The earlier instance's cookie for the open, and the data after it.
+    let Some((COOKIE, k)) = answer_to(&mut earlier, PEER, 1, 0, t0) else { panic!("no cookie") };
+    assert_eq!(answer_to(&mut earlier, PEER, 1, k, t0), Some((ACK, k)));
+    assert_eq!(took(&mut earlier, data(1, k), t0), Ok(Ack(true, k.wrapping_add(1))));
+    // Both, delayed, reach this instance (its first packets): nothing made, nothing delivered.
+    let Some((COOKIE, mine)) = answer_to(&mut c, PEER, 1, k, t0) else { panic!("made by a late open") };
+    assert_ne!(mine, k);
+    assert_eq!(took(&mut c, data(1, k), t0), Ok(Reset(k)));
+    assert_eq!((c.len(), c.opened(), c.cookies()), (0, 0, 1));
+    // Its own cookie opens it.
+    assert_eq!(answer_to(&mut c, PEER, 1, mine, t0), Some((ACK, mine)));
+    // Still quiet just before the idle time has passed since that open; not after.
+    let late = t0 + idle - Duration::from_millis(1);
+    assert!(matches!(answer_to(&mut c, PEER, 2, 0, late), Some((COOKIE, _))));
+    assert_eq!(answer_to(&mut c, PEER, 2, 0, t0 + idle), Some((ACK, 0)));
+    assert_eq!((c.len(), c.opened()), (2, 2));
+    // A quiet time of its own length, of zero, or cookies off.
+    let mut short = Connections::new(ReceiveConfig { quiet: Some(Duration::from_secs(5)), ..ReceiveConfig::default() });
+    assert!(matches!(answer_to(&mut short, PEER, 1, 0, t0), Some((COOKIE, _))));
+    assert_eq!(answer_to(&mut short, PEER, 1, 0, t0 + Duration::from_secs(5)), Some((ACK, 0)));
+    assert_eq!(answer_to(&mut Connections::new(no_quiet()), PEER, 1, 0, t0), Some((ACK, 0)));
+    let off = ReceiveConfig { cookies_from: Some(4096), ..ReceiveConfig::default() };
+    assert_eq!(answer_to(&mut Connections::new(off), PEER, 1, 0, t0), Some((ACK, 0)));
+    // The next generation of `c` (an update) is past its quiet time too.
+    let mut next = Connections::new(ReceiveConfig::default());
+    next.swap_connections(&mut c);
+    assert_eq!(answer_to(&mut next, PEER, 3, 0, t0 + idle), Some((ACK, 0)));
+}
+
 proptest! {
-    /// Exactly once across change: a stream of payloads over a network that loses,
-    /// duplicates and reorders, through a receiving end that is restarted or cut off for longer
-    /// than its idle time (its connections forgotten) at a random moment, the network's
-    /// packets lost with it; with or without every open asked for a cookie (a restarted
-    /// receiving end's key new). Whenever the sender ends a connection, the application carries
-    /// what it gives back on a new one. Every payload is delivered; in order, each once — but
-    /// for those the sender gave back as sent and not acknowledged, which may be delivered
-    /// twice (once before the end, once after), and only then. It fails with connections made
-    /// by data rather than opens (a restart before any acknowledgement: the first payloads
-    /// delivered again, none given back).
+    /// Exactly once across change: a stream of payloads over a network that loses, duplicates and
+    /// reorders, through a receiving end that is restarted or cut off for longer than its idle time
+    /// (its connections forgotten) at a random moment, the network's packets lost with it; with or
+    /// without every open asked for a cookie (a restarted receiving end's key new) — or, at a
+    /// restart, with every packet sent before it arriving after it, in the order sent (it fails
+    /// without the quiet time: the first open makes the connection again, and its payloads are
+    /// delivered again). Whenever the sender ends a connection, the application carries what it
+    /// gives back on a new one. Every payload is delivered; in order, each once — but for those the
+    /// sender gave back as sent and not acknowledged, which may be delivered twice (once before the
+    /// end, once after), and only then. It fails with connections made by data rather than opens (a
+    /// restart before any acknowledgement: the first payloads delivered again, none given back).
     #[test]
     fn exactly_once_but_for_what_an_ended_connection_gives_back(
         seed in any::<u64>(),
@@ -705,6 +754,7 @@ proptest! {
         restart in any::<bool>(),
         loss in 0u32..30,
         cookies in any::<bool>(),
+        late in any::<bool>(),
     ) {
         let mut rng = seed | 1;
         let mut rand = move |n: u32| {
@@ -726,10 +776,17 @@ proptest! {
         let mut now = Instant::now();
         let (mut to_rx, mut to_tx): (Vec<Vec<u8>>, Vec<Vec<u8>>) = (Vec::new(), Vec::new());
         let id = |p: &[u8]| u32::from_be_bytes(p[..4].try_into().unwrap());
+        // Every packet sent before a restart (with `late`), to arrive after it.
+        let mut sent_before: Vec<Vec<u8>> = Vec::new();
         for step in 0..20_000usize {
             if step == cut_at {
                 if restart {
                     c = Connections::new(receive);
+                    if late {
+                        to_rx.clear();
+                        to_rx.append(&mut sent_before);
+                        to_tx.clear();
+                    }
                 } else {
                     // Cut off for longer than the idle time: everything in the network lost,
                     // the sender polled now and then meanwhile, its packets lost too.
@@ -739,9 +796,12 @@ proptest! {
                         tx.poll(now, &mut lost);
                     }
                 }
-                to_rx.clear();
-                to_tx.clear();
+                if !(restart && late) {
+                    to_rx.clear();
+                    to_tx.clear();
+                }
             }
+            let arriving_late = !to_rx.is_empty() && step == cut_at && restart && late;
             now += Duration::from_micros(200);
             // Payloads come in a few at a time.
             while pushed < n && pushed < (step as u32 / 2) + 1 && tx.ended().is_none() {
@@ -761,6 +821,9 @@ proptest! {
             }
             let mut out = Vec::new();
             tx.poll(now, &mut out);
+            if late && restart && step < cut_at {
+                sent_before.extend(out.iter().cloned());
+            }
             for p in out {
                 if rand(100) >= loss {
                     to_rx.push(p.clone());
@@ -769,8 +832,9 @@ proptest! {
                     to_rx.push(p);
                 }
             }
-            // Reordered: delivered from a random point of the queue round.
-            if !to_rx.is_empty() {
+            // Reordered: delivered from a random point of the queue round (but those sent before
+            // a restart, which come first and in order).
+            if !to_rx.is_empty() && !arriving_late {
                 let k = rand(to_rx.len() as u32) as usize;
                 to_rx.rotate_left(k);
             }
@@ -913,7 +977,7 @@ proptest! {
 fn a_sender_started_again_with_its_id_begins_the_connection_again_with_a_random_start() {
     let t0 = Instant::now();
     let rounds = |tx: &mut Sender, c: &mut Connections| (0..3).map(|_| round(tx, c, t0)).sum::<usize>();
-    let mut c = Connections::new(ReceiveConfig::default());
+    let mut c = Connections::new(no_quiet());
     let mut first = Sender::random_start(4, Config::default()).unwrap();
     for i in 0..3 {
         first.push(vec![i]).unwrap();
@@ -924,7 +988,7 @@ fn a_sender_started_again_with_its_id_begins_the_connection_again_with_a_random_
     assert_eq!(rounds(&mut again, &mut c), 1, "{:?}", again.stats());
     assert!(again.is_idle() && c.reopened() == 1 && c.len() == 1);
 
-    let mut c = Connections::new(ReceiveConfig::default());
+    let mut c = Connections::new(no_quiet());
     let mut first = Sender::new(4, Config::default());
     for i in 0..3 {
         first.push(vec![i]).unwrap();
@@ -952,7 +1016,7 @@ fn answer_to(c: &mut Connections, from: Peer, conn: u32, seq: u32, now: Instant)
 /// peer cannot use another's cookie.
 #[test]
 fn while_many_are_kept_an_open_brings_a_cookie() {
-    let cfg = ReceiveConfig { max_connections: 8, cookies_from: Some(2), ..ReceiveConfig::default() };
+    let cfg = ReceiveConfig { max_connections: 8, cookies_from: Some(2), ..no_quiet() };
     let mut c = Connections::new(cfg);
     let t0 = Instant::now();
     assert_eq!(answer_to(&mut c, PEER, 1, 0, t0), Some((ACK, 0)), "few kept: no cookie");

@@ -236,7 +236,8 @@ fn kv_answers_a_hit_back_to_the_client() {
 #[test]
 fn gbn_delivers_in_order_and_acknowledges() {
     let pool = Pool::new(8, 2048);
-    let mut t = task_of("kind = \"gbn\"");
+    // No quiet time, so that the first open is taken as it comes (below, with one).
+    let mut t = task_of("kind = \"gbn\"\nquiet_s = 0");
     let from = |a: u8, port: u16, kind: u8, conn: u32, seq: u32, body: &[u8]| {
         let mut b = Vec::new();
         gbn::Header { kind, len: body.len() as u16, conn, seq }.write(body, &mut b);
@@ -292,7 +293,7 @@ fn gbn_delivers_in_order_and_acknowledges() {
     assert!(err.contains("window") && err.contains("max_connections, max_connections_per_peer, idle_s"), "{err}");
     // At most `max_connections_per_peer` for one address: its next connection's open is
     // dropped by name, another address's is taken.
-    let mut t = task_of("kind = \"gbn\"\nmax_connections_per_peer = 1");
+    let mut t = task_of("kind = \"gbn\"\nmax_connections_per_peer = 1\nquiet_s = 0");
     assert_eq!(run(t.as_mut(), &mut packet(&pool, 64, &open(3)), &pool).0, Verdict::Reply);
     let mut p = packet(&pool, 64, &from(1, 7002, gbn::OPEN, 4, 0, b""));
     assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Drop("peer_full"));
@@ -313,6 +314,12 @@ fn gbn_delivers_in_order_and_acknowledges() {
     let counters: std::collections::HashMap<_, _> = t.counters().into_iter().collect();
     assert_eq!((counters["cookies"], counters["opened"], counters["delivered"]), (1, 1, 1));
     assert_eq!(counters["acks"], 2, "the open's and the data's; the cookie is not one");
+    // In its quiet time (by default the idle time from the first new connection's open) a new
+    // connection's open must bring a cookie however few are kept.
+    let mut t = task_of("kind = \"gbn\"");
+    let mut p = packet(&pool, 64, &open(3));
+    assert_eq!(run(t.as_mut(), &mut p, &pool).0, Verdict::Reply);
+    assert_eq!(answer(&p).kind, gbn::COOKIE);
 }
 
 #[test]
@@ -403,7 +410,7 @@ fn a_next_generation_takes_the_state_of_the_one_before() {
     assert!(!nat_of("20000-20020").swap_state(nat2.as_mut()), "other ports: not passed on");
     assert!(!nat2.swap_state(fw3.as_mut()), "another kind: not passed on");
 
-    let mut gbn1 = task_of("kind = \"gbn\"");
+    let mut gbn1 = task_of("kind = \"gbn\"\nquiet_s = 0");
     let gbn_packet = |kind: u8, seq: u32| {
         let mut b = Vec::new();
         let body: &[u8] = if kind == gbn::DATA { b"d" } else { b"" };

@@ -2795,12 +2795,13 @@ fn the_docs_explain_every_option_of_every_command() {
 }
 
 /// Exactly once across a restart of `tern chain serve` (docs/chain.md, "Go-back-N transport"):
-/// a go-back-N sender's connection opened by one run, and its first two payloads delivered
-/// but their acknowledgements not taken when the server stops. Sent again to the next run,
-/// which does not have the connection, they are answered with resets — not taken for a new
-/// connection's first packets and delivered a second time — and the sender's connection ends
-/// as forgotten, the payloads given back as sent; a new connection, opened through a cookie
-/// (that run asks every open for one), carries the next.
+/// a go-back-N sender's connection opened by one run (through a cookie: its quiet time), and
+/// its first two payloads delivered but their acknowledgements not taken when the server
+/// stops. At the next run, the open from before arrives again (delayed in the network) and is
+/// answered with a cookie of that run's, making nothing (it fails without the quiet time); the
+/// payloads, sent again, are answered with resets — not delivered a second time — and the
+/// sender's connection ends as forgotten, the payloads given back as sent; a new connection,
+/// opened through a cookie, carries the next.
 #[test]
 fn chain_serve_resets_a_go_back_n_connection_it_forgot_across_a_restart() {
     use std::time::{Duration, Instant};
@@ -2817,9 +2818,11 @@ fn chain_serve_resets_a_go_back_n_connection_it_forgot_across_a_restart() {
     };
     // Sends what the sender has through the server, takes the answers back (unless `deaf`);
     // the payloads delivered on the outside port within `wait`.
+    let sent = std::cell::RefCell::new(Vec::new());
     let exchange = |s: &LanServe, tx: &mut Sender, deaf: bool, wait: Duration| {
         let mut out = Vec::new();
         tx.poll(Instant::now(), &mut out);
+        sent.borrow_mut().extend(out.iter().cloned());
         for p in &out {
             s.inside.send_to(&frame(p), s.p1).unwrap();
         }
@@ -2843,16 +2846,23 @@ fn chain_serve_resets_a_go_back_n_connection_it_forgot_across_a_restart() {
     let mut tx = Sender::new(1, cfg);
     tx.push(b"first".to_vec()).unwrap();
     tx.push(b"second".to_vec()).unwrap();
-    assert!(exchange(&s, &mut tx, false, wait).is_empty(), "the open delivers nothing");
+    assert!(exchange(&s, &mut tx, false, wait).is_empty(), "the open, answered with a cookie");
+    assert!(!tx.is_open() && tx.stats().cookies == 1, "{:?}", tx.stats());
+    assert!(exchange(&s, &mut tx, false, wait).is_empty(), "the open with the cookie");
     assert!(tx.is_open());
     let both = [b"first".to_vec(), b"second".to_vec()];
     assert_eq!(exchange(&s, &mut tx, true, wait), both, "delivered, the acknowledgements not taken");
     let out = s.child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let open = sent.borrow().iter().rfind(|p| p[1] == tern_chain::gbn::OPEN).unwrap().clone();
 
-    // The next run asks every open for a cookie (`cookies_from = 0`).
-    let text = format!("{text}cookies_from = 0\n");
-    let s = LanServe::start_with("gbn-restart", &text, &["--duration", "3", "--stats-interval", "0"]);
+    // The next run: the open with the first run's cookie, delayed, makes nothing.
+    let s = LanServe::start_with("gbn-restart", text, &["--duration", "3", "--stats-interval", "0"]);
+    s.inside.send_to(&frame(&open), s.p1).unwrap();
+    s.inside.set_read_timeout(Some(wait)).unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, _) = s.inside.recv_from(&mut buf).unwrap();
+    assert_eq!(udp_payload(&buf[..n])[1], tern_chain::gbn::COOKIE, "the late open: a cookie, no connection");
     std::thread::sleep(cfg.rto);
     assert!(exchange(&s, &mut tx, false, wait).is_empty(), "not delivered again");
     assert_eq!(tx.ended(), Some(Ended::Forgotten), "{:?}", tx.stats());
