@@ -1229,6 +1229,63 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
     assert!(progress.last().is_some_and(|l| l.contains("] 202 calls answered (200 ok), ")), "{stderr}");
 }
 
+/// A server whose thread dies stops with exit 1, naming it, rather than serve on without it
+/// (docs/clip.md, docs/rpc.md): `tern switch serve` when its file watcher panics, and `tern rpc
+/// serve` when a handler panics on a call it was handed (every lane leaves; no hang at the
+/// stop). A debug build's failpoint (`TERN_FAILPOINT`) makes the thread panic; each server
+/// would otherwise run for a minute.
+#[test]
+fn switch_and_rpc_serve_stop_when_a_thread_dies() {
+    use std::time::{Duration, Instant};
+    let tern_failing = |point: &str, args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(args)
+            .env(tern_io::FAILPOINT_VAR, point)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("tern starts")
+    };
+    // Waits for the server to stop (at most 30 s of its minute): its exit code and stderr.
+    let stopped = |mut child: std::process::Child| {
+        let t0 = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if t0.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                panic!("still serving after 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let snat = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml");
+    let dir = std::env::temp_dir().join(format!("tern-thread-dies-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("serve.toml");
+    std::fs::write(&config, format!("program = \"{snat}\"\nports = [\"udp:127.0.0.1:0=127.0.0.1:9\"]\nservers = []\n"))
+        .unwrap();
+    let switch = tern_failing("switch-watch", &["switch", "serve", config.to_str().unwrap(), "--duration", "60"]);
+    let (code, err) = stopped(switch);
+    assert_eq!(code, Some(1), "{err}");
+    let want = "tern-switch-watch ended early (it panicked: failpoint switch-watch); the switch stopped";
+    assert!(err.contains(want), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/rpc/image.toml");
+    let addr = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let a = addr.to_string();
+    let rpc = tern_failing("rpc-handler", &["rpc", "serve", cfg, "--listen", &a, "--duration", "60"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    // Calls that reach a handler (`tern rpc load`'s are good ones); none is answered.
+    let (ok, out, _) = tern(&["rpc", "load", cfg, "--server", &a, "--requests", "5", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(!ok || v["answered"].as_u64() == Some(0), "{out}");
+    let (code, err) = stopped(rpc);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("a handler panicked: failpoint rpc-handler"), "{err}");
+}
+
 /// `tern rpc serve` runs the social network services in each mode and `tern rpc load` calls
 /// every one of them (the configuration's samples, one per method); `--mtu` out of range is an
 /// error naming it.

@@ -348,6 +348,27 @@ impl<F: FnMut()> Drop for OnPanic<F> {
     }
 }
 
+/// The environment variable that names a [`failpoint`] to fire.
+pub const FAILPOINT_VAR: &str = "TERN_FAILPOINT";
+
+/// A place in a server's thread where a test may make it fail: in a build with debug
+/// assertions (the tests' binaries), it panics with `failpoint NAME` when the environment
+/// variable [`FAILPOINT_VAR`] is `name` (read once a process). A release build compiles it to
+/// nothing. The command-line tests use it to check, end to end, that a server whose thread dies
+/// stops with an error naming it rather than serve on without it.
+#[inline]
+pub fn failpoint(name: &str) {
+    #[cfg(debug_assertions)]
+    {
+        static NAMED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        if NAMED.get_or_init(|| std::env::var(FAILPOINT_VAR).ok()).as_deref() == Some(name) {
+            panic!("failpoint {name}");
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = name;
+}
+
 /// A panic's message (a joined thread's `Err`, or `catch_unwind`'s): its `&str` or `String`,
 /// else "no message".
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {

@@ -698,6 +698,7 @@ fn handler<'t>(
 ) {
     let cpu0 = tern_io::thread_cpu_time();
     for (job, back) in rx {
+        tern_io::failpoint("rpc-handler");
         let (mut req, decoded_here) = match job.req {
             Ok(m) => (m, false),
             Err(body) => match app::decode_request(table, &job.method, &body, pools) {

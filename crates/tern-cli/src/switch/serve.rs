@@ -458,6 +458,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
         let mut seen = (mtime(&config_path), mtime(&program_path));
         while !watch_stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(200));
+            tern_io::failpoint("switch-watch");
             let now = (mtime(&config_path), mtime(&program_path));
             if now == seen {
                 continue;
