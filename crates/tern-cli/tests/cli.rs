@@ -1230,12 +1230,13 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
 }
 
 /// A server whose thread dies stops with exit 1, naming it, rather than serve on without it
-/// (docs/clip.md, docs/rpc.md): `tern switch serve` when its file watcher panics, and `tern rpc
-/// serve` when a handler panics on a call it was handed (every lane leaves; no hang at the
-/// stop). A debug build's failpoint (`TERN_FAILPOINT`) makes the thread panic; each server
-/// would otherwise run for a minute.
+/// (docs/clip.md, docs/rpc.md, docs/dispatch.md): `tern switch serve` when its file watcher
+/// panics, `tern rpc serve` when a handler panics on a call it was handed (every lane leaves;
+/// no hang at the stop), and `tern dispatch serve` when a worker panics on a request. A debug
+/// build's failpoint (`TERN_FAILPOINT`) makes the thread panic; each server would otherwise run
+/// for a minute.
 #[test]
-fn switch_and_rpc_serve_stop_when_a_thread_dies() {
+fn switch_rpc_and_dispatch_serve_stop_when_a_thread_dies() {
     use std::time::{Duration, Instant};
     let tern_failing = |point: &str, args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_tern"))
@@ -1284,6 +1285,24 @@ fn switch_and_rpc_serve_stop_when_a_thread_dies() {
     let (code, err) = stopped(rpc);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("a handler panicked: failpoint rpc-handler"), "{err}");
+
+    let (ok, rules, err) = tern(&["dispatch", "gen-rules", "--workers", "2", "--keys", "480"]);
+    assert!(ok, "{err}");
+    let dir = std::env::temp_dir().join(format!("tern-thread-dies-dispatch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(example("kv.proto"), dir.join("kv.proto")).unwrap();
+    let file = dir.join("rules.toml");
+    std::fs::write(&file, &rules).unwrap();
+    let addr = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let args = ["dispatch", "serve", file.to_str().unwrap(), "--listen", &addr, "--duration", "60"];
+    let dispatch = tern_failing("dispatch-worker", &args);
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = tern(&["dispatch", "load", &addr, "--workers", "2", "--keys", "480", "--duration", "0.5"]);
+    let (code, err) = stopped(dispatch);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("ended early (it panicked: failpoint dispatch-worker); the server stopped"), "{err}");
+    assert!(err.contains("tern-worker-"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `tern rpc serve` runs the social network services in each mode and `tern rpc load` calls

@@ -1150,6 +1150,7 @@ impl WorkerCtx {
             let t0 = Instant::now();
             let (mut found, mut errors) = (0, 0);
             for r in reqs.drain(..) {
+                tern_io::failpoint("dispatch-worker");
                 let (v, ok) = self.store.handle(&r.req);
                 found += u64::from(v.found);
                 errors += u64::from(!ok);
