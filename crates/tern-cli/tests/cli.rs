@@ -1230,13 +1230,14 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
 }
 
 /// A server whose thread dies stops with exit 1, naming it, rather than serve on without it
-/// (docs/clip.md, docs/rpc.md, docs/dispatch.md): `tern switch serve` when its file watcher
-/// panics, `tern rpc serve` when a handler panics on a call it was handed (every lane leaves;
-/// no hang at the stop), and `tern dispatch serve` when a worker panics on a request. A debug
-/// build's failpoint (`TERN_FAILPOINT`) makes the thread panic; each server would otherwise run
-/// for a minute.
+/// (docs/clip.md, docs/rpc.md, docs/dispatch.md, docs/chain.md): `tern switch serve` when its
+/// file watcher panics, `tern rpc serve` when a handler panics on a call it was handed (every
+/// lane leaves; no hang at the stop), `tern dispatch serve` when a worker panics on a request,
+/// and `tern chain serve` when its watcher of signals and tenant files panics. A debug build's
+/// failpoint (`TERN_FAILPOINT`) makes the thread panic; each server would otherwise run for a
+/// minute.
 #[test]
-fn switch_rpc_and_dispatch_serve_stop_when_a_thread_dies() {
+fn every_server_stops_when_a_thread_dies() {
     use std::time::{Duration, Instant};
     let tern_failing = |point: &str, args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_tern"))
@@ -1302,6 +1303,20 @@ fn switch_rpc_and_dispatch_serve_stop_when_a_thread_dies() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("ended early (it panicked: failpoint dispatch-worker); the server stopped"), "{err}");
     assert!(err.contains("tern-worker-"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let dir = std::env::temp_dir().join(format!("tern-thread-dies-chain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tenant = dir.join("t.toml");
+    std::fs::write(&tenant, "tenant = \"t\"\ndag = \"d\"\n[ingress]\nproto = \"udp\"\n[nt.d]\nkind = \"dummy\"\n")
+        .unwrap();
+    let port =
+        || format!("udp:{}=127.0.0.1:9", std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap());
+    let (p1, p2) = (port(), port());
+    let args = ["chain", "serve", tenant.to_str().unwrap(), "--port", &p1, "--port", &p2, "--duration", "60"];
+    let (code, err) = stopped(tern_failing("chain-watch", &args));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("the watcher of signals and tenant files panicked; the server stopped"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

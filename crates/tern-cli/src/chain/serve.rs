@@ -938,6 +938,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
+            tern_io::failpoint("chain-watch");
             if ticker.due(Instant::now()) {
                 eprintln!("{}", progress_line(&progress.live().stats, started, &mut ticker));
             }
