@@ -1233,7 +1233,8 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
 /// (docs/clip.md, docs/rpc.md, docs/dispatch.md, docs/chain.md): `tern switch serve` when its
 /// file watcher panics, `tern rpc serve` when a handler panics on a call it was handed (every
 /// lane leaves; no hang at the stop), `tern dispatch serve` when a worker panics on a request,
-/// and `tern chain serve` when its watcher of signals and tenant files panics. A debug build's
+/// `tern chain serve` when its watcher of signals and tenant files panics, and `tern flow
+/// serve` when its data path does. A debug build's
 /// failpoint (`TERN_FAILPOINT`) makes the thread panic; each server would otherwise run for a
 /// minute.
 #[test]
@@ -1317,6 +1318,12 @@ fn every_server_stops_when_a_thread_dies() {
     let (code, err) = stopped(tern_failing("chain-watch", &args));
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("the watcher of signals and tenant files panicked; the server stopped"), "{err}");
+
+    let file = flow_replay_in(&dir);
+    let (code, err) =
+        stopped(tern_failing("flow-data-path", &["flow", "serve", file.to_str().unwrap(), "--duration", "60"]));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("the data-path thread panicked (failpoint flow-data-path); the server stopped"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -179,6 +179,7 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let until_done = a.until_done;
     let dp_stop = stop.clone();
     let data_path = std::thread::Builder::new().name("tern-flow".into()).spawn(move || {
+        tern_io::failpoint("flow-data-path");
         rt.run(&dp_stop, &rx, until_done);
         rt
     })?;
@@ -218,7 +219,9 @@ pub fn serve(a: &ServeArgs) -> CmdResult {
     let otherwise = if data_path.is_finished() && a.until_done { "input done" } else { "duration" };
     let why = crate::signals::why_stopped(&signals, otherwise);
     stop.store(true, Ordering::Relaxed);
-    let rt = data_path.join().map_err(|_| "the data-path thread panicked")?;
+    let rt = data_path.join().map_err(|p| {
+        format!("the data-path thread panicked ({}); the server stopped", tern_io::panic_message(p.as_ref()))
+    })?;
     if a.json {
         let mut v = summary_json(&rt.snapshot());
         v["stopped_by"] = why.into();
