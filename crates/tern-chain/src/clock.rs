@@ -12,9 +12,9 @@
 //! (the midpoint of two counter readings either side of the OS's, the narrowest pair of up to
 //! [`BASE_TRIES`]: a pair that a preemption split would put every reading until the next rebase
 //! off by the preemption). A reading is the base plus the counter's time since, and a base older
-//! than [`REBASE_NS`] is read anew, so a reading is off the OS's clock by at most the counter's calibration error over
-//! that time (16 ns or less just before a rebase in three runs of the test here, which allows
-//! 2 µs). Across a rebase a reading may step back by that much; the runtime subtracts instants
+//! than [`REBASE_NS`] is read anew, so a reading is off the OS's clock by at most the counter's
+//! calibration error over that time (16 ns or less just before a rebase in three runs of the
+//! test here, which allows 2 µs). Across a rebase a reading may step back by that much; the runtime subtracts instants
 //! only with saturating subtractions (`Instant - Instant` saturates), so a step back reads as no
 //! time passed. Where the counter is not usable (no invariant TSC), `quanta` reads the OS's
 //! monotonic clock itself.

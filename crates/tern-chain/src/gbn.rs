@@ -766,7 +766,8 @@ impl Connections {
             secret,
             since: None,
             cookies: 0,
-            quiet: cfg.quiet(),
+            // At most some 136 years, so that its end is a time an `Instant` holds.
+            quiet: cfg.quiet().min(Duration::from_secs(1 << 32)),
             quiet_until: None,
         }
     }

@@ -1071,3 +1071,20 @@ fn a_sender_opens_with_the_cookie_it_is_given() {
     let s = tx.stats();
     assert_eq!((s.opens, s.cookies, s.timeouts, c.opened(), c.cookies()), (2, 1, 0, 1, 1));
 }
+
+/// A quiet time or idle time of any length makes no panic: the longest ask for a cookie for as
+/// long as the process runs.
+#[test]
+fn any_quiet_time_is_taken() {
+    let t0 = Instant::now();
+    for quiet in [Duration::MAX, Duration::from_secs(u64::MAX / 2)] {
+        let cfg = ReceiveConfig { quiet: Some(quiet), idle: Duration::MAX, ..ReceiveConfig::default() };
+        let mut c = Connections::new(cfg);
+        assert!(matches!(answer_to(&mut c, PEER, 1, 0, t0), Some((COOKIE, _))));
+        let later = t0 + Duration::from_secs(1 << 31);
+        assert!(matches!(answer_to(&mut c, PEER, 2, 0, later), Some((COOKIE, _))));
+        let mut next = Connections::new(ReceiveConfig::default());
+        next.swap_connections(&mut c);
+        c.swap_connections(&mut next);
+    }
+}
