@@ -113,6 +113,8 @@ pub struct FwStats {
     pub expired: u64,
     pub state_full: u64,
     pub source_full: u64,
+    /// Flows that never had a reply, taken out to make room for a new flow in a full table.
+    pub unreplied_evicted: u64,
     /// Flows remembered under another generation's rules that these rules deny, forgotten.
     pub revoked: u64,
     /// Drops, by [`FwDrop::ALL`]'s order.
@@ -162,12 +164,14 @@ fn began(e: &Ends, from_lesser: bool) -> Flow {
 }
 
 /// What is remembered of a flow: when its last frame passed, the number of the rules it was
-/// last allowed under, and whether it began from its lesser end.
+/// last allowed under, whether it began from its lesser end, and whether a frame of it has
+/// come the other way (a reply: a flow that never had one may be taken out to make room).
 #[derive(Debug, Clone, Copy)]
 struct Remembered {
     last: Instant,
     rules: u32,
     from_lesser: bool,
+    replied: bool,
 }
 
 /// The address that began a flow (its family too): what its share is counted by.
@@ -244,6 +248,7 @@ impl Firewall {
                 // Most often: remembered under these rules, and live.
                 if r.rules == rules && now.saturating_duration_since(r.last) < idle {
                     r.last = now;
+                    r.replied |= r.from_lesser != from_lesser;
                     self.stats.established += 1;
                     return Ok(());
                 }
@@ -258,7 +263,8 @@ impl Firewall {
                     self.flows.remove(&e);
                     self.stats.revoked += 1;
                 } else {
-                    self.flows.insert(e, Remembered { last: now, rules, ..r });
+                    let replied = r.replied || r.from_lesser != from_lesser;
+                    self.flows.insert(e, Remembered { last: now, rules, replied, ..r });
                     self.stats.established += 1;
                     return Ok(());
                 }
@@ -269,17 +275,30 @@ impl Firewall {
         }
         self.stats.allowed += 1;
         if self.cfg.established {
-            let r = Remembered { last: now, rules: self.rules, from_lesser };
-            if self.flows.len() >= self.cfg.max_flows {
-                self.stats.state_full += 1;
-            } else if self.flows.at_limit(source(&e, &r), self.cfg.max_flows_per_source) {
-                self.stats.source_full += 1;
-            } else {
-                self.flows.insert(e, r);
-                self.stats.flows += 1;
-            }
+            self.remember(e, Remembered { last: now, rules: self.rules, from_lesser, replied: false });
         }
         Ok(())
+    }
+
+    /// Remembers a new flow the rules let through, within its source's share and the bound.
+    /// (Out of line: a new flow is rarer than a frame of a remembered one.)
+    #[inline(never)]
+    fn remember(&mut self, e: Ends, r: Remembered) {
+        if self.flows.at_limit(source(&e, &r), self.cfg.max_flows_per_source) {
+            self.stats.source_full += 1;
+            return;
+        }
+        if self.flows.len() >= self.cfg.max_flows {
+            // Full: room is made by taking out the oldest flow that never had a reply, of
+            // those looked at first from the new flow's map on (as conntrack's early drop).
+            if self.flows.evict_near(&e, |r| (!r.replied).then_some(r.last)).is_none() {
+                self.stats.state_full += 1;
+                return;
+            }
+            self.stats.unreplied_evicted += 1;
+        }
+        self.flows.insert(e, r);
+        self.stats.flows += 1;
     }
 
     /// What the rules (or the default) do with a packet of `flow`.

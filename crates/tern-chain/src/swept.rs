@@ -25,6 +25,10 @@ pub(crate) const MAX_SHARDS: usize = 8192;
 /// [`MAX_SHARDS`] maps' worth: a step looks at about this many once the table is full.
 pub(crate) const PER_SHARD: usize = 2048;
 
+/// Entries of a map looked at, at most, to find one to take out for a new key
+/// ([`SweptMap::evict_near`]).
+pub(crate) const EVICT_LOOK: usize = 32;
+
 /// The maps for a table of at most `bound` entries: a power of two.
 pub(crate) fn shards_for(bound: usize) -> usize {
     bound.div_ceil(PER_SHARD).next_power_of_two().clamp(MIN_SHARDS, MAX_SHARDS)
@@ -135,6 +139,41 @@ impl<K: Hash + Eq, V> SweptMap<K, V> {
         self.len
     }
 
+    /// Takes out, of the first [`EVICT_LOOK`] entries of the maps from the one `near` falls in
+    /// on (the next, and so on round, until that many are seen or every map was), the one `age`
+    /// ranks oldest of those it ranks at all (`None`: not to be taken), and gives it back;
+    /// `None` if it ranks none. Bounded work to make room for `near` in a full table; where the
+    /// look begins is `near`'s by the keyed hash, so which entries a new key may displace is not
+    /// the client's to choose.
+    pub(crate) fn evict_near<A: Ord>(&mut self, near: &K, age: impl Fn(&V) -> Option<A>) -> Option<(K, V)>
+    where
+        K: Clone,
+    {
+        let first = self.shard(self.hasher.hash_one(near));
+        let n = self.maps.len();
+        let mut oldest: Option<(A, K)> = None;
+        let mut seen = 0;
+        for m in (0..n).map(|i| (first + i) & (n - 1)) {
+            for (k, v) in self.maps[m].iter().take(EVICT_LOOK - seen) {
+                seen += 1;
+                if let Some(a) = age(v)
+                    && oldest.as_ref().is_none_or(|(o, _)| a < *o)
+                {
+                    oldest = Some((a, k.clone()));
+                }
+            }
+            if seen >= EVICT_LOOK {
+                break;
+            }
+        }
+        let (_, k) = oldest?;
+        let h = self.hasher.hash_one(&k);
+        let m = self.shard(h);
+        let e = self.maps[m].find_entry(h, |(x, _)| *x == k).ok()?;
+        self.len -= 1;
+        Some(e.remove().0)
+    }
+
     /// A packet's part of the pass at `now` for entries idle for `idle`: if one is under way or
     /// due, looks at its next map and keeps only the entries `keep` is true of (it sees each
     /// key and value, and does what forgetting one means beside the table); how many it forgot.
@@ -213,6 +252,16 @@ impl<K: Hash + Eq, V, C: Hash + Eq + Copy> Shared<K, V, C> {
     /// Entries kept.
     pub(crate) fn len(&self) -> usize {
         self.map.len()
+    }
+
+    /// [`SweptMap::evict_near`], the entry taken out given back by its client.
+    pub(crate) fn evict_near<A: Ord>(&mut self, near: &K, age: impl Fn(&V) -> Option<A>) -> Option<(K, V)>
+    where
+        K: Clone,
+    {
+        let (k, v) = self.map.evict_near(near, age)?;
+        self.clients.give_back((self.client_of)(&k, &v));
+        Some((k, v))
     }
 
     /// Whether `client` holds `limit` entries or more.
@@ -312,6 +361,35 @@ mod tests {
         assert!(looked.iter().all(|&n| (40..256).contains(&n)), "{looked:?}");
         assert_eq!(m.step(t0, idle, |_, _| true), 0);
         assert_eq!(m.passes(), 1, "the next pass waits a tenth of the idle time");
+    }
+
+    /// To make room, the oldest of the entries `age` ranks is taken out, of at most
+    /// [`EVICT_LOOK`] looked at, from the maps from the new key's on; none if it ranks none.
+    #[test]
+    fn evicting_looks_at_a_bounded_part_and_takes_the_oldest_ranked() {
+        let mut m: SweptMap<u32, (u32, bool)> = SweptMap::with_bound(6400);
+        for k in 0..6400 {
+            m.put(k, (k, k % 2 == 0));
+        }
+        let looked = std::cell::Cell::new(0);
+        let age = |&(t, ok): &(u32, bool)| {
+            looked.set(looked.get() + 1);
+            ok.then_some(t)
+        };
+        let (k, (t, ok)) = m.evict_near(&7, age).expect("an even one among 32");
+        assert!(ok && k == t && looked.get() == EVICT_LOOK, "looked at {}", looked.get());
+        assert_eq!((m.len(), m.get_mut(&k)), (6399, None));
+        // None ranked: nothing taken.
+        assert_eq!(m.evict_near(&7, |_| None::<u32>), None);
+        assert_eq!(m.len(), 6399);
+        // A small table: every entry looked at, across the maps, and the oldest ranked taken.
+        let mut small: SweptMap<u32, u32> = SweptMap::with_bound(4);
+        for (k, t) in [(1, 30), (2, 10), (3, 20)] {
+            small.put(k, t);
+        }
+        assert_eq!(small.evict_near(&9, |&t| (t != 10).then_some(t)), Some((3, 20)));
+        assert_eq!(small.evict_near(&9, |&t| Some(t)), Some((2, 10)));
+        assert_eq!(small.len(), 1);
     }
 
     /// Keys a client chose to fall in one map of an unkeyed hash — connection ids all in map 0

@@ -279,6 +279,7 @@ impl NetworkTask for FwTask {
         v.extend([
             ("expired", s.expired),
             ("state_full", s.state_full),
+            ("unreplied_evicted", s.unreplied_evicted),
             ("source_full", s.source_full),
             ("revoked", s.revoked),
         ]);

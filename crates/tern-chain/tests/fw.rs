@@ -83,21 +83,34 @@ fn without_state_replies_need_rules_of_their_own() {
     assert_eq!(open.check(&tcp(IN, WEB, 1, 22), now), Ok(()));
 }
 
+/// At most `max_flows` are remembered: a new flow in a full table takes the place of the flow
+/// that never had a reply and whose last frame is oldest (as conntrack's early drop: state a
+/// spoofed source made, which no reply ever reaches, gives way to new flows), and is let through
+/// but not remembered if every flow had one. Idle flows are forgotten.
 #[test]
 fn state_is_bounded_and_forgotten_when_idle() {
     let cfg = FwConfig { max_flows: 2, idle: Duration::from_secs(10), ..FwConfig::default() };
     let mut fw = Firewall::new(&rules(), cfg).unwrap();
     let t0 = Instant::now();
-    for port in [40000, 40001, 40002] {
-        assert_eq!(fw.check(&tcp(IN, WEB, port, 80), t0), Ok(()));
-    }
-    // The third flow was let through but not remembered: its reply is denied.
-    assert_eq!((fw.flows(), fw.stats().state_full), (2, 1));
-    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40002), t0), Err(FwDrop::Denied));
-    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40000), t0 + Duration::from_secs(5)), Ok(()));
-    // Flow 40001 idles past 10 s: forgotten; flow 40000 was refreshed at 5 s and lives to 15 s.
-    let t11 = t0 + Duration::from_secs(11);
-    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40001), t11), Err(FwDrop::Denied));
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    // Flow 40000 has a reply; 40001 has none.
+    assert_eq!(fw.check(&tcp(IN, WEB, 40000, 80), at(0)), Ok(()));
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40000), at(1)), Ok(()));
+    assert_eq!(fw.check(&tcp(IN, WEB, 40001, 80), at(2)), Ok(()));
+    // The table is full: 40002 takes the place of 40001 (no reply), not of 40000.
+    assert_eq!(fw.check(&tcp(IN, WEB, 40002, 80), at(3)), Ok(()));
+    assert_eq!((fw.flows(), fw.stats().unreplied_evicted, fw.stats().state_full), (2, 1, 0));
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40001), at(4)), Err(FwDrop::Denied), "40001 was taken out");
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40000), at(5)), Ok(()));
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40002), at(6)), Ok(()), "40002 is remembered");
+    // Both remembered flows had a reply: the next new flow is let through but not remembered.
+    assert_eq!(fw.check(&tcp(IN, WEB, 40003, 80), at(7)), Ok(()));
+    assert_eq!((fw.flows(), fw.stats().unreplied_evicted, fw.stats().state_full), (2, 1, 1));
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40003), at(8)), Err(FwDrop::Denied));
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40000), at(5_000)), Ok(()));
+    // Flow 40002 idles past 10 s: forgotten; flow 40000 was refreshed at 5 s and lives to 15 s.
+    let t11 = at(11_000);
+    assert_eq!(fw.check(&tcp(WEB, IN, 80, 40002), t11), Err(FwDrop::Denied));
     assert_eq!(fw.check(&tcp(WEB, IN, 80, 40000), t11), Ok(()));
     assert!(fw.stats().expired >= 1);
 }
@@ -173,21 +186,26 @@ fn what_is_not_ip_is_dropped_by_name() {
 type Flow4 = (u32, u32, u8, u16, u16);
 
 /// The twin: every rule tried in priority order (the first given among equals), flows in a
-/// list, forgotten when idle, at most `per_source` of them begun by one address.
+/// list (each as it began, its last frame's time, whether a frame came the other way), forgotten
+/// when idle, at most `per_source` of them begun by one address, and at most `max` in all: a
+/// new flow past them takes the place of the flow with the oldest last frame of those that had
+/// no reply, if any.
 struct Naive {
     rules: Vec<Rule>,
     default: Action,
-    flows: Vec<(Flow4, Instant)>,
+    flows: Vec<(Flow4, Instant, bool)>,
     idle: Duration,
     per_source: usize,
+    max: usize,
 }
 
 impl Naive {
     fn check(&mut self, (src, dst, proto, sp, dp): Flow4, now: Instant) -> bool {
-        self.flows.retain(|(_, t)| now.duration_since(*t) < self.idle);
-        for f in [(src, dst, proto, sp, dp), (dst, src, proto, dp, sp)] {
-            if let Some(e) = self.flows.iter_mut().find(|(k, _)| *k == f) {
+        self.flows.retain(|(_, t, _)| now.duration_since(*t) < self.idle);
+        for (f, reply) in [((src, dst, proto, sp, dp), false), ((dst, src, proto, dp, sp), true)] {
+            if let Some(e) = self.flows.iter_mut().find(|(k, ..)| *k == f) {
                 e.1 = now;
+                e.2 |= reply;
                 return true;
             }
         }
@@ -207,8 +225,13 @@ impl Naive {
             }
         }
         let allow = best.map_or(self.default, |r| r.action) == Action::Allow;
-        if allow && self.flows.iter().filter(|((s, ..), _)| *s == src).count() < self.per_source {
-            self.flows.push(((src, dst, proto, sp, dp), now));
+        if allow && self.flows.iter().filter(|((s, ..), ..)| *s == src).count() < self.per_source {
+            if self.flows.len() >= self.max {
+                let unreplied = self.flows.iter().enumerate().filter(|(_, e)| !e.2).min_by_key(|(_, e)| e.1);
+                let Some((i, _)) = unreplied else { return allow };
+                self.flows.remove(i);
+            }
+            self.flows.push(((src, dst, proto, sp, dp), now, false));
         }
         allow
     }
@@ -269,7 +292,7 @@ proptest! {
         let default = if default_allow { Action::Allow } else { Action::Deny };
         let idle = Duration::from_secs(10);
         let mut fw = Firewall::new(&rules, FwConfig { default, idle, ..FwConfig::default() }).unwrap();
-        let mut twin = Naive { rules: rules.clone(), default, flows: Vec::new(), idle, per_source: 4096 };
+        let mut twin = Naive { rules: rules.clone(), default, flows: Vec::new(), idle, per_source: 4096, max: 65_536 };
         // Mostly close together, sometimes past the idle time.
         agree(&mut fw, &mut twin, &frames, |wait| if wait == 3 { 11 } else { wait })?;
     }
@@ -288,8 +311,29 @@ proptest! {
         let idle = Duration::from_secs(1000);
         let cfg = FwConfig { default, idle, max_flows_per_source: 2, ..FwConfig::default() };
         let mut fw = Firewall::new(&rules, cfg).unwrap();
-        let mut twin = Naive { rules: rules.clone(), default, flows: Vec::new(), idle, per_source: 2 };
+        let mut twin = Naive { rules: rules.clone(), default, flows: Vec::new(), idle, per_source: 2, max: 65_536 };
         agree(&mut fw, &mut twin, &frames, |wait| wait)?;
+        prop_assert_eq!(fw.flows(), twin.flows.len());
+    }
+
+    /// With at most 4 flows remembered (and none idling), the firewall and its twin agree frame
+    /// by frame: a new flow in a full table takes the place of the flow that had no reply and
+    /// whose last frame is oldest (each frame a second after the last, so that no two are
+    /// equally old), and is not remembered if every flow had one. It fails with the full table
+    /// refusing every new flow, or taking out a flow that had a reply.
+    #[test]
+    fn a_full_table_makes_room_as_the_twin_does(
+        rules in proptest::collection::vec(rule(), 0..6),
+        frames in proptest::collection::vec((0u32..4, 0u32..4, any::<bool>(), 1u16..8, 1u16..8, 0u64..3), 1..60),
+        default_allow in any::<bool>(),
+        per_source in 1usize..6,
+    ) {
+        let default = if default_allow { Action::Allow } else { Action::Deny };
+        let idle = Duration::from_secs(100_000);
+        let cfg = FwConfig { default, idle, max_flows: 4, max_flows_per_source: per_source, ..FwConfig::default() };
+        let mut fw = Firewall::new(&rules, cfg).unwrap();
+        let mut twin = Naive { rules: rules.clone(), default, flows: Vec::new(), idle, per_source, max: 4 };
+        agree(&mut fw, &mut twin, &frames, |wait| wait + 1)?;
         prop_assert_eq!(fw.flows(), twin.flows.len());
     }
 }
