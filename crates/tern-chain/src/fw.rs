@@ -291,7 +291,7 @@ impl Firewall {
         if self.flows.len() >= self.cfg.max_flows {
             // Full: room is made by taking out the oldest flow that never had a reply, of
             // those looked at first from the new flow's map on (as conntrack's early drop).
-            if self.flows.evict_near(&e, |r| (!r.replied).then_some(r.last)).is_none() {
+            if self.flows.evict_near(&e, |_, r| (!r.replied).then_some(r.last)).is_none() {
                 self.stats.state_full += 1;
                 return;
             }

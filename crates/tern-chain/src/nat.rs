@@ -115,17 +115,22 @@ pub struct NatStats {
     /// Frames translated each way.
     pub outbound: u64,
     pub inbound: u64,
-    /// Mappings made, and taken back after being idle.
+    /// Mappings made, taken back after being idle, and taken for a new flow having never had an
+    /// inbound frame (no port free nor idle).
     pub mappings: u64,
     pub expired: u64,
+    pub unreplied_evicted: u64,
     /// Drops, by [`NatDrop::ALL`]'s order.
     pub drops: [u64; 7],
 }
 
+/// A flow's external port, when its last frame passed (either way), and whether an inbound
+/// frame has come to it (a reply: a mapping that never had one may be taken for a new flow).
 #[derive(Debug, Clone, Copy)]
 struct Mapping {
     port: u16,
     last: Instant,
+    replied: bool,
 }
 
 /// The external ports of one protocol not held by a flow: those never handed out (the range's
@@ -217,6 +222,7 @@ impl Nat {
                 let Some(&(addr, port)) = self.back.get(&(i.proto, i.dst_port)) else { return Err(NatDrop::NoMapping) };
                 if let Some(m) = self.out.get_mut(&(i.proto, addr, port)) {
                     m.last = now;
+                    m.replied = true;
                 }
                 (l3 + 16, l4 + 2, addr.to_be_bytes(), port)
             }
@@ -227,8 +233,10 @@ impl Nat {
 
     /// The external port of an outbound flow: its mapping, or a new one: a port never handed
     /// out, else the one taken back longest ago, else (no port free) one taken back now from a
-    /// flow idle for `idle` ([`Nat::sweep`]: a part of the flows looked at). A new flow with no
-    /// port free costs at most a look at a 64th of the flows, however many hold ports. A host
+    /// flow idle for `idle` ([`Nat::sweep`]: a part of the flows looked at), else the port of
+    /// the flow of its protocol that never had an inbound frame and whose last frame is oldest,
+    /// of the first 32 looked at ([`Nat::take_unreplied`]). A new flow with no port free costs
+    /// at most a look at a 64th of the flows and at 32 more, however many hold ports. A host
     /// holding its `ports_per_host` gets a port only once a sweep has taken one of its own back.
     fn port_for(&mut self, key: (u8, u32, u16), now: Instant) -> Result<u16, NatDrop> {
         if let Some(m) = self.out.get_mut(&key) {
@@ -246,13 +254,28 @@ impl Nat {
             Some(p) => p,
             None => {
                 self.sweep(now);
-                self.take(key.0).ok_or(NatDrop::PortsExhausted)?
+                match self.take(key.0) {
+                    Some(p) => p,
+                    None => self.take_unreplied(&key).ok_or(NatDrop::PortsExhausted)?,
+                }
             }
         };
         self.back.insert((key.0, port), (key.1, key.2));
-        self.out.insert(key, Mapping { port, last: now });
+        self.out.insert(key, Mapping { port, last: now, replied: false });
         self.stats.mappings += 1;
         Ok(port)
+    }
+
+    /// The port of a flow of `key`'s protocol that never had an inbound frame, taken from it
+    /// for `key`'s new flow (as conntrack's early drop): of the first 32 flows looked at from
+    /// `key`'s map on, the one whose last frame is oldest. Its replies then meet the new flow's
+    /// mapping or none, and its next outbound frame is a new flow.
+    fn take_unreplied(&mut self, key: &(u8, u32, u16)) -> Option<u16> {
+        let proto = key.0;
+        let (_, m) = self.out.evict_near(key, |&(p, _, _), m| (p == proto && !m.replied).then_some(m.last))?;
+        self.back.remove(&(proto, m.port));
+        self.stats.unreplied_evicted += 1;
+        Some(m.port)
     }
 
     /// A free port of protocol `proto`, taken.
@@ -322,12 +345,12 @@ pub fn rewrite_addr_port(frame: &mut [u8], info: &FrameInfo, addr: (usize, [u8; 
 mod tests {
     use super::*;
 
-    /// With every port held by a live flow, a refused new flow looks at a 64th of the flows at
-    /// most (a step of a pass), and passes begin at most once a tenth of an idle period (before
-    /// a pass over the range a frame: 4.2 ms a refused frame with 64,512 ports held; then a pass
-    /// over every flow once a tenth of an idle period, 1.25–1.35 ms with 129,024 live flows and
-    /// 13.3–13.8 ms with as many idle). Past the idle time each step takes back the idle ports of
-    /// a map, which new flows get, oldest first.
+    /// With every port held by a live flow that had a reply, a refused new flow looks at a 64th of
+    /// the flows at most (a step of a pass), and passes begin at most once a tenth of an idle
+    /// period (before a pass over the range a frame: 4.2 ms a refused frame with 64,512 ports held;
+    /// then a pass over every flow once a tenth of an idle period, 1.25–1.35 ms with 129,024 live
+    /// flows and 13.3–13.8 ms with as many idle). Past the idle time each step takes back the idle
+    /// ports of a map, which new flows get, oldest first.
     #[test]
     fn refusing_new_flows_looks_at_a_part_of_the_flows() {
         let idle = Duration::from_secs(10);
@@ -340,6 +363,10 @@ mod tests {
         };
         for p in 0..1000 {
             send(&mut n, 10_000 + p, t0).unwrap();
+            // A reply, so that no new flow takes the port while it is live.
+            let mut r = Vec::new();
+            tern_wire::frame::build_udp4(&mut r, [4; 6], [2; 6], [10, 9, 9, 9], [192, 0, 2, 1], 53, 2000 + p, 64, b"");
+            n.translate(&mut r, Dir::Inbound, t0).unwrap();
         }
         for p in 0..5000 {
             let at = t0 + Duration::from_millis(u64::from(p) / 10);

@@ -141,11 +141,12 @@ impl<K: Hash + Eq, V> SweptMap<K, V> {
 
     /// Takes out, of the first [`EVICT_LOOK`] entries of the maps from the one `near` falls in
     /// on (the next, and so on round, until that many are seen or every map was), the one `age`
-    /// ranks oldest of those it ranks at all (`None`: not to be taken), and gives it back;
+    /// ranks oldest (given its key and value) of those it ranks at all (`None`: not to be
+    /// taken), and gives it back;
     /// `None` if it ranks none. Bounded work to make room for `near` in a full table; where the
     /// look begins is `near`'s by the keyed hash, so which entries a new key may displace is not
     /// the client's to choose.
-    pub(crate) fn evict_near<A: Ord>(&mut self, near: &K, age: impl Fn(&V) -> Option<A>) -> Option<(K, V)>
+    pub(crate) fn evict_near<A: Ord>(&mut self, near: &K, age: impl Fn(&K, &V) -> Option<A>) -> Option<(K, V)>
     where
         K: Clone,
     {
@@ -156,7 +157,7 @@ impl<K: Hash + Eq, V> SweptMap<K, V> {
         for m in (0..n).map(|i| (first + i) & (n - 1)) {
             for (k, v) in self.maps[m].iter().take(EVICT_LOOK - seen) {
                 seen += 1;
-                if let Some(a) = age(v)
+                if let Some(a) = age(k, v)
                     && oldest.as_ref().is_none_or(|(o, _)| a < *o)
                 {
                     oldest = Some((a, k.clone()));
@@ -255,7 +256,7 @@ impl<K: Hash + Eq, V, C: Hash + Eq + Copy> Shared<K, V, C> {
     }
 
     /// [`SweptMap::evict_near`], the entry taken out given back by its client.
-    pub(crate) fn evict_near<A: Ord>(&mut self, near: &K, age: impl Fn(&V) -> Option<A>) -> Option<(K, V)>
+    pub(crate) fn evict_near<A: Ord>(&mut self, near: &K, age: impl Fn(&K, &V) -> Option<A>) -> Option<(K, V)>
     where
         K: Clone,
     {
@@ -372,7 +373,7 @@ mod tests {
             m.put(k, (k, k % 2 == 0));
         }
         let looked = std::cell::Cell::new(0);
-        let age = |&(t, ok): &(u32, bool)| {
+        let age = |_: &u32, &(t, ok): &(u32, bool)| {
             looked.set(looked.get() + 1);
             ok.then_some(t)
         };
@@ -380,15 +381,15 @@ mod tests {
         assert!(ok && k == t && looked.get() == EVICT_LOOK, "looked at {}", looked.get());
         assert_eq!((m.len(), m.get_mut(&k)), (6399, None));
         // None ranked: nothing taken.
-        assert_eq!(m.evict_near(&7, |_| None::<u32>), None);
+        assert_eq!(m.evict_near(&7, |_, _| None::<u32>), None);
         assert_eq!(m.len(), 6399);
         // A small table: every entry looked at, across the maps, and the oldest ranked taken.
         let mut small: SweptMap<u32, u32> = SweptMap::with_bound(4);
         for (k, t) in [(1, 30), (2, 10), (3, 20)] {
             small.put(k, t);
         }
-        assert_eq!(small.evict_near(&9, |&t| (t != 10).then_some(t)), Some((3, 20)));
-        assert_eq!(small.evict_near(&9, |&t| Some(t)), Some((2, 10)));
+        assert_eq!(small.evict_near(&9, |_, &t| (t != 10).then_some(t)), Some((3, 20)));
+        assert_eq!(small.evict_near(&9, |_, &t| Some(t)), Some((2, 10)));
         assert_eq!(small.len(), 1);
     }
 

@@ -322,8 +322,13 @@ impl NetworkTask for NatTask {
     }
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let s = self.nat.stats();
-        let mut v =
-            vec![("outbound", s.outbound), ("inbound", s.inbound), ("mappings", s.mappings), ("expired", s.expired)];
+        let mut v = vec![
+            ("outbound", s.outbound),
+            ("inbound", s.inbound),
+            ("mappings", s.mappings),
+            ("expired", s.expired),
+            ("unreplied_evicted", s.unreplied_evicted),
+        ];
         v.extend(crate::nat::NatDrop::ALL.iter().zip(s.drops).map(|(d, n)| (d.name(), n)));
         v
     }

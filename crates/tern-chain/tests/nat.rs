@@ -108,12 +108,15 @@ fn until_translated(n: &mut Nat, frame: &[u8], at: Instant) -> (Vec<u8>, usize) 
     panic!("still refused after 128 steps");
 }
 
+/// Ports run out (every flow holding one had a reply), and an idle flow's port is taken back
+/// for a new flow.
 #[test]
 fn ports_run_out_and_idle_ones_are_taken_back() {
     let mut n = nat(30000, 30001);
     let t0 = Instant::now();
-    for p in [1, 2] {
+    for (p, ext) in [(1, 30000), (2, 30001)] {
         n.translate(&mut udp(INSIDE, SERVER, p, 53, b""), Dir::Outbound, t0).unwrap();
+        n.translate(&mut udp(SERVER, EXT, 53, ext, b""), Dir::Inbound, t0).unwrap();
     }
     assert_eq!(n.translate(&mut udp(INSIDE, SERVER, 3, 53, b""), Dir::Outbound, t0), Err(NatDrop::PortsExhausted));
     // Flow 1 keeps its port alive at t0 + 20 s; at t0 + 40 s flow 2 has idled 40 s: its port
@@ -131,6 +134,35 @@ fn ports_run_out_and_idle_ones_are_taken_back() {
         (s.mappings, s.expired, s.drops[NatDrop::ALL.iter().position(|d| *d == NatDrop::PortsExhausted).unwrap()]),
         (3, 1, 1 + refused as u64)
     );
+}
+
+/// With no port free nor idle, a new flow takes the port of the flow that never had an inbound
+/// frame and whose last frame is oldest (as conntrack's early drop: mappings that inside
+/// addresses spoofed, which no reply reaches, give way), never one that had a reply; the port's
+/// replies then reach the new flow.
+#[test]
+fn a_flow_that_never_had_a_reply_gives_its_port_to_a_new_one() {
+    let mut n = nat(30000, 30001);
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    n.translate(&mut udp(INSIDE, SERVER, 1, 53, b""), Dir::Outbound, at(0)).unwrap();
+    n.translate(&mut udp(SERVER, EXT, 53, 30000, b""), Dir::Inbound, at(1)).unwrap();
+    n.translate(&mut udp(INSIDE, SERVER, 2, 53, b""), Dir::Outbound, at(2)).unwrap();
+    // Flow 3 takes flow 2's port (no reply), not flow 1's.
+    let mut f = udp(INSIDE, SERVER, 3, 53, b"");
+    n.translate(&mut f, Dir::Outbound, at(3)).unwrap();
+    assert_eq!(seen(&f).2.0, 30001);
+    let mut r = udp(SERVER, EXT, 53, 30001, b"");
+    n.translate(&mut r, Dir::Inbound, at(4)).unwrap();
+    assert_eq!(seen(&r).2.1, 3, "the port's reply reaches flow 3");
+    // Both flows holding ports had a reply: flow 2's next frame, a new flow, finds none.
+    assert_eq!(n.translate(&mut udp(INSIDE, SERVER, 2, 53, b""), Dir::Outbound, at(5)), Err(NatDrop::PortsExhausted));
+    // TCP has its own ports: a UDP flow never takes a TCP flow's.
+    let s = n.stats();
+    assert_eq!((s.mappings, s.unreplied_evicted, s.expired), (3, 1, 0));
+    let mut t = tcp(INSIDE, SERVER, 9, 80, b"");
+    n.translate(&mut t, Dir::Outbound, at(6)).unwrap();
+    assert_eq!(seen(&t).2.0, 30000);
 }
 
 /// One inside address cannot take the range: past its `ports_per_host` its new flows are
@@ -241,6 +273,11 @@ proptest! {
         let mut flows: std::collections::HashMap<(bool, u16), (u16, Instant)> = Default::default();
         // By (tcp, external port): the flow that last took it.
         let mut holder: std::collections::HashMap<(bool, u16), u16> = Default::default();
+        // By flow: whether a reply reached its mapping (none: not known, as when a flow idled
+        // and came back, its mapping kept or made again).
+        let mut replied: std::collections::HashMap<(bool, u16), bool> = Default::default();
+        // A flow whose port a new flow took (it never had a reply): port 0.
+        const LOST: u16 = 0;
         // When each new flow was refused.
         let mut refusals: Vec<Instant> = Vec::new();
         let since = |t: Instant, now: Instant| now.duration_since(t);
@@ -259,6 +296,7 @@ proptest! {
                     if got.is_ok() {
                         prop_assert_eq!(seen(&r).2.1, h, "a reply reaches the port's last flow");
                         flows.insert((is_tcp, h), (port, now));
+                        replied.insert((is_tcp, h), true);
                     }
                 } else {
                     prop_assert_eq!(got, Err(NatDrop::NoMapping));
@@ -272,14 +310,27 @@ proptest! {
                     prop_assert!((LO..=LO + 2).contains(&port));
                     if let Some(&(had, last)) = flows.get(&(is_tcp, flow))
                         && since(last, now) < idle
+                        && had != LOST
                     {
                         prop_assert_eq!(port, had, "a live flow keeps its port");
+                    }
+                    match flows.get(&(is_tcp, flow)) {
+                        // A new mapping: no reply yet.
+                        Some(&(had, _)) if had != port => _ = replied.insert((is_tcp, flow), false),
+                        None => _ = replied.insert((is_tcp, flow), false),
+                        // Idle, and back on its port: its mapping kept, or made again.
+                        Some(&(_, last)) if since(last, now) >= idle => _ = replied.remove(&(is_tcp, flow)),
+                        Some(_) => {}
                     }
                     if let Some(&h) = holder.get(&(is_tcp, port))
                         && h != flow
                     {
                         let (hp, last) = flows[&(is_tcp, h)];
-                        prop_assert!(hp != port || since(last, now) >= idle, "port {port} taken from live flow {h}");
+                        if hp == port && since(last, now) < idle {
+                            let had_reply = replied.get(&(is_tcp, h)) == Some(&true);
+                            prop_assert!(!had_reply, "port {port} taken from live flow {h}, which had a reply");
+                            flows.insert((is_tcp, h), (LOST, last));
+                        }
                     }
                     holder.insert((is_tcp, port), flow);
                     flows.insert((is_tcp, flow), (port, now));
@@ -292,6 +343,8 @@ proptest! {
                         prop_assert!(h.is_some(), "port {p} never handed out, yet none free");
                         let (hp, last) = flows[&(is_tcp, *h.unwrap())];
                         prop_assert!(hp == p, "port {p}'s flow moved on, yet none free");
+                        let never = replied.get(&(is_tcp, *h.unwrap())) == Some(&false);
+                        prop_assert!(!never, "port {p}'s flow never had a reply, yet none free");
                         // Idle past 1.1 idle times and 128 refusals (each a step at least): taken back.
                         let due = last + idle + idle / 10;
                         let steps = refusals.iter().filter(|&&t| t >= due).count();
