@@ -254,12 +254,13 @@ proptest! {
     }
 
     /// Any flows of either protocol, out and in, at any times, on a range of 3 ports (idle 1 s),
-    /// against what docs/chain.md promises: a flow used within the idle time keeps its port; a
-    /// port goes to at most one flow at a time, and from one flow to another only once the first
-    /// idled; a reply reaches the flow that last took its port, while that flow is not idle; a
-    /// new flow is refused only while every port of its protocol is held by a flow used within
-    /// the idle time and a tenth (the sweep's period), or fewer than 128 refusals ago since
-    /// (the steps of the passes that take ports back).
+    /// against what docs/chain.md promises: a flow used within the idle time keeps its port
+    /// unless it never had a reply and a new flow took it; a port goes to at most one flow at a
+    /// time, and from one flow to another only once the first idled or if it never had a
+    /// reply; a reply reaches the flow that last took its port, while that flow is not idle; a
+    /// new flow is refused only while every port of its protocol is held by a flow that had a
+    /// reply and was used within the idle time and a tenth (the sweep's period), or fewer than
+    /// 128 refusals ago since (the steps of the passes that take ports back).
     #[test]
     fn ports_follow_the_documented_policy(
         ops in proptest::collection::vec((any::<bool>(), any::<bool>(), 1u16..5, 0u64..600), 1..120),
