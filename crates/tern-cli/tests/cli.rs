@@ -12,8 +12,14 @@ fn tern(args: &[&str]) -> (bool, String, String) {
 
 /// `tern ARGS` started in the background, its stdout and stderr piped.
 fn spawn_tern(args: &[&str]) -> std::process::Child {
+    spawn_tern_env(args, &[])
+}
+
+/// [`spawn_tern`] with `env` set (name, value).
+fn spawn_tern_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_tern"))
         .args(args)
+        .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -138,13 +144,20 @@ fn bad_options_name_the_bad_item() {
 /// it succeeded, and its stdout and stderr together (each short: a pipe is not drained while
 /// it runs).
 fn tern_bounded(args: &[&str], stdin: std::process::Stdio) -> (bool, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tern"))
+    let child = Command::new(env!("CARGO_BIN_EXE_tern"))
         .args(args)
         .stdin(stdin)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("tern starts");
+    let (status, out, err) = wait_bounded(child, args);
+    (status.success(), out + &err)
+}
+
+/// Waits for `child` (`tern ARGS`), killed (and the test failed) if it runs past 30 s: its
+/// status, stdout and stderr (each short: a pipe is not drained while it runs).
+fn wait_bounded(mut child: std::process::Child, args: &[&str]) -> (std::process::ExitStatus, String, String) {
     let start = std::time::Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().expect("wait") {
@@ -156,10 +169,10 @@ fn tern_bounded(args: &[&str], stdin: std::process::Stdio) -> (bool, String) {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut text).expect("stdout");
-    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut text).expect("stderr");
-    (status.success(), text)
+    let (mut out, mut err) = (String::new(), String::new());
+    std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut out).expect("stdout");
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err).expect("stderr");
+    (status, out, err)
 }
 
 #[test]
@@ -1239,28 +1252,13 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
 /// minute.
 #[test]
 fn every_server_stops_when_a_thread_dies() {
-    use std::time::{Duration, Instant};
-    let tern_failing = |point: &str, args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_tern"))
-            .args(args)
-            .env(tern_io::FAILPOINT_VAR, point)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("tern starts")
-    };
-    // Waits for the server to stop (at most 30 s of its minute): its exit code and stderr.
-    let stopped = |mut child: std::process::Child| {
-        let t0 = Instant::now();
-        while child.try_wait().unwrap().is_none() {
-            if t0.elapsed() > Duration::from_secs(30) {
-                let _ = child.kill();
-                panic!("still serving after 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let out = child.wait_with_output().unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    use std::time::Duration;
+    // Each server runs with the failpoint `point` set; its exit code and stderr once it stops,
+    // within 30 s of its minute.
+    let tern_failing = |point: &str, args: &[&str]| spawn_tern_env(args, &[(tern_io::FAILPOINT_VAR, point)]);
+    let stopped = |child: std::process::Child, args: &[&str]| {
+        let (status, _, err) = wait_bounded(child, args);
+        (status.code(), err)
     };
     let snat = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/switch/snat.toml");
     let dir = std::env::temp_dir().join(format!("tern-thread-dies-{}", std::process::id()));
@@ -1268,8 +1266,8 @@ fn every_server_stops_when_a_thread_dies() {
     let config = dir.join("serve.toml");
     std::fs::write(&config, format!("program = \"{snat}\"\nports = [\"udp:127.0.0.1:0=127.0.0.1:9\"]\nservers = []\n"))
         .unwrap();
-    let switch = tern_failing("switch-watch", &["switch", "serve", config.to_str().unwrap(), "--duration", "60"]);
-    let (code, err) = stopped(switch);
+    let args = ["switch", "serve", config.to_str().unwrap(), "--duration", "60"];
+    let (code, err) = stopped(tern_failing("switch-watch", &args), &args);
     assert_eq!(code, Some(1), "{err}");
     let want = "tern-switch-watch ended early (it panicked: failpoint switch-watch); the switch stopped";
     assert!(err.contains(want), "{err}");
@@ -1278,13 +1276,14 @@ fn every_server_stops_when_a_thread_dies() {
     let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/rpc/image.toml");
     let addr = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let a = addr.to_string();
-    let rpc = tern_failing("rpc-handler", &["rpc", "serve", cfg, "--listen", &a, "--duration", "60"]);
+    let args = ["rpc", "serve", cfg, "--listen", &a, "--duration", "60"];
+    let rpc = tern_failing("rpc-handler", &args);
     std::thread::sleep(Duration::from_millis(1500));
     // Calls that reach a handler (`tern rpc load`'s are good ones); none is answered.
     let (ok, out, _) = tern(&["rpc", "load", cfg, "--server", &a, "--requests", "5", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(!ok || v["answered"].as_u64() == Some(0), "{out}");
-    let (code, err) = stopped(rpc);
+    let (code, err) = stopped(rpc, &args);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("a handler panicked: failpoint rpc-handler"), "{err}");
 
@@ -1300,7 +1299,7 @@ fn every_server_stops_when_a_thread_dies() {
     let dispatch = tern_failing("dispatch-worker", &args);
     std::thread::sleep(Duration::from_millis(1500));
     let _ = tern(&["dispatch", "load", &addr, "--workers", "2", "--keys", "480", "--duration", "0.5"]);
-    let (code, err) = stopped(dispatch);
+    let (code, err) = stopped(dispatch, &args);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("ended early (it panicked: failpoint dispatch-worker); the server stopped"), "{err}");
     assert!(err.contains("tern-worker-"), "{err}");
@@ -1315,13 +1314,13 @@ fn every_server_stops_when_a_thread_dies() {
         || format!("udp:{}=127.0.0.1:9", std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap());
     let (p1, p2) = (port(), port());
     let args = ["chain", "serve", tenant.to_str().unwrap(), "--port", &p1, "--port", &p2, "--duration", "60"];
-    let (code, err) = stopped(tern_failing("chain-watch", &args));
+    let (code, err) = stopped(tern_failing("chain-watch", &args), &args);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("the watcher of signals and tenant files panicked; the server stopped"), "{err}");
 
     let file = flow_replay_in(&dir);
-    let (code, err) =
-        stopped(tern_failing("flow-data-path", &["flow", "serve", file.to_str().unwrap(), "--duration", "60"]));
+    let args = ["flow", "serve", file.to_str().unwrap(), "--duration", "60"];
+    let (code, err) = stopped(tern_failing("flow-data-path", &args), &args);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("the data-path thread panicked (failpoint flow-data-path); the server stopped"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
