@@ -739,10 +739,8 @@ pub struct Connections {
     secret: std::hash::RandomState,
     since: Option<Instant>,
     cookies: u64,
-    /// The quiet time ([`ReceiveConfig::quiet`]), and its end once the first open of a new
-    /// connection has come.
-    quiet: Duration,
-    quiet_until: Option<Instant>,
+    /// The quiet time's start: the first open of a new connection's time.
+    quiet_from: Option<Instant>,
 }
 
 impl Default for Connections {
@@ -766,9 +764,7 @@ impl Connections {
             secret,
             since: None,
             cookies: 0,
-            // At most some 136 years, so that its end is a time an `Instant` holds.
-            quiet: cfg.quiet().min(Duration::from_secs(1 << 32)),
-            quiet_until: None,
+            quiet_from: None,
         }
     }
 
@@ -846,8 +842,7 @@ impl Connections {
     /// `gbn_connections`, by the code's layout alone.)
     #[inline(never)]
     fn quiet(&mut self, now: Instant) -> bool {
-        let quiet = self.quiet;
-        now < *self.quiet_until.get_or_insert_with(|| now + quiet)
+        now.saturating_duration_since(*self.quiet_from.get_or_insert(now)) < self.cfg.quiet()
     }
 
     /// Whether the open `h` from `from` brings its cookie — as initial number, the cookie of
@@ -886,13 +881,7 @@ impl Connections {
         std::mem::swap(&mut self.map, &mut other.map);
         std::mem::swap(&mut self.secret, &mut other.secret);
         std::mem::swap(&mut self.since, &mut other.since);
-        // The quiet time's start goes over; its end is the start and the taker's own length.
-        let moved = |until: Option<Instant>, from: Duration, to: Duration| {
-            until.map(|u| u.checked_sub(from).and_then(|start| start.checked_add(to)).unwrap_or(u))
-        };
-        let mine = moved(other.quiet_until, other.quiet, self.quiet);
-        other.quiet_until = moved(self.quiet_until, self.quiet, other.quiet);
-        self.quiet_until = mine;
+        std::mem::swap(&mut self.quiet_from, &mut other.quiet_from);
     }
 
     /// Connections kept now.
