@@ -1244,7 +1244,8 @@ fn rpc_serve_answers_load_and_bad_calls_and_stops_on_a_signal() {
 
 /// A server whose thread dies stops with exit 1, naming it, rather than serve on without it
 /// (docs/clip.md, docs/rpc.md, docs/dispatch.md, docs/chain.md): `tern switch serve` when its
-/// file watcher panics, `tern rpc serve` when a handler panics on a call it was handed (every
+/// file watcher panics, `tern switch server` when its thread asking the buddy for the hand-back
+/// does, `tern rpc serve` when a handler panics on a call it was handed (every
 /// lane leaves; no hang at the stop), `tern dispatch serve` when a worker panics on a request,
 /// `tern chain serve` when its watcher of signals and tenant files panics, and `tern flow
 /// serve` when its data path does. A debug build's
@@ -1272,6 +1273,14 @@ fn every_server_stops_when_a_thread_dies() {
     let want = "tern-switch-watch ended early (it panicked: failpoint switch-watch); the switch stopped";
     assert!(err.contains(want), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
+    // A switch server's thread that asks its buddy for the hand-back (it panics at the first
+    // ask, before it reaches the buddy).
+    let args = ["switch", "server", snat, "--port", "udp:127.0.0.1:0=127.0.0.1:9", "--buddy", "127.0.0.1:9"];
+    let args = [&args[..], &["--duration", "60"]].concat();
+    let (code, err) = stopped(tern_failing("switch-handback", &args), &args);
+    assert_eq!(code, Some(1), "{err}");
+    let want = "tern-switch-handback ended early (it panicked: failpoint switch-handback); the server stopped";
+    assert!(err.contains(want), "{err}");
 
     let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/rpc/image.toml");
     let addr = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();

@@ -459,31 +459,38 @@ pub fn run(a: &ServerArgs) -> CmdResult {
     // Taking back from the buddy: a thread asks (the loop never waits on the buddy), the loop
     // takes the answer; the first before any traffic.
     let mut handbacks = HandBacks::default();
-    let handback: Option<(mpsc::Sender<()>, mpsc::Receiver<HandBackAnswer>)> = a.buddy.map(|buddy| {
-        let (ask_tx, ask_rx) = mpsc::channel::<()>();
-        let (ans_tx, ans_rx) = mpsc::channel();
-        let agent = agent.clone();
-        std::thread::spawn(move || {
-            while ask_rx.recv().is_ok() {
-                let url = format!("http://{buddy}/handback");
-                let answer = agent
-                    .get(&url)
-                    .call()
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| {
-                        if r.status().as_u16() != 200 {
-                            return Err(format!("status {}", r.status()));
-                        }
-                        r.into_body().read_to_string().map_err(|e| e.to_string())
-                    })
-                    .and_then(|b| decode_handback(&b));
-                if ans_tx.send(answer).is_err() {
-                    break;
+    // The thread is watched as the loop publishes: one that ends (a bug's panic) stops the
+    // server, rather than leave it holding what it took over without ever handing it back.
+    let mut side = Vec::new();
+    let handback: Option<(mpsc::Sender<()>, mpsc::Receiver<HandBackAnswer>)> = match a.buddy {
+        None => None,
+        Some(buddy) => {
+            let (ask_tx, ask_rx) = mpsc::channel::<()>();
+            let (ans_tx, ans_rx) = mpsc::channel();
+            let agent = agent.clone();
+            side.push(std::thread::Builder::new().name("tern-switch-handback".into()).spawn(move || {
+                while ask_rx.recv().is_ok() {
+                    tern_io::failpoint("switch-handback");
+                    let url = format!("http://{buddy}/handback");
+                    let answer = agent
+                        .get(&url)
+                        .call()
+                        .map_err(|e| e.to_string())
+                        .and_then(|r| {
+                            if r.status().as_u16() != 200 {
+                                return Err(format!("status {}", r.status()));
+                            }
+                            r.into_body().read_to_string().map_err(|e| e.to_string())
+                        })
+                        .and_then(|b| decode_handback(&b));
+                    if ans_tx.send(answer).is_err() {
+                        break;
+                    }
                 }
-            }
-        });
-        (ask_tx, ans_rx)
-    });
+            })?);
+            Some((ask_tx, ans_rx))
+        }
+    };
     let mut next_handback = None;
     if let Some((ask, answers)) = &handback {
         let _ = ask.send(());
@@ -493,6 +500,7 @@ pub fn run(a: &ServerArgs) -> CmdResult {
     }
     let mut full_streak = 0u32;
     let mut last_publish = start;
+    let mut ended_early = None;
     loop {
         let now = Instant::now();
         if crate::signals::stopping(&stop) || deadline.is_some_and(|d| now >= d) {
@@ -578,6 +586,10 @@ pub fn run(a: &ServerArgs) -> CmdResult {
         }
         if now.duration_since(last_publish) >= Duration::from_millis(100) {
             last_publish = now;
+            if let Some(e) = tern_io::take_ended(&mut side, |()| "it returned".into()) {
+                ended_early = Some(e);
+                break;
+            }
             srv.expire(now_ns);
             if let Ok(mut s) = snap.try_lock() {
                 *s = Snap {
@@ -599,6 +611,9 @@ pub fn run(a: &ServerArgs) -> CmdResult {
         }
     }
     http_stop.store(true, Ordering::Relaxed);
+    if let Some(e) = ended_early {
+        return Err(format!("{e}; the server stopped").into());
+    }
     let st = srv.stats();
     let drops: u64 = st.drops.iter().sum();
     let why = crate::signals::why_stopped(&stop, "duration");
