@@ -184,9 +184,9 @@ fn source(e: &Ends, r: &Remembered) -> (bool, u128) {
 type FlowTable = Shared<Ends, Remembered, (bool, u128)>;
 
 /// A packet's part of the pass for flows idle for `idle` ([`Shared::step`]); how many it
-/// forgot. A flow idle past its time may hold its place up to a tenth of that longer and twice
-/// the maps' packets after (128 with the 64 maps of up to 131,072 flows; at its own packet's
-/// lookup it is forgotten at once).
+/// forgot. A flow idle past its time may hold its place up to three twentieths of that longer
+/// and twice the maps' packets after (128 with the 64 maps of up to 131,072 flows; at its own
+/// packet's lookup it is forgotten at once).
 fn sweep(flows: &mut FlowTable, now: Instant, idle: Duration) -> usize {
     flows.step(now, idle, |_, r| now.saturating_duration_since(r.last) < idle)
 }

@@ -779,10 +779,11 @@ impl Connections {
     /// or refreshes nothing. A new connection's open with [`ReceiveConfig::max_connections`] kept
     /// is refused ([`Refused::ConnectionsFull`]), and so is one from an address with
     /// [`ReceiveConfig::max_connections_per_peer`] kept ([`Refused::PeerFull`]). Idle ones are
-    /// forgotten by a pass begun no more often than ten times an idle period that looks at one map
-    /// a packet (64 maps, or one a 2048 connections the bound allows), so one idle past its time
-    /// may hold its place for up to a tenth of that longer and twice the maps' packets after (128
-    /// with 64 maps; its own packet finds it idle at once).
+    /// forgotten by a pass begun no more often than ten times an idle period, paced over a
+    /// twentieth of it, whose step looks at 64 buckets of the maps a packet (64 maps, or one a
+    /// 2048 connections the bound allows), or at the rest of an overdue map; so one idle past its
+    /// time may hold its place for up to three twentieths of that longer and twice the maps'
+    /// packets after (128 with 64 maps; its own packet finds it idle at once).
     pub fn on_header(&mut self, from: Peer, h: Header, now: Instant) -> Result<Option<(bool, Header)>, Refused> {
         if h.kind != DATA && h.kind != OPEN {
             // An acknowledgement or a reset: no connection is made or kept alive for it.

@@ -291,13 +291,14 @@ impl Nat {
     }
 
     /// Takes back the ports of flows idle for `idle` in a part of the flows, when a new flow
-    /// finds no port free or its host at its limit: a step of a pass ([`Shared::step`]: begun
-    /// no more often than ten times an idle period, one of 64 maps a step: a NAT's mappings, at
-    /// most both protocols' ranges, are too few for more).
+    /// finds no port free or its host at its limit: a step of a pass ([`Shared::step_map`]:
+    /// begun no more often than ten times an idle period, one of 64 maps a step, since each
+    /// step is for a flow that needs a port now: a NAT's mappings, at most both protocols'
+    /// ranges, are too few for more maps).
     fn sweep(&mut self, now: Instant) {
         let idle = self.cfg.idle;
         let Nat { out, back, free, stats, .. } = self;
-        out.step(now, idle, |&(proto, _, _), m| {
+        out.step_map(now, idle, |&(proto, _, _), m| {
             let keep = now.saturating_duration_since(m.last) < idle;
             if !keep {
                 back.remove(&(proto, m.port));
@@ -374,11 +375,14 @@ mod tests {
         }
         // 500 ms of refusals: one pass (a tenth of 10 s is a second), which found nothing idle.
         assert_eq!((n.out.passes(), n.stats().expired), (1, 0));
-        // Past the idle time the first new flow's step takes back a map's ports, and it gets one.
+        // Past the idle time the first new flow's step takes back a map's ports (the first map's,
+        // a whole one, whatever the pass's pace), and it gets one.
         let later = t0 + idle;
+        let first_map = n.out.sizes()[0];
         assert_eq!(send(&mut n, 30_000, later), Ok(()));
         let first = n.stats().expired;
         assert!((1..200).contains(&first), "one step took back {first} of 1000");
+        assert_eq!(first as usize, first_map);
         // The steps of that pass take back the rest: every new flow gets a port, a few after a
         // refusal (a step that found an empty map).
         let mut refused = 0;
