@@ -289,13 +289,22 @@ impl Firewall {
             return;
         }
         if self.flows.len() >= self.cfg.max_flows {
-            // Full: room is made by taking out the oldest flow that never had a reply, of
-            // those looked at first from the new flow's map on (as conntrack's early drop).
-            if self.flows.evict_near(&e, |_, r| (!r.replied).then_some(r.last)).is_none() {
-                self.stats.state_full += 1;
-                return;
+            // Full: room is made by taking out, of the flows looked at first from the new
+            // flow's map on, the one whose last frame is oldest of those idle past their time
+            // (forgotten already; the sweep had not come round) or that never had a reply (as
+            // conntrack's early drop) — so an idle one, if any: it is older than any live one.
+            let (now, idle) = (r.last, self.cfg.idle);
+            let rank = |_: &Ends, o: &Remembered| {
+                (!o.replied || now.saturating_duration_since(o.last) >= idle).then_some(o.last)
+            };
+            match self.flows.evict_near(&e, rank) {
+                None => {
+                    self.stats.state_full += 1;
+                    return;
+                }
+                Some((_, o)) if now.saturating_duration_since(o.last) >= idle => self.stats.expired += 1,
+                Some(_) => self.stats.unreplied_evicted += 1,
             }
-            self.stats.unreplied_evicted += 1;
         }
         self.flows.insert(e, r);
         self.stats.flows += 1;

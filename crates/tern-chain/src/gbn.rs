@@ -821,7 +821,16 @@ impl Connections {
             return Ok(Some((false, Header { kind: RESET, len: 0, conn: h.conn, seq: h.seq })));
         }
         if self.map.len() >= self.cfg.max_connections {
-            return Err(Refused::ConnectionsFull(self.cfg.max_connections));
+            // Full: room is made by taking out, of the connections looked at first from the new
+            // one's map on, the one idle longest past its time (forgotten already; the pass had
+            // not come round), if any.
+            let gone = self
+                .map
+                .evict_near(&key, |_, &(_, last)| (now.saturating_duration_since(last) >= idle).then_some(last));
+            if gone.is_none() {
+                return Err(Refused::ConnectionsFull(self.cfg.max_connections));
+            }
+            self.expired += 1;
         }
         if self.map.at_limit(from.0, self.cfg.max_connections_per_peer) {
             return Err(Refused::PeerFull(self.cfg.max_connections_per_peer));

@@ -234,8 +234,8 @@ impl Nat {
     /// The external port of an outbound flow: its mapping, or a new one: a port never handed
     /// out, else the one taken back longest ago, else (no port free) one taken back now from a
     /// flow idle for `idle` ([`Nat::sweep`]: a part of the flows looked at), else the port of
-    /// the flow of its protocol that never had an inbound frame and whose last frame is oldest,
-    /// of the first 32 looked at ([`Nat::take_unreplied`]). A new flow with no port free costs
+    /// the flow of its protocol idle past its time or that never had an inbound frame whose
+    /// last frame is oldest, of the first 32 looked at ([`Nat::take_unreplied`]). A new flow with no port free costs
     /// at most a look at a 64th of the flows and at 32 more, however many hold ports. A host
     /// holding its `ports_per_host` gets a port only once a sweep has taken one of its own back.
     fn port_for(&mut self, key: (u8, u32, u16), now: Instant) -> Result<u16, NatDrop> {
@@ -256,7 +256,7 @@ impl Nat {
                 self.sweep(now);
                 match self.take(key.0) {
                     Some(p) => p,
-                    None => self.take_unreplied(&key).ok_or(NatDrop::PortsExhausted)?,
+                    None => self.take_unreplied(&key, now).ok_or(NatDrop::PortsExhausted)?,
                 }
             }
         };
@@ -266,15 +266,25 @@ impl Nat {
         Ok(port)
     }
 
-    /// The port of a flow of `key`'s protocol that never had an inbound frame, taken from it
-    /// for `key`'s new flow (as conntrack's early drop): of the first 32 flows looked at from
-    /// `key`'s map on, the one whose last frame is oldest. Its replies then meet the new flow's
-    /// mapping or none, and its next outbound frame is a new flow.
-    fn take_unreplied(&mut self, key: &(u8, u32, u16)) -> Option<u16> {
-        let proto = key.0;
-        let (_, m) = self.out.evict_near(key, |&(p, _, _), m| (p == proto && !m.replied).then_some(m.last))?;
+    /// The port of a flow of `key`'s protocol idle past its time (forgotten already: no sweep
+    /// had come round to it; counted `expired`) or that never had an inbound frame (as
+    /// conntrack's early drop; `unreplied_evicted`), taken for `key`'s new flow: of the first 32
+    /// flows looked at from `key`'s map on, the one whose last frame is oldest. Its replies
+    /// then meet the new flow's mapping or none, and its next outbound frame is a new flow.
+    fn take_unreplied(&mut self, key: &(u8, u32, u16), now: Instant) -> Option<u16> {
+        let (proto, idle) = (key.0, self.cfg.idle);
+        // Idle past its time or never replied to, the oldest last frame: an idle one, if any
+        // (it is older than any live one).
+        let rank = |&(p, _, _): &(u8, u32, u16), m: &Mapping| {
+            (p == proto && (!m.replied || now.saturating_duration_since(m.last) >= idle)).then_some(m.last)
+        };
+        let (_, m) = self.out.evict_near(key, rank)?;
         self.back.remove(&(proto, m.port));
-        self.stats.unreplied_evicted += 1;
+        if now.saturating_duration_since(m.last) >= idle {
+            self.stats.expired += 1;
+        } else {
+            self.stats.unreplied_evicted += 1;
+        }
         Some(m.port)
     }
 
@@ -345,6 +355,51 @@ pub fn rewrite_addr_port(frame: &mut [u8], info: &FrameInfo, addr: (usize, [u8; 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With every port held, a new flow takes the port of a flow idle past its time that no
+    /// sweep has come round to yet (forgotten already, counted `expired`) before an unreplied
+    /// live flow's, and is refused while every live flow had a reply.
+    #[test]
+    fn a_new_flow_takes_an_idle_flows_port_first() {
+        let idle = Duration::from_secs(100);
+        let mut n = Nat::new(NatConfig { ports: (2000, 2003), idle, ..NatConfig::new([192, 0, 2, 1]) });
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let send = |n: &mut Nat, sport: u16, at: Instant| {
+            let mut f = Vec::new();
+            tern_wire::frame::build_udp4(&mut f, [2; 6], [4; 6], [10, 0, 0, 1], [10, 9, 9, 9], sport, 53, 64, b"");
+            n.translate(&mut f, Dir::Outbound, at)
+        };
+        let reply = |n: &mut Nat, port: u16, at: Instant| {
+            let mut r = Vec::new();
+            tern_wire::frame::build_udp4(&mut r, [4; 6], [2; 6], [10, 9, 9, 9], [192, 0, 2, 1], 53, port, 64, b"");
+            n.translate(&mut r, Dir::Inbound, at)
+        };
+        // Ports 2000-2002 to flows with replies at 0 s; 2003 to one with a reply at 90 s.
+        for p in 0..3 {
+            send(&mut n, 10_000 + p, at(0)).unwrap();
+            reply(&mut n, 2000 + p, at(0)).unwrap();
+        }
+        send(&mut n, 10_003, at(90)).unwrap();
+        reply(&mut n, 2003, at(90)).unwrap();
+        // Refused new flows at 95 s: a pass (a map each) that finds nothing idle; the next may
+        // begin 10 s on.
+        for p in 0..70 {
+            assert_eq!(send(&mut n, 20_000 + p, at(95)), Err(NatDrop::PortsExhausted));
+        }
+        assert_eq!(n.stats().expired, 0);
+        // At 101 s the first three are idle: new flows get their ports, the second and third
+        // an idle flow's rather than the unreplied live first new one's.
+        for p in 0..3 {
+            send(&mut n, 30_000 + p, at(101)).unwrap();
+        }
+        let st = n.stats();
+        assert_eq!((st.expired, st.unreplied_evicted, n.mappings()), (3, 0, 4));
+        assert_eq!(reply(&mut n, 2003, at(101)), Ok(()), "the live flow keeps its port");
+        // None idle now: the port of the unreplied flow whose last frame is oldest.
+        send(&mut n, 30_003, at(102)).unwrap();
+        assert_eq!((n.stats().expired, n.stats().unreplied_evicted), (3, 1));
+    }
 
     /// With every port held by a live flow that had a reply, a refused new flow looks at a 64th of
     /// the flows at most (a step of a pass), and passes begin at most once a tenth of an idle
