@@ -105,19 +105,24 @@ fn a_connection_is_its_peers_alone() {
     assert_eq!((c.len(), c.opened(), c.unknown()), (3, 3, 3));
 }
 
-/// An open sent again (its acknowledgement lost) is acknowledged with the next number
-/// expected and begins nothing again; an open of another initial number begins the
-/// connection again (the sender started over with the same id) only with its cookie: else it
-/// is answered with one and the connection goes on, so that a packet spoofed from the peer's
-/// address cannot end its stream.
+/// An open sent again before any data (its acknowledgement lost) is acknowledged and begins
+/// nothing again; after data, the same open (a late copy, or a sender started over with its id
+/// and number) is answered with a cookie other than that number, and does not keep the
+/// connection alive; an open of another initial number begins the connection again (the sender
+/// started over with the same id) only with its cookie: else it is answered with one and the
+/// connection goes on, so that a packet spoofed from the peer's address cannot end its stream.
 #[test]
 fn an_open_again_is_acknowledged_and_another_initial_number_begins_again_with_a_cookie() {
     let mut c = Connections::new(no_quiet());
     let t0 = Instant::now();
     let open_at = |seq| Header { seq, ..open(2) };
     assert_eq!(took(&mut c, open_at(100), t0), Ok(Ack(false, 100)));
+    assert_eq!(took(&mut c, open_at(100), t0), Ok(Ack(false, 100)), "the same open again, no data yet");
     assert_eq!(took(&mut c, data(2, 100), t0), Ok(Ack(true, 101)));
-    assert_eq!(took(&mut c, open_at(100), t0), Ok(Ack(false, 101)), "the same open, late");
+    // The same open after data (a late copy, or a sender begun again with its id and number):
+    // a cookie, never the connection's own number, and the connection goes on.
+    let Some((COOKIE, k0)) = answer_to(&mut c, PEER, 2, 100, t0) else { panic!("no cookie") };
+    assert_ne!(k0, 100);
     assert_eq!(took(&mut c, data(2, 100), t0), Ok(Ack(false, 101)), "not delivered again");
     let Some((COOKIE, k)) = answer_to(&mut c, PEER, 2, 7, t0) else { panic!("no cookie") };
     assert_eq!(took(&mut c, data(2, 101), t0), Ok(Ack(true, 102)), "the connection goes on");
@@ -125,6 +130,17 @@ fn an_open_again_is_acknowledged_and_another_initial_number_begins_again_with_a_
     assert_eq!(took(&mut c, data(2, 102), t0), Ok(Ack(false, k)));
     assert_eq!(took(&mut c, data(2, k), t0), Ok(Ack(true, k.wrapping_add(1))));
     assert_eq!((c.len(), c.opened(), c.reopened()), (1, 1, 1));
+    // Copies of its open at 30 and 59 s keep nothing alive: at 61 s from its last data (its
+    // idle time 60 s) it is gone.
+    let idle = no_quiet().idle;
+    for s in [30, 59] {
+        let at = t0 + Duration::from_secs(s);
+        assert!(matches!(answer_to(&mut c, PEER, 2, k, at), Some((COOKIE, _))));
+    }
+    assert_eq!(
+        took(&mut c, data(2, k.wrapping_add(1)), t0 + idle + Duration::from_secs(1)),
+        Ok(Reset(k.wrapping_add(1)))
+    );
 }
 
 #[test]
@@ -298,8 +314,9 @@ proptest! {
 
     /// Any opens and data packets of any connections at any times: never more connections
     /// than the bound; a connection live (a packet within the idle time) is never refused and
-    /// delivers its numbers in order from its open's initial number; data of one not live
-    /// delivers nothing and is reset.
+    /// delivers its numbers in order from its open's initial number; an open of it is
+    /// acknowledged only while it has had no data and the open brings its number, else answered
+    /// with a cookie; data of one not live delivers nothing and is reset.
     #[test]
     fn connections_never_pass_their_bound(
         steps in proptest::collection::vec((0u32..40, any::<bool>(), 0u32..4, 0u64..3000), 1..400),
@@ -323,15 +340,17 @@ proptest! {
                     prop_assert_eq!(got, Ok(Some((want.0, ACK, want.1))));
                     known.insert(conn, (start, want.1, now));
                 }
-                (Some((start, next, _)), true) if seq == start => {
+                (Some((start, next, _)), true) if seq == start && next == start => {
+                    // Its open again, no data yet (its acknowledgement lost): acknowledged.
                     let got = got.map(|a| a.map(|(d, ack)| (d, ack.kind, ack.seq)));
                     prop_assert_eq!(got, Ok(Some((false, ACK, next))));
                     known.insert(conn, (start, next, now));
                 }
-                (Some(_), true) => {
-                    // Another initial number, without its cookie: answered with one, the
-                    // connection as it was (its time not refreshed).
-                    prop_assert!(matches!(got, Ok(Some((false, a))) if a.kind == COOKIE), "{:?}", got);
+                (Some((start, ..)), true) => {
+                    // Another initial number, without its cookie, or its own after data:
+                    // answered with a cookie (never its own number), the connection as it was
+                    // (its time not refreshed).
+                    prop_assert!(matches!(got, Ok(Some((false, a))) if a.kind == COOKIE && a.seq != start), "{:?}", got);
                 }
                 (None, false) => {
                     let got = got.map(|a| a.map(|(d, ack)| (d, ack.kind, ack.seq)));
@@ -1000,12 +1019,16 @@ proptest! {
 }
 
 /// A sender started again with its connection id (a process restarted) while the receiving end
-/// keeps the earlier connection: with a random initial number its open begins the connection
-/// again there, and its payloads are delivered from it; with the same initial number (0 both
-/// times) the open is taken for a copy of the earlier one's, acknowledged with the number the
-/// earlier connection had reached, and does not open — the sender gives up at `give_up`.
+/// keeps the earlier connection: with a random initial number, or the same one (0 both times),
+/// its open is answered with a cookie, its open with the cookie begins the connection again
+/// there, and its payloads are delivered from it, once; so too when the earlier connection was
+/// itself opened with this period's cookie (in the quiet time), where the cookie given is that
+/// number's other (its lowest bit flipped), not the number the connection has. (With the same
+/// number the open was once taken for a copy of the earlier one's, answered with the number that
+/// connection had reached, and the sender never opened; and with this period's cookie, the
+/// sender's open with it was.)
 #[test]
-fn a_sender_started_again_with_its_id_begins_the_connection_again_with_a_random_start() {
+fn a_sender_started_again_with_its_id_begins_the_connection_again() {
     let t0 = Instant::now();
     let rounds = |tx: &mut Sender, c: &mut Connections| (0..3).map(|_| round(tx, c, t0)).sum::<usize>();
     let mut c = Connections::new(no_quiet());
@@ -1027,8 +1050,23 @@ fn a_sender_started_again_with_its_id_begins_the_connection_again_with_a_random_
     assert_eq!(rounds(&mut first, &mut c), 3);
     let mut again = Sender::new(4, Config::default());
     again.push(vec![9]).unwrap();
-    assert_eq!(rounds(&mut again, &mut c), 0);
-    assert!(!again.is_open() && again.stats().stale_acks >= 1 && c.reopened() == 0);
+    assert_eq!(rounds(&mut again, &mut c), 1, "{:?}", again.stats());
+    assert!(again.is_idle() && again.stats().cookies == 1 && c.reopened() == 1 && c.len() == 1);
+
+    // In the quiet time: the earlier connection opened with this period's cookie, `k`.
+    let mut c = Connections::new(ReceiveConfig::default());
+    let Some((COOKIE, k)) = answer_to(&mut c, PEER, 4, 123, t0) else { panic!("no cookie") };
+    assert_eq!(answer_to(&mut c, PEER, 4, k, t0), Some((ACK, k)));
+    for i in 0..3 {
+        assert_eq!(took(&mut c, data(4, k.wrapping_add(i)), t0), Ok(Ack(true, k.wrapping_add(i + 1))));
+    }
+    // A late copy of its open begins nothing: answered with `k`'s other, the connection goes on.
+    assert_eq!(answer_to(&mut c, PEER, 4, k, t0), Some((COOKIE, k ^ 1)));
+    assert_eq!(took(&mut c, data(4, k.wrapping_add(3)), t0), Ok(Ack(true, k.wrapping_add(4))));
+    let mut again = Sender::random_start(4, Config::default()).unwrap();
+    again.push(vec![9]).unwrap();
+    assert_eq!(rounds(&mut again, &mut c), 1, "{:?}", again.stats());
+    assert!(again.is_idle() && c.reopened() == 1 && c.len() == 1);
 }
 
 /// The answer to an open, with its kind.
