@@ -230,11 +230,8 @@ impl<K: Hash + Eq, V> SweptMap<K, V> {
     /// the idle time and a packet a map after.
     #[inline]
     pub(crate) fn step(&mut self, now: Instant, idle: Duration, keep: impl FnMut(&K, &mut V) -> bool) -> usize {
-        if self.next >= self.maps.len() {
-            if !self.clock.due(now, idle) {
-                return 0;
-            }
-            (self.next, self.bucket) = (0, 0);
+        if !self.pass_on(now, idle) {
+            return 0;
         }
         self.look(now, idle, false, keep)
     }
@@ -242,13 +239,22 @@ impl<K: Hash + Eq, V> SweptMap<K, V> {
     /// [`step`](Self::step) for a table looked at only when it must make room now (a NAT short
     /// of ports): every step looks at the rest of the map under way, whatever the pace.
     pub(crate) fn step_map(&mut self, now: Instant, idle: Duration, keep: impl FnMut(&K, &mut V) -> bool) -> usize {
+        if !self.pass_on(now, idle) {
+            return 0;
+        }
+        self.look(now, idle, true, keep)
+    }
+
+    /// Whether a pass is under way at `now`, one begun here if it is due.
+    #[inline]
+    fn pass_on(&mut self, now: Instant, idle: Duration) -> bool {
         if self.next >= self.maps.len() {
             if !self.clock.due(now, idle) {
-                return 0;
+                return false;
             }
             (self.next, self.bucket) = (0, 0);
         }
-        self.look(now, idle, true, keep)
+        true
     }
 
     /// [`step`](Self::step)'s look, a pass under way (out of line: most packets come with
