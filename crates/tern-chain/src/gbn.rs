@@ -271,9 +271,8 @@ impl Sender {
     /// The same, numbering from `start` (the connection's initial sequence number, which its
     /// open carries). A sender that may reuse a connection id (a process started again) should
     /// pick it at random ([`Sender::random_start`]), so that no late packet of the id's earlier
-    /// connection is taken for this one's, and so that the receiving end, keeping the earlier
-    /// connection, begins it again at the open rather than take the open for a copy of the
-    /// earlier one's.
+    /// connection is taken for this one's. (A receiving end still keeping the earlier connection
+    /// begins it again at this one's open, whatever its number, once it brings its cookie.)
     pub fn starting_at(conn: u32, cfg: Config, start: u32) -> Sender {
         let cfg = Config { window: cfg.window.clamp(1, 1 << 15), queue: cfg.queue.max(1), ..cfg };
         let (pending, stats) = (VecDeque::new(), SenderStats::default());
@@ -929,7 +928,8 @@ impl Connections {
         self.opened
     }
 
-    /// Opens of a kept connection with another initial sequence number (begun again), so far.
+    /// Kept connections begun again by an open bringing its cookie (a sender started again
+    /// with its id), so far.
     pub fn reopened(&self) -> u64 {
         self.reopened
     }
