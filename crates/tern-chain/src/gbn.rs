@@ -60,10 +60,10 @@ pub const RESET: u8 = 4;
 /// A cookie: the receiving end's answer, while it keeps many connections
 /// ([`ReceiveConfig::cookies_from`]), to an open of a new connection that does not bring one
 /// (and to an open that would begin a kept connection again): the initial sequence number the
-/// sender must open with, a keyed hash of its address, port and connection id and the time (or
-/// that with its lowest bit flipped, where the hash is the kept connection's own number), so
-/// that the connection is made only once the sender has shown that it gets packets at its
-/// address — none for a spoofed one.
+/// sender must open with, a keyed hash of its address, port and connection id and the time
+/// (and of a kept connection's initial number, for an open that would begin it again), so that
+/// the connection is made only once the sender has shown that it gets packets at its address —
+/// none for a spoofed one.
 pub const COOKIE: u8 = 5;
 /// How long a cookie is good for: it is made for the current period of this length and
 /// taken for that one and the one before (so for 10 to 20 s).
@@ -864,23 +864,32 @@ impl Connections {
     }
 
     /// Whether the open `h` from `from` brings its cookie — as initial number, the cookie of
-    /// this period or the last, or either with its lowest bit flipped — and not `taken` (the
-    /// initial number of the kept connection it would begin again), or else the cookie to answer
-    /// with (counted): this period's, flipped if it is `taken`. (The cookie is returned as a bare
-    /// number: returned as a [`Header`] it went through the stack in pieces read back whole,
-    /// a stall that cost a refused open 13 ns.)
+    /// this period or the last — or else the cookie to answer with (counted): this period's. A
+    /// cookie is the top half of a keyed hash of the peer, the connection id and the period,
+    /// and, for an open that would begin a kept connection again, of the initial number that
+    /// connection has (`taken`), with its lowest bit flipped should it be that number: so it is
+    /// good for that connection as it is now alone, and a late copy of an open that began it
+    /// (or of one that made it, in the quiet time) begins nothing. (The cookie is returned as a
+    /// bare number: returned as a [`Header`] it went through the stack in pieces read back
+    /// whole, a stall that cost a refused open 13 ns.)
     #[inline]
     fn cookie_check(&mut self, from: Peer, h: &Header, now: Instant, taken: Option<u32>) -> Result<(), u32> {
         let since = *self.since.get_or_insert(now);
         let period = (now.saturating_duration_since(since).as_nanos() / COOKIE_PERIOD.as_nanos()) as u64;
-        let cookie = |p: u64| (self.secret.hash_one((from, h.conn, p)) >> 32) as u32;
+        let cookie = |p: u64| {
+            let hash = match taken {
+                None => self.secret.hash_one((from, h.conn, p)),
+                Some(t) => self.secret.hash_one((from, h.conn, p, t)),
+            };
+            let c = (hash >> 32) as u32;
+            if Some(c) == taken { c ^ 1 } else { c }
+        };
         let current = cookie(period);
-        let brings = |c: u32| h.seq | 1 == c | 1;
-        if Some(h.seq) != taken && (brings(current) || (period > 0 && brings(cookie(period - 1)))) {
+        if h.seq == current || (period > 0 && h.seq == cookie(period - 1)) {
             return Ok(());
         }
         self.cookies += 1;
-        Err(if Some(current) == taken { current ^ 1 } else { current })
+        Err(current)
     }
 
     /// The connection `key` begun (new, or again) at the open `h`, expecting its initial
