@@ -201,24 +201,42 @@ fn the_simulation_and_the_running_data_path_make_the_same_decisions() {
     let ts = vec![t];
     let p = tern_chain::plan::plan(&ts, &common::area, 8, 100_000).unwrap();
     let cfg = Config { mode: Mode::Snic, cores: 2, instances: 3, ..Config::default() };
-    let frames = tern_chain::bench::frames([10, 0, 1, 0], 64, 64);
-    let run = tern_chain::bench::measure_scaling(
-        &ts,
-        &p,
-        cfg,
-        frames,
-        &trace,
-        2,
-        Duration::from_millis(10),
-        Duration::from_millis(20),
-        5.0,
-        end,
-    )
-    .unwrap();
-    // Each epoch's decision, at the epoch it belongs to (its tick a little after).
-    let run_launches: Vec<(u64, usize)> =
-        run.epochs.iter().filter(|e| e.3 > 0).map(|e| (((e.0 / 20.0).round() * 20.0) as u64, e.3)).collect();
-    assert_eq!(run_launches, sim_launches, "epochs: {:?}", run.epochs);
+    // The level the trace asks for at `ms`, in instances.
+    let level = |ms: f64| trace.iter().rev().find(|s| s.0 <= ms).map_or(0.0, |s| s.1 / per);
+    // Each epoch's decisions, at the epoch they belong to (its tick a little after).
+    let launches = |run: &tern_chain::bench::ScaleRun| -> Vec<(u64, usize)> {
+        run.epochs.iter().filter(|e| e.3 > 0).map(|e| (((e.0 / 20.0).round() * 20.0) as u64, e.3)).collect()
+    };
+    // A run that decided otherwise is run again (up to three in all) only if an epoch measured
+    // a load 0.4 of an instance or more from the level the trace asked over it (the levels are
+    // half an instance from a bound): a host busy enough to keep the generator off its core for
+    // a good part of an epoch (seen with a spinning process beside the tests: 1.38 instances
+    // measured of 2.5, then 3.5) ran another trace. One that measured the trace and decided
+    // otherwise fails the test.
+    let mut attempt = 1;
+    let run = loop {
+        let frames = tern_chain::bench::frames([10, 0, 1, 0], 64, 64);
+        let run = tern_chain::bench::measure_scaling(
+            &ts,
+            &p,
+            cfg,
+            frames,
+            &trace,
+            2,
+            Duration::from_millis(10),
+            Duration::from_millis(20),
+            5.0,
+            end,
+        )
+        .unwrap();
+        let faithful = run.epochs.iter().all(|e| (e.1 - level(e.0 - 10.0)).abs() < 0.4);
+        if launches(&run) == sim_launches || faithful || attempt == 3 {
+            break run;
+        }
+        eprintln!("run {attempt}: the load measured was not the trace's (a busy host): {:?}", run.epochs);
+        attempt += 1;
+    };
+    assert_eq!(launches(&run), sim_launches, "epochs: {:?}", run.epochs);
     assert_eq!(run.launches, a.launches());
     // And the launched instance went into service.
     assert!(run.bins.iter().any(|b| b.3 == 3), "{:?}", run.bins);
