@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use tern_table::classifier::{Classifier, FlowKey, Pattern};
 
-use crate::swept::Shared;
+use crate::swept::{Shared, Taken};
 use tern_wire::frame::{FrameInfo, L3};
 
 /// What a rule does with the frames it matches.
@@ -289,21 +289,15 @@ impl Firewall {
             return;
         }
         if self.flows.len() >= self.cfg.max_flows {
-            // Full: room is made by taking out, of the flows looked at first from the new
-            // flow's map on, the one whose last frame is oldest of those idle past their time
-            // (forgotten already; the sweep had not come round) or that never had a reply (as
-            // conntrack's early drop) — so an idle one, if any: it is older than any live one.
-            let (now, idle) = (r.last, self.cfg.idle);
-            let rank = |_: &Ends, o: &Remembered| {
-                (!o.replied || now.saturating_duration_since(o.last) >= idle).then_some(o.last)
-            };
-            match self.flows.evict_near(&e, rank) {
+            // Full: room is made by taking out an idle flow or one that never had a reply, of
+            // those looked at first from the new flow's map on ([`Shared::make_room`]).
+            match self.flows.make_room(&e, r.last, self.cfg.idle, |_, o| Some((o.last, o.replied))) {
                 None => {
                     self.stats.state_full += 1;
                     return;
                 }
-                Some((_, o)) if now.saturating_duration_since(o.last) >= idle => self.stats.expired += 1,
-                Some(_) => self.stats.unreplied_evicted += 1,
+                Some((_, Taken::Expired)) => self.stats.expired += 1,
+                Some((_, Taken::Unreplied)) => self.stats.unreplied_evicted += 1,
             }
         }
         self.flows.insert(e, r);

@@ -831,11 +831,8 @@ impl Connections {
         if self.map.len() >= self.cfg.max_connections {
             // Full: room is made by taking out, of the connections looked at first from the new
             // one's map on, the one idle longest past its time (forgotten already; the pass had
-            // not come round), if any.
-            let gone = self
-                .map
-                .evict_near(&key, |_, &(_, last)| (now.saturating_duration_since(last) >= idle).then_some(last));
-            if gone.is_none() {
+            // not come round), if any (each counted as replied to: no live one is taken).
+            if self.map.make_room(&key, now, idle, |_, &(_, last)| Some((last, true))).is_none() {
                 return Err(Refused::ConnectionsFull(self.cfg.max_connections));
             }
             self.expired += 1;

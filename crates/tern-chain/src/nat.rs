@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use tern_wire::frame::{FrameInfo, L3, proto, rewrite_field};
 
-use crate::swept::Shared;
+use crate::swept::{Shared, Taken};
 
 /// Which way a frame crosses the NAT.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,18 +272,13 @@ impl Nat {
     /// flows looked at from `key`'s map on, the one whose last frame is oldest. Its replies
     /// then meet the new flow's mapping or none, and its next outbound frame is a new flow.
     fn take_unreplied(&mut self, key: &(u8, u32, u16), now: Instant) -> Option<u16> {
-        let (proto, idle) = (key.0, self.cfg.idle);
-        // Idle past its time or never replied to, the oldest last frame: an idle one, if any
-        // (it is older than any live one).
-        let rank = |&(p, _, _): &(u8, u32, u16), m: &Mapping| {
-            (p == proto && (!m.replied || now.saturating_duration_since(m.last) >= idle)).then_some(m.last)
-        };
-        let (_, m) = self.out.evict_near(key, rank)?;
+        let proto = key.0;
+        let seen = |&(p, _, _): &(u8, u32, u16), m: &Mapping| (p == proto).then_some((m.last, m.replied));
+        let (m, taken) = self.out.make_room(key, now, self.cfg.idle, seen)?;
         self.back.remove(&(proto, m.port));
-        if now.saturating_duration_since(m.last) >= idle {
-            self.stats.expired += 1;
-        } else {
-            self.stats.unreplied_evicted += 1;
+        match taken {
+            Taken::Expired => self.stats.expired += 1,
+            Taken::Unreplied => self.stats.unreplied_evicted += 1,
         }
         Some(m.port)
     }

@@ -42,6 +42,15 @@ pub(crate) const STEP_BUCKETS: usize = 64;
 /// it behind looks at the rest of its map ([`SweptMap::step`]).
 pub(crate) const PACE_PARTS: u32 = 20;
 
+/// What making room in a full table took out ([`Shared::make_room`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// An entry idle past its time (forgotten already): counted `expired`.
+    Expired,
+    /// A live entry that never had a reply: counted `unreplied_evicted`.
+    Unreplied,
+}
+
 /// The maps for a table of at most `bound` entries: a power of two.
 pub(crate) fn shards_for(bound: usize) -> usize {
     bound.div_ceil(PER_SHARD).next_power_of_two().clamp(MIN_SHARDS, MAX_SHARDS)
@@ -369,6 +378,30 @@ impl<K: Hash + Eq, V, C: Hash + Eq + Copy> Shared<K, V, C> {
         let (k, v) = self.map.evict_near(near, age)?;
         self.clients.give_back((self.client_of)(&k, &v));
         Some((k, v))
+    }
+
+    /// Makes room for `near` in a full table ([`evict_near`](Self::evict_near)): takes out, of
+    /// the entries looked at, the one whose last packet is oldest of those idle past `idle` at
+    /// `now` (forgotten already: the pass had not come round to it) or that never had a reply
+    /// (as conntrack's early drop) — so an idle one, if any: it is older than any live one.
+    /// `seen` gives an entry's last packet's time and whether it had a reply (`None`: not to be
+    /// taken). The entry taken out, and which it was.
+    pub(crate) fn make_room(
+        &mut self,
+        near: &K,
+        now: Instant,
+        idle: Duration,
+        seen: impl Fn(&K, &V) -> Option<(Instant, bool)>,
+    ) -> Option<(V, Taken)>
+    where
+        K: Clone,
+    {
+        let idle_at = |last: Instant| now.saturating_duration_since(last) >= idle;
+        let (k, v) = self.evict_near(near, |k, v| {
+            seen(k, v).and_then(|(last, replied)| (!replied || idle_at(last)).then_some(last))
+        })?;
+        let taken = if seen(&k, &v).is_some_and(|(last, _)| idle_at(last)) { Taken::Expired } else { Taken::Unreplied };
+        Some((v, taken))
     }
 
     /// Whether `client` holds `limit` entries or more.
