@@ -765,8 +765,11 @@ fn in_its_quiet_time_an_open_brings_a_cookie() {
     assert_ne!(mine, k);
     assert_eq!(took(&mut c, data(1, k), t0), Ok(Reset(k)));
     assert_eq!((c.len(), c.opened(), c.cookies()), (0, 0, 1));
-    // Its own cookie opens it.
+    // Its own cookie opens it; its data at 30 s keeps it live past the quiet time (else the
+    // pass may forget it at 60 s, idle for its whole time, or not yet, as its map falls).
     assert_eq!(answer_to(&mut c, PEER, 1, mine, t0), Some((ACK, mine)));
+    let t30 = t0 + Duration::from_secs(30);
+    assert_eq!(took(&mut c, data(1, mine), t30), Ok(Ack(true, mine.wrapping_add(1))));
     // Still quiet just before the idle time has passed since that open; not after.
     let late = t0 + idle - Duration::from_millis(1);
     assert!(matches!(answer_to(&mut c, PEER, 2, 0, late), Some((COOKIE, _))));
